@@ -1,0 +1,22 @@
+//! Shared vocabulary of hetsched: ids, resources (GPUs as devices), job and task specs,
+//! the task state machine, node info, the wire protocol, and telemetry setup.
+//!
+//! Everything here is plain data plus pure functions, so the master's replicated state
+//! machine, the slave and the CLI agree on one definition of each thing.
+
+mod error;
+mod ids;
+pub mod protocol;
+mod resources;
+pub mod rng;
+mod spec;
+pub mod telemetry;
+pub mod wire;
+
+pub use error::{Error, Result};
+pub use ids::{Attempt, ClientRequestId, JobId, MasterId, NodeId, TaskId};
+pub use resources::{
+    allocate_gpus, EngineKind, GpuAlloc, GpuDevice, GpuRequest, NodeResources, ResourceRequest,
+    GPU_MILLI_PER_DEVICE,
+};
+pub use spec::{parse_host_port, JobSpec, TaskState, TaskStatus, TransitionError};

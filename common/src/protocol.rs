@@ -1,0 +1,404 @@
+//! Every message that crosses a socket, grouped by who talks to whom.
+//!
+//! Named-field MessagePack (`rmp_serde::to_vec_named`) with `#[serde(default)]` on fields
+//! added after version 1, so a newer peer's extra fields are ignored and an older peer's
+//! missing ones take their defaults.
+
+use crate::{
+    Attempt, ClientRequestId, GpuAlloc, JobId, JobSpec, MasterId, NodeId, NodeResources,
+    ResourceRequest, TaskId, TaskState,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The body of one frame.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Message {
+    /// Raft messages between masters, each the protobuf bytes of one `raft::eraftpb::Message`.
+    /// One-way: no reply.
+    Raft {
+        /// Sending master.
+        from: MasterId,
+        /// Encoded raft messages.
+        msgs: Vec<serde_bytes::ByteBuf>,
+    },
+    /// Client (CLI) → master.
+    Client(ClientRequest),
+    /// Master → client.
+    ClientReply(ClientResponse),
+    /// Slave → master.
+    Slave(SlaveRequest),
+    /// Master → slave, replying to a [`SlaveRequest`].
+    SlaveReply(SlaveResponse),
+    /// Master → slave: work to do.
+    ToSlave(SlaveCommand),
+    /// Slave → master, replying to a [`SlaveCommand`].
+    ToSlaveReply(SlaveCommandReply),
+    /// Any request may be answered with an error.
+    Error(ErrorReply),
+}
+
+/// An error answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    /// What went wrong, for programs.
+    pub kind: ErrorKind,
+    /// What went wrong, for people.
+    pub message: String,
+}
+
+impl ErrorReply {
+    /// Shorthand.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// Error classes a peer can act on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    /// The frame could not be decoded.
+    Malformed,
+    /// The frame exceeded the size cap.
+    TooLarge,
+    /// The protocol version is not spoken here.
+    WrongVersion,
+    /// This master is not the leader; retry at `leader_addr` when known.
+    NotLeader {
+        /// The leader this master believes in, if any.
+        leader: Option<MasterId>,
+        /// Its cluster address, if known.
+        leader_addr: Option<String>,
+    },
+    /// The request is invalid (bad spec, unknown job).
+    Invalid,
+    /// The node is not registered (the slave should register again).
+    UnknownNode,
+    /// The request was not a kind this endpoint serves.
+    Unsupported,
+    /// The outcome is unknown (leadership changed before the command applied): retrying
+    /// with the same client request id is safe.
+    Unknown,
+    /// Temporarily unable to serve (no leader, shutting down); retry later.
+    Unavailable,
+    /// A bug on the serving side.
+    Internal,
+}
+
+/// Requests of the CLI and other clients to a master.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ClientRequest {
+    /// Submit a job (idempotent on `request`).
+    Submit {
+        /// Client request id (a retried submit with the same id makes no second job).
+        request: ClientRequestId,
+        /// The job.
+        spec: JobSpec,
+    },
+    /// Cancel every unfinished task of a job.
+    Cancel {
+        /// Client request id.
+        request: ClientRequestId,
+        /// The job.
+        job: JobId,
+    },
+    /// Cluster status.
+    Status {
+        /// Answer from this master's applied state without a redirect or read barrier.
+        #[serde(default)]
+        stale: bool,
+    },
+    /// Jobs.
+    Jobs {
+        /// As in `Status`.
+        #[serde(default)]
+        stale: bool,
+    },
+    /// Tasks, optionally of one job.
+    Tasks {
+        /// As in `Status`.
+        #[serde(default)]
+        stale: bool,
+        /// Only this job's tasks.
+        #[serde(default)]
+        job: Option<JobId>,
+    },
+    /// Nodes.
+    Nodes {
+        /// As in `Status`.
+        #[serde(default)]
+        stale: bool,
+    },
+}
+
+/// Answers to [`ClientRequest`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ClientResponse {
+    /// The job was accepted (or had been, for a retried request).
+    Submitted {
+        /// Its id.
+        job: JobId,
+        /// Its tasks' ids, in index order.
+        tasks: Vec<TaskId>,
+    },
+    /// Cancellation applied.
+    Cancelled {
+        /// The job.
+        job: JobId,
+        /// How many tasks went to cancelled.
+        tasks: u32,
+    },
+    /// Cluster status.
+    Status(StatusInfo),
+    /// Jobs.
+    Jobs(Vec<JobInfo>),
+    /// Tasks.
+    Tasks(Vec<TaskInfo>),
+    /// Nodes.
+    Nodes(Vec<NodeInfo>),
+}
+
+/// `hetsched status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusInfo {
+    /// Master that answered.
+    pub master_id: MasterId,
+    /// Leader it believes in.
+    pub leader: Option<MasterId>,
+    /// Leader's cluster address.
+    pub leader_addr: Option<String>,
+    /// Raft term.
+    pub term: u64,
+    /// Raft role of the answering master (`leader`, `follower`, `candidate`, `pre-candidate`).
+    pub role: String,
+    /// Last log index applied to the state machine.
+    pub applied_index: u64,
+    /// Hash of the state machine's canonical serialisation (hex).
+    pub state_hash: String,
+    /// True when answered from local state without confirming leadership.
+    pub stale: bool,
+    /// Node counts.
+    pub nodes: NodeCounts,
+    /// Number of jobs.
+    pub jobs: u64,
+    /// Task counts by state (lowercase state name → count; every state present).
+    pub tasks: BTreeMap<String, u64>,
+}
+
+/// Node counts by liveness.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCounts {
+    /// Registered nodes.
+    pub total: u64,
+    /// Up.
+    pub up: u64,
+    /// Down.
+    pub down: u64,
+}
+
+/// One job as listed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInfo {
+    /// Id.
+    pub id: JobId,
+    /// Name.
+    pub name: String,
+    /// User.
+    pub user: String,
+    /// Partition.
+    pub partition: String,
+    /// `pending` (nothing started), `running`, `succeeded` (all), `failed` (some failed, all
+    /// final), `cancelled`.
+    pub state: String,
+    /// Number of tasks.
+    pub tasks: u32,
+    /// Task counts by state.
+    pub task_states: BTreeMap<String, u32>,
+    /// Leader's clock at submission, ms since the Unix epoch.
+    pub submitted_ms: u64,
+}
+
+/// One task as listed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskInfo {
+    /// Id (= `HETSCHED_TASK_ID`).
+    pub id: TaskId,
+    /// Job.
+    pub job_id: JobId,
+    /// Index within the job (= `HETSCHED_TASK_INDEX`).
+    pub index: u32,
+    /// State.
+    pub state: TaskState,
+    /// Node of the current or last attempt.
+    pub node: Option<NodeId>,
+    /// Current attempt (0 = never assigned).
+    pub attempt: Attempt,
+    /// Exit code once finished.
+    pub exit_code: Option<i32>,
+}
+
+/// One node as listed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Id.
+    pub id: NodeId,
+    /// Name.
+    pub name: String,
+    /// Address the master dispatches to.
+    pub addr: String,
+    /// `up` or `down`.
+    pub state: String,
+    /// Capacity.
+    pub capacity: NodeResources,
+    /// Free now.
+    pub free: NodeResources,
+    /// Tasks assigned or running there.
+    pub tasks: u32,
+    /// True when its GPUs are emulated.
+    pub gpus_emulated: bool,
+}
+
+/// What a slave holds of one task, reported on registration and in heartbeats so that a new
+/// leader can reconcile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldTask {
+    /// Task.
+    pub task: TaskId,
+    /// Attempt.
+    pub attempt: Attempt,
+    /// Where it is on the slave.
+    pub phase: HeldPhase,
+}
+
+/// Phase of a task on its slave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HeldPhase {
+    /// Accepted, waiting in the local queue.
+    Queued,
+    /// Process running.
+    Running,
+    /// Process ended; the result waits for the master's acknowledgement.
+    Finished {
+        /// Exit code (negative: killed by signal −N, or could not start).
+        exit_code: i32,
+    },
+}
+
+/// Slave → master requests.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum SlaveRequest {
+    /// First contact, and again after a restart or an `UnknownNode` answer.
+    Register {
+        /// Random key kept in the slave's data dir: registration is idempotent on it.
+        key: u64,
+        /// The id the cluster gave this slave before, if any.
+        #[serde(default)]
+        node: Option<NodeId>,
+        /// Human name.
+        name: String,
+        /// Address masters dispatch to.
+        addr: String,
+        /// What the node has.
+        capacity: NodeResources,
+        /// Free-form labels (environment: cloud / edge / terminal, rack, …).
+        #[serde(default)]
+        labels: BTreeMap<String, String>,
+        /// What it holds now.
+        #[serde(default)]
+        held: Vec<HeldTask>,
+    },
+    /// Liveness plus what the slave holds. Not logged in Raft.
+    Heartbeat {
+        /// Node.
+        node: NodeId,
+        /// What it holds.
+        #[serde(default)]
+        held: Vec<HeldTask>,
+    },
+    /// A task's process started.
+    TaskStarted {
+        /// Node.
+        node: NodeId,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
+    /// A task's process ended.
+    TaskFinished {
+        /// Node.
+        node: NodeId,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Exit code.
+        exit_code: i32,
+    },
+}
+
+/// Master → slave answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SlaveResponse {
+    /// Registration applied.
+    Registered {
+        /// The node's id (kept by the slave).
+        node: NodeId,
+    },
+    /// Heartbeat seen.
+    HeartbeatAck {
+        /// The leader.
+        leader: MasterId,
+    },
+    /// A report is committed (or was stale and ignored): the slave may forget it.
+    Ack,
+}
+
+/// One task placed on a slave.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// Task.
+    pub task: TaskId,
+    /// Its job.
+    pub job: JobId,
+    /// Index within the job.
+    pub index: u32,
+    /// Attempt.
+    pub attempt: Attempt,
+    /// argv.
+    pub command: Vec<String>,
+    /// Extra env.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Resources granted.
+    pub resources: ResourceRequest,
+    /// GPU devices granted (index, thousandths).
+    #[serde(default)]
+    pub gpus: GpuAlloc,
+}
+
+/// Master → slave commands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum SlaveCommand {
+    /// Run this task.
+    Assign(Assignment),
+    /// Kill this task's process group (only if it is this attempt).
+    StopTask {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
+}
+
+/// Slave → master answers to commands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SlaveCommandReply {
+    /// Persisted in the local queue (or already held).
+    Accepted,
+    /// Stopped (or was not running).
+    Stopped,
+}

@@ -1,0 +1,303 @@
+//! Job specs and the task state machine.
+//!
+//! ```text
+//! pending ──assign──▶ assigned(node, attempt) ──started──▶ running ──▶ succeeded
+//!    ▲                    │                                   │   └──▶ failed(code)
+//!    └──── lost (attempt + 1) ◀───────────────────────────────┘
+//! any non-final state ──cancel──▶ cancelled
+//! ```
+
+use crate::{Attempt, NodeId, ResourceRequest};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// What a user submits: K identical tasks running one command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// Human name (defaults to the command's program name).
+    #[serde(default)]
+    pub name: String,
+    /// Submitting user.
+    #[serde(default)]
+    pub user: String,
+    /// Cluster partition (S1 quotas are per partition).
+    #[serde(default)]
+    pub partition: String,
+    /// What each task needs.
+    #[serde(default)]
+    pub resources: ResourceRequest,
+    /// Number of tasks (≥ 1).
+    pub count: u32,
+    /// argv of each task's process.
+    pub command: Vec<String>,
+    /// Extra environment for each task.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Largest number of tasks one job may have.
+pub const MAX_TASKS_PER_JOB: u32 = 100_000;
+
+impl JobSpec {
+    /// Checks the spec; a bad spec is rejected before it reaches the log.
+    pub fn validate(&self) -> crate::Result<()> {
+        let bad = |why: String| crate::Error::Invalid {
+            what: "job spec",
+            why,
+        };
+        if self.command.is_empty() || self.command[0].is_empty() {
+            return Err(bad("the command is empty".into()));
+        }
+        if self.count == 0 || self.count > MAX_TASKS_PER_JOB {
+            return Err(bad(format!(
+                "count {} is outside 1..={MAX_TASKS_PER_JOB}",
+                self.count
+            )));
+        }
+        if self.resources.cpu_milli == 0 {
+            return Err(bad("a task must ask for some cpu (cpu_milli > 0)".into()));
+        }
+        self.resources.validate()
+    }
+}
+
+/// Where a task is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskState {
+    /// Waiting in the global queue.
+    Pending,
+    /// Placed on a node, not yet reported started.
+    Assigned,
+    /// Its process runs.
+    Running,
+    /// Exited with code 0.
+    Succeeded,
+    /// Exited non-zero (or could not start).
+    Failed,
+    /// Cancelled by a user.
+    Cancelled,
+}
+
+impl TaskState {
+    /// Whether the task has ended for good.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled
+        )
+    }
+
+    /// Lowercase name, as in `--json` output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Assigned => "assigned",
+            TaskState::Running => "running",
+            TaskState::Succeeded => "succeeded",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A refused transition of the task state machine.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("task cannot go from {from} to {to}")]
+pub struct TransitionError {
+    /// State the task was in.
+    pub from: TaskState,
+    /// State that was asked for.
+    pub to: TaskState,
+}
+
+/// The task state machine: state plus where and which attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    /// Current state.
+    pub state: TaskState,
+    /// Node of the current attempt (while assigned or running, and kept after it ends).
+    pub node: Option<NodeId>,
+    /// Current attempt, starting at 1 on first assignment (0 = never assigned).
+    pub attempt: Attempt,
+    /// Exit code once finished.
+    pub exit_code: Option<i32>,
+}
+
+impl Default for TaskStatus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TaskStatus {
+    /// A fresh pending task.
+    pub fn new() -> Self {
+        Self {
+            state: TaskState::Pending,
+            node: None,
+            attempt: 0,
+            exit_code: None,
+        }
+    }
+
+    fn refuse(&self, to: TaskState) -> TransitionError {
+        TransitionError {
+            from: self.state,
+            to,
+        }
+    }
+
+    /// pending → assigned(node, attempt + 1). Returns the new attempt.
+    pub fn assign(&mut self, node: NodeId) -> Result<Attempt, TransitionError> {
+        if self.state != TaskState::Pending {
+            return Err(self.refuse(TaskState::Assigned));
+        }
+        self.state = TaskState::Assigned;
+        self.node = Some(node);
+        self.attempt += 1;
+        Ok(self.attempt)
+    }
+
+    /// assigned → running (only for the current attempt; running → running is a no-op).
+    pub fn start(&mut self, attempt: Attempt) -> Result<(), TransitionError> {
+        match self.state {
+            TaskState::Assigned | TaskState::Running if attempt == self.attempt => {
+                self.state = TaskState::Running;
+                Ok(())
+            }
+            _ => Err(self.refuse(TaskState::Running)),
+        }
+    }
+
+    /// assigned | running → succeeded | failed(code), for the current attempt.
+    pub fn finish(&mut self, attempt: Attempt, exit_code: i32) -> Result<(), TransitionError> {
+        let to = if exit_code == 0 {
+            TaskState::Succeeded
+        } else {
+            TaskState::Failed
+        };
+        if attempt != self.attempt
+            || !matches!(self.state, TaskState::Assigned | TaskState::Running)
+        {
+            return Err(self.refuse(to));
+        }
+        self.state = to;
+        self.exit_code = Some(exit_code);
+        Ok(())
+    }
+
+    /// assigned | running → pending (its node was lost or it was preempted); the next
+    /// assignment gets attempt + 1.
+    pub fn requeue(&mut self) -> Result<(), TransitionError> {
+        if !matches!(self.state, TaskState::Assigned | TaskState::Running) {
+            return Err(self.refuse(TaskState::Pending));
+        }
+        self.state = TaskState::Pending;
+        self.node = None;
+        Ok(())
+    }
+
+    /// any non-final state → cancelled.
+    pub fn cancel(&mut self) -> Result<(), TransitionError> {
+        if self.state.is_final() {
+            return Err(self.refuse(TaskState::Cancelled));
+        }
+        self.state = TaskState::Cancelled;
+        Ok(())
+    }
+}
+
+/// Parses `HOST:PORT` (a host name, IPv4, or `[IPv6]`), with a clear error.
+pub fn parse_host_port(s: &str) -> crate::Result<String> {
+    let bad = |why: &str| crate::Error::Invalid {
+        what: "address",
+        why: format!("{s:?}: {why} (expected HOST:PORT)"),
+    };
+    let (host, port) = s.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+    if host.is_empty() {
+        return Err(bad("empty host"));
+    }
+    port.parse::<u16>()
+        .map_err(|_| bad("port is not a number in 0..=65535"))?;
+    Ok(s.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn happy_path() {
+        let mut t = TaskStatus::new();
+        assert_eq!(t.assign(NodeId(3)), Ok(1));
+        t.start(1).expect("start");
+        t.finish(1, 0).expect("finish");
+        assert_eq!(t.state, TaskState::Succeeded);
+        assert_eq!(t.exit_code, Some(0));
+    }
+
+    #[test]
+    fn lost_task_comes_back_with_next_attempt_and_stale_reports_are_refused() {
+        let mut t = TaskStatus::new();
+        t.assign(NodeId(1)).expect("assign");
+        t.start(1).expect("start");
+        t.requeue().expect("requeue");
+        assert_eq!(t.state, TaskState::Pending);
+        assert_eq!(t.assign(NodeId(2)), Ok(2));
+        assert!(
+            t.finish(1, 0).is_err(),
+            "a stale attempt must not finish the task"
+        );
+        assert!(t.start(1).is_err());
+        t.finish(2, 7).expect("finish");
+        assert_eq!(t.state, TaskState::Failed);
+    }
+
+    #[test]
+    fn final_states_are_final() {
+        let mut t = TaskStatus::new();
+        t.cancel().expect("cancel");
+        assert!(t.assign(NodeId(1)).is_err());
+        assert!(t.cancel().is_err());
+        assert!(t.requeue().is_err());
+    }
+
+    #[test]
+    fn spec_validation() {
+        let mut s = JobSpec {
+            name: "x".into(),
+            user: "u".into(),
+            partition: "default".into(),
+            resources: ResourceRequest {
+                cpu_milli: 100,
+                ..Default::default()
+            },
+            count: 1,
+            command: vec!["true".into()],
+            env: BTreeMap::new(),
+        };
+        assert!(s.validate().is_ok());
+        s.count = 0;
+        assert!(s.validate().is_err());
+        s.count = 1;
+        s.command.clear();
+        assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn host_port() {
+        assert!(parse_host_port("127.0.0.1:7000").is_ok());
+        assert!(parse_host_port("[::1]:7000").is_ok());
+        assert!(parse_host_port("localhost").is_err());
+        assert!(parse_host_port(":80").is_err());
+        assert!(parse_host_port("h:99999").is_err());
+    }
+}

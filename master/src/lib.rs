@@ -1,0 +1,5 @@
+//! hetsched master: the replicated cluster state (pure), the scheduling core (pure), and the
+//! actors that connect them to consensus, slaves and clients.
+
+pub mod plan;
+pub mod sched;

@@ -1,0 +1,3 @@
+//! Planners for batches of jobs.
+
+pub mod makespan;

@@ -1,0 +1,1 @@
+//! S4 — DistBuckets placement index. STATUS: not implemented yet (issue 4).

@@ -1,0 +1,41 @@
+//! One module per subcommand.
+
+pub mod bench_placement;
+pub mod client;
+pub mod master;
+pub mod plan_batch;
+pub mod slave;
+pub mod up;
+
+use std::process::ExitCode;
+
+/// Prints a clap error as one line (help and version print as usual).
+pub fn clap_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let first = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid command line")
+                .trim();
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("error: {first} (try 'hetsched --help')");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Prints `value` as one compact JSON line on stdout.
+#[allow(dead_code)]
+pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string(value)?);
+    Ok(())
+}

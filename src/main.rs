@@ -1,0 +1,96 @@
+//! `hetsched` — one binary for masters, slaves, clients, the local cluster launcher and the
+//! benchmarks. The CLI only parses and delegates; the work lives in the workspace crates.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hetsched",
+    version,
+    about = "A replicated, heterogeneity-aware cluster scheduler",
+    long_about = "A replicated, heterogeneity-aware cluster scheduler.\n\n\
+        Start a local cluster with a demo workload:  hetsched up\n\
+        Client commands take the master list first:  hetsched --masters 127.0.0.1:7001,127.0.0.1:7002 status"
+)]
+struct Cli {
+    /// Master cluster addresses for client commands (HOST:PORT,...). Not used by `up`/`bench`,
+    /// whose `--masters N` is a count.
+    #[arg(
+        long,
+        env = "HETSCHED_MASTERS",
+        value_delimiter = ',',
+        value_name = "HOST:PORT,..."
+    )]
+    masters: Option<Vec<String>>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a master (a Raft member holding the cluster state).
+    Master(cmd::master::Args),
+    /// Run a slave (executes tasks on this machine).
+    Slave(cmd::slave::Args),
+    /// Submit a job of one or more tasks.
+    Submit(cmd::client::SubmitArgs),
+    /// Cancel a job's unfinished tasks.
+    Cancel(cmd::client::CancelArgs),
+    /// Show cluster status.
+    Status(cmd::client::StatusArgs),
+    /// List jobs.
+    Jobs(cmd::client::ListArgs),
+    /// List tasks.
+    Tasks(cmd::client::TasksArgs),
+    /// List nodes.
+    Nodes(cmd::client::ListArgs),
+    /// Run a local cluster (masters and slaves as child processes) with a demo workload.
+    Up(cmd::up::Args),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Plan a batch of data-local jobs (S2 makespan planner).
+    PlanBatch(cmd::plan_batch::Args),
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Placement index vs linear scan (S4), on a random cluster or the Alibaba trace.
+    Placement(cmd::bench_placement::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return cmd::clap_error(e),
+    };
+    let masters = cli.masters.unwrap_or_default();
+    let result = match cli.command {
+        Command::Master(a) => cmd::master::run(a),
+        Command::Slave(a) => cmd::slave::run(a),
+        Command::Submit(a) => cmd::client::submit(&masters, a),
+        Command::Cancel(a) => cmd::client::cancel(&masters, a),
+        Command::Status(a) => cmd::client::status(&masters, a),
+        Command::Jobs(a) => cmd::client::jobs(&masters, a),
+        Command::Tasks(a) => cmd::client::tasks(&masters, a),
+        Command::Nodes(a) => cmd::client::nodes(&masters, a),
+        Command::Up(a) => cmd::up::run(a),
+        Command::Bench(BenchCommand::Placement(a)) => cmd::bench_placement::run(a),
+        Command::PlanBatch(a) => cmd::plan_batch::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the error and its causes.
+            let mut line = format!("error: {e}");
+            for cause in e.chain().skip(1) {
+                line.push_str(&format!(": {cause}"));
+            }
+            eprintln!("{}", line.replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
