@@ -25,9 +25,34 @@ pub struct Args {
     /// Optional HTTP address for /metrics and the JSON API.
     #[arg(long, value_name = "HOST:PORT")]
     pub http: Option<String>,
+    /// Silence after which the leader declares a slave down, ms.
+    #[arg(long, default_value_t = 5000)]
+    pub node_timeout_ms: u64,
 }
 
 /// Runs a master until stopped.
-pub fn run(_a: Args) -> anyhow::Result<()> {
-    anyhow::bail!("master is not implemented yet")
+pub fn run(a: Args) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use hetsched_master::server::{self, DutyTiming, MasterConfig};
+    hetsched_common::telemetry::init_logging("info");
+    if a.id == 0 {
+        anyhow::bail!("--id must be at least 1 (Raft reserves 0)");
+    }
+    hetsched_common::parse_host_port(&a.listen)?;
+    let peers = server::parse_peers(&a.peers)?;
+    std::fs::create_dir_all(&a.data_dir)
+        .with_context(|| format!("cannot create data dir {}", a.data_dir.display()))?;
+    let cfg = MasterConfig {
+        id: a.id,
+        listen: a.listen,
+        peers,
+        data_dir: a.data_dir,
+        http: a.http,
+        timing: DutyTiming {
+            node_timeout: std::time::Duration::from_millis(a.node_timeout_ms.max(500)),
+            ..DutyTiming::default()
+        },
+    };
+    let system = actix::System::new();
+    system.block_on(server::run(cfg)).context("master stopped")
 }

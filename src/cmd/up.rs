@@ -1,6 +1,18 @@
 //! `hetsched up` — a local cluster as child processes plus a demo workload.
+//!
+//! Starts `--masters` masters and `--slaves` slaves of this same binary on free loopback
+//! ports (logs in the data dir), waits for a leader and for every slave, submits a small demo
+//! workload, shows a live progress line on stderr, and prints a summary. Ctrl-C (or the end
+//! of the demo) stops every child: SIGTERM, then SIGKILL after a grace period.
 
-use std::path::PathBuf;
+use super::client::{call, request_id};
+use anyhow::{bail, Context};
+use hetsched_common::protocol::{ClientRequest, ClientResponse, StatusInfo};
+use hetsched_common::{GpuRequest, JobId, JobSpec, ResourceRequest};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Arguments of `hetsched up`.
 #[derive(clap::Args, Debug)]
@@ -11,15 +23,320 @@ pub struct Args {
     /// Number of slaves.
     #[arg(long, default_value_t = 2)]
     pub slaves: u32,
-    /// Data directory (default: a fresh temporary directory).
+    /// Data directory (default: a fresh directory under the system's temp dir).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// Keep the cluster running without the demo workload (Ctrl-C stops it).
     #[arg(long)]
     pub no_demo: bool,
+    /// Give up on the demo after this many seconds.
+    #[arg(long, default_value_t = 120)]
+    pub timeout: u64,
+}
+
+/// The child processes; dropping it stops them all.
+struct Cluster {
+    children: Vec<(String, Child)>,
+}
+
+impl Cluster {
+    fn stop(&mut self) {
+        for (_, c) in &self.children {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        for (name, c) in &mut self.children {
+            loop {
+                match c.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() > deadline => {
+                        tracing::debug!(%name, "did not stop in time; killing");
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+        self.children.clear();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn spawn(name: &str, args: &[String], log: &Path) -> anyhow::Result<Child> {
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let log_file = std::fs::File::create(log)
+        .with_context(|| format!("cannot create {}", log.display()))?;
+    Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file)
+        .spawn()
+        .with_context(|| format!("cannot start {name}"))
+}
+
+fn demo_jobs() -> Vec<JobSpec> {
+    let job = |name: &str, count: u32, cpu_milli: u64, gpu: GpuRequest, script: &str| JobSpec {
+        name: name.into(),
+        user: "demo".into(),
+        partition: "default".into(),
+        resources: ResourceRequest {
+            cpu_milli,
+            mem_mib: 64,
+            gpu,
+            engines: Default::default(),
+        },
+        count,
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        env: Default::default(),
+    };
+    vec![
+        job(
+            "hello",
+            8,
+            250,
+            GpuRequest::none(),
+            "echo \"hello from task $HETSCHED_TASK_ID (job $HETSCHED_JOB_ID, index $HETSCHED_TASK_INDEX)\"",
+        ),
+        job(
+            "count",
+            6,
+            500,
+            GpuRequest::none(),
+            "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; echo $i",
+        ),
+        job(
+            "gpu-share",
+            2,
+            250,
+            GpuRequest::fraction(500),
+            "echo \"task $HETSCHED_TASK_ID on half an (emulated) GPU\"; sleep 0.2",
+        ),
+    ]
 }
 
 /// Runs the local cluster.
-pub fn run(_a: Args) -> anyhow::Result<()> {
-    anyhow::bail!("up is not implemented yet")
+pub fn run(a: Args) -> anyhow::Result<()> {
+    hetsched_common::telemetry::init_logging("warn");
+    if a.masters == 0 || a.slaves == 0 {
+        bail!("--masters and --slaves must be at least 1");
+    }
+    let dir = match &a.data_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("hetsched-up-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+
+    let mut masters = Vec::new();
+    for id in 1..=a.masters {
+        masters.push((id, format!("127.0.0.1:{}", free_port()?)));
+    }
+    let peers = masters
+        .iter()
+        .map(|(id, addr)| format!("{id}={addr}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let addrs: Vec<String> = masters.iter().map(|(_, a)| a.clone()).collect();
+    let mut cluster = Cluster { children: Vec::new() };
+    for (id, addr) in &masters {
+        let args = vec![
+            "master".into(),
+            "--id".into(),
+            id.to_string(),
+            "--listen".into(),
+            addr.clone(),
+            "--peers".into(),
+            peers.clone(),
+            "--data-dir".into(),
+            dir.join(format!("master-{id}")).display().to_string(),
+        ];
+        let name = format!("master-{id}");
+        let child = spawn(&name, &args, &dir.join(format!("{name}.log")))?;
+        cluster.children.push((name, child));
+    }
+    for s in 1..=a.slaves {
+        let listen = format!("127.0.0.1:{}", free_port()?);
+        let mut args = vec![
+            "slave".into(),
+            "--listen".into(),
+            listen,
+            "--masters".into(),
+            addrs.join(","),
+            "--data-dir".into(),
+            dir.join(format!("slave-{s}")).display().to_string(),
+            "--cpus".into(),
+            "2".into(),
+            "--mem".into(),
+            "2048".into(),
+            "--name".into(),
+            format!("slave-{s}"),
+        ];
+        // The last slave offers two emulated GPUs so the demo's shared-GPU job has a home.
+        if s == a.slaves {
+            args.extend(["--gpus".into(), "2".into(), "--gpu-model".into(), "T4".into()]);
+        }
+        let name = format!("slave-{s}");
+        let child = spawn(&name, &args, &dir.join(format!("{name}.log")))?;
+        cluster.children.push((name, child));
+    }
+    eprintln!(
+        "hetsched up: {} master(s), {} slave(s); data and logs in {}",
+        a.masters,
+        a.slaves,
+        dir.display()
+    );
+    eprintln!("  masters: {}", addrs.join(","));
+
+    let result = rt.block_on(async {
+        tokio::select! {
+            r = drive(&addrs, &a) => r,
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("\ninterrupted; stopping the cluster");
+                Err(anyhow::anyhow!("interrupted"))
+            }
+        }
+    });
+    cluster.stop();
+    eprintln!("cluster stopped; data and logs kept in {}", dir.display());
+    result
+}
+
+async fn status(addrs: &[String]) -> anyhow::Result<StatusInfo> {
+    match call(addrs, ClientRequest::Status { stale: false }, false).await? {
+        ClientResponse::Status(s) => Ok(s),
+        other => bail!("unexpected answer {other:?}"),
+    }
+}
+
+async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let limit = Duration::from_secs(a.timeout);
+    // A leader, and every slave registered.
+    loop {
+        if let Ok(s) = status(addrs).await {
+            if s.nodes.up >= a.slaves as u64 {
+                eprintln!(
+                    "  leader: master {} (term {}); {} slave(s) up",
+                    s.leader.map_or(0, |l| l.0),
+                    s.term,
+                    s.nodes.up
+                );
+                break;
+            }
+        }
+        if start.elapsed() > limit {
+            bail!("the cluster did not come up within {limit:?} (see the logs)");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if a.no_demo {
+        eprintln!("  running; submit with: hetsched --masters {} submit -- echo hi", addrs.join(","));
+        eprintln!("  press Ctrl-C to stop");
+        std::future::pending::<()>().await;
+    }
+    let mut jobs: Vec<(JobId, String)> = Vec::new();
+    for spec in demo_jobs() {
+        let name = spec.name.clone();
+        let req = ClientRequest::Submit { request: request_id(), spec };
+        match call(addrs, req, false).await? {
+            ClientResponse::Submitted { job, tasks } => {
+                eprintln!("  submitted {job} {name:?}: {} task(s)", tasks.len());
+                jobs.push((job, name));
+            }
+            other => bail!("unexpected answer {other:?}"),
+        }
+    }
+    let tty = std::io::stderr().is_terminal();
+    let mut last_print = Instant::now() - Duration::from_secs(10);
+    let final_status = loop {
+        let s = status(addrs).await?;
+        let n = |k: &str| s.tasks.get(k).copied().unwrap_or(0);
+        let total: u64 = s.tasks.values().sum();
+        let done = n("succeeded") + n("failed") + n("cancelled");
+        let line = format!(
+            "  progress: {done}/{total} done ({} succeeded, {} failed) | {} running, {} assigned, {} pending | {:.1}s",
+            n("succeeded"),
+            n("failed"),
+            n("running"),
+            n("assigned"),
+            n("pending"),
+            start.elapsed().as_secs_f64()
+        );
+        if tty {
+            eprint!("\r{line}\x1b[K");
+            let _ = std::io::stderr().flush();
+        } else if last_print.elapsed() > Duration::from_secs(1) || done == total {
+            eprintln!("{line}");
+            last_print = Instant::now();
+        }
+        if done == total {
+            if tty {
+                eprintln!();
+            }
+            break s;
+        }
+        if start.elapsed() > limit {
+            bail!("the demo did not finish within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Summary: every job, and whether every master holds the same state.
+    let listed = match call(addrs, ClientRequest::Jobs { stale: false }, false).await? {
+        ClientResponse::Jobs(j) => j,
+        other => bail!("unexpected answer {other:?}"),
+    };
+    println!("summary after {:.1}s:", start.elapsed().as_secs_f64());
+    for j in &listed {
+        let states: Vec<String> = j.task_states.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        println!("  job {} {:<10} {:<9} {}", j.id.0, j.name, j.state, states.join(", "));
+    }
+    let mut hashes = Vec::new();
+    for addr in addrs {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Ok(ClientResponse::Status(s)) =
+                call(std::slice::from_ref(addr), ClientRequest::Status { stale: true }, true).await
+            {
+                if s.applied_index >= final_status.applied_index || Instant::now() > deadline {
+                    hashes.push(s.state_hash);
+                    break;
+                }
+            }
+            if Instant::now() > deadline {
+                hashes.push("unreachable".into());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let agree = hashes.windows(2).all(|w| w[0] == w[1]);
+    println!(
+        "  masters' state hashes {}: {}",
+        if agree { "agree" } else { "DIFFER" },
+        hashes.join(" ")
+    );
+    let failed: u64 = listed.iter().filter(|j| j.state != "succeeded").count() as u64;
+    if failed > 0 {
+        bail!("{failed} demo job(s) did not succeed");
+    }
+    Ok(())
 }

@@ -1,0 +1,221 @@
+//! Property tests of the wire protocol: every message round-trips through a frame, and no
+//! byte string makes the decoder panic.
+
+use hetsched_common::protocol::*;
+use hetsched_common::wire::{decode_payload, encode_frame, Envelope, DEFAULT_MAX_FRAME};
+use hetsched_common::*;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+fn resources() -> impl Strategy<Value = NodeResources> {
+    (any::<u64>(), any::<u64>(), prop::collection::vec(("[A-Z0-9]{1,8}", 0u32..=1000, any::<bool>()), 0..4), 0u32..8).prop_map(
+        |(cpu, mem, gpus, npu)| NodeResources {
+            cpu_milli: cpu,
+            mem_mib: mem,
+            gpus: gpus
+                .into_iter()
+                .map(|(model, free_milli, emulated)| GpuDevice { model, free_milli, emulated })
+                .collect(),
+            engines: BTreeMap::from([(EngineKind::Npu, npu)]),
+        },
+    )
+}
+
+fn request() -> impl Strategy<Value = ResourceRequest> {
+    (any::<u64>(), any::<u64>(), 0u32..8, 0u32..=1000, prop::collection::vec("[A-Z0-9]{1,6}", 0..3)).prop_map(
+        |(cpu, mem, count, milli, models)| ResourceRequest {
+            cpu_milli: cpu,
+            mem_mib: mem,
+            gpu: GpuRequest { count, milli, models },
+            engines: BTreeMap::new(),
+        },
+    )
+}
+
+fn spec() -> impl Strategy<Value = JobSpec> {
+    ("\\PC{0,12}", "[a-z]{0,8}", request(), any::<u32>(), prop::collection::vec("\\PC{0,10}", 0..4)).prop_map(
+        |(name, user, resources, count, command)| JobSpec {
+            name,
+            user: user.clone(),
+            partition: user,
+            resources,
+            count,
+            command,
+            env: BTreeMap::from([("K".to_string(), "V".to_string())]),
+        },
+    )
+}
+
+fn state() -> impl Strategy<Value = TaskState> {
+    prop_oneof![
+        Just(TaskState::Pending),
+        Just(TaskState::Assigned),
+        Just(TaskState::Running),
+        Just(TaskState::Succeeded),
+        Just(TaskState::Failed),
+        Just(TaskState::Cancelled),
+    ]
+}
+
+fn held() -> impl Strategy<Value = HeldTask> {
+    (any::<u64>(), any::<u32>(), prop_oneof![Just(None), any::<i32>().prop_map(Some), Just(Some(i32::MIN))], any::<bool>())
+        .prop_map(|(t, attempt, code, running)| HeldTask {
+            task: TaskId(t),
+            attempt,
+            phase: match (code, running) {
+                (Some(exit_code), _) => HeldPhase::Finished { exit_code },
+                (None, true) => HeldPhase::Running,
+                (None, false) => HeldPhase::Queued,
+            },
+        })
+}
+
+fn error_kind() -> impl Strategy<Value = ErrorKind> {
+    prop_oneof![
+        Just(ErrorKind::Malformed),
+        Just(ErrorKind::TooLarge),
+        Just(ErrorKind::WrongVersion),
+        (any::<Option<u64>>(), any::<Option<String>>())
+            .prop_map(|(l, a)| ErrorKind::NotLeader { leader: l.map(MasterId), leader_addr: a }),
+        Just(ErrorKind::Invalid),
+        Just(ErrorKind::UnknownNode),
+        Just(ErrorKind::Unsupported),
+        Just(ErrorKind::Unknown),
+        Just(ErrorKind::Unavailable),
+        Just(ErrorKind::Internal),
+    ]
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    let ids = (any::<u64>(), any::<u64>(), any::<u32>());
+    prop_oneof![
+        (any::<u64>(), prop::collection::vec(prop::collection::vec(any::<u8>(), 0..64), 0..4)).prop_map(|(f, m)| Message::Raft {
+            from: MasterId(f),
+            msgs: m.into_iter().map(serde_bytes::ByteBuf::from).collect()
+        }),
+        (any::<u64>(), spec()).prop_map(|(r, spec)| Message::Client(ClientRequest::Submit { request: ClientRequestId(r), spec })),
+        (any::<u64>(), any::<u64>()).prop_map(|(r, j)| Message::Client(ClientRequest::Cancel { request: ClientRequestId(r), job: JobId(j) })),
+        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Status { stale })),
+        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Jobs { stale })),
+        (any::<bool>(), any::<Option<u64>>()).prop_map(|(stale, j)| Message::Client(ClientRequest::Tasks { stale, job: j.map(JobId) })),
+        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Nodes { stale })),
+        (any::<u64>(), prop::collection::vec(any::<u64>(), 0..5)).prop_map(|(j, t)| Message::ClientReply(ClientResponse::Submitted {
+            job: JobId(j),
+            tasks: t.into_iter().map(TaskId).collect()
+        })),
+        (any::<u64>(), any::<u32>()).prop_map(|(j, n)| Message::ClientReply(ClientResponse::Cancelled { job: JobId(j), tasks: n })),
+        (any::<u64>(), any::<Option<u64>>(), "[a-f0-9]{16}", any::<bool>()).prop_map(|(m, l, h, stale)| {
+            Message::ClientReply(ClientResponse::Status(StatusInfo {
+                master_id: MasterId(m),
+                leader: l.map(MasterId),
+                leader_addr: Some("127.0.0.1:1".into()),
+                term: m / 2,
+                role: "leader".into(),
+                applied_index: m,
+                state_hash: h,
+                stale,
+                nodes: NodeCounts { total: 2, up: 1, down: 1 },
+                jobs: 3,
+                tasks: BTreeMap::from([("pending".to_string(), m)]),
+            }))
+        }),
+        (any::<u64>(), "\\PC{0,8}").prop_map(|(id, name)| Message::ClientReply(ClientResponse::Jobs(vec![JobInfo {
+            id: JobId(id),
+            name: name.clone(),
+            user: name.clone(),
+            partition: name,
+            state: "running".into(),
+            tasks: 3,
+            task_states: BTreeMap::from([("running".to_string(), 3)]),
+            submitted_ms: id,
+        }]))),
+        (ids.clone(), state(), any::<Option<i32>>()).prop_map(|((t, j, a), state, exit_code)| Message::ClientReply(ClientResponse::Tasks(vec![TaskInfo {
+            id: TaskId(t),
+            job_id: JobId(j),
+            index: a,
+            state,
+            node: Some(NodeId(j)),
+            attempt: a,
+            exit_code,
+        }]))),
+        (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(ClientResponse::Nodes(vec![NodeInfo {
+            id: NodeId(id),
+            name: "n".into(),
+            addr: "127.0.0.1:9".into(),
+            state: "up".into(),
+            capacity: r.clone(),
+            free: r,
+            tasks: 1,
+            gpus_emulated: true,
+        }]))),
+        (any::<u64>(), any::<Option<u64>>(), resources(), prop::collection::vec(held(), 0..4)).prop_map(|(key, node, capacity, held)| {
+            Message::Slave(SlaveRequest::Register {
+                key,
+                node: node.map(NodeId),
+                name: "s".into(),
+                addr: "127.0.0.1:5".into(),
+                capacity,
+                labels: BTreeMap::from([("env".to_string(), "edge".to_string())]),
+                held,
+            })
+        }),
+        (any::<u64>(), prop::collection::vec(held(), 0..6)).prop_map(|(n, held)| Message::Slave(SlaveRequest::Heartbeat { node: NodeId(n), held })),
+        ids.clone().prop_map(|(n, t, a)| Message::Slave(SlaveRequest::TaskStarted { node: NodeId(n), task: TaskId(t), attempt: a })),
+        (ids.clone(), any::<i32>()).prop_map(|((n, t, a), c)| Message::Slave(SlaveRequest::TaskFinished {
+            node: NodeId(n),
+            task: TaskId(t),
+            attempt: a,
+            exit_code: c
+        })),
+        any::<u64>().prop_map(|n| Message::SlaveReply(SlaveResponse::Registered { node: NodeId(n) })),
+        any::<u64>().prop_map(|m| Message::SlaveReply(SlaveResponse::HeartbeatAck { leader: MasterId(m) })),
+        Just(Message::SlaveReply(SlaveResponse::Ack)),
+        (ids.clone(), request(), prop::collection::vec((0u32..8, 0u32..=1000), 0..3), prop::collection::vec("\\PC{0,6}", 1..3)).prop_map(
+            |((t, j, a), resources, gpus, command)| Message::ToSlave(SlaveCommand::Assign(Assignment {
+                task: TaskId(t),
+                job: JobId(j),
+                index: a,
+                attempt: a,
+                command,
+                env: BTreeMap::new(),
+                resources,
+                gpus,
+            }))
+        ),
+        ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask { task: TaskId(t), attempt: a })),
+        Just(Message::ToSlaveReply(SlaveCommandReply::Accepted)),
+        Just(Message::ToSlaveReply(SlaveCommandReply::Stopped)),
+        (error_kind(), "\\PC{0,30}").prop_map(|(kind, message)| Message::Error(ErrorReply { kind, message })),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn every_message_round_trips(request_id in any::<u64>(), more in any::<bool>(), body in message()) {
+        let env = Envelope { version: hetsched_common::wire::PROTOCOL_VERSION, request_id, more, body };
+        let frame = encode_frame(&env, DEFAULT_MAX_FRAME).expect("encode");
+        let len = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
+        prop_assert_eq!(len, frame.len() - 4);
+        let back = decode_payload(&frame[4..]).map_err(|(_, e)| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(back, env);
+    }
+
+    #[test]
+    fn random_bytes_never_panic_the_decoder(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = decode_payload(&bytes);
+    }
+
+    #[test]
+    fn truncated_frames_are_errors_not_panics(body in message(), cut in 0usize..64) {
+        let env = Envelope::new(7, body);
+        let frame = encode_frame(&env, DEFAULT_MAX_FRAME).expect("encode");
+        let payload = &frame[4..];
+        let end = payload.len().saturating_sub(cut.max(1));
+        // A strict prefix of a valid payload must not decode to the same envelope.
+        if let Ok(decoded) = decode_payload(&payload[..end]) {
+            prop_assert_ne!(decoded, env);
+        }
+    }
+}

@@ -1,0 +1,462 @@
+//! The master process: consensus, the cluster port (Raft, slaves and clients share it), and
+//! the leader duties. Everything here does I/O; the decisions live in `state` and `sched`.
+
+mod duties;
+mod pool;
+mod replicated;
+
+pub use duties::DutyTiming;
+pub use replicated::{Applied, Replicated};
+
+use crate::sched::FirstFit;
+use crate::state::{ClusterState, Command, CommandEnvelope, Outcome};
+use actix::prelude::*;
+use duties::{DutyEvent, Heartbeat, LeaderDuties};
+use hetsched_common::protocol::{
+    ClientRequest, ClientResponse, ErrorKind, ErrorReply, Message, SlaveRequest, SlaveResponse,
+    StatusInfo,
+};
+use hetsched_common::wire::{self, FrameLimits, Handler};
+use hetsched_common::{ClientRequestId, MasterId};
+use hetsched_consensus::{Consensus, ProposeError, RaftConfig, Role};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+/// Errors of the master process.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad configuration.
+    #[error("config: {0}")]
+    Config(String),
+    /// Consensus failed to start.
+    #[error(transparent)]
+    Consensus(#[from] hetsched_consensus::Error),
+    /// I/O (binding the port).
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// Metrics endpoint.
+    #[error("metrics: {0}")]
+    Metrics(String),
+}
+
+/// Configuration of one master.
+#[derive(Clone, Debug)]
+pub struct MasterConfig {
+    /// Id (≥ 1).
+    pub id: u64,
+    /// Cluster address to listen on.
+    pub listen: String,
+    /// Initial members and their cluster addresses (this one included).
+    pub peers: BTreeMap<u64, String>,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// HTTP address for /metrics.
+    pub http: Option<String>,
+    /// Leader-duty timing.
+    pub timing: DutyTiming,
+}
+
+/// Parses `ID=HOST:PORT,...`.
+pub fn parse_peers(items: &[String]) -> Result<BTreeMap<u64, String>, Error> {
+    let mut peers = BTreeMap::new();
+    for item in items {
+        let (id, addr) = item
+            .split_once('=')
+            .ok_or_else(|| Error::Config(format!("peer {item:?} is not ID=HOST:PORT")))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| Error::Config(format!("peer id {id:?} is not a number")))?;
+        if id == 0 {
+            return Err(Error::Config("peer ids start at 1 (0 means none in Raft)".into()));
+        }
+        hetsched_common::parse_host_port(addr.trim())
+            .map_err(|e| Error::Config(e.to_string()))?;
+        if peers.insert(id, addr.trim().to_string()).is_some() {
+            return Err(Error::Config(format!("peer id {id} given twice")));
+        }
+    }
+    Ok(peers)
+}
+
+/// What the request handlers and the duties actor share.
+#[derive(Clone)]
+pub struct MasterShared {
+    /// This master.
+    pub id: MasterId,
+    peers: Arc<BTreeMap<u64, String>>,
+    state: Arc<RwLock<ClusterState>>,
+}
+
+impl MasterShared {
+    /// Read access to the applied state. Never held across an await.
+    pub fn read_state(&self) -> RwLockReadGuard<'_, ClusterState> {
+        match self.state.read() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// A `NotLeader` answer naming the leader and its address when known.
+    pub fn not_leader(&self, leader: Option<u64>) -> ErrorReply {
+        ErrorReply::new(
+            ErrorKind::NotLeader {
+                leader: leader.map(MasterId),
+                leader_addr: leader.and_then(|l| self.peers.get(&l).cloned()),
+            },
+            match leader {
+                Some(l) => format!("master {} is not the leader; master {l} is", self.id.0),
+                None => format!("master {} is not the leader and knows no leader", self.id.0),
+            },
+        )
+    }
+}
+
+/// Milliseconds since the Unix epoch: the leader stamps every command with it.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A running master's handles.
+#[derive(Clone)]
+pub struct Master {
+    shared: MasterShared,
+    raft: Consensus<Replicated>,
+    duties: Addr<LeaderDuties>,
+}
+
+impl Master {
+    /// Starts consensus and the duties actor (inside an actix System).
+    pub fn start(cfg: &MasterConfig) -> Result<Self, Error> {
+        if !cfg.peers.contains_key(&cfg.id) {
+            return Err(Error::Config(format!(
+                "--peers must include this master (id {})",
+                cfg.id
+            )));
+        }
+        let state = Arc::new(RwLock::new(ClusterState::new()));
+        let (applied_tx, mut applied_rx) = tokio::sync::mpsc::unbounded_channel();
+        let raft_cfg = RaftConfig {
+            id: cfg.id,
+            peers: cfg.peers.clone(),
+            data_dir: cfg.data_dir.join("raft"),
+            tick: Duration::from_millis(100),
+            election_ticks: 6,
+            heartbeat_ticks: 1,
+        };
+        let raft = Consensus::start(raft_cfg, Replicated::new(state.clone(), applied_tx))?;
+        let shared = MasterShared {
+            id: MasterId(cfg.id),
+            peers: Arc::new(cfg.peers.clone()),
+            state,
+        };
+        let duties = LeaderDuties::new(
+            shared.clone(),
+            raft.clone(),
+            Box::new(FirstFit::default()),
+            cfg.timing,
+        )
+        .start();
+        let d = duties.clone();
+        tokio::spawn(async move {
+            while let Some(a) = applied_rx.recv().await {
+                d.do_send(DutyEvent::Applied(a));
+            }
+        });
+        let mut watch = raft.watch();
+        let d = duties.clone();
+        tokio::spawn(async move {
+            let mut last_role = None;
+            loop {
+                let st = watch.borrow_and_update().clone();
+                if last_role != Some((st.role, st.leader, st.term)) {
+                    last_role = Some((st.role, st.leader, st.term));
+                    metrics::gauge!("hetsched_master_is_leader")
+                        .set(if st.role == Role::Leader { 1.0 } else { 0.0 });
+                    d.do_send(DutyEvent::Raft(st));
+                }
+                if watch.changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Self {
+            shared,
+            raft,
+            duties,
+        })
+    }
+
+    /// The frame handler for the cluster port.
+    pub fn handler(&self) -> Handler {
+        let me = self.clone();
+        Arc::new(move |msg, _peer| {
+            let me = me.clone();
+            Box::pin(async move { me.handle(msg).await })
+        })
+    }
+
+    async fn handle(&self, msg: Message) -> Option<Message> {
+        match msg {
+            Message::Raft { from, msgs } => {
+                self.raft
+                    .step(from.0, msgs.into_iter().map(|b| b.into_vec()).collect());
+                None
+            }
+            Message::Client(req) => Some(match self.client(req).await {
+                Ok(r) => Message::ClientReply(r),
+                Err(e) => Message::Error(e),
+            }),
+            Message::Slave(req) => Some(match self.slave(req).await {
+                Ok(r) => Message::SlaveReply(r),
+                Err(e) => Message::Error(e),
+            }),
+            other => Some(Message::Error(ErrorReply::new(
+                ErrorKind::Unsupported,
+                format!("a master does not serve {}", message_name(&other)),
+            ))),
+        }
+    }
+
+    /// Proposes a command and waits until it is applied.
+    async fn propose(
+        &self,
+        command: Command,
+        request: Option<ClientRequestId>,
+    ) -> Result<Outcome, ErrorReply> {
+        let bytes = CommandEnvelope {
+            at_ms: now_ms(),
+            request,
+            command,
+        }
+        .encode();
+        self.raft.propose(bytes).await.map_err(|e| match e {
+            ProposeError::NotLeader { leader } => self.shared.not_leader(leader),
+            ProposeError::Dropped | ProposeError::Unknown => {
+                ErrorReply::new(ErrorKind::Unknown, e.to_string())
+            }
+            ProposeError::TooLarge(_) => ErrorReply::new(ErrorKind::Invalid, e.to_string()),
+            ProposeError::Stopped => ErrorReply::new(ErrorKind::Unavailable, e.to_string()),
+        })
+    }
+
+    fn require_leader(&self) -> Result<(), ErrorReply> {
+        let st = self.raft.status();
+        if st.role == Role::Leader {
+            Ok(())
+        } else {
+            Err(self.shared.not_leader(st.leader))
+        }
+    }
+
+    async fn client(&self, req: ClientRequest) -> Result<ClientResponse, ErrorReply> {
+        match req {
+            ClientRequest::Submit { request, spec } => {
+                spec.validate()
+                    .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
+                match self.propose(Command::SubmitJob { spec }, Some(request)).await? {
+                    Outcome::Submitted { job, tasks } => Ok(ClientResponse::Submitted { job, tasks }),
+                    o => Err(unexpected(o)),
+                }
+            }
+            ClientRequest::Cancel { request, job } => {
+                match self.propose(Command::CancelJob { job }, Some(request)).await? {
+                    Outcome::Cancelled { job, tasks, .. } => Ok(ClientResponse::Cancelled { job, tasks }),
+                    o => Err(unexpected(o)),
+                }
+            }
+            ClientRequest::Status { stale } => {
+                if !stale {
+                    self.require_leader()?;
+                }
+                Ok(ClientResponse::Status(self.status_info(stale)))
+            }
+            ClientRequest::Jobs { stale } => {
+                if !stale {
+                    self.require_leader()?;
+                }
+                let s = self.shared.read_state();
+                Ok(ClientResponse::Jobs(s.jobs.values().map(|j| s.job_info(j)).collect()))
+            }
+            ClientRequest::Tasks { stale, job } => {
+                if !stale {
+                    self.require_leader()?;
+                }
+                let s = self.shared.read_state();
+                let tasks = match job {
+                    Some(j) => match s.jobs.get(&j) {
+                        Some(job) => job
+                            .tasks
+                            .iter()
+                            .filter_map(|t| s.tasks.get(t))
+                            .map(|t| s.task_info(t))
+                            .collect(),
+                        None => {
+                            return Err(ErrorReply::new(ErrorKind::Invalid, format!("unknown {j}")))
+                        }
+                    },
+                    None => s.tasks.values().map(|t| s.task_info(t)).collect(),
+                };
+                Ok(ClientResponse::Tasks(tasks))
+            }
+            ClientRequest::Nodes { stale } => {
+                if !stale {
+                    self.require_leader()?;
+                }
+                let s = self.shared.read_state();
+                Ok(ClientResponse::Nodes(s.nodes.values().map(|n| s.node_info(n)).collect()))
+            }
+        }
+    }
+
+    fn status_info(&self, stale: bool) -> StatusInfo {
+        let st = self.raft.status();
+        let s = self.shared.read_state();
+        StatusInfo {
+            master_id: self.shared.id,
+            leader: st.leader.map(MasterId),
+            leader_addr: st.leader.and_then(|l| self.shared.peers.get(&l).cloned()),
+            term: st.term,
+            role: match st.role {
+                Role::Leader => "leader",
+                Role::Follower => "follower",
+                Role::Candidate => "candidate",
+                Role::PreCandidate => "pre-candidate",
+            }
+            .to_string(),
+            applied_index: s.last_index,
+            state_hash: format!("{:016x}", s.state_hash()),
+            stale: stale || st.role != Role::Leader,
+            nodes: s.node_counts(),
+            jobs: s.jobs.len() as u64,
+            tasks: s.task_counts(),
+        }
+    }
+
+    async fn slave(&self, req: SlaveRequest) -> Result<SlaveResponse, ErrorReply> {
+        match req {
+            SlaveRequest::Register {
+                key,
+                node,
+                name,
+                addr,
+                capacity,
+                labels,
+                held,
+            } => {
+                self.require_leader()?;
+                hetsched_common::parse_host_port(&addr)
+                    .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
+                let cmd = Command::RegisterNode {
+                    key,
+                    node,
+                    name,
+                    addr,
+                    capacity,
+                    labels,
+                };
+                match self.propose(cmd, None).await? {
+                    Outcome::Registered { node } => {
+                        // Registration doubles as the first heartbeat.
+                        let _ = self.duties.send(Heartbeat { node, held }).await;
+                        Ok(SlaveResponse::Registered { node })
+                    }
+                    Outcome::Rejected(why) => Err(ErrorReply::new(ErrorKind::Invalid, why)),
+                    o => Err(unexpected(o)),
+                }
+            }
+            SlaveRequest::Heartbeat { node, held } => {
+                match self.duties.send(Heartbeat { node, held }).await {
+                    Ok(Ok(leader)) => Ok(SlaveResponse::HeartbeatAck { leader }),
+                    Ok(Err(e)) => Err(e),
+                    Err(e) => Err(ErrorReply::new(ErrorKind::Unavailable, e.to_string())),
+                }
+            }
+            SlaveRequest::TaskStarted {
+                node,
+                task,
+                attempt,
+            } => {
+                self.require_leader()?;
+                self.propose(
+                    Command::TaskStarted {
+                        node,
+                        task,
+                        attempt,
+                    },
+                    None,
+                )
+                .await?;
+                // Stale or not, the report is settled: the slave may forget it.
+                Ok(SlaveResponse::Ack)
+            }
+            SlaveRequest::TaskFinished {
+                node,
+                task,
+                attempt,
+                exit_code,
+            } => {
+                self.require_leader()?;
+                self.propose(
+                    Command::TaskFinished {
+                        node,
+                        task,
+                        attempt,
+                        exit_code,
+                    },
+                    None,
+                )
+                .await?;
+                Ok(SlaveResponse::Ack)
+            }
+        }
+    }
+}
+
+fn unexpected(o: Outcome) -> ErrorReply {
+    match o {
+        Outcome::Rejected(why) => ErrorReply::new(ErrorKind::Invalid, why),
+        o => ErrorReply::new(ErrorKind::Internal, format!("unexpected outcome {o:?}")),
+    }
+}
+
+fn message_name(m: &Message) -> &'static str {
+    match m {
+        Message::Raft { .. } => "raft messages",
+        Message::Client(_) => "client requests",
+        Message::ClientReply(_) => "client replies",
+        Message::Slave(_) => "slave requests",
+        Message::SlaveReply(_) => "slave replies",
+        Message::ToSlave(_) => "slave commands",
+        Message::ToSlaveReply(_) => "slave command replies",
+        Message::Error(_) => "error replies",
+    }
+}
+
+/// Runs a master until the process is stopped: binds the cluster port, starts consensus and
+/// the duties, and serves.
+pub async fn run(cfg: MasterConfig) -> Result<(), Error> {
+    let listener = tokio::net::TcpListener::bind(&cfg.listen).await.map_err(|e| {
+        Error::Config(format!("cannot listen on {}: {e}", cfg.listen))
+    })?;
+    if let Some(http) = &cfg.http {
+        let addr: std::net::SocketAddr = http
+            .parse()
+            .map_err(|e| Error::Config(format!("--http {http:?}: {e}")))?;
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| Error::Metrics(e.to_string()))?;
+        tracing::info!(%addr, "serving /metrics");
+    }
+    let master = Master::start(&cfg)?;
+    tracing::info!(id = cfg.id, listen = %cfg.listen, "master started");
+    wire::serve(listener, FrameLimits::default(), master.handler())
+        .await
+        .map_err(|e| Error::Config(e.to_string()))
+}

@@ -1,0 +1,74 @@
+//! The bridge between consensus and [`ClusterState`]: decodes committed entries, applies
+//! them, and tells the leader-duties actor what changed.
+
+use crate::state::{ClusterState, CommandEnvelope, Outcome};
+use hetsched_consensus::StateMachine;
+use std::sync::{Arc, RwLock};
+use tokio::sync::mpsc;
+
+/// One applied entry, as seen by the leader duties.
+#[derive(Clone, Debug)]
+pub struct Applied {
+    /// Log index.
+    pub index: u64,
+    /// What applying it returned.
+    pub outcome: Outcome,
+}
+
+/// The state machine handed to consensus: the state behind a lock (readers are the request
+/// handlers and the scheduler) plus a channel of applied outcomes.
+pub struct Replicated {
+    state: Arc<RwLock<ClusterState>>,
+    applied: mpsc::UnboundedSender<Applied>,
+}
+
+impl Replicated {
+    /// Wraps shared state.
+    pub fn new(state: Arc<RwLock<ClusterState>>, applied: mpsc::UnboundedSender<Applied>) -> Self {
+        Self { state, applied }
+    }
+}
+
+impl StateMachine for Replicated {
+    type Output = Outcome;
+
+    fn apply(&mut self, index: u64, command: &[u8]) -> Outcome {
+        // An undecodable entry is applied as a rejection on every replica alike, so the
+        // replicas stay identical and the log keeps moving.
+        let outcome = match CommandEnvelope::decode(command) {
+            Ok(env) => match self.state.write() {
+                Ok(mut s) => s.apply(index, env),
+                Err(poisoned) => poisoned.into_inner().apply(index, env),
+            },
+            Err(e) => {
+                tracing::error!(index, error = %e, "undecodable log entry");
+                if let Ok(mut s) = self.state.write() {
+                    s.last_index = index;
+                }
+                Outcome::Rejected(e)
+            }
+        };
+        metrics::counter!("hetsched_master_commands_applied_total").increment(1);
+        let _ = self.applied.send(Applied {
+            index,
+            outcome: outcome.clone(),
+        });
+        outcome
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        match self.state.read() {
+            Ok(s) => s.to_bytes(),
+            Err(p) => p.into_inner().to_bytes(),
+        }
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        let restored = ClusterState::from_bytes(snapshot)?;
+        match self.state.write() {
+            Ok(mut s) => *s = restored,
+            Err(p) => *p.into_inner() = restored,
+        }
+        Ok(())
+    }
+}

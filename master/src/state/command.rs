@@ -1,0 +1,196 @@
+//! The commands of the Raft log and what applying them returns.
+
+use hetsched_common::{
+    Attempt, ClientRequestId, JobId, JobSpec, NodeId, NodeResources, TaskId,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One log entry: a command, the leader's clock when it was proposed, and the client request
+/// id that makes retries apply at most once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CommandEnvelope {
+    /// Leader's clock, ms since the Unix epoch. The only notion of time `apply` has.
+    pub at_ms: u64,
+    /// Client request id (for client-originated commands).
+    #[serde(default)]
+    pub request: Option<ClientRequestId>,
+    /// The command.
+    pub command: Command,
+}
+
+impl CommandEnvelope {
+    /// Encodes for the log.
+    pub fn encode(&self) -> Vec<u8> {
+        rmp_serde::to_vec_named(self).unwrap_or_default()
+    }
+
+    /// Decodes a log entry.
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        rmp_serde::from_slice(bytes).map_err(|e| format!("undecodable command: {e}"))
+    }
+}
+
+/// Commands of the replicated log. Heartbeats are not among them: only liveness
+/// *transitions* (`NodeDown`, `NodeUp`) are logged.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// A slave registers (idempotent on `key`).
+    RegisterNode {
+        /// Registration key kept by the slave.
+        key: u64,
+        /// Id the slave was given before, if any.
+        node: Option<NodeId>,
+        /// Name.
+        name: String,
+        /// Dispatch address.
+        addr: String,
+        /// Resources.
+        capacity: NodeResources,
+        /// Labels.
+        labels: BTreeMap<String, String>,
+    },
+    /// A node missed its heartbeats: its tasks go back to pending with attempt + 1.
+    NodeDown {
+        /// Node.
+        node: NodeId,
+    },
+    /// A down node is heard from again.
+    NodeUp {
+        /// Node.
+        node: NodeId,
+    },
+    /// A job is submitted.
+    SubmitJob {
+        /// Spec.
+        spec: JobSpec,
+    },
+    /// A job is cancelled.
+    CancelJob {
+        /// Job.
+        job: JobId,
+    },
+    /// A batch of scheduling decisions, re-checked at apply.
+    ApplyPlan(Plan),
+    /// A slave started a task.
+    TaskStarted {
+        /// Node.
+        node: NodeId,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
+    /// A slave's task ended.
+    TaskFinished {
+        /// Node.
+        node: NodeId,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Exit code.
+        exit_code: i32,
+    },
+    /// A slave no longer holds a task it had started (found by reconciliation): re-queue it.
+    TaskLost {
+        /// Node.
+        node: NodeId,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
+}
+
+/// One placement decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assign {
+    /// Task.
+    pub task: TaskId,
+    /// Node.
+    pub node: NodeId,
+}
+
+/// The scheduler's output for one round. `preemptions` and `moves` are filled by the
+/// priority (S1) and work-stealing (S0.4) stages in later work; today they are always empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Tasks to place.
+    pub assignments: Vec<Assign>,
+    /// Tasks to stop so that others can run (S1).
+    #[serde(default)]
+    pub preemptions: Vec<TaskRef>,
+    /// Tasks to move between nodes (S0.4 stealing).
+    #[serde(default)]
+    pub moves: Vec<Assign>,
+}
+
+impl Plan {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.assignments.is_empty() && self.preemptions.is_empty() && self.moves.is_empty()
+    }
+}
+
+/// A task's attempt on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TaskRef {
+    /// Task.
+    pub task: TaskId,
+    /// Node.
+    pub node: NodeId,
+    /// Attempt.
+    pub attempt: Attempt,
+}
+
+/// What applying a command returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Node registered (or re-registered).
+    Registered {
+        /// Its id.
+        node: NodeId,
+    },
+    /// Job accepted.
+    Submitted {
+        /// Job.
+        job: JobId,
+        /// Its tasks.
+        tasks: Vec<TaskId>,
+    },
+    /// Job cancelled.
+    Cancelled {
+        /// Job.
+        job: JobId,
+        /// Tasks that went to cancelled.
+        tasks: u32,
+        /// Attempts that were assigned or running: their slaves must stop them.
+        stop: Vec<TaskRef>,
+    },
+    /// A plan was applied.
+    PlanApplied {
+        /// Assignments that held, with their new attempts: to dispatch.
+        accepted: Vec<TaskRef>,
+        /// Assignments that were stale.
+        rejected: u32,
+    },
+    /// A task report applied.
+    TaskUpdated,
+    /// A node went down; these attempts were lost and re-queued.
+    NodeDown {
+        /// Node.
+        node: NodeId,
+        /// Lost attempts.
+        requeued: Vec<TaskRef>,
+    },
+    /// A node came back.
+    NodeUp {
+        /// Node.
+        node: NodeId,
+    },
+    /// The command was stale and changed nothing (fencing).
+    Ignored(String),
+    /// The command was invalid and changed nothing.
+    Rejected(String),
+}

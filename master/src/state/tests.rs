@@ -1,0 +1,268 @@
+use super::*;
+use hetsched_common::{GpuDevice, GpuRequest, ResourceRequest};
+
+fn env(at_ms: u64, command: Command) -> CommandEnvelope {
+    CommandEnvelope {
+        at_ms,
+        request: None,
+        command,
+    }
+}
+
+fn node_res(cpus: u64, gpus: u32) -> NodeResources {
+    NodeResources {
+        cpu_milli: cpus * 1000,
+        mem_mib: 4096,
+        gpus: (0..gpus)
+            .map(|_| GpuDevice {
+                model: "T4".into(),
+                free_milli: 1000,
+                emulated: true,
+            })
+            .collect(),
+        engines: Default::default(),
+    }
+}
+
+fn spec(count: u32, cpu_milli: u64) -> JobSpec {
+    JobSpec {
+        name: "j".into(),
+        user: "u".into(),
+        partition: "default".into(),
+        resources: ResourceRequest {
+            cpu_milli,
+            mem_mib: 100,
+            gpu: GpuRequest::none(),
+            engines: Default::default(),
+        },
+        count,
+        command: vec!["true".into()],
+        env: Default::default(),
+    }
+}
+
+struct Log {
+    state: ClusterState,
+    index: u64,
+}
+
+impl Log {
+    fn new() -> Self {
+        Self {
+            state: ClusterState::new(),
+            index: 0,
+        }
+    }
+    fn apply(&mut self, c: Command) -> Outcome {
+        self.index += 1;
+        self.state.apply(self.index, env(1000 + self.index, c))
+    }
+    fn register(&mut self, key: u64, cpus: u64) -> NodeId {
+        match self.apply(Command::RegisterNode {
+            key,
+            node: None,
+            name: format!("n{key}"),
+            addr: format!("127.0.0.1:{key}"),
+            capacity: node_res(cpus, 0),
+            labels: Default::default(),
+        }) {
+            Outcome::Registered { node } => node,
+            o => panic!("unexpected {o:?}"),
+        }
+    }
+    fn submit(&mut self, count: u32, cpu: u64) -> Vec<TaskId> {
+        match self.apply(Command::SubmitJob {
+            spec: spec(count, cpu),
+        }) {
+            Outcome::Submitted { tasks, .. } => tasks,
+            o => panic!("unexpected {o:?}"),
+        }
+    }
+    fn assign(&mut self, task: TaskId, node: NodeId) -> Outcome {
+        self.apply(Command::ApplyPlan(Plan {
+            assignments: vec![Assign { task, node }],
+            ..Default::default()
+        }))
+    }
+}
+
+#[test]
+fn task_runs_to_success_and_releases_resources() {
+    let mut l = Log::new();
+    let n = l.register(7, 2);
+    let t = l.submit(1, 1500)[0];
+    assert!(matches!(l.assign(t, n), Outcome::PlanApplied { ref accepted, rejected: 0 } if accepted.len() == 1));
+    assert_eq!(l.state.nodes[&n].free.cpu_milli, 500);
+    assert_eq!(
+        l.apply(Command::TaskStarted {
+            node: n,
+            task: t,
+            attempt: 1
+        }),
+        Outcome::TaskUpdated
+    );
+    assert_eq!(
+        l.apply(Command::TaskFinished {
+            node: n,
+            task: t,
+            attempt: 1,
+            exit_code: 0
+        }),
+        Outcome::TaskUpdated
+    );
+    assert_eq!(l.state.tasks[&t].status.state, TaskState::Succeeded);
+    assert_eq!(l.state.nodes[&n].free.cpu_milli, 2000);
+    assert!(l.state.pending.is_empty());
+}
+
+#[test]
+fn registration_is_idempotent_on_key() {
+    let mut l = Log::new();
+    let a = l.register(11, 2);
+    let b = l.register(11, 2);
+    let c = l.register(12, 2);
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    assert_eq!(l.state.nodes.len(), 2);
+}
+
+#[test]
+fn retried_submit_makes_one_job() {
+    let mut l = Log::new();
+    let req = Some(ClientRequestId(99));
+    let c = Command::SubmitJob { spec: spec(3, 100) };
+    let o1 = l.state.apply(1, CommandEnvelope { at_ms: 1, request: req, command: c.clone() });
+    let o2 = l.state.apply(2, CommandEnvelope { at_ms: 2, request: req, command: c });
+    assert_eq!(o1, o2);
+    assert_eq!(l.state.jobs.len(), 1);
+    assert_eq!(l.state.tasks.len(), 3);
+}
+
+#[test]
+fn invalid_spec_is_rejected_without_change() {
+    let mut l = Log::new();
+    let mut s = spec(1, 100);
+    s.command.clear();
+    assert!(matches!(l.apply(Command::SubmitJob { spec: s }), Outcome::Rejected(_)));
+    assert!(l.state.jobs.is_empty());
+}
+
+#[test]
+fn stale_plan_entries_are_rejected() {
+    let mut l = Log::new();
+    let n = l.register(1, 1);
+    let t = l.submit(2, 1000);
+    // The first fits; the second no longer fits once the first holds the only core.
+    match l.apply(Command::ApplyPlan(Plan {
+        assignments: vec![Assign { task: t[0], node: n }, Assign { task: t[1], node: n }],
+        ..Default::default()
+    })) {
+        Outcome::PlanApplied { accepted, rejected } => {
+            assert_eq!(accepted.len(), 1);
+            assert_eq!(rejected, 1);
+        }
+        o => panic!("unexpected {o:?}"),
+    }
+    // Assigning an already-assigned task is stale too, as is an unknown node.
+    assert!(matches!(l.assign(t[0], n), Outcome::PlanApplied { rejected: 1, .. }));
+    assert!(matches!(l.assign(t[1], NodeId(42)), Outcome::PlanApplied { rejected: 1, .. }));
+    assert!(l.state.pending.contains(&t[1]));
+}
+
+#[test]
+fn node_down_requeues_with_next_attempt_and_fences_old_reports() {
+    let mut l = Log::new();
+    let a = l.register(1, 1);
+    let b = l.register(2, 1);
+    let t = l.submit(1, 1000)[0];
+    l.assign(t, a);
+    l.apply(Command::TaskStarted { node: a, task: t, attempt: 1 });
+    match l.apply(Command::NodeDown { node: a }) {
+        Outcome::NodeDown { requeued, .. } => assert_eq!(requeued, vec![TaskRef { task: t, node: a, attempt: 1 }]),
+        o => panic!("unexpected {o:?}"),
+    }
+    assert_eq!(l.state.tasks[&t].status.state, TaskState::Pending);
+    assert_eq!(l.state.nodes[&a].free.cpu_milli, 1000);
+    // A down node takes no work.
+    assert!(matches!(l.assign(t, a), Outcome::PlanApplied { rejected: 1, .. }));
+    match l.assign(t, b) {
+        Outcome::PlanApplied { accepted, .. } => assert_eq!(accepted[0].attempt, 2),
+        o => panic!("unexpected {o:?}"),
+    }
+    // The lost attempt's late report is ignored.
+    assert!(matches!(
+        l.apply(Command::TaskFinished { node: a, task: t, attempt: 1, exit_code: 0 }),
+        Outcome::Ignored(_)
+    ));
+    assert_eq!(l.state.tasks[&t].status.state, TaskState::Assigned);
+    assert_eq!(l.apply(Command::NodeUp { node: a }), Outcome::NodeUp { node: a });
+}
+
+#[test]
+fn cancel_stops_running_tasks_and_frees_them() {
+    let mut l = Log::new();
+    let n = l.register(1, 4);
+    let t = l.submit(3, 1000);
+    l.assign(t[0], n);
+    match l.apply(Command::CancelJob { job: JobId(1) }) {
+        Outcome::Cancelled { tasks, stop, .. } => {
+            assert_eq!(tasks, 3);
+            assert_eq!(stop.len(), 1);
+        }
+        o => panic!("unexpected {o:?}"),
+    }
+    assert_eq!(l.state.nodes[&n].free.cpu_milli, 4000);
+    assert!(l.state.pending.is_empty());
+    assert_eq!(l.state.job_info(&l.state.jobs[&JobId(1)]).state, "cancelled");
+}
+
+#[test]
+fn gpu_grants_are_per_device_and_returned() {
+    let mut l = Log::new();
+    let n = match l.apply(Command::RegisterNode {
+        key: 5,
+        node: None,
+        name: "g".into(),
+        addr: "x:1".into(),
+        capacity: node_res(8, 2),
+        labels: Default::default(),
+    }) {
+        Outcome::Registered { node } => node,
+        o => panic!("{o:?}"),
+    };
+    let mut s = spec(2, 100);
+    s.resources.gpu = GpuRequest::fraction(600);
+    let t = match l.apply(Command::SubmitJob { spec: s }) {
+        Outcome::Submitted { tasks, .. } => tasks,
+        o => panic!("{o:?}"),
+    };
+    l.assign(t[0], n);
+    l.assign(t[1], n);
+    // 600 + 600 cannot share one device: each went to its own.
+    assert_eq!(l.state.tasks[&t[0]].gpus, vec![(0, 600)]);
+    assert_eq!(l.state.tasks[&t[1]].gpus, vec![(1, 600)]);
+    l.apply(Command::TaskFinished { node: n, task: t[0], attempt: 1, exit_code: 3 });
+    assert_eq!(l.state.nodes[&n].free.gpus[0].free_milli, 1000);
+    assert_eq!(l.state.tasks[&t[0]].status.state, TaskState::Failed);
+}
+
+#[test]
+fn replicas_applying_the_same_log_agree_byte_for_byte() {
+    let cmds = |l: &mut Log| {
+        let n = l.register(3, 2);
+        let t = l.submit(5, 500);
+        for x in &t {
+            l.assign(*x, n);
+        }
+        l.apply(Command::NodeDown { node: n });
+    };
+    let (mut a, mut b) = (Log::new(), Log::new());
+    cmds(&mut a);
+    cmds(&mut b);
+    assert_eq!(a.state.to_bytes(), b.state.to_bytes());
+    assert_eq!(a.state.state_hash(), b.state.state_hash());
+    let restored = ClusterState::from_bytes(&a.state.to_bytes()).expect("restore");
+    assert_eq!(restored, a.state);
+    b.submit(1, 100);
+    assert_ne!(a.state.state_hash(), b.state.state_hash());
+}

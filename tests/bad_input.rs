@@ -1,0 +1,75 @@
+//! Done when (issue 2): random bytes and oversized frames sent to every listening port are
+//! rejected with an error in the log, and the process keeps serving.
+
+mod support;
+
+use hetsched_common::rng::{seed_from_env, SplitMix64};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+use support::*;
+
+fn send_and_drain(addr: &str, bytes: &[u8]) {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        panic!("cannot connect to {addr}");
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.write_all(bytes);
+    // The server answers with an error frame (where it can) and closes.
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+}
+
+#[test]
+fn garbage_and_oversized_frames_are_rejected_and_serving_goes_on() {
+    let seed = seed_from_env("HETSCHED_TEST_SEED");
+    eprintln!("seed: {seed} (set HETSCHED_TEST_SEED to replay)");
+    let c = Cluster::start("badinput", 3, 1, 2);
+    c.wait_leader(Duration::from_secs(30));
+    c.wait_nodes_up(1, Duration::from_secs(30));
+
+    let mut rng = SplitMix64::new(seed);
+    let ports: Vec<String> = c.master_addrs.iter().chain(&c.slave_addrs).cloned().collect();
+    for addr in &ports {
+        // Oversized: a length prefix of 1 GiB.
+        send_and_drain(addr, &[0x40, 0, 0, 0, 1, 2, 3]);
+        // A frame whose payload is not an envelope.
+        send_and_drain(addr, &[0, 0, 0, 4, 0xc1, 0xff, 0x00, 0x13]);
+        // Random bytes.
+        for _ in 0..5 {
+            let n = rng.range(1, 200) as usize;
+            let mut bytes: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
+            // Keep the length prefix small so the frame is complete and gets decoded.
+            if bytes.len() > 4 {
+                let len = (bytes.len() - 4) as u32;
+                bytes[..4].copy_from_slice(&len.to_be_bytes());
+            }
+            send_and_drain(addr, &bytes);
+        }
+    }
+
+    // Every process still runs and the cluster still serves.
+    let mut c = c;
+    for p in c.masters.iter_mut().chain(c.slaves.iter_mut()) {
+        assert!(p.is_running(), "{} died on bad input", p.name);
+    }
+    c.wait_nodes_up(1, Duration::from_secs(30));
+    let job = c
+        .json(&["submit", "--count", "2", "--", "true"])
+        .expect("submit after garbage");
+    assert!(job["job_id"].as_u64().is_some());
+    wait_for("tasks to succeed after garbage", Duration::from_secs(60), || {
+        let t = c.tasks();
+        (t.len() == 2 && t.iter().all(|t| t["state"] == "succeeded")).then_some(())
+    });
+    // Each process logged the rejection.
+    for p in c.masters.iter().chain(&c.slaves) {
+        let log = p.log_text();
+        assert!(
+            log.contains("rejected frame"),
+            "{} did not log the rejected frames:\n{}",
+            p.name,
+            log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+        );
+    }
+}

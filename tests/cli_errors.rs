@@ -1,0 +1,66 @@
+//! Done when (issue 2): a bad flag, an unreachable master list, or a malformed command line
+//! gives a one-line error and a non-zero exit code, not a panic.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use support::BIN;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env("HETSCHED_CLIENT_TIMEOUT_MS", "1500")
+        .env_remove("HETSCHED_MASTERS")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run hetsched");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_one_line_error(args: &[&str]) {
+    let (code, _out, err) = run(args);
+    assert_ne!(code, 0, "{args:?} must fail");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?} printed {} lines: {err}", lines.len());
+    assert!(lines[0].starts_with("error: "), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+}
+
+#[test]
+fn bad_flag() {
+    assert_one_line_error(&["--no-such-flag", "status"]);
+    assert_one_line_error(&["status", "--bogus"]);
+    assert_one_line_error(&["submit", "--cpus", "lots", "--", "true"]);
+}
+
+#[test]
+fn malformed_command_lines() {
+    assert_one_line_error(&["submit"]);
+    assert_one_line_error(&["frobnicate"]);
+    assert_one_line_error(&["--masters", "not-an-address", "status"]);
+    assert_one_line_error(&["--masters", "127.0.0.1:1", "submit", "--cpus", "-1", "--", "true"]);
+    assert_one_line_error(&["master", "--id", "0", "--listen", "127.0.0.1:1", "--peers", "1=127.0.0.1:1", "--data-dir", "/tmp/x"]);
+    assert_one_line_error(&["master", "--id", "1", "--listen", "127.0.0.1:1", "--peers", "1=nowhere", "--data-dir", "/tmp/x"]);
+}
+
+#[test]
+fn unreachable_masters() {
+    // Port 1 on loopback refuses connections.
+    assert_one_line_error(&["--masters", "127.0.0.1:1,127.0.0.1:2", "status"]);
+    assert_one_line_error(&["--masters", "127.0.0.1:1", "submit", "--", "true"]);
+    assert_one_line_error(&["status"]);
+}
+
+#[test]
+fn help_and_version_succeed() {
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("submit"));
+    let (code, out, _) = run(&["--version"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("hetsched "));
+}

@@ -1,0 +1,110 @@
+//! Done when (issue 2): 3 masters and 2 slaves; a job of 100 tasks that each append their task
+//! id to a file; the leader is SIGKILLed while tasks run and restarted; then every task
+//! succeeded, each id is in the file exactly once, and every master has the same state hash.
+//! Then the whole cluster is stopped and restarted from its data dirs and still lists every
+//! job and task in the state it had.
+
+mod support;
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use support::*;
+
+#[test]
+fn job_survives_leader_kill_and_whole_cluster_restart() {
+    let mut c = Cluster::start("failover", 3, 2, 4);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(&mut c)));
+    if result.is_err() {
+        c.dump_logs();
+        std::panic::resume_unwind(result.err().expect("err"));
+    }
+}
+
+fn scenario(c: &mut Cluster) {
+    c.wait_leader(Duration::from_secs(30));
+    c.wait_nodes_up(2, Duration::from_secs(30));
+
+    let out_file = c.dir.path().join("ids.txt");
+    let script = format!("sleep 0.3; echo $HETSCHED_TASK_ID >> {}", out_file.display());
+    let submitted = c
+        .json(&["submit", "--name", "append", "--cpus", "0.5", "--count", "100", "--", "sh", "-c", &script])
+        .expect("submit");
+    let job = submitted["job_id"].as_u64().expect("job_id");
+
+    // Kill the leader while tasks run.
+    wait_for("some tasks to finish", Duration::from_secs(60), || {
+        let done = c
+            .tasks()
+            .iter()
+            .filter(|t| t["state"] == "succeeded")
+            .count();
+        (done >= 10).then_some(())
+    });
+    let leader = c.wait_leader(Duration::from_secs(10));
+    let idx = (leader - 1) as usize;
+    c.masters[idx].kill9();
+    let new_leader = wait_for("a new leader", Duration::from_secs(30), || {
+        let l = c.json(&["status"])?.get("leader")?.as_u64()?;
+        (l != leader).then_some(l)
+    });
+    assert_ne!(new_leader, leader);
+    c.masters[idx].restart();
+
+    let tasks = wait_for("all 100 tasks succeeded", Duration::from_secs(120), || {
+        let t = c.tasks();
+        (t.len() == 100 && t.iter().all(|t| t["state"] == "succeeded")).then_some(t)
+    });
+    let ids: Vec<u64> = tasks.iter().map(|t| t["id"].as_u64().expect("id")).collect();
+    assert!(tasks.iter().all(|t| t["job_id"].as_u64() == Some(job)));
+
+    let text = std::fs::read_to_string(&out_file).expect("read ids file");
+    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+    for line in text.lines() {
+        *seen.entry(line.trim().parse().expect("id line")).or_default() += 1;
+    }
+    for id in &ids {
+        assert_eq!(seen.get(id), Some(&1), "task {id} ran {:?} times", seen.get(id));
+    }
+    assert_eq!(seen.len(), 100, "the file holds only the job's ids");
+
+    let hash = c.wait_same_hash(Duration::from_secs(30));
+    assert!(!hash.is_empty());
+
+    // A job that cannot be placed stays pending: its state must survive the restart too.
+    let waiting = c
+        .json(&["submit", "--name", "too-big", "--cpus", "64", "--count", "2", "--", "true"])
+        .expect("submit too-big");
+    assert!(waiting["job_id"].as_u64().is_some());
+
+    // Whole-cluster restart from the data dirs.
+    let before_tasks = normalise(c.tasks());
+    let before_jobs = c.json(&["jobs"]).expect("jobs");
+    for p in c.masters.iter_mut().chain(c.slaves.iter_mut()) {
+        p.kill9();
+    }
+    for p in c.masters.iter_mut().chain(c.slaves.iter_mut()) {
+        p.restart();
+    }
+    c.wait_leader(Duration::from_secs(30));
+    let after_tasks = wait_for("tasks listed after restart", Duration::from_secs(30), || {
+        let t = c.tasks();
+        (t.len() == 102).then_some(normalise(t))
+    });
+    assert_eq!(before_tasks, after_tasks);
+    let after_jobs = c.json(&["jobs"]).expect("jobs");
+    assert_eq!(before_jobs, after_jobs);
+    assert_eq!(
+        after_tasks.iter().filter(|t| t["state"] == "pending").count(),
+        2,
+        "the unplaceable job's tasks are still pending"
+    );
+    // Slaves re-register after the restart (new log entries), so the hash moves on; every
+    // master must still agree.
+    c.wait_same_hash(Duration::from_secs(30));
+}
+
+fn normalise(mut t: Vec<Value>) -> Vec<Value> {
+    t.sort_by_key(|v| v["id"].as_u64());
+    t
+}
