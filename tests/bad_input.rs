@@ -29,7 +29,12 @@ fn garbage_and_oversized_frames_are_rejected_and_serving_goes_on() {
     c.wait_nodes_up(1, Duration::from_secs(30));
 
     let mut rng = SplitMix64::new(seed);
-    let ports: Vec<String> = c.master_addrs.iter().chain(&c.slave_addrs).cloned().collect();
+    let ports: Vec<String> = c
+        .master_addrs
+        .iter()
+        .chain(&c.slave_addrs)
+        .cloned()
+        .collect();
     for addr in &ports {
         // Oversized: a length prefix of 1 GiB.
         send_and_drain(addr, &[0x40, 0, 0, 0, 1, 2, 3]);
@@ -58,10 +63,14 @@ fn garbage_and_oversized_frames_are_rejected_and_serving_goes_on() {
         .json(&["submit", "--count", "2", "--", "true"])
         .expect("submit after garbage");
     assert!(job["job_id"].as_u64().is_some());
-    wait_for("tasks to succeed after garbage", Duration::from_secs(60), || {
-        let t = c.tasks();
-        (t.len() == 2 && t.iter().all(|t| t["state"] == "succeeded")).then_some(())
-    });
+    wait_for(
+        "tasks to succeed after garbage",
+        Duration::from_secs(60),
+        || {
+            let t = c.tasks();
+            (t.len() == 2 && t.iter().all(|t| t["state"] == "succeeded")).then_some(())
+        },
+    );
     // Each process logged the rejection.
     for p in c.masters.iter().chain(&c.slaves) {
         let log = p.log_text();

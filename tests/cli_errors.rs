@@ -25,7 +25,12 @@ fn assert_one_line_error(args: &[&str]) {
     let (code, _out, err) = run(args);
     assert_ne!(code, 0, "{args:?} must fail");
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{args:?} printed {} lines: {err}", lines.len());
+    assert_eq!(
+        lines.len(),
+        1,
+        "{args:?} printed {} lines: {err}",
+        lines.len()
+    );
     assert!(lines[0].starts_with("error: "), "{args:?}: {err}");
     assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
 }
@@ -42,9 +47,37 @@ fn malformed_command_lines() {
     assert_one_line_error(&["submit"]);
     assert_one_line_error(&["frobnicate"]);
     assert_one_line_error(&["--masters", "not-an-address", "status"]);
-    assert_one_line_error(&["--masters", "127.0.0.1:1", "submit", "--cpus", "-1", "--", "true"]);
-    assert_one_line_error(&["master", "--id", "0", "--listen", "127.0.0.1:1", "--peers", "1=127.0.0.1:1", "--data-dir", "/tmp/x"]);
-    assert_one_line_error(&["master", "--id", "1", "--listen", "127.0.0.1:1", "--peers", "1=nowhere", "--data-dir", "/tmp/x"]);
+    assert_one_line_error(&[
+        "--masters",
+        "127.0.0.1:1",
+        "submit",
+        "--cpus",
+        "-1",
+        "--",
+        "true",
+    ]);
+    assert_one_line_error(&[
+        "master",
+        "--id",
+        "0",
+        "--listen",
+        "127.0.0.1:1",
+        "--peers",
+        "1=127.0.0.1:1",
+        "--data-dir",
+        "/tmp/x",
+    ]);
+    assert_one_line_error(&[
+        "master",
+        "--id",
+        "1",
+        "--listen",
+        "127.0.0.1:1",
+        "--peers",
+        "1=nowhere",
+        "--data-dir",
+        "/tmp/x",
+    ]);
 }
 
 #[test]

@@ -15,9 +15,9 @@ use support::*;
 fn job_survives_leader_kill_and_whole_cluster_restart() {
     let mut c = Cluster::start("failover", 3, 2, 4);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(&mut c)));
-    if result.is_err() {
+    if let Err(panic) = result {
         c.dump_logs();
-        std::panic::resume_unwind(result.err().expect("err"));
+        std::panic::resume_unwind(panic);
     }
 }
 
@@ -26,9 +26,15 @@ fn scenario(c: &mut Cluster) {
     c.wait_nodes_up(2, Duration::from_secs(30));
 
     let out_file = c.dir.path().join("ids.txt");
-    let script = format!("sleep 0.3; echo $HETSCHED_TASK_ID >> {}", out_file.display());
+    let script = format!(
+        "sleep 0.3; echo $HETSCHED_TASK_ID >> {}",
+        out_file.display()
+    );
     let submitted = c
-        .json(&["submit", "--name", "append", "--cpus", "0.5", "--count", "100", "--", "sh", "-c", &script])
+        .json(&[
+            "submit", "--name", "append", "--cpus", "0.5", "--count", "100", "--", "sh", "-c",
+            &script,
+        ])
         .expect("submit");
     let job = submitted["job_id"].as_u64().expect("job_id");
 
@@ -55,16 +61,26 @@ fn scenario(c: &mut Cluster) {
         let t = c.tasks();
         (t.len() == 100 && t.iter().all(|t| t["state"] == "succeeded")).then_some(t)
     });
-    let ids: Vec<u64> = tasks.iter().map(|t| t["id"].as_u64().expect("id")).collect();
+    let ids: Vec<u64> = tasks
+        .iter()
+        .map(|t| t["id"].as_u64().expect("id"))
+        .collect();
     assert!(tasks.iter().all(|t| t["job_id"].as_u64() == Some(job)));
 
     let text = std::fs::read_to_string(&out_file).expect("read ids file");
     let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
     for line in text.lines() {
-        *seen.entry(line.trim().parse().expect("id line")).or_default() += 1;
+        *seen
+            .entry(line.trim().parse().expect("id line"))
+            .or_default() += 1;
     }
     for id in &ids {
-        assert_eq!(seen.get(id), Some(&1), "task {id} ran {:?} times", seen.get(id));
+        assert_eq!(
+            seen.get(id),
+            Some(&1),
+            "task {id} ran {:?} times",
+            seen.get(id)
+        );
     }
     assert_eq!(seen.len(), 100, "the file holds only the job's ids");
 
@@ -73,7 +89,9 @@ fn scenario(c: &mut Cluster) {
 
     // A job that cannot be placed stays pending: its state must survive the restart too.
     let waiting = c
-        .json(&["submit", "--name", "too-big", "--cpus", "64", "--count", "2", "--", "true"])
+        .json(&[
+            "submit", "--name", "too-big", "--cpus", "64", "--count", "2", "--", "true",
+        ])
         .expect("submit too-big");
     assert!(waiting["job_id"].as_u64().is_some());
 
@@ -87,15 +105,22 @@ fn scenario(c: &mut Cluster) {
         p.restart();
     }
     c.wait_leader(Duration::from_secs(30));
-    let after_tasks = wait_for("tasks listed after restart", Duration::from_secs(30), || {
-        let t = c.tasks();
-        (t.len() == 102).then_some(normalise(t))
-    });
+    let after_tasks = wait_for(
+        "tasks listed after restart",
+        Duration::from_secs(30),
+        || {
+            let t = c.tasks();
+            (t.len() == 102).then_some(normalise(t))
+        },
+    );
     assert_eq!(before_tasks, after_tasks);
     let after_jobs = c.json(&["jobs"]).expect("jobs");
     assert_eq!(before_jobs, after_jobs);
     assert_eq!(
-        after_tasks.iter().filter(|t| t["state"] == "pending").count(),
+        after_tasks
+            .iter()
+            .filter(|t| t["state"] == "pending")
+            .count(),
         2,
         "the unplaceable job's tasks are still pending"
     );

@@ -49,6 +49,11 @@ pub fn seed_from_env(name: &str) -> u64 {
             return s;
         }
     }
+    clock_seed()
+}
+
+/// A seed from the wall clock (nanoseconds).
+pub fn clock_seed() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)

@@ -127,9 +127,8 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     let mut len = [0u8; 4];
     // The first byte may wait forever (an idle connection is fine); the rest of the frame
     // must follow within the partial-frame timeout.
-    match r.read(&mut len[..1]).await? {
-        0 => return Ok(None),
-        _ => {}
+    if r.read(&mut len[..1]).await? == 0 {
+        return Ok(None);
     }
     let rest = async {
         r.read_exact(&mut len[1..]).await?;

@@ -8,33 +8,56 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 
 fn resources() -> impl Strategy<Value = NodeResources> {
-    (any::<u64>(), any::<u64>(), prop::collection::vec(("[A-Z0-9]{1,8}", 0u32..=1000, any::<bool>()), 0..4), 0u32..8).prop_map(
-        |(cpu, mem, gpus, npu)| NodeResources {
+    (
+        any::<u64>(),
+        any::<u64>(),
+        prop::collection::vec(("[A-Z0-9]{1,8}", 0u32..=1000, any::<bool>()), 0..4),
+        0u32..8,
+    )
+        .prop_map(|(cpu, mem, gpus, npu)| NodeResources {
             cpu_milli: cpu,
             mem_mib: mem,
             gpus: gpus
                 .into_iter()
-                .map(|(model, free_milli, emulated)| GpuDevice { model, free_milli, emulated })
+                .map(|(model, free_milli, emulated)| GpuDevice {
+                    model,
+                    free_milli,
+                    emulated,
+                })
                 .collect(),
             engines: BTreeMap::from([(EngineKind::Npu, npu)]),
-        },
-    )
+        })
 }
 
 fn request() -> impl Strategy<Value = ResourceRequest> {
-    (any::<u64>(), any::<u64>(), 0u32..8, 0u32..=1000, prop::collection::vec("[A-Z0-9]{1,6}", 0..3)).prop_map(
-        |(cpu, mem, count, milli, models)| ResourceRequest {
+    (
+        any::<u64>(),
+        any::<u64>(),
+        0u32..8,
+        0u32..=1000,
+        prop::collection::vec("[A-Z0-9]{1,6}", 0..3),
+    )
+        .prop_map(|(cpu, mem, count, milli, models)| ResourceRequest {
             cpu_milli: cpu,
             mem_mib: mem,
-            gpu: GpuRequest { count, milli, models },
+            gpu: GpuRequest {
+                count,
+                milli,
+                models,
+            },
             engines: BTreeMap::new(),
-        },
-    )
+        })
 }
 
 fn spec() -> impl Strategy<Value = JobSpec> {
-    ("\\PC{0,12}", "[a-z]{0,8}", request(), any::<u32>(), prop::collection::vec("\\PC{0,10}", 0..4)).prop_map(
-        |(name, user, resources, count, command)| JobSpec {
+    (
+        "\\PC{0,12}",
+        "[a-z]{0,8}",
+        request(),
+        any::<u32>(),
+        prop::collection::vec("\\PC{0,10}", 0..4),
+    )
+        .prop_map(|(name, user, resources, count, command)| JobSpec {
             name,
             user: user.clone(),
             partition: user,
@@ -42,8 +65,7 @@ fn spec() -> impl Strategy<Value = JobSpec> {
             count,
             command,
             env: BTreeMap::from([("K".to_string(), "V".to_string())]),
-        },
-    )
+        })
 }
 
 fn state() -> impl Strategy<Value = TaskState> {
@@ -58,7 +80,16 @@ fn state() -> impl Strategy<Value = TaskState> {
 }
 
 fn held() -> impl Strategy<Value = HeldTask> {
-    (any::<u64>(), any::<u32>(), prop_oneof![Just(None), any::<i32>().prop_map(Some), Just(Some(i32::MIN))], any::<bool>())
+    (
+        any::<u64>(),
+        any::<u32>(),
+        prop_oneof![
+            Just(None),
+            any::<i32>().prop_map(Some),
+            Just(Some(i32::MIN))
+        ],
+        any::<bool>(),
+    )
         .prop_map(|(t, attempt, code, running)| HeldTask {
             task: TaskId(t),
             attempt,
@@ -75,8 +106,10 @@ fn error_kind() -> impl Strategy<Value = ErrorKind> {
         Just(ErrorKind::Malformed),
         Just(ErrorKind::TooLarge),
         Just(ErrorKind::WrongVersion),
-        (any::<Option<u64>>(), any::<Option<String>>())
-            .prop_map(|(l, a)| ErrorKind::NotLeader { leader: l.map(MasterId), leader_addr: a }),
+        (any::<Option<u64>>(), any::<Option<String>>()).prop_map(|(l, a)| ErrorKind::NotLeader {
+            leader: l.map(MasterId),
+            leader_addr: a
+        }),
         Just(ErrorKind::Invalid),
         Just(ErrorKind::UnknownNode),
         Just(ErrorKind::Unsupported),
@@ -89,103 +122,169 @@ fn error_kind() -> impl Strategy<Value = ErrorKind> {
 fn message() -> impl Strategy<Value = Message> {
     let ids = (any::<u64>(), any::<u64>(), any::<u32>());
     prop_oneof![
-        (any::<u64>(), prop::collection::vec(prop::collection::vec(any::<u8>(), 0..64), 0..4)).prop_map(|(f, m)| Message::Raft {
-            from: MasterId(f),
-            msgs: m.into_iter().map(serde_bytes::ByteBuf::from).collect()
-        }),
-        (any::<u64>(), spec()).prop_map(|(r, spec)| Message::Client(ClientRequest::Submit { request: ClientRequestId(r), spec })),
-        (any::<u64>(), any::<u64>()).prop_map(|(r, j)| Message::Client(ClientRequest::Cancel { request: ClientRequestId(r), job: JobId(j) })),
+        (
+            any::<u64>(),
+            prop::collection::vec(prop::collection::vec(any::<u8>(), 0..64), 0..4)
+        )
+            .prop_map(|(f, m)| Message::Raft {
+                from: MasterId(f),
+                msgs: m.into_iter().map(serde_bytes::ByteBuf::from).collect()
+            }),
+        (any::<u64>(), spec()).prop_map(|(r, spec)| Message::Client(ClientRequest::Submit {
+            request: ClientRequestId(r),
+            spec
+        })),
+        (any::<u64>(), any::<u64>()).prop_map(|(r, j)| Message::Client(ClientRequest::Cancel {
+            request: ClientRequestId(r),
+            job: JobId(j)
+        })),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Status { stale })),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Jobs { stale })),
-        (any::<bool>(), any::<Option<u64>>()).prop_map(|(stale, j)| Message::Client(ClientRequest::Tasks { stale, job: j.map(JobId) })),
-        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Nodes { stale })),
-        (any::<u64>(), prop::collection::vec(any::<u64>(), 0..5)).prop_map(|(j, t)| Message::ClientReply(ClientResponse::Submitted {
-            job: JobId(j),
-            tasks: t.into_iter().map(TaskId).collect()
-        })),
-        (any::<u64>(), any::<u32>()).prop_map(|(j, n)| Message::ClientReply(ClientResponse::Cancelled { job: JobId(j), tasks: n })),
-        (any::<u64>(), any::<Option<u64>>(), "[a-f0-9]{16}", any::<bool>()).prop_map(|(m, l, h, stale)| {
-            Message::ClientReply(ClientResponse::Status(StatusInfo {
-                master_id: MasterId(m),
-                leader: l.map(MasterId),
-                leader_addr: Some("127.0.0.1:1".into()),
-                term: m / 2,
-                role: "leader".into(),
-                applied_index: m,
-                state_hash: h,
+        (any::<bool>(), any::<Option<u64>>()).prop_map(|(stale, j)| Message::Client(
+            ClientRequest::Tasks {
                 stale,
-                nodes: NodeCounts { total: 2, up: 1, down: 1 },
-                jobs: 3,
-                tasks: BTreeMap::from([("pending".to_string(), m)]),
-            }))
-        }),
-        (any::<u64>(), "\\PC{0,8}").prop_map(|(id, name)| Message::ClientReply(ClientResponse::Jobs(vec![JobInfo {
-            id: JobId(id),
-            name: name.clone(),
-            user: name.clone(),
-            partition: name,
-            state: "running".into(),
-            tasks: 3,
-            task_states: BTreeMap::from([("running".to_string(), 3)]),
-            submitted_ms: id,
-        }]))),
-        (ids.clone(), state(), any::<Option<i32>>()).prop_map(|((t, j, a), state, exit_code)| Message::ClientReply(ClientResponse::Tasks(vec![TaskInfo {
-            id: TaskId(t),
-            job_id: JobId(j),
-            index: a,
-            state,
-            node: Some(NodeId(j)),
-            attempt: a,
-            exit_code,
-        }]))),
-        (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(ClientResponse::Nodes(vec![NodeInfo {
-            id: NodeId(id),
-            name: "n".into(),
-            addr: "127.0.0.1:9".into(),
-            state: "up".into(),
-            capacity: r.clone(),
-            free: r,
-            tasks: 1,
-            gpus_emulated: true,
-        }]))),
-        (any::<u64>(), any::<Option<u64>>(), resources(), prop::collection::vec(held(), 0..4)).prop_map(|(key, node, capacity, held)| {
-            Message::Slave(SlaveRequest::Register {
-                key,
-                node: node.map(NodeId),
-                name: "s".into(),
-                addr: "127.0.0.1:5".into(),
-                capacity,
-                labels: BTreeMap::from([("env".to_string(), "edge".to_string())]),
-                held,
+                job: j.map(JobId)
+            }
+        )),
+        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Nodes { stale })),
+        (any::<u64>(), prop::collection::vec(any::<u64>(), 0..5)).prop_map(|(j, t)| {
+            Message::ClientReply(ClientResponse::Submitted {
+                job: JobId(j),
+                tasks: t.into_iter().map(TaskId).collect(),
             })
         }),
-        (any::<u64>(), prop::collection::vec(held(), 0..6)).prop_map(|(n, held)| Message::Slave(SlaveRequest::Heartbeat { node: NodeId(n), held })),
-        ids.clone().prop_map(|(n, t, a)| Message::Slave(SlaveRequest::TaskStarted { node: NodeId(n), task: TaskId(t), attempt: a })),
-        (ids.clone(), any::<i32>()).prop_map(|((n, t, a), c)| Message::Slave(SlaveRequest::TaskFinished {
+        (any::<u64>(), any::<u32>()).prop_map(|(j, n)| Message::ClientReply(
+            ClientResponse::Cancelled {
+                job: JobId(j),
+                tasks: n
+            }
+        )),
+        (
+            any::<u64>(),
+            any::<Option<u64>>(),
+            "[a-f0-9]{16}",
+            any::<bool>()
+        )
+            .prop_map(|(m, l, h, stale)| {
+                Message::ClientReply(ClientResponse::Status(StatusInfo {
+                    master_id: MasterId(m),
+                    leader: l.map(MasterId),
+                    leader_addr: Some("127.0.0.1:1".into()),
+                    term: m / 2,
+                    role: "leader".into(),
+                    applied_index: m,
+                    state_hash: h,
+                    stale,
+                    nodes: NodeCounts {
+                        total: 2,
+                        up: 1,
+                        down: 1,
+                    },
+                    jobs: 3,
+                    tasks: BTreeMap::from([("pending".to_string(), m)]),
+                }))
+            }),
+        (any::<u64>(), "\\PC{0,8}").prop_map(|(id, name)| Message::ClientReply(
+            ClientResponse::Jobs(vec![JobInfo {
+                id: JobId(id),
+                name: name.clone(),
+                user: name.clone(),
+                partition: name,
+                state: "running".into(),
+                tasks: 3,
+                task_states: BTreeMap::from([("running".to_string(), 3)]),
+                submitted_ms: id,
+            }])
+        )),
+        (ids, state(), any::<Option<i32>>()).prop_map(|((t, j, a), state, exit_code)| {
+            Message::ClientReply(ClientResponse::Tasks(vec![TaskInfo {
+                id: TaskId(t),
+                job_id: JobId(j),
+                index: a,
+                state,
+                node: Some(NodeId(j)),
+                attempt: a,
+                exit_code,
+            }]))
+        }),
+        (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(
+            ClientResponse::Nodes(vec![NodeInfo {
+                id: NodeId(id),
+                name: "n".into(),
+                addr: "127.0.0.1:9".into(),
+                state: "up".into(),
+                capacity: r.clone(),
+                free: r,
+                tasks: 1,
+                gpus_emulated: true,
+            }])
+        )),
+        (
+            any::<u64>(),
+            any::<Option<u64>>(),
+            resources(),
+            prop::collection::vec(held(), 0..4)
+        )
+            .prop_map(|(key, node, capacity, held)| {
+                Message::Slave(SlaveRequest::Register {
+                    key,
+                    node: node.map(NodeId),
+                    name: "s".into(),
+                    addr: "127.0.0.1:5".into(),
+                    capacity,
+                    labels: BTreeMap::from([("env".to_string(), "edge".to_string())]),
+                    held,
+                })
+            }),
+        (any::<u64>(), prop::collection::vec(held(), 0..6)).prop_map(|(n, held)| Message::Slave(
+            SlaveRequest::Heartbeat {
+                node: NodeId(n),
+                held
+            }
+        )),
+        ids.prop_map(|(n, t, a)| Message::Slave(SlaveRequest::TaskStarted {
+            node: NodeId(n),
+            task: TaskId(t),
+            attempt: a
+        })),
+        (ids, any::<i32>()).prop_map(|((n, t, a), c)| Message::Slave(SlaveRequest::TaskFinished {
             node: NodeId(n),
             task: TaskId(t),
             attempt: a,
             exit_code: c
         })),
-        any::<u64>().prop_map(|n| Message::SlaveReply(SlaveResponse::Registered { node: NodeId(n) })),
-        any::<u64>().prop_map(|m| Message::SlaveReply(SlaveResponse::HeartbeatAck { leader: MasterId(m) })),
+        any::<u64>()
+            .prop_map(|n| Message::SlaveReply(SlaveResponse::Registered { node: NodeId(n) })),
+        any::<u64>().prop_map(|m| Message::SlaveReply(SlaveResponse::HeartbeatAck {
+            leader: MasterId(m)
+        })),
         Just(Message::SlaveReply(SlaveResponse::Ack)),
-        (ids.clone(), request(), prop::collection::vec((0u32..8, 0u32..=1000), 0..3), prop::collection::vec("\\PC{0,6}", 1..3)).prop_map(
-            |((t, j, a), resources, gpus, command)| Message::ToSlave(SlaveCommand::Assign(Assignment {
-                task: TaskId(t),
-                job: JobId(j),
-                index: a,
-                attempt: a,
-                command,
-                env: BTreeMap::new(),
-                resources,
-                gpus,
-            }))
-        ),
-        ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask { task: TaskId(t), attempt: a })),
+        (
+            ids,
+            request(),
+            prop::collection::vec((0u32..8, 0u32..=1000), 0..3),
+            prop::collection::vec("\\PC{0,6}", 1..3)
+        )
+            .prop_map(|((t, j, a), resources, gpus, command)| Message::ToSlave(
+                SlaveCommand::Assign(Assignment {
+                    task: TaskId(t),
+                    job: JobId(j),
+                    index: a,
+                    attempt: a,
+                    command,
+                    env: BTreeMap::new(),
+                    resources,
+                    gpus,
+                })
+            )),
+        ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask {
+            task: TaskId(t),
+            attempt: a
+        })),
         Just(Message::ToSlaveReply(SlaveCommandReply::Accepted)),
         Just(Message::ToSlaveReply(SlaveCommandReply::Stopped)),
-        (error_kind(), "\\PC{0,30}").prop_map(|(kind, message)| Message::Error(ErrorReply { kind, message })),
+        (error_kind(), "\\PC{0,30}")
+            .prop_map(|(kind, message)| Message::Error(ErrorReply { kind, message })),
     ]
 }
 

@@ -2,6 +2,6 @@
 //! actors that connect them to consensus, slaves and clients.
 
 pub mod plan;
-pub mod state;
 pub mod sched;
 pub mod server;
+pub mod state;

@@ -107,7 +107,11 @@ fn deadline() -> Duration {
 }
 
 /// Sends `req` to the cluster, following the leader. With `local`, asks only the first master.
-pub async fn call(masters: &[String], req: ClientRequest, local: bool) -> anyhow::Result<ClientResponse> {
+pub async fn call(
+    masters: &[String],
+    req: ClientRequest,
+    local: bool,
+) -> anyhow::Result<ClientResponse> {
     if masters.is_empty() {
         bail!("no masters given: use --masters HOST:PORT,... or HETSCHED_MASTERS");
     }
@@ -131,7 +135,8 @@ pub async fn call(masters: &[String], req: ClientRequest, local: bool) -> anyhow
         };
         let attempt = async {
             let conn = Connection::connect(&addr, Duration::from_secs(1)).await?;
-            conn.call(Message::Client(req.clone()), Duration::from_secs(10)).await
+            conn.call(Message::Client(req.clone()), Duration::from_secs(10))
+                .await
         };
         match attempt.await {
             Ok(Message::ClientReply(r)) => return Ok(r),
@@ -155,7 +160,7 @@ pub async fn call(masters: &[String], req: ClientRequest, local: bool) -> anyhow
         if start.elapsed() > limit {
             return Err(last_err.context(format!("no leader answered within {limit:?}")));
         }
-        if redirect.is_none() && next % masters.len() == 0 {
+        if redirect.is_none() && next.is_multiple_of(masters.len()) {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_millis(500));
         }
@@ -172,7 +177,8 @@ fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
 
 /// A random client request id.
 pub fn request_id() -> ClientRequestId {
-    let seed = hetsched_common::rng::seed_from_env("HETSCHED_NO_SUCH_VAR") ^ (std::process::id() as u64) << 32;
+    let seed = hetsched_common::rng::seed_from_env("HETSCHED_NO_SUCH_VAR")
+        ^ (std::process::id() as u64) << 32;
     ClientRequestId(hetsched_common::rng::SplitMix64::new(seed).next_u64())
 }
 
@@ -191,7 +197,10 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
     } else if a.gpus.fract() == 0.0 {
         GpuRequest::whole(a.gpus as u32)
     } else {
-        bail!("--gpus must be a whole number or a fraction below 1 (got {})", a.gpus);
+        bail!(
+            "--gpus must be a whole number or a fraction below 1 (got {})",
+            a.gpus
+        );
     };
     let name = a.name.clone().unwrap_or_else(|| {
         std::path::Path::new(&a.command[0])
@@ -272,13 +281,20 @@ pub fn status(masters: &[String], a: StatusArgs) -> anyhow::Result<()> {
                 "master {} ({}), leader {}, term {}, applied {}, state {}{}",
                 s.master_id.0,
                 s.role,
-                s.leader.map_or("none".to_string(), |l| format!("{} at {}", l.0, s.leader_addr.clone().unwrap_or_default())),
+                s.leader.map_or("none".to_string(), |l| format!(
+                    "{} at {}",
+                    l.0,
+                    s.leader_addr.clone().unwrap_or_default()
+                )),
                 s.term,
                 s.applied_index,
                 s.state_hash,
                 if s.stale { " (stale read)" } else { "" }
             );
-            println!("nodes: {} up, {} down; jobs: {}", s.nodes.up, s.nodes.down, s.jobs);
+            println!(
+                "nodes: {} up, {} down; jobs: {}",
+                s.nodes.up, s.nodes.down, s.jobs
+            );
             let counts: Vec<String> = s.tasks.iter().map(|(k, v)| format!("{k} {v}")).collect();
             println!("tasks: {}", counts.join(", "));
             Ok(())
@@ -295,10 +311,25 @@ pub fn jobs(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
             if a.json {
                 return super::print_json(&jobs);
             }
-            println!("{:<8} {:<16} {:<10} {:<10} {:>6}  states", "ID", "NAME", "USER", "STATE", "TASKS");
+            println!(
+                "{:<8} {:<16} {:<10} {:<10} {:>6}  states",
+                "ID", "NAME", "USER", "STATE", "TASKS"
+            );
             for j in jobs {
-                let states: Vec<String> = j.task_states.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                println!("{:<8} {:<16} {:<10} {:<10} {:>6}  {}", j.id.0, j.name, j.user, j.state, j.tasks, states.join(" "));
+                let states: Vec<String> = j
+                    .task_states
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                println!(
+                    "{:<8} {:<16} {:<10} {:<10} {:>6}  {}",
+                    j.id.0,
+                    j.name,
+                    j.user,
+                    j.state,
+                    j.tasks,
+                    states.join(" ")
+                );
             }
             Ok(())
         }
@@ -309,13 +340,19 @@ pub fn jobs(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
 /// `tasks`.
 pub fn tasks(masters: &[String], a: TasksArgs) -> anyhow::Result<()> {
     let stale = a.stale || a.local;
-    let req = ClientRequest::Tasks { stale, job: a.job.map(JobId) };
+    let req = ClientRequest::Tasks {
+        stale,
+        job: a.job.map(JobId),
+    };
     match block_on(call(masters, req, a.local))?? {
         ClientResponse::Tasks(tasks) => {
             if a.json {
                 return super::print_json(&tasks);
             }
-            println!("{:<8} {:<6} {:<6} {:<10} {:<6} {:>7}  EXIT", "ID", "JOB", "INDEX", "STATE", "NODE", "ATTEMPT");
+            println!(
+                "{:<8} {:<6} {:<6} {:<10} {:<6} {:>7}  EXIT",
+                "ID", "JOB", "INDEX", "STATE", "NODE", "ATTEMPT"
+            );
             for t in tasks {
                 println!(
                     "{:<8} {:<6} {:<6} {:<10} {:<6} {:>7}  {}",
@@ -342,7 +379,10 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
             if a.json {
                 return super::print_json(&nodes);
             }
-            println!("{:<6} {:<20} {:<22} {:<5} {:>11} {:>13} {:>6}  TASKS", "ID", "NAME", "ADDR", "STATE", "CPU(free)", "MEM MiB(free)", "GPUS");
+            println!(
+                "{:<6} {:<20} {:<22} {:<5} {:>11} {:>13} {:>6}  TASKS",
+                "ID", "NAME", "ADDR", "STATE", "CPU(free)", "MEM MiB(free)", "GPUS"
+            );
             for n in nodes {
                 let gpus = if n.capacity.gpus.is_empty() {
                     "-".to_string()
@@ -357,7 +397,11 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                     n.name,
                     n.addr,
                     n.state,
-                    format!("{:.1}/{:.1}", n.free.cpu_milli as f64 / 1000.0, n.capacity.cpu_milli as f64 / 1000.0),
+                    format!(
+                        "{:.1}/{:.1}",
+                        n.free.cpu_milli as f64 / 1000.0,
+                        n.capacity.cpu_milli as f64 / 1000.0
+                    ),
                     format!("{}/{}", n.free.mem_mib, n.capacity.mem_mib),
                     gpus,
                     n.tasks

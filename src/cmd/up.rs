@@ -79,8 +79,8 @@ fn free_port() -> anyhow::Result<u16> {
 
 fn spawn(name: &str, args: &[String], log: &Path) -> anyhow::Result<Child> {
     let exe = std::env::current_exe().context("cannot find this executable")?;
-    let log_file = std::fs::File::create(log)
-        .with_context(|| format!("cannot create {}", log.display()))?;
+    let log_file =
+        std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
     Command::new(exe)
         .args(args)
         .stdin(Stdio::null())
@@ -156,7 +156,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .collect::<Vec<_>>()
         .join(",");
     let addrs: Vec<String> = masters.iter().map(|(_, a)| a.clone()).collect();
-    let mut cluster = Cluster { children: Vec::new() };
+    let mut cluster = Cluster {
+        children: Vec::new(),
+    };
     for (id, addr) in &masters {
         let args = vec![
             "master".into(),
@@ -192,7 +194,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ];
         // The last slave offers two emulated GPUs so the demo's shared-GPU job has a home.
         if s == a.slaves {
-            args.extend(["--gpus".into(), "2".into(), "--gpu-model".into(), "T4".into()]);
+            args.extend([
+                "--gpus".into(),
+                "2".into(),
+                "--gpu-model".into(),
+                "T4".into(),
+            ]);
         }
         let name = format!("slave-{s}");
         let child = spawn(&name, &args, &dir.join(format!("{name}.log")))?;
@@ -249,14 +256,20 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     if a.no_demo {
-        eprintln!("  running; submit with: hetsched --masters {} submit -- echo hi", addrs.join(","));
+        eprintln!(
+            "  running; submit with: hetsched --masters {} submit -- echo hi",
+            addrs.join(",")
+        );
         eprintln!("  press Ctrl-C to stop");
         std::future::pending::<()>().await;
     }
     let mut jobs: Vec<(JobId, String)> = Vec::new();
     for spec in demo_jobs() {
         let name = spec.name.clone();
-        let req = ClientRequest::Submit { request: request_id(), spec };
+        let req = ClientRequest::Submit {
+            request: request_id(),
+            spec,
+        };
         match call(addrs, req, false).await? {
             ClientResponse::Submitted { job, tasks } => {
                 eprintln!("  submitted {job} {name:?}: {} task(s)", tasks.len());
@@ -306,15 +319,29 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
     };
     println!("summary after {:.1}s:", start.elapsed().as_secs_f64());
     for j in &listed {
-        let states: Vec<String> = j.task_states.iter().map(|(k, v)| format!("{v} {k}")).collect();
-        println!("  job {} {:<10} {:<9} {}", j.id.0, j.name, j.state, states.join(", "));
+        let states: Vec<String> = j
+            .task_states
+            .iter()
+            .map(|(k, v)| format!("{v} {k}"))
+            .collect();
+        println!(
+            "  job {} {:<10} {:<9} {}",
+            j.id.0,
+            j.name,
+            j.state,
+            states.join(", ")
+        );
     }
     let mut hashes = Vec::new();
     for addr in addrs {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            if let Ok(ClientResponse::Status(s)) =
-                call(std::slice::from_ref(addr), ClientRequest::Status { stale: true }, true).await
+            if let Ok(ClientResponse::Status(s)) = call(
+                std::slice::from_ref(addr),
+                ClientRequest::Status { stale: true },
+                true,
+            )
+            .await
             {
                 if s.applied_index >= final_status.applied_index || Instant::now() > deadline {
                     hashes.push(s.state_hash);

@@ -161,7 +161,10 @@ impl Cluster {
                         "--peers".into(),
                         peers.clone(),
                         "--data-dir".into(),
-                        dir.path().join(format!("master-{id}")).display().to_string(),
+                        dir.path()
+                            .join(format!("master-{id}"))
+                            .display()
+                            .to_string(),
                     ],
                     dir.path(),
                 )
@@ -250,7 +253,10 @@ impl Cluster {
             let hashes: Vec<(u64, String)> = (0..self.masters.len())
                 .map(|i| {
                     let s = self.local_status(i)?;
-                    Some((s["applied_index"].as_u64()?, s["state_hash"].as_str()?.to_string()))
+                    Some((
+                        s["applied_index"].as_u64()?,
+                        s["state_hash"].as_str()?.to_string(),
+                    ))
                 })
                 .collect::<Option<_>>()?;
             let first = hashes.first()?.clone();

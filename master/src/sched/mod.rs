@@ -44,16 +44,10 @@ impl Scheduler for FirstFit {
             if plan.assignments.len() >= self.max_per_plan || free.is_empty() {
                 break;
             }
-            let Some(req) = view
-                .tasks
-                .get(task)
-                .and_then(|t| view.job_resources(t.job))
-            else {
+            let Some(req) = view.tasks.get(task).and_then(|t| view.job_resources(t.job)) else {
                 continue;
             };
-            let chosen = free
-                .iter_mut()
-                .find_map(|(id, f)| f.take(req).map(|_| *id));
+            let chosen = free.iter_mut().find_map(|(id, f)| f.take(req).map(|_| *id));
             if let Some(node) = chosen {
                 plan.assignments.push(Assign { task: *task, node });
             }
@@ -74,7 +68,14 @@ mod tests {
         let mut i = 0;
         let mut apply = |s: &mut ClusterState, c| {
             i += 1;
-            s.apply(i, CommandEnvelope { at_ms: 0, request: None, command: c })
+            s.apply(
+                i,
+                CommandEnvelope {
+                    at_ms: 0,
+                    request: None,
+                    command: c,
+                },
+            )
         };
         for key in [1, 2] {
             apply(
@@ -84,7 +85,11 @@ mod tests {
                     node: None,
                     name: String::new(),
                     addr: String::new(),
-                    capacity: NodeResources { cpu_milli: 2000, mem_mib: 1000, ..Default::default() },
+                    capacity: NodeResources {
+                        cpu_milli: 2000,
+                        mem_mib: 1000,
+                        ..Default::default()
+                    },
                     labels: Default::default(),
                 },
             );
@@ -93,7 +98,11 @@ mod tests {
             name: String::new(),
             user: String::new(),
             partition: String::new(),
-            resources: ResourceRequest { cpu_milli: 1000, mem_mib: 10, ..Default::default() },
+            resources: ResourceRequest {
+                cpu_milli: 1000,
+                mem_mib: 10,
+                ..Default::default()
+            },
             count: 5,
             command: vec!["true".into()],
             env: Default::default(),
@@ -101,7 +110,11 @@ mod tests {
         apply(&mut s, Command::SubmitJob { spec });
         let plan = FirstFit::default().plan(&s);
         let nodes: Vec<u64> = plan.assignments.iter().map(|a| a.node.0).collect();
-        assert_eq!(nodes, vec![1, 1, 2, 2], "4 of 5 fit, first node filled first");
+        assert_eq!(
+            nodes,
+            vec![1, 1, 2, 2],
+            "4 of 5 fit, first node filled first"
+        );
         match apply(&mut s, Command::ApplyPlan(plan)) {
             Outcome::PlanApplied { accepted, rejected } => {
                 assert_eq!(accepted.len(), 4);

@@ -70,10 +70,11 @@ pub fn parse_peers(items: &[String]) -> Result<BTreeMap<u64, String>, Error> {
             .parse()
             .map_err(|_| Error::Config(format!("peer id {id:?} is not a number")))?;
         if id == 0 {
-            return Err(Error::Config("peer ids start at 1 (0 means none in Raft)".into()));
+            return Err(Error::Config(
+                "peer ids start at 1 (0 means none in Raft)".into(),
+            ));
         }
-        hetsched_common::parse_host_port(addr.trim())
-            .map_err(|e| Error::Config(e.to_string()))?;
+        hetsched_common::parse_host_port(addr.trim()).map_err(|e| Error::Config(e.to_string()))?;
         if peers.insert(id, addr.trim().to_string()).is_some() {
             return Err(Error::Config(format!("peer id {id} given twice")));
         }
@@ -176,8 +177,11 @@ impl Master {
                 let st = watch.borrow_and_update().clone();
                 if last_role != Some((st.role, st.leader, st.term)) {
                     last_role = Some((st.role, st.leader, st.term));
-                    metrics::gauge!("hetsched_master_is_leader")
-                        .set(if st.role == Role::Leader { 1.0 } else { 0.0 });
+                    metrics::gauge!("hetsched_master_is_leader").set(if st.role == Role::Leader {
+                        1.0
+                    } else {
+                        0.0
+                    });
                     d.do_send(DutyEvent::Raft(st));
                 }
                 if watch.changed().await.is_err() {
@@ -259,14 +263,24 @@ impl Master {
             ClientRequest::Submit { request, spec } => {
                 spec.validate()
                     .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
-                match self.propose(Command::SubmitJob { spec }, Some(request)).await? {
-                    Outcome::Submitted { job, tasks } => Ok(ClientResponse::Submitted { job, tasks }),
+                match self
+                    .propose(Command::SubmitJob { spec }, Some(request))
+                    .await?
+                {
+                    Outcome::Submitted { job, tasks } => {
+                        Ok(ClientResponse::Submitted { job, tasks })
+                    }
                     o => Err(unexpected(o)),
                 }
             }
             ClientRequest::Cancel { request, job } => {
-                match self.propose(Command::CancelJob { job }, Some(request)).await? {
-                    Outcome::Cancelled { job, tasks, .. } => Ok(ClientResponse::Cancelled { job, tasks }),
+                match self
+                    .propose(Command::CancelJob { job }, Some(request))
+                    .await?
+                {
+                    Outcome::Cancelled { job, tasks, .. } => {
+                        Ok(ClientResponse::Cancelled { job, tasks })
+                    }
                     o => Err(unexpected(o)),
                 }
             }
@@ -281,7 +295,9 @@ impl Master {
                     self.require_leader()?;
                 }
                 let s = self.shared.read_state();
-                Ok(ClientResponse::Jobs(s.jobs.values().map(|j| s.job_info(j)).collect()))
+                Ok(ClientResponse::Jobs(
+                    s.jobs.values().map(|j| s.job_info(j)).collect(),
+                ))
             }
             ClientRequest::Tasks { stale, job } => {
                 if !stale {
@@ -309,7 +325,9 @@ impl Master {
                     self.require_leader()?;
                 }
                 let s = self.shared.read_state();
-                Ok(ClientResponse::Nodes(s.nodes.values().map(|n| s.node_info(n)).collect()))
+                Ok(ClientResponse::Nodes(
+                    s.nodes.values().map(|n| s.node_info(n)).collect(),
+                ))
             }
         }
     }
@@ -441,9 +459,9 @@ fn message_name(m: &Message) -> &'static str {
 /// Runs a master until the process is stopped: binds the cluster port, starts consensus and
 /// the duties, and serves.
 pub async fn run(cfg: MasterConfig) -> Result<(), Error> {
-    let listener = tokio::net::TcpListener::bind(&cfg.listen).await.map_err(|e| {
-        Error::Config(format!("cannot listen on {}: {e}", cfg.listen))
-    })?;
+    let listener = tokio::net::TcpListener::bind(&cfg.listen)
+        .await
+        .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", cfg.listen)))?;
     if let Some(http) = &cfg.http {
         let addr: std::net::SocketAddr = http
             .parse()

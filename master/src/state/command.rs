@@ -1,8 +1,6 @@
 //! The commands of the Raft log and what applying them returns.
 
-use hetsched_common::{
-    Attempt, ClientRequestId, JobId, JobSpec, NodeId, NodeResources, TaskId,
-};
+use hetsched_common::{Attempt, ClientRequestId, JobId, JobSpec, NodeId, NodeResources, TaskId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -12,8 +12,8 @@ pub use hash::fnv1a64;
 
 use hetsched_common::protocol::{JobInfo, NodeCounts, NodeInfo, TaskInfo};
 use hetsched_common::{
-    Attempt, ClientRequestId, GpuAlloc, JobId, JobSpec, NodeId, NodeResources, TaskId,
-    TaskState, TaskStatus,
+    Attempt, ClientRequestId, GpuAlloc, JobId, JobSpec, NodeId, NodeResources, TaskId, TaskState,
+    TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -520,7 +520,9 @@ impl ClusterState {
         let mut counts: BTreeMap<String, u32> = BTreeMap::new();
         for t in &j.tasks {
             if let Some(t) = self.tasks.get(t) {
-                *counts.entry(t.status.state.as_str().to_string()).or_insert(0) += 1;
+                *counts
+                    .entry(t.status.state.as_str().to_string())
+                    .or_insert(0) += 1;
             }
         }
         let n = |s: TaskState| counts.get(s.as_str()).copied().unwrap_or(0);

@@ -91,7 +91,9 @@ fn task_runs_to_success_and_releases_resources() {
     let mut l = Log::new();
     let n = l.register(7, 2);
     let t = l.submit(1, 1500)[0];
-    assert!(matches!(l.assign(t, n), Outcome::PlanApplied { ref accepted, rejected: 0 } if accepted.len() == 1));
+    assert!(
+        matches!(l.assign(t, n), Outcome::PlanApplied { ref accepted, rejected: 0 } if accepted.len() == 1)
+    );
     assert_eq!(l.state.nodes[&n].free.cpu_milli, 500);
     assert_eq!(
         l.apply(Command::TaskStarted {
@@ -131,8 +133,22 @@ fn retried_submit_makes_one_job() {
     let mut l = Log::new();
     let req = Some(ClientRequestId(99));
     let c = Command::SubmitJob { spec: spec(3, 100) };
-    let o1 = l.state.apply(1, CommandEnvelope { at_ms: 1, request: req, command: c.clone() });
-    let o2 = l.state.apply(2, CommandEnvelope { at_ms: 2, request: req, command: c });
+    let o1 = l.state.apply(
+        1,
+        CommandEnvelope {
+            at_ms: 1,
+            request: req,
+            command: c.clone(),
+        },
+    );
+    let o2 = l.state.apply(
+        2,
+        CommandEnvelope {
+            at_ms: 2,
+            request: req,
+            command: c,
+        },
+    );
     assert_eq!(o1, o2);
     assert_eq!(l.state.jobs.len(), 1);
     assert_eq!(l.state.tasks.len(), 3);
@@ -143,7 +159,10 @@ fn invalid_spec_is_rejected_without_change() {
     let mut l = Log::new();
     let mut s = spec(1, 100);
     s.command.clear();
-    assert!(matches!(l.apply(Command::SubmitJob { spec: s }), Outcome::Rejected(_)));
+    assert!(matches!(
+        l.apply(Command::SubmitJob { spec: s }),
+        Outcome::Rejected(_)
+    ));
     assert!(l.state.jobs.is_empty());
 }
 
@@ -154,7 +173,16 @@ fn stale_plan_entries_are_rejected() {
     let t = l.submit(2, 1000);
     // The first fits; the second no longer fits once the first holds the only core.
     match l.apply(Command::ApplyPlan(Plan {
-        assignments: vec![Assign { task: t[0], node: n }, Assign { task: t[1], node: n }],
+        assignments: vec![
+            Assign {
+                task: t[0],
+                node: n,
+            },
+            Assign {
+                task: t[1],
+                node: n,
+            },
+        ],
         ..Default::default()
     })) {
         Outcome::PlanApplied { accepted, rejected } => {
@@ -164,8 +192,14 @@ fn stale_plan_entries_are_rejected() {
         o => panic!("unexpected {o:?}"),
     }
     // Assigning an already-assigned task is stale too, as is an unknown node.
-    assert!(matches!(l.assign(t[0], n), Outcome::PlanApplied { rejected: 1, .. }));
-    assert!(matches!(l.assign(t[1], NodeId(42)), Outcome::PlanApplied { rejected: 1, .. }));
+    assert!(matches!(
+        l.assign(t[0], n),
+        Outcome::PlanApplied { rejected: 1, .. }
+    ));
+    assert!(matches!(
+        l.assign(t[1], NodeId(42)),
+        Outcome::PlanApplied { rejected: 1, .. }
+    ));
     assert!(l.state.pending.contains(&t[1]));
 }
 
@@ -176,26 +210,48 @@ fn node_down_requeues_with_next_attempt_and_fences_old_reports() {
     let b = l.register(2, 1);
     let t = l.submit(1, 1000)[0];
     l.assign(t, a);
-    l.apply(Command::TaskStarted { node: a, task: t, attempt: 1 });
+    l.apply(Command::TaskStarted {
+        node: a,
+        task: t,
+        attempt: 1,
+    });
     match l.apply(Command::NodeDown { node: a }) {
-        Outcome::NodeDown { requeued, .. } => assert_eq!(requeued, vec![TaskRef { task: t, node: a, attempt: 1 }]),
+        Outcome::NodeDown { requeued, .. } => assert_eq!(
+            requeued,
+            vec![TaskRef {
+                task: t,
+                node: a,
+                attempt: 1
+            }]
+        ),
         o => panic!("unexpected {o:?}"),
     }
     assert_eq!(l.state.tasks[&t].status.state, TaskState::Pending);
     assert_eq!(l.state.nodes[&a].free.cpu_milli, 1000);
     // A down node takes no work.
-    assert!(matches!(l.assign(t, a), Outcome::PlanApplied { rejected: 1, .. }));
+    assert!(matches!(
+        l.assign(t, a),
+        Outcome::PlanApplied { rejected: 1, .. }
+    ));
     match l.assign(t, b) {
         Outcome::PlanApplied { accepted, .. } => assert_eq!(accepted[0].attempt, 2),
         o => panic!("unexpected {o:?}"),
     }
     // The lost attempt's late report is ignored.
     assert!(matches!(
-        l.apply(Command::TaskFinished { node: a, task: t, attempt: 1, exit_code: 0 }),
+        l.apply(Command::TaskFinished {
+            node: a,
+            task: t,
+            attempt: 1,
+            exit_code: 0
+        }),
         Outcome::Ignored(_)
     ));
     assert_eq!(l.state.tasks[&t].status.state, TaskState::Assigned);
-    assert_eq!(l.apply(Command::NodeUp { node: a }), Outcome::NodeUp { node: a });
+    assert_eq!(
+        l.apply(Command::NodeUp { node: a }),
+        Outcome::NodeUp { node: a }
+    );
 }
 
 #[test]
@@ -213,7 +269,10 @@ fn cancel_stops_running_tasks_and_frees_them() {
     }
     assert_eq!(l.state.nodes[&n].free.cpu_milli, 4000);
     assert!(l.state.pending.is_empty());
-    assert_eq!(l.state.job_info(&l.state.jobs[&JobId(1)]).state, "cancelled");
+    assert_eq!(
+        l.state.job_info(&l.state.jobs[&JobId(1)]).state,
+        "cancelled"
+    );
 }
 
 #[test]
@@ -241,7 +300,12 @@ fn gpu_grants_are_per_device_and_returned() {
     // 600 + 600 cannot share one device: each went to its own.
     assert_eq!(l.state.tasks[&t[0]].gpus, vec![(0, 600)]);
     assert_eq!(l.state.tasks[&t[1]].gpus, vec![(1, 600)]);
-    l.apply(Command::TaskFinished { node: n, task: t[0], attempt: 1, exit_code: 3 });
+    l.apply(Command::TaskFinished {
+        node: n,
+        task: t[0],
+        attempt: 1,
+        exit_code: 3,
+    });
     assert_eq!(l.state.nodes[&n].free.gpus[0].free_milli, 1000);
     assert_eq!(l.state.tasks[&t[0]].status.state, TaskState::Failed);
 }
