@@ -282,7 +282,8 @@ pub enum HeldPhase {
     Running,
     /// Process ended; the result waits for the master's acknowledgement.
     Finished {
-        /// Exit code (negative: killed by signal −N, or could not start).
+        /// Exit code: the program's own; −N when killed by signal N; 127 when it could not
+        /// be started.
         exit_code: i32,
     },
 }

@@ -13,5 +13,7 @@ pub fn init_logging(default_level: &str) {
         .with_env_filter(EnvFilter::new(filter))
         .with_writer(std::io::stderr)
         .with_target(false)
+        // Colour codes only for a person at a terminal, never in log files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }

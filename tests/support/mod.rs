@@ -289,8 +289,9 @@ pub fn cli_with(masters: &str, args: &[&str]) -> Output {
 }
 
 pub fn json_with(masters: &str, args: &[&str]) -> Option<Value> {
+    // `--json` goes right after the subcommand: after a `--` it would be part of a task's command.
     let mut a: Vec<&str> = args.to_vec();
-    a.push("--json");
+    a.insert(1.min(a.len()), "--json");
     let out = cli_with(masters, &a);
     if !out.status.success() {
         return None;
