@@ -1,0 +1,268 @@
+//! Three real members (sled data dirs, TCP on 127.0.0.1) in one process.
+
+mod common;
+
+use common::*;
+use hetsched_consensus::{ProposeError, Role, MAX_COMMAND_SIZE};
+use std::time::Duration;
+
+const ELECTION_WAIT: Duration = Duration::from_secs(20);
+const CONVERGE_WAIT: Duration = Duration::from_secs(20);
+
+#[test]
+fn leader_elected_proposals_apply_everywhere_and_followers_refuse() {
+    init_tracing();
+    let rt = runtime();
+    let (_peers, _dirs, members) = start_cluster("basic");
+    let refs: Vec<&Member> = members.iter().collect();
+    let leader_id = wait_until("a leader all agree on", ELECTION_WAIT, || {
+        agreed_leader(&refs)
+    });
+    let leader = &members[(leader_id - 1) as usize];
+
+    // Every proposal on the leader resolves with the state machine's output.
+    let mut sum = 0;
+    for v in 1..=20u64 {
+        sum += v;
+        let out = propose(&rt, &leader.consensus, v).expect("leader proposal applies");
+        assert_eq!(out, (v as usize, sum));
+    }
+    let expected: Vec<u64> = (1..=20).collect();
+    for m in &members {
+        wait_until(
+            &format!("member {} to apply 1..=20", m.id),
+            CONVERGE_WAIT,
+            || (m.applied() == expected).then_some(()),
+        );
+    }
+
+    // Followers refuse and name the leader.
+    for m in members.iter().filter(|m| m.id != leader_id) {
+        assert_eq!(m.status().role, Role::Follower);
+        match propose(&rt, &m.consensus, 99) {
+            Err(ProposeError::NotLeader { leader }) => assert_eq!(leader, Some(leader_id)),
+            other => panic!("follower {} answered {other:?}", m.id),
+        }
+    }
+
+    // Oversized commands are refused before reaching Raft.
+    let big = vec![0u8; MAX_COMMAND_SIZE + 1];
+    let r = rt.block_on(leader.consensus.propose(big));
+    assert!(matches!(r, Err(ProposeError::TooLarge(n)) if n == MAX_COMMAND_SIZE + 1));
+
+    // Garbage from a "peer" is dropped, not fatal.
+    let follower = members
+        .iter()
+        .find(|m| m.id != leader_id)
+        .expect("a follower");
+    follower.consensus.step(
+        leader_id,
+        vec![vec![0xff, 0xff, 0xff], Vec::new(), vec![8, 200]],
+    );
+    let out = propose(&rt, &leader.consensus, 21).expect("still replicating");
+    assert_eq!(out, (21, sum + 21));
+    wait_until("the follower to apply 21", CONVERGE_WAIT, || {
+        (follower.applied().len() == 21).then_some(())
+    });
+
+    // Status is consistent with what was applied.
+    let st = leader.status();
+    assert_eq!(st.id, leader_id);
+    assert!(st.commit_index >= 21 && st.applied_index >= 21, "{st:?}");
+    assert!(leader.consensus.peer_addr(leader_id).is_some());
+    assert!(leader.consensus.peer_addr(42).is_none());
+}
+
+#[test]
+fn failover_then_restart_replays_the_log() {
+    init_tracing();
+    let rt = runtime();
+    let (peers, dirs, mut members) = start_cluster("failover");
+    let refs: Vec<&Member> = members.iter().collect();
+    let first_leader = wait_until("a first leader", ELECTION_WAIT, || agreed_leader(&refs));
+    let leader = &members[(first_leader - 1) as usize];
+    for v in 1..=10u64 {
+        propose(&rt, &leader.consensus, v).expect("applies");
+    }
+    // Every member has it before the crash, so whoever wins next holds all ten.
+    for m in &members {
+        wait_until("all apply 1..=10", CONVERGE_WAIT, || {
+            (m.applied().len() == 10).then_some(())
+        });
+    }
+
+    // Crash the leader: its System, listener and connections go away.
+    let pos = members
+        .iter()
+        .position(|m| m.id == first_leader)
+        .expect("leader");
+    let old = members.remove(pos);
+    let watcher = members[0].consensus.watch();
+    old.kill();
+
+    let refs: Vec<&Member> = members.iter().collect();
+    let second_leader = wait_until("a new leader among the survivors", ELECTION_WAIT, || {
+        agreed_leader(&refs).filter(|&l| l != first_leader)
+    });
+    assert_ne!(second_leader, first_leader);
+    // The watch channel saw the change too.
+    let seen = watcher.borrow().clone();
+    assert!(seen.term > 0, "{seen:?}");
+
+    let leader = members
+        .iter()
+        .find(|m| m.id == second_leader)
+        .expect("new leader");
+    for v in 11..=15u64 {
+        let (len, _) = propose(&rt, &leader.consensus, v).expect("new leader commits");
+        assert_eq!(len, v as usize);
+    }
+
+    // Restart the crashed member from its data dir with an empty state machine: it replays
+    // its log and catches up with what it missed.
+    let restarted = start_member(
+        first_leader,
+        &peers,
+        dirs[(first_leader - 1) as usize].0.clone(),
+        None,
+    );
+    members.push(restarted);
+    let expected: Vec<u64> = (1..=15).collect();
+    for m in &members {
+        wait_until(
+            &format!("member {} to converge", m.id),
+            CONVERGE_WAIT,
+            || (m.applied() == expected).then_some(()),
+        );
+    }
+    // And it takes part again: a later proposal reaches it.
+    let leader = members
+        .iter()
+        .find(|m| m.id == second_leader)
+        .expect("leader");
+    propose(&rt, &leader.consensus, 16).expect("applies");
+    let back = members
+        .iter()
+        .find(|m| m.id == first_leader)
+        .expect("restarted");
+    wait_until("the restarted member to apply 16", CONVERGE_WAIT, || {
+        (back.applied().last() == Some(&16)).then_some(())
+    });
+    assert_eq!(back.status().role, Role::Follower);
+}
+
+#[test]
+fn hundreds_of_concurrent_proposals_apply_exactly_once() {
+    init_tracing();
+    let rt = runtime();
+    let (_peers, _dirs, members) = start_cluster("concurrent");
+    let refs: Vec<&Member> = members.iter().collect();
+    let leader_id = wait_until("a leader", ELECTION_WAIT, || agreed_leader(&refs));
+    let leader = members[(leader_id - 1) as usize].consensus.clone();
+
+    const N: u64 = 500;
+    let results = rt.block_on(async {
+        let tasks: Vec<_> = (1..=N)
+            .map(|v| {
+                let c = leader.clone();
+                tokio::spawn(async move { (v, c.propose(cmd(v)).await) })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(
+                tokio::time::timeout(Duration::from_secs(30), t)
+                    .await
+                    .expect("proposal answered")
+                    .expect("task"),
+            );
+        }
+        out
+    });
+    let mut lens: Vec<usize> = Vec::new();
+    for (v, r) in results {
+        let (len, _) = r.unwrap_or_else(|e| panic!("proposal {v} failed: {e}"));
+        lens.push(len);
+    }
+    // Each proposal got its own slot in the applied sequence.
+    lens.sort_unstable();
+    assert_eq!(lens, (1..=N as usize).collect::<Vec<_>>());
+
+    let reference = members[(leader_id - 1) as usize].applied();
+    let mut sorted = reference.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        (1..=N).collect::<Vec<_>>(),
+        "each value applied exactly once"
+    );
+    for m in &members {
+        wait_until(
+            &format!("member {} to apply the same sequence", m.id),
+            CONVERGE_WAIT,
+            || (m.applied() == reference).then_some(()),
+        );
+    }
+}
+
+#[test]
+fn stop_fails_later_proposals_and_releases_the_data_dir() {
+    init_tracing();
+    let rt = runtime();
+    let (peers, listeners) = three_peers();
+    let dir = TempDir::new("stop");
+    // A single member of a 3-member config cannot win an election alone.
+    let member = start_member(1, &peers, dir.0.clone(), listeners.into_iter().next());
+    assert!(matches!(
+        propose(&rt, &member.consensus, 1),
+        Err(ProposeError::NotLeader { leader: None })
+    ));
+    member.consensus.stop();
+    let c = member.consensus.clone();
+    wait_until("the node to stop", Duration::from_secs(10), || {
+        c.is_stopped().then_some(())
+    });
+    assert!(matches!(
+        propose(&rt, &member.consensus, 2),
+        Err(ProposeError::Stopped)
+    ));
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), member.consensus.stopped())
+            .await
+            .expect("stopped() resolves");
+    });
+}
+
+#[test]
+fn restarted_member_alone_replays_its_committed_log() {
+    init_tracing();
+    let rt = runtime();
+    let (peers, dirs, members) = start_cluster("replay");
+    let refs: Vec<&Member> = members.iter().collect();
+    let leader_id = wait_until("a leader", ELECTION_WAIT, || agreed_leader(&refs));
+    for v in 1..=10u64 {
+        propose(&rt, &members[(leader_id - 1) as usize].consensus, v).expect("applies");
+    }
+    let expected: Vec<u64> = (1..=10).collect();
+    for m in &members {
+        wait_until("all apply 1..=10", CONVERGE_WAIT, || {
+            (m.applied() == expected).then_some(())
+        });
+    }
+    for m in members {
+        m.kill();
+    }
+    // With every peer down, only its own log can bring the state machine back.
+    for id in 1..=3u64 {
+        let m = start_member(id, &peers, dirs[(id - 1) as usize].0.clone(), None);
+        wait_until(
+            &format!("member {id} to replay 1..=10"),
+            CONVERGE_WAIT,
+            || (m.applied() == expected).then_some(()),
+        );
+        let st = m.status();
+        assert_eq!(st.applied_index, st.commit_index, "{st:?}");
+        assert_ne!(st.role, Role::Leader, "alone it cannot lead: {st:?}");
+        m.kill();
+    }
+}
