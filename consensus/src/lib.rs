@@ -252,6 +252,7 @@ impl<S: StateMachine> Consensus<S> {
             status_tx,
             terminated: terminated_tx,
             tick: cfg.tick,
+            election_ticks: cfg.election_ticks,
         };
         let arbiter = actix::Arbiter::new();
         RaftNode::start_in_arbiter(&arbiter.handle(), move |_| RaftNode::new(parts));
@@ -270,9 +271,10 @@ impl<S: StateMachine> Consensus<S> {
     ///
     /// Errors: [`ProposeError::NotLeader`] when this member is not the leader (nothing was
     /// proposed); [`ProposeError::Dropped`] when the entry certainly did not and will not
-    /// apply; [`ProposeError::Unknown`] when leadership was lost (or the node stopped) after
-    /// the entry entered the log, so it may still apply; [`ProposeError::Stopped`] when the
-    /// node is gone before the command reached Raft.
+    /// apply (raft refused it, or another term's entry was applied at its index);
+    /// [`ProposeError::Unknown`] when leadership was lost and the entry's index did not apply
+    /// within two election timeouts (or the node stopped) — it may still apply;
+    /// [`ProposeError::Stopped`] when the node is gone before the command reached Raft.
     pub async fn propose(&self, command: Vec<u8>) -> Result<S::Output, ProposeError> {
         if command.len() > MAX_COMMAND_SIZE {
             return Err(ProposeError::TooLarge(command.len()));

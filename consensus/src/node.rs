@@ -61,6 +61,8 @@ struct Pending<O> {
     term: u64,
     id: u64,
     reply: Reply<O>,
+    /// Tick count when this member stopped leading while the entry was still unapplied.
+    orphaned_at: Option<u64>,
 }
 
 /// Everything the actor is built from.
@@ -73,6 +75,7 @@ pub(crate) struct NodeParts<S: StateMachine> {
     pub status_tx: watch::Sender<RaftStatus>,
     pub terminated: watch::Sender<()>,
     pub tick: Duration,
+    pub election_ticks: usize,
 }
 
 pub(crate) struct RaftNode<S: StateMachine> {
@@ -86,6 +89,13 @@ pub(crate) struct RaftNode<S: StateMachine> {
     tick: Duration,
     /// Proposals in flight, by log index.
     pending: BTreeMap<u64, Pending<S::Output>>,
+    /// Some pending proposal outlived this member's leadership.
+    has_orphans: bool,
+    /// Ticks since start (the clock of orphan expiry).
+    ticks: u64,
+    /// Ticks an orphaned proposal waits for its index to apply before it is answered
+    /// `Unknown`.
+    orphan_ticks: u64,
     next_proposal_id: u64,
     /// Messages of readies whose writes are not durable yet, oldest first.
     awaiting_flush: VecDeque<(u64, Vec<RaftMsg>)>,
@@ -118,6 +128,9 @@ impl<S: StateMachine> RaftNode<S> {
             input_rx: Some(parts.input_rx),
             tick: parts.tick,
             pending: BTreeMap::new(),
+            has_orphans: false,
+            ticks: 0,
+            orphan_ticks: 2 * parts.election_ticks as u64,
             next_proposal_id: 1,
             awaiting_flush: VecDeque::new(),
             flush_tx: Some(flush_tx),
@@ -174,7 +187,17 @@ impl<S: StateMachine> RaftNode<S> {
                 // The leader appended it as its last entry; (index, term) names it uniquely.
                 let index = self.raw.raft.raft_log.last_index();
                 let term = self.raw.raft.term;
-                self.pending.insert(index, Pending { term, id, reply });
+                let p = Pending {
+                    term,
+                    id,
+                    reply,
+                    orphaned_at: None,
+                };
+                if let Some(old) = self.pending.insert(index, p) {
+                    // Our log was rewritten at an old proposal's index: it is gone from
+                    // here but may have committed elsewhere.
+                    let _ = old.reply.send(Err(ProposeError::Unknown));
+                }
             }
             Err(e) => {
                 // raft-rs refused before appending (leadership transfer, uncommitted-size
@@ -260,12 +283,38 @@ impl<S: StateMachine> RaftNode<S> {
         }
 
         // Leadership lost: what is still pending may or may not commit under the next leader.
-        if self.raw.raft.state != StateRole::Leader && !self.pending.is_empty() {
-            for (_, p) in std::mem::take(&mut self.pending) {
-                let _ = p.reply.send(Err(ProposeError::Unknown));
+        // Keep waiting for a while as a follower: if the index applies, the entry there says
+        // which (ours → Ok, another term's → Dropped); otherwise `expire_orphans` answers
+        // Unknown.
+        if self.raw.raft.state != StateRole::Leader {
+            for p in self.pending.values_mut() {
+                if p.orphaned_at.is_none() {
+                    p.orphaned_at = Some(self.ticks);
+                    self.has_orphans = true;
+                }
             }
         }
         Ok(())
+    }
+
+    fn expire_orphans(&mut self) {
+        if !self.has_orphans {
+            return;
+        }
+        let now = self.ticks;
+        let limit = self.orphan_ticks;
+        let expired: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.orphaned_at.is_some_and(|t| now >= t + limit))
+            .map(|(&i, _)| i)
+            .collect();
+        for i in expired {
+            if let Some(p) = self.pending.remove(&i) {
+                let _ = p.reply.send(Err(ProposeError::Unknown));
+            }
+        }
+        self.has_orphans = self.pending.values().any(|p| p.orphaned_at.is_some());
     }
 
     fn request_flush(&mut self, number: u64) -> Result<(), crate::Error> {
@@ -421,8 +470,10 @@ impl<S: StateMachine> Actor for RaftNode<S> {
             ctx.add_stream(batched(rx));
         }
         ctx.run_interval(self.tick, |node, ctx| {
+            node.ticks += 1;
             node.raw.tick();
             node.drive(ctx);
+            node.expire_orphans();
         });
         // A restarted member has committed entries to replay right away.
         self.drive(ctx);

@@ -266,3 +266,77 @@ fn restarted_member_alone_replays_its_committed_log() {
         m.kill();
     }
 }
+
+/// A leader cut off from both followers holds an uncommitted proposal, steps down
+/// (check_quorum), and the followers come back. Whatever the answer, it must be true:
+/// `Ok` ⇒ applied once everywhere, `Dropped` ⇒ applied nowhere, `Unknown` ⇒ at most once.
+#[test]
+fn proposal_outcome_after_losing_quorum_is_truthful() {
+    init_tracing();
+    let rt = runtime();
+    let (peers, dirs, mut members) = start_cluster("quorum");
+    let refs: Vec<&Member> = members.iter().collect();
+    let leader_id = wait_until("a leader", ELECTION_WAIT, || agreed_leader(&refs));
+    for v in 1..=3u64 {
+        propose(&rt, &members[(leader_id - 1) as usize].consensus, v).expect("applies");
+    }
+    for m in &members {
+        wait_until("all apply 1..=3", CONVERGE_WAIT, || {
+            (m.applied().len() == 3).then_some(())
+        });
+    }
+
+    let pos = members
+        .iter()
+        .position(|m| m.id == leader_id)
+        .expect("leader");
+    let leader = members.remove(pos);
+    let follower_ids: Vec<u64> = members.iter().map(|m| m.id).collect();
+    for m in members.drain(..) {
+        m.kill();
+    }
+    let c = leader.consensus.clone();
+    let pending = rt.spawn(async move { c.propose(cmd(100)).await });
+    wait_until("the lone leader to step down", ELECTION_WAIT, || {
+        (leader.status().role != Role::Leader).then_some(())
+    });
+    for id in follower_ids {
+        members.push(start_member(
+            id,
+            &peers,
+            dirs[(id - 1) as usize].0.clone(),
+            None,
+        ));
+    }
+    members.push(leader);
+
+    let outcome = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(30), pending).await })
+        .expect("answered within 30 s")
+        .expect("task");
+    eprintln!("outcome of the stranded proposal: {outcome:?}");
+
+    // Settle: a new proposal through whoever leads now, then compare every member.
+    let refs: Vec<&Member> = members.iter().collect();
+    let now_leader = wait_until("a leader again", ELECTION_WAIT, || agreed_leader(&refs));
+    let lm = members.iter().find(|m| m.id == now_leader).expect("leader");
+    propose(&rt, &lm.consensus, 200).expect("applies");
+    let reference = wait_until("the new leader to apply 200", CONVERGE_WAIT, || {
+        let a = lm.applied();
+        (a.last() == Some(&200)).then_some(a)
+    });
+    for m in &members {
+        wait_until(
+            &format!("member {} to converge", m.id),
+            CONVERGE_WAIT,
+            || (m.applied() == reference).then_some(()),
+        );
+    }
+    let count = reference.iter().filter(|&&v| v == 100).count();
+    match outcome {
+        Ok(_) => assert_eq!(count, 1, "Ok but applied {count} times: {reference:?}"),
+        Err(ProposeError::Dropped) => assert_eq!(count, 0, "Dropped but applied: {reference:?}"),
+        Err(ProposeError::Unknown) => assert!(count <= 1, "applied twice: {reference:?}"),
+        Err(e) => panic!("unexpected answer {e:?}"),
+    }
+}
