@@ -177,7 +177,10 @@ pub struct Consensus<S: StateMachine> {
 
 struct Inner<S: StateMachine> {
     id: u64,
-    input: mpsc::UnboundedSender<Input<S::Output>>,
+    /// Peer messages and stop requests.
+    control: mpsc::UnboundedSender<Input<S::Output>>,
+    /// Proposals, taken in bounded turns after control inputs.
+    proposals: mpsc::UnboundedSender<node::Proposal<S::Output>>,
     status: watch::Receiver<RaftStatus>,
     terminated: watch::Receiver<()>,
     peers: BTreeMap<u64, String>,
@@ -224,6 +227,8 @@ impl<S: StateMachine> Consensus<S> {
             pre_vote: true,
             max_committed_size_per_ready: MAX_COMMITTED_SIZE_PER_READY,
             max_uncommitted_size: MAX_UNCOMMITTED_SIZE,
+            // Merge a burst's appends to one peer into one message instead of one per entry.
+            batch_append: true,
             ..Default::default()
         };
         raft_cfg
@@ -242,13 +247,15 @@ impl<S: StateMachine> Consensus<S> {
         };
         let (status_tx, status_rx) = watch::channel(initial);
         let (terminated_tx, terminated_rx) = watch::channel(());
-        let (input_tx, input_rx) = mpsc::unbounded_channel();
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let (proposals_tx, proposals_rx) = mpsc::unbounded_channel();
         let parts = NodeParts {
             raw,
             sm: Box::new(sm),
             peers: cfg.peers.clone(),
-            input_rx,
-            input_tx: input_tx.clone(),
+            control_rx,
+            control_tx: control_tx.clone(),
+            proposals_rx,
             status_tx,
             terminated: terminated_tx,
             tick: cfg.tick,
@@ -259,7 +266,8 @@ impl<S: StateMachine> Consensus<S> {
         Ok(Self {
             inner: Arc::new(Inner {
                 id: cfg.id,
-                input: input_tx,
+                control: control_tx,
+                proposals: proposals_tx,
                 status: status_rx,
                 terminated: terminated_rx,
                 peers: cfg.peers,
@@ -281,11 +289,8 @@ impl<S: StateMachine> Consensus<S> {
         }
         let (reply, rx) = oneshot::channel();
         self.inner
-            .input
-            .send(Input::Propose {
-                data: command,
-                reply,
-            })
+            .proposals
+            .send((command, reply))
             .map_err(|_| ProposeError::Stopped)?;
         // A dropped reply means the input was discarded unread by a stopping node.
         rx.await.unwrap_or(Err(ProposeError::Stopped))
@@ -315,7 +320,7 @@ impl<S: StateMachine> Consensus<S> {
         }
         if !decoded.is_empty() {
             // A stopped node simply no longer listens.
-            let _ = self.inner.input.send(Input::Step(decoded));
+            let _ = self.inner.control.send(Input::Step(decoded));
         }
     }
 
@@ -343,7 +348,7 @@ impl<S: StateMachine> Consensus<S> {
     /// Asks the node to stop. Pending proposals then fail with [`ProposeError::Unknown`],
     /// later ones with [`ProposeError::Stopped`]. See [`Consensus::stopped`].
     pub fn stop(&self) {
-        let _ = self.inner.input.send(Input::Stop);
+        let _ = self.inner.control.send(Input::Stop);
     }
 
     /// True once the node has stopped and released its data dir.

@@ -35,15 +35,17 @@ use std::task::Poll;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
-/// Inputs handled per batch before the Ready cycle runs: bounds the entries of one Ready
+/// Proposals taken per turn before the Ready cycle runs: bounds the entries of one Ready
 /// (the pitfall of CRATES.md: a huge Ready outlasts the election timeout).
-const MAX_INPUT_BATCH: usize = 1024;
+const MAX_PROPOSALS_PER_TURN: usize = 1024;
+/// Control inputs (peer messages, flush completions) taken per turn.
+const MAX_CONTROL_PER_TURN: usize = 4096;
 /// Readies handled back to back before yielding to the mailbox and timers.
 const MAX_READIES_PER_TURN: usize = 8;
 
 pub(crate) type Reply<O> = oneshot::Sender<Result<O, ProposeError>>;
 
-/// What reaches the actor through its input channel.
+/// What reaches the actor. Proposals come through their own channel (see [`inputs`]).
 pub(crate) enum Input<O> {
     /// A command to propose.
     Propose { data: Vec<u8>, reply: Reply<O> },
@@ -70,8 +72,9 @@ pub(crate) struct NodeParts<S: StateMachine> {
     pub raw: RawNode<SledStorage>,
     pub sm: Box<S>,
     pub peers: BTreeMap<u64, String>,
-    pub input_rx: mpsc::UnboundedReceiver<Input<S::Output>>,
-    pub input_tx: mpsc::UnboundedSender<Input<S::Output>>,
+    pub control_rx: mpsc::UnboundedReceiver<Input<S::Output>>,
+    pub control_tx: mpsc::UnboundedSender<Input<S::Output>>,
+    pub proposals_rx: mpsc::UnboundedReceiver<Proposal<S::Output>>,
     pub status_tx: watch::Sender<RaftStatus>,
     pub terminated: watch::Sender<()>,
     pub tick: Duration,
@@ -85,7 +88,11 @@ pub(crate) struct RaftNode<S: StateMachine> {
     sm: Box<S>,
     peers: BTreeMap<u64, String>,
     transport: Option<Transport>,
-    input_rx: Option<mpsc::UnboundedReceiver<Input<S::Output>>>,
+    #[allow(clippy::type_complexity)]
+    receivers: Option<(
+        mpsc::UnboundedReceiver<Input<S::Output>>,
+        mpsc::UnboundedReceiver<Proposal<S::Output>>,
+    )>,
     tick: Duration,
     /// Proposals in flight, by log index.
     pending: BTreeMap<u64, Pending<S::Output>>,
@@ -112,7 +119,7 @@ impl<S: StateMachine> RaftNode<S> {
     pub(crate) fn new(parts: NodeParts<S>) -> Self {
         let db = parts.raw.store().db();
         let (flush_tx, flush_rx) = std::sync::mpsc::channel();
-        let back = parts.input_tx;
+        let back = parts.control_tx;
         let id = parts.raw.raft.id;
         // sled's flush is a blocking fsync: it runs here, never on the thread that ticks Raft.
         let flush_thread = std::thread::Builder::new()
@@ -125,7 +132,7 @@ impl<S: StateMachine> RaftNode<S> {
             sm: parts.sm,
             peers: parts.peers,
             transport: None,
-            input_rx: Some(parts.input_rx),
+            receivers: Some((parts.control_rx, parts.proposals_rx)),
             tick: parts.tick,
             pending: BTreeMap::new(),
             has_orphans: false,
@@ -237,7 +244,17 @@ impl<S: StateMachine> RaftNode<S> {
     }
 
     fn handle_ready(&mut self) -> Result<(), crate::Error> {
+        let started = std::time::Instant::now();
         let mut rd = self.raw.ready();
+        tracing::trace!(
+            member = self.id,
+            number = rd.number(),
+            entries = rd.entries().len(),
+            committed = rd.committed_entries().len(),
+            msgs = rd.messages().len(),
+            persisted_msgs = rd.persisted_messages().len(),
+            "ready"
+        );
         let mut unreachable = BTreeSet::new();
 
         // 1. A leader's messages may leave before its own entries are durable.
@@ -276,6 +293,7 @@ impl<S: StateMachine> RaftNode<S> {
             self.raw.on_persist_ready(number);
         }
         self.raw.advance_apply_to(self.applied);
+        tracing::trace!(member = self.id, number, elapsed = ?started.elapsed(), "ready handled");
 
         // Raft's own state may change only between readies.
         for to in unreachable {
@@ -464,12 +482,28 @@ impl<S: StateMachine> Actor for RaftNode<S> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        // Peer tasks live on this actor's runtime (its own arbiter).
-        self.transport = Some(Transport::start(self.id, &self.peers));
-        if let Some(rx) = self.input_rx.take() {
-            ctx.add_stream(batched(rx));
+        match Transport::start(self.id, &self.peers) {
+            Ok(t) => self.transport = Some(t),
+            Err(e) => {
+                tracing::error!(member = self.id, error = %e, "cannot start the raft transport");
+                ctx.stop();
+                return;
+            }
         }
-        ctx.run_interval(self.tick, |node, ctx| {
+        if let Some((control, proposals)) = self.receivers.take() {
+            ctx.add_stream(inputs(control, proposals));
+        }
+        let mut last_tick = std::time::Instant::now();
+        let min_gap = self.tick.mul_f64(0.8);
+        ctx.run_interval(self.tick, move |node, ctx| {
+            // A late timer fires its missed ticks back to back. Raft must not see them: the
+            // peers' messages that arrived meanwhile are still queued, so a leader would count
+            // a whole election timeout without them and step down (check_quorum).
+            let now = std::time::Instant::now();
+            if now.duration_since(last_tick) < min_gap {
+                return;
+            }
+            last_tick = now;
             node.ticks += 1;
             node.raw.tick();
             node.drive(ctx);
@@ -526,22 +560,56 @@ impl<S: StateMachine> Drop for RaftNode<S> {
     }
 }
 
-/// The input channel as a stream of batches of at most [`MAX_INPUT_BATCH`].
-fn batched<T: 'static>(
-    mut rx: mpsc::UnboundedReceiver<T>,
-) -> impl futures::Stream<Item = Vec<T>> + 'static {
-    futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
-        Poll::Ready(Some(first)) => {
-            let mut v = vec![first];
-            while v.len() < MAX_INPUT_BATCH {
-                match rx.try_recv() {
-                    Ok(x) => v.push(x),
-                    Err(_) => break,
-                }
-            }
-            Poll::Ready(Some(v))
+/// A proposal as it travels to the actor.
+pub(crate) type Proposal<O> = (Vec<u8>, Reply<O>);
+
+/// Both input channels as one stream of turns. Each turn takes the waiting control inputs
+/// first — a follower's append response must not queue behind thousands of proposals — then
+/// at most [`MAX_PROPOSALS_PER_TURN`] proposals. After each turn the stream yields once to the
+/// runtime, so the peer tasks (which share this thread) and the tick timer run between turns
+/// even under a flood of proposals.
+fn inputs<O: 'static>(
+    mut control: mpsc::UnboundedReceiver<Input<O>>,
+    mut proposals: mpsc::UnboundedReceiver<Proposal<O>>,
+) -> impl futures::Stream<Item = Vec<Input<O>>> + 'static {
+    let mut yield_next = false;
+    let mut proposals_open = true;
+    futures::stream::poll_fn(move |cx| {
+        if std::mem::take(&mut yield_next) {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
-        Poll::Ready(None) => Poll::Ready(None),
-        Poll::Pending => Poll::Pending,
+        let mut turn = Vec::new();
+        let mut control_closed = false;
+        while turn.len() < MAX_CONTROL_PER_TURN {
+            match control.poll_recv(cx) {
+                Poll::Ready(Some(x)) => turn.push(x),
+                Poll::Ready(None) => {
+                    control_closed = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        let mut n = 0;
+        while proposals_open && n < MAX_PROPOSALS_PER_TURN {
+            match proposals.poll_recv(cx) {
+                Poll::Ready(Some((data, reply))) => {
+                    turn.push(Input::Propose { data, reply });
+                    n += 1;
+                }
+                // Every handle is gone; control inputs (flushes) may still come.
+                Poll::Ready(None) => proposals_open = false,
+                Poll::Pending => break,
+            }
+        }
+        if !turn.is_empty() {
+            yield_next = true;
+            Poll::Ready(Some(turn))
+        } else if control_closed {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
     })
 }

@@ -308,3 +308,133 @@ impl raft::Storage for SledStorage {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::Storage as _;
+
+    struct Dir(std::path::PathBuf);
+    impl Dir {
+        fn new(name: &str) -> Self {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            Dir(std::env::temp_dir().join(format!(
+                "hetsched-consensus-storage-{name}-{}-{nanos}",
+                std::process::id()
+            )))
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
+        Entry {
+            index,
+            term,
+            data: data.to_vec().into(),
+            ..Default::default()
+        }
+    }
+
+    fn ctx() -> GetEntriesContext {
+        GetEntriesContext::empty(false)
+    }
+
+    #[test]
+    fn fresh_dir_bootstraps_voters_and_empty_log() {
+        let dir = Dir::new("fresh");
+        let o = SledStorage::open(&dir.0, &[1, 2, 3]).expect("open");
+        assert!(o.bootstrapped);
+        let s = o.storage;
+        let st = s.initial_state().expect("state");
+        assert_eq!(st.conf_state.voters, vec![1, 2, 3]);
+        assert_eq!(st.hard_state, HardState::default());
+        assert_eq!((s.first_index().unwrap(), s.last_index().unwrap()), (1, 0));
+        assert_eq!(s.term(0).unwrap(), 0);
+        assert!(matches!(
+            s.term(1),
+            Err(raft::Error::Store(StorageError::Unavailable))
+        ));
+    }
+
+    #[test]
+    fn append_overwrite_limit_and_reopen() {
+        let dir = Dir::new("append");
+        {
+            let mut s = SledStorage::open(&dir.0, &[1]).expect("open").storage;
+            let ents: Vec<Entry> = (1..=5).map(|i| entry(i, 1, &[i as u8; 100])).collect();
+            let hs = HardState {
+                term: 1,
+                commit: 2,
+                ..Default::default()
+            };
+            s.append(&ents, Some(&hs)).expect("append");
+            assert_eq!(s.last_index().unwrap(), 5);
+            // A new leader of term 2 overwrites from index 4, leaving a shorter log.
+            s.append(&[entry(4, 2, b"x")], None).expect("overwrite");
+            assert_eq!(s.last_index().unwrap(), 4);
+            assert_eq!(s.term(3).unwrap(), 1);
+            assert_eq!(s.term(4).unwrap(), 2);
+            // Size limit: at least one entry, then stop before exceeding it.
+            let one = s.entries(1, 5, 1, ctx()).expect("entries");
+            assert_eq!(one.len(), 1);
+            let two = s
+                .entries(1, 5, u64::from(ents[0].compute_size()) * 2, ctx())
+                .expect("entries");
+            assert_eq!(two.len(), 2);
+            let all = s.entries(1, 5, None, ctx()).expect("entries");
+            assert_eq!(
+                all.iter().map(|e| (e.index, e.term)).collect::<Vec<_>>(),
+                vec![(1, 1), (2, 1), (3, 1), (4, 2)]
+            );
+            assert!(s.entries(1, 6, None, ctx()).is_err());
+            // An append that leaves a hole is refused.
+            assert!(s.append(&[entry(9, 2, b"y")], None).is_err());
+            s.db().flush().expect("flush");
+        }
+        let o = SledStorage::open(&dir.0, &[7, 8, 9]).expect("reopen");
+        assert!(!o.bootstrapped, "a used dir is not bootstrapped again");
+        let s = o.storage;
+        let st = s.initial_state().expect("state");
+        assert_eq!(st.conf_state.voters, vec![1]);
+        assert_eq!((st.hard_state.term, st.hard_state.commit), (1, 2));
+        assert_eq!(s.last_index().unwrap(), 4);
+        assert_eq!(s.term(4).unwrap(), 2);
+        let e = s.entries(4, 5, None, ctx()).expect("entry 4");
+        assert_eq!(&e[0].data[..], b"x");
+    }
+
+    #[test]
+    fn corrupt_disk_contents_are_errors_not_panics() {
+        let dir = Dir::new("corrupt");
+        {
+            let s = SledStorage::open(&dir.0, &[1]).expect("open").storage;
+            s.tree
+                .insert(KEY_HARD_STATE, &[0xff, 0xff][..])
+                .expect("insert");
+            s.db().flush().expect("flush");
+        }
+        assert!(matches!(
+            SledStorage::open(&dir.0, &[1]),
+            Err(Error::Storage(_))
+        ));
+        {
+            let db = sled::open(&dir.0).expect("sled");
+            let t = db.open_tree(TREE).expect("tree");
+            t.remove(KEY_HARD_STATE).expect("remove");
+            // An entry value too short to hold its term.
+            t.insert(entry_key(1), &[1u8][..]).expect("insert");
+            db.flush().expect("flush");
+        }
+        assert!(matches!(
+            SledStorage::open(&dir.0, &[1]),
+            Err(Error::Storage(_))
+        ));
+    }
+}

@@ -1,6 +1,12 @@
 //! Outgoing Raft traffic: one task per peer, each with a bounded queue, a
 //! `wire::Connection` to the peer's cluster address, and reconnection with backoff.
 //!
+//! The tasks run on a small tokio runtime of their own, not on the Raft actor's arbiter:
+//! there they would share one thread (and actix's `LocalSet`) with a busy actor, and under a
+//! flood of proposals they starved for hundreds of milliseconds — heartbeats included, so
+//! followers started elections. Frame encoding and socket writes also stay off the Raft
+//! thread this way.
+//!
 //! The Raft actor only ever calls [`Transport::send`], which never waits: when a peer's queue
 //! is full (the peer is slow, down, or we are backing off) the messages are dropped and the
 //! caller is told, so it can `report_unreachable`. Raft retransmits what matters.
@@ -25,6 +31,16 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Senders to every peer. Dropping it ends the peer tasks (and closes their connections).
 pub struct Transport {
     peers: HashMap<u64, mpsc::Sender<Vec<Vec<u8>>>>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        // Dropped from inside the actor's runtime, where a blocking shutdown would panic.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// Why a batch was not queued.
@@ -37,18 +53,26 @@ pub enum SendError {
 }
 
 impl Transport {
-    /// Starts one task per peer other than `self_id`, on the current tokio runtime.
-    pub fn start(self_id: u64, peers: &BTreeMap<u64, String>) -> Self {
+    /// Starts one task per peer other than `self_id`, on a new single-threaded runtime.
+    pub fn start(self_id: u64, peers: &BTreeMap<u64, String>) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("raft-{self_id}-net"))
+            .enable_all()
+            .build()?;
         let mut senders = HashMap::new();
         for (&id, addr) in peers {
             if id == self_id {
                 continue;
             }
             let (tx, rx) = mpsc::channel(PEER_QUEUE);
-            tokio::spawn(peer_loop(self_id, id, addr.clone(), rx));
+            runtime.spawn(peer_loop(self_id, id, addr.clone(), rx));
             senders.insert(id, tx);
         }
-        Self { peers: senders }
+        Ok(Self {
+            peers: senders,
+            runtime: Some(runtime),
+        })
     }
 
     /// Queues encoded messages for `to`, never waiting.
@@ -97,6 +121,12 @@ async fn peer_loop(self_id: u64, to: u64, addr: String, mut rx: mpsc::Receiver<V
             }
         }
         let Some(c) = conn.as_ref() else { continue };
+        tracing::trace!(
+            peer = to,
+            msgs = batch.len(),
+            bytes = size,
+            "sending raft frame"
+        );
         let body = Message::Raft {
             from: MasterId(self_id),
             msgs: batch.into_iter().map(ByteBuf::from).collect(),

@@ -340,3 +340,58 @@ fn proposal_outcome_after_losing_quorum_is_truthful() {
         Err(e) => panic!("unexpected answer {e:?}"),
     }
 }
+
+/// A burst far larger than one input batch: it must commit in bounded Readies without
+/// outlasting the election timeout (no leader change during the burst).
+#[test]
+fn burst_commits_without_a_leader_change() {
+    init_tracing();
+    let rt = runtime();
+    let (_peers, _dirs, members) = start_cluster("burst");
+    let refs: Vec<&Member> = members.iter().collect();
+    let leader_id = wait_until("a leader", ELECTION_WAIT, || agreed_leader(&refs));
+    let lm = &members[(leader_id - 1) as usize];
+    let term_before = lm.status().term;
+    let leader = lm.consensus.clone();
+
+    const N: u64 = 20_000;
+    let started = std::time::Instant::now();
+    let failures = rt.block_on(async {
+        let tasks: Vec<_> = (1..=N)
+            .map(|v| {
+                let c = leader.clone();
+                tokio::spawn(async move { c.propose(cmd(v)).await.is_err() })
+            })
+            .collect();
+        let mut failures = 0;
+        for t in tasks {
+            if tokio::time::timeout(Duration::from_secs(60), t)
+                .await
+                .expect("answered")
+                .expect("task")
+            {
+                failures += 1;
+            }
+        }
+        failures
+    });
+    let elapsed = started.elapsed();
+    eprintln!(
+        "{N} proposals applied on the leader in {elapsed:?} ({:.0}/s, debug build)",
+        N as f64 / elapsed.as_secs_f64()
+    );
+    assert_eq!(failures, 0);
+    assert_eq!(
+        lm.status().term,
+        term_before,
+        "leadership changed during the burst"
+    );
+    assert_eq!(lm.status().leader, Some(leader_id));
+    for m in &members {
+        wait_until(
+            &format!("member {} to apply the burst", m.id),
+            CONVERGE_WAIT,
+            || (m.applied().len() == N as usize).then_some(()),
+        );
+    }
+}
