@@ -20,8 +20,23 @@
 //! let out = consensus.propose(bytes).await?;           // resolves once applied
 //! ```
 //!
-//! The node runs on its own actix `Arbiter` (thread); sled flushes run on one more thread;
-//! every method of [`Consensus`] may be called from any thread or runtime.
+//! # Threads
+//!
+//! - the Raft actor on its own actix `Arbiter`: ticks, steps, proposals, the Ready cycle,
+//!   sled writes (not flushes) and `StateMachine::apply`;
+//! - `raft-N-flush`: sled flushes (fsync), coalesced, one per batch of Readies;
+//! - `raft-N-net`: a one-worker tokio runtime with one task per peer (frame encoding,
+//!   connect with backoff, socket writes).
+//!
+//! Every method of [`Consensus`] may be called from any thread or runtime.
+//!
+//! # Proposals
+//!
+//! A proposal carries a proposal id in its entry's context; the leader remembers the (index,
+//! term) raft-rs gave it. When that index is applied: same term and id → `Ok(output)`;
+//! anything else there → [`ProposeError::Dropped`] (ours was overwritten, so it never
+//! commits). A leader that steps down keeps its pending proposals for two election timeouts
+//! in case their indexes apply meanwhile, then answers [`ProposeError::Unknown`].
 
 #![deny(missing_docs)]
 
@@ -202,6 +217,11 @@ impl<S: StateMachine> Consensus<S> {
     /// threads delays its ticks. `sm` must be empty: every committed entry is re-applied.
     pub fn start(cfg: RaftConfig, sm: S) -> Result<Self> {
         validate(&cfg)?;
+        if actix::System::try_current().is_none() {
+            return Err(Error::Config(
+                "Consensus::start must be called inside an actix System".into(),
+            ));
+        }
         let voters: Vec<u64> = cfg.peers.keys().copied().collect();
         let opened = storage::SledStorage::open(&cfg.data_dir, &voters)?;
         let hs = opened.storage.hard_state().clone();
@@ -388,4 +408,47 @@ fn validate(cfg: &RaftConfig) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nop;
+    impl StateMachine for Nop {
+        type Output = ();
+        fn apply(&mut self, _: u64, _: &[u8]) {}
+        fn snapshot(&self) -> Vec<u8> {
+            Vec::new()
+        }
+        fn restore(&mut self, _: &[u8]) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn handle_is_clone_send_sync() {
+        fn check<T: Clone + Send + Sync + 'static>() {}
+        check::<Consensus<Nop>>();
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let peers: BTreeMap<u64, String> = [(1, "127.0.0.1:1".to_string())].into();
+        let dir = std::env::temp_dir().join("hetsched-consensus-never-created");
+        let mut cfg = RaftConfig::new(0, peers.clone(), &dir);
+        assert!(matches!(validate(&cfg), Err(Error::Config(_))));
+        cfg.id = 2;
+        assert!(
+            matches!(validate(&cfg), Err(Error::Config(_))),
+            "not a peer"
+        );
+        cfg.id = 1;
+        assert!(validate(&cfg).is_ok());
+        cfg.heartbeat_ticks = cfg.election_ticks;
+        assert!(matches!(validate(&cfg), Err(Error::Config(_))));
+        let cfg = RaftConfig::new(1, peers, &dir);
+        // Outside an actix System.
+        assert!(matches!(Consensus::start(cfg, Nop), Err(Error::Config(_))));
+    }
 }
