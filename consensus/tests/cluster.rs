@@ -395,3 +395,38 @@ fn burst_commits_without_a_leader_change() {
         );
     }
 }
+
+/// Stopping only the leader's Raft actor (its listener stays up and swallows traffic) is
+/// enough for the others to elect a new leader, which commits.
+#[test]
+fn stopping_the_leader_node_hands_over_leadership() {
+    init_tracing();
+    let rt = runtime();
+    let (_peers, _dirs, members) = start_cluster("stopnode");
+    let refs: Vec<&Member> = members.iter().collect();
+    let first = wait_until("a leader", ELECTION_WAIT, || agreed_leader(&refs));
+    let old = &members[(first - 1) as usize];
+    propose(&rt, &old.consensus, 1).expect("applies");
+    old.consensus.stop();
+    let c = old.consensus.clone();
+    wait_until("the old leader to stop", ELECTION_WAIT, || {
+        c.is_stopped().then_some(())
+    });
+    assert!(matches!(
+        propose(&rt, &old.consensus, 2),
+        Err(ProposeError::Stopped)
+    ));
+
+    let rest: Vec<&Member> = members.iter().filter(|m| m.id != first).collect();
+    let second = wait_until("a new leader", ELECTION_WAIT, || {
+        agreed_leader(&rest).filter(|&l| l != first)
+    });
+    let lm = &members[(second - 1) as usize];
+    let (len, sum) = propose(&rt, &lm.consensus, 3).expect("new leader commits");
+    assert_eq!((len, sum), (2, 4));
+    for m in &rest {
+        wait_until("survivors apply [1, 3]", CONVERGE_WAIT, || {
+            (m.applied() == vec![1, 3]).then_some(())
+        });
+    }
+}
