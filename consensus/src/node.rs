@@ -170,7 +170,9 @@ impl<S: StateMachine> RaftNode<S> {
             commit_index: self.raw.raft.raft_log.committed,
             applied_index: self.applied,
         };
-        self.status_tx.send_if_modified(|s| {
+        let (term, commit, applied) = (now.term, now.commit_index, now.applied_index);
+        let leading = now.role == Role::Leader;
+        let changed = self.status_tx.send_if_modified(|s| {
             if *s != now {
                 *s = now;
                 true
@@ -178,6 +180,12 @@ impl<S: StateMachine> RaftNode<S> {
                 false
             }
         });
+        if changed {
+            metrics::gauge!("raft_term").set(term as f64);
+            metrics::gauge!("raft_commit_index").set(commit as f64);
+            metrics::gauge!("raft_applied_index").set(applied as f64);
+            metrics::gauge!("raft_is_leader").set(if leading { 1.0 } else { 0.0 });
+        }
     }
 
     fn propose(&mut self, data: Vec<u8>, reply: Reply<S::Output>) {
@@ -402,6 +410,7 @@ impl<S: StateMachine> RaftNode<S> {
 
     /// Settles the proposal waiting on `index`, now that the entry there is applied.
     fn resolve(&mut self, index: u64, term: u64, context: &[u8], output: Option<S::Output>) {
+        metrics::counter!("raft_applied_entries_total").increment(1);
         // Anything waiting below this index lost its slot to another entry.
         while let Some(entry) = self.pending.first_entry() {
             if *entry.key() >= index {
@@ -456,7 +465,10 @@ fn flush_loop<O>(
         while let Ok(n) = rx.try_recv() {
             number = number.max(n);
         }
-        let msg = match db.flush() {
+        let started = std::time::Instant::now();
+        let flushed = db.flush();
+        metrics::histogram!("raft_flush_seconds").record(started.elapsed().as_secs_f64());
+        let msg = match flushed {
             Ok(_) => Input::Persisted(number),
             Err(e) => Input::PersistFailed(e.to_string()),
         };
