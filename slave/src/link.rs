@@ -149,16 +149,12 @@ impl Link {
         }
     }
 
-    /// One round: register if needed, deliver pending reports, heartbeat when due.
+    /// One round: register if needed, heartbeat when due, deliver pending reports. The
+    /// heartbeat goes first so that reports the leader cannot take yet never delay liveness.
     async fn round(&mut self, beat: bool) -> Result<(), LinkError> {
         if !self.registered {
             self.register().await?;
         }
-        let r = self.deliver().await;
-        if let Err(LinkError::UnknownNode) = r {
-            self.registered = false;
-        }
-        r?;
         if beat {
             let r = self.heartbeat().await;
             if let Err(LinkError::UnknownNode) = r {
@@ -167,7 +163,12 @@ impl Link {
             }
             r?;
         }
-        Ok(())
+        let r = self.deliver().await;
+        if let Err(LinkError::UnknownNode) = r {
+            tracing::warn!("leader does not know this node; registering again");
+            self.registered = false;
+        }
+        r
     }
 
     async fn held(&self) -> Result<Vec<hetsched_common::protocol::HeldTask>, LinkError> {
@@ -223,7 +224,8 @@ impl Link {
     }
 
     /// Sends pending reports in order. A report the master refuses goes to the back (so it
-    /// cannot block the others) and is retried next round; a transport failure ends the round.
+    /// cannot block the others); "retry later" stops this round's delivery until the next
+    /// tick; a transport failure ends the round with an error (the caller backs off).
     async fn deliver(&mut self) -> Result<(), LinkError> {
         let Some(node) = self.node else {
             return Err(LinkError::UnknownNode);
@@ -269,6 +271,13 @@ impl Link {
                     if matches!(report, Report::Finished { .. }) {
                         self.pending.push_back(report);
                     }
+                }
+                Err(LinkError::Retry(why)) => {
+                    // The leader is there but cannot take it now (no quorum, leadership
+                    // changing): try again at the next tick, without backing off the link.
+                    tracing::debug!(?report, %why, "report deferred");
+                    self.pending.push_front(report);
+                    break;
                 }
                 Err(e) => {
                     self.pending.push_front(report);
