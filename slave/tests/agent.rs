@@ -185,14 +185,16 @@ async fn call(conn: &Connection, cmd: SlaveCommand) -> Message {
         .expect("slave answers")
 }
 
-/// Waits for the slave's registration and connects to the address it advertised.
+/// Waits for the slave's registration and connects to the address it advertised last.
 async fn connect_to_slave(master: &FakeMaster) -> Connection {
-    let addr = master
-        .wait_for("registration", |r| match r {
+    // The latest registration: a restarted slave listens on a new port.
+    let addr = wait_until("registration", || {
+        master.seen().iter().rev().find_map(|r| match r {
             SlaveRequest::Register { addr, .. } => Some(addr.clone()),
             _ => None,
         })
-        .await;
+    })
+    .await;
     Connection::connect(&addr, Duration::from_secs(5))
         .await
         .expect("connect to slave")
@@ -503,4 +505,70 @@ async fn unacked_result_is_reported_again_after_restart() {
             .then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_task_is_killed_and_rerun_after_restart() {
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = file(dir.path(), "data");
+    let runs = file(dir.path(), "runs.txt");
+    // Each run appends its shell's pid (= its process group) and then blocks.
+    let script = format!("echo $$ >> {}; sleep 100", runs.display());
+    let read_runs = || -> Vec<i32> {
+        std::fs::read_to_string(&runs)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    {
+        let _slave = Slave::start(vec![master.addr.clone()], &data);
+        let conn = connect_to_slave(&master).await;
+        call(
+            &conn,
+            SlaveCommand::Assign(assignment(31, &["sh", "-c", &script])),
+        )
+        .await;
+        wait_until("the first run", || (read_runs().len() == 1).then_some(())).await;
+        // The slave dies here; its task does not.
+    }
+    let first = read_runs()[0];
+    assert!(!is_gone(first), "the task outlived the slave");
+    let before = master.seen().len();
+    let _slave = Slave::start(vec![master.addr.clone()], &data);
+    wait_until("the leftover group to be killed", || {
+        is_gone(first).then_some(())
+    })
+    .await;
+    let second = wait_until("the second run", || read_runs().get(1).copied()).await;
+    assert_ne!(second, first);
+    wait_until("TaskStarted of the rerun, same attempt", || {
+        master.seen()[before..]
+            .iter()
+            .any(
+                |r| matches!(r, SlaveRequest::TaskStarted { task, attempt: 1, .. } if task.0 == 31),
+            )
+            .then_some(())
+    })
+    .await;
+    let conn = connect_to_slave(&master).await;
+    assert_eq!(
+        call(
+            &conn,
+            SlaveCommand::StopTask {
+                task: TaskId(31),
+                attempt: 1
+            }
+        )
+        .await,
+        Message::ToSlaveReply(SlaveCommandReply::Stopped)
+    );
+    assert_eq!(
+        master
+            .wait_for("task 31 finished", |r| finished_of(r, 31))
+            .await,
+        -15
+    );
+    assert!(is_gone(second));
 }
