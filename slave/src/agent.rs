@@ -170,10 +170,18 @@ impl Agent {
     /// Handles messages until every sender is gone.
     pub async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<AgentMsg>) {
         self.pump().await;
+        self.gauges();
         while let Some(msg) = inbox.recv().await {
             self.handle(msg).await;
             self.pump().await;
+            self.gauges();
         }
+    }
+
+    fn gauges(&self) {
+        metrics::gauge!("hetsched_slave_tasks_queued").set(self.queue.queued_len() as f64);
+        metrics::gauge!("hetsched_slave_cpu_running_milli")
+            .set(self.queue.cpu_running_milli() as f64);
     }
 
     async fn handle(&mut self, msg: AgentMsg) {

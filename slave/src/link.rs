@@ -141,7 +141,8 @@ impl Link {
                 Ok(()) => backoff = self.timing.backoff_min,
                 Err(LinkError::AgentGone) => return,
                 Err(e) => {
-                    tracing::warn!(master = %self.target, error = %e, retry_in = ?backoff, "masters not reachable; retrying");
+                    // `target` has already moved on to the master tried next.
+                    tracing::warn!(error = %e, next = %self.target, retry_in = ?backoff, "masters not reachable; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(self.timing.backoff_max);
                 }

@@ -9,7 +9,7 @@ use hetsched_common::wire::{self, Connection, FrameLimits, Handler};
 use hetsched_common::{JobId, MasterId, NodeId, ResourceRequest, TaskId};
 use hetsched_slave::{SlaveConfig, Tuning};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,8 +18,12 @@ const DEADLINE: Duration = Duration::from_secs(20);
 /// What a fake master answers.
 #[derive(Clone)]
 enum Role {
-    /// Registers as node 1, acks everything (finish reports only while `ack_finished`).
-    Leader { ack_finished: Arc<AtomicBool> },
+    /// Registers as node 1, acks everything (finish reports only while `ack_finished`);
+    /// answers the first `forget` heartbeats with `UnknownNode`.
+    Leader {
+        ack_finished: Arc<AtomicBool>,
+        forget: Arc<AtomicUsize>,
+    },
     /// Answers everything with `NotLeader` pointing there.
     Follower { leader_addr: String },
 }
@@ -56,9 +60,21 @@ impl FakeMaster {
                         },
                         "not the leader",
                     )),
-                    Role::Leader { ack_finished } => match req {
+                    Role::Leader {
+                        ack_finished,
+                        forget,
+                    } => match req {
                         SlaveRequest::Register { .. } => {
                             Message::SlaveReply(SlaveResponse::Registered { node: NodeId(1) })
+                        }
+                        SlaveRequest::Heartbeat { .. }
+                            if forget
+                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                                    n.checked_sub(1)
+                                })
+                                .is_ok() =>
+                        {
+                            Message::Error(ErrorReply::new(ErrorKind::UnknownNode, "who?"))
                         }
                         SlaveRequest::Heartbeat { .. } => {
                             Message::SlaveReply(SlaveResponse::HeartbeatAck {
@@ -82,6 +98,7 @@ impl FakeMaster {
     fn leader() -> Role {
         Role::Leader {
             ack_finished: Arc::new(AtomicBool::new(true)),
+            forget: Arc::default(),
         }
     }
 
@@ -429,6 +446,7 @@ async fn unacked_result_is_reported_again_after_restart() {
     let ack_finished = Arc::new(AtomicBool::new(false));
     let master = FakeMaster::start(Role::Leader {
         ack_finished: ack_finished.clone(),
+        forget: Arc::default(),
     })
     .await;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -571,4 +589,37 @@ async fn running_task_is_killed_and_rerun_after_restart() {
         -15
     );
     assert!(is_gone(second));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_again_on_unknown_node() {
+    let master = FakeMaster::start(Role::Leader {
+        ack_finished: Arc::new(AtomicBool::new(true)),
+        forget: Arc::new(AtomicUsize::new(1)),
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _slave = Slave::start(vec![master.addr.clone()], dir.path());
+    let nodes = wait_until("a second registration", || {
+        let regs: Vec<Option<NodeId>> = master
+            .seen()
+            .iter()
+            .filter_map(|r| match r {
+                SlaveRequest::Register { node, .. } => Some(*node),
+                _ => None,
+            })
+            .collect();
+        (regs.len() >= 2).then_some(regs)
+    })
+    .await;
+    assert_eq!(nodes[0], None, "first start: no id yet");
+    assert_eq!(nodes[1], Some(NodeId(1)), "re-registers under its id");
+    let n = master.seen().len();
+    wait_until("a heartbeat after re-registering", || {
+        master.seen()[n..]
+            .iter()
+            .any(|r| matches!(r, SlaveRequest::Heartbeat { .. }))
+            .then_some(())
+    })
+    .await;
 }
