@@ -141,7 +141,8 @@ pub async fn run_with(cfg: SlaveConfig, tuning: Tuning) -> Result<(), Error> {
     }
     let log_dir = cfg.data_dir.join("logs");
     std::fs::create_dir_all(&log_dir)?;
-    let store = store::Store::open(&cfg.data_dir.join("db"))?;
+    let store =
+        store::Store::open_waiting(&cfg.data_dir.join("db"), Duration::from_secs(5)).await?;
     let key = store.key_or_init(fresh_key)?;
 
     let listener = tokio::net::TcpListener::bind(&cfg.listen).await?;

@@ -14,6 +14,7 @@ use hetsched_common::protocol::Assignment;
 use hetsched_common::{Attempt, NodeId, TaskId};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+use std::time::Duration;
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +91,25 @@ impl Store {
             done: db.open_tree("done")?,
             db,
         })
+    }
+
+    /// Opens the store, waiting up to `max_wait` for the data dir's lock. sled's background
+    /// flusher keeps the lock for a moment after a `Db` is dropped, so a slave restarted in
+    /// the same process (tests, embedded use) would otherwise fail at random; another live
+    /// slave on the same dir still fails, after `max_wait`.
+    pub async fn open_waiting(dir: &Path, max_wait: Duration) -> Result<Self, StoreError> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        loop {
+            match Self::open(dir) {
+                Err(StoreError::Sled(sled::Error::Io(e)))
+                    if e.to_string().contains("could not acquire lock")
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                r => return r,
+            }
+        }
     }
 
     /// The node's key, made from `fresh` (a random source) and persisted on first use. A
@@ -246,7 +266,9 @@ mod tests {
             assert_eq!(s.node().expect("node"), None);
             s.set_node(NodeId(5)).await.expect("set node");
         }
-        let s = Store::open(dir.path()).expect("reopen");
+        let s = Store::open_waiting(dir.path(), Duration::from_secs(5))
+            .await
+            .expect("reopen");
         assert_eq!(
             s.key_or_init(|| 99).expect("key"),
             1,
@@ -271,7 +293,9 @@ mod tests {
             }
             s.flush().await.expect("flush");
         }
-        let s = Store::open(dir.path()).expect("reopen");
+        let s = Store::open_waiting(dir.path(), Duration::from_secs(5))
+            .await
+            .expect("reopen");
         let loaded = s.load().expect("load");
         let ids: Vec<u64> = loaded.tasks.iter().map(|t| t.assignment.task.0).collect();
         assert_eq!(ids, vec![3, 1], "arrival order, not key order");
@@ -301,7 +325,9 @@ mod tests {
             s.flush().await.expect("flush");
         }
         {
-            let s = Store::open(dir.path()).expect("reopen");
+            let s = Store::open_waiting(dir.path(), Duration::from_secs(5))
+                .await
+                .expect("reopen");
             let loaded = s.load().expect("load");
             let q = queue_of(&loaded);
             assert_eq!(
@@ -316,7 +342,9 @@ mod tests {
             s.complete_task(TaskId(4), 1).expect("complete");
             s.flush().await.expect("flush");
         }
-        let s = Store::open(dir.path()).expect("reopen");
+        let s = Store::open_waiting(dir.path(), Duration::from_secs(5))
+            .await
+            .expect("reopen");
         let loaded = s.load().expect("load");
         assert_eq!(loaded.tasks.len(), 1);
         assert_eq!(loaded.done, vec![(TaskId(4), 1)]);
