@@ -351,6 +351,7 @@ impl Agent {
                 }
                 Err(e) => {
                     tracing::error!(task = %task, attempt, error = %e, exit_code = exec::EXIT_CANNOT_START, "task cannot start");
+                    exec::note_in_err_log(&self.log_dir, &a, &format!("hetsched: {e}"));
                     self.finished(task, attempt, exec::EXIT_CANNOT_START).await;
                 }
             }

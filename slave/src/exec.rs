@@ -111,6 +111,21 @@ pub fn spawn(a: &Assignment, log_dir: &Path) -> Result<(Child, i32), SpawnError>
     Ok((child, pgid))
 }
 
+/// Appends a line to the task's `.err` log (best effort), so that a user reading the task's
+/// output sees why it never started.
+pub fn note_in_err_log(log_dir: &Path, a: &Assignment, line: &str) {
+    use std::io::Write;
+    let (_, err) = log_paths(log_dir, a);
+    let r = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&err)
+        .and_then(|mut f| writeln!(f, "{line}"));
+    if let Err(e) = r {
+        tracing::debug!(path = %err.display(), error = %e, "cannot write task log");
+    }
+}
+
 /// Sends `sig` to process group `pgid`; a group that is already gone is not an error.
 pub fn signal_group(pgid: i32, sig: Signal) {
     if pgid <= 1 {

@@ -406,6 +406,8 @@ async fn unstartable_command_finishes_with_127() {
         .wait_for("task 8 finished", |r| finished_of(r, 8))
         .await;
     assert_eq!(code, 127);
+    let err = std::fs::read_to_string(dir.path().join("logs/task-8-1.err")).expect("err log");
+    assert!(err.contains("hetsched-no-such-program"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
