@@ -11,11 +11,63 @@
 //!                            peers (TCP)                                   └─▶ resolves the proposal
 //! ```
 //!
-//! STATUS: API skeleton — the implementation lands with the consensus work of issue 2.
+//! # Wiring
+//!
+//! ```text
+//! let consensus = Consensus::start(cfg, sm)?;          // inside an actix System
+//! // the master's TCP listener, for every Message::Raft { from, msgs }:
+//! consensus.step(from.get(), msgs.into_iter().map(|b| b.into_vec()).collect());
+//! let out = consensus.propose(bytes).await?;           // resolves once applied
+//! ```
+//!
+//! # Threads
+//!
+//! - the Raft actor on its own actix `Arbiter`: ticks, steps, proposals, the Ready cycle,
+//!   sled writes (not flushes) and `StateMachine::apply`;
+//! - `raft-N-flush`: sled flushes (fsync), coalesced, one per batch of Readies;
+//! - `raft-N-net`: a one-worker tokio runtime with one task per peer (frame encoding,
+//!   connect with backoff, socket writes).
+//!
+//! Every method of [`Consensus`] may be called from any thread or runtime.
+//!
+//! # Proposals
+//!
+//! A proposal carries a proposal id in its entry's context; the leader remembers the (index,
+//! term) raft-rs gave it. When that index is applied: same term and id → `Ok(output)`;
+//! anything else there → [`ProposeError::Dropped`] (ours was overwritten, so it never
+//! commits). A leader that steps down keeps its pending proposals for two election timeouts
+//! in case their indexes apply meanwhile, then answers [`ProposeError::Unknown`].
+
+#![deny(missing_docs)]
+
+mod logger;
+mod node;
+mod storage;
+mod transport;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use actix::Actor as _;
+use node::{Input, NodeParts, RaftNode};
+use protobuf::Message as _;
+use tokio::sync::{mpsc, oneshot, watch};
+
+pub use logger::TracingDrain;
+
+/// Largest command [`Consensus::propose`] accepts. Raft sends an entry whole even when it is
+/// larger than `max_size_per_msg`, so this keeps one entry well inside a 16 MiB frame.
+pub const MAX_COMMAND_SIZE: usize = 4 * 1024 * 1024;
+/// raft-rs `max_size_per_msg`: append messages stay far below the frame cap.
+pub const MAX_SIZE_PER_MSG: u64 = 1024 * 1024;
+/// raft-rs `max_inflight_msgs`.
+pub const MAX_INFLIGHT_MSGS: usize = 256;
+/// raft-rs `max_committed_size_per_ready`: bounds the apply work of one Ready.
+pub const MAX_COMMITTED_SIZE_PER_READY: u64 = 4 * 1024 * 1024;
+/// raft-rs `max_uncommitted_size`: past it, proposals fail with [`ProposeError::Dropped`].
+pub const MAX_UNCOMMITTED_SIZE: u64 = 256 * 1024 * 1024;
 
 /// What the log replicates into. Implementations must be deterministic: the same sequence of
 /// `apply` calls yields the same state on every replica (no clock, no randomness, no I/O).
@@ -46,6 +98,21 @@ pub struct RaftConfig {
     pub election_ticks: usize,
     /// Heartbeat interval in ticks.
     pub heartbeat_ticks: usize,
+}
+
+impl RaftConfig {
+    /// A configuration with the usual timing: 100 ms ticks, an election timeout of 5 ticks
+    /// (0.5–1 s once raft-rs randomises it), a heartbeat every tick.
+    pub fn new(id: u64, peers: BTreeMap<u64, String>, data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            id,
+            peers,
+            data_dir: data_dir.into(),
+            tick: Duration::from_millis(100),
+            election_ticks: 5,
+            heartbeat_ticks: 1,
+        }
+    }
 }
 
 /// Role of this member.
@@ -118,15 +185,26 @@ pub enum Error {
 /// Result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Handle to a running Raft member. Cheap to clone, `Send`.
+/// Handle to a running Raft member. Cheap to clone, `Send + Sync`.
 pub struct Consensus<S: StateMachine> {
-    _sm: std::marker::PhantomData<fn() -> S>,
+    inner: Arc<Inner<S>>,
+}
+
+struct Inner<S: StateMachine> {
+    id: u64,
+    /// Peer messages and stop requests.
+    control: mpsc::UnboundedSender<Input<S::Output>>,
+    /// Proposals, taken in bounded turns after control inputs.
+    proposals: mpsc::UnboundedSender<node::Proposal<S::Output>>,
+    status: watch::Receiver<RaftStatus>,
+    terminated: watch::Receiver<()>,
+    peers: BTreeMap<u64, String>,
 }
 
 impl<S: StateMachine> Clone for Consensus<S> {
     fn clone(&self) -> Self {
         Self {
-            _sm: std::marker::PhantomData,
+            inner: self.inner.clone(),
         }
     }
 }
@@ -134,37 +212,243 @@ impl<S: StateMachine> Clone for Consensus<S> {
 impl<S: StateMachine> Consensus<S> {
     /// Starts the member (inside an actix `System`): opens sled in `cfg.data_dir`, bootstraps
     /// from `cfg.peers` when the data dir is empty, and replays the log into `sm`.
-    pub fn start(_cfg: RaftConfig, _sm: S) -> Result<Self> {
-        Err(Error::Config("consensus not implemented yet".into()))
+    ///
+    /// The node runs on a new actix `Arbiter` of its own, so nothing else on the caller's
+    /// threads delays its ticks. `sm` must be empty: every committed entry is re-applied.
+    pub fn start(cfg: RaftConfig, sm: S) -> Result<Self> {
+        validate(&cfg)?;
+        if actix::System::try_current().is_none() {
+            return Err(Error::Config(
+                "Consensus::start must be called inside an actix System".into(),
+            ));
+        }
+        let voters: Vec<u64> = cfg.peers.keys().copied().collect();
+        let opened = storage::SledStorage::open(&cfg.data_dir, &voters)?;
+        let hs = opened.storage.hard_state().clone();
+        tracing::info!(
+            member = cfg.id,
+            dir = %cfg.data_dir.display(),
+            bootstrapped = opened.bootstrapped,
+            term = hs.term,
+            commit = hs.commit,
+            last_index = opened.storage.last_index_now(),
+            "opened raft storage"
+        );
+        let raft_cfg = raft::Config {
+            id: cfg.id,
+            election_tick: cfg.election_ticks,
+            heartbeat_tick: cfg.heartbeat_ticks,
+            // Without snapshots the state machine starts empty, so nothing is applied yet:
+            // raft-rs hands out every committed entry again (up to the stored commit index).
+            applied: 0,
+            max_size_per_msg: MAX_SIZE_PER_MSG,
+            max_inflight_msgs: MAX_INFLIGHT_MSGS,
+            check_quorum: true,
+            pre_vote: true,
+            max_committed_size_per_ready: MAX_COMMITTED_SIZE_PER_READY,
+            max_uncommitted_size: MAX_UNCOMMITTED_SIZE,
+            // Merge a burst's appends to one peer into one message instead of one per entry.
+            batch_append: true,
+            ..Default::default()
+        };
+        raft_cfg
+            .validate()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let raw = raft::RawNode::new(&raft_cfg, opened.storage, &logger::raft_logger())
+            .map_err(|e| Error::Raft(e.to_string()))?;
+
+        let initial = RaftStatus {
+            id: cfg.id,
+            leader: None,
+            term: hs.term,
+            role: Role::Follower,
+            commit_index: hs.commit,
+            applied_index: 0,
+        };
+        let (status_tx, status_rx) = watch::channel(initial);
+        let (terminated_tx, terminated_rx) = watch::channel(());
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let (proposals_tx, proposals_rx) = mpsc::unbounded_channel();
+        let parts = NodeParts {
+            raw,
+            sm: Box::new(sm),
+            peers: cfg.peers.clone(),
+            control_rx,
+            control_tx: control_tx.clone(),
+            proposals_rx,
+            status_tx,
+            terminated: terminated_tx,
+            tick: cfg.tick,
+            election_ticks: cfg.election_ticks,
+        };
+        let arbiter = actix::Arbiter::new();
+        RaftNode::start_in_arbiter(&arbiter.handle(), move |_| RaftNode::new(parts));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                id: cfg.id,
+                control: control_tx,
+                proposals: proposals_tx,
+                status: status_rx,
+                terminated: terminated_rx,
+                peers: cfg.peers,
+            }),
+        })
     }
 
     /// Proposes `command`; resolves once it is applied (with `apply`'s output).
-    pub async fn propose(&self, _command: Vec<u8>) -> Result<S::Output, ProposeError> {
-        Err(ProposeError::Stopped)
+    ///
+    /// Errors: [`ProposeError::NotLeader`] when this member is not the leader (nothing was
+    /// proposed); [`ProposeError::Dropped`] when the entry certainly did not and will not
+    /// apply (raft refused it, or another term's entry was applied at its index);
+    /// [`ProposeError::Unknown`] when leadership was lost and the entry's index did not apply
+    /// within two election timeouts (or the node stopped) — it may still apply;
+    /// [`ProposeError::Stopped`] when the node is gone before the command reached Raft.
+    pub async fn propose(&self, command: Vec<u8>) -> Result<S::Output, ProposeError> {
+        if command.len() > MAX_COMMAND_SIZE {
+            return Err(ProposeError::TooLarge(command.len()));
+        }
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .proposals
+            .send((command, reply))
+            .map_err(|_| ProposeError::Stopped)?;
+        // A dropped reply means the input was discarded unread by a stopping node.
+        rx.await.unwrap_or(Err(ProposeError::Stopped))
     }
 
-    /// Feeds Raft messages received from peer `from` (protobuf bytes each).
-    pub fn step(&self, _from: u64, _msgs: Vec<Vec<u8>>) {}
-
-    /// Current status (cheap).
-    pub fn status(&self) -> RaftStatus {
-        RaftStatus {
-            id: 0,
-            leader: None,
-            term: 0,
-            role: Role::Follower,
-            commit_index: 0,
-            applied_index: 0,
+    /// Feeds Raft messages received from peer `from` (protobuf bytes each). Malformed
+    /// messages, and messages whose sender is not `from`, are logged and dropped.
+    pub fn step(&self, from: u64, msgs: Vec<Vec<u8>>) {
+        let mut decoded = Vec::with_capacity(msgs.len());
+        for bytes in msgs {
+            match raft::eraftpb::Message::parse_from_bytes(&bytes) {
+                Ok(m) if m.from == from && m.to == self.inner.id => decoded.push(m),
+                Ok(m) => tracing::warn!(
+                    member = self.inner.id,
+                    from,
+                    msg_from = m.from,
+                    msg_to = m.to,
+                    "raft message with a foreign sender or recipient dropped"
+                ),
+                Err(e) => tracing::warn!(
+                    member = self.inner.id,
+                    from,
+                    error = %e,
+                    "malformed raft message dropped"
+                ),
+            }
+        }
+        if !decoded.is_empty() {
+            // A stopped node simply no longer listens.
+            let _ = self.inner.control.send(Input::Step(decoded));
         }
     }
 
-    /// A receiver that sees every status change (leader, term, role, applied index).
+    /// Current status (cheap).
+    pub fn status(&self) -> RaftStatus {
+        self.inner.status.borrow().clone()
+    }
+
+    /// A receiver that sees every status change (leader, term, role, commit and applied
+    /// index). It is updated after each Raft turn that changed any of them.
     pub fn watch(&self) -> tokio::sync::watch::Receiver<RaftStatus> {
-        tokio::sync::watch::channel(self.status()).1
+        self.inner.status.clone()
     }
 
     /// Cluster address of member `id`, if known.
-    pub fn peer_addr(&self, _id: u64) -> Option<String> {
-        None
+    pub fn peer_addr(&self, id: u64) -> Option<String> {
+        self.inner.peers.get(&id).cloned()
+    }
+
+    /// This member's id.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// Asks the node to stop. Pending proposals then fail with [`ProposeError::Unknown`],
+    /// later ones with [`ProposeError::Stopped`]. See [`Consensus::stopped`].
+    pub fn stop(&self) {
+        let _ = self.inner.control.send(Input::Stop);
+    }
+
+    /// True once the node has stopped and released its data dir.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.terminated.has_changed().is_err()
+    }
+
+    /// Resolves once the node has stopped and released its data dir (so a new member may
+    /// be started on it).
+    pub async fn stopped(&self) {
+        let mut rx = self.inner.terminated.clone();
+        while rx.changed().await.is_ok() {}
+    }
+}
+
+fn validate(cfg: &RaftConfig) -> Result<()> {
+    if cfg.id == 0 {
+        return Err(Error::Config("member id must be ≥ 1".into()));
+    }
+    if cfg.peers.contains_key(&0) {
+        return Err(Error::Config("peer ids must be ≥ 1".into()));
+    }
+    if !cfg.peers.contains_key(&cfg.id) {
+        return Err(Error::Config(format!(
+            "member {} is not among the peers {:?}",
+            cfg.id,
+            cfg.peers.keys().collect::<Vec<_>>()
+        )));
+    }
+    if cfg.tick.is_zero() {
+        return Err(Error::Config("tick must be positive".into()));
+    }
+    if cfg.heartbeat_ticks == 0 || cfg.election_ticks <= cfg.heartbeat_ticks {
+        return Err(Error::Config(format!(
+            "need 0 < heartbeat_ticks ({}) < election_ticks ({})",
+            cfg.heartbeat_ticks, cfg.election_ticks
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nop;
+    impl StateMachine for Nop {
+        type Output = ();
+        fn apply(&mut self, _: u64, _: &[u8]) {}
+        fn snapshot(&self) -> Vec<u8> {
+            Vec::new()
+        }
+        fn restore(&mut self, _: &[u8]) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn handle_is_clone_send_sync() {
+        fn check<T: Clone + Send + Sync + 'static>() {}
+        check::<Consensus<Nop>>();
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let peers: BTreeMap<u64, String> = [(1, "127.0.0.1:1".to_string())].into();
+        let dir = std::env::temp_dir().join("hetsched-consensus-never-created");
+        let mut cfg = RaftConfig::new(0, peers.clone(), &dir);
+        assert!(matches!(validate(&cfg), Err(Error::Config(_))));
+        cfg.id = 2;
+        assert!(
+            matches!(validate(&cfg), Err(Error::Config(_))),
+            "not a peer"
+        );
+        cfg.id = 1;
+        assert!(validate(&cfg).is_ok());
+        cfg.heartbeat_ticks = cfg.election_ticks;
+        assert!(matches!(validate(&cfg), Err(Error::Config(_))));
+        let cfg = RaftConfig::new(1, peers, &dir);
+        // Outside an actix System.
+        assert!(matches!(Consensus::start(cfg, Nop), Err(Error::Config(_))));
     }
 }

@@ -1,0 +1,373 @@
+//! The link to the masters: registration, heartbeats, and delivery of reports until the
+//! leader acknowledges them.
+//!
+//! # Choosing the master
+//! Every request goes to one *target*: first the leader remembered from the last run (a hint
+//! kept in the store), else the configured masters in order. An answer
+//! `NotLeader { leader_addr: Some(a) }` moves the target to `a` and the request is repeated
+//! there at once (a few hops at most, so two confused masters cannot bounce it forever). A
+//! broken connection, a timeout, `NotLeader` without an address, or `Unavailable` moves the
+//! target to the next configured master and the request waits for the next round. Rounds
+//! back off exponentially while nothing answers; the slave never gives up.
+
+use crate::agent::{AgentMsg, Report};
+use crate::store::Store;
+use hetsched_common::protocol::{ErrorKind, ErrorReply, Message, SlaveRequest, SlaveResponse};
+use hetsched_common::wire::{CallError, Connection};
+use hetsched_common::{NodeId, NodeResources};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Timing of the link.
+#[derive(Clone, Copy, Debug)]
+pub struct LinkTiming {
+    /// Heartbeat period.
+    pub heartbeat: Duration,
+    /// Deadline of one request (connect included).
+    pub call_timeout: Duration,
+    /// First retry delay after a failed round.
+    pub backoff_min: Duration,
+    /// Largest retry delay.
+    pub backoff_max: Duration,
+}
+
+/// What the slave tells the masters about itself.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// Registration key.
+    pub key: u64,
+    /// Human name.
+    pub name: String,
+    /// Address masters dispatch to.
+    pub addr: String,
+    /// Capacity.
+    pub capacity: NodeResources,
+}
+
+/// Why a request got no usable answer.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// No master could be reached.
+    #[error("transport: {0}")]
+    Transport(#[from] CallError),
+    /// The master does not know this node: register again.
+    #[error("unknown node")]
+    UnknownNode,
+    /// Try again later (no leader known, leader busy, outcome unknown).
+    #[error("retry later: {0}")]
+    Retry(String),
+    /// The master refused the request.
+    #[error("refused: {kind:?}: {message}")]
+    Refused {
+        /// Kind.
+        kind: ErrorKind,
+        /// Text.
+        message: String,
+    },
+    /// The agent is gone (the slave is shutting down).
+    #[error("agent stopped")]
+    AgentGone,
+}
+
+/// Most `NotLeader` redirects followed within one request.
+const MAX_REDIRECTS: usize = 4;
+
+/// The link's state.
+pub struct Link {
+    masters: Vec<String>,
+    /// Address requests go to now.
+    target: String,
+    /// Index in `masters` of the next fallback.
+    next_master: usize,
+    conn: Option<Connection>,
+    node: Option<NodeId>,
+    registered: bool,
+    me: Identity,
+    timing: LinkTiming,
+    store: Store,
+    agent: mpsc::UnboundedSender<AgentMsg>,
+    pending: VecDeque<Report>,
+}
+
+impl Link {
+    /// A link that starts at the remembered leader (if any) or the first master.
+    pub fn new(
+        masters: Vec<String>,
+        me: Identity,
+        timing: LinkTiming,
+        store: Store,
+        agent: mpsc::UnboundedSender<AgentMsg>,
+    ) -> Self {
+        let hint = store.leader_hint().ok().flatten();
+        let node = store.node().ok().flatten();
+        let (target, next_master) = match hint {
+            Some(h) => (h, 0),
+            None => (masters.first().cloned().unwrap_or_default(), 1),
+        };
+        Self {
+            masters,
+            target,
+            next_master,
+            conn: None,
+            node,
+            registered: false,
+            me,
+            timing,
+            store,
+            agent,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// Runs until the agent is gone.
+    pub async fn run(mut self, mut reports: mpsc::UnboundedReceiver<Report>) {
+        let mut backoff = self.timing.backoff_min;
+        let mut heartbeat = tokio::time::interval(self.timing.heartbeat);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let mut beat = false;
+            tokio::select! {
+                _ = heartbeat.tick() => beat = true,
+                r = reports.recv() => match r {
+                    Some(r) => self.pending.push_back(r),
+                    None => return,
+                },
+            }
+            while let Ok(r) = reports.try_recv() {
+                self.pending.push_back(r);
+            }
+            match self.round(beat).await {
+                Ok(()) => backoff = self.timing.backoff_min,
+                Err(LinkError::AgentGone) => return,
+                Err(e) => {
+                    // `target` has already moved on to the master tried next.
+                    tracing::warn!(error = %e, next = %self.target, retry_in = ?backoff, "masters not reachable; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.timing.backoff_max);
+                }
+            }
+        }
+    }
+
+    /// One round: register if needed, heartbeat when due, deliver pending reports. The
+    /// heartbeat goes first so that reports the leader cannot take yet never delay liveness.
+    async fn round(&mut self, beat: bool) -> Result<(), LinkError> {
+        if !self.registered {
+            self.register().await?;
+        }
+        if beat {
+            let r = self.heartbeat().await;
+            if let Err(LinkError::UnknownNode) = r {
+                tracing::warn!("leader does not know this node; registering again");
+                self.registered = false;
+            }
+            r?;
+        }
+        let r = self.deliver().await;
+        if let Err(LinkError::UnknownNode) = r {
+            tracing::warn!("leader does not know this node; registering again");
+            self.registered = false;
+        }
+        r
+    }
+
+    async fn held(&self) -> Result<Vec<hetsched_common::protocol::HeldTask>, LinkError> {
+        let (tx, rx) = oneshot::channel();
+        self.agent
+            .send(AgentMsg::Held { reply: tx })
+            .map_err(|_| LinkError::AgentGone)?;
+        rx.await.map_err(|_| LinkError::AgentGone)
+    }
+
+    async fn register(&mut self) -> Result<(), LinkError> {
+        let req = SlaveRequest::Register {
+            key: self.me.key,
+            node: self.node,
+            name: self.me.name.clone(),
+            addr: self.me.addr.clone(),
+            capacity: self.me.capacity.clone(),
+            labels: BTreeMap::new(),
+            held: self.held().await?,
+        };
+        match self.call(req).await? {
+            SlaveResponse::Registered { node } => {
+                if self.node != Some(node) {
+                    if let Some(old) = self.node {
+                        tracing::warn!(old = %old, new = %node, "cluster gave this slave a new node id");
+                    }
+                    if let Err(e) = self.store.set_node(node).await {
+                        tracing::error!(error = %e, "cannot persist node id");
+                    }
+                    self.node = Some(node);
+                }
+                self.registered = true;
+                tracing::info!(node = %node, master = %self.target, "registered");
+                Ok(())
+            }
+            other => Err(LinkError::Retry(format!(
+                "unexpected answer to Register: {other:?}"
+            ))),
+        }
+    }
+
+    async fn heartbeat(&mut self) -> Result<(), LinkError> {
+        let Some(node) = self.node else {
+            return Err(LinkError::UnknownNode);
+        };
+        let held = self.held().await?;
+        match self.call(SlaveRequest::Heartbeat { node, held }).await? {
+            SlaveResponse::HeartbeatAck { .. } | SlaveResponse::Ack => Ok(()),
+            other => Err(LinkError::Retry(format!(
+                "unexpected answer to Heartbeat: {other:?}"
+            ))),
+        }
+    }
+
+    /// Sends pending reports in order. A report the master refuses goes to the back (so it
+    /// cannot block the others); "retry later" stops this round's delivery until the next
+    /// tick; a transport failure ends the round with an error (the caller backs off).
+    async fn deliver(&mut self) -> Result<(), LinkError> {
+        let Some(node) = self.node else {
+            return Err(LinkError::UnknownNode);
+        };
+        for _ in 0..self.pending.len() {
+            let Some(report) = self.pending.pop_front() else {
+                break;
+            };
+            let req = match report {
+                Report::Started { task, attempt } => SlaveRequest::TaskStarted {
+                    node,
+                    task,
+                    attempt,
+                },
+                Report::Finished {
+                    task,
+                    attempt,
+                    exit_code,
+                } => SlaveRequest::TaskFinished {
+                    node,
+                    task,
+                    attempt,
+                    exit_code,
+                },
+            };
+            match self.call(req).await {
+                Ok(SlaveResponse::Ack) => {
+                    if let Report::Finished { task, attempt, .. } = report {
+                        tracing::debug!(task = %task, attempt, "finish report acknowledged");
+                        self.agent
+                            .send(AgentMsg::Acked { task, attempt })
+                            .map_err(|_| LinkError::AgentGone)?;
+                    }
+                }
+                Ok(other) => {
+                    tracing::warn!(?report, answer = ?other, "unexpected answer to a report; will retry");
+                    self.pending.push_back(report);
+                }
+                Err(LinkError::Refused { kind, message }) => {
+                    // A start report only informs; the finish report and heartbeats carry
+                    // the same facts, so a refused one is dropped. A result is never dropped.
+                    tracing::warn!(?report, ?kind, %message, "master refused a report");
+                    if matches!(report, Report::Finished { .. }) {
+                        self.pending.push_back(report);
+                    }
+                }
+                Err(LinkError::Retry(why)) => {
+                    // The leader is there but cannot take it now (no quorum, leadership
+                    // changing): try again at the next tick, without backing off the link.
+                    tracing::debug!(?report, %why, "report deferred");
+                    self.pending.push_front(report);
+                    break;
+                }
+                Err(e) => {
+                    self.pending.push_front(report);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the target to the next configured master.
+    fn rotate(&mut self) {
+        self.conn = None;
+        if self.masters.is_empty() {
+            return;
+        }
+        self.target = self.masters[self.next_master % self.masters.len()].clone();
+        self.next_master = (self.next_master + 1) % self.masters.len();
+    }
+
+    /// One request to the current target, following `NotLeader` redirects.
+    async fn call(&mut self, req: SlaveRequest) -> Result<SlaveResponse, LinkError> {
+        let mut redirects = 0;
+        loop {
+            let conn = match &self.conn {
+                Some(c) if !c.is_closed() && c.addr() == self.target => c.clone(),
+                _ => match Connection::connect(&self.target, self.timing.call_timeout).await {
+                    Ok(c) => {
+                        self.conn = Some(c.clone());
+                        c
+                    }
+                    Err(e) => {
+                        self.rotate();
+                        return Err(e.into());
+                    }
+                },
+            };
+            let answer = match conn
+                .call(Message::Slave(req.clone()), self.timing.call_timeout)
+                .await
+            {
+                Ok(a) => a,
+                Err(e) => {
+                    self.rotate();
+                    return Err(e.into());
+                }
+            };
+            match answer {
+                Message::SlaveReply(r) => {
+                    self.remember_leader();
+                    return Ok(r);
+                }
+                Message::Error(ErrorReply { kind, message }) => match kind {
+                    ErrorKind::NotLeader {
+                        leader_addr: Some(addr),
+                        ..
+                    } if redirects < MAX_REDIRECTS && addr != self.target => {
+                        tracing::info!(from = %self.target, to = %addr, "following the leader");
+                        redirects += 1;
+                        self.target = addr;
+                        self.conn = None;
+                    }
+                    ErrorKind::NotLeader { .. } => {
+                        self.rotate();
+                        return Err(LinkError::Retry(format!("no leader known: {message}")));
+                    }
+                    ErrorKind::UnknownNode => return Err(LinkError::UnknownNode),
+                    ErrorKind::Unavailable => {
+                        self.rotate();
+                        return Err(LinkError::Retry(message));
+                    }
+                    ErrorKind::Unknown => return Err(LinkError::Retry(message)),
+                    kind => return Err(LinkError::Refused { kind, message }),
+                },
+                other => {
+                    return Err(LinkError::Refused {
+                        kind: ErrorKind::Unsupported,
+                        message: format!("unexpected answer {other:?}"),
+                    })
+                }
+            }
+        }
+    }
+
+    fn remember_leader(&mut self) {
+        if self.store.leader_hint().ok().flatten().as_deref() != Some(self.target.as_str()) {
+            if let Err(e) = self.store.set_leader_hint(&self.target) {
+                tracing::debug!(error = %e, "cannot remember the leader");
+            }
+        }
+    }
+}

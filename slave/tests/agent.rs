@@ -1,0 +1,627 @@
+//! The slave against fake masters: registration, dispatch, execution, stop, leader
+//! redirects, and results kept across a restart. Every wait polls a condition with a deadline.
+
+use hetsched_common::protocol::{
+    Assignment, ErrorKind, ErrorReply, HeldPhase, Message, SlaveCommand, SlaveCommandReply,
+    SlaveRequest, SlaveResponse,
+};
+use hetsched_common::wire::{self, Connection, FrameLimits, Handler};
+use hetsched_common::{JobId, MasterId, NodeId, ResourceRequest, TaskId};
+use hetsched_slave::{SlaveConfig, Tuning};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// What a fake master answers.
+#[derive(Clone)]
+enum Role {
+    /// Registers as node 1, acks everything (finish reports only while `ack_finished`);
+    /// answers the first `forget` heartbeats with `UnknownNode`.
+    Leader {
+        ack_finished: Arc<AtomicBool>,
+        forget: Arc<AtomicUsize>,
+    },
+    /// Answers everything with `NotLeader` pointing there.
+    Follower { leader_addr: String },
+}
+
+struct FakeMaster {
+    addr: String,
+    seen: Arc<Mutex<Vec<SlaveRequest>>>,
+}
+
+impl FakeMaster {
+    async fn start(role: Role) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind fake master");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let seen: Arc<Mutex<Vec<SlaveRequest>>> = Arc::default();
+        let log = seen.clone();
+        let handler: Handler = Arc::new(move |msg, _peer| {
+            let role = role.clone();
+            let log = log.clone();
+            Box::pin(async move {
+                let Message::Slave(req) = msg else {
+                    return Some(Message::Error(ErrorReply::new(
+                        ErrorKind::Unsupported,
+                        "fake master",
+                    )));
+                };
+                log.lock().expect("log").push(req.clone());
+                Some(match role {
+                    Role::Follower { leader_addr } => Message::Error(ErrorReply::new(
+                        ErrorKind::NotLeader {
+                            leader: Some(MasterId(2)),
+                            leader_addr: Some(leader_addr),
+                        },
+                        "not the leader",
+                    )),
+                    Role::Leader {
+                        ack_finished,
+                        forget,
+                    } => match req {
+                        SlaveRequest::Register { .. } => {
+                            Message::SlaveReply(SlaveResponse::Registered { node: NodeId(1) })
+                        }
+                        SlaveRequest::Heartbeat { .. }
+                            if forget
+                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                                    n.checked_sub(1)
+                                })
+                                .is_ok() =>
+                        {
+                            Message::Error(ErrorReply::new(ErrorKind::UnknownNode, "who?"))
+                        }
+                        SlaveRequest::Heartbeat { .. } => {
+                            Message::SlaveReply(SlaveResponse::HeartbeatAck {
+                                leader: MasterId(1),
+                            })
+                        }
+                        SlaveRequest::TaskFinished { .. }
+                            if !ack_finished.load(Ordering::SeqCst) =>
+                        {
+                            Message::Error(ErrorReply::new(ErrorKind::Unavailable, "no quorum"))
+                        }
+                        _ => Message::SlaveReply(SlaveResponse::Ack),
+                    },
+                })
+            })
+        });
+        tokio::spawn(wire::serve(listener, FrameLimits::default(), handler));
+        Self { addr, seen }
+    }
+
+    fn leader() -> Role {
+        Role::Leader {
+            ack_finished: Arc::new(AtomicBool::new(true)),
+            forget: Arc::default(),
+        }
+    }
+
+    fn seen(&self) -> Vec<SlaveRequest> {
+        self.seen.lock().expect("log").clone()
+    }
+
+    /// Waits until some recorded request satisfies `f`, returning `f`'s value.
+    async fn wait_for<T>(&self, what: &str, f: impl Fn(&SlaveRequest) -> Option<T>) -> T {
+        wait_until(what, || self.seen().iter().find_map(&f)).await
+    }
+}
+
+async fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A slave in its own actix System on a thread; dropping the handle stops it.
+struct Slave {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Slave {
+    fn start(masters: Vec<String>, data_dir: &Path) -> Self {
+        let cfg = SlaveConfig {
+            listen: "127.0.0.1:0".into(),
+            advertise: None,
+            masters,
+            data_dir: data_dir.to_path_buf(),
+            cpus: 2,
+            mem_mib: 1024,
+            gpus: 1,
+            gpu_model: Some("V100M16".into()),
+            name: Some("test-slave".into()),
+        };
+        let tuning = Tuning {
+            heartbeat: Duration::from_millis(100),
+            stop_grace: Duration::from_millis(500),
+            call_timeout: Duration::from_secs(1),
+            backoff_min: Duration::from_millis(20),
+            backoff_max: Duration::from_millis(200),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let system = actix::System::new();
+            system.block_on(async move {
+                tokio::select! {
+                    r = hetsched_slave::run_with(cfg, tuning) => {
+                        panic!("slave ended: {r:?}");
+                    }
+                    _ = stopped => {}
+                }
+            });
+        });
+        Self {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Slave {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn assignment(task: u64, command: &[&str]) -> Assignment {
+    Assignment {
+        task: TaskId(task),
+        job: JobId(3),
+        index: 4,
+        attempt: 1,
+        command: command.iter().map(|s| s.to_string()).collect(),
+        env: [("EXTRA".to_string(), "yes".to_string())].into(),
+        resources: ResourceRequest {
+            cpu_milli: 100,
+            mem_mib: 10,
+            ..Default::default()
+        },
+        gpus: vec![],
+    }
+}
+
+async fn call(conn: &Connection, cmd: SlaveCommand) -> Message {
+    conn.call(Message::ToSlave(cmd), Duration::from_secs(10))
+        .await
+        .expect("slave answers")
+}
+
+/// Waits for the slave's registration and connects to the address it advertised last.
+async fn connect_to_slave(master: &FakeMaster) -> Connection {
+    // The latest registration: a restarted slave listens on a new port.
+    let addr = wait_until("registration", || {
+        master.seen().iter().rev().find_map(|r| match r {
+            SlaveRequest::Register { addr, .. } => Some(addr.clone()),
+            _ => None,
+        })
+    })
+    .await;
+    Connection::connect(&addr, Duration::from_secs(5))
+        .await
+        .expect("connect to slave")
+}
+
+fn finished_of(r: &SlaveRequest, want: u64) -> Option<i32> {
+    match r {
+        SlaveRequest::TaskFinished {
+            task, exit_code, ..
+        } if task.0 == want => Some(*exit_code),
+        _ => None,
+    }
+}
+
+fn started_count(seen: &[SlaveRequest], want: u64) -> usize {
+    seen.iter()
+        .filter(|r| matches!(r, SlaveRequest::TaskStarted { task, .. } if task.0 == want))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_an_assigned_task_and_reports_it() {
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _slave = Slave::start(vec![master.addr.clone()], dir.path());
+    let conn = connect_to_slave(&master).await;
+
+    let (key, capacity) = master
+        .wait_for("registration", |r| match r {
+            SlaveRequest::Register { key, capacity, .. } => Some((*key, capacity.clone())),
+            _ => None,
+        })
+        .await;
+    assert_ne!(key, 0);
+    assert_eq!(capacity.cpu_milli, 2000);
+    // The test host may have a real GPU; otherwise the one offered is emulated and named so.
+    assert_eq!(capacity.gpus.len(), 1);
+    if capacity.gpus[0].emulated {
+        assert_eq!(capacity.gpus[0].model, "V100M16");
+    }
+    master
+        .wait_for("heartbeat as node 1", |r| match r {
+            SlaveRequest::Heartbeat { node, .. } if node.0 == 1 => Some(()),
+            _ => None,
+        })
+        .await;
+
+    let out = dir.path().join("out.txt");
+    let script = format!(
+        "echo $HETSCHED_TASK_ID $HETSCHED_JOB_ID $HETSCHED_TASK_INDEX $HETSCHED_ATTEMPT $EXTRA > {}",
+        out.display()
+    );
+    let a = assignment(17, &["sh", "-c", &script]);
+    let accepted = Message::ToSlaveReply(SlaveCommandReply::Accepted);
+    assert_eq!(call(&conn, SlaveCommand::Assign(a.clone())).await, accepted);
+    // A duplicate is acknowledged and not run twice.
+    assert_eq!(call(&conn, SlaveCommand::Assign(a.clone())).await, accepted);
+
+    let code = master
+        .wait_for("task 17 finished", |r| finished_of(r, 17))
+        .await;
+    assert_eq!(code, 0);
+    let seen = master.seen();
+    let started = seen
+        .iter()
+        .position(|r| matches!(r, SlaveRequest::TaskStarted { task, attempt: 1, node } if task.0 == 17 && node.0 == 1))
+        .expect("TaskStarted reported");
+    let finished = seen
+        .iter()
+        .position(|r| finished_of(r, 17).is_some())
+        .expect("TaskFinished reported");
+    assert!(started < finished, "started is reported before finished");
+    let content = std::fs::read_to_string(&out).expect("task wrote its file");
+    assert_eq!(content.trim(), "17 3 4 1 yes");
+
+    // Once acknowledged, the result is forgotten: a later heartbeat holds nothing, and the
+    // same assignment again is a duplicate of a done attempt, not a second run.
+    let n = master.seen().len();
+    wait_until("an empty heartbeat after the ack", || {
+        master.seen()[n..]
+            .iter()
+            .any(|r| matches!(r, SlaveRequest::Heartbeat { held, .. } if held.is_empty()))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(call(&conn, SlaveCommand::Assign(a)).await, accepted);
+    let n = master.seen().len();
+    wait_until("two more heartbeats", || {
+        let beats = master.seen()[n..]
+            .iter()
+            .filter(|r| matches!(r, SlaveRequest::Heartbeat { .. }))
+            .count();
+        (beats >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(started_count(&master.seen(), 17), 1, "ran exactly once");
+}
+
+fn is_gone(pid: i32) -> bool {
+    // A killed process orphaned to a non-reaping init stays a zombie: dead all the same.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rfind(')')
+            .and_then(|i| s[i + 1..].split_whitespace().next())
+            .map(|state| state == "Z" || state == "X")
+            .unwrap_or(true),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_kills_the_process_group() {
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _slave = Slave::start(vec![master.addr.clone()], dir.path());
+    let conn = connect_to_slave(&master).await;
+
+    let pidfile = dir.path().join("bg.pid");
+    // The background sleep is not the group leader: only a group kill reaches it.
+    let script = format!("sleep 100 & echo $! > {}; sleep 100", pidfile.display());
+    let a = assignment(5, &["sh", "-c", &script]);
+    assert_eq!(
+        call(&conn, SlaveCommand::Assign(a)).await,
+        Message::ToSlaveReply(SlaveCommandReply::Accepted)
+    );
+    master
+        .wait_for("task 5 started", |r| {
+            matches!(r, SlaveRequest::TaskStarted { task, .. } if task.0 == 5).then_some(())
+        })
+        .await;
+    let bg: i32 = wait_until("the background pid", || {
+        std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    })
+    .await;
+    assert!(!is_gone(bg), "background sleep runs");
+
+    let stopped = Message::ToSlaveReply(SlaveCommandReply::Stopped);
+    // Wrong attempt: nothing happens, still answered Stopped.
+    assert_eq!(
+        call(
+            &conn,
+            SlaveCommand::StopTask {
+                task: TaskId(5),
+                attempt: 9
+            }
+        )
+        .await,
+        stopped
+    );
+    assert!(!is_gone(bg), "a stop of another attempt kills nothing");
+    assert_eq!(
+        call(
+            &conn,
+            SlaveCommand::StopTask {
+                task: TaskId(5),
+                attempt: 1
+            }
+        )
+        .await,
+        stopped
+    );
+    let code = master
+        .wait_for("task 5 finished", |r| finished_of(r, 5))
+        .await;
+    assert_eq!(code, -15, "killed by SIGTERM reports -15");
+    wait_until("the background sleep to die", || is_gone(bg).then_some(())).await;
+    // Not held at all: still Stopped.
+    assert_eq!(
+        call(
+            &conn,
+            SlaveCommand::StopTask {
+                task: TaskId(99),
+                attempt: 1
+            }
+        )
+        .await,
+        stopped
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unstartable_command_finishes_with_127() {
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _slave = Slave::start(vec![master.addr.clone()], dir.path());
+    let conn = connect_to_slave(&master).await;
+    let a = assignment(8, &["/nonexistent/hetsched-no-such-program"]);
+    call(&conn, SlaveCommand::Assign(a)).await;
+    let code = master
+        .wait_for("task 8 finished", |r| finished_of(r, 8))
+        .await;
+    assert_eq!(code, 127);
+    let err = std::fs::read_to_string(dir.path().join("logs/task-8-1.err")).expect("err log");
+    assert!(err.contains("hetsched-no-such-program"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_not_leader_to_the_leader() {
+    let leader = FakeMaster::start(FakeMaster::leader()).await;
+    let follower = FakeMaster::start(Role::Follower {
+        leader_addr: leader.addr.clone(),
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _slave = Slave::start(vec![follower.addr.clone()], dir.path());
+    leader
+        .wait_for("registration at the leader", |r| {
+            matches!(r, SlaveRequest::Register { .. }).then_some(())
+        })
+        .await;
+    leader
+        .wait_for("heartbeat at the leader", |r| {
+            matches!(r, SlaveRequest::Heartbeat { .. }).then_some(())
+        })
+        .await;
+    assert!(
+        follower
+            .seen()
+            .iter()
+            .any(|r| matches!(r, SlaveRequest::Register { .. })),
+        "the follower was asked first"
+    );
+}
+
+/// Path of a file `name` in `dir`, as a string for scripts.
+fn file(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacked_result_is_reported_again_after_restart() {
+    let ack_finished = Arc::new(AtomicBool::new(false));
+    let master = FakeMaster::start(Role::Leader {
+        ack_finished: ack_finished.clone(),
+        forget: Arc::default(),
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = file(dir.path(), "data");
+    let key = {
+        let _slave = Slave::start(vec![master.addr.clone()], &data);
+        let conn = connect_to_slave(&master).await;
+        call(
+            &conn,
+            SlaveCommand::Assign(assignment(21, &["sh", "-c", "exit 3"])),
+        )
+        .await;
+        // The master keeps refusing the result: the slave keeps it and retries.
+        wait_until("the result to be retried", || {
+            let n = master
+                .seen()
+                .iter()
+                .filter(|r| finished_of(r, 21).is_some())
+                .count();
+            (n >= 2).then_some(())
+        })
+        .await;
+        master
+            .wait_for("the result in a heartbeat", |r| match r {
+                SlaveRequest::Heartbeat { held, .. } => held
+                    .iter()
+                    .any(|h| h.task.0 == 21 && h.phase == HeldPhase::Finished { exit_code: 3 })
+                    .then_some(()),
+                _ => None,
+            })
+            .await;
+        master
+            .wait_for("the key", |r| match r {
+                SlaveRequest::Register { key, .. } => Some(*key),
+                _ => None,
+            })
+            .await
+        // The slave stops here, result unacknowledged.
+    };
+    let before = master.seen().len();
+    ack_finished.store(true, Ordering::SeqCst);
+    let _slave = Slave::start(vec![master.addr.clone()], &data);
+    let (key2, node, held) = wait_until("re-registration", || {
+        master.seen()[before..].iter().find_map(|r| match r {
+            SlaveRequest::Register {
+                key, node, held, ..
+            } => Some((*key, *node, held.clone())),
+            _ => None,
+        })
+    })
+    .await;
+    assert_eq!(key2, key, "same identity after restart");
+    assert_eq!(node, Some(NodeId(1)), "the node id was kept");
+    assert!(held
+        .iter()
+        .any(|h| h.task.0 == 21 && h.phase == HeldPhase::Finished { exit_code: 3 }));
+    let code = wait_until("the result re-reported", || {
+        master.seen()[before..]
+            .iter()
+            .find_map(|r| finished_of(r, 21))
+    })
+    .await;
+    assert_eq!(code, 3);
+    assert_eq!(
+        started_count(&master.seen(), 21),
+        1,
+        "a finished task is not rerun"
+    );
+    let n = master.seen().len();
+    wait_until("an empty heartbeat after the ack", || {
+        master.seen()[n..]
+            .iter()
+            .any(|r| matches!(r, SlaveRequest::Heartbeat { held, .. } if held.is_empty()))
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_task_is_killed_and_rerun_after_restart() {
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = file(dir.path(), "data");
+    let runs = file(dir.path(), "runs.txt");
+    // Each run appends its shell's pid (= its process group) and then blocks.
+    let script = format!("echo $$ >> {}; sleep 100", runs.display());
+    let read_runs = || -> Vec<i32> {
+        std::fs::read_to_string(&runs)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    {
+        let _slave = Slave::start(vec![master.addr.clone()], &data);
+        let conn = connect_to_slave(&master).await;
+        call(
+            &conn,
+            SlaveCommand::Assign(assignment(31, &["sh", "-c", &script])),
+        )
+        .await;
+        wait_until("the first run", || (read_runs().len() == 1).then_some(())).await;
+        // The slave dies here; its task does not.
+    }
+    let first = read_runs()[0];
+    assert!(!is_gone(first), "the task outlived the slave");
+    let before = master.seen().len();
+    let _slave = Slave::start(vec![master.addr.clone()], &data);
+    wait_until("the leftover group to be killed", || {
+        is_gone(first).then_some(())
+    })
+    .await;
+    let second = wait_until("the second run", || read_runs().get(1).copied()).await;
+    assert_ne!(second, first);
+    wait_until("TaskStarted of the rerun, same attempt", || {
+        master.seen()[before..]
+            .iter()
+            .any(
+                |r| matches!(r, SlaveRequest::TaskStarted { task, attempt: 1, .. } if task.0 == 31),
+            )
+            .then_some(())
+    })
+    .await;
+    let conn = connect_to_slave(&master).await;
+    assert_eq!(
+        call(
+            &conn,
+            SlaveCommand::StopTask {
+                task: TaskId(31),
+                attempt: 1
+            }
+        )
+        .await,
+        Message::ToSlaveReply(SlaveCommandReply::Stopped)
+    );
+    assert_eq!(
+        master
+            .wait_for("task 31 finished", |r| finished_of(r, 31))
+            .await,
+        -15
+    );
+    assert!(is_gone(second));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_again_on_unknown_node() {
+    let master = FakeMaster::start(Role::Leader {
+        ack_finished: Arc::new(AtomicBool::new(true)),
+        forget: Arc::new(AtomicUsize::new(1)),
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _slave = Slave::start(vec![master.addr.clone()], dir.path());
+    let nodes = wait_until("a second registration", || {
+        let regs: Vec<Option<NodeId>> = master
+            .seen()
+            .iter()
+            .filter_map(|r| match r {
+                SlaveRequest::Register { node, .. } => Some(*node),
+                _ => None,
+            })
+            .collect();
+        (regs.len() >= 2).then_some(regs)
+    })
+    .await;
+    assert_eq!(nodes[0], None, "first start: no id yet");
+    assert_eq!(nodes[1], Some(NodeId(1)), "re-registers under its id");
+    let n = master.seen().len();
+    wait_until("a heartbeat after re-registering", || {
+        master.seen()[n..]
+            .iter()
+            .any(|r| matches!(r, SlaveRequest::Heartbeat { .. }))
+            .then_some(())
+    })
+    .await;
+}
