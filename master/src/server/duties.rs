@@ -61,6 +61,10 @@ pub struct LeaderDuties {
     timing: DutyTiming,
     pool: SlavePool,
     leader: bool,
+    /// The leader's barrier has applied: its state holds every earlier committed entry.
+    caught_up: bool,
+    /// Bumped on every leadership change, so a late barrier of an old term is ignored.
+    epoch: u64,
     leader_since: Instant,
     last_seen: HashMap<NodeId, Instant>,
     undelivered: BTreeMap<(TaskId, Attempt), Dispatch>,
@@ -87,6 +91,8 @@ impl LeaderDuties {
             timing,
             pool: SlavePool::default(),
             leader: false,
+            caught_up: false,
+            epoch: 0,
             leader_since: Instant::now(),
             last_seen: HashMap::new(),
             undelivered: BTreeMap::new(),
@@ -117,8 +123,26 @@ impl LeaderDuties {
         });
     }
 
-    fn became_leader(&mut self) {
+    /// Leadership gained: before acting, make sure the applied state holds everything
+    /// committed before this term (a new leader may still be replaying its log).
+    fn became_leader(&mut self, ctx: &mut Context<Self>) {
         self.leader = true;
+        self.caught_up = false;
+        self.epoch += 1;
+        self.leader_since = Instant::now();
+        let epoch = self.epoch;
+        let master = self.shared.id.0;
+        self.propose_bg(ctx, Command::LeaderBarrier { master }, move |r| {
+            Some(DutyEvent::BarrierDone {
+                epoch,
+                ok: r.is_ok(),
+            })
+        });
+    }
+
+    fn resume_duties(&mut self) {
+        self.caught_up = true;
+        // Silence is counted from here: heartbeats were turned away while catching up.
         self.leader_since = Instant::now();
         self.last_seen.clear();
         self.missing_since.clear();
@@ -356,7 +380,7 @@ impl Actor for LeaderDuties {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.run_interval(self.timing.tick, |act, ctx| {
-            if !act.leader {
+            if !act.leader || !act.caught_up {
                 return;
             }
             act.check_liveness(ctx);
@@ -376,6 +400,13 @@ pub enum DutyEvent {
     Applied(Applied),
     /// A plan proposal finished (applied or failed).
     PlanDone,
+    /// The leader barrier of leadership `epoch` finished.
+    BarrierDone {
+        /// Leadership epoch it belongs to.
+        epoch: u64,
+        /// Whether it applied.
+        ok: bool,
+    },
     /// A liveness transition proposal finished.
     TransitionDone {
         /// Node.
@@ -402,15 +433,32 @@ impl Handler<DutyEvent> for LeaderDuties {
             DutyEvent::Raft(st) => {
                 let is_leader = st.role == Role::Leader;
                 if is_leader && !self.leader {
-                    self.became_leader();
+                    self.became_leader(ctx);
                 } else if !is_leader && self.leader {
                     tracing::info!(leader = ?st.leader, "no longer leader");
                     self.leader = false;
+                    self.caught_up = false;
+                    self.epoch += 1;
                     self.undelivered.clear();
                 }
             }
+            DutyEvent::BarrierDone { epoch, ok } => {
+                if epoch != self.epoch || !self.leader {
+                    return;
+                }
+                if ok {
+                    self.resume_duties();
+                } else {
+                    // Still leader but the barrier did not apply (dropped): try again.
+                    self.leader = false;
+                    let st = self.raft.status();
+                    if st.role == Role::Leader {
+                        self.became_leader(ctx);
+                    }
+                }
+            }
             DutyEvent::Applied(a) => {
-                if !self.leader {
+                if !self.leader || !self.caught_up {
                     return;
                 }
                 match a.outcome {
@@ -467,6 +515,12 @@ impl Handler<Heartbeat> for LeaderDuties {
     fn handle(&mut self, hb: Heartbeat, ctx: &mut Self::Context) -> Self::Result {
         if !self.leader {
             return Err(self.shared.not_leader(self.raft.status().leader));
+        }
+        if !self.caught_up {
+            return Err(ErrorReply::new(
+                ErrorKind::Unavailable,
+                "new leader is catching up with its log; retry shortly",
+            ));
         }
         let up = {
             let s = self.shared.read_state();

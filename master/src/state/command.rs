@@ -90,6 +90,12 @@ pub enum Command {
         /// Exit code.
         exit_code: i32,
     },
+    /// Proposed by a new leader before it acts: once this applies, the leader's state holds
+    /// every entry committed before its term. Changes nothing else.
+    LeaderBarrier {
+        /// The new leader.
+        master: u64,
+    },
     /// A slave no longer holds a task it had started (found by reconciliation): re-queue it.
     TaskLost {
         /// Node.

@@ -159,6 +159,9 @@ impl ClusterState {
                 attempt,
                 exit_code,
             } => self.task_finished(node, task, attempt, exit_code),
+            Command::LeaderBarrier { master } => {
+                Outcome::Ignored(format!("barrier of master {master}"))
+            }
             Command::TaskLost {
                 node,
                 task,
