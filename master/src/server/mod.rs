@@ -22,7 +22,6 @@ use hetsched_consensus::{Consensus, ProposeError, RaftConfig, Role};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
-use std::time::Duration;
 
 /// Errors of the master process.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +114,26 @@ impl MasterShared {
     }
 }
 
+impl MasterShared {
+    /// Maps a consensus refusal to the answer a client can act on.
+    pub fn propose_error(&self, e: ProposeError) -> ErrorReply {
+        match e {
+            ProposeError::NotLeader { leader } => self.not_leader(leader),
+            // Dropped: it did not apply; Unknown: it may have. Both are safe to retry with
+            // the same client request id.
+            ProposeError::Dropped | ProposeError::Unknown => {
+                ErrorReply::new(ErrorKind::Unknown, e.to_string())
+            }
+            ProposeError::TooLarge(_) | ProposeError::Invalid(_) => {
+                ErrorReply::new(ErrorKind::Invalid, e.to_string())
+            }
+            ProposeError::Stopped | ProposeError::Timeout(_) => {
+                ErrorReply::new(ErrorKind::Unavailable, e.to_string())
+            }
+        }
+    }
+}
+
 /// Milliseconds since the Unix epoch: the leader stamps every command with it.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -142,14 +161,7 @@ impl Master {
         }
         let state = Arc::new(RwLock::new(ClusterState::new()));
         let (applied_tx, mut applied_rx) = tokio::sync::mpsc::unbounded_channel();
-        let raft_cfg = RaftConfig {
-            id: cfg.id,
-            peers: cfg.peers.clone(),
-            data_dir: cfg.data_dir.join("raft"),
-            tick: Duration::from_millis(100),
-            election_ticks: 6,
-            heartbeat_ticks: 1,
-        };
+        let raft_cfg = RaftConfig::new(cfg.id, cfg.peers.clone(), cfg.data_dir.join("raft"));
         let raft = Consensus::start(raft_cfg, Replicated::new(state.clone(), applied_tx))?;
         let shared = MasterShared {
             id: MasterId(cfg.id),
@@ -239,14 +251,10 @@ impl Master {
             command,
         }
         .encode();
-        self.raft.propose(bytes).await.map_err(|e| match e {
-            ProposeError::NotLeader { leader } => self.shared.not_leader(leader),
-            ProposeError::Dropped | ProposeError::Unknown => {
-                ErrorReply::new(ErrorKind::Unknown, e.to_string())
-            }
-            ProposeError::TooLarge(_) => ErrorReply::new(ErrorKind::Invalid, e.to_string()),
-            ProposeError::Stopped => ErrorReply::new(ErrorKind::Unavailable, e.to_string()),
-        })
+        self.raft
+            .propose(bytes)
+            .await
+            .map_err(|e| self.shared.propose_error(e))
     }
 
     fn require_leader(&self) -> Result<(), ErrorReply> {
