@@ -47,6 +47,8 @@ enum Command {
     Tasks(cmd::client::TasksArgs),
     /// List nodes.
     Nodes(cmd::client::ListArgs),
+    /// List or change the masters (Raft members).
+    Members(cmd::client::MembersArgs),
     /// Run a local cluster (masters and slaves as child processes) with a demo workload.
     Up(cmd::up::Args),
     /// Benchmarks.
@@ -58,6 +60,10 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum BenchCommand {
+    /// Raft throughput: committed proposals/s on a local cluster of real masters (fsync on).
+    Raft(cmd::bench_raft::RaftArgs),
+    /// Failover: time from kill -9 of the leader until a new leader commits.
+    Failover(cmd::bench_raft::FailoverArgs),
     /// Placement index vs linear scan (S4), on a random cluster or the Alibaba trace.
     Placement(cmd::bench_placement::Args),
 }
@@ -77,7 +83,10 @@ fn main() -> ExitCode {
         Command::Jobs(a) => cmd::client::jobs(&masters, a),
         Command::Tasks(a) => cmd::client::tasks(&masters, a),
         Command::Nodes(a) => cmd::client::nodes(&masters, a),
+        Command::Members(a) => cmd::client::members(&masters, a),
         Command::Up(a) => cmd::up::run(a),
+        Command::Bench(BenchCommand::Raft(a)) => cmd::bench_raft::raft(a),
+        Command::Bench(BenchCommand::Failover(a)) => cmd::bench_raft::failover(a),
         Command::Bench(BenchCommand::Placement(a)) => cmd::bench_placement::run(a),
         Command::PlanBatch(a) => cmd::plan_batch::run(a),
     };

@@ -132,6 +132,73 @@ pub enum ClientRequest {
         #[serde(default)]
         stale: bool,
     },
+    /// The Raft configuration.
+    Members {
+        /// As in `Status`.
+        #[serde(default)]
+        stale: bool,
+    },
+    /// Add a master (a Raft voter) at `addr`.
+    AddMember {
+        /// Its id (≥ 1, unused so far).
+        id: MasterId,
+        /// Its cluster address.
+        addr: String,
+    },
+    /// Remove a master. Removing the leader hands leadership over first.
+    RemoveMember {
+        /// Its id.
+        id: MasterId,
+    },
+    /// Hand leadership to another master.
+    TransferLeader {
+        /// The master to lead.
+        id: MasterId,
+    },
+    /// Benchmark traffic: a proposal that changes nothing but a counter.
+    BenchPropose {
+        /// Benchmark client.
+        client: u64,
+        /// Sequence number within the client.
+        seq: u64,
+        /// Remember the sequence number so that losses can be counted afterwards.
+        #[serde(default)]
+        record: bool,
+        /// Padding, to give entries a realistic size.
+        #[serde(default)]
+        payload: serde_bytes::ByteBuf,
+    },
+    /// Benchmark check: how many of `client`'s recorded proposals applied, and which of
+    /// `acked` are missing.
+    BenchCheck {
+        /// Benchmark client.
+        client: u64,
+        /// Sequence numbers the client saw acknowledged.
+        acked: Vec<u64>,
+    },
+    /// Fault injection into the addressed master's Raft traffic (tests and chaos). Local to
+    /// that master; never replicated.
+    SetFaults(FaultSpec),
+}
+
+/// Faults for one master's Raft links (mirrors the consensus crate's fault config).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultSpec {
+    /// Seed of drop decisions.
+    #[serde(default)]
+    pub seed: u64,
+    /// Probability of dropping each message.
+    #[serde(default)]
+    pub drop_rate: f64,
+    /// Extra delay per message, ms.
+    #[serde(default)]
+    pub delay_ms: u64,
+    /// Masters whose links are cut.
+    #[serde(default)]
+    pub cut: Vec<MasterId>,
+    /// Cut from every master.
+    #[serde(default)]
+    pub isolated: bool,
 }
 
 /// Answers to [`ClientRequest`].
@@ -159,6 +226,32 @@ pub enum ClientResponse {
     Tasks(Vec<TaskInfo>),
     /// Nodes.
     Nodes(Vec<NodeInfo>),
+    /// The Raft configuration.
+    Members(Vec<MemberInfo>),
+    /// An administrative request was carried out.
+    Done,
+    /// Benchmark check result.
+    BenchChecked {
+        /// Recorded proposals of the client that applied.
+        applied: u64,
+        /// Acknowledged sequence numbers that did not apply (must be empty).
+        missing: Vec<u64>,
+    },
+}
+
+/// One master in the Raft configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    /// Id.
+    pub id: MasterId,
+    /// Cluster address, if known.
+    pub addr: Option<String>,
+    /// Voter (or learner).
+    pub voter: bool,
+    /// Whether it is the leader.
+    pub leader: bool,
+    /// Highest log index known replicated there (leader's view).
+    pub match_index: Option<u64>,
 }
 
 /// `hetsched status`.
@@ -186,6 +279,32 @@ pub struct StatusInfo {
     pub jobs: u64,
     /// Task counts by state (lowercase state name → count; every state present).
     pub tasks: BTreeMap<String, u64>,
+    /// Log work of the answering master.
+    #[serde(default)]
+    pub raft: RaftCounters,
+}
+
+/// Log-work counters of one master (for benchmarks and operators).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaftCounters {
+    /// Commit index.
+    #[serde(default)]
+    pub commit_index: u64,
+    /// First index still in the log (earlier entries are compacted into the snapshot).
+    #[serde(default)]
+    pub first_index: u64,
+    /// Proposals accepted as leader.
+    #[serde(default)]
+    pub proposals: u64,
+    /// Entries made durable.
+    #[serde(default)]
+    pub entries_persisted: u64,
+    /// Log flushes (fsyncs).
+    #[serde(default)]
+    pub flushes: u64,
+    /// Snapshots taken.
+    #[serde(default)]
+    pub snapshots: u64,
 }
 
 /// Node counts by liveness.

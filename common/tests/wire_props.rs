@@ -182,6 +182,14 @@ fn message() -> impl Strategy<Value = Message> {
                     },
                     jobs: 3,
                     tasks: BTreeMap::from([("pending".to_string(), m)]),
+                    raft: RaftCounters {
+                        commit_index: m,
+                        first_index: 1,
+                        proposals: 2,
+                        entries_persisted: 3,
+                        flushes: 1,
+                        snapshots: 0,
+                    },
                 }))
             }),
         (any::<u64>(), "\\PC{0,8}").prop_map(|(id, name)| Message::ClientReply(
@@ -283,6 +291,70 @@ fn message() -> impl Strategy<Value = Message> {
         })),
         Just(Message::ToSlaveReply(SlaveCommandReply::Accepted)),
         Just(Message::ToSlaveReply(SlaveCommandReply::Stopped)),
+        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Members { stale })),
+        (1u64.., "[a-z0-9.]{1,10}:[0-9]{1,5}").prop_map(|(id, addr)| Message::Client(
+            ClientRequest::AddMember {
+                id: MasterId(id),
+                addr
+            }
+        )),
+        any::<u64>()
+            .prop_map(|id| Message::Client(ClientRequest::RemoveMember { id: MasterId(id) })),
+        any::<u64>()
+            .prop_map(|id| Message::Client(ClientRequest::TransferLeader { id: MasterId(id) })),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<bool>(),
+            prop::collection::vec(any::<u8>(), 0..32)
+        )
+            .prop_map(|(client, seq, record, p)| {
+                Message::Client(ClientRequest::BenchPropose {
+                    client,
+                    seq,
+                    record,
+                    payload: serde_bytes::ByteBuf::from(p),
+                })
+            }),
+        (any::<u64>(), prop::collection::vec(any::<u64>(), 0..8)).prop_map(|(client, acked)| {
+            Message::Client(ClientRequest::BenchCheck { client, acked })
+        }),
+        (
+            any::<u64>(),
+            0.0f64..1.0,
+            any::<u64>(),
+            prop::collection::vec(any::<u64>(), 0..3),
+            any::<bool>()
+        )
+            .prop_map(|(seed, drop_rate, delay_ms, cut, isolated)| {
+                Message::Client(ClientRequest::SetFaults(FaultSpec {
+                    seed,
+                    drop_rate,
+                    delay_ms,
+                    cut: cut.into_iter().map(MasterId).collect(),
+                    isolated,
+                }))
+            }),
+        (
+            any::<u64>(),
+            any::<Option<String>>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<Option<u64>>()
+        )
+            .prop_map(|(id, addr, voter, leader, match_index)| {
+                Message::ClientReply(ClientResponse::Members(vec![MemberInfo {
+                    id: MasterId(id),
+                    addr,
+                    voter,
+                    leader,
+                    match_index,
+                }]))
+            }),
+        Just(Message::ClientReply(ClientResponse::Done)),
+        (any::<u64>(), prop::collection::vec(any::<u64>(), 0..4)).prop_map(|(applied, missing)| {
+            Message::ClientReply(ClientResponse::BenchChecked { applied, missing })
+        }),
         (error_kind(), "\\PC{0,30}")
             .prop_map(|(kind, message)| Message::Error(ErrorReply { kind, message })),
     ]

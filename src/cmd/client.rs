@@ -412,3 +412,105 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
         other => bail!("unexpected answer: {other:?}"),
     }
 }
+
+/// Arguments of `hetsched members`.
+#[derive(clap::Args, Debug)]
+pub struct MembersArgs {
+    /// What to do (default: list).
+    #[command(subcommand)]
+    pub action: Option<MembersAction>,
+    /// Answer from the addressed (first) master's own view, no redirect (implies --stale).
+    #[arg(long, global = true)]
+    pub local: bool,
+    /// Allow a follower's answer.
+    #[arg(long, global = true)]
+    pub stale: bool,
+    /// Print one JSON line.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `hetsched members` actions.
+#[derive(clap::Subcommand, Debug)]
+pub enum MembersAction {
+    /// Add a master (start it first with `hetsched master --join`).
+    Add {
+        /// Its id (≥ 1, not used by another master).
+        id: u64,
+        /// Its cluster address.
+        #[arg(value_name = "HOST:PORT")]
+        addr: String,
+    },
+    /// Remove a master (removing the leader hands leadership over first).
+    Remove {
+        /// Its id.
+        id: u64,
+    },
+    /// Hand leadership to another master.
+    TransferLeader {
+        /// Its id.
+        id: u64,
+    },
+}
+
+/// `members`.
+pub fn members(masters: &[String], a: MembersArgs) -> anyhow::Result<()> {
+    use hetsched_common::MasterId;
+    let (req, what) = match &a.action {
+        None => {
+            let stale = a.stale || a.local;
+            match block_on(call(masters, ClientRequest::Members { stale }, a.local))?? {
+                ClientResponse::Members(ms) => {
+                    if a.json {
+                        return super::print_json(&ms);
+                    }
+                    println!(
+                        "{:<6} {:<22} {:<8} {:<7} MATCH",
+                        "ID", "ADDR", "ROLE", "LEADER"
+                    );
+                    for m in ms {
+                        println!(
+                            "{:<6} {:<22} {:<8} {:<7} {}",
+                            m.id.0,
+                            m.addr.unwrap_or_else(|| "?".into()),
+                            if m.voter { "voter" } else { "learner" },
+                            if m.leader { "yes" } else { "" },
+                            m.match_index.map_or("-".into(), |i| i.to_string())
+                        );
+                    }
+                    return Ok(());
+                }
+                other => bail!("unexpected answer: {other:?}"),
+            }
+        }
+        Some(MembersAction::Add { id, addr }) => {
+            hetsched_common::parse_host_port(addr)?;
+            (
+                ClientRequest::AddMember {
+                    id: MasterId(*id),
+                    addr: addr.clone(),
+                },
+                format!("added master {id} at {addr}"),
+            )
+        }
+        Some(MembersAction::Remove { id }) => (
+            ClientRequest::RemoveMember { id: MasterId(*id) },
+            format!("removed master {id}"),
+        ),
+        Some(MembersAction::TransferLeader { id }) => (
+            ClientRequest::TransferLeader { id: MasterId(*id) },
+            format!("master {id} now leads"),
+        ),
+    };
+    match block_on(call(masters, req, false))?? {
+        ClientResponse::Done => {
+            if a.json {
+                super::print_json(&serde_json::json!({ "ok": true, "message": what }))
+            } else {
+                println!("{what}");
+                Ok(())
+            }
+        }
+        other => bail!("unexpected answer: {other:?}"),
+    }
+}

@@ -15,16 +15,23 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        required = true,
+        required_unless_present = "join",
         value_name = "ID=HOST:PORT,..."
     )]
     pub peers: Vec<String>,
+    /// Join an existing cluster: start empty and wait to be added with
+    /// `hetsched members add ID HOST:PORT` (then caught up by snapshot).
+    #[arg(long, conflicts_with = "peers")]
+    pub join: bool,
     /// Data directory (Raft log and snapshots).
     #[arg(long)]
     pub data_dir: PathBuf,
     /// Optional HTTP address for /metrics and the JSON API.
     #[arg(long, value_name = "HOST:PORT")]
     pub http: Option<String>,
+    /// Snapshot the state and compact the Raft log every this many applied entries.
+    #[arg(long, default_value_t = 10_000)]
+    pub snapshot_entries: u64,
     /// Silence after which the leader declares a slave down, ms.
     #[arg(long, default_value_t = 5000)]
     pub node_timeout_ms: u64,
@@ -39,7 +46,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         anyhow::bail!("--id must be at least 1 (Raft reserves 0)");
     }
     hetsched_common::parse_host_port(&a.listen)?;
-    let peers = server::parse_peers(&a.peers)?;
+    let mut peers = server::parse_peers(&a.peers)?;
+    if a.join {
+        peers.insert(a.id, a.listen.clone());
+    }
     std::fs::create_dir_all(&a.data_dir)
         .with_context(|| format!("cannot create data dir {}", a.data_dir.display()))?;
     let cfg = MasterConfig {
@@ -48,6 +58,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         peers,
         data_dir: a.data_dir,
         http: a.http,
+        join: a.join,
+        snapshot_entries: a.snapshot_entries,
         timing: DutyTiming {
             node_timeout: std::time::Duration::from_millis(a.node_timeout_ms.max(500)),
             ..DutyTiming::default()

@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
 pub mod bench_placement;
+pub mod bench_raft;
 pub mod client;
+pub mod local;
 pub mod master;
 pub mod plan_batch;
 pub mod slave;

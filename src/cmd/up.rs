@@ -6,12 +6,12 @@
 //! of the demo) stops every child: SIGTERM, then SIGKILL after a grace period.
 
 use super::client::{call, request_id};
+use super::local::{LocalCluster, SlaveSpec};
 use anyhow::{bail, Context};
 use hetsched_common::protocol::{ClientRequest, ClientResponse, StatusInfo};
 use hetsched_common::{GpuRequest, JobId, JobSpec, ResourceRequest};
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Arguments of `hetsched up`.
@@ -32,62 +32,6 @@ pub struct Args {
     /// Give up on the demo after this many seconds.
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
-}
-
-/// The child processes; dropping it stops them all.
-struct Cluster {
-    children: Vec<(String, Child)>,
-}
-
-impl Cluster {
-    fn stop(&mut self) {
-        for (_, c) in &self.children {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(c.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        let deadline = Instant::now() + Duration::from_secs(3);
-        for (name, c) in &mut self.children {
-            loop {
-                match c.try_wait() {
-                    Ok(Some(_)) | Err(_) => break,
-                    Ok(None) if Instant::now() > deadline => {
-                        tracing::debug!(%name, "did not stop in time; killing");
-                        let _ = c.kill();
-                        let _ = c.wait();
-                        break;
-                    }
-                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        }
-        self.children.clear();
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(l.local_addr()?.port())
-}
-
-fn spawn(name: &str, args: &[String], log: &Path) -> anyhow::Result<Child> {
-    let exe = std::env::current_exe().context("cannot find this executable")?;
-    let log_file =
-        std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
-    Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log_file)
-        .spawn()
-        .with_context(|| format!("cannot start {name}"))
 }
 
 fn demo_jobs() -> Vec<JobSpec> {
@@ -146,65 +90,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
 
-    let mut masters = Vec::new();
-    for id in 1..=a.masters {
-        masters.push((id, format!("127.0.0.1:{}", free_port()?)));
-    }
-    let peers = masters
-        .iter()
-        .map(|(id, addr)| format!("{id}={addr}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let addrs: Vec<String> = masters.iter().map(|(_, a)| a.clone()).collect();
-    let mut cluster = Cluster {
-        children: Vec::new(),
-    };
-    for (id, addr) in &masters {
-        let args = vec![
-            "master".into(),
-            "--id".into(),
-            id.to_string(),
-            "--listen".into(),
-            addr.clone(),
-            "--peers".into(),
-            peers.clone(),
-            "--data-dir".into(),
-            dir.join(format!("master-{id}")).display().to_string(),
-        ];
-        let name = format!("master-{id}");
-        let child = spawn(&name, &args, &dir.join(format!("{name}.log")))?;
-        cluster.children.push((name, child));
-    }
-    for s in 1..=a.slaves {
-        let listen = format!("127.0.0.1:{}", free_port()?);
-        let mut args = vec![
-            "slave".into(),
-            "--listen".into(),
-            listen,
-            "--masters".into(),
-            addrs.join(","),
-            "--data-dir".into(),
-            dir.join(format!("slave-{s}")).display().to_string(),
-            "--cpus".into(),
-            "2".into(),
-            "--mem".into(),
-            "2048".into(),
-            "--name".into(),
-            format!("slave-{s}"),
-        ];
-        // The last slave offers two emulated GPUs so the demo's shared-GPU job has a home.
-        if s == a.slaves {
-            args.extend([
-                "--gpus".into(),
-                "2".into(),
-                "--gpu-model".into(),
-                "T4".into(),
-            ]);
-        }
-        let name = format!("slave-{s}");
-        let child = spawn(&name, &args, &dir.join(format!("{name}.log")))?;
-        cluster.children.push((name, child));
-    }
+    // The last slave offers two emulated GPUs so the demo's shared-GPU job has a home.
+    let slaves: Vec<SlaveSpec> = (1..=a.slaves)
+        .map(|s| SlaveSpec {
+            cpus: 2,
+            mem_mib: 2048,
+            gpus: if s == a.slaves { 2 } else { 0 },
+        })
+        .collect();
+    let mut cluster = LocalCluster::start(&dir, a.masters, &slaves)?;
+    let addrs = cluster.master_addrs.clone();
     eprintln!(
         "hetsched up: {} master(s), {} slave(s); data and logs in {}",
         a.masters,

@@ -135,6 +135,17 @@ pub struct Cluster {
 impl Cluster {
     /// `n_masters` masters and `n_slaves` slaves with `cpus` cores each.
     pub fn start(name: &str, n_masters: usize, n_slaves: usize, cpus: u32) -> Self {
+        Self::start_with(name, n_masters, n_slaves, cpus, &[])
+    }
+
+    /// As [`start`](Self::start), with extra flags for every master.
+    pub fn start_with(
+        name: &str,
+        n_masters: usize,
+        n_slaves: usize,
+        cpus: u32,
+        master_flags: &[&str],
+    ) -> Self {
         let dir = Scratch::new(name);
         let master_addrs: Vec<String> = (0..n_masters)
             .map(|_| format!("127.0.0.1:{}", free_port()))
@@ -150,24 +161,22 @@ impl Cluster {
             .enumerate()
             .map(|(i, addr)| {
                 let id = i + 1;
-                Proc::start(
-                    &format!("master-{id}"),
-                    vec![
-                        "master".into(),
-                        "--id".into(),
-                        id.to_string(),
-                        "--listen".into(),
-                        addr.clone(),
-                        "--peers".into(),
-                        peers.clone(),
-                        "--data-dir".into(),
-                        dir.path()
-                            .join(format!("master-{id}"))
-                            .display()
-                            .to_string(),
-                    ],
-                    dir.path(),
-                )
+                let mut args: Vec<String> = vec![
+                    "master".into(),
+                    "--id".into(),
+                    id.to_string(),
+                    "--listen".into(),
+                    addr.clone(),
+                    "--peers".into(),
+                    peers.clone(),
+                    "--data-dir".into(),
+                    dir.path()
+                        .join(format!("master-{id}"))
+                        .display()
+                        .to_string(),
+                ];
+                args.extend(master_flags.iter().map(|f| f.to_string()));
+                Proc::start(&format!("master-{id}"), args, dir.path())
             })
             .collect();
         let slave_addrs: Vec<String> = (0..n_slaves)
@@ -298,4 +307,26 @@ pub fn json_with(masters: &str, args: &[&str]) -> Option<Value> {
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(stdout.lines().last()?).ok()
+}
+
+/// Direct wire access to one process (for requests the CLI does not expose, like faults).
+pub fn wire_call(
+    addr: &str,
+    req: hetsched_common::protocol::ClientRequest,
+    timeout: Duration,
+) -> Result<hetsched_common::protocol::Message, String> {
+    use hetsched_common::protocol::Message;
+    use hetsched_common::wire::Connection;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let c = Connection::connect(addr, Duration::from_secs(1))
+            .await
+            .map_err(|e| e.to_string())?;
+        c.call(Message::Client(req), timeout)
+            .await
+            .map_err(|e| e.to_string())
+    })
 }

@@ -13,12 +13,12 @@ use crate::state::{ClusterState, Command, CommandEnvelope, Outcome};
 use actix::prelude::*;
 use duties::{DutyEvent, Heartbeat, LeaderDuties};
 use hetsched_common::protocol::{
-    ClientRequest, ClientResponse, ErrorKind, ErrorReply, Message, SlaveRequest, SlaveResponse,
-    StatusInfo,
+    ClientRequest, ClientResponse, ErrorKind, ErrorReply, MemberInfo, Message, RaftCounters,
+    SlaveRequest, SlaveResponse, StatusInfo,
 };
 use hetsched_common::wire::{self, FrameLimits, Handler};
 use hetsched_common::{ClientRequestId, MasterId};
-use hetsched_consensus::{Consensus, ProposeError, RaftConfig, Role};
+use hetsched_consensus::{Consensus, FaultConfig, ProposeError, RaftConfig, Role};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -55,6 +55,11 @@ pub struct MasterConfig {
     pub http: Option<String>,
     /// Leader-duty timing.
     pub timing: DutyTiming,
+    /// Start empty and wait to be added to an existing cluster (`peers` holds only this
+    /// master then).
+    pub join: bool,
+    /// Snapshot and compact the log every this many applied entries.
+    pub snapshot_entries: u64,
 }
 
 /// Parses `ID=HOST:PORT,...`.
@@ -88,6 +93,8 @@ pub struct MasterShared {
     pub id: MasterId,
     peers: Arc<BTreeMap<u64, String>>,
     state: Arc<RwLock<ClusterState>>,
+    /// Set once consensus has started (for member addresses).
+    raft: Arc<std::sync::OnceLock<Consensus<Replicated>>>,
 }
 
 impl MasterShared {
@@ -99,12 +106,21 @@ impl MasterShared {
         }
     }
 
+    /// Cluster address of master `id`: from the live Raft configuration (members added
+    /// later included), else from the bootstrap peers.
+    pub fn addr_of(&self, id: u64) -> Option<String> {
+        self.raft
+            .get()
+            .and_then(|r| r.peer_addr(id))
+            .or_else(|| self.peers.get(&id).cloned())
+    }
+
     /// A `NotLeader` answer naming the leader and its address when known.
     pub fn not_leader(&self, leader: Option<u64>) -> ErrorReply {
         ErrorReply::new(
             ErrorKind::NotLeader {
                 leader: leader.map(MasterId),
-                leader_addr: leader.and_then(|l| self.peers.get(&l).cloned()),
+                leader_addr: leader.and_then(|l| self.addr_of(l)),
             },
             match leader {
                 Some(l) => format!("master {} is not the leader; master {l} is", self.id.0),
@@ -161,13 +177,17 @@ impl Master {
         }
         let state = Arc::new(RwLock::new(ClusterState::new()));
         let (applied_tx, mut applied_rx) = tokio::sync::mpsc::unbounded_channel();
-        let raft_cfg = RaftConfig::new(cfg.id, cfg.peers.clone(), cfg.data_dir.join("raft"));
+        let mut raft_cfg = RaftConfig::new(cfg.id, cfg.peers.clone(), cfg.data_dir.join("raft"));
+        raft_cfg.join = cfg.join;
+        raft_cfg.snapshot_entries = cfg.snapshot_entries;
         let raft = Consensus::start(raft_cfg, Replicated::new(state.clone(), applied_tx))?;
         let shared = MasterShared {
             id: MasterId(cfg.id),
             peers: Arc::new(cfg.peers.clone()),
             state,
+            raft: Arc::new(std::sync::OnceLock::new()),
         };
+        let _ = shared.raft.set(raft.clone());
         let duties = LeaderDuties::new(
             shared.clone(),
             raft.clone(),
@@ -257,6 +277,20 @@ impl Master {
             .map_err(|e| self.shared.propose_error(e))
     }
 
+    /// A linearizable read (Raft ReadIndex) unless the client accepts a stale answer: only a
+    /// leader confirmed by a quorum, with everything committed before the read applied,
+    /// answers. A deposed leader cut off from the majority cannot confirm and never answers.
+    async fn read_barrier(&self, stale: bool) -> Result<(), ErrorReply> {
+        if stale {
+            return Ok(());
+        }
+        self.raft
+            .read_index()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.shared.propose_error(e))
+    }
+
     fn require_leader(&self) -> Result<(), ErrorReply> {
         let st = self.raft.status();
         if st.role == Role::Leader {
@@ -293,24 +327,18 @@ impl Master {
                 }
             }
             ClientRequest::Status { stale } => {
-                if !stale {
-                    self.require_leader()?;
-                }
+                self.read_barrier(stale).await?;
                 Ok(ClientResponse::Status(self.status_info(stale)))
             }
             ClientRequest::Jobs { stale } => {
-                if !stale {
-                    self.require_leader()?;
-                }
+                self.read_barrier(stale).await?;
                 let s = self.shared.read_state();
                 Ok(ClientResponse::Jobs(
                     s.jobs.values().map(|j| s.job_info(j)).collect(),
                 ))
             }
             ClientRequest::Tasks { stale, job } => {
-                if !stale {
-                    self.require_leader()?;
-                }
+                self.read_barrier(stale).await?;
                 let s = self.shared.read_state();
                 let tasks = match job {
                     Some(j) => match s.jobs.get(&j) {
@@ -329,13 +357,93 @@ impl Master {
                 Ok(ClientResponse::Tasks(tasks))
             }
             ClientRequest::Nodes { stale } => {
-                if !stale {
-                    self.require_leader()?;
-                }
+                self.read_barrier(stale).await?;
                 let s = self.shared.read_state();
                 Ok(ClientResponse::Nodes(
                     s.nodes.values().map(|n| s.node_info(n)).collect(),
                 ))
+            }
+            ClientRequest::Members { stale } => {
+                self.read_barrier(stale).await?;
+                let leader = self.raft.status().leader;
+                Ok(ClientResponse::Members(
+                    self.raft
+                        .members()
+                        .into_iter()
+                        .map(|m| MemberInfo {
+                            id: MasterId(m.id),
+                            addr: m.addr,
+                            voter: m.voter,
+                            leader: leader == Some(m.id),
+                            match_index: m.match_index,
+                        })
+                        .collect(),
+                ))
+            }
+            ClientRequest::AddMember { id, addr } => {
+                if id.0 == 0 {
+                    return Err(ErrorReply::new(ErrorKind::Invalid, "master ids start at 1"));
+                }
+                hetsched_common::parse_host_port(&addr)
+                    .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
+                self.raft
+                    .add_member(id.0, addr)
+                    .await
+                    .map_err(|e| self.shared.propose_error(e))?;
+                Ok(ClientResponse::Done)
+            }
+            ClientRequest::RemoveMember { id } => {
+                self.raft
+                    .remove_member(id.0)
+                    .await
+                    .map_err(|e| self.shared.propose_error(e))?;
+                Ok(ClientResponse::Done)
+            }
+            ClientRequest::TransferLeader { id } => {
+                self.raft
+                    .transfer_leader(id.0)
+                    .await
+                    .map_err(|e| self.shared.propose_error(e))?;
+                Ok(ClientResponse::Done)
+            }
+            ClientRequest::BenchPropose {
+                client,
+                seq,
+                record,
+                payload,
+            } => {
+                let cmd = Command::Bench {
+                    client,
+                    seq,
+                    record,
+                    payload,
+                };
+                self.propose(cmd, None).await?;
+                Ok(ClientResponse::Done)
+            }
+            ClientRequest::BenchCheck { client, acked } => {
+                self.read_barrier(false).await?;
+                let s = self.shared.read_state();
+                let empty = Default::default();
+                let c = s.bench.get(&client).unwrap_or(&empty);
+                Ok(ClientResponse::BenchChecked {
+                    applied: c.recorded.len() as u64,
+                    missing: acked
+                        .into_iter()
+                        .filter(|q| !c.recorded.contains(q))
+                        .collect(),
+                })
+            }
+            ClientRequest::SetFaults(f) => {
+                tracing::warn!(faults = ?f, "fault injection changed");
+                self.raft.set_faults(FaultConfig {
+                    seed: f.seed,
+                    drop_rate: f.drop_rate.clamp(0.0, 1.0),
+                    delay: std::time::Duration::from_millis(f.delay_ms),
+                    cut: f.cut.iter().map(|m| m.0).collect(),
+                    isolated: f.isolated,
+                });
+                Ok(ClientResponse::Done)
             }
         }
     }
@@ -346,7 +454,7 @@ impl Master {
         StatusInfo {
             master_id: self.shared.id,
             leader: st.leader.map(MasterId),
-            leader_addr: st.leader.and_then(|l| self.shared.peers.get(&l).cloned()),
+            leader_addr: st.leader.and_then(|l| self.shared.addr_of(l)),
             term: st.term,
             role: match st.role {
                 Role::Leader => "leader",
@@ -361,6 +469,17 @@ impl Master {
             nodes: s.node_counts(),
             jobs: s.jobs.len() as u64,
             tasks: s.task_counts(),
+            raft: {
+                let c = self.raft.stats();
+                RaftCounters {
+                    commit_index: st.commit_index,
+                    first_index: c.first_index,
+                    proposals: c.proposals,
+                    entries_persisted: c.entries_persisted,
+                    flushes: c.flushes,
+                    snapshots: c.snapshots,
+                }
+            },
         }
     }
 

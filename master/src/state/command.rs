@@ -90,6 +90,18 @@ pub enum Command {
         /// Exit code.
         exit_code: i32,
     },
+    /// Benchmark traffic: changes a counter only (and remembers `seq` when `record`).
+    Bench {
+        /// Benchmark client.
+        client: u64,
+        /// Sequence number.
+        seq: u64,
+        /// Remember `seq` for loss checks.
+        record: bool,
+        /// Padding (kept in the log, not in the state).
+        #[serde(default)]
+        payload: serde_bytes::ByteBuf,
+    },
     /// Proposed by a new leader before it acts: once this applies, the leader's state holds
     /// every entry committed before its term. Changes nothing else.
     LeaderBarrier {

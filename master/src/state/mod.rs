@@ -93,6 +93,15 @@ impl Node {
     }
 }
 
+/// What the state remembers of one benchmark client's proposals.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BenchCounter {
+    /// Proposals applied.
+    pub applied: u64,
+    /// Sequence numbers of the recorded ones.
+    pub recorded: BTreeSet<u64>,
+}
+
 /// The whole replicated state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {
@@ -108,6 +117,8 @@ pub struct ClusterState {
     pub pending: BTreeSet<TaskId>,
     /// Outcomes of client requests already applied, so a retried request applies once.
     applied_requests: BTreeMap<ClientRequestId, Outcome>,
+    /// Benchmark counters per benchmark client.
+    pub bench: BTreeMap<u64, BenchCounter>,
     next_job: u64,
     next_task: u64,
     next_node: u64,
@@ -159,6 +170,19 @@ impl ClusterState {
                 attempt,
                 exit_code,
             } => self.task_finished(node, task, attempt, exit_code),
+            Command::Bench {
+                client,
+                seq,
+                record,
+                ..
+            } => {
+                let c = self.bench.entry(client).or_default();
+                c.applied += 1;
+                if record {
+                    c.recorded.insert(seq);
+                }
+                Outcome::Ignored(String::new())
+            }
             Command::LeaderBarrier { master } => {
                 Outcome::Ignored(format!("barrier of master {master}"))
             }

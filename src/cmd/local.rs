@@ -1,0 +1,189 @@
+//! A local cluster of real `hetsched` processes on free loopback ports: what `hetsched up`
+//! and the benchmarks run. Each process logs to a file in the data dir.
+
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One child process that can be killed and restarted with the same arguments.
+pub struct LocalProc {
+    /// Name (`master-1`, `slave-2`).
+    pub name: String,
+    args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl LocalProc {
+    fn start(name: String, args: Vec<String>, log: PathBuf) -> anyhow::Result<Self> {
+        let mut p = Self {
+            name,
+            args,
+            log,
+            child: None,
+        };
+        p.restart()?;
+        Ok(p)
+    }
+
+    /// Starts the process again (after [`kill9`](Self::kill9)); appends to its log.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let exe = std::env::current_exe().context("cannot find this executable")?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .with_context(|| format!("cannot open {}", self.log.display()))?;
+        let child = Command::new(exe)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {}", self.name))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then SIGKILL once `grace` has passed.
+    fn terminate(&mut self, grace: Duration) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(c.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + grace;
+        loop {
+            match c.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) if Instant::now() > deadline => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    return;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
+/// What one slave offers.
+#[derive(Clone, Debug)]
+pub struct SlaveSpec {
+    /// Cores.
+    pub cpus: u32,
+    /// Memory, MiB.
+    pub mem_mib: u64,
+    /// Emulated GPUs.
+    pub gpus: u32,
+}
+
+/// The running cluster. Dropping it stops every process.
+pub struct LocalCluster {
+    /// Masters, index i is master id i + 1.
+    pub masters: Vec<LocalProc>,
+    /// Their cluster addresses.
+    pub master_addrs: Vec<String>,
+    /// Slaves.
+    pub slaves: Vec<LocalProc>,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+impl LocalCluster {
+    /// Starts `n_masters` masters and the given slaves under `dir`.
+    pub fn start(dir: &Path, n_masters: u32, slaves: &[SlaveSpec]) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut master_addrs = Vec::new();
+        for _ in 0..n_masters {
+            master_addrs.push(format!("127.0.0.1:{}", free_port()?));
+        }
+        let peers = master_addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = LocalCluster {
+            masters: Vec::new(),
+            master_addrs: master_addrs.clone(),
+            slaves: Vec::new(),
+        };
+        for (i, addr) in master_addrs.iter().enumerate() {
+            let id = i + 1;
+            let name = format!("master-{id}");
+            let args = vec![
+                "master".into(),
+                "--id".into(),
+                id.to_string(),
+                "--listen".into(),
+                addr.clone(),
+                "--peers".into(),
+                peers.clone(),
+                "--data-dir".into(),
+                dir.join(&name).display().to_string(),
+            ];
+            let log = dir.join(format!("{name}.log"));
+            cluster.masters.push(LocalProc::start(name, args, log)?);
+        }
+        for (i, s) in slaves.iter().enumerate() {
+            let name = format!("slave-{}", i + 1);
+            let mut args = vec![
+                "slave".into(),
+                "--listen".into(),
+                format!("127.0.0.1:{}", free_port()?),
+                "--masters".into(),
+                master_addrs.join(","),
+                "--data-dir".into(),
+                dir.join(&name).display().to_string(),
+                "--cpus".into(),
+                s.cpus.to_string(),
+                "--mem".into(),
+                s.mem_mib.to_string(),
+                "--name".into(),
+                name.clone(),
+            ];
+            if s.gpus > 0 {
+                args.extend([
+                    "--gpus".into(),
+                    s.gpus.to_string(),
+                    "--gpu-model".into(),
+                    "T4".into(),
+                ]);
+            }
+            let log = dir.join(format!("{name}.log"));
+            cluster.slaves.push(LocalProc::start(name, args, log)?);
+        }
+        Ok(cluster)
+    }
+
+    /// Stops every process: SIGTERM, then SIGKILL after a grace period.
+    pub fn stop(&mut self) {
+        for p in self.slaves.iter_mut().chain(self.masters.iter_mut()) {
+            p.terminate(Duration::from_secs(3));
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
