@@ -5,6 +5,7 @@
 use anyhow::Context;
 use hetsched_master::plan::makespan::{self, Instance, Plan};
 use serde::Serialize;
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -54,14 +55,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let plan = makespan::plan(&inst)?;
     let plan_ms = started.elapsed().as_secs_f64() * 1e3;
 
+    // Writes go through one locked handle and return errors (a closed pipe ends the command
+    // with an error, not a panic as `println!` would).
+    let mut out = std::io::stdout().lock();
     if !args.json {
-        print_schedule(&inst, &plan)?;
+        print_schedule(&mut out, &inst, &plan)?;
     }
     if args.compare || !args.json {
-        print_summary(&inst, &plan, plan_ms, args.compare);
+        print_summary(&mut out, &inst, &plan, plan_ms, args.compare)?;
     }
     if args.json {
-        let out = JsonOut {
+        let line = JsonOut {
             makespan: plan.makespan,
             lower_bound: plan.lower_bound,
             baselines: JsonBaselines {
@@ -76,18 +80,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             cores: inst.total_cores(),
             schedule: &plan.schedule.jobs,
         };
-        super::print_json(&out)?;
+        // One compact line, the last of stdout.
+        serde_json::to_writer(&mut out, &line)?;
+        writeln!(out)?;
     }
+    out.flush()?;
     Ok(())
 }
 
 /// One line per job: start, finish, and per core its blocks as `block@replica-host`.
-fn print_schedule(inst: &Instance, plan: &Plan) -> anyhow::Result<()> {
+fn print_schedule(out: &mut impl Write, inst: &Instance, plan: &Plan) -> anyhow::Result<()> {
     let eval = makespan::validate(inst, &plan.schedule)?;
-    println!(
+    writeln!(
+        out,
         "{:>5} {:>12} {:>12} {:>5}  blocks per core (block@host read)",
         "job", "start (s)", "finish (s)", "cores"
-    );
+    )?;
     for (j, job) in plan.schedule.jobs.iter().enumerate() {
         let cores: Vec<String> = job
             .cores
@@ -101,48 +109,60 @@ fn print_schedule(inst: &Instance, plan: &Plan) -> anyhow::Result<()> {
                 format!("h{}.c{}: {}", w.core.host, w.core.core, blocks.join(" "))
             })
             .collect();
-        println!(
+        writeln!(
+            out,
             "{:>5} {:>12.3} {:>12.3} {:>5}  {}",
             j,
             job.start,
             eval.finish[j],
             job.cores.len(),
             cores.join(" | ")
-        );
+        )?;
     }
     Ok(())
 }
 
-fn print_summary(inst: &Instance, plan: &Plan, plan_ms: f64, compare: bool) {
+fn print_summary(
+    out: &mut impl Write,
+    inst: &Instance,
+    plan: &Plan,
+    plan_ms: f64,
+    compare: bool,
+) -> std::io::Result<()> {
     if compare {
         let ratio = |ms: f64| ms / plan.lower_bound;
-        println!(
+        writeln!(
+            out,
             "{:<12} {:>14} {:>14}",
             "schedule", "makespan (s)", "/ lower bound"
-        );
+        )?;
         match plan.planner_makespan {
-            Some(ms) => println!("{:<12} {:>14.3} {:>14.3}", "planner", ms, ratio(ms)),
-            None => println!("{:<12} {:>14} {:>14}", "planner", "-", "-"),
+            Some(ms) => writeln!(out, "{:<12} {:>14.3} {:>14.3}", "planner", ms, ratio(ms))?,
+            None => writeln!(out, "{:<12} {:>14} {:>14}", "planner", "-", "-")?,
         }
         let b = plan.baselines;
-        println!(
+        writeln!(
+            out,
             "{:<12} {:>14.3} {:>14.3}",
             "round_robin",
             b.round_robin,
             ratio(b.round_robin)
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "{:<12} {:>14.3} {:>14.3}",
             "weighted",
             b.weighted,
             ratio(b.weighted)
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "{:<12} {:>14.3} {:>14.3}",
             "lower bound", plan.lower_bound, 1.0
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "makespan {:.3} s, chosen {} ({} jobs on {} cores, {} probes, planned in {:.1} ms)",
         plan.makespan,
         plan.chosen.as_str(),
@@ -150,5 +170,6 @@ fn print_summary(inst: &Instance, plan: &Plan, plan_ms: f64, compare: bool) {
         inst.total_cores(),
         plan.probes,
         plan_ms
-    );
+    )?;
+    Ok(())
 }

@@ -57,8 +57,8 @@ pub enum InputError {
         /// What was still expected.
         expected: String,
     },
-    /// The values parse but are not a valid instance.
-    #[error("invalid instance: {0}")]
+    /// The values parse but are not a valid instance (the message is the instance error's).
+    #[error(transparent)]
     Instance(#[from] InstanceError),
 }
 
@@ -95,10 +95,15 @@ struct JsonBlock {
 
 /// Reads our JSON format.
 pub fn parse_json(input: &str) -> Result<Instance, InputError> {
-    let raw: JsonInstance = serde_json::from_str(input).map_err(|e| InputError::Json {
-        line: e.line(),
-        column: e.column(),
-        message: e.to_string(),
+    let raw: JsonInstance = serde_json::from_str(input).map_err(|e| {
+        // serde_json's message ends with the position, which our error states already.
+        let full = e.to_string();
+        let suffix = format!(" at line {} column {}", e.line(), e.column());
+        InputError::Json {
+            line: e.line(),
+            column: e.column(),
+            message: full.strip_suffix(&suffix).unwrap_or(&full).to_string(),
+        }
     })?;
     let jobs = raw
         .jobs

@@ -96,18 +96,18 @@ pub struct Plan {
 
 /// An internal inconsistency: a schedule built here failed validation.
 #[derive(Debug, Error)]
-#[error("bug: the {which} schedule failed validation ({source}); please report it with the input")]
+#[error("bug: the {which} schedule failed validation ({error}); please report it with the input")]
 pub struct PlanError {
     /// Which schedule.
     pub which: &'static str,
     /// What the validator said.
-    pub source: ScheduleError,
+    pub error: ScheduleError,
 }
 
 fn check(inst: &Instance, s: &Schedule, which: &'static str) -> Result<f64, PlanError> {
     validate(inst, s)
         .map(|e| e.makespan)
-        .map_err(|source| PlanError { which, source })
+        .map_err(|error| PlanError { which, error })
 }
 
 /// Plans `inst` (SEEDS.md §S2): binary search on the makespan between the lower bound and
