@@ -24,7 +24,7 @@
 //!
 //! The format is told by the first non-blank character: `{` is JSON, anything else text.
 
-use super::model::{Block, Instance, InstanceError, Job};
+use super::model::{Block, Instance, InstanceError, Job, MAX_TOTAL_CORES};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -64,6 +64,8 @@ pub enum InputError {
 
 /// Reads an instance in either format.
 pub fn parse(input: &str) -> Result<Instance, InputError> {
+    // Editors on some systems start files with a byte-order mark.
+    let input = input.strip_prefix('\u{feff}').unwrap_or(input);
     match input.trim_start().chars().next() {
         Some('{') => parse_json(input),
         _ => parse_text(input),
@@ -304,6 +306,12 @@ pub fn parse_text(input: &str) -> Result<Instance, InputError> {
         .collect::<Result<Vec<_>, _>>()?;
     if cores.iter().all(|&c| c == 0) {
         return Err(text_err(l, "the hosts have no cores at all".into()));
+    }
+    if cores.iter().fold(0usize, |a, &c| a.saturating_add(c)) > MAX_TOTAL_CORES {
+        return Err(text_err(
+            l,
+            format!("the hosts have more than {MAX_TOTAL_CORES} cores in all"),
+        ));
     }
 
     let (l, toks) = lines.next_n(jobs, "the number of blocks of each job")?;

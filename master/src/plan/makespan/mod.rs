@@ -37,7 +37,9 @@ pub use baseline::{round_robin, weighted};
 pub use bounds::{job_bound, lower_bound};
 pub use gen::{generate, GenParams};
 pub use input::{parse, parse_json, parse_text, to_json, InputError};
-pub use model::{decay, Block, CoreRef, Instance, InstanceError, Job, MAX_CORES_PER_JOB};
+pub use model::{
+    decay, Block, CoreRef, Instance, InstanceError, Job, MAX_CORES_PER_JOB, MAX_TOTAL_CORES,
+};
 pub use pack::{core_weight, DATA_EPSILON};
 pub use schedule::{validate, BlockRead, CoreWork, Evaluation, JobPlan, Schedule, ScheduleError};
 pub use search::{bisect, max_probes, Outcome, GRID_TICKS};

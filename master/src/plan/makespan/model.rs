@@ -9,6 +9,10 @@ use thiserror::Error;
 /// The most cores one job may hold (the course problem's bound on `e`).
 pub const MAX_CORES_PER_JOB: usize = 10;
 
+/// The most cores a cluster may have: the planner keeps state per core, and a typo such as
+/// an extra digit should be an error, not an attempt to allocate gigabytes.
+pub const MAX_TOTAL_CORES: usize = 1 << 20;
+
 /// One data block of a job.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Block {
@@ -57,6 +61,12 @@ pub enum InstanceError {
     /// All hosts have zero cores.
     #[error("the hosts have no cores at all")]
     NoCores,
+    /// More cores than the planner handles.
+    #[error("the hosts have more than {max} cores in all")]
+    TooManyCores {
+        /// The cap.
+        max: usize,
+    },
     /// The batch is empty.
     #[error("the batch has no jobs")]
     NoJobs,
@@ -152,7 +162,15 @@ impl Instance {
         if hosts == 0 {
             return Err(InstanceError::NoHosts);
         }
-        let total: usize = cores_per_host.iter().sum();
+        // Saturating: the counts come from the input and may be absurd.
+        let total = cores_per_host
+            .iter()
+            .fold(0usize, |a, &c| a.saturating_add(c));
+        if total > MAX_TOTAL_CORES {
+            return Err(InstanceError::TooManyCores {
+                max: MAX_TOTAL_CORES,
+            });
+        }
         if total == 0 {
             return Err(InstanceError::NoCores);
         }

@@ -280,6 +280,12 @@ fn instance_errors_are_typed() {
         InstanceError::NoCores
     );
     assert_eq!(
+        Instance::new(vec![usize::MAX, 1], 1.0, 0.1, j()).unwrap_err(),
+        InstanceError::TooManyCores {
+            max: MAX_TOTAL_CORES
+        }
+    );
+    assert_eq!(
         Instance::new(vec![1], 1.0, 1.0, j()).unwrap_err(),
         InstanceError::BadAlpha(1.0)
     );
