@@ -54,8 +54,9 @@ pub fn weighted(inst: &Instance) -> Schedule {
         let on_host = data_on_hosts(inst, j);
         let mut cores: Vec<usize> = (0..t).collect();
         cores.sort_by(|&a, &b| {
-            timeline.avail[a]
-                .total_cmp(&timeline.avail[b])
+            timeline
+                .avail(a)
+                .total_cmp(&timeline.avail(b))
                 .then(on_host[inst.host_of(b)].total_cmp(&on_host[inst.host_of(a)]))
                 .then(a.cmp(&b))
         });

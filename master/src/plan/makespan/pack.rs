@@ -91,6 +91,10 @@ impl<'a> Packer<'a> {
 
     /// The core λ picks next for `job`, among cores that are not yet the job's and could
     /// still finish it by `m` (free by `m` minus the job's shortest possible time).
+    ///
+    /// On one host φ and β are the same for every core and t falls as the free time grows,
+    /// so each host's best core is its earliest free one not yet taken; only those are
+    /// weighed, which is the same choice as weighing every core, in O(hosts).
     pub(crate) fn pick_core(
         &self,
         timeline: &Timeline,
@@ -99,13 +103,15 @@ impl<'a> Packer<'a> {
         per_host: &[usize],
         m: f64,
     ) -> Option<usize> {
-        let inst = self.inst;
-        let mut best: Option<(f64, usize)> = None;
-        for (c, &avail) in timeline.avail.iter().enumerate() {
-            if avail + self.bound[job] > m || chosen.contains(&c) {
+        let mut best: Option<(f64, f64, usize)> = None;
+        for host in 0..self.inst.hosts() {
+            let Some(c) = timeline.by_avail(host).find(|c| !chosen.contains(c)) else {
+                continue;
+            };
+            let avail = timeline.avail(c);
+            if avail + self.bound[job] > m {
                 continue;
             }
-            let host = inst.host_of(c);
             let w = core_weight(
                 per_host[host],
                 chosen.len(),
@@ -117,17 +123,17 @@ impl<'a> Packer<'a> {
             // Largest λ; ties to the core free earlier, then the lower id.
             let better = match best {
                 None => true,
-                Some((bw, bc)) => w
+                Some((bw, ba, bc)) => w
                     .total_cmp(&bw)
-                    .then(timeline.avail[bc].total_cmp(&avail))
+                    .then(ba.total_cmp(&avail))
                     .then(bc.cmp(&c))
                     .is_gt(),
             };
             if better {
-                best = Some((w, c));
+                best = Some((w, avail, c));
             }
         }
-        best.map(|(_, c)| c)
+        best.map(|(_, _, c)| c)
     }
 
     /// Places `job` with the fewest cores that finish it by `m`.

@@ -462,10 +462,12 @@ fn cores_are_picked_by_weight() {
     // φ = 1, λ = 0.001 → core 3.
     assert_eq!(packer.pick_core(&timeline, 0, &[2], &[0, 1], m), Some(3));
     // Core 2 busy until 90 (t = 0.1, λ = 0.1001) loses to free core 3 (λ = 1.001).
-    timeline.avail[2] = 90.0;
+    timeline.set_avail(1, 2, 90.0);
     assert_eq!(packer.pick_core(&timeline, 0, &[], &[0, 0], m), Some(3));
     // A core free too late to finish the job by M (the job needs ≥ 5 s) is not a candidate.
-    timeline.avail = vec![96.0; 4];
+    for c in 0..4 {
+        timeline.set_avail(c / 2, c, 96.0);
+    }
     assert_eq!(packer.pick_core(&timeline, 0, &[], &[0, 0], m), None);
 }
 
@@ -823,6 +825,54 @@ proptest! {
                 prop_assert!(n < 1000);
             }
             prop_assert!(w.duration() <= before);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The per-host shortcut of `pick_core` picks what weighing every core would.
+    #[test]
+    fn pick_core_matches_a_scan_of_every_core(
+        inst in instances(),
+        frees in prop::collection::vec(0u32..8, 64),
+        taken in prop::collection::vec(any::<bool>(), 64),
+        m in 1.0f64..400.0,
+    ) {
+        let Some(inst) = inst else { return Ok(()) };
+        let packer = Packer::new(&inst);
+        let mut timeline = Timeline::new(&inst);
+        let t = inst.total_cores();
+        for c in 0..t {
+            // Coarse times, so that ties in λ and in free time happen.
+            timeline.set_avail(inst.host_of(c), c, f64::from(frees[c % 64]) * 10.0);
+        }
+        let chosen: Vec<usize> = (0..t).filter(|&c| taken[c % 64]).take(inst.max_cores()).collect();
+        let mut per_host = vec![0; inst.hosts()];
+        for &c in &chosen {
+            per_host[inst.host_of(c)] += 1;
+        }
+        for job in 0..inst.jobs().len() {
+            let data = inst.jobs()[job].data();
+            let on = super::baseline::data_on_hosts(&inst, job);
+            let bound = job_bound(&inst, job);
+            let mut best: Option<(f64, f64, usize)> = None;
+            for c in 0..t {
+                let a = timeline.avail(c);
+                if chosen.contains(&c) || a + bound > m {
+                    continue;
+                }
+                let h = inst.host_of(c);
+                let w = core_weight(per_host[h], chosen.len(), on[h], data, a, m);
+                if best.is_none_or(|(bw, ba, _)| w > bw || (w == bw && a < ba)) {
+                    best = Some((w, a, c));
+                }
+            }
+            prop_assert_eq!(
+                packer.pick_core(&timeline, job, &chosen, &per_host, m),
+                best.map(|(_, _, c)| c)
+            );
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use super::model::Instance;
 use super::schedule::{BlockRead, CoreWork, JobPlan, Schedule};
+use std::collections::BTreeSet;
 
 /// One core of a job being planned.
 #[derive(Clone, Debug, PartialEq)]
@@ -124,16 +125,42 @@ pub(crate) fn place_blocks(
 /// starts when the last of its cores is free, holds them all until its longest core ends.
 #[derive(Clone, Debug)]
 pub(crate) struct Timeline {
-    pub avail: Vec<f64>,
+    avail: Vec<f64>,
+    /// Each host's cores ordered by (free time, id), so the planner finds a host's earliest
+    /// free cores without scanning every core of the cluster. Free times are ≥ 0, where
+    /// the bits of an f64 order like its value.
+    by_host: Vec<BTreeSet<(u64, usize)>>,
     plans: Vec<Option<JobPlan>>,
 }
 
 impl Timeline {
     pub fn new(inst: &Instance) -> Self {
+        let mut by_host = vec![BTreeSet::new(); inst.hosts()];
+        for c in 0..inst.total_cores() {
+            by_host[inst.host_of(c)].insert((0f64.to_bits(), c));
+        }
         Self {
             avail: vec![0.0; inst.total_cores()],
+            by_host,
             plans: vec![None; inst.jobs().len()],
         }
+    }
+
+    /// When core `c` is next free.
+    pub fn avail(&self, c: usize) -> f64 {
+        self.avail[c]
+    }
+
+    /// Sets when core `c` (on `host`) is next free.
+    pub fn set_avail(&mut self, host: usize, c: usize, t: f64) {
+        self.by_host[host].remove(&(self.avail[c].to_bits(), c));
+        self.by_host[host].insert((t.to_bits(), c));
+        self.avail[c] = t;
+    }
+
+    /// Host `h`'s cores, earliest free first (ties by id).
+    pub fn by_avail(&self, h: usize) -> impl Iterator<Item = usize> + '_ {
+        self.by_host[h].iter().map(|&(_, c)| c)
     }
 
     /// The earliest time all of `cores` are free.
@@ -146,7 +173,7 @@ impl Timeline {
         let start = self.start_of(work.slots.iter().map(|s| s.core));
         let end = start + work.duration();
         for s in &work.slots {
-            self.avail[s.core] = end;
+            self.set_avail(inst.host_of(s.core), s.core, end);
         }
         self.plans[work.job] = Some(work.to_plan(inst, start));
         end
