@@ -52,15 +52,20 @@ pub fn weighted(inst: &Instance) -> Schedule {
         let share = (t as f64 * job.estimate() / total).round() as usize;
         let e = share.clamp(1, inst.max_cores().min(job.blocks.len()));
         let on_host = data_on_hosts(inst, j);
-        let mut cores: Vec<usize> = (0..t).collect();
-        cores.sort_by(|&a, &b| {
+        let order = |&a: &usize, &b: &usize| {
             timeline
                 .avail(a)
                 .total_cmp(&timeline.avail(b))
                 .then(on_host[inst.host_of(b)].total_cmp(&on_host[inst.host_of(a)]))
                 .then(a.cmp(&b))
-        });
-        cores.truncate(e);
+        };
+        let mut cores: Vec<usize> = (0..t).collect();
+        // The e first in a total order: select them in O(T), then sort only those.
+        if e < t {
+            cores.select_nth_unstable_by(e, order);
+            cores.truncate(e);
+        }
+        cores.sort_by(order);
         let work = place_blocks(inst, j, &cores, &largest_first(inst, j));
         timeline.commit(inst, &work);
     }

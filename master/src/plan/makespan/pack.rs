@@ -104,7 +104,7 @@ impl<'a> Packer<'a> {
         m: f64,
     ) -> Option<usize> {
         let mut best: Option<(f64, f64, usize)> = None;
-        for host in 0..self.inst.hosts() {
+        for (host, &taken_here) in per_host.iter().enumerate() {
             let Some(c) = timeline.by_avail(host).find(|c| !chosen.contains(c)) else {
                 continue;
             };
@@ -113,7 +113,7 @@ impl<'a> Packer<'a> {
                 continue;
             }
             let w = core_weight(
-                per_host[host],
+                taken_here,
                 chosen.len(),
                 self.on_host[job][host],
                 self.data[job],
