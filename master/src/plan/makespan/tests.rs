@@ -326,15 +326,18 @@ fn instance_errors_are_typed() {
 
 #[test]
 fn lower_bound_by_hand() {
-    // 2 hosts × 2 cores (T = 4), α = 0.1.
-    // Job 0: speed 10, blocks 60, 20, 20 (100 MB). Bound with e cores:
-    //   max(100 / (e·10·g(e)), 60 / (10·g(e)))
-    //   e=1: max(10, 6) = 10;  e=2 (g .9): max(5.556, 6.667) = 6.667;
-    //   e=3 (g .8): max(4.167, 7.5) = 7.5;  e=4 (g .7): max(3.571, 8.571) = 8.571.
-    //   best: 6.667 = 60/9.
-    // Job 1: speed 20, one block of 20: e=1 gives 1.
-    // Work term: (100/10 + 20/20) / 4 = 11/4 = 2.75.
-    // Lower bound = max(60/9, 1, 2.75) = 60/9.
+    // 2 hosts × 2 cores (T = 4), α = 0.1, s_t = 125.
+    // Job 0: speed 10, blocks 60 on h0, 20 on h1, 20 on h0 and h1 (100 MB); its shares:
+    // h0 = 80, h1 = 40. With e cores its cores sit on ≤ e hosts:
+    //   e=1: at most 80 MB local, 20 MB must cross: busy ≥ 100/10 + 20/125 = 10.16;
+    //        bound max(10.16 / 1, 60 / 10) = 10.16.
+    //   e=2 (g .9): 120 ≥ 100, nothing must cross: busy ≥ 100/9 = 11.11;
+    //        bound max(11.11 / 2, 60 / 9) = 6.667.
+    //   e=3 (g .8): max(12.5 / 3, 60 / 8) = 7.5;  e=4 (g .7): max(14.29 / 4, 60 / 7) = 8.571.
+    //   best: 60/9; least busy time: 10.16 (e=1).
+    // Job 1: speed 20, one block of 20 on h1: e=1 gives 1 s, busy 1.
+    // Work term: (10.16 + 1) / 4 = 2.79.
+    // Lower bound = max(60/9, 1, 2.79) = 60/9.
     let inst = Instance::new(
         vec![2, 2],
         125.0,
@@ -351,6 +354,23 @@ fn lower_bound_by_hand() {
     assert!(close(job_bound(&inst, 0), 60.0 / 9.0));
     assert!(close(job_bound(&inst, 1), 1.0));
     assert!(close(lower_bound(&inst), 60.0 / 9.0));
+}
+
+#[test]
+fn lower_bound_counts_transfers_no_placement_avoids() {
+    // Host 1 stores the data but has no cores, so every block crosses the network.
+    // One core (T = 1): job 0 reads 100 MB at s_t = 10 and runs it at 10 MB/s: 10 + 10 = 20 s.
+    // The plain Σ data / speed / T would say 10; the tight bound is exact here.
+    let inst = Instance::new(
+        vec![1, 0],
+        10.0,
+        0.1,
+        vec![job(10.0, vec![block(100.0, &[1])])],
+    )
+    .expect("valid");
+    assert!(close(lower_bound(&inst), 20.0));
+    let p = plan(&inst).expect("plan");
+    assert!(close(p.makespan, 20.0));
 }
 
 #[test]
