@@ -49,9 +49,16 @@ fn busy_on(inst: &Instance, job: usize, e: usize, local: &[f64]) -> f64 {
     data / (j.speed * inst.decay(e)) + inst.transfer_time((data - local[e]).max(0.0))
 }
 
-/// A lower bound on job `job`'s duration with `e` cores.
-pub(crate) fn job_bound_on(inst: &Instance, job: usize, e: usize) -> f64 {
-    job_bound_with(inst, job, e, &local_at_most(inst, job))
+/// Lower bounds on job `job`'s duration with each number of cores: entry `e` for `e`
+/// cores, `1 ≤ e ≤ max_cores` (entry 0 is unused).
+pub(crate) fn job_bounds_by_cores(inst: &Instance, job: usize) -> Vec<f64> {
+    let local = local_at_most(inst, job);
+    (0..=inst.max_cores())
+        .map(|e| match e {
+            0 => f64::INFINITY,
+            e => job_bound_with(inst, job, e, &local),
+        })
+        .collect()
 }
 
 fn job_bound_with(inst: &Instance, job: usize, e: usize, local: &[f64]) -> f64 {

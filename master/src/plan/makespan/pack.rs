@@ -13,7 +13,7 @@
 //! patent chose later only to save planning time, which with ≤ 10 cores per job is small.
 
 use super::baseline::{data_on_hosts, largest_first};
-use super::bounds::{job_bound, job_bound_on};
+use super::bounds::job_bounds_by_cores;
 use super::model::Instance;
 use super::schedule::Schedule;
 use super::trim::trim;
@@ -55,6 +55,8 @@ pub(crate) struct Packer<'a> {
     data: Vec<f64>,
     /// A lower bound on each job's duration.
     bound: Vec<f64>,
+    /// A lower bound on each job's duration with `e` cores (index `e`).
+    bound_on: Vec<Vec<f64>>,
 }
 
 impl<'a> Packer<'a> {
@@ -63,13 +65,18 @@ impl<'a> Packer<'a> {
         let est: Vec<f64> = inst.jobs().iter().map(|j| j.estimate()).collect();
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by(|&a, &b| est[b].total_cmp(&est[a]).then(a.cmp(&b)));
+        let bound_on: Vec<Vec<f64>> = (0..n).map(|j| job_bounds_by_cores(inst, j)).collect();
         Self {
             inst,
             order,
             blocks: (0..n).map(|j| largest_first(inst, j)).collect(),
             on_host: (0..n).map(|j| data_on_hosts(inst, j)).collect(),
             data: inst.jobs().iter().map(|j| j.data()).collect(),
-            bound: (0..n).map(|j| job_bound(inst, j)).collect(),
+            bound: bound_on
+                .iter()
+                .map(|b| b.iter().copied().fold(f64::INFINITY, f64::min))
+                .collect(),
+            bound_on,
         }
     }
 
@@ -147,7 +154,7 @@ impl<'a> Packer<'a> {
             chosen.push(c);
             per_host[inst.host_of(c)] += 1;
             // Skip the placement when even a perfect split could not make it.
-            if timeline.start_of(chosen.iter().copied()) + job_bound_on(inst, job, e) > m {
+            if timeline.start_of(chosen.iter().copied()) + self.bound_on[job][e] > m {
                 continue;
             }
             let work = settle(inst, place_blocks(inst, job, &chosen, &self.blocks[job]));
