@@ -18,6 +18,12 @@
 //! `speed · g(e)`, `g(e) = 1 − α(e − 1)`; a core's time is the transfers of its remote
 //! blocks plus the execution of all its blocks; a job's cores start together and are held
 //! until its longest core ends; the makespan is the last finish.
+//!
+//! Where we depart from the patent's steps (SEEDS.md §S2), following issue 5: the search
+//! runs from our [`lower_bound`] to the best baseline's makespan rather than from "all
+//! cores" to "one core per job" (one core per job is no upper bound when jobs outnumber
+//! cores); it probes whole ticks of a grid so that it ends despite floating point
+//! ([`bisect`]); and a job is trimmed when it is placed (see the `pack` module's docs for why).
 
 mod baseline;
 mod bounds;
