@@ -644,7 +644,7 @@ fn text_format_accepts_the_course_order_and_single_host_files() {
         parse(COURSE).expect("parses")
     );
     // Task 1: one host, no speed.
-    let t1 = "3 1 0.03\n4\n3 2 4\n5 5 5\n10 20 16\n9 16\n10 6 20 15\n0 0 0\n0 0\n0 0 0 0 \n";
+    let t1 = include_str!("../../../../deploy/samples/plan/course-task1.txt");
     let inst = parse(t1).expect("parses");
     assert_eq!(inst.transfer_speed(), f64::INFINITY);
     assert_eq!(inst.total_cores(), 4);
