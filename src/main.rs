@@ -73,6 +73,18 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return cmd::clap_error(e),
     };
+    if matches!(
+        cli.command,
+        Command::Submit(_)
+            | Command::Cancel(_)
+            | Command::Status(_)
+            | Command::Jobs(_)
+            | Command::Tasks(_)
+            | Command::Nodes(_)
+            | Command::PlanBatch(_)
+    ) {
+        restore_sigpipe();
+    }
     let masters = cli.masters.unwrap_or_default();
     let result = match cli.command {
         Command::Master(a) => cmd::master::run(a),
@@ -101,5 +113,17 @@ fn main() -> ExitCode {
             eprintln!("{}", line.replace('\n', " "));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Client commands end quietly when their output pipe closes (`hetsched tasks | head`), as
+/// Unix tools do; Rust ignores SIGPIPE by default, which would turn that into a panic.
+/// Servers keep the default: a peer closing a socket must not kill them.
+fn restore_sigpipe() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: called once at start-up before any other thread exists; SIG_DFL installs no
+    // handler code.
+    unsafe {
+        let _ = signal(Signal::SIGPIPE, SigHandler::SigDfl);
     }
 }

@@ -35,9 +35,13 @@ pub fn clap_error(e: clap::Error) -> ExitCode {
     }
 }
 
-/// Prints `value` as one compact JSON line on stdout.
-#[allow(dead_code)]
+/// Prints `value` as one compact JSON line on stdout (an error, not a panic, when stdout is
+/// a closed pipe).
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string(value)?);
+    use std::io::Write;
+    let line = serde_json::to_string(value)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
     Ok(())
 }

@@ -1,0 +1,93 @@
+//! The lower bound (SEEDS.md §S2; issue 5): no valid schedule finishes before it.
+//!
+//! `max( max over jobs of the job's best time on ≤ 10 cores, Σ over jobs of its work / T )`.
+//!
+//! A job's exact best time is a partition problem, so we bound it from below. With `e`
+//! cores the job's cores are busy, in total, at least its execution `data / (speed·g(e))`
+//! plus the transfers no placement can avoid: its cores sit on at most `e` hosts, which
+//! hold at most the `e` largest shares of its data (an overcount where a block has replicas
+//! on several of them), so at least the rest crosses the network once. Its longest core
+//! carries at least an `e`-th of that, and at least its largest block. The work term uses
+//! the least total busy time over `e`, which is at least `data / speed` (g ≤ 1): with all
+//! transfers free it is the issue's `Σ data / speed / T`, and otherwise larger, never
+//! smaller. The cores of T together can only be busy T times as long as the makespan.
+
+use super::model::Instance;
+
+/// The most MB of `job` that cores on `e` hosts could read locally: the sum of the `e`
+/// largest shares of its data on hosts that have cores, capped at its data. Index `e`.
+fn local_at_most(inst: &Instance, job: usize) -> Vec<f64> {
+    let j = &inst.jobs()[job];
+    let mut share = vec![0.0; inst.hosts()];
+    for b in &j.blocks {
+        for &h in &b.replicas {
+            share[h] += b.size;
+        }
+    }
+    let mut usable: Vec<f64> = share
+        .into_iter()
+        .zip(inst.cores_per_host())
+        .filter(|&(_, &cores)| cores > 0)
+        .map(|(s, _)| s)
+        .collect();
+    usable.sort_by(|a, b| b.total_cmp(a));
+    let data = j.data();
+    let mut out = vec![0.0];
+    let mut sum = 0.0;
+    for e in 1..=inst.max_cores() {
+        sum += usable.get(e - 1).copied().unwrap_or(0.0);
+        out.push(f64::min(sum, data));
+    }
+    out
+}
+
+/// Least total busy time of `job`'s cores with `e` cores: execution plus unavoidable
+/// transfers.
+fn busy_on(inst: &Instance, job: usize, e: usize, local: &[f64]) -> f64 {
+    let j = &inst.jobs()[job];
+    let data = j.data();
+    data / (j.speed * inst.decay(e)) + inst.transfer_time((data - local[e]).max(0.0))
+}
+
+/// Lower bounds on job `job`'s duration with each number of cores: entry `e` for `e`
+/// cores, `1 ≤ e ≤ max_cores` (entry 0 is unused).
+pub(crate) fn job_bounds_by_cores(inst: &Instance, job: usize) -> Vec<f64> {
+    let local = local_at_most(inst, job);
+    (0..=inst.max_cores())
+        .map(|e| match e {
+            0 => f64::INFINITY,
+            e => job_bound_with(inst, job, e, &local),
+        })
+        .collect()
+}
+
+fn job_bound_with(inst: &Instance, job: usize, e: usize, local: &[f64]) -> f64 {
+    let j = &inst.jobs()[job];
+    let largest = j.blocks.iter().map(|b| b.size).fold(0.0, f64::max);
+    (busy_on(inst, job, e, local) / e as f64).max(largest / (j.speed * inst.decay(e)))
+}
+
+/// A lower bound on job `job`'s duration on any allowed number of cores.
+pub fn job_bound(inst: &Instance, job: usize) -> f64 {
+    let local = local_at_most(inst, job);
+    (1..=inst.max_cores())
+        .map(|e| job_bound_with(inst, job, e, &local))
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The lower bound on the makespan of any valid schedule of `inst`.
+pub fn lower_bound(inst: &Instance) -> f64 {
+    let mut longest_job: f64 = 0.0;
+    let mut work = 0.0;
+    for job in 0..inst.jobs().len() {
+        let local = local_at_most(inst, job);
+        let (mut best_time, mut least_busy) = (f64::INFINITY, f64::INFINITY);
+        for e in 1..=inst.max_cores() {
+            best_time = best_time.min(job_bound_with(inst, job, e, &local));
+            least_busy = least_busy.min(busy_on(inst, job, e, &local));
+        }
+        longest_job = longest_job.max(best_time);
+        work += least_busy;
+    }
+    longest_job.max(work / inst.total_cores() as f64)
+}

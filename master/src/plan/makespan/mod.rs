@@ -1,0 +1,182 @@
+//! S2 — makespan planner for data-local batch jobs; see SEEDS.md §S2 and issue 5.
+//!
+//! Pure: an [`Instance`] in, a [`Plan`] out — no I/O, no clock, deterministic.
+//!
+//! ```text
+//!  Instance ──► lower_bound ─────────────────────────────┐
+//!     │                                                   ▼
+//!     ├──► round_robin, weighted ──► best baseline = upper end of the search
+//!     │                                                   │
+//!     └──► bisect(lower, upper): probe M ──► pack(M) ─────┤  jobs longest first; per job
+//!                    ▲  feasible / not        │           │  add cores by λ = φ·β·t,
+//!                    └────────────────────────┘           │  place blocks, trim
+//!                                                         ▼
+//!            validate every candidate ──► the best of planner and baselines (`chosen`)
+//! ```
+//!
+//! The model (the course problem SEEDS.md adopts): a job on `e ≤ 10` cores runs each at
+//! `speed · g(e)`, `g(e) = 1 − α(e − 1)`; a core's time is the transfers of its remote
+//! blocks plus the execution of all its blocks; a job's cores start together and are held
+//! until its longest core ends; the makespan is the last finish.
+//!
+//! Where we depart from the patent's steps (SEEDS.md §S2), following issue 5: the search
+//! runs from our [`lower_bound`] to the best baseline's makespan rather than from "all
+//! cores" to "one core per job" (one core per job is no upper bound when jobs outnumber
+//! cores); it probes whole ticks of a grid so that it ends despite floating point
+//! ([`bisect`]); and a job is trimmed when it is placed (see the `pack` module's docs for why).
+
+mod baseline;
+mod bounds;
+mod gen;
+mod input;
+mod model;
+mod pack;
+mod schedule;
+mod search;
+mod trim;
+mod work;
+
+#[cfg(test)]
+mod tests;
+
+pub use baseline::{round_robin, weighted};
+pub use bounds::{job_bound, lower_bound};
+pub use gen::{generate, GenParams};
+pub use input::{parse, parse_json, parse_text, to_json, InputError};
+pub use model::{
+    decay, Block, CoreRef, Instance, InstanceError, Job, MAX_CORES_PER_JOB, MAX_TOTAL_CORES,
+};
+pub use pack::{core_weight, DATA_EPSILON};
+pub use schedule::{validate, BlockRead, CoreWork, Evaluation, JobPlan, Schedule, ScheduleError};
+pub use search::{bisect, max_probes, Outcome, GRID_TICKS};
+
+use thiserror::Error;
+
+/// Which schedule [`plan`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chosen {
+    /// The binary-search planner's own schedule.
+    Planner,
+    /// The round-robin baseline (the planner found nothing better).
+    RoundRobin,
+    /// The capacity-weighted baseline (the planner found nothing better).
+    Weighted,
+}
+
+impl Chosen {
+    /// The name used in output: `planner`, `round_robin`, `weighted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Chosen::Planner => "planner",
+            Chosen::RoundRobin => "round_robin",
+            Chosen::Weighted => "weighted",
+        }
+    }
+}
+
+/// The baselines' makespans.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Baselines {
+    /// Round-robin.
+    pub round_robin: f64,
+    /// Capacity-weighted.
+    pub weighted: f64,
+}
+
+/// The planner's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The schedule returned: the best of the planner's and the baselines'.
+    pub schedule: Schedule,
+    /// Its makespan, as the validator computes it.
+    pub makespan: f64,
+    /// Whose schedule it is.
+    pub chosen: Chosen,
+    /// The lower bound.
+    pub lower_bound: f64,
+    /// The baselines' makespans.
+    pub baselines: Baselines,
+    /// The planner's own makespan, if any probe of the search was feasible.
+    pub planner_makespan: Option<f64>,
+    /// Probes of the binary search.
+    pub probes: u32,
+}
+
+/// An internal inconsistency: a schedule built here failed validation.
+#[derive(Debug, Error)]
+#[error("bug: the {which} schedule failed validation ({error}); please report it with the input")]
+pub struct PlanError {
+    /// Which schedule.
+    pub which: &'static str,
+    /// What the validator said.
+    pub error: ScheduleError,
+}
+
+fn check(inst: &Instance, s: &Schedule, which: &'static str) -> Result<f64, PlanError> {
+    validate(inst, s)
+        .map(|e| e.makespan)
+        .map_err(|error| PlanError { which, error })
+}
+
+/// Plans `inst` (SEEDS.md §S2): binary search on the makespan between the lower bound and
+/// the best baseline, then returns the best schedule seen, the baselines included.
+pub fn plan(inst: &Instance) -> Result<Plan, PlanError> {
+    let lower = lower_bound(inst);
+    let rr = round_robin(inst);
+    let rr_ms = check(inst, &rr, "round-robin")?;
+    let w = weighted(inst);
+    let w_ms = check(inst, &w, "weighted")?;
+    let upper = rr_ms.min(w_ms);
+
+    // Ticks of upper / GRID_TICKS: the grid ends at the upper bound, starts at or below the
+    // lower bound.
+    let quantum = upper / GRID_TICKS as f64;
+    let low_tick = ((lower / quantum).floor() as u64).min(GRID_TICKS);
+    let packer = pack::Packer::new(inst);
+    let mut own: Option<(Schedule, f64)> = None;
+    let mut bug = None;
+    let outcome = bisect(low_tick, GRID_TICKS, |tick| {
+        let Some(s) = packer.pack(tick as f64 * quantum) else {
+            return false;
+        };
+        match check(inst, &s, "planner") {
+            Ok(ms) => {
+                if own.as_ref().is_none_or(|(_, best)| ms < *best) {
+                    own = Some((s, ms));
+                }
+                true
+            }
+            Err(e) => {
+                bug.get_or_insert(e);
+                false
+            }
+        }
+    });
+    if let Some(e) = bug {
+        return Err(e);
+    }
+
+    let planner_makespan = own.as_ref().map(|(_, ms)| *ms);
+    // The planner wins ties: its schedule uses the fewest cores that meet the makespan.
+    let mut best = (rr, rr_ms, Chosen::RoundRobin);
+    if w_ms < best.1 {
+        best = (w, w_ms, Chosen::Weighted);
+    }
+    if let Some((s, ms)) = own {
+        if ms <= best.1 {
+            best = (s, ms, Chosen::Planner);
+        }
+    }
+    Ok(Plan {
+        schedule: best.0,
+        makespan: best.1,
+        chosen: best.2,
+        lower_bound: lower,
+        baselines: Baselines {
+            round_robin: rr_ms,
+            weighted: w_ms,
+        },
+        planner_makespan,
+        probes: outcome.probes,
+    })
+}
