@@ -81,6 +81,7 @@ fn main() -> ExitCode {
             | Command::Jobs(_)
             | Command::Tasks(_)
             | Command::Nodes(_)
+            | Command::Members(_)
             | Command::PlanBatch(_)
     ) {
         restore_sigpipe();
