@@ -1,0 +1,407 @@
+//! The bucket tree of SEEDS.md §S4.2 for one dimension order.
+//!
+//! Level `l` (0-based) fixes the `l`-th coordinate of the order: the root is `(*,*,*,*)`, its
+//! children `(x0,*,*,*)`, and so on; below the last coordinate one more level is keyed by
+//! node *class* (the categorical attributes, see `class.rs`), and those leaves hold node ids
+//! in ascending order. Buckets live in an arena; children are kept as a sorted vector of
+//! coordinates, so a search finds the start of the task's fit region by binary search and
+//! then walks only coordinates inside it.
+//!
+//! Each bucket also keeps an upper bound of the coordinates (`hi`) and the classes (`mask`)
+//! below it. Adding a node raises them; removing one leaves them as they are (still upper
+//! bounds, so pruning stays correct) and a search that comes back empty from a bucket
+//! recomputes that bucket's bounds from its children — the looseness is paid for once, by
+//! the search that ran into it, instead of by every removal.
+//!
+//! Costs: adding a node is a hash lookup of its leaf plus a walk of the `DIMS + 1` parents;
+//! removing one is the walk. Only creating or emptying a bucket touches a sibling vector
+//! (binary search and shift, bounded by the number of distinct coordinates on that level,
+//! not by the number of nodes). Inside a leaf the node set is a B-tree (ids in order).
+
+use super::class::{bit, ClassId, Eligible};
+use super::coord::{DimOrder, Key, DIMS};
+use super::policy::{Dir, Pos};
+use hetsched_common::NodeId;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Bound;
+
+const NONE: u32 = u32::MAX;
+const ROOT: u32 = 0;
+
+/// A small deterministic hasher for integer keys (the std hasher is randomly seeded and
+/// slower; the maps that use this one are only looked up, never iterated).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(x as u64);
+    }
+    #[inline]
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
+
+#[derive(Clone, Debug, Default)]
+struct Bucket {
+    parent: u32,
+    /// 0 for the root, `DIMS + 1` for leaves.
+    depth: u8,
+    /// This bucket's coordinate on its parent's level (a class id for leaves).
+    coord: u64,
+    /// Nodes below.
+    count: u32,
+    /// Upper bound of the coordinates below, per level (exact for a leaf).
+    hi: Key,
+    /// Upper bound of the class bits below (exact for a leaf).
+    mask: u64,
+    /// Inner buckets: children's coordinates, ascending, and their arena indices.
+    coords: Vec<u64>,
+    kids: Vec<u32>,
+    /// Leaves: (node id, slot), ascending.
+    nodes: BTreeSet<(NodeId, u32)>,
+}
+
+/// One search: the task's coordinate in this tree's order, the classes it may use, where to
+/// resume, and which direction to walk.
+pub(crate) struct Search<'a> {
+    pub task: Key,
+    pub elig: &'a Eligible,
+    pub dir: Dir,
+    pub after: Option<&'a Pos>,
+}
+
+/// The bucket tree for one dimension order.
+#[derive(Clone, Debug)]
+pub(crate) struct Tree {
+    order: DimOrder,
+    b: Vec<Bucket>,
+    spare: Vec<u32>,
+    /// Slot → its leaf (NONE when absent).
+    leaf_of: Vec<u32>,
+    /// (coordinate, class) → leaf, for O(1) insertion into an existing leaf.
+    leaves: HashMap<(Key, ClassId), u32, FxBuild>,
+}
+
+impl Tree {
+    pub fn new(order: DimOrder) -> Self {
+        Self {
+            order,
+            b: vec![Bucket {
+                parent: NONE,
+                ..Bucket::default()
+            }],
+            spare: Vec::new(),
+            leaf_of: Vec::new(),
+            leaves: HashMap::default(),
+        }
+    }
+
+    pub fn order(&self) -> DimOrder {
+        self.order
+    }
+
+    /// Number of live buckets (for tests and reports).
+    pub fn buckets(&self) -> usize {
+        self.b.len() - self.spare.len()
+    }
+
+    /// Adds a node at canonical coordinate `canonical`.
+    pub fn add(&mut self, slot: u32, id: NodeId, canonical: &Key, class: ClassId) {
+        let key = self.order.permute(canonical);
+        let leaf = match self.leaves.get(&(key, class)) {
+            Some(l) => *l,
+            None => self.make_path(&key, class),
+        };
+        self.b[leaf as usize].nodes.insert((id, slot));
+        let s = slot as usize;
+        if self.leaf_of.len() <= s {
+            self.leaf_of.resize(s + 1, NONE);
+        }
+        self.leaf_of[s] = leaf;
+        let cbit = bit(class);
+        let mut x = leaf;
+        while x != NONE {
+            let bk = &mut self.b[x as usize];
+            bk.count += 1;
+            for (h, k) in bk.hi.iter_mut().zip(key.iter()) {
+                *h = (*h).max(*k);
+            }
+            bk.mask |= cbit;
+            x = bk.parent;
+        }
+    }
+
+    /// Removes a node; returns whether it was there.
+    pub fn remove(&mut self, slot: u32, id: NodeId) -> bool {
+        let leaf = match self.leaf_of.get(slot as usize) {
+            Some(l) if *l != NONE => *l,
+            _ => return false,
+        };
+        self.leaf_of[slot as usize] = NONE;
+        self.b[leaf as usize].nodes.remove(&(id, slot));
+        let mut x = leaf;
+        while x != NONE {
+            let parent = self.b[x as usize].parent;
+            let bk = &mut self.b[x as usize];
+            bk.count -= 1;
+            if bk.count == 0 && x != ROOT {
+                self.unlink(x);
+            }
+            x = parent;
+        }
+        true
+    }
+
+    /// Creates the missing buckets on the path to leaf (key, class).
+    fn make_path(&mut self, key: &Key, class: ClassId) -> u32 {
+        let mut x = ROOT;
+        for level in 0..=DIMS {
+            let c = if level < DIMS {
+                key[level]
+            } else {
+                class as u64
+            };
+            let bk = &self.b[x as usize];
+            x = match bk.coords.binary_search(&c) {
+                Ok(i) => bk.kids[i],
+                Err(i) => {
+                    let child = self.alloc(x, c, level as u8 + 1);
+                    let bk = &mut self.b[x as usize];
+                    bk.coords.insert(i, c);
+                    bk.kids.insert(i, child);
+                    child
+                }
+            };
+        }
+        // The leaf's bounds are exact: every node in it has this coordinate and class.
+        let leaf = &mut self.b[x as usize];
+        leaf.hi = *key;
+        leaf.mask = bit(class);
+        self.leaves.insert((*key, class), x);
+        x
+    }
+
+    fn alloc(&mut self, parent: u32, coord: u64, depth: u8) -> u32 {
+        let fresh = Bucket {
+            parent,
+            depth,
+            coord,
+            ..Bucket::default()
+        };
+        match self.spare.pop() {
+            Some(i) => {
+                let bk = &mut self.b[i as usize];
+                bk.parent = parent;
+                bk.depth = depth;
+                bk.coord = coord;
+                bk.count = 0;
+                bk.hi = [0; DIMS];
+                bk.mask = 0;
+                // Vectors keep their capacity for the next use.
+                bk.coords.clear();
+                bk.kids.clear();
+                i
+            }
+            None => {
+                self.b.push(fresh);
+                (self.b.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Detaches an emptied bucket from its parent and recycles it.
+    fn unlink(&mut self, x: u32) {
+        let (parent, coord) = (self.b[x as usize].parent, self.b[x as usize].coord);
+        if self.b[x as usize].depth as usize == DIMS + 1 {
+            let leaf = &self.b[x as usize];
+            self.leaves.remove(&(leaf.hi, coord as ClassId));
+        }
+        let p = &mut self.b[parent as usize];
+        if let Ok(i) = p.coords.binary_search(&coord) {
+            p.coords.remove(i);
+            p.kids.remove(i);
+        }
+        self.b[x as usize].parent = NONE;
+        self.spare.push(x);
+    }
+
+    /// The first fitting node in the search's direction, strictly after `s.after`.
+    /// `fits(slot, id)` is the exact leaf check (and the locality filter).
+    pub fn first<F: FnMut(u32, NodeId) -> bool>(
+        &mut self,
+        s: &Search<'_>,
+        fits: &mut F,
+    ) -> Option<Pos> {
+        let tight = s.after.is_some();
+        self.dfs(ROOT, 0, tight, s, fits)
+            .map(|(node, level_key)| Pos {
+                key: level_key,
+                node,
+            })
+    }
+
+    /// Whether bucket `x` (at depth `depth`, i.e. fixing levels `< depth`) may hold a fit.
+    #[inline]
+    fn viable(&self, x: u32, depth: usize, s: &Search<'_>) -> bool {
+        let bk = &self.b[x as usize];
+        bk.count > 0 && bk.mask & s.elig.mask != 0 && (depth..DIMS).all(|l| bk.hi[l] >= s.task[l])
+    }
+
+    /// Depth-first walk of bucket `x`, whose children sit on level `depth`. `tight` means
+    /// every level above matched `s.after` exactly, so this level starts at the resume point.
+    fn dfs<F: FnMut(u32, NodeId) -> bool>(
+        &mut self,
+        x: u32,
+        depth: usize,
+        tight: bool,
+        s: &Search<'_>,
+        fits: &mut F,
+    ) -> Option<(NodeId, Key)> {
+        if depth == DIMS {
+            return self.leaf_level(x, tight, s, fits);
+        }
+        let lo = s.task[depth];
+        let resume = s.after.map(|a| a.key[depth]);
+        let n = self.b[x as usize].coords.len();
+        let found = match s.dir {
+            Dir::Asc => {
+                let start = match (tight, resume) {
+                    (true, Some(r)) => lo.max(r),
+                    _ => lo,
+                };
+                let mut i = self.b[x as usize].coords.partition_point(|c| *c < start);
+                let mut found = None;
+                while i < n {
+                    let (c, kid) = (self.b[x as usize].coords[i], self.b[x as usize].kids[i]);
+                    i += 1;
+                    if !self.viable(kid, depth + 1, s) {
+                        continue;
+                    }
+                    let kid_tight = tight && Some(c) == resume;
+                    if let Some(hit) = self.dfs(kid, depth + 1, kid_tight, s, fits) {
+                        found = Some(hit);
+                        break;
+                    }
+                }
+                found
+            }
+            Dir::Desc => {
+                let top = match (tight, resume) {
+                    (true, Some(r)) => r,
+                    _ => u64::MAX,
+                };
+                let mut i = self.b[x as usize].coords.partition_point(|c| *c <= top);
+                let mut found = None;
+                while i > 0 {
+                    i -= 1;
+                    let (c, kid) = (self.b[x as usize].coords[i], self.b[x as usize].kids[i]);
+                    if c < lo {
+                        break;
+                    }
+                    if !self.viable(kid, depth + 1, s) {
+                        continue;
+                    }
+                    let kid_tight = tight && Some(c) == resume;
+                    if let Some(hit) = self.dfs(kid, depth + 1, kid_tight, s, fits) {
+                        found = Some(hit);
+                        break;
+                    }
+                }
+                found
+            }
+        };
+        if found.is_none() && x != ROOT {
+            self.tighten(x, depth);
+        }
+        found
+    }
+
+    /// The class level: every eligible leaf shares the coordinate, so the answer is the
+    /// lowest fitting node id across them (after the resume id when tight).
+    fn leaf_level<F: FnMut(u32, NodeId) -> bool>(
+        &mut self,
+        x: u32,
+        tight: bool,
+        s: &Search<'_>,
+        fits: &mut F,
+    ) -> Option<(NodeId, Key)> {
+        let start = match (tight, s.after) {
+            (true, Some(a)) => Bound::Excluded((a.node, u32::MAX)),
+            _ => Bound::Unbounded,
+        };
+        let mut best: Option<NodeId> = None;
+        let bk = &self.b[x as usize];
+        for (c, leaf) in bk.coords.iter().zip(bk.kids.iter()) {
+            if !s.elig.allows(*c as ClassId) {
+                continue;
+            }
+            for (id, slot) in self.b[*leaf as usize]
+                .nodes
+                .range((start, Bound::Unbounded))
+            {
+                if best.is_some_and(|b| *id >= b) {
+                    break;
+                }
+                if fits(*slot, *id) {
+                    best = Some(*id);
+                    break;
+                }
+            }
+        }
+        let key = self.b[x as usize].hi;
+        if best.is_none() && !tight {
+            self.tighten(x, DIMS);
+        }
+        best.map(|id| (id, key))
+    }
+
+    /// Recomputes bucket `x`'s bounds from its children (they are upper bounds themselves,
+    /// so the result is one too, and at least as tight).
+    fn tighten(&mut self, x: u32, depth: usize) {
+        let bk = &self.b[x as usize];
+        let mut hi = bk.hi;
+        let mut mask = 0u64;
+        if depth < DIMS {
+            for h in hi.iter_mut().skip(depth) {
+                *h = 0;
+            }
+            if let Some(last) = bk.coords.last() {
+                hi[depth] = *last;
+            }
+            for kid in &bk.kids {
+                let k = &self.b[*kid as usize];
+                for (h, kh) in hi.iter_mut().zip(k.hi.iter()).skip(depth + 1) {
+                    *h = (*h).max(*kh);
+                }
+                mask |= k.mask;
+            }
+        } else {
+            for c in &bk.coords {
+                mask |= bit(*c as ClassId);
+            }
+        }
+        let bk = &mut self.b[x as usize];
+        bk.hi = hi;
+        bk.mask = mask;
+    }
+}
