@@ -57,7 +57,7 @@ pub use query::{Candidates, PlacementQuery};
 pub use scan::LinearScan;
 
 use class::{ClassId, Classes, Eligible};
-use node::{best_of, judge, NodeState};
+use node::{best_of, fits, judge, NodeState};
 use tree::{FxBuild, Search, Tree};
 
 use hetsched_common::rng::SplitMix64;
@@ -188,7 +188,7 @@ impl PlacementIndex {
             if let Some(e) = self.slots[slot as usize].as_mut() {
                 e.state.free.clone_from(free);
             }
-            self.refresh(slot);
+            self.refresh(slot, true);
             return;
         }
         let state = NodeState::new(id, free.clone(), &self.config.theta);
@@ -263,7 +263,7 @@ impl PlacementIndex {
             amount: amount.clone(),
         });
         self.reserved.entry(task).or_default().insert(node);
-        self.refresh(slot);
+        self.refresh(slot, true);
         Ok(())
     }
 
@@ -276,7 +276,7 @@ impl PlacementIndex {
             .reservation
             .take()?;
         self.forget_reservation(r.task, node);
-        self.refresh(slot);
+        self.refresh(slot, true);
         Some(r.task)
     }
 
@@ -285,7 +285,7 @@ impl PlacementIndex {
     pub fn take(&mut self, node: NodeId, req: &ResourceRequest) -> Option<GpuAlloc> {
         let slot = self.slot(node).ok()?;
         let alloc = self.slots[slot as usize].as_mut()?.state.free.take(req)?;
-        self.refresh(slot);
+        self.refresh(slot, false);
         Some(alloc)
     }
 
@@ -303,8 +303,11 @@ impl PlacementIndex {
         let Some(e) = self.slots[slot as usize].as_mut() else {
             return false;
         };
+        // `give_back` may add an engine kind the node had lost from its map: reclassify then.
+        let kinds = e.state.free.engines.len();
         e.state.free.give_back(req, alloc, capacity);
-        self.refresh(slot);
+        let reclassify = e.state.free.engines.len() != kinds;
+        self.refresh(slot, reclassify);
         true
     }
 
@@ -382,13 +385,18 @@ impl PlacementIndex {
 
     /// Recomputes a node's views and moves it in every tree if its coordinate or class
     /// changed.
-    fn refresh(&mut self, slot: u32) {
+    ///
+    /// `reclassify` is false after `take`, which changes amounts but never which devices or
+    /// engine kinds a node has, so the class comparison (string compares) can be skipped.
+    fn refresh(&mut self, slot: u32, reclassify: bool) {
         let Some(e) = self.slots[slot as usize].as_mut() else {
             return;
         };
         let (old_key, old_class) = (e.state.key_pub, e.class);
         e.state.refresh(&self.config.theta);
-        e.class = self.classes.classify(&e.state.free, Some(old_class));
+        if reclassify {
+            e.class = self.classes.classify(&e.state.free, Some(old_class));
+        }
         if e.state.key_pub == old_key && e.class == old_class {
             return;
         }
@@ -474,7 +482,7 @@ impl FitSpace for IndexSpace<'_> {
             if owned.is_some() && e.state.reserved_for(q.task) {
                 return false;
             }
-            e.state.public().fits(q.request)
+            fits(e.state.public(), q.request)
         });
         let mine = owned
             .and_then(|set| best_of(set.iter().filter_map(|id| self.state(id)), q, dir, after));

@@ -83,6 +83,42 @@ impl NodeState {
     }
 }
 
+/// `free.fits(req)` without allocating. `NodeResources::fits` asks `allocate_gpus` for the
+/// device list and drops it; this runs at every leaf check, so it answers the same question
+/// by counting. Debug builds (and so every test) check it against `NodeResources::fits`.
+#[inline]
+pub(crate) fn fits(free: &NodeResources, req: &ResourceRequest) -> bool {
+    let ok = free.cpu_milli >= req.cpu_milli
+        && free.mem_mib >= req.mem_mib
+        && req
+            .engines
+            .iter()
+            .all(|(k, n)| free.engines.get(k).copied().unwrap_or(0) >= *n)
+        && gpus_fit(free, &req.gpu);
+    debug_assert_eq!(
+        ok,
+        free.fits(req),
+        "fits mirror disagrees: {free:?} {req:?}"
+    );
+    ok
+}
+
+/// Mirrors `allocate_gpus(..).is_some()`: a fraction needs one usable device, anything else
+/// `count` usable devices.
+#[inline]
+fn gpus_fit(free: &NodeResources, g: &hetsched_common::GpuRequest) -> bool {
+    if g.is_none() {
+        return true;
+    }
+    let usable =
+        |d: &&hetsched_common::GpuDevice| d.free_milli >= g.milli && g.accepts_model(&d.model);
+    if g.count == 1 && g.milli < hetsched_common::GPU_MILLI_PER_DEVICE {
+        free.gpus.iter().any(|d| usable(&d))
+    } else {
+        free.gpus.iter().filter(usable).count() >= g.count as usize
+    }
+}
+
 /// `free` minus a reservation. CPU, memory and engines saturate at zero; GPUs lose the devices
 /// `allocate_gpus` would give the reservation, or all of their free share when the reservation
 /// no longer fits (then it is unknowable which devices it would hold, so none are offered).
@@ -135,7 +171,7 @@ pub(crate) fn best_of<'a>(
         if best.is_some_and(|b| pos.cmp_in(&b, dir) != std::cmp::Ordering::Less) {
             continue;
         }
-        if view.fits(q.request) {
+        if fits(view, q.request) {
             best = Some(pos);
         }
     }
@@ -150,7 +186,7 @@ pub(crate) fn judge(st: &NodeState, q: &PlacementQuery<'_>) -> Draw {
         node: st.id,
     };
     let in_universe = q.candidates.is_none_or(|c| c.contains(st.id));
-    if in_universe && view.fits(q.request) {
+    if in_universe && fits(view, q.request) {
         Draw::Hit(pos)
     } else {
         Draw::Miss(Some(pos))

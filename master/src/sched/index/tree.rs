@@ -16,15 +16,15 @@
 //! Costs: adding a node is a hash lookup of its leaf plus a walk of the `DIMS + 1` parents;
 //! removing one is the walk. Only creating or emptying a bucket touches a sibling vector
 //! (binary search and shift, bounded by the number of distinct coordinates on that level,
-//! not by the number of nodes). Inside a leaf the node set is a B-tree (ids in order).
+//! not by the number of nodes). Inside a leaf the nodes are a sorted vector (ids in order): an insertion or
+//! removal there shifts the leaf's other nodes, few when θ = 1.
 
 use super::class::{bit, ClassId, Eligible};
 use super::coord::{DimOrder, Key, DIMS};
 use super::policy::{Dir, Pos};
 use hetsched_common::NodeId;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::ops::Bound;
 
 const NONE: u32 = u32::MAX;
 const ROOT: u32 = 0;
@@ -37,7 +37,14 @@ pub(crate) struct FxHasher(u64);
 impl Hasher for FxHasher {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
+        // Integer arrays hash as their raw bytes: take them eight at a time.
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+        for b in chunks.remainder() {
             self.write_u64(*b as u64);
         }
     }
@@ -77,8 +84,10 @@ struct Bucket {
     /// Inner buckets: children's coordinates, ascending, and their arena indices.
     coords: Vec<u64>,
     kids: Vec<u32>,
-    /// Leaves: (node id, slot), ascending.
-    nodes: BTreeSet<(NodeId, u32)>,
+    /// Leaves: (node id, slot), ascending. A sorted vector rather than a B-tree: with θ = 1
+    /// most leaves hold a handful of nodes, and the vector keeps its capacity when the
+    /// bucket is recycled, so moving a node costs no allocation.
+    nodes: Vec<(NodeId, u32)>,
 }
 
 /// One search: the task's coordinate in this tree's order, the classes it may use, where to
@@ -132,7 +141,9 @@ impl Tree {
             Some(l) => *l,
             None => self.make_path(&key, class),
         };
-        self.b[leaf as usize].nodes.insert((id, slot));
+        let nodes = &mut self.b[leaf as usize].nodes;
+        let at = nodes.partition_point(|e| *e < (id, slot));
+        nodes.insert(at, (id, slot));
         let s = slot as usize;
         if self.leaf_of.len() <= s {
             self.leaf_of.resize(s + 1, NONE);
@@ -158,7 +169,10 @@ impl Tree {
             _ => return false,
         };
         self.leaf_of[slot as usize] = NONE;
-        self.b[leaf as usize].nodes.remove(&(id, slot));
+        let nodes = &mut self.b[leaf as usize].nodes;
+        if let Ok(at) = nodes.binary_search(&(id, slot)) {
+            nodes.remove(at);
+        }
         let mut x = leaf;
         while x != NONE {
             let parent = self.b[x as usize].parent;
@@ -345,9 +359,9 @@ impl Tree {
         s: &Search<'_>,
         fits: &mut F,
     ) -> Option<(NodeId, Key)> {
-        let start = match (tight, s.after) {
-            (true, Some(a)) => Bound::Excluded((a.node, u32::MAX)),
-            _ => Bound::Unbounded,
+        let resume = match (tight, s.after) {
+            (true, Some(a)) => Some(a.node),
+            _ => None,
         };
         let mut best: Option<NodeId> = None;
         let bk = &self.b[x as usize];
@@ -355,10 +369,9 @@ impl Tree {
             if !s.elig.allows(*c as ClassId) {
                 continue;
             }
-            for (id, slot) in self.b[*leaf as usize]
-                .nodes
-                .range((start, Bound::Unbounded))
-            {
+            let nodes = &self.b[*leaf as usize].nodes;
+            let start = resume.map_or(0, |r| nodes.partition_point(|(id, _)| *id <= r));
+            for (id, slot) in &nodes[start..] {
                 if best.is_some_and(|b| *id >= b) {
                     break;
                 }
