@@ -1,23 +1,24 @@
 //! The bucket tree of SEEDS.md §S4.2 for one dimension order.
 //!
 //! Level `l` (0-based) fixes the `l`-th coordinate of the order: the root is `(*,*,*,*)`, its
-//! children `(x0,*,*,*)`, and so on; below the last coordinate one more level is keyed by
-//! node *class* (the categorical attributes, see `class.rs`), and those leaves hold node ids
-//! in ascending order. Buckets live in an arena; children are kept as a sorted vector of
-//! coordinates, so a search finds the start of the task's fit region by binary search and
-//! then walks only coordinates inside it.
+//! children `(x0,*,*,*)`, and so on down to the leaves, which fix every coordinate and hold
+//! their nodes as (id, slot, class), ids ascending. Buckets live in an arena; children are
+//! kept as a sorted vector of coordinates, so a search finds the start of the task's fit
+//! region by binary search and then walks only coordinates inside it.
 //!
-//! Each bucket also keeps an upper bound of the coordinates (`hi`) and the classes (`mask`)
-//! below it. Adding a node raises them; removing one leaves them as they are (still upper
-//! bounds, so pruning stays correct) and a search that comes back empty from a bucket
-//! recomputes that bucket's bounds from its children — the looseness is paid for once, by
-//! the search that ran into it, instead of by every removal.
+//! Each bucket also keeps an upper bound of the coordinates (`hi`) and of the node classes
+//! (`mask`, the categorical attributes of `class.rs`) below it. Adding a node raises them;
+//! removing one leaves them as they are (still upper bounds, so pruning stays correct) and
+//! a search that comes back empty from a bucket recomputes that bucket's bounds from its
+//! children — the looseness is paid for once, by the search that ran into it, instead of
+//! by every removal.
 //!
-//! Costs: adding a node is a hash lookup of its leaf plus a walk of the `DIMS + 1` parents;
-//! removing one is the walk. Only creating or emptying a bucket touches a sibling vector
-//! (binary search and shift, bounded by the number of distinct coordinates on that level,
-//! not by the number of nodes). Inside a leaf the nodes are a sorted vector (ids in order): an insertion or
-//! removal there shifts the leaf's other nodes, few when θ = 1.
+//! Costs: adding a node is a hash lookup of its leaf plus a walk of the `DIMS` parents;
+//! removing one is the walk. Creating or emptying a bucket also touches its parent's sorted
+//! child vector (binary search and shift, bounded by the number of distinct coordinates on
+//! that level, not by the number of nodes), and a leaf's nodes are a sorted vector (an
+//! insertion shifts the leaf's other nodes: few when θ = 1, where a leaf holds the nodes of
+//! exactly equal availability).
 
 use super::class::{bit, ClassId, Eligible};
 use super::coord::{DimOrder, Key, DIMS};
@@ -71,23 +72,23 @@ pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
 #[derive(Clone, Debug, Default)]
 struct Bucket {
     parent: u32,
-    /// 0 for the root, `DIMS + 1` for leaves.
+    /// 0 for the root, `DIMS` for leaves.
     depth: u8,
-    /// This bucket's coordinate on its parent's level (a class id for leaves).
+    /// This bucket's coordinate on its parent's level.
     coord: u64,
     /// Nodes below.
     count: u32,
     /// Upper bound of the coordinates below, per level (exact for a leaf).
     hi: Key,
-    /// Upper bound of the class bits below (exact for a leaf).
+    /// Upper bound of the class bits below.
     mask: u64,
     /// Inner buckets: children's coordinates, ascending, and their arena indices.
     coords: Vec<u64>,
     kids: Vec<u32>,
-    /// Leaves: (node id, slot), ascending. A sorted vector rather than a B-tree: with θ = 1
-    /// most leaves hold a handful of nodes, and the vector keeps its capacity when the
-    /// bucket is recycled, so moving a node costs no allocation.
-    nodes: Vec<(NodeId, u32)>,
+    /// Leaves: (node id, slot, class), ascending. A sorted vector rather than a B-tree:
+    /// with θ = 1 most leaves hold a handful of nodes, and the vector keeps its capacity
+    /// when the bucket is recycled, so moving a node costs no allocation.
+    nodes: Vec<(NodeId, u32, ClassId)>,
 }
 
 /// One search: the task's coordinate in this tree's order, the classes it may use, where to
@@ -107,8 +108,8 @@ pub(crate) struct Tree {
     spare: Vec<u32>,
     /// Slot → its leaf (NONE when absent).
     leaf_of: Vec<u32>,
-    /// (coordinate, class) → leaf, for O(1) insertion into an existing leaf.
-    leaves: HashMap<(Key, ClassId), u32, FxBuild>,
+    /// Coordinate → leaf, for O(1) insertion into an existing leaf.
+    leaves: HashMap<Key, u32, FxBuild>,
 }
 
 impl Tree {
@@ -137,13 +138,13 @@ impl Tree {
     /// Adds a node at canonical coordinate `canonical`.
     pub fn add(&mut self, slot: u32, id: NodeId, canonical: &Key, class: ClassId) {
         let key = self.order.permute(canonical);
-        let leaf = match self.leaves.get(&(key, class)) {
+        let leaf = match self.leaves.get(&key) {
             Some(l) => *l,
-            None => self.make_path(&key, class),
+            None => self.make_path(&key),
         };
         let nodes = &mut self.b[leaf as usize].nodes;
-        let at = nodes.partition_point(|e| *e < (id, slot));
-        nodes.insert(at, (id, slot));
+        let at = nodes.partition_point(|e| e.0 < id);
+        nodes.insert(at, (id, slot, class));
         let s = slot as usize;
         if self.leaf_of.len() <= s {
             self.leaf_of.resize(s + 1, NONE);
@@ -170,7 +171,7 @@ impl Tree {
         };
         self.leaf_of[slot as usize] = NONE;
         let nodes = &mut self.b[leaf as usize].nodes;
-        if let Ok(at) = nodes.binary_search(&(id, slot)) {
+        if let Ok(at) = nodes.binary_search_by_key(&id, |e| e.0) {
             nodes.remove(at);
         }
         let mut x = leaf;
@@ -186,32 +187,25 @@ impl Tree {
         true
     }
 
-    /// Creates the missing buckets on the path to leaf (key, class).
-    fn make_path(&mut self, key: &Key, class: ClassId) -> u32 {
+    /// Creates the missing buckets on the path to the leaf at `key`.
+    fn make_path(&mut self, key: &Key) -> u32 {
         let mut x = ROOT;
-        for level in 0..=DIMS {
-            let c = if level < DIMS {
-                key[level]
-            } else {
-                class as u64
-            };
+        for (level, c) in key.iter().enumerate() {
             let bk = &self.b[x as usize];
-            x = match bk.coords.binary_search(&c) {
+            x = match bk.coords.binary_search(c) {
                 Ok(i) => bk.kids[i],
                 Err(i) => {
-                    let child = self.alloc(x, c, level as u8 + 1);
+                    let child = self.alloc(x, *c, level as u8 + 1);
                     let bk = &mut self.b[x as usize];
-                    bk.coords.insert(i, c);
+                    bk.coords.insert(i, *c);
                     bk.kids.insert(i, child);
                     child
                 }
             };
         }
-        // The leaf's bounds are exact: every node in it has this coordinate and class.
-        let leaf = &mut self.b[x as usize];
-        leaf.hi = *key;
-        leaf.mask = bit(class);
-        self.leaves.insert((*key, class), x);
+        // A leaf's coordinate bound is exact: every node in it has this coordinate.
+        self.b[x as usize].hi = *key;
+        self.leaves.insert(*key, x);
         x
     }
 
@@ -246,9 +240,9 @@ impl Tree {
     /// Detaches an emptied bucket from its parent and recycles it.
     fn unlink(&mut self, x: u32) {
         let (parent, coord) = (self.b[x as usize].parent, self.b[x as usize].coord);
-        if self.b[x as usize].depth as usize == DIMS + 1 {
-            let leaf = &self.b[x as usize];
-            self.leaves.remove(&(leaf.hi, coord as ClassId));
+        if self.b[x as usize].depth as usize == DIMS {
+            let key = self.b[x as usize].hi;
+            self.leaves.remove(&key);
         }
         let p = &mut self.b[parent as usize];
         if let Ok(i) = p.coords.binary_search(&coord) {
@@ -350,8 +344,8 @@ impl Tree {
         found
     }
 
-    /// The class level: every eligible leaf shares the coordinate, so the answer is the
-    /// lowest fitting node id across them (after the resume id when tight).
+    /// A leaf: its nodes share the coordinate, so the answer is its lowest fitting node id
+    /// of an eligible class (after the resume id when tight).
     fn leaf_level<F: FnMut(u32, NodeId) -> bool>(
         &mut self,
         x: u32,
@@ -359,33 +353,19 @@ impl Tree {
         s: &Search<'_>,
         fits: &mut F,
     ) -> Option<(NodeId, Key)> {
-        let resume = match (tight, s.after) {
-            (true, Some(a)) => Some(a.node),
-            _ => None,
-        };
-        let mut best: Option<NodeId> = None;
         let bk = &self.b[x as usize];
-        for (c, leaf) in bk.coords.iter().zip(bk.kids.iter()) {
-            if !s.elig.allows(*c as ClassId) {
-                continue;
-            }
-            let nodes = &self.b[*leaf as usize].nodes;
-            let start = resume.map_or(0, |r| nodes.partition_point(|(id, _)| *id <= r));
-            for (id, slot) in &nodes[start..] {
-                if best.is_some_and(|b| *id >= b) {
-                    break;
-                }
-                if fits(*slot, *id) {
-                    best = Some(*id);
-                    break;
-                }
-            }
-        }
-        let key = self.b[x as usize].hi;
-        if best.is_none() && !tight {
+        let start = match (tight, s.after) {
+            (true, Some(a)) => bk.nodes.partition_point(|e| e.0 <= a.node),
+            _ => 0,
+        };
+        let hit = bk.nodes[start..]
+            .iter()
+            .find(|(id, slot, class)| s.elig.allows(*class) && fits(*slot, *id))
+            .map(|e| (e.0, bk.hi));
+        if hit.is_none() && !tight {
             self.tighten(x, DIMS);
         }
-        best.map(|id| (id, key))
+        hit
     }
 
     /// Recomputes bucket `x`'s bounds from its children (they are upper bounds themselves,
@@ -409,8 +389,8 @@ impl Tree {
                 mask |= k.mask;
             }
         } else {
-            for c in &bk.coords {
-                mask |= bit(*c as ClassId);
+            for (_, _, c) in &bk.nodes {
+                mask |= bit(*c);
             }
         }
         let bk = &mut self.b[x as usize];
