@@ -217,12 +217,12 @@ impl PlacementIndex {
         let Some(slot) = self.by_id.remove(&id) else {
             return false;
         };
-        for t in &mut self.trees {
-            t.remove(slot, id);
-        }
         let Some(e) = self.slots[slot as usize].take() else {
             return false;
         };
+        for t in &mut self.trees {
+            t.remove(slot, id, e.class);
+        }
         if let Some(r) = &e.state.reservation {
             self.forget_reservation(r.task, id);
         }
@@ -402,7 +402,7 @@ impl PlacementIndex {
         }
         let (id, key, class) = (e.state.id, e.state.key_pub, e.class);
         for t in &mut self.trees {
-            t.remove(slot, id);
+            t.remove(slot, id, old_class);
             t.add(slot, id, &key, class);
         }
     }

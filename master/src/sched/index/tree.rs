@@ -24,10 +24,17 @@ use super::class::{bit, ClassId, Eligible};
 use super::coord::{DimOrder, Key, DIMS};
 use super::policy::{Dir, Pos};
 use hetsched_common::NodeId;
+use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 const NONE: u32 = u32::MAX;
+
+/// Sort key of a leaf entry: class ascending, then id descending.
+#[inline]
+fn leaf_order(e: &(NodeId, u32, ClassId)) -> (ClassId, Reverse<NodeId>) {
+    (e.2, Reverse(e.0))
+}
 const ROOT: u32 = 0;
 
 /// A small deterministic hasher for integer keys (the std hasher is randomly seeded and
@@ -85,9 +92,13 @@ struct Bucket {
     /// Inner buckets: children's coordinates, ascending, and their arena indices.
     coords: Vec<u64>,
     kids: Vec<u32>,
-    /// Leaves: (node id, slot, class), ascending. A sorted vector rather than a B-tree:
-    /// with θ = 1 most leaves hold a handful of nodes, and the vector keeps its capacity
-    /// when the bucket is recycled, so moving a node costs no allocation.
+    /// Leaves: (node id, slot, class), grouped by class ascending and, within a class, by
+    /// id *descending*. Every policy takes the lowest id first, so it sits at the end of its
+    /// run and leaves by a pop rather than by shifting the whole leaf (the fresh nodes of
+    /// one shape share a leaf, thousands of them). Grouping by class lets a search skip the
+    /// ineligible classes of a leaf in one step. A sorted vector rather than a B-tree: with
+    /// θ = 1 most leaves hold a handful of nodes, and the vector keeps its capacity when the
+    /// bucket is recycled, so moving a node costs no allocation.
     nodes: Vec<(NodeId, u32, ClassId)>,
 }
 
@@ -143,7 +154,7 @@ impl Tree {
             None => self.make_path(&key),
         };
         let nodes = &mut self.b[leaf as usize].nodes;
-        let at = nodes.partition_point(|e| e.0 < id);
+        let at = nodes.partition_point(|e| leaf_order(e) < (class, Reverse(id)));
         nodes.insert(at, (id, slot, class));
         let s = slot as usize;
         if self.leaf_of.len() <= s {
@@ -163,15 +174,15 @@ impl Tree {
         }
     }
 
-    /// Removes a node; returns whether it was there.
-    pub fn remove(&mut self, slot: u32, id: NodeId) -> bool {
+    /// Removes a node (of class `class`); returns whether it was there.
+    pub fn remove(&mut self, slot: u32, id: NodeId, class: ClassId) -> bool {
         let leaf = match self.leaf_of.get(slot as usize) {
             Some(l) if *l != NONE => *l,
             _ => return false,
         };
         self.leaf_of[slot as usize] = NONE;
         let nodes = &mut self.b[leaf as usize].nodes;
-        if let Ok(at) = nodes.binary_search_by_key(&id, |e| e.0) {
+        if let Ok(at) = nodes.binary_search_by_key(&(class, Reverse(id)), leaf_order) {
             nodes.remove(at);
         }
         let mut x = leaf;
@@ -354,14 +365,33 @@ impl Tree {
         fits: &mut F,
     ) -> Option<(NodeId, Key)> {
         let bk = &self.b[x as usize];
-        let start = match (tight, s.after) {
-            (true, Some(a)) => bk.nodes.partition_point(|e| e.0 <= a.node),
-            _ => 0,
+        let resume = match (tight, s.after) {
+            (true, Some(a)) => Some(a.node),
+            _ => None,
         };
-        let hit = bk.nodes[start..]
-            .iter()
-            .find(|(id, slot, class)| s.elig.allows(*class) && fits(*slot, *id))
-            .map(|e| (e.0, bk.hi));
+        let nodes = &bk.nodes;
+        let mut best: Option<NodeId> = None;
+        let mut i = 0;
+        while i < nodes.len() {
+            let class = nodes[i].2;
+            let end = i + nodes[i..].partition_point(|e| e.2 == class);
+            if s.elig.allows(class) {
+                // Ids descend within the run: those after the resume point come first.
+                let run = &nodes[i..end];
+                let stop = resume.map_or(run.len(), |r| run.partition_point(|e| e.0 > r));
+                for (id, slot, _) in run[..stop].iter().rev() {
+                    if best.is_some_and(|b| *id >= b) {
+                        break;
+                    }
+                    if fits(*slot, *id) {
+                        best = Some(*id);
+                        break;
+                    }
+                }
+            }
+            i = end;
+        }
+        let hit = best.map(|id| (id, bk.hi));
         if hit.is_none() && !tight {
             self.tighten(x, DIMS);
         }
