@@ -76,19 +76,22 @@ impl Hasher for FxHasher {
 
 pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
 
+/// One bucket. `repr(C)` with the fields a search reads of every child it considers
+/// (count, mask, hi) first and a 64-byte alignment, so that check touches one cache line.
 #[derive(Clone, Debug, Default)]
+#[repr(C, align(64))]
 struct Bucket {
-    parent: u32,
-    /// 0 for the root, `DIMS` for leaves.
-    depth: u8,
-    /// This bucket's coordinate on its parent's level.
-    coord: u64,
     /// Nodes below.
     count: u32,
-    /// Upper bound of the coordinates below, per level (exact for a leaf).
-    hi: Key,
+    parent: u32,
     /// Upper bound of the class bits below.
     mask: u64,
+    /// Upper bound of the coordinates below, per level (exact for a leaf).
+    hi: Key,
+    /// This bucket's coordinate on its parent's level.
+    coord: u64,
+    /// 0 for the root, `DIMS` for leaves.
+    depth: u8,
     /// Inner buckets: children's coordinates, ascending, and their arena indices.
     coords: Vec<u64>,
     kids: Vec<u32>,
