@@ -15,7 +15,8 @@
 //!  (*,*,*,*)                              LeastFit  first fit, descending
 //!   ├─ (32000,*,*,*)                      BestFit   first fit, ascending
 //!   │   └─ (32000,65536,*,*) …            FirstFit  = ascending order
-//!   │        └─ class V100M32 ─ {n3, n9}  NextFit   ascending, after a cursor
+//!   │        └─ (32000,65536,2,1000)      NextFit   ascending, after a cursor
+//!   │             leaf: {n3, n9} by class
 //!   └─ …                                  Random    seeded draws, then NextFit-like
 //!             ▲                                      ▲
 //!             └──── FitSpace: "first fitting node after P in direction D" ────┘
@@ -24,13 +25,16 @@
 //! ```
 //!
 //! Exactness: with θ = 1 the index returns the node the [`LinearScan`] returns, for every
-//! policy (the property tests check it); with θ > 1 it returns a node that fits, and, as the
+//! policy but Random, whose draws come from each structure's own node list (the property
+//! tests check it); with θ > 1 it returns a node that fits, and, as the
 //! scan with the same θ does, the first in *coarse* order — not necessarily the best node
 //! (SEEDS.md §S4.6).
 //!
 //! GPUs: indexed as what one task can get from a node — wholly free devices and the largest
 //! free share of one device (`coord.rs`); GPU models and engine kinds are categorical
-//! (`class.rs`); the exact device choice stays `allocate_gpus`, via `NodeResources::fits`.
+//! (`class.rs`); the exact device choice stays `allocate_gpus`: the leaf check is
+//! `NodeResources::fits`, mirrored without its allocation (`node::fits`, checked against the
+//! original in every debug build).
 
 mod class;
 mod coord;
