@@ -9,7 +9,8 @@
 //! stderr too), else per wall-clock second.
 //!
 //! Trace mode replays the Alibaba GPU trace twice (`sched::index::trace`): a replay with
-//! releases, and an arrival-only pass until the first pod that cannot be placed.
+//! releases (timed: the fastest of five runs), and an arrival-only pass until the first pod
+//! that cannot be placed.
 //!
 //! Progress goes to stderr; with `--json` the last line of stdout is one compact JSON object.
 
@@ -241,6 +242,43 @@ fn run_random(
     Ok(())
 }
 
+/// One replay of the trace through a fresh index: (placed, failed, wall-clock time of the
+/// event loop — the index is built before the clock starts).
+fn replay(
+    cluster: &[(NodeId, NodeResources)],
+    pods: &[trace::TracePod],
+    events: &[TraceEvent],
+    mut pol: AnyPolicy,
+) -> (u64, u64, Duration) {
+    let mut ix = PlacementIndex::with_nodes(IndexConfig::default(), cluster.iter().cloned());
+    let mut held: Vec<Option<(NodeId, GpuAlloc)>> = vec![None; pods.len()];
+    let (mut placed, mut failed) = (0u64, 0u64);
+    let t0 = Instant::now();
+    for ev in events {
+        match *ev {
+            TraceEvent::Place(i) => {
+                let req = &pods[i].request;
+                let alloc = ix
+                    .place(&PlacementQuery::new(req), &mut pol)
+                    .and_then(|n| ix.take(n, req).map(|a| (n, a)));
+                match alloc {
+                    Some(h) => {
+                        placed += 1;
+                        held[i] = Some(h);
+                    }
+                    None => failed += 1,
+                }
+            }
+            TraceEvent::Release(i) => {
+                if let Some((n, a)) = held[i].take() {
+                    ix.give_back(n, &pods[i].request, &a, capacity(cluster, n));
+                }
+            }
+        }
+    }
+    (placed, failed, t0.elapsed())
+}
+
 fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
@@ -270,40 +308,28 @@ fn run_trace(
         pods.len()
     );
 
-    // Pass 1: replay with releases.
+    // Pass 1: replay with releases, run REPLAY_RUNS times from a fresh index (the policy
+    // seeded alike, so every run makes the same choices); the placement time reported is the
+    // fastest run's wall-clock time. A run takes milliseconds: too short for the thread CPU
+    // clock's tick granularity, and the minimum of several runs is what filters out the
+    // other work on a shared machine.
+    const REPLAY_RUNS: usize = 5;
     let events = trace::replay_order(&pods);
-    let mut ix = PlacementIndex::with_nodes(IndexConfig::default(), cluster.iter().cloned());
-    let mut pol = policy.build(seed);
-    let mut held: Vec<Option<(NodeId, GpuAlloc)>> = vec![None; pods.len()];
+    let mut runs = Vec::with_capacity(REPLAY_RUNS);
     let (mut placed, mut failed) = (0u64, 0u64);
-    let t0 = Timing::start();
-    for ev in &events {
-        match *ev {
-            TraceEvent::Place(i) => {
-                let req = &pods[i].request;
-                let alloc = ix
-                    .place(&PlacementQuery::new(req), &mut pol)
-                    .and_then(|n| ix.take(n, req).map(|a| (n, a)));
-                match alloc {
-                    Some(h) => {
-                        placed += 1;
-                        held[i] = Some(h);
-                    }
-                    None => failed += 1,
-                }
-            }
-            TraceEvent::Release(i) => {
-                if let Some((n, a)) = held[i].take() {
-                    ix.give_back(n, &pods[i].request, &a, capacity(&cluster, n));
-                }
-            }
-        }
+    for _ in 0..REPLAY_RUNS {
+        let (p, f, wall) = replay(&cluster, &pods, &events, policy.build(seed));
+        (placed, failed) = (p, f);
+        runs.push(wall);
     }
-    let t = Timing::since(t0);
-    let placement_ms = t.best().as_secs_f64() * 1e3;
+    let fastest = runs.iter().min().copied().unwrap_or_default();
+    let placement_ms = fastest.as_secs_f64() * 1e3;
     eprintln!(
-        "replay: placed {placed}, failed {failed}, {placement_ms:.3} ms CPU ({:.3} ms wall)",
-        t.wall.as_secs_f64() * 1e3
+        "replay: placed {placed}, failed {failed}; placement time {placement_ms:.3} ms (fastest \
+         of {REPLAY_RUNS} runs: {:?})",
+        runs.iter()
+            .map(|d| format!("{:.3} ms", d.as_secs_f64() * 1e3))
+            .collect::<Vec<_>>()
     );
 
     // Pass 2: arrival-only (the paper's workload inflation): pods in arrival order, never
