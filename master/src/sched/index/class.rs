@@ -1,8 +1,8 @@
 //! Categorical attributes (SEEDS.md §S4.3 constraints): the GPU models a node carries and
 //! the engine kinds it has. They are not ordered, so they are not coordinates; instead
-//! nodes with equal attributes form a *class*, the bucket tree's last level is keyed by
-//! class, and each bucket keeps a bitmask of the classes below it, so a search for
-//! `V100M32` never walks a subtree holding only T4 nodes.
+//! nodes with equal attributes form a *class*, a leaf groups its nodes by class, and each
+//! bucket keeps a bitmask of the classes below it, so a search for `V100M32` never walks a
+//! subtree holding only T4 nodes, nor the T4 nodes of a leaf it shares with V100s.
 
 use hetsched_common::{EngineKind, NodeResources, ResourceRequest};
 use std::collections::BTreeMap;
