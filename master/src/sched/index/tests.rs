@@ -514,3 +514,73 @@ proptest! {
         sim(seed, [1000, 512, 2, 250], 0, 150);
     }
 }
+
+/// The benchmark's stream at small scale: every policy but Random chooses as the scan does
+/// (bigger leaves, locality sets and model constraints than the property tests make).
+#[test]
+fn benchmark_workload_agrees_with_scan() {
+    let w = workload::random(150, 2500, 11);
+    for kind in PolicyKind::ALL {
+        let mut ix = PlacementIndex::with_nodes(IndexConfig::default(), w.nodes.iter().cloned());
+        let mut sc = LinearScan::new(Granularity::EXACT);
+        for (id, r) in &w.nodes {
+            sc.upsert_node(*id, r);
+        }
+        let (mut pi, mut ps) = (kind.build(5), kind.build(5));
+        let mut running: BTreeMap<u32, (NodeId, u32, GpuAlloc)> = BTreeMap::new();
+        for (step, ev) in w.events.iter().enumerate() {
+            match *ev {
+                workload::Event::Place {
+                    task,
+                    request,
+                    candidates,
+                } => {
+                    let req = &w.requests[request as usize];
+                    let mut q = PlacementQuery::new(req);
+                    if let Some(c) = candidates {
+                        q = q.with_candidates(&w.candidate_sets[c as usize]);
+                    }
+                    let a = ix.place(&q, &mut pi);
+                    let b = sc.place(&q, &mut ps);
+                    if kind != PolicyKind::Random {
+                        assert_eq!(a, b, "{kind} step {step}");
+                    }
+                    // Follow the index's choice on both sides so that Random stays comparable.
+                    if let Some(n) = a {
+                        let alloc = ix.take(n, req).expect("chosen node fits");
+                        assert_eq!(sc.take(n, req).as_ref(), Some(&alloc));
+                        running.insert(task, (n, request, alloc));
+                    }
+                }
+                workload::Event::Release { task } => {
+                    if let Some((n, r, alloc)) = running.remove(&task) {
+                        let cap = &w.nodes[n.0 as usize - 1].1;
+                        let req = &w.requests[r as usize];
+                        ix.give_back(n, req, &alloc, cap);
+                        sc.give_back(n, req, &alloc, cap);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Past 63 classes the bucket masks share their last bit; answers stay exact.
+#[test]
+fn many_classes_stay_exact() {
+    let mut ix = PlacementIndex::default();
+    for i in 0..80u64 {
+        let r = NodeResources {
+            gpus: gpus(&format!("M{i}"), &[1000]),
+            ..res(1000 + i, 100)
+        };
+        ix.upsert_node(NodeId(i + 1), &r);
+    }
+    for want in [3u64, 63, 64, 79] {
+        let mut r = ask(1, 1);
+        r.gpu = GpuRequest::whole(1);
+        r.gpu.models = vec![format!("M{want}")];
+        let q = PlacementQuery::new(&r);
+        assert_eq!(ix.ordered_fits(&q, Dir::Desc), vec![NodeId(want + 1)]);
+    }
+}
