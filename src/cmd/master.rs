@@ -25,6 +25,9 @@ pub struct Args {
     /// Optional HTTP address for /metrics and the JSON API.
     #[arg(long, value_name = "HOST:PORT")]
     pub http: Option<String>,
+    /// Node selection policy: least-fit (spread), best-fit (pack), first-fit, next-fit, random.
+    #[arg(long, default_value = "least-fit")]
+    pub policy: hetsched_master::sched::index::PolicyKind,
     /// Silence after which the leader declares a slave down, ms.
     #[arg(long, default_value_t = 5000)]
     pub node_timeout_ms: u64,
@@ -48,6 +51,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         peers,
         data_dir: a.data_dir,
         http: a.http,
+        policy: a.policy,
         timing: DutyTiming {
             node_timeout: std::time::Duration::from_millis(a.node_timeout_ms.max(500)),
             ..DutyTiming::default()
