@@ -32,6 +32,9 @@ pub struct Args {
     /// Snapshot the state and compact the Raft log every this many applied entries.
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_entries: u64,
+    /// Node selection policy: least-fit (spread), best-fit (pack), first-fit, next-fit, random.
+    #[arg(long, default_value = "least-fit")]
+    pub policy: hetsched_master::sched::index::PolicyKind,
     /// Silence after which the leader declares a slave down, ms.
     #[arg(long, default_value_t = 5000)]
     pub node_timeout_ms: u64,
@@ -60,6 +63,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         http: a.http,
         join: a.join,
         snapshot_entries: a.snapshot_entries,
+        policy: a.policy,
         timing: DutyTiming {
             node_timeout: std::time::Duration::from_millis(a.node_timeout_ms.max(500)),
             ..DutyTiming::default()

@@ -71,6 +71,8 @@ pub struct LeaderDuties {
     /// Started tasks missing from their slave's reports, since when.
     missing_since: HashMap<(TaskId, Attempt), Instant>,
     plan_in_flight: bool,
+    /// Nodes the plan in flight used tentatively (re-read once it finishes).
+    plan_nodes: Vec<NodeId>,
     /// Transitions proposed and not yet applied, so each is proposed once.
     proposing: BTreeSet<(NodeId, bool)>,
     lost_proposed: BTreeSet<(TaskId, Attempt)>,
@@ -98,6 +100,7 @@ impl LeaderDuties {
             undelivered: BTreeMap::new(),
             missing_since: HashMap::new(),
             plan_in_flight: false,
+            plan_nodes: Vec::new(),
             proposing: BTreeSet::new(),
             lost_proposed: BTreeSet::new(),
         }
@@ -142,6 +145,7 @@ impl LeaderDuties {
 
     fn resume_duties(&mut self) {
         self.caught_up = true;
+        self.scheduler.reset(&self.shared.read_state());
         // Silence is counted from here: heartbeats were turned away while catching up.
         self.leader_since = Instant::now();
         self.last_seen.clear();
@@ -217,6 +221,7 @@ impl LeaderDuties {
             return;
         }
         self.plan_in_flight = true;
+        self.plan_nodes = plan.assignments.iter().map(|a| a.node).collect();
         let n = plan.assignments.len();
         self.propose_bg(ctx, Command::ApplyPlan(plan), move |r| {
             if let Err(e) = &r {
@@ -461,6 +466,12 @@ impl Handler<DutyEvent> for LeaderDuties {
                 if !self.leader || !self.caught_up {
                     return;
                 }
+                if a.index == 0 {
+                    self.scheduler.reset(&self.shared.read_state());
+                } else if !a.touched.is_empty() {
+                    self.scheduler
+                        .nodes_changed(&self.shared.read_state(), &a.touched);
+                }
                 match a.outcome {
                     Outcome::PlanApplied { accepted, .. } => {
                         for r in accepted {
@@ -481,6 +492,11 @@ impl Handler<DutyEvent> for LeaderDuties {
             }
             DutyEvent::PlanDone => {
                 self.plan_in_flight = false;
+                let nodes = std::mem::take(&mut self.plan_nodes);
+                if self.leader && self.caught_up {
+                    self.scheduler
+                        .nodes_changed(&self.shared.read_state(), &nodes);
+                }
                 if self.leader {
                     self.schedule(ctx);
                 }

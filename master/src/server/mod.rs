@@ -8,7 +8,8 @@ mod replicated;
 pub use duties::DutyTiming;
 pub use replicated::{Applied, Replicated};
 
-use crate::sched::FirstFit;
+use crate::sched::index::PolicyKind;
+use crate::sched::IndexedScheduler;
 use crate::state::{ClusterState, Command, CommandEnvelope, Outcome};
 use actix::prelude::*;
 use duties::{DutyEvent, Heartbeat, LeaderDuties};
@@ -60,6 +61,8 @@ pub struct MasterConfig {
     pub join: bool,
     /// Snapshot and compact the log every this many applied entries.
     pub snapshot_entries: u64,
+    /// Node selection policy of the scheduler.
+    pub policy: PolicyKind,
 }
 
 /// Parses `ID=HOST:PORT,...`.
@@ -191,7 +194,7 @@ impl Master {
         let duties = LeaderDuties::new(
             shared.clone(),
             raft.clone(),
-            Box::new(FirstFit::default()),
+            Box::new(IndexedScheduler::new(cfg.policy, cfg.id)),
             cfg.timing,
         )
         .start();

@@ -1,7 +1,8 @@
 //! The bridge between consensus and [`ClusterState`]: decodes committed entries, applies
 //! them, and tells the leader-duties actor what changed.
 
-use crate::state::{ClusterState, CommandEnvelope, Outcome};
+use crate::state::{touched_nodes, ClusterState, CommandEnvelope, Outcome};
+use hetsched_common::NodeId;
 use hetsched_consensus::StateMachine;
 use std::sync::{Arc, RwLock};
 use tokio::sync::mpsc;
@@ -13,6 +14,8 @@ pub struct Applied {
     pub index: u64,
     /// What applying it returned.
     pub outcome: Outcome,
+    /// Nodes whose free resources or liveness may have changed.
+    pub touched: Vec<NodeId>,
 }
 
 /// The state machine handed to consensus: the state behind a lock (readers are the request
@@ -35,11 +38,17 @@ impl StateMachine for Replicated {
     fn apply(&mut self, index: u64, command: &[u8]) -> Outcome {
         // An undecodable entry is applied as a rejection on every replica alike, so the
         // replicas stay identical and the log keeps moving.
+        let mut touched = Vec::new();
         let outcome = match CommandEnvelope::decode(command) {
-            Ok(env) => match self.state.write() {
-                Ok(mut s) => s.apply(index, env),
-                Err(poisoned) => poisoned.into_inner().apply(index, env),
-            },
+            Ok(env) => {
+                let cmd = env.command.clone();
+                let outcome = match self.state.write() {
+                    Ok(mut s) => s.apply(index, env),
+                    Err(poisoned) => poisoned.into_inner().apply(index, env),
+                };
+                touched = touched_nodes(&cmd, &outcome);
+                outcome
+            }
             Err(e) => {
                 tracing::error!(index, error = %e, "undecodable log entry");
                 if let Ok(mut s) = self.state.write() {
@@ -52,6 +61,7 @@ impl StateMachine for Replicated {
         let _ = self.applied.send(Applied {
             index,
             outcome: outcome.clone(),
+            touched,
         });
         outcome
     }
@@ -69,6 +79,12 @@ impl StateMachine for Replicated {
             Ok(mut s) => *s = restored,
             Err(p) => *p.into_inner() = restored,
         }
+        // Index 0 marks a restore: every derived cache must be rebuilt.
+        let _ = self.applied.send(Applied {
+            index: 0,
+            outcome: Outcome::Ignored("snapshot restored".into()),
+            touched: Vec::new(),
+        });
         Ok(())
     }
 }

@@ -10,6 +10,33 @@ mod hash;
 pub use command::{Assign, Command, CommandEnvelope, Outcome, Plan, TaskRef};
 pub use hash::fnv1a64;
 
+/// The nodes whose free resources or liveness applying `command` (with `outcome`) may have
+/// changed: what derived caches such as the placement index must re-read.
+pub fn touched_nodes(command: &Command, outcome: &Outcome) -> Vec<NodeId> {
+    let mut nodes: BTreeSet<NodeId> = BTreeSet::new();
+    match command {
+        Command::NodeDown { node }
+        | Command::NodeUp { node }
+        | Command::TaskFinished { node, .. }
+        | Command::TaskLost { node, .. } => {
+            nodes.insert(*node);
+        }
+        Command::ApplyPlan(plan) => nodes.extend(plan.assignments.iter().map(|a| a.node)),
+        _ => {}
+    }
+    match outcome {
+        Outcome::Registered { node } | Outcome::NodeUp { node } => {
+            nodes.insert(*node);
+        }
+        Outcome::Cancelled { stop, .. } => nodes.extend(stop.iter().map(|r| r.node)),
+        Outcome::NodeDown { node, .. } => {
+            nodes.insert(*node);
+        }
+        _ => {}
+    }
+    nodes.into_iter().collect()
+}
+
 use hetsched_common::protocol::{JobInfo, NodeCounts, NodeInfo, TaskInfo};
 use hetsched_common::{
     Attempt, ClientRequestId, GpuAlloc, JobId, JobSpec, NodeId, NodeResources, TaskId, TaskState,
