@@ -33,11 +33,26 @@ impl StateMachine for Toy {
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        Vec::new()
+        let applied = self.applied.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::with_capacity(8 * (applied.len() + 1));
+        out.extend_from_slice(&self.sum.to_be_bytes());
+        for v in applied.iter() {
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+        out
     }
 
-    fn restore(&mut self, _snapshot: &[u8]) -> Result<(), String> {
-        Err("not supported".into())
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        if !snapshot.len().is_multiple_of(8) || snapshot.is_empty() {
+            return Err(format!("bad toy snapshot of {} bytes", snapshot.len()));
+        }
+        let mut words = snapshot
+            .chunks_exact(8)
+            .map(|c| c.try_into().map(u64::from_be_bytes).unwrap_or(0));
+        self.sum = words.next().unwrap_or(0);
+        let mut applied = self.applied.lock().unwrap_or_else(|p| p.into_inner());
+        *applied = words.collect();
+        Ok(())
     }
 }
 
@@ -152,13 +167,25 @@ pub fn start_member(
     dir: PathBuf,
     listener: Option<std::net::TcpListener>,
 ) -> Member {
+    start_member_with(id, peers, dir, listener, |_| {})
+}
+
+/// [`start_member`] with a configuration tweak (snapshot thresholds, `join`).
+pub fn start_member_with(
+    id: u64,
+    peers: &BTreeMap<u64, String>,
+    dir: PathBuf,
+    listener: Option<std::net::TcpListener>,
+    tweak: impl FnOnce(&mut RaftConfig),
+) -> Member {
     let addr = peers[&id].clone();
     let listener = listener.unwrap_or_else(|| {
         wait_until(&format!("bind {addr}"), Duration::from_secs(10), || {
             std::net::TcpListener::bind(&addr).ok()
         })
     });
-    let cfg = RaftConfig::new(id, peers.clone(), dir);
+    let mut cfg = RaftConfig::new(id, peers.clone(), dir);
+    tweak(&mut cfg);
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name(format!("member-{id}"))
