@@ -365,6 +365,9 @@ impl<S: StateMachine> Consensus<S> {
             applied_index: snapshot_index,
         };
         let shared = Arc::new(Shared::default());
+        shared
+            .first_index
+            .store(raw.store().first_index_now(), Ordering::Relaxed);
         *shared.addrs.write().unwrap_or_else(|p| p.into_inner()) = addrs;
         let (status_tx, status_rx) = watch::channel(initial);
         let (terminated_tx, terminated_rx) = watch::channel(());
