@@ -12,6 +12,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Extra bytes appended to every Toy snapshot (ignored by `restore`), to make snapshots span
+/// several transport chunks. Per test binary (each is its own process).
+pub static SNAPSHOT_BALLAST: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
 /// Appends u64 commands; the output is (number of values applied, their sum).
 pub struct Toy {
     pub applied: Arc<Mutex<Vec<u64>>>,
@@ -34,24 +39,31 @@ impl StateMachine for Toy {
 
     fn snapshot(&self) -> Vec<u8> {
         let applied = self.applied.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = Vec::with_capacity(8 * (applied.len() + 1));
+        let ballast = SNAPSHOT_BALLAST.load(std::sync::atomic::Ordering::Relaxed);
+        let mut out = Vec::with_capacity(8 * (applied.len() + 2) + ballast);
         out.extend_from_slice(&self.sum.to_be_bytes());
+        out.extend_from_slice(&(applied.len() as u64).to_be_bytes());
         for v in applied.iter() {
             out.extend_from_slice(&v.to_be_bytes());
         }
+        out.resize(out.len() + ballast, 0xAB);
         out
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        if !snapshot.len().is_multiple_of(8) || snapshot.is_empty() {
-            return Err(format!("bad toy snapshot of {} bytes", snapshot.len()));
-        }
         let mut words = snapshot
             .chunks_exact(8)
             .map(|c| c.try_into().map(u64::from_be_bytes).unwrap_or(0));
-        self.sum = words.next().unwrap_or(0);
+        let (Some(sum), Some(n)) = (words.next(), words.next()) else {
+            return Err(format!("bad toy snapshot of {} bytes", snapshot.len()));
+        };
+        let values: Vec<u64> = words.take(n as usize).collect();
+        if values.len() as u64 != n {
+            return Err(format!("toy snapshot holds fewer than {n} values"));
+        }
+        self.sum = sum;
         let mut applied = self.applied.lock().unwrap_or_else(|p| p.into_inner());
-        *applied = words.collect();
+        *applied = values;
         Ok(())
     }
 }
