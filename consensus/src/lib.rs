@@ -37,6 +37,45 @@
 //! anything else there → [`ProposeError::Dropped`] (ours was overwritten, so it never
 //! commits). A leader that steps down keeps its pending proposals for two election timeouts
 //! in case their indexes apply meanwhile, then answers [`ProposeError::Unknown`].
+//!
+//! # Snapshots and compaction
+//!
+//! Once [`RaftConfig::snapshot_entries`] entries (or [`RaftConfig::snapshot_bytes`] bytes) were
+//! applied since the last snapshot, the node takes [`StateMachine::snapshot`] at the applied
+//! index and stores it in sled with its metadata, the configuration and the member address
+//! map, then compacts the log up to `snapshot_tail` entries before it, in one sled batch.
+//! A follower behind the compacted log receives the snapshot: raft-rs emits one `MsgSnapshot`,
+//! which the sender splits into 1 MiB chunks (format in `chunk.rs`: a zero byte no protobuf
+//! message starts with, then snapshot id, sequence, count and total length) carried as
+//! ordinary entries of `Message::Raft { msgs }` — several frames when large — and which
+//! [`Consensus::step`] reassembles before raft-rs sees it. The leader reports delivery with
+//! `report_snapshot` (Finish once every chunk was written, Failure otherwise). The receiver
+//! stores the snapshot (replacing its log), calls [`StateMachine::restore`] and applies the
+//! entries after it. A restarting member restores its snapshot before replaying the log tail.
+//!
+//! A fresh cluster starts from a bootstrap snapshot at index 1 (the initial voters, no
+//! state), so the first entry is index 2 and a member that joins later (empty log) is always
+//! caught up by a snapshot — the initial configuration is in no log entry.
+//!
+//! # Membership
+//!
+//! [`Consensus::add_member`] / [`Consensus::remove_member`] propose a `ConfChange` (the
+//! address travels in its context and is persisted); one change at a time. The peer tasks and
+//! [`Consensus::peer_addr`] follow applied changes. A member started with
+//! [`RaftConfig::join`] and an empty data dir does not bootstrap: it waits with an empty
+//! configuration until the leader (once the member is added) sends it a snapshot.
+//!
+//! # Reads
+//!
+//! [`Consensus::read_index`] is raft-rs ReadIndex (safe mode, no lease): reads queued in one
+//! actor turn share one round; the answer comes once a quorum confirmed the leadership and the
+//! read index is applied. A partitioned or deposed leader cannot get the confirmation.
+//!
+//! # Faults
+//!
+//! [`Consensus::set_faults`] drops (seeded), delays, cuts links or isolates this member: the
+//! node filters what it sends, and [`Consensus::step`] drops what arrives from cut peers, so a
+//! cut on one side severs both directions.
 
 #![deny(missing_docs)]
 

@@ -458,6 +458,16 @@ impl<S: StateMachine> RaftNode<S> {
                     let _ = reply.send(invalid(format!("{id} is already a member (or 0)")));
                     return;
                 }
+                // A log that still starts at index 1 (a data dir bootstrapped before snapshots
+                // existed) would let the new member replicate from the log alone, and the
+                // initial configuration is in no entry: compact first so it gets a snapshot.
+                if self.raw.store().first_index_now() <= 1 {
+                    if let Err(e) = self.maybe_snapshot(true) {
+                        tracing::error!(member = self.id, error = %e, "snapshot before adding a member failed");
+                        let _ = reply.send(Err(ProposeError::Dropped));
+                        return;
+                    }
+                }
                 let cc = ConfChange {
                     change_type: ConfChangeType::AddNode,
                     node_id: id,
@@ -614,7 +624,9 @@ impl<S: StateMachine> RaftNode<S> {
         meta.term = term;
         meta.set_conf_state(self.raw.store().conf_state().clone());
         // Keep a tail so a follower slightly behind catches up from the log.
-        let compact_to = applied.saturating_sub(self.snapshot_tail);
+        // Entry 1 goes in any case: see `admin` (a log must not start at 1 once members may
+        // join).
+        let compact_to = applied.saturating_sub(self.snapshot_tail).max(1);
         self.raw.mut_store().store_snapshot(snap, compact_to)?;
         self.bytes_since_snapshot = 0;
         self.shared.snapshots.fetch_add(1, Ordering::Relaxed);
