@@ -37,9 +37,50 @@
 //! anything else there → [`ProposeError::Dropped`] (ours was overwritten, so it never
 //! commits). A leader that steps down keeps its pending proposals for two election timeouts
 //! in case their indexes apply meanwhile, then answers [`ProposeError::Unknown`].
+//!
+//! # Snapshots and compaction
+//!
+//! Once [`RaftConfig::snapshot_entries`] entries (or [`RaftConfig::snapshot_bytes`] bytes) were
+//! applied since the last snapshot, the node takes [`StateMachine::snapshot`] at the applied
+//! index and stores it in sled with its metadata, the configuration and the member address
+//! map, then compacts the log up to `snapshot_tail` entries before it, in one sled batch.
+//! A follower behind the compacted log receives the snapshot: raft-rs emits one `MsgSnapshot`,
+//! which the sender splits into 1 MiB chunks (format in `chunk.rs`: a zero byte no protobuf
+//! message starts with, then snapshot id, sequence, count and total length) carried as
+//! ordinary entries of `Message::Raft { msgs }` — several frames when large — and which
+//! [`Consensus::step`] reassembles before raft-rs sees it. The leader reports delivery with
+//! `report_snapshot` (Finish once every chunk was written, Failure otherwise). The receiver
+//! stores the snapshot (replacing its log), calls [`StateMachine::restore`] and applies the
+//! entries after it. A restarting member restores its snapshot before replaying the log tail.
+//!
+//! A fresh cluster starts from a bootstrap snapshot at index 1 (the initial voters, no
+//! state), so the first entry is index 2 and a member that joins later (empty log) is always
+//! caught up by a snapshot — the initial configuration is in no log entry.
+//!
+//! # Membership
+//!
+//! [`Consensus::add_member`] / [`Consensus::remove_member`] propose a `ConfChange` (the
+//! address travels in its context and is persisted); one change at a time. The peer tasks and
+//! [`Consensus::peer_addr`] follow applied changes. A member started with
+//! [`RaftConfig::join`] and an empty data dir does not bootstrap: it waits with an empty
+//! configuration until the leader (once the member is added) sends it a snapshot.
+//!
+//! # Reads
+//!
+//! [`Consensus::read_index`] is raft-rs ReadIndex (safe mode, no lease): reads queued in one
+//! actor turn share one round; the answer comes once a quorum confirmed the leadership and the
+//! read index is applied. A partitioned or deposed leader cannot get the confirmation.
+//!
+//! # Faults
+//!
+//! [`Consensus::set_faults`] drops (seeded), delays, cuts links or isolates this member: the
+//! node filters what it sends, and [`Consensus::step`] drops what arrives from cut peers, so a
+//! cut on one side severs both directions.
 
 #![deny(missing_docs)]
 
+mod chunk;
+mod fault;
 mod logger;
 mod node;
 mod storage;
@@ -51,8 +92,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Actor as _;
-use node::{Input, NodeParts, RaftNode};
+use node::{AdminAnswer, AdminOp, Input, NodeParts, RaftNode, Shared};
 use protobuf::Message as _;
+use std::sync::atomic::Ordering;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use logger::TracingDrain;
@@ -87,8 +129,11 @@ pub trait StateMachine: Send + 'static {
 pub struct RaftConfig {
     /// This member's id (≥ 1).
     pub id: u64,
-    /// Every initial member (this one included) and its cluster address. Only used to
-    /// bootstrap an empty data dir; afterwards the configuration comes from the log.
+    /// Every initial member (this one included) and its cluster address. Used to bootstrap
+    /// an empty data dir (afterwards the configuration comes from the log) and as the address
+    /// book until the log or a snapshot says otherwise. With `join`, it must name this member
+    /// and the current members (so this member can answer the leader before it receives the
+    /// snapshot that carries the full address map).
     pub peers: BTreeMap<u64, String>,
     /// Where sled keeps the log.
     pub data_dir: PathBuf,
@@ -106,6 +151,9 @@ pub struct RaftConfig {
     pub snapshot_entries: u64,
     /// ... or once the log holds this many bytes since the last snapshot (0 = no byte limit).
     pub snapshot_bytes: u64,
+    /// Entries kept before a snapshot's index when the log is compacted, so a follower
+    /// slightly behind catches up from the log instead of a snapshot.
+    pub snapshot_tail: u64,
 }
 
 impl RaftConfig {
@@ -122,6 +170,7 @@ impl RaftConfig {
             join: false,
             snapshot_entries: 10_000,
             snapshot_bytes: 64 * 1024 * 1024,
+            snapshot_tail: 1_000,
         }
     }
 }
@@ -227,6 +276,10 @@ pub struct ConsensusStats {
     pub snapshots: u64,
     /// First index still in the log (everything before is compacted).
     pub first_index: u64,
+    /// Snapshots sent to followers (as leader).
+    pub snapshots_sent: u64,
+    /// Snapshots received from a leader and installed.
+    pub snapshots_received: u64,
 }
 
 /// Errors of starting or running the Raft node.
@@ -259,7 +312,11 @@ struct Inner<S: StateMachine> {
     proposals: mpsc::UnboundedSender<node::Proposal<S::Output>>,
     status: watch::Receiver<RaftStatus>,
     terminated: watch::Receiver<()>,
-    peers: BTreeMap<u64, String>,
+    shared: Arc<Shared>,
+    /// How long a leadership transfer may take before it is reported as timed out.
+    transfer_wait: Duration,
+    /// How long a read waits for its quorum confirmation and apply.
+    read_wait: Duration,
 }
 
 impl<S: StateMachine> Clone for Consensus<S> {
@@ -284,12 +341,32 @@ impl<S: StateMachine> Consensus<S> {
             ));
         }
         let voters: Vec<u64> = cfg.peers.keys().copied().collect();
-        let opened = storage::SledStorage::open(&cfg.data_dir, &voters)?;
+        let bootstrap = (!cfg.join).then_some(voters.as_slice());
+        let opened = storage::SledStorage::open(&cfg.data_dir, bootstrap, &cfg.peers)?;
         let hs = opened.storage.hard_state().clone();
+        let mut sm = sm;
+        // A snapshot restores the state machine; only the log after it is replayed.
+        let snapshot_index = opened.storage.snapshot_metadata().index;
+        if let Some(state) = &opened.state {
+            sm.restore(state)
+                .map_err(|e| Error::Storage(format!("restore snapshot {snapshot_index}: {e}")))?;
+        }
+        // Addresses from earlier runs (conf changes, snapshots) win over the configuration;
+        // this member's own address is always the configured one.
+        let mut addrs = if opened.addrs.is_empty() {
+            cfg.peers.clone()
+        } else {
+            opened.addrs.clone()
+        };
+        if let Some(own) = cfg.peers.get(&cfg.id) {
+            addrs.insert(cfg.id, own.clone());
+        }
         tracing::info!(
             member = cfg.id,
             dir = %cfg.data_dir.display(),
             bootstrapped = opened.bootstrapped,
+            join = cfg.join,
+            snapshot_index,
             term = hs.term,
             commit = hs.commit,
             last_index = opened.storage.last_index_now(),
@@ -299,9 +376,9 @@ impl<S: StateMachine> Consensus<S> {
             id: cfg.id,
             election_tick: cfg.election_ticks,
             heartbeat_tick: cfg.heartbeat_ticks,
-            // Without snapshots the state machine starts empty, so nothing is applied yet:
-            // raft-rs hands out every committed entry again (up to the stored commit index).
-            applied: 0,
+            // The state machine holds the snapshot (if any): raft-rs hands out every committed
+            // entry after it again (up to the stored commit index).
+            applied: snapshot_index,
             max_size_per_msg: MAX_SIZE_PER_MSG,
             max_inflight_msgs: MAX_INFLIGHT_MSGS,
             check_quorum: true,
@@ -324,8 +401,13 @@ impl<S: StateMachine> Consensus<S> {
             term: hs.term,
             role: Role::Follower,
             commit_index: hs.commit,
-            applied_index: 0,
+            applied_index: snapshot_index,
         };
+        let shared = Arc::new(Shared::default());
+        shared
+            .first_index
+            .store(raw.store().first_index_now(), Ordering::Relaxed);
+        *shared.addrs.write().unwrap_or_else(|p| p.into_inner()) = addrs;
         let (status_tx, status_rx) = watch::channel(initial);
         let (terminated_tx, terminated_rx) = watch::channel(());
         let (control_tx, control_rx) = mpsc::unbounded_channel();
@@ -333,6 +415,11 @@ impl<S: StateMachine> Consensus<S> {
         let parts = NodeParts {
             raw,
             sm: Box::new(sm),
+            shared: shared.clone(),
+            applied: snapshot_index,
+            snapshot_entries: cfg.snapshot_entries,
+            snapshot_bytes: cfg.snapshot_bytes,
+            snapshot_tail: cfg.snapshot_tail,
             peers: cfg.peers.clone(),
             control_rx,
             control_tx: control_tx.clone(),
@@ -351,7 +438,10 @@ impl<S: StateMachine> Consensus<S> {
                 proposals: proposals_tx,
                 status: status_rx,
                 terminated: terminated_rx,
-                peers: cfg.peers,
+                shared,
+                transfer_wait: (cfg.tick * (4 * cfg.election_ticks) as u32)
+                    .max(Duration::from_secs(2)),
+                read_wait: (cfg.tick * (4 * cfg.election_ticks) as u32).max(Duration::from_secs(2)),
             }),
         })
     }
@@ -380,9 +470,48 @@ impl<S: StateMachine> Consensus<S> {
     /// Feeds Raft messages received from peer `from` (protobuf bytes each). Malformed
     /// messages, and messages whose sender is not `from`, are logged and dropped.
     pub fn step(&self, from: u64, msgs: Vec<Vec<u8>>) {
+        // Injected faults: a cut link drops what arrives on it too.
+        if !self
+            .inner
+            .shared
+            .faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .allow_in(from)
+        {
+            return;
+        }
         let mut decoded = Vec::with_capacity(msgs.len());
         for bytes in msgs {
+            let bytes = if chunk::is_chunk(&bytes) {
+                let mut chunks = self
+                    .inner
+                    .shared
+                    .chunks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                match chunks.push(from, &bytes) {
+                    Ok(Some(whole)) => whole,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::warn!(member = self.inner.id, from, error = %e, "malformed snapshot chunk dropped");
+                        continue;
+                    }
+                }
+            } else {
+                bytes
+            };
             match raft::eraftpb::Message::parse_from_bytes(&bytes) {
+                Ok(m)
+                    if m.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot
+                        && storage::SnapshotData::decode(&m.get_snapshot().data).is_err() =>
+                {
+                    tracing::warn!(
+                        member = self.inner.id,
+                        from,
+                        "snapshot with undecodable data dropped"
+                    )
+                }
                 Ok(m) if m.from == from && m.to == self.inner.id => decoded.push(m),
                 Ok(m) => tracing::warn!(
                     member = self.inner.id,
@@ -418,7 +547,13 @@ impl<S: StateMachine> Consensus<S> {
 
     /// Cluster address of member `id`, if known.
     pub fn peer_addr(&self, id: u64) -> Option<String> {
-        self.inner.peers.get(&id).cloned()
+        self.inner
+            .shared
+            .addrs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
     }
 
     /// This member's id.
@@ -428,52 +563,114 @@ impl<S: StateMachine> Consensus<S> {
 
     /// Linearizable read barrier (Raft ReadIndex): confirms with a quorum that this member is
     /// still the leader, then waits until everything committed before the read is applied.
-    /// Returns the read index. `NotLeader` on followers and on a deposed leader.
+    /// Returns the read index. `NotLeader` on followers and on a deposed leader; `Timeout`
+    /// when no quorum confirmed in time (a partitioned leader never answers `Ok`).
+    /// Concurrent reads share one ReadIndex round.
     pub async fn read_index(&self) -> Result<u64, ProposeError> {
-        Err(ProposeError::Invalid(
-            "read_index not implemented yet".into(),
-        ))
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .control
+            .send(Input::ReadIndex(reply))
+            .map_err(|_| ProposeError::Stopped)?;
+        match tokio::time::timeout(self.inner.read_wait, rx).await {
+            Ok(r) => r.unwrap_or(Err(ProposeError::Stopped)),
+            Err(_) => Err(ProposeError::Timeout(
+                "read index not confirmed by a quorum".into(),
+            )),
+        }
+    }
+
+    async fn admin(&self, op: AdminOp) -> Result<AdminAnswer, ProposeError> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .control
+            .send(Input::Admin(op, reply))
+            .map_err(|_| ProposeError::Stopped)?;
+        rx.await.unwrap_or(Err(ProposeError::Unknown))
+    }
+
+    /// Waits until this member sees `to` as the leader.
+    async fn await_leader(&self, to: u64) -> Result<(), ProposeError> {
+        let mut rx = self.inner.status.clone();
+        let me = self.inner.id;
+        let wait = rx.wait_for(|s| s.leader == Some(to) && (to != me || s.role == Role::Leader));
+        let r = tokio::time::timeout(self.inner.transfer_wait, wait)
+            .await
+            .map(|r| r.map(|_| ()));
+        match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(ProposeError::Stopped),
+            Err(_) => Err(ProposeError::Timeout(format!(
+                "member {to} did not take over leadership"
+            ))),
+        }
     }
 
     /// Adds member `id` at `addr` as a voter (through a Raft configuration change). Resolves
-    /// once the change is applied. Leader only.
+    /// once the change is applied. Leader only; one configuration change at a time (a second
+    /// one while the first is pending is `Invalid`). The new member (started with
+    /// `join: true`) is then caught up by a snapshot.
     pub async fn add_member(&self, id: u64, addr: String) -> Result<(), ProposeError> {
-        let _ = (id, addr);
-        Err(ProposeError::Invalid(
-            "add_member not implemented yet".into(),
-        ))
+        match self.admin(AdminOp::Add(id, addr)).await? {
+            AdminAnswer::Done => Ok(()),
+            AdminAnswer::Transferring(_) => Err(ProposeError::Unknown),
+        }
     }
 
-    /// Removes member `id`. Removing the leader itself hands leadership to another voter first
-    /// (the call then answers `NotLeader` naming the new leader, where it should be retried).
+    /// Removes member `id`. Removing the leader itself hands leadership to the most
+    /// up-to-date other voter first (the call then answers `NotLeader` naming the new leader,
+    /// where it should be retried; `Timeout` if the transfer did not complete).
     pub async fn remove_member(&self, id: u64) -> Result<(), ProposeError> {
-        let _ = id;
-        Err(ProposeError::Invalid(
-            "remove_member not implemented yet".into(),
-        ))
+        match self.admin(AdminOp::Remove(id)).await? {
+            AdminAnswer::Done => Ok(()),
+            AdminAnswer::Transferring(to) => {
+                self.await_leader(to).await?;
+                Err(ProposeError::NotLeader { leader: Some(to) })
+            }
+        }
     }
 
-    /// Hands leadership to voter `to`; resolves once `to` leads (or times out).
+    /// Hands leadership to voter `to`; resolves once `to` leads (`Timeout` otherwise).
     pub async fn transfer_leader(&self, to: u64) -> Result<(), ProposeError> {
-        let _ = to;
-        Err(ProposeError::Invalid(
-            "transfer_leader not implemented yet".into(),
-        ))
+        match self.admin(AdminOp::Transfer(to)).await? {
+            AdminAnswer::Done => Ok(()),
+            AdminAnswer::Transferring(to) => self.await_leader(to).await,
+        }
     }
 
-    /// The current configuration as this member knows it.
+    /// The current configuration as this member knows it (applied configuration changes),
+    /// with addresses; match indexes only on the leader.
     pub fn members(&self) -> Vec<Member> {
-        Vec::new()
+        self.inner
+            .shared
+            .members
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
-    /// Replaces the injected faults (see [`FaultConfig`]).
+    /// Replaces the injected faults (see [`FaultConfig`]); `FaultConfig::default()` heals.
     pub fn set_faults(&self, faults: FaultConfig) {
-        let _ = faults;
+        *self
+            .inner
+            .shared
+            .faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = fault::Faults::new(faults);
     }
 
     /// Log-work counters.
     pub fn stats(&self) -> ConsensusStats {
-        ConsensusStats::default()
+        let s = &self.inner.shared;
+        ConsensusStats {
+            proposals: s.proposals.load(Ordering::Relaxed),
+            entries_persisted: s.entries_persisted.load(Ordering::Relaxed),
+            flushes: s.flushes.load(Ordering::Relaxed),
+            snapshots: s.snapshots.load(Ordering::Relaxed),
+            first_index: s.first_index.load(Ordering::Relaxed),
+            snapshots_sent: s.snapshots_sent.load(Ordering::Relaxed),
+            snapshots_received: s.snapshots_received.load(Ordering::Relaxed),
+        }
     }
 
     /// Asks the node to stop. Pending proposals then fail with [`ProposeError::Unknown`],

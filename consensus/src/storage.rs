@@ -1,29 +1,75 @@
 //! `raft::Storage` over sled.
 //!
 //! One sled tree holds everything, so that the entries and the hard state of one `Ready` go
-//! to disk in one atomic batch:
+//! to disk in one atomic batch (and a snapshot with the compaction it allows in another):
 //!
 //! | key                     | value                                              |
 //! |-------------------------|----------------------------------------------------|
 //! | `b'e'` + index (u64 BE) | term (u64 BE) + protobuf `Entry`                    |
 //! | `b"hs"`                 | protobuf `HardState`                               |
 //! | `b"cs"`                 | protobuf `ConfState`                               |
+//! | `b"snap"`               | protobuf `Snapshot` (data: [`SnapshotData`])        |
+//! | `b"addrs"`              | msgpack map member id → cluster address             |
 //!
 //! The term prefix lets a restart rebuild the in-memory term index without decoding entries.
 //! Writes made here are visible to raft-rs at once (sled serves them from memory); they become
 //! durable only on `sled::Db::flush`, which the node runs on its storage thread — see
 //! `node.rs` for the rule that ties flushes to sending messages.
+//!
+//! A bootstrapped member starts from a snapshot at (index 1, term 1) holding the initial
+//! voters and no state, with an empty log: a member that joins later (empty log) can then
+//! never be caught up from the log — the initial configuration is in no entry — and always
+//! receives a real snapshot (see [`SledStorage::snapshot`]'s rules).
 
 use crate::Error;
 use protobuf::Message as _;
-use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, StorageError};
+use serde::{Deserialize, Serialize};
+use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 const KEY_HARD_STATE: &[u8] = b"hs";
 const KEY_CONF_STATE: &[u8] = b"cs";
+const KEY_SNAPSHOT: &[u8] = b"snap";
+const KEY_ADDRS: &[u8] = b"addrs";
 const ENTRY_PREFIX: u8 = b'e';
 const TREE: &str = "raft";
+
+/// What a Raft snapshot's `data` holds: the member addresses (so a joining member learns how
+/// to reach its peers) and the state machine's own snapshot (`None` only in the bootstrap
+/// snapshot, which stands for the empty state and is never sent).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct SnapshotData {
+    /// Member id → cluster address.
+    pub members: BTreeMap<u64, String>,
+    /// `StateMachine::snapshot()` at the snapshot's index.
+    #[serde(with = "serde_bytes_opt")]
+    pub state: Option<Vec<u8>>,
+}
+
+mod serde_bytes_opt {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        v.as_ref().map(|b| serde_bytes::Bytes::new(b)).serialize(s)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        Ok(Option::<serde_bytes::ByteBuf>::deserialize(d)?.map(|b| b.into_vec()))
+    }
+}
+
+impl SnapshotData {
+    /// Encodes for a snapshot's `data`.
+    pub fn encode(&self) -> Result<Vec<u8>, Error> {
+        rmp_serde::to_vec(self).map_err(|e| Error::Storage(format!("encode snapshot: {e}")))
+    }
+
+    /// Decodes a snapshot's `data` (peer bytes or disk contents: errors, never panics).
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        rmp_serde::from_slice(bytes).map_err(|e| format!("undecodable snapshot data: {e}"))
+    }
+}
 
 fn entry_key(index: u64) -> [u8; 9] {
     let mut k = [0u8; 9];
@@ -36,17 +82,25 @@ fn store_err(e: impl std::fmt::Display) -> raft::Error {
     raft::Error::Store(StorageError::Other(e.to_string().into()))
 }
 
-/// The Raft log, hard state and conf state of one member, kept in sled.
+/// The Raft log, hard state, conf state, snapshot and member addresses of one member, kept in
+/// sled.
 pub struct SledStorage {
     db: sled::Db,
     tree: sled::Tree,
     hard_state: HardState,
     conf_state: ConfState,
-    /// Index of the first entry in `terms` (1 while the log has never been compacted).
+    /// The latest snapshot (metadata index 0 when there is none).
+    snapshot: Snapshot,
+    /// Index of the first entry in `terms` (snapshot index + 1 while the log is empty).
     first_index: u64,
     /// Term of every stored entry, `terms[i]` for index `first_index + i`: raft-rs asks for
     /// terms far more often than for entries, and this answers without touching sled.
     terms: Vec<u64>,
+    /// Set when raft-rs asked for a snapshot that the stored one cannot serve (too old, or its
+    /// configuration lacks the recipient): the node takes a fresh one after the Ready.
+    snapshot_wanted: Cell<bool>,
+    /// The stored snapshot carries a state machine state (the bootstrap one does not).
+    snapshot_has_state: bool,
 }
 
 /// What `open` found.
@@ -55,12 +109,21 @@ pub struct Opened {
     pub storage: SledStorage,
     /// True when the data dir held no Raft state and was bootstrapped from the peer list.
     pub bootstrapped: bool,
+    /// Addresses stored by earlier runs (conf changes, snapshots).
+    pub addrs: BTreeMap<u64, String>,
+    /// The state machine snapshot to restore before replaying the log, if any.
+    pub state: Option<Vec<u8>>,
 }
 
 impl SledStorage {
     /// Opens (or creates) the store in `dir`. An empty store is bootstrapped with `voters` as
-    /// its configuration, and that is flushed before returning.
-    pub fn open(dir: &Path, voters: &[u64]) -> Result<Opened, Error> {
+    /// its configuration (unless `voters` is `None`: a joining member waits for the cluster),
+    /// and that is flushed before returning.
+    pub fn open(
+        dir: &Path,
+        voters: Option<&[u64]>,
+        addrs: &BTreeMap<u64, String>,
+    ) -> Result<Opened, Error> {
         let db = sled::Config::new()
             .path(dir)
             // The node flushes explicitly (off the Raft thread); sled's own periodic flush
@@ -72,7 +135,7 @@ impl SledStorage {
             .open_tree(TREE)
             .map_err(|e| Error::Storage(format!("open tree: {e}")))?;
 
-        let hard_state = match tree.get(KEY_HARD_STATE).map_err(sled_err)? {
+        let mut hard_state = match tree.get(KEY_HARD_STATE).map_err(sled_err)? {
             Some(v) => HardState::parse_from_bytes(&v)
                 .map_err(|e| Error::Storage(format!("corrupt hard state: {e}")))?,
             None => HardState::default(),
@@ -83,6 +146,24 @@ impl SledStorage {
                     .map_err(|e| Error::Storage(format!("corrupt conf state: {e}")))?,
             ),
             None => None,
+        };
+        let snapshot = match tree.get(KEY_SNAPSHOT).map_err(sled_err)? {
+            Some(v) => Snapshot::parse_from_bytes(&v)
+                .map_err(|e| Error::Storage(format!("corrupt snapshot: {e}")))?,
+            None => Snapshot::default(),
+        };
+        let stored_addrs: BTreeMap<u64, String> = match tree.get(KEY_ADDRS).map_err(sled_err)? {
+            Some(v) => rmp_serde::from_slice(&v)
+                .map_err(|e| Error::Storage(format!("corrupt address map: {e}")))?,
+            None => BTreeMap::new(),
+        };
+        let snap_index = snapshot.get_metadata().index;
+        let state = if snap_index > 0 {
+            SnapshotData::decode(&snapshot.data)
+                .map_err(|e| Error::Storage(format!("stored snapshot: {e}")))?
+                .state
+        } else {
+            None
         };
 
         // Rebuild the term index and check that the log has no holes.
@@ -105,13 +186,16 @@ impl SledStorage {
             terms.push(term);
         }
         if terms.is_empty() {
-            first_index = 1;
-        }
-        if first_index != 1 {
-            // Compaction (and snapshots) come later; until then a log must start at 1.
+            first_index = snap_index + 1;
+        } else if first_index > snap_index + 1 {
             return Err(Error::Storage(format!(
-                "log starts at index {first_index}, but snapshots are not supported yet"
+                "log starts at index {first_index}, after the snapshot at {snap_index}"
             )));
+        }
+        // The snapshot holds only committed state; a commit index below it (a flush that
+        // caught the snapshot but not the hard state) is raised to it.
+        if hard_state.commit < snap_index {
+            hard_state.commit = snap_index;
         }
 
         let mut storage = SledStorage {
@@ -119,28 +203,43 @@ impl SledStorage {
             tree,
             hard_state,
             conf_state: conf_state.clone().unwrap_or_default(),
+            snapshot,
             first_index,
             terms,
+            snapshot_wanted: Cell::new(false),
+            snapshot_has_state: state.is_some(),
         };
-        let bootstrapped = conf_state.is_none()
+        let empty = conf_state.is_none()
             && storage.terms.is_empty()
+            && snap_index == 0
             && storage.hard_state == HardState::default();
-        if bootstrapped {
+        let bootstrapped = empty && voters.is_some();
+        if let (true, Some(voters)) = (bootstrapped, voters) {
             let mut cs = ConfState::default();
             cs.set_voters(voters.to_vec());
-            storage.set_conf_state(cs)?;
+            let data = SnapshotData {
+                members: addrs.clone(),
+                state: None,
+            };
+            let mut snap = Snapshot {
+                data: data.encode()?.into(),
+                ..Default::default()
+            };
+            let meta = snap.mut_metadata();
+            meta.index = 1;
+            meta.term = 1;
+            meta.set_conf_state(cs);
+            storage.apply_snapshot(snap, addrs)?;
             storage
                 .db
                 .flush()
                 .map_err(|e| Error::Storage(format!("flush: {e}")))?;
-        } else if conf_state.is_none() {
-            return Err(Error::Storage(
-                "data dir holds a log but no configuration".into(),
-            ));
         }
         Ok(Opened {
             storage,
             bootstrapped,
+            addrs: stored_addrs,
+            state,
         })
     }
 
@@ -149,14 +248,34 @@ impl SledStorage {
         self.db.clone()
     }
 
-    /// Index of the last entry (0 when empty).
+    /// Index of the last entry (the snapshot's index when the log is empty).
     pub fn last_index_now(&self) -> u64 {
         self.first_index + self.terms.len() as u64 - 1
+    }
+
+    /// Index of the first entry still in the log.
+    pub fn first_index_now(&self) -> u64 {
+        self.first_index
     }
 
     /// The stored hard state.
     pub fn hard_state(&self) -> &HardState {
         &self.hard_state
+    }
+
+    /// The configuration as last applied.
+    pub fn conf_state(&self) -> &ConfState {
+        &self.conf_state
+    }
+
+    /// Metadata of the latest snapshot (index 0: none).
+    pub fn snapshot_metadata(&self) -> &SnapshotMetadata {
+        self.snapshot.get_metadata()
+    }
+
+    /// True (once) when raft-rs asked for a snapshot the stored one could not serve.
+    pub fn take_snapshot_wanted(&self) -> bool {
+        self.snapshot_wanted.replace(false)
     }
 
     /// Replaces the configuration (written, not flushed).
@@ -166,6 +285,88 @@ impl SledStorage {
             .map_err(|e| Error::Storage(format!("encode conf state: {e}")))?;
         self.tree.insert(KEY_CONF_STATE, bytes).map_err(sled_err)?;
         self.conf_state = cs;
+        Ok(())
+    }
+
+    /// Records the member address map (written, not flushed).
+    pub fn set_addrs(&mut self, addrs: &BTreeMap<u64, String>) -> Result<(), Error> {
+        let bytes = rmp_serde::to_vec(addrs)
+            .map_err(|e| Error::Storage(format!("encode address map: {e}")))?;
+        self.tree.insert(KEY_ADDRS, bytes).map_err(sled_err)?;
+        Ok(())
+    }
+
+    /// Stores a snapshot taken locally at an applied index, and compacts the log up to
+    /// `compact_to` (inclusive; at most the snapshot's index). One sled batch.
+    pub fn store_snapshot(&mut self, snap: Snapshot, compact_to: u64) -> Result<(), Error> {
+        let index = snap.get_metadata().index;
+        if index < self.snapshot.get_metadata().index {
+            return Ok(());
+        }
+        let compact_to = compact_to.min(index).min(self.last_index_now());
+        let bytes = snap
+            .write_to_bytes()
+            .map_err(|e| Error::Storage(format!("encode snapshot: {e}")))?;
+        let mut batch = sled::Batch::default();
+        batch.insert(KEY_SNAPSHOT, bytes);
+        for i in self.first_index..=compact_to {
+            batch.remove(&entry_key(i));
+        }
+        self.tree.apply_batch(batch).map_err(sled_err)?;
+        if compact_to >= self.first_index {
+            let drop = (compact_to + 1 - self.first_index) as usize;
+            self.terms.drain(..drop.min(self.terms.len()));
+            self.first_index = compact_to + 1;
+        }
+        self.snapshot_has_state = has_state(&snap);
+        self.snapshot = snap;
+        Ok(())
+    }
+
+    /// Installs a snapshot received from the leader (or the bootstrap one): the whole log is
+    /// replaced by it, the commit index and configuration follow it. Written, not flushed.
+    pub fn apply_snapshot(
+        &mut self,
+        snap: Snapshot,
+        addrs: &BTreeMap<u64, String>,
+    ) -> Result<(), Error> {
+        let meta = snap.get_metadata().clone();
+        let index = meta.index;
+        let mut hs = self.hard_state.clone();
+        hs.term = hs.term.max(meta.term);
+        hs.commit = index;
+        let mut batch = sled::Batch::default();
+        for i in self.first_index..=self.last_index_now() {
+            batch.remove(&entry_key(i));
+        }
+        batch.insert(
+            KEY_SNAPSHOT,
+            snap.write_to_bytes()
+                .map_err(|e| Error::Storage(format!("encode snapshot: {e}")))?,
+        );
+        batch.insert(
+            KEY_HARD_STATE,
+            hs.write_to_bytes()
+                .map_err(|e| Error::Storage(format!("encode hard state: {e}")))?,
+        );
+        batch.insert(
+            KEY_CONF_STATE,
+            meta.get_conf_state()
+                .write_to_bytes()
+                .map_err(|e| Error::Storage(format!("encode conf state: {e}")))?,
+        );
+        batch.insert(
+            KEY_ADDRS,
+            rmp_serde::to_vec(addrs)
+                .map_err(|e| Error::Storage(format!("encode address map: {e}")))?,
+        );
+        self.tree.apply_batch(batch).map_err(sled_err)?;
+        self.hard_state = hs;
+        self.conf_state = meta.get_conf_state().clone();
+        self.terms.clear();
+        self.first_index = index + 1;
+        self.snapshot_has_state = has_state(&snap);
+        self.snapshot = snap;
         Ok(())
     }
 
@@ -214,6 +415,11 @@ impl SledStorage {
         }
         Ok(())
     }
+}
+
+fn has_state(snap: &Snapshot) -> bool {
+    snap.get_metadata().index > 0
+        && SnapshotData::decode(&snap.data).is_ok_and(|d| d.state.is_some())
 }
 
 fn sled_err(e: sled::Error) -> Error {
@@ -280,9 +486,10 @@ impl raft::Storage for SledStorage {
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
-        if idx == 0 {
-            // The (empty) snapshot before index 1.
-            return Ok(0);
+        let meta = self.snapshot.get_metadata();
+        if idx == meta.index {
+            // Index 0 is the empty snapshot before index 1 (term 0).
+            return Ok(meta.term);
         }
         if idx < self.first_index {
             return Err(raft::Error::Store(StorageError::Compacted));
@@ -301,11 +508,27 @@ impl raft::Storage for SledStorage {
         Ok(self.last_index_now())
     }
 
-    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        // The log is never compacted yet, so a follower never needs one.
-        Err(raft::Error::Store(
-            StorageError::SnapshotTemporarilyUnavailable,
-        ))
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        // The stored snapshot serves only if it is recent enough, holds a state (the
+        // bootstrap one does not), and names the recipient in its configuration (raft-rs
+        // refuses a snapshot that does not: a member added after it was taken needs a newer
+        // one). Otherwise the node takes one after this Ready and raft-rs asks again.
+        let meta = self.snapshot.get_metadata();
+        let cs = meta.get_conf_state();
+        let names_to = cs
+            .get_voters()
+            .iter()
+            .chain(cs.get_learners())
+            .chain(cs.get_voters_outgoing())
+            .any(|&id| id == to);
+        if meta.index >= request_index && names_to && self.snapshot_has_state {
+            Ok(self.snapshot.clone())
+        } else {
+            self.snapshot_wanted.set(true);
+            Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ))
+        }
     }
 }
 
@@ -349,25 +572,35 @@ mod tests {
     #[test]
     fn fresh_dir_bootstraps_voters_and_empty_log() {
         let dir = Dir::new("fresh");
-        let o = SledStorage::open(&dir.0, &[1, 2, 3]).expect("open");
+        let o = SledStorage::open(&dir.0, Some(&[1, 2, 3]), &BTreeMap::new()).expect("open");
         assert!(o.bootstrapped);
         let s = o.storage;
         let st = s.initial_state().expect("state");
         assert_eq!(st.conf_state.voters, vec![1, 2, 3]);
-        assert_eq!(st.hard_state, HardState::default());
-        assert_eq!((s.first_index().unwrap(), s.last_index().unwrap()), (1, 0));
-        assert_eq!(s.term(0).unwrap(), 0);
+        // The bootstrap snapshot at (1, 1): empty log after it.
+        assert_eq!((st.hard_state.term, st.hard_state.commit), (1, 1));
+        assert_eq!((s.first_index().unwrap(), s.last_index().unwrap()), (2, 1));
+        assert_eq!(s.term(1).unwrap(), 1);
         assert!(matches!(
-            s.term(1),
+            s.term(2),
             Err(raft::Error::Store(StorageError::Unavailable))
         ));
+        // It holds no state, so it is never served: a fresh one is wanted.
+        assert!(s.snapshot(1, 2).is_err());
+        assert!(s.take_snapshot_wanted());
     }
 
     #[test]
     fn append_overwrite_limit_and_reopen() {
         let dir = Dir::new("append");
         {
-            let mut s = SledStorage::open(&dir.0, &[1]).expect("open").storage;
+            // A joining member's store: nothing bootstrapped, the log starts at 1.
+            let mut s = SledStorage::open(&dir.0, None, &BTreeMap::new())
+                .expect("open")
+                .storage;
+            let mut cs = ConfState::default();
+            cs.set_voters(vec![1]);
+            s.set_conf_state(cs).expect("conf state");
             let ents: Vec<Entry> = (1..=5).map(|i| entry(i, 1, &[i as u8; 100])).collect();
             let hs = HardState {
                 term: 1,
@@ -398,7 +631,7 @@ mod tests {
             assert!(s.append(&[entry(9, 2, b"y")], None).is_err());
             s.db().flush().expect("flush");
         }
-        let o = SledStorage::open(&dir.0, &[7, 8, 9]).expect("reopen");
+        let o = SledStorage::open(&dir.0, Some(&[7, 8, 9]), &BTreeMap::new()).expect("reopen");
         assert!(!o.bootstrapped, "a used dir is not bootstrapped again");
         let s = o.storage;
         let st = s.initial_state().expect("state");
@@ -411,17 +644,79 @@ mod tests {
     }
 
     #[test]
+    fn snapshot_compacts_and_survives_reopen() {
+        let dir = Dir::new("snap");
+        let addrs: BTreeMap<u64, String> = [(1, "a:1".to_string())].into();
+        {
+            let mut s = SledStorage::open(&dir.0, Some(&[1]), &addrs)
+                .expect("open")
+                .storage;
+            let ents: Vec<Entry> = (2..=20).map(|i| entry(i, 1, b"v")).collect();
+            let hs = HardState {
+                term: 1,
+                commit: 20,
+                ..Default::default()
+            };
+            s.append(&ents, Some(&hs)).expect("append");
+            let mut snap = Snapshot {
+                data: SnapshotData {
+                    members: addrs.clone(),
+                    state: Some(b"state@15".to_vec()),
+                }
+                .encode()
+                .expect("encode")
+                .into(),
+                ..Default::default()
+            };
+            snap.mut_metadata().index = 15;
+            snap.mut_metadata().term = 1;
+            snap.mut_metadata().set_conf_state(s.conf_state().clone());
+            // Keep a tail of 5 entries before the snapshot.
+            s.store_snapshot(snap, 10).expect("store");
+            assert_eq!(s.first_index().unwrap(), 11);
+            assert_eq!(s.last_index().unwrap(), 20);
+            assert!(matches!(
+                s.entries(5, 12, None, ctx()),
+                Err(raft::Error::Store(StorageError::Compacted))
+            ));
+            assert_eq!(s.term(15).unwrap(), 1);
+            assert_eq!(s.snapshot(12, 1).expect("served").get_metadata().index, 15);
+            // Too old for the request, or the recipient is not in its configuration.
+            assert!(s.snapshot(16, 1).is_err());
+            assert!(s.snapshot(15, 9).is_err());
+            assert!(s.take_snapshot_wanted());
+            s.db().flush().expect("flush");
+        }
+        let o = SledStorage::open(&dir.0, Some(&[1]), &addrs).expect("reopen");
+        assert_eq!(o.state.as_deref(), Some(&b"state@15"[..]));
+        let s = o.storage;
+        assert_eq!((s.first_index_now(), s.last_index_now()), (11, 20));
+        assert_eq!(s.snapshot_metadata().index, 15);
+        // A leader's snapshot replaces the whole log.
+        let mut s = s;
+        let mut snap = Snapshot::default();
+        snap.mut_metadata().index = 40;
+        snap.mut_metadata().term = 3;
+        s.apply_snapshot(snap, &addrs).expect("apply");
+        assert_eq!((s.first_index_now(), s.last_index_now()), (41, 40));
+        assert_eq!(s.hard_state().commit, 40);
+        assert_eq!(s.term(40).unwrap(), 3);
+    }
+
+    #[test]
     fn corrupt_disk_contents_are_errors_not_panics() {
         let dir = Dir::new("corrupt");
         {
-            let s = SledStorage::open(&dir.0, &[1]).expect("open").storage;
+            let s = SledStorage::open(&dir.0, Some(&[1]), &BTreeMap::new())
+                .expect("open")
+                .storage;
             s.tree
                 .insert(KEY_HARD_STATE, &[0xff, 0xff][..])
                 .expect("insert");
             s.db().flush().expect("flush");
         }
         assert!(matches!(
-            SledStorage::open(&dir.0, &[1]),
+            SledStorage::open(&dir.0, Some(&[1]), &BTreeMap::new()),
             Err(Error::Storage(_))
         ));
         {
@@ -433,7 +728,7 @@ mod tests {
             db.flush().expect("flush");
         }
         assert!(matches!(
-            SledStorage::open(&dir.0, &[1]),
+            SledStorage::open(&dir.0, Some(&[1]), &BTreeMap::new()),
             Err(Error::Storage(_))
         ));
     }

@@ -28,10 +28,31 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
+/// Called by a peer task once a snapshot's chunks were written to the socket (`true`) or
+/// could not be (`false`), so the leader can `report_snapshot`.
+pub type SnapshotReport = std::sync::Arc<dyn Fn(u64, bool) + Send + Sync>;
+
+/// One queued unit: messages (or a snapshot's chunks) for one peer.
+pub struct Outgoing {
+    /// Encoded raft messages or chunks.
+    pub msgs: Vec<Vec<u8>>,
+    /// Not to be written before this instant (injected delay).
+    pub not_before: Instant,
+    /// The chunks of one snapshot: report its delivery.
+    pub snapshot: bool,
+}
+
+struct Peer {
+    addr: String,
+    tx: mpsc::Sender<Outgoing>,
+}
+
 /// Senders to every peer. Dropping it ends the peer tasks (and closes their connections).
 pub struct Transport {
-    peers: HashMap<u64, mpsc::Sender<Vec<Vec<u8>>>>,
+    self_id: u64,
+    peers: HashMap<u64, Peer>,
     runtime: Option<tokio::runtime::Runtime>,
+    report: SnapshotReport,
 }
 
 impl Drop for Transport {
@@ -54,56 +75,110 @@ pub enum SendError {
 
 impl Transport {
     /// Starts one task per peer other than `self_id`, on a new single-threaded runtime.
-    pub fn start(self_id: u64, peers: &BTreeMap<u64, String>) -> std::io::Result<Self> {
+    pub fn start(
+        self_id: u64,
+        peers: &BTreeMap<u64, String>,
+        report: SnapshotReport,
+    ) -> std::io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name(format!("raft-{self_id}-net"))
             .enable_all()
             .build()?;
-        let mut senders = HashMap::new();
-        for (&id, addr) in peers {
-            if id == self_id {
+        let mut t = Self {
+            self_id,
+            peers: HashMap::new(),
+            runtime: Some(runtime),
+            report,
+        };
+        t.set_peers(peers);
+        Ok(t)
+    }
+
+    /// Makes the peer tasks match `addrs` (membership changes): starts tasks for new members,
+    /// restarts those whose address changed, ends those of members no longer listed.
+    pub fn set_peers(&mut self, addrs: &BTreeMap<u64, String>) {
+        self.peers
+            .retain(|id, p| addrs.get(id).is_some_and(|a| *a == p.addr));
+        let Some(rt) = self.runtime.as_ref() else {
+            return;
+        };
+        for (&id, addr) in addrs {
+            if id == self.self_id || self.peers.contains_key(&id) {
                 continue;
             }
             let (tx, rx) = mpsc::channel(PEER_QUEUE);
-            runtime.spawn(peer_loop(self_id, id, addr.clone(), rx));
-            senders.insert(id, tx);
+            rt.spawn(peer_loop(
+                self.self_id,
+                id,
+                addr.clone(),
+                rx,
+                self.report.clone(),
+            ));
+            tracing::debug!(member = self.self_id, peer = id, %addr, "raft peer task started");
+            self.peers.insert(
+                id,
+                Peer {
+                    addr: addr.clone(),
+                    tx,
+                },
+            );
         }
-        Ok(Self {
-            peers: senders,
-            runtime: Some(runtime),
-        })
     }
 
-    /// Queues encoded messages for `to`, never waiting.
-    pub fn send(&self, to: u64, msgs: Vec<Vec<u8>>) -> Result<(), SendError> {
-        let tx = self.peers.get(&to).ok_or(SendError::UnknownPeer)?;
-        tx.try_send(msgs).map_err(|_| SendError::Full)
+    /// Queues messages for `to`, never waiting.
+    pub fn send(&self, to: u64, out: Outgoing) -> Result<(), SendError> {
+        let p = self.peers.get(&to).ok_or(SendError::UnknownPeer)?;
+        p.tx.try_send(out).map_err(|_| SendError::Full)
     }
 }
 
-async fn peer_loop(self_id: u64, to: u64, addr: String, mut rx: mpsc::Receiver<Vec<Vec<u8>>>) {
+async fn peer_loop(
+    self_id: u64,
+    to: u64,
+    addr: String,
+    mut rx: mpsc::Receiver<Outgoing>,
+    report: SnapshotReport,
+) {
     let mut conn: Option<Connection> = None;
     let mut backoff = BACKOFF_MIN;
     let mut next_attempt = Instant::now();
-    while let Some(first) = rx.recv().await {
-        // Coalesce whatever else is queued into one frame.
-        let mut size: usize = first.iter().map(Vec::len).sum();
-        let mut batch = first;
+    // An item taken from the queue that must wait for its injected delay.
+    let mut held: Option<Outgoing> = None;
+    loop {
+        let first = match held.take() {
+            Some(x) => x,
+            None => match rx.recv().await {
+                Some(x) => x,
+                None => break,
+            },
+        };
+        if first.not_before > Instant::now() {
+            tokio::time::sleep_until(first.not_before.into()).await;
+        }
+        // Coalesce whatever else is queued (and due) into this write.
+        let mut size: usize = first.msgs.iter().map(Vec::len).sum();
+        let mut items = vec![first];
         while size < MAX_FRAME_RAFT_BYTES {
             match rx.try_recv() {
+                Ok(more) if more.not_before > Instant::now() => {
+                    held = Some(more);
+                    break;
+                }
                 Ok(more) => {
-                    size += more.iter().map(Vec::len).sum::<usize>();
-                    batch.extend(more);
+                    size += more.msgs.iter().map(Vec::len).sum::<usize>();
+                    items.push(more);
                 }
                 Err(_) => break,
             }
         }
+        let snapshots = items.iter().filter(|i| i.snapshot).count();
 
         if conn.as_ref().is_none_or(Connection::is_closed) {
             conn = None;
             if Instant::now() < next_attempt {
                 // Backing off: drop rather than queue stale traffic; raft resends.
+                (0..snapshots).for_each(|_| report(to, false));
                 continue;
             }
             match Connection::connect(&addr, CONNECT_TIMEOUT).await {
@@ -116,26 +191,48 @@ async fn peer_loop(self_id: u64, to: u64, addr: String, mut rx: mpsc::Receiver<V
                     tracing::debug!(peer = to, %addr, error = %e, ?backoff, "raft peer unreachable");
                     next_attempt = Instant::now() + backoff;
                     backoff = (backoff * 2).min(BACKOFF_MAX);
+                    (0..snapshots).for_each(|_| report(to, false));
                     continue;
                 }
             }
         }
         let Some(c) = conn.as_ref() else { continue };
-        tracing::trace!(
-            peer = to,
-            msgs = batch.len(),
-            bytes = size,
-            "sending raft frame"
-        );
-        let body = Message::Raft {
-            from: MasterId(self_id),
-            msgs: batch.into_iter().map(ByteBuf::from).collect(),
-        };
-        if let Err(e) = c.send(body).await {
-            tracing::debug!(peer = to, %addr, error = %e, "raft send failed; reconnecting");
-            conn = None;
-            next_attempt = Instant::now() + backoff;
-            backoff = (backoff * 2).min(BACKOFF_MAX);
+        // Frames stay under the cap however much was coalesced (a snapshot's chunks span
+        // several frames).
+        let mut ok = true;
+        let mut frame: Vec<ByteBuf> = Vec::new();
+        let mut frame_size = 0usize;
+        let msgs = items.into_iter().flat_map(|i| i.msgs);
+        let mut msgs = msgs.peekable();
+        while let Some(m) = msgs.next() {
+            frame_size += m.len();
+            frame.push(ByteBuf::from(m));
+            let full = msgs
+                .peek()
+                .is_none_or(|n| frame_size + n.len() > MAX_FRAME_RAFT_BYTES);
+            if !full {
+                continue;
+            }
+            tracing::trace!(
+                peer = to,
+                msgs = frame.len(),
+                bytes = frame_size,
+                "sending raft frame"
+            );
+            let body = Message::Raft {
+                from: MasterId(self_id),
+                msgs: std::mem::take(&mut frame),
+            };
+            frame_size = 0;
+            if let Err(e) = c.send(body).await {
+                tracing::debug!(peer = to, %addr, error = %e, "raft send failed; reconnecting");
+                conn = None;
+                next_attempt = Instant::now() + backoff;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                ok = false;
+                break;
+            }
         }
+        (0..snapshots).for_each(|_| report(to, ok));
     }
 }

@@ -12,6 +12,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Extra bytes appended to every Toy snapshot (ignored by `restore`), to make snapshots span
+/// several transport chunks. Per test binary (each is its own process).
+pub static SNAPSHOT_BALLAST: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
 /// Appends u64 commands; the output is (number of values applied, their sum).
 pub struct Toy {
     pub applied: Arc<Mutex<Vec<u64>>>,
@@ -33,11 +38,33 @@ impl StateMachine for Toy {
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        Vec::new()
+        let applied = self.applied.lock().unwrap_or_else(|p| p.into_inner());
+        let ballast = SNAPSHOT_BALLAST.load(std::sync::atomic::Ordering::Relaxed);
+        let mut out = Vec::with_capacity(8 * (applied.len() + 2) + ballast);
+        out.extend_from_slice(&self.sum.to_be_bytes());
+        out.extend_from_slice(&(applied.len() as u64).to_be_bytes());
+        for v in applied.iter() {
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+        out.resize(out.len() + ballast, 0xAB);
+        out
     }
 
-    fn restore(&mut self, _snapshot: &[u8]) -> Result<(), String> {
-        Err("not supported".into())
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        let mut words = snapshot
+            .chunks_exact(8)
+            .map(|c| c.try_into().map(u64::from_be_bytes).unwrap_or(0));
+        let (Some(sum), Some(n)) = (words.next(), words.next()) else {
+            return Err(format!("bad toy snapshot of {} bytes", snapshot.len()));
+        };
+        let values: Vec<u64> = words.take(n as usize).collect();
+        if values.len() as u64 != n {
+            return Err(format!("toy snapshot holds fewer than {n} values"));
+        }
+        self.sum = sum;
+        let mut applied = self.applied.lock().unwrap_or_else(|p| p.into_inner());
+        *applied = values;
+        Ok(())
     }
 }
 
@@ -152,13 +179,25 @@ pub fn start_member(
     dir: PathBuf,
     listener: Option<std::net::TcpListener>,
 ) -> Member {
+    start_member_with(id, peers, dir, listener, |_| {})
+}
+
+/// [`start_member`] with a configuration tweak (snapshot thresholds, `join`).
+pub fn start_member_with(
+    id: u64,
+    peers: &BTreeMap<u64, String>,
+    dir: PathBuf,
+    listener: Option<std::net::TcpListener>,
+    tweak: impl FnOnce(&mut RaftConfig),
+) -> Member {
     let addr = peers[&id].clone();
     let listener = listener.unwrap_or_else(|| {
         wait_until(&format!("bind {addr}"), Duration::from_secs(10), || {
             std::net::TcpListener::bind(&addr).ok()
         })
     });
-    let cfg = RaftConfig::new(id, peers.clone(), dir);
+    let mut cfg = RaftConfig::new(id, peers.clone(), dir);
+    tweak(&mut cfg);
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name(format!("member-{id}"))
