@@ -210,6 +210,14 @@ fn add_and_remove_masters_under_load_loses_nothing() {
             "--listen".into(),
             new_addr.clone(),
             "--join".into(),
+            "--peers".into(),
+            c.master_addrs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| format!("{}={a}", i + 1))
+                .chain(std::iter::once(format!("4={new_addr}")))
+                .collect::<Vec<_>>()
+                .join(","),
             "--data-dir".into(),
             new_dir.display().to_string(),
             "--snapshot-entries".into(),

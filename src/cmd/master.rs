@@ -11,17 +11,18 @@ pub struct Args {
     /// Cluster address to listen on (Raft, slaves and clients share it).
     #[arg(long, value_name = "HOST:PORT")]
     pub listen: String,
-    /// Every initial master, this one included: ID=HOST:PORT,... Only bootstraps an empty data dir.
+    /// Every master, this one included: ID=HOST:PORT,... Bootstraps an empty data dir; with
+    /// --join it only tells this master where the existing ones are.
     #[arg(
         long,
         value_delimiter = ',',
-        required_unless_present = "join",
+        required = true,
         value_name = "ID=HOST:PORT,..."
     )]
     pub peers: Vec<String>,
-    /// Join an existing cluster: start empty and wait to be added with
-    /// `hetsched members add ID HOST:PORT` (then caught up by snapshot).
-    #[arg(long, conflicts_with = "peers")]
+    /// Join an existing cluster: start empty, without bootstrapping, and wait to be added
+    /// with `hetsched members add ID HOST:PORT` (then caught up by snapshot).
+    #[arg(long)]
     pub join: bool,
     /// Data directory (Raft log and snapshots).
     #[arg(long)]
@@ -49,10 +50,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         anyhow::bail!("--id must be at least 1 (Raft reserves 0)");
     }
     hetsched_common::parse_host_port(&a.listen)?;
-    let mut peers = server::parse_peers(&a.peers)?;
-    if a.join {
-        peers.insert(a.id, a.listen.clone());
-    }
+    let peers = server::parse_peers(&a.peers)?;
     std::fs::create_dir_all(&a.data_dir)
         .with_context(|| format!("cannot create data dir {}", a.data_dir.display()))?;
     let cfg = MasterConfig {
