@@ -838,7 +838,7 @@ impl<S: StateMachine> RaftNode<S> {
         Ok(())
     }
 
-    /// Replaces the address map (persisting it unless `persisted`) and the peer tasks.
+    /// Replaces the address map (writing it to sled when `persist`) and the peer tasks.
     fn set_addrs(
         &mut self,
         addrs: BTreeMap<u64, String>,
