@@ -2,8 +2,11 @@
 //! with fsync, TCP on 127.0.0.1) in one process, `concurrency` proposals in flight.
 //!
 //! ```text
-//! cargo run --release -p hetsched-consensus --example raft_bench -- [proposals] [concurrency] [bytes]
+//! cargo run --release -p hetsched-consensus --example raft_bench -- [proposals] [concurrency] [bytes] [catchup] [snapshot ballast MiB]
 //! ```
+//!
+//! With `catchup` = 1, one follower is isolated during the run and healed after it; the time
+//! until it has applied everything (by snapshot, the log being compacted past it) is printed.
 //!
 //! Prints commits/s, p50/p99 commit latency, proposals per flush, snapshots and each data
 //! dir's size. The state machine is a counter (a tiny snapshot), so the disk figures are
@@ -11,7 +14,7 @@
 
 use hetsched_common::protocol::Message;
 use hetsched_common::wire::{self, FrameLimits, Handler};
-use hetsched_consensus::{Consensus, RaftConfig, Role, StateMachine};
+use hetsched_consensus::{Consensus, FaultConfig, RaftConfig, Role, StateMachine};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +24,8 @@ use std::time::{Duration, Instant};
 struct Counter {
     n: u64,
     hash: u64,
+    /// Padding bytes in every snapshot, to measure large-snapshot transfers.
+    ballast: usize,
 }
 
 impl StateMachine for Counter {
@@ -33,7 +38,9 @@ impl StateMachine for Counter {
         self.n
     }
     fn snapshot(&self) -> Vec<u8> {
-        [self.n.to_be_bytes(), self.hash.to_be_bytes()].concat()
+        let mut s = [self.n.to_be_bytes(), self.hash.to_be_bytes()].concat();
+        s.resize(16 + self.ballast, 0xAB);
+        s
     }
     fn restore(&mut self, s: &[u8]) -> Result<(), String> {
         let word = |i: usize| {
@@ -67,13 +74,21 @@ fn start(
     peers: &BTreeMap<u64, String>,
     dir: PathBuf,
     listener: std::net::TcpListener,
+    ballast: usize,
 ) -> Consensus<Counter> {
     let cfg = RaftConfig::new(id, peers.clone(), dir);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let sys = actix::System::new();
         sys.block_on(async move {
-            let c = match Consensus::start(cfg, Counter { n: 0, hash: 0 }) {
+            let c = match Consensus::start(
+                cfg,
+                Counter {
+                    n: 0,
+                    hash: 0,
+                    ballast,
+                },
+            ) {
                 Ok(c) => c,
                 Err(e) => panic!("start: {e}"),
             };
@@ -101,6 +116,13 @@ fn start(
 }
 
 fn main() {
+    // RUST_LOG=hetsched_consensus=info shows snapshot timings.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .try_init();
     let args: Vec<u64> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())
@@ -108,6 +130,8 @@ fn main() {
     let total = args.first().copied().unwrap_or(200_000);
     let concurrency = args.get(1).copied().unwrap_or(512);
     let size = args.get(2).copied().unwrap_or(64) as usize;
+    let catchup = args.get(3).copied().unwrap_or(0) == 1;
+    let ballast = args.get(4).copied().unwrap_or(0) as usize * 1024 * 1024;
     let base = std::env::temp_dir().join(format!("hetsched-raft-bench-{}", std::process::id()));
     let listeners: Vec<_> = (0..3)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}")))
@@ -126,7 +150,7 @@ fn main() {
     let members: Vec<Consensus<Counter>> = listeners
         .into_iter()
         .zip(1u64..)
-        .map(|(l, id)| start(id, &peers, dirs[(id - 1) as usize].clone(), l))
+        .map(|(l, id)| start(id, &peers, dirs[(id - 1) as usize].clone(), l, ballast))
         .collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -144,6 +168,13 @@ fn main() {
         assert!(Instant::now() < deadline, "no leader");
         std::thread::sleep(Duration::from_millis(20));
     };
+    let lagging = members.iter().find(|m| m.id() != leader.id()).cloned();
+    if let (true, Some(f)) = (catchup, &lagging) {
+        f.set_faults(FaultConfig {
+            isolated: true,
+            ..Default::default()
+        });
+    }
     let before = leader.stats();
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -200,6 +231,20 @@ fn main() {
         proposals,
         flushes
     );
+    if let (true, Some(f)) = (catchup, &lagging) {
+        let healed = Instant::now();
+        let target = leader.status().applied_index;
+        f.set_faults(FaultConfig::default());
+        while f.status().applied_index < target && healed.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        println!(
+            "follower {} caught up to {target} in {:.2?} ({:?})",
+            f.id(),
+            healed.elapsed(),
+            f.stats()
+        );
+    }
     // Let followers apply and snapshot too.
     std::thread::sleep(Duration::from_secs(2));
     for (m, d) in members.iter().zip(&dirs) {

@@ -27,11 +27,10 @@ impl Faults {
 
     /// True when nothing is injected (the common case, checked first to stay cheap).
     pub fn healthy(&self) -> bool {
-        self.cfg == FaultConfig::default()
-            || (!self.cfg.isolated
-                && self.cfg.cut.is_empty()
-                && self.cfg.drop_rate <= 0.0
-                && self.cfg.delay.is_zero())
+        !self.cfg.isolated
+            && self.cfg.cut.is_empty()
+            && self.cfg.drop_rate <= 0.0
+            && self.cfg.delay.is_zero()
     }
 
     /// Whether a message to `to` may leave (cut, isolation, then a seeded drop).

@@ -25,6 +25,7 @@
 //! - the Raft actor on its own actix `Arbiter`: ticks, steps, proposals, the Ready cycle,
 //!   sled writes (not flushes) and `StateMachine::apply`;
 //! - `raft-N-flush`: sled flushes (fsync), coalesced, one per batch of Readies;
+//! - `raft-N-snap`: encoding and fsyncing local snapshots;
 //! - `raft-N-net`: a one-worker tokio runtime with one task per peer (frame encoding,
 //!   connect with backoff, socket writes).
 //!
@@ -42,8 +43,10 @@
 //!
 //! Once [`RaftConfig::snapshot_entries`] entries (or [`RaftConfig::snapshot_bytes`] bytes) were
 //! applied since the last snapshot, the node takes [`StateMachine::snapshot`] at the applied
-//! index and stores it in sled with its metadata, the configuration and the member address
-//! map, then compacts the log up to `snapshot_tail` entries before it, in one sled batch.
+//! index (on the Raft thread: the state at that index) with its metadata, the configuration
+//! and the member address map. A thread of its own writes it durably to
+//! `raft-snapshot.bin` in the data dir (a file, not a sled value: see `storage.rs` for the
+//! measurements), then the log is compacted in sled up to `snapshot_tail` entries before it.
 //! A follower behind the compacted log receives the snapshot: raft-rs emits one `MsgSnapshot`,
 //! which the sender splits into 1 MiB chunks (format in `chunk.rs`: a zero byte no protobuf
 //! message starts with, then snapshot id, sequence, count and total length) carried as

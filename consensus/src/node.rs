@@ -145,6 +145,8 @@ pub(crate) enum Input<O> {
     Admin(AdminOp, AdminReply),
     /// A peer task wrote (or failed to write) a snapshot's chunks.
     SnapshotSent { to: u64, ok: bool },
+    /// The snapshot thread made a local snapshot durable (`Err`: it could not).
+    SnapshotWritten(Result<(Snapshot, u64), String>),
     /// Stop the node.
     Stop,
 }
@@ -215,6 +217,11 @@ pub(crate) struct RaftNode<S: StateMachine> {
     /// Entry bytes applied since the last snapshot.
     bytes_since_snapshot: u64,
     next_snapshot_id: u64,
+    /// To the snapshot thread: a local snapshot and the index to compact to once durable.
+    snapshot_tx: Option<std::sync::mpsc::Sender<(Snapshot, u64)>>,
+    snapshot_thread: Option<std::thread::JoinHandle<()>>,
+    /// A local snapshot is being written: no new one until it is done.
+    snapshot_in_flight: bool,
     /// Snapshot sends that failed during a Ready, reported to raft-rs after it.
     snapshot_failures: Vec<u64>,
     /// Reads not yet handed to raft-rs (batched per turn).
@@ -234,6 +241,9 @@ impl<S: StateMachine> RaftNode<S> {
     pub(crate) fn new(parts: NodeParts<S>) -> Self {
         let db = parts.raw.store().db();
         let flush_shared = parts.shared.clone();
+        let snap_file = parts.raw.store().snapshot_file();
+        let (snapshot_tx, snapshot_rx) = std::sync::mpsc::channel();
+        let snap_back = parts.control_tx.clone();
         let (flush_tx, flush_rx) = std::sync::mpsc::channel();
         let back = parts.control_tx.clone();
         let back_for_node = parts.control_tx;
@@ -242,6 +252,12 @@ impl<S: StateMachine> RaftNode<S> {
         let flush_thread = std::thread::Builder::new()
             .name(format!("raft-{id}-flush"))
             .spawn(move || flush_loop(db, flush_rx, back, flush_shared))
+            .ok();
+        // Encoding and fsyncing a snapshot of many MiB takes far longer than a tick: it runs
+        // here, and the log is compacted once it is durable.
+        let snapshot_thread = std::thread::Builder::new()
+            .name(format!("raft-{id}-snap"))
+            .spawn(move || snapshot_loop(snap_file, snapshot_rx, snap_back))
             .ok();
         let own_addr = parts.peers.get(&id).cloned();
         Self {
@@ -268,6 +284,9 @@ impl<S: StateMachine> RaftNode<S> {
             snapshot_tail: parts.snapshot_tail,
             bytes_since_snapshot: 0,
             next_snapshot_id: 0,
+            snapshot_tx: Some(snapshot_tx),
+            snapshot_thread,
+            snapshot_in_flight: false,
             snapshot_failures: Vec::new(),
             reads_queued: Vec::new(),
             reads_in_flight: HashMap::new(),
@@ -594,7 +613,7 @@ impl<S: StateMachine> RaftNode<S> {
         let due = force
             || (self.snapshot_entries > 0 && since >= self.snapshot_entries)
             || (self.snapshot_bytes > 0 && self.bytes_since_snapshot >= self.snapshot_bytes);
-        if !due || applied <= last {
+        if !due || applied <= last || self.snapshot_in_flight {
             return Ok(());
         }
         let started = Instant::now();
@@ -610,14 +629,17 @@ impl<S: StateMachine> RaftNode<S> {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let state = self.sm.snapshot();
+        let t_state = started.elapsed();
         let data = SnapshotData {
             members,
-            state: Some(self.sm.snapshot()),
+            state: Some(state),
         };
         let mut snap = Snapshot {
             data: data.encode()?.into(),
             ..Default::default()
         };
+        let t_encode = started.elapsed();
         let size = snap.data.len();
         let meta = snap.mut_metadata();
         meta.index = applied;
@@ -627,17 +649,49 @@ impl<S: StateMachine> RaftNode<S> {
         // Entry 1 goes in any case: see `admin` (a log must not start at 1 once members may
         // join).
         let compact_to = applied.saturating_sub(self.snapshot_tail).max(1);
-        self.raw.mut_store().store_snapshot(snap, compact_to)?;
+        let sent = self
+            .snapshot_tx
+            .as_ref()
+            .is_some_and(|tx| tx.send((snap, compact_to)).is_ok());
+        if !sent {
+            return Err(crate::Error::Storage("snapshot thread is gone".into()));
+        }
+        self.snapshot_in_flight = true;
         self.bytes_since_snapshot = 0;
-        self.shared.snapshots.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(
+        tracing::debug!(
             member = self.id,
             index = applied,
             bytes = size,
-            first_index = self.raw.store().first_index_now(),
             forced = force,
-            elapsed = ?started.elapsed(),
-            "snapshot taken, log compacted"
+            ?t_state,
+            ?t_encode,
+            "snapshot taken; writing it"
+        );
+        Ok(())
+    }
+
+    /// A local snapshot is durable: serve it and compact the log.
+    fn on_snapshot_written(
+        &mut self,
+        written: Result<(Snapshot, u64), String>,
+    ) -> Result<(), crate::Error> {
+        self.snapshot_in_flight = false;
+        let (snap, compact_to) = match written {
+            Ok(x) => x,
+            Err(e) => {
+                // The log stays uncompacted; the next threshold retries.
+                tracing::error!(member = self.id, error = %e, "writing a snapshot failed");
+                return Ok(());
+            }
+        };
+        let index = snap.get_metadata().index;
+        self.raw.mut_store().snapshot_written(snap, compact_to)?;
+        self.shared.snapshots.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            member = self.id,
+            index,
+            first_index = self.raw.store().first_index_now(),
+            "snapshot stored, log compacted"
         );
         Ok(())
     }
@@ -784,7 +838,7 @@ impl<S: StateMachine> RaftNode<S> {
         Ok(())
     }
 
-    /// Replaces the address map (persisting it unless `persisted`) and the peer tasks.
+    /// Replaces the address map (writing it to sled when `persist`) and the peer tasks.
     fn set_addrs(
         &mut self,
         addrs: BTreeMap<u64, String>,
@@ -1051,6 +1105,29 @@ fn flush_loop<O>(
     }
 }
 
+fn snapshot_loop<O>(
+    file: std::sync::Arc<crate::storage::SnapshotFile>,
+    rx: std::sync::mpsc::Receiver<(Snapshot, u64)>,
+    back: mpsc::UnboundedSender<Input<O>>,
+) {
+    while let Ok((snap, compact_to)) = rx.recv() {
+        let started = Instant::now();
+        let index = snap.get_metadata().index;
+        let written = snap
+            .write_to_bytes()
+            .map_err(|e| format!("encode snapshot: {e}"))
+            .and_then(|bytes| file.write(index, &bytes).map_err(|e| e.to_string()));
+        metrics::histogram!("raft_snapshot_write_seconds").record(started.elapsed().as_secs_f64());
+        let msg = match written {
+            Ok(_) => Input::SnapshotWritten(Ok((snap, compact_to))),
+            Err(e) => Input::SnapshotWritten(Err(e)),
+        };
+        if back.send(msg).is_err() {
+            break;
+        }
+    }
+}
+
 /// Continue the Ready cycle on a later turn.
 #[derive(actix::Message)]
 #[rtype(result = "()")]
@@ -1128,6 +1205,13 @@ impl<S: StateMachine> StreamHandler<Vec<Input<S::Output>>> for RaftNode<S> {
                 Input::Step(msgs) => self.step(msgs),
                 Input::ReadIndex(reply) => self.read_index(reply),
                 Input::Admin(op, reply) => self.admin(op, reply),
+                Input::SnapshotWritten(written) => {
+                    if let Err(e) = self.on_snapshot_written(written) {
+                        tracing::error!(member = self.id, error = %e, "compaction failed; stopping the node");
+                        ctx.stop();
+                        return;
+                    }
+                }
                 Input::SnapshotSent { to, ok } => {
                     let status = if ok {
                         SnapshotStatus::Finish
@@ -1174,6 +1258,10 @@ impl<S: StateMachine> Drop for RaftNode<S> {
         // reopened once `_terminated` (dropped after `raw`) signals.
         self.flush_tx = None;
         if let Some(t) = self.flush_thread.take() {
+            let _ = t.join();
+        }
+        self.snapshot_tx = None;
+        if let Some(t) = self.snapshot_thread.take() {
             let _ = t.join();
         }
     }

@@ -174,14 +174,12 @@ fn follower_cut_off_past_compaction_catches_up_by_snapshot() {
                 .expect("the majority commits");
         }
     });
-    let ls = lm.consensus.stats();
+    let behind = fm.status().applied_index;
+    let ls = wait_until("the leader to compact past the follower", WAIT, || {
+        let ls = lm.consensus.stats();
+        (ls.snapshots >= 1 && ls.first_index > behind + 1).then_some(ls)
+    });
     eprintln!("leader stats after {N} proposals: {ls:?}");
-    assert!(ls.snapshots >= 1, "{ls:?}");
-    assert!(
-        ls.first_index > fm.status().applied_index + 1,
-        "leader compacted past the follower: {ls:?} vs {:?}",
-        fm.status()
-    );
     let healed = Instant::now();
     fm.consensus.set_faults(FaultConfig::default());
     // Concurrent proposals apply in the leader's order.
@@ -216,8 +214,11 @@ fn whole_cluster_restart_restores_snapshot_and_log_tail() {
     let reference: Vec<u64> = (1..=N).collect();
     converge(&refs, &reference);
     for m in &members {
-        let st = m.consensus.stats();
-        assert!(st.snapshots >= 1 && st.first_index > 1, "{st:?}");
+        // Snapshots are written in the background; compaction follows.
+        wait_until(&format!("member {} to compact", m.id), WAIT, || {
+            let st = m.consensus.stats();
+            (st.snapshots >= 1 && st.first_index > 1).then_some(())
+        });
     }
     for m in members {
         m.kill();

@@ -47,7 +47,9 @@ fn a_20_mib_snapshot_crosses_in_chunks() {
     for v in 1..=60 {
         propose(&rt, &lm.consensus, v).expect("applies");
     }
-    assert!(lm.consensus.stats().first_index > 2);
+    wait_until("the leader to compact", WAIT, || {
+        (lm.consensus.stats().first_index > 2).then_some(())
+    });
     let healed = Instant::now();
     fm.consensus.set_faults(FaultConfig::default());
     let reference: Vec<u64> = (1..=60).collect();
