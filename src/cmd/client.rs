@@ -52,32 +52,39 @@ pub struct CancelArgs {
     pub json: bool,
 }
 
-/// Arguments of `hetsched status`.
+/// How a read may be answered, and how it is printed (shared by every read command).
 #[derive(clap::Args, Debug)]
-pub struct StatusArgs {
+pub struct ReadFlags {
     /// Answer from the addressed (first) master's own applied state, no redirect (implies --stale).
     #[arg(long)]
     pub local: bool,
     /// Allow a follower's answer.
     #[arg(long)]
     pub stale: bool,
-    /// Print one JSON line.
+    /// Print JSON (one line).
     #[arg(long)]
     pub json: bool,
+}
+
+impl ReadFlags {
+    /// Whether a non-linearizable answer is acceptable.
+    pub fn stale(&self) -> bool {
+        self.stale || self.local
+    }
+}
+
+/// Arguments of `hetsched status`.
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    read: ReadFlags,
 }
 
 /// Arguments of `hetsched jobs|nodes`.
 #[derive(clap::Args, Debug)]
 pub struct ListArgs {
-    /// Answer from the addressed (first) master's own applied state, no redirect (implies --stale).
-    #[arg(long)]
-    pub local: bool,
-    /// Allow a follower's answer.
-    #[arg(long)]
-    pub stale: bool,
-    /// Print a JSON array.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    read: ReadFlags,
 }
 
 /// Arguments of `hetsched tasks`.
@@ -86,15 +93,8 @@ pub struct TasksArgs {
     /// Only this job's tasks.
     #[arg(long)]
     pub job: Option<u64>,
-    /// Answer from the addressed (first) master's own applied state, no redirect (implies --stale).
-    #[arg(long)]
-    pub local: bool,
-    /// Allow a follower's answer.
-    #[arg(long)]
-    pub stale: bool,
-    /// Print a JSON array.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    read: ReadFlags,
 }
 
 /// How long a client command keeps retrying (elections, restarts) before giving up.
@@ -271,7 +271,8 @@ pub fn cancel(masters: &[String], a: CancelArgs) -> anyhow::Result<()> {
 
 /// `status`.
 pub fn status(masters: &[String], a: StatusArgs) -> anyhow::Result<()> {
-    let stale = a.stale || a.local;
+    let a = a.read;
+    let stale = a.stale();
     match block_on(call(masters, ClientRequest::Status { stale }, a.local))?? {
         ClientResponse::Status(s) => {
             if a.json {
@@ -305,7 +306,8 @@ pub fn status(masters: &[String], a: StatusArgs) -> anyhow::Result<()> {
 
 /// `jobs`.
 pub fn jobs(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
-    let stale = a.stale || a.local;
+    let a = a.read;
+    let stale = a.stale();
     match block_on(call(masters, ClientRequest::Jobs { stale }, a.local))?? {
         ClientResponse::Jobs(jobs) => {
             if a.json {
@@ -339,11 +341,10 @@ pub fn jobs(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
 
 /// `tasks`.
 pub fn tasks(masters: &[String], a: TasksArgs) -> anyhow::Result<()> {
-    let stale = a.stale || a.local;
-    let req = ClientRequest::Tasks {
-        stale,
-        job: a.job.map(JobId),
-    };
+    let job = a.job.map(JobId);
+    let a = a.read;
+    let stale = a.stale();
+    let req = ClientRequest::Tasks { stale, job };
     match block_on(call(masters, req, a.local))?? {
         ClientResponse::Tasks(tasks) => {
             if a.json {
@@ -373,7 +374,8 @@ pub fn tasks(masters: &[String], a: TasksArgs) -> anyhow::Result<()> {
 
 /// `nodes`.
 pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
-    let stale = a.stale || a.local;
+    let a = a.read;
+    let stale = a.stale();
     match block_on(call(masters, ClientRequest::Nodes { stale }, a.local))?? {
         ClientResponse::Nodes(nodes) => {
             if a.json {
