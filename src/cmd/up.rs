@@ -227,6 +227,24 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
             states.join(", ")
         );
     }
+    if let Ok(ClientResponse::Nodes(nodes)) =
+        call(addrs, ClientRequest::Nodes { stale: false }, false).await
+    {
+        for n in nodes {
+            let gpus = match (n.capacity.gpus.len(), n.gpus_emulated) {
+                (0, _) => String::new(),
+                (k, true) => format!(", {k} GPU(s) EMULATED"),
+                (k, false) => format!(", {k} GPU(s)"),
+            };
+            println!(
+                "  node {} {:<8} {} cores, {} MiB{gpus}",
+                n.id.0,
+                n.name,
+                n.capacity.cpu_milli / 1000,
+                n.capacity.mem_mib
+            );
+        }
+    }
     let mut hashes = Vec::new();
     for addr in addrs {
         let deadline = Instant::now() + Duration::from_secs(5);
