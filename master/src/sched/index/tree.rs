@@ -1,41 +1,60 @@
-//! The bucket tree of SEEDS.md §S4.2 for one dimension order.
+//! The bucket tree of SEEDS.md §S4.2 for one dimension order, with its last levels folded
+//! into sorted vectors.
 //!
-//! Level `l` (0-based) fixes the `l`-th coordinate of the order: the root is `(*,*,*,*)`, its
-//! children `(x0,*,*,*)`, and so on down to the leaves, which fix every coordinate and hold
-//! their nodes as (id, slot, class), ids ascending. Buckets live in an arena; children are
-//! kept as a sorted vector of coordinates, so a search finds the start of the task's fit
-//! region by binary search and then walks only coordinates inside it.
+//! The root's children fix the order's first coordinate (`(x0,*,*,*)`): a sorted vector of
+//! coordinates and their buckets. Each such bucket holds its *groups* — one per distinct
+//! remaining coordinate `(x1,x2,x3)` — as one sorted vector, and each group points to its
+//! leaf, the nodes of exactly that coordinate as (id, slot, class). The levels below the
+//! first are not separate buckets: with θ = 1 a node's exact free vector is rarely shared,
+//! so every commit and release used to create and empty a chain of two or three buckets
+//! (hash lookups, child vectors, parent walks); now a move is two binary searches and a
+//! shift in a short vector, and a search walks a bucket's groups as one contiguous array,
+//! starting at its binary-searched fit region on the second dimension.
 //!
-//! Each bucket also keeps an upper bound of the coordinates (`hi`) and of the node classes
-//! (`mask`, the categorical attributes of `class.rs`) below it. Adding a node raises them;
-//! removing one leaves them as they are (still upper bounds, so pruning stays correct) and
-//! a search that comes back empty from a bucket recomputes that bucket's bounds from its
-//! children — the looseness is paid for once, by the search that ran into it, instead of
-//! by every removal.
+//! A first-level bucket keeps an upper bound of the coordinates (`hi`) and of the node
+//! classes (`mask`, the categorical attributes of `class.rs`) below it. Adding a node raises
+//! them; removing one marks them loose (still upper bounds, so pruning stays correct) and a
+//! search that comes back empty from a loose bucket recomputes them from its groups. A
+//! group's class mask is exact (a leaf is sorted by class, so whether a removed node was the
+//! last of its class is a look at its neighbours).
 //!
-//! Costs: adding a node is a hash lookup of its leaf plus a walk of the `DIMS` parents;
-//! removing one is the walk. Creating or emptying a bucket also touches its parent's sorted
-//! child vector (binary search and shift, bounded by the number of distinct coordinates on
-//! that level, not by the number of nodes), and a leaf's nodes are a sorted vector (an
-//! insertion shifts the leaf's other nodes: few when θ = 1, where a leaf holds the nodes of
-//! exactly equal availability).
+//! Costs: adding a node is a binary search of the first coordinate, one of the group, and
+//! an insertion into the leaf; removing one is the leaf removal. Creating or emptying a
+//! group shifts its bucket's group vector (bounded by the distinct coordinates sharing the
+//! first one, not by the number of nodes); creating or emptying a first-level bucket shifts
+//! the root's. A leaf's nodes are a sorted vector (an insertion shifts the leaf's other
+//! nodes: few when θ = 1, where a leaf holds the nodes of exactly equal availability).
 
 use super::class::{bit, ClassId, Eligible};
 use super::coord::{DimOrder, Key, DIMS};
 use super::policy::{Dir, Pos};
 use hetsched_common::NodeId;
 use std::cmp::Reverse;
-use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 const NONE: u32 = u32::MAX;
+
+/// Levels below the first, folded into a bucket's groups.
+const REST: usize = DIMS - 1;
+
+/// A coordinate without its first level.
+type Rest = [u64; REST];
+
+#[inline]
+fn rest_of(key: &Key) -> Rest {
+    [key[1], key[2], key[3]]
+}
+
+#[inline]
+fn full_key(first: u64, rest: &Rest) -> Key {
+    [first, rest[0], rest[1], rest[2]]
+}
 
 /// Sort key of a leaf entry: class ascending, then id descending.
 #[inline]
 fn leaf_order(e: &(NodeId, u32, ClassId)) -> (ClassId, Reverse<NodeId>) {
     (e.2, Reverse(e.0))
 }
-const ROOT: u32 = 0;
 
 /// A small deterministic hasher for integer keys (the std hasher is randomly seeded and
 /// slower; the maps that use this one are only looked up, never iterated).
@@ -76,32 +95,48 @@ impl Hasher for FxHasher {
 
 pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
 
-/// One bucket. `repr(C)` with the fields a search reads of every child it considers
-/// (count, mask, hi) first and a 64-byte alignment, so that check touches one cache line.
+/// A first-level bucket: every node whose first coordinate is `coord`. The fields a search
+/// reads to decide whether to enter it (count, mask, hi) come first.
 #[derive(Clone, Debug, Default)]
-#[repr(C, align(64))]
 struct Bucket {
     /// Nodes below.
     count: u32,
-    parent: u32,
+    /// Whether `mask` / `hi` may be looser than the groups (a node left since the last
+    /// recomputation).
+    loose: bool,
     /// Upper bound of the class bits below.
     mask: u64,
-    /// Upper bound of the coordinates below, per level (exact for a leaf).
-    hi: Key,
-    /// This bucket's coordinate on its parent's level.
+    /// Upper bound of the remaining coordinates below.
+    hi: Rest,
+    /// This bucket's first coordinate.
     coord: u64,
-    /// 0 for the root, `DIMS` for leaves.
-    depth: u8,
-    /// Inner buckets: children's coordinates, ascending, and their arena indices.
-    coords: Vec<u64>,
-    kids: Vec<u32>,
-    /// Leaves: (node id, slot, class), grouped by class ascending and, within a class, by
-    /// id *descending*. Every policy takes the lowest id first, so it sits at the end of its
+    /// One per distinct remaining coordinate, ascending.
+    groups: Vec<Group>,
+}
+
+/// The nodes of one exact coordinate, as its bucket sees them.
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    rest: Rest,
+    /// The class bits of the leaf's nodes (exact).
+    mask: u64,
+    /// Index of the leaf.
+    leaf: u32,
+}
+
+/// The nodes of one exact coordinate.
+#[derive(Clone, Debug, Default)]
+struct Leaf {
+    /// The first-level bucket holding this leaf's group.
+    bucket: u32,
+    rest: Rest,
+    /// (node id, slot, class), grouped by class ascending and, within a class, by id
+    /// *descending*. Every policy takes the lowest id first, so it sits at the end of its
     /// run and leaves by a pop rather than by shifting the whole leaf (the fresh nodes of
     /// one shape share a leaf, thousands of them). Grouping by class lets a search skip the
     /// ineligible classes of a leaf in one step. A sorted vector rather than a B-tree: with
     /// θ = 1 most leaves hold a handful of nodes, and the vector keeps its capacity when the
-    /// bucket is recycled, so moving a node costs no allocation.
+    /// leaf is recycled, so moving a node costs no allocation.
     nodes: Vec<(NodeId, u32, ClassId)>,
 }
 
@@ -114,29 +149,36 @@ pub(crate) struct Search<'a> {
     pub after: Option<&'a Pos>,
 }
 
+/// Where a search resumes inside one first-level bucket: the rest of the resume place's
+/// coordinate and its node.
+type Resume = (Rest, NodeId);
+
 /// The bucket tree for one dimension order.
 #[derive(Clone, Debug)]
 pub(crate) struct Tree {
     order: DimOrder,
+    /// The root's children: first coordinates ascending, and their buckets.
+    coords: Vec<u64>,
+    kids: Vec<u32>,
     b: Vec<Bucket>,
-    spare: Vec<u32>,
+    spare_b: Vec<u32>,
+    l: Vec<Leaf>,
+    spare_l: Vec<u32>,
     /// Slot → its leaf (NONE when absent).
     leaf_of: Vec<u32>,
-    /// Coordinate → leaf, for O(1) insertion into an existing leaf.
-    leaves: HashMap<Key, u32, FxBuild>,
 }
 
 impl Tree {
     pub fn new(order: DimOrder) -> Self {
         Self {
             order,
-            b: vec![Bucket {
-                parent: NONE,
-                ..Bucket::default()
-            }],
-            spare: Vec::new(),
+            coords: Vec::new(),
+            kids: Vec::new(),
+            b: Vec::new(),
+            spare_b: Vec::new(),
+            l: Vec::new(),
+            spare_l: Vec::new(),
             leaf_of: Vec::new(),
-            leaves: HashMap::default(),
         }
     }
 
@@ -144,19 +186,54 @@ impl Tree {
         self.order
     }
 
-    /// Number of live buckets (for tests and reports).
+    /// Number of live buckets: the root, the first-level buckets and the groups (for tests
+    /// and reports).
     pub fn buckets(&self) -> usize {
-        self.b.len() - self.spare.len()
+        1 + (self.b.len() - self.spare_b.len()) + (self.l.len() - self.spare_l.len())
     }
 
     /// Adds a node at canonical coordinate `canonical`.
     pub fn add(&mut self, slot: u32, id: NodeId, canonical: &Key, class: ClassId) {
         let key = self.order.permute(canonical);
-        let leaf = match self.leaves.get(&key) {
-            Some(l) => *l,
-            None => self.make_path(&key),
+        let rest = rest_of(&key);
+        let x = match self.coords.binary_search(&key[0]) {
+            Ok(i) => self.kids[i],
+            Err(i) => {
+                let x = self.alloc_bucket(key[0]);
+                self.coords.insert(i, key[0]);
+                self.kids.insert(i, x);
+                x
+            }
         };
-        let nodes = &mut self.b[leaf as usize].nodes;
+        let gi = match self.b[x as usize]
+            .groups
+            .binary_search_by(|g| g.rest.cmp(&rest))
+        {
+            Ok(gi) => gi,
+            Err(gi) => {
+                let leaf = self.alloc_leaf(x, rest);
+                self.b[x as usize].groups.insert(
+                    gi,
+                    Group {
+                        rest,
+                        mask: 0,
+                        leaf,
+                    },
+                );
+                gi
+            }
+        };
+        let cbit = bit(class);
+        let bk = &mut self.b[x as usize];
+        let g = &mut bk.groups[gi];
+        g.mask |= cbit;
+        let leaf = g.leaf;
+        bk.count += 1;
+        bk.mask |= cbit;
+        for (h, k) in bk.hi.iter_mut().zip(rest.iter()) {
+            *h = (*h).max(*k);
+        }
+        let nodes = &mut self.l[leaf as usize].nodes;
         let at = nodes.partition_point(|e| leaf_order(e) < (class, Reverse(id)));
         nodes.insert(at, (id, slot, class));
         let s = slot as usize;
@@ -164,17 +241,6 @@ impl Tree {
             self.leaf_of.resize(s + 1, NONE);
         }
         self.leaf_of[s] = leaf;
-        let cbit = bit(class);
-        let mut x = leaf;
-        while x != NONE {
-            let bk = &mut self.b[x as usize];
-            bk.count += 1;
-            for (h, k) in bk.hi.iter_mut().zip(key.iter()) {
-                *h = (*h).max(*k);
-            }
-            bk.mask |= cbit;
-            x = bk.parent;
-        }
     }
 
     /// Removes a node (of class `class`); returns whether it was there.
@@ -184,87 +250,100 @@ impl Tree {
             _ => return false,
         };
         self.leaf_of[slot as usize] = NONE;
-        let nodes = &mut self.b[leaf as usize].nodes;
+        let lf = &mut self.l[leaf as usize];
+        let nodes = &mut lf.nodes;
+        let mut class_gone = false;
         if let Ok(at) = nodes.binary_search_by_key(&(class, Reverse(id)), leaf_order) {
             nodes.remove(at);
+            // Runs are grouped by class: the class is still here iff a neighbour has it.
+            let before = at > 0 && nodes[at - 1].2 == class;
+            let after = at < nodes.len() && nodes[at].2 == class;
+            class_gone = !(before || after);
         }
-        let mut x = leaf;
-        while x != NONE {
-            let parent = self.b[x as usize].parent;
-            let bk = &mut self.b[x as usize];
-            bk.count -= 1;
-            if bk.count == 0 && x != ROOT {
-                self.unlink(x);
+        let (x, rest, empty) = (lf.bucket, lf.rest, nodes.is_empty());
+        let mask_now = if class_gone && !empty {
+            // Classes past 63 share a bit: recompute rather than clear it.
+            nodes.iter().fold(0, |m, e| m | bit(e.2))
+        } else {
+            0
+        };
+        let bk = &mut self.b[x as usize];
+        bk.count -= 1;
+        bk.loose = true;
+        if empty || class_gone {
+            if let Ok(gi) = bk.groups.binary_search_by(|g| g.rest.cmp(&rest)) {
+                if empty {
+                    bk.groups.remove(gi);
+                } else {
+                    bk.groups[gi].mask = mask_now;
+                }
             }
-            x = parent;
+            if empty {
+                self.spare_l.push(leaf);
+            }
+        }
+        if bk.count == 0 {
+            let coord = bk.coord;
+            if let Ok(i) = self.coords.binary_search(&coord) {
+                self.coords.remove(i);
+                self.kids.remove(i);
+            }
+            self.spare_b.push(x);
         }
         true
     }
 
-    /// Creates the missing buckets on the path to the leaf at `key`.
-    fn make_path(&mut self, key: &Key) -> u32 {
-        let mut x = ROOT;
-        for (level, c) in key.iter().enumerate() {
-            let bk = &self.b[x as usize];
-            x = match bk.coords.binary_search(c) {
-                Ok(i) => bk.kids[i],
-                Err(i) => {
-                    let child = self.alloc(x, *c, level as u8 + 1);
-                    let bk = &mut self.b[x as usize];
-                    bk.coords.insert(i, *c);
-                    bk.kids.insert(i, child);
-                    child
-                }
-            };
-        }
-        // A leaf's coordinate bound is exact: every node in it has this coordinate.
-        self.b[x as usize].hi = *key;
-        self.leaves.insert(*key, x);
-        x
-    }
-
-    fn alloc(&mut self, parent: u32, coord: u64, depth: u8) -> u32 {
-        let fresh = Bucket {
-            parent,
-            depth,
-            coord,
-            ..Bucket::default()
-        };
-        match self.spare.pop() {
+    fn alloc_bucket(&mut self, coord: u64) -> u32 {
+        match self.spare_b.pop() {
             Some(i) => {
                 let bk = &mut self.b[i as usize];
-                bk.parent = parent;
-                bk.depth = depth;
-                bk.coord = coord;
                 bk.count = 0;
-                bk.hi = [0; DIMS];
+                bk.loose = false;
                 bk.mask = 0;
-                // Vectors keep their capacity for the next use.
-                bk.coords.clear();
-                bk.kids.clear();
+                bk.hi = [0; REST];
+                bk.coord = coord;
+                // The vector keeps its capacity for the next use.
+                bk.groups.clear();
                 i
             }
             None => {
-                self.b.push(fresh);
+                self.b.push(Bucket {
+                    coord,
+                    ..Bucket::default()
+                });
                 (self.b.len() - 1) as u32
             }
         }
     }
 
-    /// Detaches an emptied bucket from its parent and recycles it.
-    fn unlink(&mut self, x: u32) {
-        let (parent, coord) = (self.b[x as usize].parent, self.b[x as usize].coord);
-        if self.b[x as usize].depth as usize == DIMS {
-            let key = self.b[x as usize].hi;
-            self.leaves.remove(&key);
+    fn alloc_leaf(&mut self, bucket: u32, rest: Rest) -> u32 {
+        match self.spare_l.pop() {
+            Some(i) => {
+                let lf = &mut self.l[i as usize];
+                lf.bucket = bucket;
+                lf.rest = rest;
+                lf.nodes.clear();
+                i
+            }
+            None => {
+                self.l.push(Leaf {
+                    bucket,
+                    rest,
+                    nodes: Vec::new(),
+                });
+                (self.l.len() - 1) as u32
+            }
         }
-        let p = &mut self.b[parent as usize];
-        if let Ok(i) = p.coords.binary_search(&coord) {
-            p.coords.remove(i);
-            p.kids.remove(i);
-        }
-        self.b[x as usize].parent = NONE;
-        self.spare.push(x);
+    }
+
+    /// Whether first-level bucket `x` may hold a fit.
+    #[inline]
+    fn viable(&self, x: u32, s: &Search<'_>) -> bool {
+        let bk = &self.b[x as usize];
+        bk.mask & s.elig.mask != 0
+            && bk.hi[0] >= s.task[1]
+            && bk.hi[1] >= s.task[2]
+            && bk.hi[2] >= s.task[3]
     }
 
     /// The first fitting node in the search's direction, strictly after `s.after`.
@@ -274,105 +353,127 @@ impl Tree {
         s: &Search<'_>,
         fits: &mut F,
     ) -> Option<Pos> {
-        let tight = s.after.is_some();
-        self.dfs(ROOT, 0, tight, s, fits)
-            .map(|(node, level_key)| Pos {
-                key: level_key,
-                node,
-            })
-    }
-
-    /// Whether bucket `x` (at depth `depth`, i.e. fixing levels `< depth`) may hold a fit.
-    #[inline]
-    fn viable(&self, x: u32, depth: usize, s: &Search<'_>) -> bool {
-        let bk = &self.b[x as usize];
-        bk.count > 0 && bk.mask & s.elig.mask != 0 && (depth..DIMS).all(|l| bk.hi[l] >= s.task[l])
-    }
-
-    /// Depth-first walk of bucket `x`, whose children sit on level `depth`. `tight` means
-    /// every level above matched `s.after` exactly, so this level starts at the resume point.
-    fn dfs<F: FnMut(u32, NodeId) -> bool>(
-        &mut self,
-        x: u32,
-        depth: usize,
-        tight: bool,
-        s: &Search<'_>,
-        fits: &mut F,
-    ) -> Option<(NodeId, Key)> {
-        if depth == DIMS {
-            return self.leaf_level(x, tight, s, fits);
-        }
-        let lo = s.task[depth];
-        let resume = s.after.map(|a| a.key[depth]);
-        let n = self.b[x as usize].coords.len();
-        let found = match s.dir {
+        let lo = s.task[0];
+        let resume = s.after.map(|a| (a.key[0], (rest_of(&a.key), a.node)));
+        let n = self.coords.len();
+        match s.dir {
             Dir::Asc => {
-                let start = match (tight, resume) {
-                    (true, Some(r)) => lo.max(r),
-                    _ => lo,
-                };
-                let mut i = self.b[x as usize].coords.partition_point(|c| *c < start);
-                let mut found = None;
+                let start = resume.map_or(lo, |r| lo.max(r.0));
+                let mut i = self.coords.partition_point(|c| *c < start);
                 while i < n {
-                    let (c, kid) = (self.b[x as usize].coords[i], self.b[x as usize].kids[i]);
+                    let (c, kid) = (self.coords[i], self.kids[i]);
                     i += 1;
-                    if !self.viable(kid, depth + 1, s) {
+                    if !self.viable(kid, s) {
                         continue;
                     }
-                    let kid_tight = tight && Some(c) == resume;
-                    if let Some(hit) = self.dfs(kid, depth + 1, kid_tight, s, fits) {
-                        found = Some(hit);
-                        break;
+                    let tight = resume.filter(|r| r.0 == c).map(|r| r.1);
+                    if let Some(hit) = self.in_bucket(kid, tight, s, fits) {
+                        return Some(hit);
                     }
                 }
-                found
             }
             Dir::Desc => {
-                let top = match (tight, resume) {
-                    (true, Some(r)) => r,
-                    _ => u64::MAX,
-                };
-                let mut i = self.b[x as usize].coords.partition_point(|c| *c <= top);
-                let mut found = None;
+                let top = resume.map_or(u64::MAX, |r| r.0);
+                let mut i = self.coords.partition_point(|c| *c <= top);
                 while i > 0 {
                     i -= 1;
-                    let (c, kid) = (self.b[x as usize].coords[i], self.b[x as usize].kids[i]);
+                    let (c, kid) = (self.coords[i], self.kids[i]);
                     if c < lo {
                         break;
                     }
-                    if !self.viable(kid, depth + 1, s) {
+                    if !self.viable(kid, s) {
                         continue;
                     }
-                    let kid_tight = tight && Some(c) == resume;
-                    if let Some(hit) = self.dfs(kid, depth + 1, kid_tight, s, fits) {
-                        found = Some(hit);
+                    let tight = resume.filter(|r| r.0 == c).map(|r| r.1);
+                    if let Some(hit) = self.in_bucket(kid, tight, s, fits) {
+                        return Some(hit);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The first fit among bucket `x`'s groups; `tight` is the resume point when the bucket
+    /// is the resume place's own.
+    fn in_bucket<F: FnMut(u32, NodeId) -> bool>(
+        &mut self,
+        x: u32,
+        tight: Option<Resume>,
+        s: &Search<'_>,
+        fits: &mut F,
+    ) -> Option<Pos> {
+        let bk = &self.b[x as usize];
+        let groups = &bk.groups[..];
+        let t = &s.task;
+        let emask = s.elig.mask;
+        let check = |g: &Group, fits: &mut F| -> Option<NodeId> {
+            if g.rest[1] < t[2] || g.rest[2] < t[3] || g.mask & emask == 0 {
+                return None;
+            }
+            let resume = tight.filter(|r| r.0 == g.rest).map(|r| r.1);
+            self.leaf_check(g.leaf, resume, s, fits)
+        };
+        let mut hit = None;
+        match s.dir {
+            Dir::Asc => {
+                let mut i = groups.partition_point(|g| g.rest[0] < t[1]);
+                if let Some((r, _)) = tight {
+                    i = i.max(groups.partition_point(|g| g.rest < r));
+                }
+                for g in &groups[i..] {
+                    if let Some(id) = check(g, fits) {
+                        hit = Some((id, g.rest));
                         break;
                     }
                 }
-                found
             }
-        };
-        if found.is_none() && x != ROOT {
-            self.tighten(x, depth);
+            Dir::Desc => {
+                let end = match tight {
+                    Some((r, _)) => groups.partition_point(|g| g.rest <= r),
+                    None => groups.len(),
+                };
+                for g in groups[..end].iter().rev() {
+                    if g.rest[0] < t[1] {
+                        break;
+                    }
+                    if let Some(id) = check(g, fits) {
+                        hit = Some((id, g.rest));
+                        break;
+                    }
+                }
+            }
         }
-        found
+        match hit {
+            Some((node, rest)) => Some(Pos {
+                key: full_key(bk.coord, &rest),
+                node,
+            }),
+            None => {
+                if bk.loose {
+                    self.tighten(x);
+                }
+                None
+            }
+        }
     }
 
     /// A leaf: its nodes share the coordinate, so the answer is its lowest fitting node id
-    /// of an eligible class (after the resume id when tight).
-    fn leaf_level<F: FnMut(u32, NodeId) -> bool>(
-        &mut self,
-        x: u32,
-        tight: bool,
+    /// of an eligible class (after `resume` when given).
+    #[inline]
+    fn leaf_check<F: FnMut(u32, NodeId) -> bool>(
+        &self,
+        leaf: u32,
+        resume: Option<NodeId>,
         s: &Search<'_>,
         fits: &mut F,
-    ) -> Option<(NodeId, Key)> {
-        let bk = &self.b[x as usize];
-        let resume = match (tight, s.after) {
-            (true, Some(a)) => Some(a.node),
-            _ => None,
-        };
-        let nodes = &bk.nodes;
+    ) -> Option<NodeId> {
+        let nodes = &self.l[leaf as usize].nodes[..];
+        if let [(id, slot, class)] = nodes {
+            // The common case at θ = 1: one node.
+            let ok = resume.is_none_or(|r| *id > r) && s.elig.allows(*class) && fits(*slot, *id);
+            return ok.then_some(*id);
+        }
         let mut best: Option<NodeId> = None;
         let mut i = 0;
         while i < nodes.len() {
@@ -394,40 +495,22 @@ impl Tree {
             }
             i = end;
         }
-        let hit = best.map(|id| (id, bk.hi));
-        if hit.is_none() && !tight {
-            self.tighten(x, DIMS);
-        }
-        hit
+        best
     }
 
-    /// Recomputes bucket `x`'s bounds from its children (they are upper bounds themselves,
-    /// so the result is one too, and at least as tight).
-    fn tighten(&mut self, x: u32, depth: usize) {
-        let bk = &self.b[x as usize];
-        let mut hi = bk.hi;
-        let mut mask = 0u64;
-        if depth < DIMS {
-            for h in hi.iter_mut().skip(depth) {
-                *h = 0;
-            }
-            if let Some(last) = bk.coords.last() {
-                hi[depth] = *last;
-            }
-            for kid in &bk.kids {
-                let k = &self.b[*kid as usize];
-                for (h, kh) in hi.iter_mut().zip(k.hi.iter()).skip(depth + 1) {
-                    *h = (*h).max(*kh);
-                }
-                mask |= k.mask;
-            }
-        } else {
-            for (_, _, c) in &bk.nodes {
-                mask |= bit(*c);
-            }
-        }
+    /// Recomputes bucket `x`'s bounds from its groups (exact).
+    fn tighten(&mut self, x: u32) {
         let bk = &mut self.b[x as usize];
+        let mut hi = [0; REST];
+        let mut mask = 0u64;
+        for g in &bk.groups {
+            for (h, r) in hi.iter_mut().zip(g.rest.iter()) {
+                *h = (*h).max(*r);
+            }
+            mask |= g.mask;
+        }
         bk.hi = hi;
         bk.mask = mask;
+        bk.loose = false;
     }
 }
