@@ -95,23 +95,67 @@ impl Hasher for FxHasher {
 
 pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
 
+/// Most groups one chunk of a bucket holds: a chunk is split in two when it grows past this,
+/// so creating or emptying a group shifts at most this many. (Policies concentrate the
+/// nodes on few first coordinates — LeastFit levels the CPU — so one bucket may hold
+/// hundreds of groups.)
+const CHUNK: usize = 32;
+
 /// A first-level bucket: every node whose first coordinate is `coord`. The fields a search
-/// reads to decide whether to enter it (count, mask, hi) come first.
+/// reads to decide whether to enter it (mask, hi) come first.
 #[derive(Clone, Debug, Default)]
 struct Bucket {
-    /// Nodes below.
-    count: u32,
-    /// Whether `mask` / `hi` may be looser than the groups (a node left since the last
-    /// recomputation).
-    loose: bool,
     /// Upper bound of the class bits below.
     mask: u64,
     /// Upper bound of the remaining coordinates below.
     hi: Rest,
+    /// Nodes below.
+    count: u32,
+    /// Whether `mask` / `hi` may be looser than the chunks' (a node left since the last
+    /// recomputation).
+    loose: bool,
     /// This bucket's first coordinate.
     coord: u64,
-    /// One per distinct remaining coordinate, ascending.
+    /// The groups — one per distinct remaining coordinate — ascending, in chunks.
+    chunks: Vec<Chunk>,
+}
+
+/// A run of at most [`CHUNK`] consecutive groups of a bucket, with bounds for pruning.
+#[derive(Clone, Debug, Default)]
+struct Chunk {
+    /// Upper bound of the class bits of the groups.
+    mask: u64,
+    /// Upper bound of the groups' coordinates.
+    hi: Rest,
+    /// Whether `mask` / `hi` may be loose (a group left or lost a class).
+    loose: bool,
+    /// The first group's coordinate (exact: chunks are found by it).
+    first: Rest,
+    /// Ascending, never empty.
     groups: Vec<Group>,
+}
+
+impl Chunk {
+    fn tighten(&mut self) {
+        let mut hi = [0; REST];
+        let mut mask = 0u64;
+        for g in &self.groups {
+            for (h, r) in hi.iter_mut().zip(g.rest.iter()) {
+                *h = (*h).max(*r);
+            }
+            mask |= g.mask;
+        }
+        self.hi = hi;
+        self.mask = mask;
+        self.loose = false;
+    }
+
+    /// Whether the chunk may hold a group of an eligible class at or above the task on the
+    /// levels below the second (the second is bounded by the walk itself).
+    #[inline]
+    fn viable(&self, t: &Key, emask: u64) -> bool {
+        self.mask & emask != 0 && self.hi[0] >= t[1] && self.hi[1] >= t[2] && self.hi[2] >= t[3]
+    }
 }
 
 /// The nodes of one exact coordinate, as its bucket sees them.
@@ -164,8 +208,19 @@ pub(crate) struct Tree {
     spare_b: Vec<u32>,
     l: Vec<Leaf>,
     spare_l: Vec<u32>,
+    /// Group vectors of dropped chunks, kept for their capacity.
+    spare_v: Vec<Vec<Group>>,
     /// Slot → its leaf (NONE when absent).
     leaf_of: Vec<u32>,
+}
+
+/// Index of the chunk that holds, or would hold, a group at `rest` (the last whose first
+/// group is not after it; the first chunk when there is none).
+#[inline]
+fn chunk_of(chunks: &[Chunk], rest: &Rest) -> usize {
+    chunks
+        .partition_point(|c| c.first <= *rest)
+        .saturating_sub(1)
 }
 
 impl Tree {
@@ -178,6 +233,7 @@ impl Tree {
             spare_b: Vec::new(),
             l: Vec::new(),
             spare_l: Vec::new(),
+            spare_v: Vec::new(),
             leaf_of: Vec::new(),
         }
     }
@@ -205,29 +261,9 @@ impl Tree {
                 x
             }
         };
-        let gi = match self.b[x as usize]
-            .groups
-            .binary_search_by(|g| g.rest.cmp(&rest))
-        {
-            Ok(gi) => gi,
-            Err(gi) => {
-                let leaf = self.alloc_leaf(x, rest);
-                self.b[x as usize].groups.insert(
-                    gi,
-                    Group {
-                        rest,
-                        mask: 0,
-                        leaf,
-                    },
-                );
-                gi
-            }
-        };
         let cbit = bit(class);
+        let leaf = self.group_for(x, &rest, cbit);
         let bk = &mut self.b[x as usize];
-        let g = &mut bk.groups[gi];
-        g.mask |= cbit;
-        let leaf = g.leaf;
         bk.count += 1;
         bk.mask |= cbit;
         for (h, k) in bk.hi.iter_mut().zip(rest.iter()) {
@@ -241,6 +277,77 @@ impl Tree {
             self.leaf_of.resize(s + 1, NONE);
         }
         self.leaf_of[s] = leaf;
+    }
+
+    /// The leaf of the group at `rest` in bucket `x`, created if missing, with `cbit` added
+    /// to the group's and its chunk's bounds.
+    fn group_for(&mut self, x: u32, rest: &Rest, cbit: u64) -> u32 {
+        let chunks = &self.b[x as usize].chunks;
+        let ci = chunk_of(chunks, rest);
+        let found = chunks
+            .get(ci)
+            .map(|c| c.groups.binary_search_by(|g| g.rest.cmp(rest)));
+        let (ci, gi) = match found {
+            Some(Ok(gi)) => (ci, gi),
+            _ => {
+                let leaf = self.alloc_leaf(x, *rest);
+                let g = Group {
+                    rest: *rest,
+                    mask: 0,
+                    leaf,
+                };
+                self.insert_group(x, ci, found.map(|f| f.unwrap_err()), g)
+            }
+        };
+        let c = &mut self.b[x as usize].chunks[ci];
+        c.mask |= cbit;
+        for (h, k) in c.hi.iter_mut().zip(rest.iter()) {
+            *h = (*h).max(*k);
+        }
+        let g = &mut c.groups[gi];
+        g.mask |= cbit;
+        g.leaf
+    }
+
+    /// Inserts group `g` at `gi` of chunk `ci` (a new chunk when the bucket has none),
+    /// splitting the chunk when it grows past [`CHUNK`]; returns where `g` ended up.
+    fn insert_group(&mut self, x: u32, ci: usize, gi: Option<usize>, g: Group) -> (usize, usize) {
+        let mut fresh = self.spare_v.pop().unwrap_or_default();
+        let chunks = &mut self.b[x as usize].chunks;
+        let Some(gi) = gi else {
+            fresh.push(g);
+            chunks.push(Chunk {
+                mask: 0,
+                hi: g.rest,
+                loose: false,
+                first: g.rest,
+                groups: fresh,
+            });
+            return (0, 0);
+        };
+        let c = &mut chunks[ci];
+        c.groups.insert(gi, g);
+        c.first = c.groups[0].rest;
+        if c.groups.len() <= CHUNK {
+            self.spare_v.push(fresh);
+            return (ci, gi);
+        }
+        let half = c.groups.len() / 2;
+        fresh.extend_from_slice(&c.groups[half..]);
+        c.groups.truncate(half);
+        c.tighten();
+        let mut right = Chunk {
+            first: fresh[0].rest,
+            groups: fresh,
+            ..Chunk::default()
+        };
+        right.tighten();
+        chunks.insert(ci + 1, right);
+        if gi < half {
+            (ci, gi)
+        } else {
+            (ci + 1, gi - half)
+        }
     }
 
     /// Removes a node (of class `class`); returns whether it was there.
@@ -271,11 +378,23 @@ impl Tree {
         bk.count -= 1;
         bk.loose = true;
         if empty || class_gone {
-            if let Ok(gi) = bk.groups.binary_search_by(|g| g.rest.cmp(&rest)) {
-                if empty {
-                    bk.groups.remove(gi);
-                } else {
-                    bk.groups[gi].mask = mask_now;
+            let ci = chunk_of(&bk.chunks, &rest);
+            if let Some(c) = bk.chunks.get_mut(ci) {
+                if let Ok(gi) = c.groups.binary_search_by(|g| g.rest.cmp(&rest)) {
+                    c.loose = true;
+                    if !empty {
+                        c.groups[gi].mask = mask_now;
+                    } else {
+                        c.groups.remove(gi);
+                        match c.groups.first() {
+                            Some(g) => c.first = g.rest,
+                            None => {
+                                let v = std::mem::take(&mut c.groups);
+                                bk.chunks.remove(ci);
+                                self.spare_v.push(v);
+                            }
+                        }
+                    }
                 }
             }
             if empty {
@@ -302,8 +421,8 @@ impl Tree {
                 bk.mask = 0;
                 bk.hi = [0; REST];
                 bk.coord = coord;
-                // The vector keeps its capacity for the next use.
-                bk.groups.clear();
+                // An emptied bucket has no chunks left; the vector keeps its capacity.
+                bk.chunks.clear();
                 i
             }
             None => {
@@ -403,46 +522,90 @@ impl Tree {
         s: &Search<'_>,
         fits: &mut F,
     ) -> Option<Pos> {
-        let bk = &self.b[x as usize];
-        let groups = &bk.groups[..];
         let t = &s.task;
         let emask = s.elig.mask;
-        let check = |g: &Group, fits: &mut F| -> Option<NodeId> {
-            if g.rest[1] < t[2] || g.rest[2] < t[3] || g.mask & emask == 0 {
-                return None;
-            }
-            let resume = tight.filter(|r| r.0 == g.rest).map(|r| r.1);
-            self.leaf_check(g.leaf, resume, s, fits)
-        };
+        // Chunks whose bounds were found loose on the way (tightened below).
+        let mut stale: [usize; 4] = [usize::MAX; 4];
+        let mut n_stale = 0;
         let mut hit = None;
-        match s.dir {
-            Dir::Asc => {
-                let mut i = groups.partition_point(|g| g.rest[0] < t[1]);
-                if let Some((r, _)) = tight {
-                    i = i.max(groups.partition_point(|g| g.rest < r));
+        {
+            let bk = &self.b[x as usize];
+            let chunks = &bk.chunks[..];
+            let check = |g: &Group, fits: &mut F| -> Option<NodeId> {
+                if g.rest[1] < t[2] || g.rest[2] < t[3] || g.mask & emask == 0 {
+                    return None;
                 }
-                for g in &groups[i..] {
-                    if let Some(id) = check(g, fits) {
-                        hit = Some((id, g.rest));
-                        break;
+                let resume = tight.filter(|r| r.0 == g.rest).map(|r| r.1);
+                self.leaf_check(g.leaf, resume, s, fits)
+            };
+            match s.dir {
+                Dir::Asc => {
+                    // Groups before `low` are below the task on the second level, or not
+                    // after the resume place.
+                    let mut low: Rest = [t[1], 0, 0];
+                    if let Some((r, _)) = tight {
+                        low = low.max(r);
+                    }
+                    'chunks: for (ci, c) in chunks.iter().enumerate().skip(chunk_of(chunks, &low)) {
+                        if !c.viable(t, emask) {
+                            continue;
+                        }
+                        let from = c.groups.partition_point(|g| g.rest < low);
+                        for g in &c.groups[from..] {
+                            if let Some(id) = check(g, fits) {
+                                hit = Some((id, g.rest));
+                                break 'chunks;
+                            }
+                        }
+                        if c.loose && n_stale < stale.len() {
+                            stale[n_stale] = ci;
+                            n_stale += 1;
+                        }
+                    }
+                }
+                Dir::Desc => {
+                    let (end, cut) = match tight {
+                        Some((r, _)) => {
+                            let ce = chunks.partition_point(|c| c.first <= r);
+                            let cut = chunks
+                                .get(ce.wrapping_sub(1))
+                                .map_or(0, |c| c.groups.partition_point(|g| g.rest <= r));
+                            (ce, Some(cut))
+                        }
+                        None => (chunks.len(), None),
+                    };
+                    'chunks_d: for (ci, c) in chunks[..end].iter().enumerate().rev() {
+                        if c.hi[0] < t[1] {
+                            // Every group here and before is below the task's second level.
+                            break;
+                        }
+                        if !c.viable(t, emask) {
+                            continue;
+                        }
+                        let upto = match cut {
+                            Some(k) if ci + 1 == end => k,
+                            _ => c.groups.len(),
+                        };
+                        for g in c.groups[..upto].iter().rev() {
+                            if g.rest[0] < t[1] {
+                                break 'chunks_d;
+                            }
+                            if let Some(id) = check(g, fits) {
+                                hit = Some((id, g.rest));
+                                break 'chunks_d;
+                            }
+                        }
+                        if c.loose && n_stale < stale.len() {
+                            stale[n_stale] = ci;
+                            n_stale += 1;
+                        }
                     }
                 }
             }
-            Dir::Desc => {
-                let end = match tight {
-                    Some((r, _)) => groups.partition_point(|g| g.rest <= r),
-                    None => groups.len(),
-                };
-                for g in groups[..end].iter().rev() {
-                    if g.rest[0] < t[1] {
-                        break;
-                    }
-                    if let Some(id) = check(g, fits) {
-                        hit = Some((id, g.rest));
-                        break;
-                    }
-                }
-            }
+        }
+        let bk = &mut self.b[x as usize];
+        for ci in &stale[..n_stale] {
+            bk.chunks[*ci].tighten();
         }
         match hit {
             Some((node, rest)) => Some(Pos {
@@ -451,7 +614,17 @@ impl Tree {
             }),
             None => {
                 if bk.loose {
-                    self.tighten(x);
+                    let mut hi = [0; REST];
+                    let mut mask = 0u64;
+                    for c in &bk.chunks {
+                        for (h, r) in hi.iter_mut().zip(c.hi.iter()) {
+                            *h = (*h).max(*r);
+                        }
+                        mask |= c.mask;
+                    }
+                    bk.hi = hi;
+                    bk.mask = mask;
+                    bk.loose = false;
                 }
                 None
             }
@@ -496,21 +669,5 @@ impl Tree {
             i = end;
         }
         best
-    }
-
-    /// Recomputes bucket `x`'s bounds from its groups (exact).
-    fn tighten(&mut self, x: u32) {
-        let bk = &mut self.b[x as usize];
-        let mut hi = [0; REST];
-        let mut mask = 0u64;
-        for g in &bk.groups {
-            for (h, r) in hi.iter_mut().zip(g.rest.iter()) {
-                *h = (*h).max(*r);
-            }
-            mask |= g.mask;
-        }
-        bk.hi = hi;
-        bk.mask = mask;
-        bk.loose = false;
     }
 }
