@@ -288,7 +288,7 @@ impl PlacementIndex {
     /// (`NodeResources::take`) and moves the node in the index. `None` when it does not fit.
     pub fn take(&mut self, node: NodeId, req: &ResourceRequest) -> Option<GpuAlloc> {
         let slot = self.slot(node).ok()?;
-        let alloc = self.slots[slot as usize].as_mut()?.state.free.take(req)?;
+        let alloc = node::take(&mut self.slots[slot as usize].as_mut()?.state.free, req)?;
         self.refresh(slot, false);
         Some(alloc)
     }
