@@ -225,7 +225,7 @@ impl PlacementIndex {
             return false;
         };
         for t in &mut self.trees {
-            t.remove(slot, id, e.class);
+            t.remove(slot, id, &e.state.key_pub, e.class);
         }
         if let Some(r) = &e.state.reservation {
             self.forget_reservation(r.task, id);
@@ -406,7 +406,7 @@ impl PlacementIndex {
         }
         let (id, key, class) = (e.state.id, e.state.key_pub, e.class);
         for t in &mut self.trees {
-            t.remove(slot, id, old_class);
+            t.remove(slot, id, &old_key, old_class);
             t.add(slot, id, &key, class);
         }
     }

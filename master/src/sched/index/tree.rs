@@ -29,10 +29,7 @@ use super::class::{bit, ClassId, Eligible};
 use super::coord::{DimOrder, Key, DIMS};
 use super::policy::{Dir, Pos};
 use hetsched_common::NodeId;
-use std::cmp::Reverse;
 use std::hash::{BuildHasherDefault, Hasher};
-
-const NONE: u32 = u32::MAX;
 
 /// Levels below the first, folded into a bucket's groups.
 const REST: usize = DIMS - 1;
@@ -48,12 +45,6 @@ fn rest_of(key: &Key) -> Rest {
 #[inline]
 fn full_key(first: u64, rest: &Rest) -> Key {
     [first, rest[0], rest[1], rest[2]]
-}
-
-/// Sort key of a leaf entry: class ascending, then id descending.
-#[inline]
-fn leaf_order(e: &(NodeId, u32, ClassId)) -> (ClassId, Reverse<NodeId>) {
-    (e.2, Reverse(e.0))
 }
 
 /// A small deterministic hasher for integer keys (the std hasher is randomly seeded and
@@ -95,11 +86,29 @@ impl Hasher for FxHasher {
 
 pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
 
-/// Most groups one chunk of a bucket holds: a chunk is split in two when it grows past this,
-/// so creating or emptying a group shifts at most this many. (Policies concentrate the
-/// nodes on few first coordinates — LeastFit levels the CPU — so one bucket may hold
-/// hundreds of groups.)
+/// Most entries one chunk of a bucket holds: a chunk is split in two when it grows past
+/// this, so adding or removing a node shifts at most this many. (Policies concentrate the
+/// nodes on few first coordinates — LeastFit levels the CPU — and the fresh nodes of one
+/// shape share a coordinate, so one bucket may hold thousands of nodes.)
 const CHUNK: usize = 32;
+
+/// One node in its bucket: the rest of its coordinate, its id, slot and class.
+#[derive(Clone, Copy, Debug, Default)]
+struct Entry {
+    rest: Rest,
+    id: NodeId,
+    slot: u32,
+    class: ClassId,
+}
+
+/// The order of a bucket's entries: coordinate, then class (so that a search skips an
+/// ineligible class of nodes sharing a coordinate in one step), then id.
+type SortKey = (u64, u64, u64, ClassId, NodeId);
+
+#[inline]
+fn sort_key(e: &Entry) -> SortKey {
+    (e.rest[0], e.rest[1], e.rest[2], e.class, e.id)
+}
 
 /// A first-level bucket: every node whose first coordinate is `coord`. The fields a search
 /// reads to decide whether to enter it (mask, hi) come first.
@@ -116,72 +125,90 @@ struct Bucket {
     loose: bool,
     /// This bucket's first coordinate.
     coord: u64,
-    /// The groups — one per distinct remaining coordinate — ascending, in chunks.
+    /// The nodes, in [`SortKey`] order, in chunks.
     chunks: Vec<Chunk>,
 }
 
-/// A run of at most [`CHUNK`] consecutive groups of a bucket, with bounds for pruning.
+/// A run of at most [`CHUNK`] consecutive entries of a bucket, with bounds for pruning.
 #[derive(Clone, Debug, Default)]
 struct Chunk {
-    /// Upper bound of the class bits of the groups.
+    /// Upper bound of the class bits of the entries.
     mask: u64,
-    /// Upper bound of the groups' coordinates.
+    /// Upper bound of the entries' coordinates.
     hi: Rest,
-    /// Whether `mask` / `hi` may be loose (a group left or lost a class).
+    /// Whether `mask` / `hi` may be loose (an entry left).
     loose: bool,
-    /// The first group's coordinate (exact: chunks are found by it).
-    first: Rest,
-    /// Ascending, never empty.
-    groups: Vec<Group>,
+    /// A copy of the first entry (chunks are found by it).
+    first: Entry,
+    /// In [`SortKey`] order, never empty.
+    entries: Vec<Entry>,
 }
 
 impl Chunk {
     fn tighten(&mut self) {
         let mut hi = [0; REST];
         let mut mask = 0u64;
-        for g in &self.groups {
-            for (h, r) in hi.iter_mut().zip(g.rest.iter()) {
+        for e in &self.entries {
+            for (h, r) in hi.iter_mut().zip(e.rest.iter()) {
                 *h = (*h).max(*r);
             }
-            mask |= g.mask;
+            mask |= bit(e.class);
         }
         self.hi = hi;
         self.mask = mask;
         self.loose = false;
     }
 
-    /// Whether the chunk may hold a group of an eligible class at or above the task on the
-    /// levels below the second (the second is bounded by the walk itself).
+    /// Whether the chunk may hold a node of an eligible class at or above the task on the
+    /// levels below the first.
     #[inline]
     fn viable(&self, t: &Key, emask: u64) -> bool {
         self.mask & emask != 0 && self.hi[0] >= t[1] && self.hi[1] >= t[2] && self.hi[2] >= t[3]
     }
 }
 
-/// The nodes of one exact coordinate, as its bucket sees them.
-#[derive(Clone, Copy, Debug)]
-struct Group {
-    rest: Rest,
-    /// The class bits of the leaf's nodes (exact).
-    mask: u64,
-    /// Index of the leaf.
-    leaf: u32,
+/// A place in a bucket: (chunk, entry) indices; `(chunks.len(), 0)` is the end.
+type At = (usize, usize);
+
+/// The first place in `chunks` whose entry is not `before` (`before` must hold for a
+/// prefix of the entries).
+#[inline]
+fn seek(chunks: &[Chunk], before: impl Fn(&Entry) -> bool) -> At {
+    let ci = chunks.partition_point(|c| before(&c.first));
+    if ci > 0 {
+        let c = &chunks[ci - 1];
+        let gi = c.entries.partition_point(&before);
+        if gi < c.entries.len() {
+            return (ci - 1, gi);
+        }
+    }
+    (ci, 0)
 }
 
-/// The nodes of one exact coordinate.
-#[derive(Clone, Debug, Default)]
-struct Leaf {
-    /// The first-level bucket holding this leaf's group.
-    bucket: u32,
-    rest: Rest,
-    /// (node id, slot, class), grouped by class ascending and, within a class, by id
-    /// *descending*. Every policy takes the lowest id first, so it sits at the end of its
-    /// run and leaves by a pop rather than by shifting the whole leaf (the fresh nodes of
-    /// one shape share a leaf, thousands of them). Grouping by class lets a search skip the
-    /// ineligible classes of a leaf in one step. A sorted vector rather than a B-tree: with
-    /// θ = 1 most leaves hold a handful of nodes, and the vector keeps its capacity when the
-    /// leaf is recycled, so moving a node costs no allocation.
-    nodes: Vec<(NodeId, u32, ClassId)>,
+/// The entry at `at`, moving `at` past the end of a chunk first.
+#[inline]
+fn entry_at<'c>(chunks: &'c [Chunk], at: &mut At) -> Option<&'c Entry> {
+    loop {
+        let c = chunks.get(at.0)?;
+        if let Some(e) = c.entries.get(at.1) {
+            return Some(e);
+        }
+        *at = (at.0 + 1, 0);
+    }
+}
+
+/// The entry just before `at`, moving `at` onto it.
+#[inline]
+fn step_back<'c>(chunks: &'c [Chunk], at: &mut At) -> Option<&'c Entry> {
+    while at.1 == 0 {
+        if at.0 == 0 {
+            return None;
+        }
+        at.0 -= 1;
+        at.1 = chunks[at.0].entries.len();
+    }
+    at.1 -= 1;
+    Some(&chunks[at.0].entries[at.1])
 }
 
 /// One search: the task's coordinate in this tree's order, the classes it may use, where to
@@ -206,21 +233,8 @@ pub(crate) struct Tree {
     kids: Vec<u32>,
     b: Vec<Bucket>,
     spare_b: Vec<u32>,
-    l: Vec<Leaf>,
-    spare_l: Vec<u32>,
-    /// Group vectors of dropped chunks, kept for their capacity.
-    spare_v: Vec<Vec<Group>>,
-    /// Slot → its leaf (NONE when absent).
-    leaf_of: Vec<u32>,
-}
-
-/// Index of the chunk that holds, or would hold, a group at `rest` (the last whose first
-/// group is not after it; the first chunk when there is none).
-#[inline]
-fn chunk_of(chunks: &[Chunk], rest: &Rest) -> usize {
-    chunks
-        .partition_point(|c| c.first <= *rest)
-        .saturating_sub(1)
+    /// Entry vectors of dropped chunks, kept for their capacity.
+    spare_v: Vec<Vec<Entry>>,
 }
 
 impl Tree {
@@ -231,10 +245,7 @@ impl Tree {
             kids: Vec::new(),
             b: Vec::new(),
             spare_b: Vec::new(),
-            l: Vec::new(),
-            spare_l: Vec::new(),
             spare_v: Vec::new(),
-            leaf_of: Vec::new(),
         }
     }
 
@@ -242,16 +253,38 @@ impl Tree {
         self.order
     }
 
-    /// Number of live buckets: the root, the first-level buckets and the groups (for tests
-    /// and reports).
+    /// Number of live buckets: the root, the first-level buckets and one per distinct
+    /// coordinate (O(|N|): for tests and reports).
     pub fn buckets(&self) -> usize {
-        1 + (self.b.len() - self.spare_b.len()) + (self.l.len() - self.spare_l.len())
+        let coordinates: usize = self
+            .kids
+            .iter()
+            .map(|x| {
+                let mut last = None;
+                let mut n = 0;
+                for c in &self.b[*x as usize].chunks {
+                    for e in &c.entries {
+                        if last != Some(e.rest) {
+                            n += 1;
+                            last = Some(e.rest);
+                        }
+                    }
+                }
+                n
+            })
+            .sum();
+        1 + self.kids.len() + coordinates
     }
 
     /// Adds a node at canonical coordinate `canonical`.
     pub fn add(&mut self, slot: u32, id: NodeId, canonical: &Key, class: ClassId) {
         let key = self.order.permute(canonical);
-        let rest = rest_of(&key);
+        let e = Entry {
+            rest: rest_of(&key),
+            id,
+            slot,
+            class,
+        };
         let x = match self.coords.binary_search(&key[0]) {
             Ok(i) => self.kids[i],
             Err(i) => {
@@ -262,151 +295,89 @@ impl Tree {
             }
         };
         let cbit = bit(class);
-        let leaf = self.group_for(x, &rest, cbit);
         let bk = &mut self.b[x as usize];
         bk.count += 1;
         bk.mask |= cbit;
-        for (h, k) in bk.hi.iter_mut().zip(rest.iter()) {
+        for (h, k) in bk.hi.iter_mut().zip(e.rest.iter()) {
             *h = (*h).max(*k);
         }
-        let nodes = &mut self.l[leaf as usize].nodes;
-        let at = nodes.partition_point(|e| leaf_order(e) < (class, Reverse(id)));
-        nodes.insert(at, (id, slot, class));
-        let s = slot as usize;
-        if self.leaf_of.len() <= s {
-            self.leaf_of.resize(s + 1, NONE);
-        }
-        self.leaf_of[s] = leaf;
-    }
-
-    /// The leaf of the group at `rest` in bucket `x`, created if missing, with `cbit` added
-    /// to the group's and its chunk's bounds.
-    fn group_for(&mut self, x: u32, rest: &Rest, cbit: u64) -> u32 {
-        let chunks = &self.b[x as usize].chunks;
-        let ci = chunk_of(chunks, rest);
-        let found = chunks
-            .get(ci)
-            .map(|c| c.groups.binary_search_by(|g| g.rest.cmp(rest)));
-        let (ci, gi) = match found {
-            Some(Ok(gi)) => (ci, gi),
-            _ => {
-                let leaf = self.alloc_leaf(x, *rest);
-                let g = Group {
-                    rest: *rest,
-                    mask: 0,
-                    leaf,
-                };
-                self.insert_group(x, ci, found.map(|f| f.unwrap_err()), g)
-            }
-        };
-        let c = &mut self.b[x as usize].chunks[ci];
-        c.mask |= cbit;
-        for (h, k) in c.hi.iter_mut().zip(rest.iter()) {
-            *h = (*h).max(*k);
-        }
-        let g = &mut c.groups[gi];
-        g.mask |= cbit;
-        g.leaf
-    }
-
-    /// Inserts group `g` at `gi` of chunk `ci` (a new chunk when the bucket has none),
-    /// splitting the chunk when it grows past [`CHUNK`]; returns where `g` ended up.
-    fn insert_group(&mut self, x: u32, ci: usize, gi: Option<usize>, g: Group) -> (usize, usize) {
-        let mut fresh = self.spare_v.pop().unwrap_or_default();
-        let chunks = &mut self.b[x as usize].chunks;
-        let Some(gi) = gi else {
-            fresh.push(g);
-            chunks.push(Chunk {
-                mask: 0,
-                hi: g.rest,
+        if bk.chunks.is_empty() {
+            let mut v = self.spare_v.pop().unwrap_or_default();
+            v.push(e);
+            bk.chunks.push(Chunk {
+                mask: cbit,
+                hi: e.rest,
                 loose: false,
-                first: g.rest,
-                groups: fresh,
+                first: e,
+                entries: v,
             });
-            return (0, 0);
-        };
-        let c = &mut chunks[ci];
-        c.groups.insert(gi, g);
-        c.first = c.groups[0].rest;
-        if c.groups.len() <= CHUNK {
-            self.spare_v.push(fresh);
-            return (ci, gi);
+            return;
         }
-        let half = c.groups.len() / 2;
-        fresh.extend_from_slice(&c.groups[half..]);
-        c.groups.truncate(half);
-        c.tighten();
-        let mut right = Chunk {
-            first: fresh[0].rest,
-            groups: fresh,
-            ..Chunk::default()
-        };
-        right.tighten();
-        chunks.insert(ci + 1, right);
-        if gi < half {
-            (ci, gi)
-        } else {
-            (ci + 1, gi - half)
+        let k = sort_key(&e);
+        let ci = bk
+            .chunks
+            .partition_point(|c| sort_key(&c.first) <= k)
+            .saturating_sub(1);
+        let c = &mut bk.chunks[ci];
+        let at = c.entries.partition_point(|x| sort_key(x) < k);
+        c.entries.insert(at, e);
+        if at == 0 {
+            c.first = e;
+        }
+        c.mask |= cbit;
+        for (h, r) in c.hi.iter_mut().zip(e.rest.iter()) {
+            *h = (*h).max(*r);
+        }
+        if c.entries.len() > CHUNK {
+            let mut right = self.spare_v.pop().unwrap_or_default();
+            let half = c.entries.len() / 2;
+            right.extend_from_slice(&c.entries[half..]);
+            c.entries.truncate(half);
+            c.tighten();
+            let mut r = Chunk {
+                first: right[0],
+                entries: right,
+                ..Chunk::default()
+            };
+            r.tighten();
+            bk.chunks.insert(ci + 1, r);
         }
     }
 
-    /// Removes a node (of class `class`); returns whether it was there.
-    pub fn remove(&mut self, slot: u32, id: NodeId, class: ClassId) -> bool {
-        let leaf = match self.leaf_of.get(slot as usize) {
-            Some(l) if *l != NONE => *l,
-            _ => return false,
+    /// Removes a node (of class `class`, added at canonical coordinate `canonical`);
+    /// returns whether it was there.
+    pub fn remove(&mut self, slot: u32, id: NodeId, canonical: &Key, class: ClassId) -> bool {
+        let key = self.order.permute(canonical);
+        let Ok(i) = self.coords.binary_search(&key[0]) else {
+            return false;
         };
-        self.leaf_of[slot as usize] = NONE;
-        let lf = &mut self.l[leaf as usize];
-        let nodes = &mut lf.nodes;
-        let mut class_gone = false;
-        if let Ok(at) = nodes.binary_search_by_key(&(class, Reverse(id)), leaf_order) {
-            nodes.remove(at);
-            // Runs are grouped by class: the class is still here iff a neighbour has it.
-            let before = at > 0 && nodes[at - 1].2 == class;
-            let after = at < nodes.len() && nodes[at].2 == class;
-            class_gone = !(before || after);
-        }
-        let (x, rest, empty) = (lf.bucket, lf.rest, nodes.is_empty());
-        let mask_now = if class_gone && !empty {
-            // Classes past 63 share a bit: recompute rather than clear it.
-            nodes.iter().fold(0, |m, e| m | bit(e.2))
-        } else {
-            0
-        };
+        let x = self.kids[i];
+        let k = (key[1], key[2], key[3], class, id);
         let bk = &mut self.b[x as usize];
+        let (ci, gi) = seek(&bk.chunks, |e| sort_key(e) < k);
+        let Some(c) = bk.chunks.get_mut(ci) else {
+            return false;
+        };
+        if c.entries
+            .get(gi)
+            .is_none_or(|e| sort_key(e) != k || e.slot != slot)
+        {
+            return false;
+        }
+        c.entries.remove(gi);
+        c.loose = true;
+        if c.entries.is_empty() {
+            let v = std::mem::take(&mut c.entries);
+            bk.chunks.remove(ci);
+            self.spare_v.push(v);
+        } else if gi == 0 {
+            c.first = c.entries[0];
+        }
         bk.count -= 1;
         bk.loose = true;
-        if empty || class_gone {
-            let ci = chunk_of(&bk.chunks, &rest);
-            if let Some(c) = bk.chunks.get_mut(ci) {
-                if let Ok(gi) = c.groups.binary_search_by(|g| g.rest.cmp(&rest)) {
-                    c.loose = true;
-                    if !empty {
-                        c.groups[gi].mask = mask_now;
-                    } else {
-                        c.groups.remove(gi);
-                        match c.groups.first() {
-                            Some(g) => c.first = g.rest,
-                            None => {
-                                let v = std::mem::take(&mut c.groups);
-                                bk.chunks.remove(ci);
-                                self.spare_v.push(v);
-                            }
-                        }
-                    }
-                }
-            }
-            if empty {
-                self.spare_l.push(leaf);
-            }
-        }
         if bk.count == 0 {
-            let coord = bk.coord;
-            if let Ok(i) = self.coords.binary_search(&coord) {
-                self.coords.remove(i);
-                self.kids.remove(i);
-            }
+            self.coords.remove(i);
+            self.kids.remove(i);
             self.spare_b.push(x);
         }
         true
@@ -431,26 +402,6 @@ impl Tree {
                     ..Bucket::default()
                 });
                 (self.b.len() - 1) as u32
-            }
-        }
-    }
-
-    fn alloc_leaf(&mut self, bucket: u32, rest: Rest) -> u32 {
-        match self.spare_l.pop() {
-            Some(i) => {
-                let lf = &mut self.l[i as usize];
-                lf.bucket = bucket;
-                lf.rest = rest;
-                lf.nodes.clear();
-                i
-            }
-            None => {
-                self.l.push(Leaf {
-                    bucket,
-                    rest,
-                    nodes: Vec::new(),
-                });
-                (self.l.len() - 1) as u32
             }
         }
     }
@@ -513,7 +464,7 @@ impl Tree {
         None
     }
 
-    /// The first fit among bucket `x`'s groups; `tight` is the resume point when the bucket
+    /// The first fit among bucket `x`'s nodes; `tight` is the resume point when the bucket
     /// is the resume place's own.
     fn in_bucket<F: FnMut(u32, NodeId) -> bool>(
         &mut self,
@@ -524,99 +475,99 @@ impl Tree {
     ) -> Option<Pos> {
         let t = &s.task;
         let emask = s.elig.mask;
-        // Chunks whose bounds were found loose on the way (tightened below).
-        let mut stale: [usize; 4] = [usize::MAX; 4];
-        let mut n_stale = 0;
-        let mut hit = None;
-        {
-            let bk = &self.b[x as usize];
-            let chunks = &bk.chunks[..];
-            let check = |g: &Group, fits: &mut F| -> Option<NodeId> {
-                if g.rest[1] < t[2] || g.rest[2] < t[3] || g.mask & emask == 0 {
-                    return None;
+        let chunks = &self.b[x as usize].chunks[..];
+        // Whether the coordinate `rest` is in the fit region (the first level is the
+        // walk's own bound).
+        let in_region = |rest: &Rest| rest[1] >= t[2] && rest[2] >= t[3];
+        let mut hit: Option<(NodeId, Rest)> = None;
+        // Chunks whose entries this search looked at (the first 64), to tighten if
+        // nothing fits.
+        let mut scanned = 0u64;
+        match s.dir {
+            Dir::Asc => {
+                // Entries before `low` are below the task on the second level, or not
+                // after the resume place.
+                let mut low: Rest = [t[1], 0, 0];
+                if let Some((r, _)) = tight {
+                    low = low.max(r);
                 }
-                let resume = tight.filter(|r| r.0 == g.rest).map(|r| r.1);
-                self.leaf_check(g.leaf, resume, s, fits)
-            };
-            match s.dir {
-                Dir::Asc => {
-                    // Groups before `low` are below the task on the second level, or not
-                    // after the resume place.
-                    let mut low: Rest = [t[1], 0, 0];
-                    if let Some((r, _)) = tight {
-                        low = low.max(r);
+                let mut at = seek(chunks, |e| e.rest < low);
+                while let Some(e) = entry_at(chunks, &mut at) {
+                    if at.1 == 0 && !chunks[at.0].viable(t, emask) {
+                        at = (at.0 + 1, 0);
+                        continue;
                     }
-                    'chunks: for (ci, c) in chunks.iter().enumerate().skip(chunk_of(chunks, &low)) {
-                        if !c.viable(t, emask) {
-                            continue;
-                        }
-                        let from = c.groups.partition_point(|g| g.rest < low);
-                        for g in &c.groups[from..] {
-                            if let Some(id) = check(g, fits) {
-                                hit = Some((id, g.rest));
-                                break 'chunks;
-                            }
-                        }
-                        if c.loose && n_stale < stale.len() {
-                            stale[n_stale] = ci;
-                            n_stale += 1;
-                        }
-                    }
-                }
-                Dir::Desc => {
-                    let (end, cut) = match tight {
-                        Some((r, _)) => {
-                            let ce = chunks.partition_point(|c| c.first <= r);
-                            let cut = chunks
-                                .get(ce.wrapping_sub(1))
-                                .map_or(0, |c| c.groups.partition_point(|g| g.rest <= r));
-                            (ce, Some(cut))
-                        }
-                        None => (chunks.len(), None),
+                    scanned |= 1u64.checked_shl(at.0 as u32).unwrap_or(0);
+                    let rest = e.rest;
+                    let resume = tight.filter(|r| r.0 == rest).map(|r| r.1);
+                    let (best, end) = if in_region(&rest) {
+                        run_best(chunks, at, s, resume, fits)
+                    } else {
+                        (None, run_end(chunks, at))
                     };
-                    'chunks_d: for (ci, c) in chunks[..end].iter().enumerate().rev() {
+                    if let Some(id) = best {
+                        hit = Some((id, rest));
+                        break;
+                    }
+                    at = end;
+                }
+            }
+            Dir::Desc => {
+                let mut at = match tight {
+                    Some((r, _)) => seek(chunks, |e| e.rest <= r),
+                    None => (chunks.len(), 0),
+                };
+                loop {
+                    if at.1 == 0 {
+                        // Entering the chunk before from its end.
+                        let Some(c) = at.0.checked_sub(1).map(|ci| &chunks[ci]) else {
+                            break;
+                        };
                         if c.hi[0] < t[1] {
-                            // Every group here and before is below the task's second level.
+                            // Every entry here and before is below the task's second level.
                             break;
                         }
                         if !c.viable(t, emask) {
+                            at = (at.0 - 1, 0);
                             continue;
                         }
-                        let upto = match cut {
-                            Some(k) if ci + 1 == end => k,
-                            _ => c.groups.len(),
-                        };
-                        for g in c.groups[..upto].iter().rev() {
-                            if g.rest[0] < t[1] {
-                                break 'chunks_d;
-                            }
-                            if let Some(id) = check(g, fits) {
-                                hit = Some((id, g.rest));
-                                break 'chunks_d;
-                            }
-                        }
-                        if c.loose && n_stale < stale.len() {
-                            stale[n_stale] = ci;
-                            n_stale += 1;
+                    }
+                    let Some(e) = step_back(chunks, &mut at) else {
+                        break;
+                    };
+                    if e.rest[0] < t[1] {
+                        break;
+                    }
+                    scanned |= 1u64.checked_shl(at.0 as u32).unwrap_or(0);
+                    let rest = e.rest;
+                    let start = run_start(chunks, at);
+                    if in_region(&rest) {
+                        let resume = tight.filter(|r| r.0 == rest).map(|r| r.1);
+                        if let (Some(id), _) = run_best(chunks, start, s, resume, fits) {
+                            hit = Some((id, rest));
+                            break;
                         }
                     }
+                    at = start;
                 }
             }
         }
         let bk = &mut self.b[x as usize];
-        for ci in &stale[..n_stale] {
-            bk.chunks[*ci].tighten();
-        }
         match hit {
             Some((node, rest)) => Some(Pos {
                 key: full_key(bk.coord, &rest),
                 node,
             }),
             None => {
-                if bk.loose {
+                if bk.loose && scanned != 0 {
+                    // The bounds let this search in and nothing fit: tighten the chunks it
+                    // looked into, and the bucket from its chunks.
                     let mut hi = [0; REST];
                     let mut mask = 0u64;
-                    for c in &bk.chunks {
+                    for (ci, c) in bk.chunks.iter_mut().enumerate() {
+                        if c.loose && ci < 64 && scanned & (1 << ci) != 0 {
+                            c.tighten();
+                        }
                         for (h, r) in hi.iter_mut().zip(c.hi.iter()) {
                             *h = (*h).max(*r);
                         }
@@ -630,44 +581,97 @@ impl Tree {
             }
         }
     }
+}
 
-    /// A leaf: its nodes share the coordinate, so the answer is its lowest fitting node id
-    /// of an eligible class (after `resume` when given).
-    #[inline]
-    fn leaf_check<F: FnMut(u32, NodeId) -> bool>(
-        &self,
-        leaf: u32,
-        resume: Option<NodeId>,
-        s: &Search<'_>,
-        fits: &mut F,
-    ) -> Option<NodeId> {
-        let nodes = &self.l[leaf as usize].nodes[..];
-        if let [(id, slot, class)] = nodes {
-            // The common case at θ = 1: one node.
-            let ok = resume.is_none_or(|r| *id > r) && s.elig.allows(*class) && fits(*slot, *id);
-            return ok.then_some(*id);
+/// The first place after the run of entries sharing the coordinate of the entry at `at`.
+#[inline]
+fn run_end(chunks: &[Chunk], at: At) -> At {
+    let rest = chunks[at.0].entries[at.1].rest;
+    let mut next = (at.0, at.1 + 1);
+    match entry_at(chunks, &mut next) {
+        Some(e) if e.rest == rest => seek(chunks, |e| e.rest <= rest),
+        _ => next,
+    }
+}
+
+/// The first place of the run of entries sharing the coordinate of the entry at `at`.
+#[inline]
+fn run_start(chunks: &[Chunk], at: At) -> At {
+    let rest = chunks[at.0].entries[at.1].rest;
+    let mut prev = at;
+    match step_back(chunks, &mut prev) {
+        Some(e) if e.rest == rest => seek(chunks, |e| e.rest < rest),
+        _ => at,
+    }
+}
+
+/// The run of nodes sharing one coordinate, starting at `at`: its lowest fitting node id of
+/// an eligible class (after `resume` when given), and the place after the run.
+fn run_best<F: FnMut(u32, NodeId) -> bool>(
+    chunks: &[Chunk],
+    mut at: At,
+    s: &Search<'_>,
+    resume: Option<NodeId>,
+    fits: &mut F,
+) -> (Option<NodeId>, At) {
+    let Some(first) = entry_at(chunks, &mut at) else {
+        return (None, at);
+    };
+    let rest = first.rest;
+    let mut next = (at.0, at.1 + 1);
+    if entry_at(chunks, &mut next).is_none_or(|e| e.rest != rest) {
+        // The common case at θ = 1: a run of one node.
+        let ok = s.elig.allows(first.class)
+            && resume.is_none_or(|r| first.id > r)
+            && fits(first.slot, first.id);
+        return (ok.then_some(first.id), next);
+    }
+    let mut best: Option<NodeId> = None;
+    while let Some(e) = entry_at(chunks, &mut at) {
+        if e.rest != rest {
+            break;
         }
-        let mut best: Option<NodeId> = None;
-        let mut i = 0;
-        while i < nodes.len() {
-            let class = nodes[i].2;
-            let end = i + nodes[i..].partition_point(|e| e.2 == class);
-            if s.elig.allows(class) {
-                // Ids descend within the run: those after the resume point come first.
-                let run = &nodes[i..end];
-                let stop = resume.map_or(run.len(), |r| run.partition_point(|e| e.0 > r));
-                for (id, slot, _) in run[..stop].iter().rev() {
-                    if best.is_some_and(|b| *id >= b) {
-                        break;
-                    }
-                    if fits(*slot, *id) {
-                        best = Some(*id);
-                        break;
-                    }
+        let class = e.class;
+        let mut done = !s.elig.allows(class);
+        if !done {
+            if let Some(r) = resume {
+                if e.id <= r {
+                    at = seek(chunks, |x| {
+                        sort_key(x) <= (rest[0], rest[1], rest[2], class, r)
+                    });
                 }
             }
-            i = end;
         }
-        best
+        // Ids ascend within the class: the first that fits is the class's best.
+        while !done {
+            match entry_at(chunks, &mut at) {
+                Some(e) if e.rest == rest && e.class == class => {
+                    if best.is_some_and(|b| e.id >= b) {
+                        done = true;
+                    } else if fits(e.slot, e.id) {
+                        best = Some(e.id);
+                        done = true;
+                    } else {
+                        at.1 += 1;
+                    }
+                }
+                _ => break,
+            }
+        }
+        // Past the rest of this class.
+        let mut next = at;
+        match entry_at(chunks, &mut next) {
+            Some(e) if e.rest == rest && e.class == class => {
+                let mut one = (next.0, next.1 + 1);
+                at = match entry_at(chunks, &mut one) {
+                    Some(e2) if e2.rest == rest && e2.class == class => {
+                        seek(chunks, |x| (x.rest, x.class) <= (rest, class))
+                    }
+                    _ => one,
+                };
+            }
+            _ => at = next,
+        }
     }
+    (best, at)
 }
