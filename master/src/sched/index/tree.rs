@@ -499,12 +499,13 @@ impl Tree {
                     }
                     scanned |= 1u64.checked_shl(at.0 as u32).unwrap_or(0);
                     let rest = e.rest;
+                    if !in_region(&rest) {
+                        // Outside the fit region: so is the rest of its run, entry by entry.
+                        at.1 += 1;
+                        continue;
+                    }
                     let resume = tight.filter(|r| r.0 == rest).map(|r| r.1);
-                    let (best, end) = if in_region(&rest) {
-                        run_best(chunks, at, s, resume, fits)
-                    } else {
-                        (None, run_end(chunks, at))
-                    };
+                    let (best, end) = run_best(chunks, at, s, resume, fits);
                     if let Some(id) = best {
                         hit = Some((id, rest));
                         break;
@@ -540,13 +541,14 @@ impl Tree {
                     }
                     scanned |= 1u64.checked_shl(at.0 as u32).unwrap_or(0);
                     let rest = e.rest;
+                    if !in_region(&rest) {
+                        continue;
+                    }
                     let start = run_start(chunks, at);
-                    if in_region(&rest) {
-                        let resume = tight.filter(|r| r.0 == rest).map(|r| r.1);
-                        if let (Some(id), _) = run_best(chunks, start, s, resume, fits) {
-                            hit = Some((id, rest));
-                            break;
-                        }
+                    let resume = tight.filter(|r| r.0 == rest).map(|r| r.1);
+                    if let (Some(id), _) = run_best(chunks, start, s, resume, fits) {
+                        hit = Some((id, rest));
+                        break;
                     }
                     at = start;
                 }
@@ -580,17 +582,6 @@ impl Tree {
                 None
             }
         }
-    }
-}
-
-/// The first place after the run of entries sharing the coordinate of the entry at `at`.
-#[inline]
-fn run_end(chunks: &[Chunk], at: At) -> At {
-    let rest = chunks[at.0].entries[at.1].rest;
-    let mut next = (at.0, at.1 + 1);
-    match entry_at(chunks, &mut next) {
-        Some(e) if e.rest == rest => seek(chunks, |e| e.rest <= rest),
-        _ => next,
     }
 }
 
