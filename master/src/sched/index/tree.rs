@@ -1,29 +1,32 @@
-//! The bucket tree of SEEDS.md §S4.2 for one dimension order, with its last levels folded
-//! into sorted vectors.
+//! The bucket tree of SEEDS.md §S4.2 for one dimension order, with the levels below the
+//! first folded into sorted, chunked vectors.
 //!
 //! The root's children fix the order's first coordinate (`(x0,*,*,*)`): a sorted vector of
-//! coordinates and their buckets. Each such bucket holds its *groups* — one per distinct
-//! remaining coordinate `(x1,x2,x3)` — as one sorted vector, and each group points to its
-//! leaf, the nodes of exactly that coordinate as (id, slot, class). The levels below the
-//! first are not separate buckets: with θ = 1 a node's exact free vector is rarely shared,
-//! so every commit and release used to create and empty a chain of two or three buckets
-//! (hash lookups, child vectors, parent walks); now a move is two binary searches and a
-//! shift in a short vector, and a search walks a bucket's groups as one contiguous array,
-//! starting at its binary-searched fit region on the second dimension.
+//! coordinates and their buckets. A bucket holds its nodes as entries (rest of the
+//! coordinate `(x1,x2,x3)`, class, id, slot), sorted by (coordinate, class, id), in chunks
+//! of at most [`CHUNK`] entries. The nodes of one exact coordinate — a leaf of the
+//! original design — are a run of consecutive entries (usually one at θ = 1; thousands for
+//! the untouched nodes of one shape), possibly spanning chunks.
 //!
-//! A first-level bucket keeps an upper bound of the coordinates (`hi`) and of the node
-//! classes (`mask`, the categorical attributes of `class.rs`) below it. Adding a node raises
-//! them; removing one marks them loose (still upper bounds, so pruning stays correct) and a
-//! search that comes back empty from a loose bucket recomputes them from its groups. A
-//! group's class mask is exact (a leaf is sorted by class, so whether a removed node was the
-//! last of its class is a look at its neighbours).
+//! Why: with θ = 1 a node's exact free vector is rarely shared, so every commit and release
+//! used to create and empty a chain of two or three buckets (hash lookup of the leaf, child
+//! vectors, parent walks, a leaf vector behind one more pointer). Now a move is a binary
+//! search of the root, one of the bucket's chunks and one inside a chunk, and a shift of
+//! at most [`CHUNK`] entries; no allocation (emptied chunks keep their vectors for reuse).
+//! Chunks bound the shift because policies concentrate nodes on few first coordinates
+//! (LeastFit levels the CPU: at 10k nodes, ~64 buckets of ~150 nodes).
 //!
-//! Costs: adding a node is a binary search of the first coordinate, one of the group, and
-//! an insertion into the leaf; removing one is the leaf removal. Creating or emptying a
-//! group shifts its bucket's group vector (bounded by the distinct coordinates sharing the
-//! first one, not by the number of nodes); creating or emptying a first-level bucket shifts
-//! the root's. A leaf's nodes are a sorted vector (an insertion shifts the leaf's other
-//! nodes: few when θ = 1, where a leaf holds the nodes of exactly equal availability).
+//! Pruning: each first-level bucket and each chunk keeps an upper bound of the
+//! coordinates (`hi`) and of the node classes (`mask`, the categorical attributes of
+//! `class.rs`) below it. Adding a node raises them; removing one marks them loose (still
+//! upper bounds, so pruning stays correct) and a search that comes back empty from a loose
+//! bucket recomputes the bounds of the chunks it looked into and of the bucket — the
+//! looseness is paid for once, by the search that ran into it, instead of by every removal.
+//!
+//! A search walks the root's coordinates from the fit region's edge, skips buckets and
+//! chunks by their bounds, and inside a bucket starts at the binary-searched edge of the
+//! fit region on the second level. A run (one exact coordinate) is answered as a whole: its
+//! lowest fitting id of an eligible class (ineligible classes skipped by binary search).
 
 use super::class::{bit, ClassId, Eligible};
 use super::coord::{DimOrder, Key, DIMS};
@@ -31,7 +34,7 @@ use super::policy::{Dir, Pos};
 use hetsched_common::NodeId;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// Levels below the first, folded into a bucket's groups.
+/// Levels below the first, folded into a bucket's entries.
 const REST: usize = DIMS - 1;
 
 /// A coordinate without its first level.
