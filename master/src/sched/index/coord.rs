@@ -141,6 +141,10 @@ impl Granularity {
     /// A raw vector divided by θ, rounded up.
     #[inline]
     pub fn coarse(&self, raw: &Key) -> Key {
+        if self.0 == [1; DIMS] {
+            // θ = 1 (the exact index): no division.
+            return *raw;
+        }
         [
             raw[0].div_ceil(self.0[0]),
             raw[1].div_ceil(self.0[1]),

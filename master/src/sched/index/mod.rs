@@ -14,9 +14,9 @@
 //!  tree.rs (one per dimension order)      policy.rs
 //!  (*,*,*,*)                              LeastFit  first fit, descending
 //!   ├─ (32000,*,*,*)                      BestFit   first fit, ascending
-//!   │   └─ (32000,65536,*,*) …            FirstFit  = ascending order
-//!   │        └─ (32000,65536,2,1000)      NextFit   ascending, after a cursor
-//!   │             leaf: {n3, n9} by class
+//!   │   chunks of ≤ 32 nodes, sorted by   FirstFit  = ascending order
+//!   │   (rest of coordinate, class, id):  NextFit   ascending, after a cursor
+//!   │   [(65536,2,1000) n3, n9; …] [ … ]
 //!   └─ …                                  Random    seeded draws, then NextFit-like
 //!             ▲                                      ▲
 //!             └──── FitSpace: "first fitting node after P in direction D" ────┘
@@ -185,8 +185,8 @@ impl PlacementIndex {
         self.entry(node).and_then(|e| e.state.reservation.as_ref())
     }
 
-    /// Adds a node, or replaces what it has free. O(1) amortised per dimension order in use
-    /// (see `tree.rs` for the exact costs).
+    /// Adds a node, or replaces what it has free: a few binary searches and a shift of at
+    /// most 32 entries per dimension order in use (see `tree.rs`).
     pub fn upsert_node(&mut self, id: NodeId, free: &NodeResources) {
         if let Some(slot) = self.by_id.get(&id).copied() {
             if let Some(e) = self.slots[slot as usize].as_mut() {
@@ -225,7 +225,7 @@ impl PlacementIndex {
             return false;
         };
         for t in &mut self.trees {
-            t.remove(slot, id, e.class);
+            t.remove(slot, id, &e.state.key_pub, e.class);
         }
         if let Some(r) = &e.state.reservation {
             self.forget_reservation(r.task, id);
@@ -288,7 +288,7 @@ impl PlacementIndex {
     /// (`NodeResources::take`) and moves the node in the index. `None` when it does not fit.
     pub fn take(&mut self, node: NodeId, req: &ResourceRequest) -> Option<GpuAlloc> {
         let slot = self.slot(node).ok()?;
-        let alloc = self.slots[slot as usize].as_mut()?.state.free.take(req)?;
+        let alloc = node::take(&mut self.slots[slot as usize].as_mut()?.state.free, req)?;
         self.refresh(slot, false);
         Some(alloc)
     }
@@ -406,7 +406,7 @@ impl PlacementIndex {
         }
         let (id, key, class) = (e.state.id, e.state.key_pub, e.class);
         for t in &mut self.trees {
-            t.remove(slot, id, old_class);
+            t.remove(slot, id, &old_key, old_class);
             t.add(slot, id, &key, class);
         }
     }

@@ -584,3 +584,72 @@ fn many_classes_stay_exact() {
         assert_eq!(ix.ordered_fits(&q, Dir::Desc), vec![NodeId(want + 1)]);
     }
 }
+
+/// Hundreds of nodes on few coordinates, of interleaved classes: runs of one coordinate span
+/// several chunks of a bucket (`tree.rs`), and searches that resume inside such a run, skip
+/// ineligible classes in it, or walk it from either end still answer as the scan does.
+#[test]
+fn long_runs_across_chunks_stay_exact() {
+    let models = ["A", "B", "C"];
+    let node = |i: u64| NodeResources {
+        gpus: gpus(models[(i % 7 % 3) as usize], &[1000, 1000]),
+        ..res(8000 + (i % 2) * 1000, 1024 * (1 + i % 3))
+    };
+    let mut ix = PlacementIndex::default();
+    let mut sc = LinearScan::new(Granularity::EXACT);
+    for i in 1..=400u64 {
+        ix.upsert_node(NodeId(i), &node(i));
+        sc.upsert_node(NodeId(i), &node(i));
+    }
+    let mut rng = SplitMix64::new(7);
+    let mut next_ix = NextFit::default();
+    let mut next_sc = NextFit::default();
+    for step in 0..600 {
+        let mut r = ask(250 * rng.range(1, 8), 256 * rng.range(1, 8));
+        if rng.below(2) == 0 {
+            r.gpu = GpuRequest::whole(rng.range(1, 2) as u32);
+            if rng.below(2) == 0 {
+                r.gpu.models = vec![models[rng.below(3) as usize].to_string()];
+            }
+        }
+        let q = PlacementQuery::new(&r);
+        if step % 50 == 0 {
+            for dir in [Dir::Asc, Dir::Desc] {
+                assert_eq!(ix.ordered_fits(&q, dir), sc.ordered_fits(&q, dir), "{step}");
+            }
+        }
+        let chosen = match step % 3 {
+            0 => {
+                let a = ix.place(&q, &mut next_ix);
+                assert_eq!(a, sc.place(&q, &mut next_sc), "next-fit {step}");
+                a
+            }
+            1 => {
+                let a = ix.place(&q, &mut LeastFit);
+                assert_eq!(a, sc.place(&q, &mut LeastFit), "least-fit {step}");
+                a
+            }
+            _ => {
+                let a = ix.place(&q, &mut BestFit);
+                assert_eq!(a, sc.place(&q, &mut BestFit), "best-fit {step}");
+                a
+            }
+        };
+        match chosen {
+            // Every fourth placement is given back at once: nodes return to their run.
+            Some(n) if step % 4 == 0 => {
+                let a = ix.take(n, &r).unwrap();
+                assert_eq!(sc.take(n, &r).as_ref(), Some(&a));
+                let cap = node(n.0);
+                ix.give_back(n, &r, &a, &cap);
+                sc.give_back(n, &r, &a, &cap);
+            }
+            Some(n) => {
+                let a = ix.take(n, &r).unwrap();
+                assert_eq!(sc.take(n, &r).as_ref(), Some(&a));
+            }
+            None => {}
+        }
+        assert_eq!(ix.free(NodeId(1)), sc.free(NodeId(1)));
+    }
+}

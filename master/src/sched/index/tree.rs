@@ -1,41 +1,54 @@
-//! The bucket tree of SEEDS.md §S4.2 for one dimension order.
+//! The bucket tree of SEEDS.md §S4.2 for one dimension order, with the levels below the
+//! first folded into sorted, chunked vectors.
 //!
-//! Level `l` (0-based) fixes the `l`-th coordinate of the order: the root is `(*,*,*,*)`, its
-//! children `(x0,*,*,*)`, and so on down to the leaves, which fix every coordinate and hold
-//! their nodes as (id, slot, class), ids ascending. Buckets live in an arena; children are
-//! kept as a sorted vector of coordinates, so a search finds the start of the task's fit
-//! region by binary search and then walks only coordinates inside it.
+//! The root's children fix the order's first coordinate (`(x0,*,*,*)`): a sorted vector of
+//! coordinates and their buckets. A bucket holds its nodes as entries (rest of the
+//! coordinate `(x1,x2,x3)`, class, id, slot), sorted by (coordinate, class, id), in chunks
+//! of at most [`CHUNK`] entries. The nodes of one exact coordinate — a leaf of the
+//! original design — are a run of consecutive entries (usually one at θ = 1; thousands for
+//! the untouched nodes of one shape), possibly spanning chunks.
 //!
-//! Each bucket also keeps an upper bound of the coordinates (`hi`) and of the node classes
-//! (`mask`, the categorical attributes of `class.rs`) below it. Adding a node raises them;
-//! removing one leaves them as they are (still upper bounds, so pruning stays correct) and
-//! a search that comes back empty from a bucket recomputes that bucket's bounds from its
-//! children — the looseness is paid for once, by the search that ran into it, instead of
-//! by every removal.
+//! Why: with θ = 1 a node's exact free vector is rarely shared, so every commit and release
+//! used to create and empty a chain of two or three buckets (hash lookup of the leaf, child
+//! vectors, parent walks, a leaf vector behind one more pointer). Now a move is a binary
+//! search of the root, one of the bucket's chunks and one inside a chunk, and a shift of
+//! at most [`CHUNK`] entries; no allocation (emptied chunks keep their vectors for reuse).
+//! Chunks bound the shift because policies concentrate nodes on few first coordinates
+//! (LeastFit levels the CPU: at 10k nodes, ~64 buckets of ~150 nodes).
 //!
-//! Costs: adding a node is a hash lookup of its leaf plus a walk of the `DIMS` parents;
-//! removing one is the walk. Creating or emptying a bucket also touches its parent's sorted
-//! child vector (binary search and shift, bounded by the number of distinct coordinates on
-//! that level, not by the number of nodes), and a leaf's nodes are a sorted vector (an
-//! insertion shifts the leaf's other nodes: few when θ = 1, where a leaf holds the nodes of
-//! exactly equal availability).
+//! Pruning: each first-level bucket and each chunk keeps an upper bound of the
+//! coordinates (`hi`) and of the node classes (`mask`, the categorical attributes of
+//! `class.rs`) below it. Adding a node raises them; removing one marks them loose (still
+//! upper bounds, so pruning stays correct) and a search that comes back empty from a loose
+//! bucket recomputes the bounds of the chunks it looked into and of the bucket — the
+//! looseness is paid for once, by the search that ran into it, instead of by every removal.
+//!
+//! A search walks the root's coordinates from the fit region's edge, skips buckets and
+//! chunks by their bounds, and inside a bucket starts at the binary-searched edge of the
+//! fit region on the second level. A run (one exact coordinate) is answered as a whole: its
+//! lowest fitting id of an eligible class (ineligible classes skipped by binary search).
 
 use super::class::{bit, ClassId, Eligible};
 use super::coord::{DimOrder, Key, DIMS};
 use super::policy::{Dir, Pos};
 use hetsched_common::NodeId;
-use std::cmp::Reverse;
-use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-const NONE: u32 = u32::MAX;
+/// Levels below the first, folded into a bucket's entries.
+const REST: usize = DIMS - 1;
 
-/// Sort key of a leaf entry: class ascending, then id descending.
+/// A coordinate without its first level.
+type Rest = [u64; REST];
+
 #[inline]
-fn leaf_order(e: &(NodeId, u32, ClassId)) -> (ClassId, Reverse<NodeId>) {
-    (e.2, Reverse(e.0))
+fn rest_of(key: &Key) -> Rest {
+    [key[1], key[2], key[3]]
 }
-const ROOT: u32 = 0;
+
+#[inline]
+fn full_key(first: u64, rest: &Rest) -> Key {
+    [first, rest[0], rest[1], rest[2]]
+}
 
 /// A small deterministic hasher for integer keys (the std hasher is randomly seeded and
 /// slower; the maps that use this one are only looked up, never iterated).
@@ -76,33 +89,129 @@ impl Hasher for FxHasher {
 
 pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
 
-/// One bucket. `repr(C)` with the fields a search reads of every child it considers
-/// (count, mask, hi) first and a 64-byte alignment, so that check touches one cache line.
+/// Most entries one chunk of a bucket holds: a chunk is split in two when it grows past
+/// this, so adding or removing a node shifts at most this many. (Policies concentrate the
+/// nodes on few first coordinates — LeastFit levels the CPU — and the fresh nodes of one
+/// shape share a coordinate, so one bucket may hold thousands of nodes.)
+const CHUNK: usize = 32;
+
+/// One node in its bucket: the rest of its coordinate, its id, slot and class.
+#[derive(Clone, Copy, Debug, Default)]
+struct Entry {
+    rest: Rest,
+    id: NodeId,
+    slot: u32,
+    class: ClassId,
+}
+
+/// The order of a bucket's entries: coordinate, then class (so that a search skips an
+/// ineligible class of nodes sharing a coordinate in one step), then id.
+type SortKey = (u64, u64, u64, ClassId, NodeId);
+
+#[inline]
+fn sort_key(e: &Entry) -> SortKey {
+    (e.rest[0], e.rest[1], e.rest[2], e.class, e.id)
+}
+
+/// A first-level bucket: every node whose first coordinate is `coord`. The fields a search
+/// reads to decide whether to enter it (mask, hi) come first.
 #[derive(Clone, Debug, Default)]
-#[repr(C, align(64))]
 struct Bucket {
-    /// Nodes below.
-    count: u32,
-    parent: u32,
     /// Upper bound of the class bits below.
     mask: u64,
-    /// Upper bound of the coordinates below, per level (exact for a leaf).
-    hi: Key,
-    /// This bucket's coordinate on its parent's level.
+    /// Upper bound of the remaining coordinates below.
+    hi: Rest,
+    /// Nodes below.
+    count: u32,
+    /// Whether `mask` / `hi` may be looser than the chunks' (a node left since the last
+    /// recomputation).
+    loose: bool,
+    /// This bucket's first coordinate.
     coord: u64,
-    /// 0 for the root, `DIMS` for leaves.
-    depth: u8,
-    /// Inner buckets: children's coordinates, ascending, and their arena indices.
-    coords: Vec<u64>,
-    kids: Vec<u32>,
-    /// Leaves: (node id, slot, class), grouped by class ascending and, within a class, by
-    /// id *descending*. Every policy takes the lowest id first, so it sits at the end of its
-    /// run and leaves by a pop rather than by shifting the whole leaf (the fresh nodes of
-    /// one shape share a leaf, thousands of them). Grouping by class lets a search skip the
-    /// ineligible classes of a leaf in one step. A sorted vector rather than a B-tree: with
-    /// θ = 1 most leaves hold a handful of nodes, and the vector keeps its capacity when the
-    /// bucket is recycled, so moving a node costs no allocation.
-    nodes: Vec<(NodeId, u32, ClassId)>,
+    /// The nodes, in [`SortKey`] order, in chunks.
+    chunks: Vec<Chunk>,
+}
+
+/// A run of at most [`CHUNK`] consecutive entries of a bucket, with bounds for pruning.
+#[derive(Clone, Debug, Default)]
+struct Chunk {
+    /// Upper bound of the class bits of the entries.
+    mask: u64,
+    /// Upper bound of the entries' coordinates.
+    hi: Rest,
+    /// Whether `mask` / `hi` may be loose (an entry left).
+    loose: bool,
+    /// A copy of the first entry (chunks are found by it).
+    first: Entry,
+    /// In [`SortKey`] order, never empty.
+    entries: Vec<Entry>,
+}
+
+impl Chunk {
+    fn tighten(&mut self) {
+        let mut hi = [0; REST];
+        let mut mask = 0u64;
+        for e in &self.entries {
+            for (h, r) in hi.iter_mut().zip(e.rest.iter()) {
+                *h = (*h).max(*r);
+            }
+            mask |= bit(e.class);
+        }
+        self.hi = hi;
+        self.mask = mask;
+        self.loose = false;
+    }
+
+    /// Whether the chunk may hold a node of an eligible class at or above the task on the
+    /// levels below the first.
+    #[inline]
+    fn viable(&self, t: &Key, emask: u64) -> bool {
+        self.mask & emask != 0 && self.hi[0] >= t[1] && self.hi[1] >= t[2] && self.hi[2] >= t[3]
+    }
+}
+
+/// A place in a bucket: (chunk, entry) indices; `(chunks.len(), 0)` is the end.
+type At = (usize, usize);
+
+/// The first place in `chunks` whose entry is not `before` (`before` must hold for a
+/// prefix of the entries).
+#[inline]
+fn seek(chunks: &[Chunk], before: impl Fn(&Entry) -> bool) -> At {
+    let ci = chunks.partition_point(|c| before(&c.first));
+    if ci > 0 {
+        let c = &chunks[ci - 1];
+        let gi = c.entries.partition_point(&before);
+        if gi < c.entries.len() {
+            return (ci - 1, gi);
+        }
+    }
+    (ci, 0)
+}
+
+/// The entry at `at`, moving `at` past the end of a chunk first.
+#[inline]
+fn entry_at<'c>(chunks: &'c [Chunk], at: &mut At) -> Option<&'c Entry> {
+    loop {
+        let c = chunks.get(at.0)?;
+        if let Some(e) = c.entries.get(at.1) {
+            return Some(e);
+        }
+        *at = (at.0 + 1, 0);
+    }
+}
+
+/// The entry just before `at`, moving `at` onto it.
+#[inline]
+fn step_back<'c>(chunks: &'c [Chunk], at: &mut At) -> Option<&'c Entry> {
+    while at.1 == 0 {
+        if at.0 == 0 {
+            return None;
+        }
+        at.0 -= 1;
+        at.1 = chunks[at.0].entries.len();
+    }
+    at.1 -= 1;
+    Some(&chunks[at.0].entries[at.1])
 }
 
 /// One search: the task's coordinate in this tree's order, the classes it may use, where to
@@ -114,29 +223,32 @@ pub(crate) struct Search<'a> {
     pub after: Option<&'a Pos>,
 }
 
+/// Where a search resumes inside one first-level bucket: the rest of the resume place's
+/// coordinate and its node.
+type Resume = (Rest, NodeId);
+
 /// The bucket tree for one dimension order.
 #[derive(Clone, Debug)]
 pub(crate) struct Tree {
     order: DimOrder,
+    /// The root's children: first coordinates ascending, and their buckets.
+    coords: Vec<u64>,
+    kids: Vec<u32>,
     b: Vec<Bucket>,
-    spare: Vec<u32>,
-    /// Slot → its leaf (NONE when absent).
-    leaf_of: Vec<u32>,
-    /// Coordinate → leaf, for O(1) insertion into an existing leaf.
-    leaves: HashMap<Key, u32, FxBuild>,
+    spare_b: Vec<u32>,
+    /// Entry vectors of dropped chunks, kept for their capacity.
+    spare_v: Vec<Vec<Entry>>,
 }
 
 impl Tree {
     pub fn new(order: DimOrder) -> Self {
         Self {
             order,
-            b: vec![Bucket {
-                parent: NONE,
-                ..Bucket::default()
-            }],
-            spare: Vec::new(),
-            leaf_of: Vec::new(),
-            leaves: HashMap::default(),
+            coords: Vec::new(),
+            kids: Vec::new(),
+            b: Vec::new(),
+            spare_b: Vec::new(),
+            spare_v: Vec::new(),
         }
     }
 
@@ -144,127 +256,167 @@ impl Tree {
         self.order
     }
 
-    /// Number of live buckets (for tests and reports).
+    /// Number of live buckets: the root, the first-level buckets and one per distinct
+    /// coordinate (O(|N|): for tests and reports).
     pub fn buckets(&self) -> usize {
-        self.b.len() - self.spare.len()
+        let coordinates: usize = self
+            .kids
+            .iter()
+            .map(|x| {
+                let mut last = None;
+                let mut n = 0;
+                for c in &self.b[*x as usize].chunks {
+                    for e in &c.entries {
+                        if last != Some(e.rest) {
+                            n += 1;
+                            last = Some(e.rest);
+                        }
+                    }
+                }
+                n
+            })
+            .sum();
+        1 + self.kids.len() + coordinates
     }
 
     /// Adds a node at canonical coordinate `canonical`.
     pub fn add(&mut self, slot: u32, id: NodeId, canonical: &Key, class: ClassId) {
         let key = self.order.permute(canonical);
-        let leaf = match self.leaves.get(&key) {
-            Some(l) => *l,
-            None => self.make_path(&key),
+        let e = Entry {
+            rest: rest_of(&key),
+            id,
+            slot,
+            class,
         };
-        let nodes = &mut self.b[leaf as usize].nodes;
-        let at = nodes.partition_point(|e| leaf_order(e) < (class, Reverse(id)));
-        nodes.insert(at, (id, slot, class));
-        let s = slot as usize;
-        if self.leaf_of.len() <= s {
-            self.leaf_of.resize(s + 1, NONE);
-        }
-        self.leaf_of[s] = leaf;
-        let cbit = bit(class);
-        let mut x = leaf;
-        while x != NONE {
-            let bk = &mut self.b[x as usize];
-            bk.count += 1;
-            for (h, k) in bk.hi.iter_mut().zip(key.iter()) {
-                *h = (*h).max(*k);
+        let x = match self.coords.binary_search(&key[0]) {
+            Ok(i) => self.kids[i],
+            Err(i) => {
+                let x = self.alloc_bucket(key[0]);
+                self.coords.insert(i, key[0]);
+                self.kids.insert(i, x);
+                x
             }
-            bk.mask |= cbit;
-            x = bk.parent;
+        };
+        let cbit = bit(class);
+        let bk = &mut self.b[x as usize];
+        bk.count += 1;
+        bk.mask |= cbit;
+        for (h, k) in bk.hi.iter_mut().zip(e.rest.iter()) {
+            *h = (*h).max(*k);
+        }
+        if bk.chunks.is_empty() {
+            let mut v = self.spare_v.pop().unwrap_or_default();
+            v.push(e);
+            bk.chunks.push(Chunk {
+                mask: cbit,
+                hi: e.rest,
+                loose: false,
+                first: e,
+                entries: v,
+            });
+            return;
+        }
+        let k = sort_key(&e);
+        let ci = bk
+            .chunks
+            .partition_point(|c| sort_key(&c.first) <= k)
+            .saturating_sub(1);
+        let c = &mut bk.chunks[ci];
+        let at = c.entries.partition_point(|x| sort_key(x) < k);
+        c.entries.insert(at, e);
+        if at == 0 {
+            c.first = e;
+        }
+        c.mask |= cbit;
+        for (h, r) in c.hi.iter_mut().zip(e.rest.iter()) {
+            *h = (*h).max(*r);
+        }
+        if c.entries.len() > CHUNK {
+            let mut right = self.spare_v.pop().unwrap_or_default();
+            let half = c.entries.len() / 2;
+            right.extend_from_slice(&c.entries[half..]);
+            c.entries.truncate(half);
+            c.tighten();
+            let mut r = Chunk {
+                first: right[0],
+                entries: right,
+                ..Chunk::default()
+            };
+            r.tighten();
+            bk.chunks.insert(ci + 1, r);
         }
     }
 
-    /// Removes a node (of class `class`); returns whether it was there.
-    pub fn remove(&mut self, slot: u32, id: NodeId, class: ClassId) -> bool {
-        let leaf = match self.leaf_of.get(slot as usize) {
-            Some(l) if *l != NONE => *l,
-            _ => return false,
+    /// Removes a node (of class `class`, added at canonical coordinate `canonical`);
+    /// returns whether it was there.
+    pub fn remove(&mut self, slot: u32, id: NodeId, canonical: &Key, class: ClassId) -> bool {
+        let key = self.order.permute(canonical);
+        let Ok(i) = self.coords.binary_search(&key[0]) else {
+            return false;
         };
-        self.leaf_of[slot as usize] = NONE;
-        let nodes = &mut self.b[leaf as usize].nodes;
-        if let Ok(at) = nodes.binary_search_by_key(&(class, Reverse(id)), leaf_order) {
-            nodes.remove(at);
+        let x = self.kids[i];
+        let k = (key[1], key[2], key[3], class, id);
+        let bk = &mut self.b[x as usize];
+        let (ci, gi) = seek(&bk.chunks, |e| sort_key(e) < k);
+        let Some(c) = bk.chunks.get_mut(ci) else {
+            return false;
+        };
+        if c.entries
+            .get(gi)
+            .is_none_or(|e| sort_key(e) != k || e.slot != slot)
+        {
+            return false;
         }
-        let mut x = leaf;
-        while x != NONE {
-            let parent = self.b[x as usize].parent;
-            let bk = &mut self.b[x as usize];
-            bk.count -= 1;
-            if bk.count == 0 && x != ROOT {
-                self.unlink(x);
-            }
-            x = parent;
+        c.entries.remove(gi);
+        c.loose = true;
+        if c.entries.is_empty() {
+            let v = std::mem::take(&mut c.entries);
+            bk.chunks.remove(ci);
+            self.spare_v.push(v);
+        } else if gi == 0 {
+            c.first = c.entries[0];
+        }
+        bk.count -= 1;
+        bk.loose = true;
+        if bk.count == 0 {
+            self.coords.remove(i);
+            self.kids.remove(i);
+            self.spare_b.push(x);
         }
         true
     }
 
-    /// Creates the missing buckets on the path to the leaf at `key`.
-    fn make_path(&mut self, key: &Key) -> u32 {
-        let mut x = ROOT;
-        for (level, c) in key.iter().enumerate() {
-            let bk = &self.b[x as usize];
-            x = match bk.coords.binary_search(c) {
-                Ok(i) => bk.kids[i],
-                Err(i) => {
-                    let child = self.alloc(x, *c, level as u8 + 1);
-                    let bk = &mut self.b[x as usize];
-                    bk.coords.insert(i, *c);
-                    bk.kids.insert(i, child);
-                    child
-                }
-            };
-        }
-        // A leaf's coordinate bound is exact: every node in it has this coordinate.
-        self.b[x as usize].hi = *key;
-        self.leaves.insert(*key, x);
-        x
-    }
-
-    fn alloc(&mut self, parent: u32, coord: u64, depth: u8) -> u32 {
-        let fresh = Bucket {
-            parent,
-            depth,
-            coord,
-            ..Bucket::default()
-        };
-        match self.spare.pop() {
+    fn alloc_bucket(&mut self, coord: u64) -> u32 {
+        match self.spare_b.pop() {
             Some(i) => {
                 let bk = &mut self.b[i as usize];
-                bk.parent = parent;
-                bk.depth = depth;
-                bk.coord = coord;
                 bk.count = 0;
-                bk.hi = [0; DIMS];
+                bk.loose = false;
                 bk.mask = 0;
-                // Vectors keep their capacity for the next use.
-                bk.coords.clear();
-                bk.kids.clear();
+                bk.hi = [0; REST];
+                bk.coord = coord;
+                // An emptied bucket has no chunks left; the vector keeps its capacity.
+                bk.chunks.clear();
                 i
             }
             None => {
-                self.b.push(fresh);
+                self.b.push(Bucket {
+                    coord,
+                    ..Bucket::default()
+                });
                 (self.b.len() - 1) as u32
             }
         }
     }
 
-    /// Detaches an emptied bucket from its parent and recycles it.
-    fn unlink(&mut self, x: u32) {
-        let (parent, coord) = (self.b[x as usize].parent, self.b[x as usize].coord);
-        if self.b[x as usize].depth as usize == DIMS {
-            let key = self.b[x as usize].hi;
-            self.leaves.remove(&key);
-        }
-        let p = &mut self.b[parent as usize];
-        if let Ok(i) = p.coords.binary_search(&coord) {
-            p.coords.remove(i);
-            p.kids.remove(i);
-        }
-        self.b[x as usize].parent = NONE;
-        self.spare.push(x);
+    /// Whether first-level bucket `x` may hold a fit.
+    #[inline]
+    fn viable(&self, x: u32, s: &Search<'_>) -> bool {
+        let bk = &self.b[x as usize];
+        bk.mask & s.elig.mask != 0
+            && bk.hi[0] >= s.task[1]
+            && bk.hi[1] >= s.task[2]
+            && bk.hi[2] >= s.task[3]
     }
 
     /// The first fitting node in the search's direction, strictly after `s.after`.
@@ -274,160 +426,246 @@ impl Tree {
         s: &Search<'_>,
         fits: &mut F,
     ) -> Option<Pos> {
-        let tight = s.after.is_some();
-        self.dfs(ROOT, 0, tight, s, fits)
-            .map(|(node, level_key)| Pos {
-                key: level_key,
-                node,
-            })
-    }
-
-    /// Whether bucket `x` (at depth `depth`, i.e. fixing levels `< depth`) may hold a fit.
-    #[inline]
-    fn viable(&self, x: u32, depth: usize, s: &Search<'_>) -> bool {
-        let bk = &self.b[x as usize];
-        bk.count > 0 && bk.mask & s.elig.mask != 0 && (depth..DIMS).all(|l| bk.hi[l] >= s.task[l])
-    }
-
-    /// Depth-first walk of bucket `x`, whose children sit on level `depth`. `tight` means
-    /// every level above matched `s.after` exactly, so this level starts at the resume point.
-    fn dfs<F: FnMut(u32, NodeId) -> bool>(
-        &mut self,
-        x: u32,
-        depth: usize,
-        tight: bool,
-        s: &Search<'_>,
-        fits: &mut F,
-    ) -> Option<(NodeId, Key)> {
-        if depth == DIMS {
-            return self.leaf_level(x, tight, s, fits);
-        }
-        let lo = s.task[depth];
-        let resume = s.after.map(|a| a.key[depth]);
-        let n = self.b[x as usize].coords.len();
-        let found = match s.dir {
+        let lo = s.task[0];
+        let resume = s.after.map(|a| (a.key[0], (rest_of(&a.key), a.node)));
+        let n = self.coords.len();
+        match s.dir {
             Dir::Asc => {
-                let start = match (tight, resume) {
-                    (true, Some(r)) => lo.max(r),
-                    _ => lo,
-                };
-                let mut i = self.b[x as usize].coords.partition_point(|c| *c < start);
-                let mut found = None;
+                let start = resume.map_or(lo, |r| lo.max(r.0));
+                let mut i = self.coords.partition_point(|c| *c < start);
                 while i < n {
-                    let (c, kid) = (self.b[x as usize].coords[i], self.b[x as usize].kids[i]);
+                    let (c, kid) = (self.coords[i], self.kids[i]);
                     i += 1;
-                    if !self.viable(kid, depth + 1, s) {
+                    if !self.viable(kid, s) {
                         continue;
                     }
-                    let kid_tight = tight && Some(c) == resume;
-                    if let Some(hit) = self.dfs(kid, depth + 1, kid_tight, s, fits) {
-                        found = Some(hit);
-                        break;
+                    let tight = resume.filter(|r| r.0 == c).map(|r| r.1);
+                    if let Some(hit) = self.in_bucket(kid, tight, s, fits) {
+                        return Some(hit);
                     }
                 }
-                found
             }
             Dir::Desc => {
-                let top = match (tight, resume) {
-                    (true, Some(r)) => r,
-                    _ => u64::MAX,
-                };
-                let mut i = self.b[x as usize].coords.partition_point(|c| *c <= top);
-                let mut found = None;
+                let top = resume.map_or(u64::MAX, |r| r.0);
+                let mut i = self.coords.partition_point(|c| *c <= top);
                 while i > 0 {
                     i -= 1;
-                    let (c, kid) = (self.b[x as usize].coords[i], self.b[x as usize].kids[i]);
+                    let (c, kid) = (self.coords[i], self.kids[i]);
                     if c < lo {
                         break;
                     }
-                    if !self.viable(kid, depth + 1, s) {
+                    if !self.viable(kid, s) {
                         continue;
                     }
-                    let kid_tight = tight && Some(c) == resume;
-                    if let Some(hit) = self.dfs(kid, depth + 1, kid_tight, s, fits) {
-                        found = Some(hit);
-                        break;
+                    let tight = resume.filter(|r| r.0 == c).map(|r| r.1);
+                    if let Some(hit) = self.in_bucket(kid, tight, s, fits) {
+                        return Some(hit);
                     }
                 }
-                found
             }
-        };
-        if found.is_none() && x != ROOT {
-            self.tighten(x, depth);
         }
-        found
+        None
     }
 
-    /// A leaf: its nodes share the coordinate, so the answer is its lowest fitting node id
-    /// of an eligible class (after the resume id when tight).
-    fn leaf_level<F: FnMut(u32, NodeId) -> bool>(
+    /// The first fit among bucket `x`'s nodes; `tight` is the resume point when the bucket
+    /// is the resume place's own.
+    fn in_bucket<F: FnMut(u32, NodeId) -> bool>(
         &mut self,
         x: u32,
-        tight: bool,
+        tight: Option<Resume>,
         s: &Search<'_>,
         fits: &mut F,
-    ) -> Option<(NodeId, Key)> {
-        let bk = &self.b[x as usize];
-        let resume = match (tight, s.after) {
-            (true, Some(a)) => Some(a.node),
-            _ => None,
-        };
-        let nodes = &bk.nodes;
-        let mut best: Option<NodeId> = None;
-        let mut i = 0;
-        while i < nodes.len() {
-            let class = nodes[i].2;
-            let end = i + nodes[i..].partition_point(|e| e.2 == class);
-            if s.elig.allows(class) {
-                // Ids descend within the run: those after the resume point come first.
-                let run = &nodes[i..end];
-                let stop = resume.map_or(run.len(), |r| run.partition_point(|e| e.0 > r));
-                for (id, slot, _) in run[..stop].iter().rev() {
-                    if best.is_some_and(|b| *id >= b) {
+    ) -> Option<Pos> {
+        let t = &s.task;
+        let emask = s.elig.mask;
+        let chunks = &self.b[x as usize].chunks[..];
+        // Whether the coordinate `rest` is in the fit region (the first level is the
+        // walk's own bound).
+        let in_region = |rest: &Rest| rest[1] >= t[2] && rest[2] >= t[3];
+        let mut hit: Option<(NodeId, Rest)> = None;
+        // Chunks whose entries this search looked at (the first 64), to tighten if
+        // nothing fits.
+        let mut scanned = 0u64;
+        match s.dir {
+            Dir::Asc => {
+                // Entries before `low` are below the task on the second level, or not
+                // after the resume place.
+                let mut low: Rest = [t[1], 0, 0];
+                if let Some((r, _)) = tight {
+                    low = low.max(r);
+                }
+                let mut at = seek(chunks, |e| e.rest < low);
+                while let Some(e) = entry_at(chunks, &mut at) {
+                    if at.1 == 0 && !chunks[at.0].viable(t, emask) {
+                        at = (at.0 + 1, 0);
+                        continue;
+                    }
+                    scanned |= 1u64.checked_shl(at.0 as u32).unwrap_or(0);
+                    let rest = e.rest;
+                    if !in_region(&rest) {
+                        // Outside the fit region: so is the rest of its run, entry by entry.
+                        at.1 += 1;
+                        continue;
+                    }
+                    let resume = tight.filter(|r| r.0 == rest).map(|r| r.1);
+                    let (best, end) = run_best(chunks, at, s, resume, fits);
+                    if let Some(id) = best {
+                        hit = Some((id, rest));
                         break;
                     }
-                    if fits(*slot, *id) {
-                        best = Some(*id);
+                    at = end;
+                }
+            }
+            Dir::Desc => {
+                let mut at = match tight {
+                    Some((r, _)) => seek(chunks, |e| e.rest <= r),
+                    None => (chunks.len(), 0),
+                };
+                loop {
+                    if at.1 == 0 {
+                        // Entering the chunk before from its end.
+                        let Some(c) = at.0.checked_sub(1).map(|ci| &chunks[ci]) else {
+                            break;
+                        };
+                        if c.hi[0] < t[1] {
+                            // Every entry here and before is below the task's second level.
+                            break;
+                        }
+                        if !c.viable(t, emask) {
+                            at = (at.0 - 1, 0);
+                            continue;
+                        }
+                    }
+                    let Some(e) = step_back(chunks, &mut at) else {
+                        break;
+                    };
+                    if e.rest[0] < t[1] {
                         break;
                     }
+                    scanned |= 1u64.checked_shl(at.0 as u32).unwrap_or(0);
+                    let rest = e.rest;
+                    if !in_region(&rest) {
+                        continue;
+                    }
+                    let start = run_start(chunks, at);
+                    let resume = tight.filter(|r| r.0 == rest).map(|r| r.1);
+                    if let (Some(id), _) = run_best(chunks, start, s, resume, fits) {
+                        hit = Some((id, rest));
+                        break;
+                    }
+                    at = start;
                 }
-            }
-            i = end;
-        }
-        let hit = best.map(|id| (id, bk.hi));
-        if hit.is_none() && !tight {
-            self.tighten(x, DIMS);
-        }
-        hit
-    }
-
-    /// Recomputes bucket `x`'s bounds from its children (they are upper bounds themselves,
-    /// so the result is one too, and at least as tight).
-    fn tighten(&mut self, x: u32, depth: usize) {
-        let bk = &self.b[x as usize];
-        let mut hi = bk.hi;
-        let mut mask = 0u64;
-        if depth < DIMS {
-            for h in hi.iter_mut().skip(depth) {
-                *h = 0;
-            }
-            if let Some(last) = bk.coords.last() {
-                hi[depth] = *last;
-            }
-            for kid in &bk.kids {
-                let k = &self.b[*kid as usize];
-                for (h, kh) in hi.iter_mut().zip(k.hi.iter()).skip(depth + 1) {
-                    *h = (*h).max(*kh);
-                }
-                mask |= k.mask;
-            }
-        } else {
-            for (_, _, c) in &bk.nodes {
-                mask |= bit(*c);
             }
         }
         let bk = &mut self.b[x as usize];
-        bk.hi = hi;
-        bk.mask = mask;
+        match hit {
+            Some((node, rest)) => Some(Pos {
+                key: full_key(bk.coord, &rest),
+                node,
+            }),
+            None => {
+                if bk.loose && scanned != 0 {
+                    // The bounds let this search in and nothing fit: tighten the chunks it
+                    // looked into, and the bucket from its chunks.
+                    let mut hi = [0; REST];
+                    let mut mask = 0u64;
+                    for (ci, c) in bk.chunks.iter_mut().enumerate() {
+                        if c.loose && ci < 64 && scanned & (1 << ci) != 0 {
+                            c.tighten();
+                        }
+                        for (h, r) in hi.iter_mut().zip(c.hi.iter()) {
+                            *h = (*h).max(*r);
+                        }
+                        mask |= c.mask;
+                    }
+                    bk.hi = hi;
+                    bk.mask = mask;
+                    bk.loose = false;
+                }
+                None
+            }
+        }
     }
+}
+
+/// The first place of the run of entries sharing the coordinate of the entry at `at`.
+#[inline]
+fn run_start(chunks: &[Chunk], at: At) -> At {
+    let rest = chunks[at.0].entries[at.1].rest;
+    let mut prev = at;
+    match step_back(chunks, &mut prev) {
+        Some(e) if e.rest == rest => seek(chunks, |e| e.rest < rest),
+        _ => at,
+    }
+}
+
+/// The run of nodes sharing one coordinate, starting at `at`: its lowest fitting node id of
+/// an eligible class (after `resume` when given), and the place after the run.
+fn run_best<F: FnMut(u32, NodeId) -> bool>(
+    chunks: &[Chunk],
+    mut at: At,
+    s: &Search<'_>,
+    resume: Option<NodeId>,
+    fits: &mut F,
+) -> (Option<NodeId>, At) {
+    let Some(first) = entry_at(chunks, &mut at) else {
+        return (None, at);
+    };
+    let rest = first.rest;
+    let mut next = (at.0, at.1 + 1);
+    if entry_at(chunks, &mut next).is_none_or(|e| e.rest != rest) {
+        // The common case at θ = 1: a run of one node.
+        let ok = s.elig.allows(first.class)
+            && resume.is_none_or(|r| first.id > r)
+            && fits(first.slot, first.id);
+        return (ok.then_some(first.id), next);
+    }
+    let mut best: Option<NodeId> = None;
+    while let Some(e) = entry_at(chunks, &mut at) {
+        if e.rest != rest {
+            break;
+        }
+        let class = e.class;
+        let mut done = !s.elig.allows(class);
+        if !done {
+            if let Some(r) = resume {
+                if e.id <= r {
+                    at = seek(chunks, |x| {
+                        sort_key(x) <= (rest[0], rest[1], rest[2], class, r)
+                    });
+                }
+            }
+        }
+        // Ids ascend within the class: the first that fits is the class's best.
+        while !done {
+            match entry_at(chunks, &mut at) {
+                Some(e) if e.rest == rest && e.class == class => {
+                    if best.is_some_and(|b| e.id >= b) {
+                        done = true;
+                    } else if fits(e.slot, e.id) {
+                        best = Some(e.id);
+                        done = true;
+                    } else {
+                        at.1 += 1;
+                    }
+                }
+                _ => break,
+            }
+        }
+        // Past the rest of this class.
+        let mut next = at;
+        match entry_at(chunks, &mut next) {
+            Some(e) if e.rest == rest && e.class == class => {
+                let mut one = (next.0, next.1 + 1);
+                at = match entry_at(chunks, &mut one) {
+                    Some(e2) if e2.rest == rest && e2.class == class => {
+                        seek(chunks, |x| (x.rest, x.class) <= (rest, class))
+                    }
+                    _ => one,
+                };
+            }
+            _ => at = next,
+        }
+    }
+    (best, at)
 }
