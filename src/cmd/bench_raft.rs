@@ -264,7 +264,14 @@ pub fn failover(a: FailoverArgs) -> anyhow::Result<()> {
     let (rounds, lost) = result?;
     let mut sorted = rounds.clone();
     sorted.sort_by(|x, y| x.total_cmp(y));
-    let pick = |q: f64| sorted[((sorted.len() as f64 - 1.0) * q).round() as usize];
+    // Linear interpolation between closest ranks (the usual definition; the median of an
+    // even count is the mean of the middle two).
+    let pick = |q: f64| {
+        let pos = (sorted.len() as f64 - 1.0) * q;
+        let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+        let v = sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64);
+        (v * 10.0).round() / 10.0
+    };
     let (median, p99) = (pick(0.5), pick(0.99));
     if a.json {
         super::print_json(&serde_json::json!({
