@@ -96,7 +96,7 @@ impl Scheduler for IndexedScheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{touched_nodes, Command, CommandEnvelope, Outcome};
+    use crate::state::{command_nodes, touched_nodes, Command, CommandEnvelope, Outcome};
     use hetsched_common::{JobSpec, NodeResources, ResourceRequest};
 
     struct Log {
@@ -107,7 +107,7 @@ mod tests {
     impl Log {
         fn apply(&mut self, sched: &mut IndexedScheduler, c: Command) -> Outcome {
             self.i += 1;
-            let pre = c.clone();
+            let pre = command_nodes(&c);
             let o = self.s.apply(
                 self.i,
                 CommandEnvelope {
@@ -116,7 +116,7 @@ mod tests {
                     command: c,
                 },
             );
-            let touched = touched_nodes(&pre, &o);
+            let touched = touched_nodes(pre, &o);
             sched.nodes_changed(&self.s, &touched);
             o
         }

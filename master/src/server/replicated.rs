@@ -1,7 +1,7 @@
 //! The bridge between consensus and [`ClusterState`]: decodes committed entries, applies
 //! them, and tells the leader-duties actor what changed.
 
-use crate::state::{touched_nodes, ClusterState, CommandEnvelope, Outcome};
+use crate::state::{command_nodes, touched_nodes, ClusterState, CommandEnvelope, Outcome};
 use hetsched_common::NodeId;
 use hetsched_consensus::StateMachine;
 use std::sync::{Arc, RwLock};
@@ -41,12 +41,12 @@ impl StateMachine for Replicated {
         let mut touched = Vec::new();
         let outcome = match CommandEnvelope::decode(command) {
             Ok(env) => {
-                let cmd = env.command.clone();
+                let nodes = command_nodes(&env.command);
                 let outcome = match self.state.write() {
                     Ok(mut s) => s.apply(index, env),
                     Err(poisoned) => poisoned.into_inner().apply(index, env),
                 };
-                touched = touched_nodes(&cmd, &outcome);
+                touched = touched_nodes(nodes, &outcome);
                 outcome
             }
             Err(e) => {

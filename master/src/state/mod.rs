@@ -10,10 +10,10 @@ mod hash;
 pub use command::{Assign, Command, CommandEnvelope, Outcome, Plan, TaskRef};
 pub use hash::fnv1a64;
 
-/// The nodes whose free resources or liveness applying `command` (with `outcome`) may have
-/// changed: what derived caches such as the placement index must re-read.
-pub fn touched_nodes(command: &Command, outcome: &Outcome) -> Vec<NodeId> {
-    let mut nodes: BTreeSet<NodeId> = BTreeSet::new();
+/// The nodes whose free resources or liveness applying `command` may change, known before
+/// it applies (so the command need not be kept, or copied, past `apply`).
+pub fn command_nodes(command: &Command) -> BTreeSet<NodeId> {
+    let mut nodes = BTreeSet::new();
     match command {
         Command::NodeDown { node }
         | Command::NodeUp { node }
@@ -24,14 +24,19 @@ pub fn touched_nodes(command: &Command, outcome: &Outcome) -> Vec<NodeId> {
         Command::ApplyPlan(plan) => nodes.extend(plan.assignments.iter().map(|a| a.node)),
         _ => {}
     }
+    nodes
+}
+
+/// [`command_nodes`] plus those only the outcome names (a new registration, a cancelled
+/// job's nodes): what derived caches such as the placement index must re-read.
+pub fn touched_nodes(mut nodes: BTreeSet<NodeId>, outcome: &Outcome) -> Vec<NodeId> {
     match outcome {
-        Outcome::Registered { node } | Outcome::NodeUp { node } => {
+        Outcome::Registered { node }
+        | Outcome::NodeUp { node }
+        | Outcome::NodeDown { node, .. } => {
             nodes.insert(*node);
         }
         Outcome::Cancelled { stop, .. } => nodes.extend(stop.iter().map(|r| r.node)),
-        Outcome::NodeDown { node, .. } => {
-            nodes.insert(*node);
-        }
         _ => {}
     }
     nodes.into_iter().collect()
