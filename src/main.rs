@@ -42,7 +42,7 @@ enum Command {
     /// Show cluster status.
     Status(cmd::client::StatusArgs),
     /// List jobs.
-    Jobs(cmd::client::ListArgs),
+    Jobs(cmd::client::JobsArgs),
     /// List tasks.
     Tasks(cmd::client::TasksArgs),
     /// List nodes.
@@ -112,7 +112,10 @@ fn main() -> ExitCode {
                 line.push_str(&format!(": {cause}"));
             }
             eprintln!("{}", line.replace('\n', " "));
-            ExitCode::FAILURE
+            match e.downcast_ref::<cmd::client::ServerError>() {
+                Some(se) => ExitCode::from(se.exit_code()),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

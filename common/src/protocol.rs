@@ -86,6 +86,10 @@ pub enum ErrorKind {
     Unavailable,
     /// A bug on the serving side.
     Internal,
+    /// No such job, task, node or batch (a garbage-collected one says "collected").
+    NotFound,
+    /// The request is served only on another port (the admin listener, CONTRACT.md).
+    Forbidden,
 }
 
 /// Requests of the CLI and other clients to a master.
@@ -116,6 +120,9 @@ pub enum ClientRequest {
         /// As in `Status`.
         #[serde(default)]
         stale: bool,
+        /// Only this job (not found: `ErrorKind::NotFound`).
+        #[serde(default)]
+        job: Option<JobId>,
     },
     /// Tasks, optionally of one job.
     Tasks {
@@ -202,6 +209,8 @@ pub struct FaultSpec {
 }
 
 /// Answers to [`ClientRequest`].
+// Replies live for one request; boxing the status would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ClientResponse {
     /// The job was accepted (or had been, for a retried request).
@@ -282,6 +291,12 @@ pub struct StatusInfo {
     /// Log work of the answering master.
     #[serde(default)]
     pub raft: RaftCounters,
+    /// Size of the serialised replicated state, bytes.
+    #[serde(default)]
+    pub state_bytes: u64,
+    /// Size of the answering master's last snapshot file, bytes (0: none yet).
+    #[serde(default)]
+    pub snapshot_bytes: u64,
 }
 
 /// Log-work counters of one master (for benchmarks and operators).

@@ -139,7 +139,7 @@ fn message() -> impl Strategy<Value = Message> {
             job: JobId(j)
         })),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Status { stale })),
-        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Jobs { stale })),
+        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Jobs { stale, job: None })),
         (any::<bool>(), any::<Option<u64>>()).prop_map(|(stale, j)| Message::Client(
             ClientRequest::Tasks {
                 stale,
@@ -190,6 +190,8 @@ fn message() -> impl Strategy<Value = Message> {
                         flushes: 1,
                         snapshots: 0,
                     },
+                    state_bytes: m,
+                    snapshot_bytes: 7,
                 }))
             }),
         (any::<u64>(), "\\PC{0,8}").prop_map(|(id, name)| Message::ClientReply(

@@ -87,6 +87,56 @@ pub struct ListArgs {
     read: ReadFlags,
 }
 
+/// Arguments of `hetsched jobs`.
+#[derive(clap::Args, Debug)]
+pub struct JobsArgs {
+    /// Show only this job (`5` or `job-5`); exits 4 when there is no such job, or when it
+    /// finished and was garbage-collected.
+    #[arg(value_name = "JOB", value_parser = parse_job_id)]
+    pub job: Option<u64>,
+    #[command(flatten)]
+    read: ReadFlags,
+}
+
+/// Parses a job id: `5` or `job-5` (CONTRACT.md, ids).
+pub fn parse_job_id(s: &str) -> Result<u64, String> {
+    s.strip_prefix("job-")
+        .unwrap_or(s)
+        .parse()
+        .map_err(|_| format!("{s:?} is not a job id (5 or job-5)"))
+}
+
+/// An error answer from the masters, kept typed so that the exit code can follow
+/// CONTRACT.md (4 not found, 2 bad input, 5 unavailable).
+#[derive(Debug)]
+pub struct ServerError {
+    /// What kind of error the master reported.
+    pub kind: ErrorKind,
+    /// Its message.
+    pub message: String,
+}
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+impl ServerError {
+    /// The process exit code for this error (CONTRACT.md).
+    pub fn exit_code(&self) -> u8 {
+        match self.kind {
+            ErrorKind::NotFound => 4,
+            ErrorKind::Invalid | ErrorKind::Malformed | ErrorKind::TooLarge => 2,
+            ErrorKind::Forbidden => 3,
+            ErrorKind::Unavailable | ErrorKind::Unknown | ErrorKind::NotLeader { .. } => 5,
+            _ => 1,
+        }
+    }
+}
+
 /// Arguments of `hetsched tasks`.
 #[derive(clap::Args, Debug)]
 pub struct TasksArgs {
@@ -149,7 +199,13 @@ pub async fn call(
                 ErrorKind::Unknown | ErrorKind::Unavailable | ErrorKind::NotLeader { .. } => {
                     last_err = anyhow!("{}", e.message);
                 }
-                _ => bail!("{}", e.message),
+                kind => {
+                    return Err(ServerError {
+                        kind,
+                        message: e.message,
+                    }
+                    .into())
+                }
             },
             Ok(other) => bail!("unexpected answer from {addr}: {other:?}"),
             Err(e) => last_err = anyhow!(e),
@@ -158,7 +214,11 @@ pub async fn call(
             return Err(last_err);
         }
         if start.elapsed() > limit {
-            return Err(last_err.context(format!("no leader answered within {limit:?}")));
+            return Err(ServerError {
+                kind: ErrorKind::Unavailable,
+                message: format!("no leader answered within {limit:?}: {last_err:#}"),
+            }
+            .into());
         }
         if redirect.is_none() && next.is_multiple_of(masters.len()) {
             tokio::time::sleep(backoff).await;
@@ -305,10 +365,11 @@ pub fn status(masters: &[String], a: StatusArgs) -> anyhow::Result<()> {
 }
 
 /// `jobs`.
-pub fn jobs(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
+pub fn jobs(masters: &[String], a: JobsArgs) -> anyhow::Result<()> {
+    let job = a.job.map(JobId);
     let a = a.read;
     let stale = a.stale();
-    match block_on(call(masters, ClientRequest::Jobs { stale }, a.local))?? {
+    match block_on(call(masters, ClientRequest::Jobs { stale, job }, a.local))?? {
         ClientResponse::Jobs(jobs) => {
             if a.json {
                 return super::print_json(&jobs);

@@ -117,6 +117,18 @@ pub enum Command {
         /// Attempt.
         attempt: Attempt,
     },
+    /// Garbage collection (CONTRACT.md, Retention), proposed by the leader: forget finished
+    /// jobs (and their tasks) that finished before `jobs_finished_before_ms`, and client
+    /// request outcomes recorded before `requests_before_ms`. The cut-offs travel in the
+    /// command, so every replica removes exactly the same things.
+    GcJobs {
+        /// Finished jobs whose last task ended before this (leader's clock, ms) are removed.
+        #[serde(default)]
+        jobs_finished_before_ms: Option<u64>,
+        /// Client request outcomes applied before this are forgotten.
+        #[serde(default)]
+        requests_before_ms: Option<u64>,
+    },
 }
 
 /// One placement decision.
@@ -209,4 +221,13 @@ pub enum Outcome {
     Ignored(String),
     /// The command was invalid and changed nothing.
     Rejected(String),
+    /// Garbage collection removed these.
+    Collected {
+        /// Jobs removed.
+        jobs: u64,
+        /// Tasks removed with them.
+        tasks: u64,
+        /// Client request outcomes forgotten.
+        requests: u64,
+    },
 }

@@ -63,6 +63,12 @@ pub struct Job {
     pub submitted_ms: u64,
     /// Log index of the submission.
     pub submitted_index: u64,
+    /// Leader's clock when its last task reached a final state (retention counts from here).
+    #[serde(default)]
+    pub finished_ms: Option<u64>,
+    /// Tasks not yet in a final state. Derived (rebuilt on restore), not serialised.
+    #[serde(skip)]
+    pub open: u32,
 }
 
 /// A task as the state machine keeps it.
@@ -134,6 +140,86 @@ pub struct BenchCounter {
     pub recorded: BTreeSet<u64>,
 }
 
+/// A client request's outcome, kept in compact form for retries (CONTRACT.md, Retention):
+/// a `Submitted` of 100,000 tasks is a job id, its first task id and a count, since a job's
+/// task ids are consecutive.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RequestOutcome {
+    /// A job was submitted: tasks `first_task .. first_task + count`.
+    Submitted {
+        /// Job.
+        job: JobId,
+        /// Its first task id.
+        first_task: TaskId,
+        /// Number of tasks.
+        count: u32,
+    },
+    /// A job was cancelled.
+    Cancelled {
+        /// Job.
+        job: JobId,
+        /// Tasks that went to cancelled.
+        tasks: u32,
+    },
+    /// Anything else, kept whole.
+    Other(Outcome),
+}
+
+impl RequestOutcome {
+    fn compact(o: &Outcome) -> Self {
+        match o {
+            Outcome::Submitted { job, tasks } => {
+                let consecutive = tasks.windows(2).all(|w| w[1].0 == w[0].0 + 1);
+                match (tasks.first(), consecutive) {
+                    (Some(first), true) => RequestOutcome::Submitted {
+                        job: *job,
+                        first_task: *first,
+                        count: tasks.len() as u32,
+                    },
+                    _ => RequestOutcome::Other(o.clone()),
+                }
+            }
+            Outcome::Cancelled { job, tasks, .. } => RequestOutcome::Cancelled {
+                job: *job,
+                tasks: *tasks,
+            },
+            o => RequestOutcome::Other(o.clone()),
+        }
+    }
+
+    /// The outcome a retried request is answered with. A retried cancel stops nothing:
+    /// the first application already did.
+    pub fn expand(&self) -> Outcome {
+        match self {
+            RequestOutcome::Submitted {
+                job,
+                first_task,
+                count,
+            } => Outcome::Submitted {
+                job: *job,
+                tasks: (0..*count as u64)
+                    .map(|i| TaskId(first_task.0 + i))
+                    .collect(),
+            },
+            RequestOutcome::Cancelled { job, tasks } => Outcome::Cancelled {
+                job: *job,
+                tasks: *tasks,
+                stop: Vec::new(),
+            },
+            RequestOutcome::Other(o) => o.clone(),
+        }
+    }
+}
+
+/// One remembered client request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecentRequest {
+    /// Leader's clock when it applied.
+    pub at_ms: u64,
+    /// What it returned.
+    pub outcome: RequestOutcome,
+}
+
 /// The whole replicated state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {
@@ -147,8 +233,19 @@ pub struct ClusterState {
     pub tasks: BTreeMap<TaskId, Task>,
     /// Pending tasks in queue order (lower id = submitted earlier).
     pub pending: BTreeSet<TaskId>,
-    /// Outcomes of client requests already applied, so a retried request applies once.
+    /// Outcomes of client requests already applied, so a retried request applies once;
+    /// forgotten by `GcJobs` after the retry window.
+    requests: BTreeMap<ClientRequestId, RecentRequest>,
+    /// Snapshots written before compact request outcomes existed carry this; it is folded
+    /// into `requests` on restore and never written again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     applied_requests: BTreeMap<ClientRequestId, Outcome>,
+    /// `requests` in time order (derived).
+    #[serde(skip)]
+    requests_by_time: BTreeSet<(u64, ClientRequestId)>,
+    /// Finished jobs in the order they finished (derived).
+    #[serde(skip)]
+    finished_jobs: BTreeSet<(u64, JobId)>,
     /// Benchmark counters per benchmark client.
     pub bench: BTreeMap<u64, BenchCounter>,
     next_job: u64,
@@ -173,8 +270,8 @@ impl ClusterState {
         self.last_index = index;
         self.last_ms = self.last_ms.max(env.at_ms);
         if let Some(req) = env.request {
-            if let Some(prev) = self.applied_requests.get(&req) {
-                return prev.clone();
+            if let Some(prev) = self.requests.get(&req) {
+                return prev.outcome.expand();
             }
         }
         let outcome = match env.command {
@@ -223,10 +320,22 @@ impl ClusterState {
                 task,
                 attempt,
             } => self.task_lost(node, task, attempt),
+            Command::GcJobs {
+                jobs_finished_before_ms,
+                requests_before_ms,
+            } => self.gc(jobs_finished_before_ms, requests_before_ms),
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {
-                self.applied_requests.insert(req, outcome.clone());
+                let at_ms = self.last_ms;
+                self.requests.insert(
+                    req,
+                    RecentRequest {
+                        at_ms,
+                        outcome: RequestOutcome::compact(&outcome),
+                    },
+                );
+                self.requests_by_time.insert((at_ms, req));
             }
         }
         outcome
@@ -378,6 +487,8 @@ impl ClusterState {
                 tasks: tasks.clone(),
                 submitted_ms: at_ms,
                 submitted_index: index,
+                finished_ms: None,
+                open: tasks.len() as u32,
             },
         );
         Outcome::Submitted { job: id, tasks }
@@ -389,6 +500,7 @@ impl ClusterState {
         };
         let ids = j.tasks.clone();
         let mut cancelled = 0u32;
+        let mut finals = 0u32;
         let mut stop = Vec::new();
         for t in ids {
             let Some(task) = self.tasks.get_mut(&t) else {
@@ -400,6 +512,7 @@ impl ClusterState {
             }
             cancelled += 1;
             self.pending.remove(&t);
+            finals += 1;
             if let (TaskState::Assigned | TaskState::Running, Some(node)) = (was.state, was.node) {
                 let gpus = std::mem::take(&mut task.gpus);
                 self.release(node, t, job, &gpus);
@@ -410,6 +523,7 @@ impl ClusterState {
                 });
             }
         }
+        self.tasks_became_final(job, finals);
         Outcome::Cancelled {
             job,
             tasks: cancelled,
@@ -499,8 +613,127 @@ impl ClusterState {
         }
         let gpus = std::mem::take(&mut t.gpus);
         let job = t.job;
+        let now_final = t.status.state.is_final();
         self.release(node, task, job, &gpus);
+        if now_final {
+            self.tasks_became_final(job, 1);
+        }
         Outcome::TaskUpdated
+    }
+
+    /// `n` tasks of `job` reached a final state: once none is left open, the job is
+    /// finished and its retention starts.
+    fn tasks_became_final(&mut self, job: JobId, n: u32) {
+        let at = self.last_ms;
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        j.open = j.open.saturating_sub(n);
+        if j.open == 0 && j.finished_ms.is_none() {
+            j.finished_ms = Some(at);
+            self.finished_jobs.insert((at, job));
+        }
+    }
+
+    /// Removes finished jobs (with their tasks) that finished before `jobs_before`, and
+    /// client request outcomes older than `requests_before`.
+    fn gc(&mut self, jobs_before: Option<u64>, requests_before: Option<u64>) -> Outcome {
+        let (mut jobs, mut tasks, mut requests) = (0u64, 0u64, 0u64);
+        if let Some(cut) = jobs_before {
+            let due: Vec<(u64, JobId)> = self
+                .finished_jobs
+                .range(..(cut, JobId(0)))
+                .copied()
+                .collect();
+            for key in due {
+                self.finished_jobs.remove(&key);
+                let Some(j) = self.jobs.get(&key.1) else {
+                    continue;
+                };
+                // The counter says finished; the tasks must agree before anything goes.
+                let all_final = j
+                    .tasks
+                    .iter()
+                    .all(|t| self.tasks.get(t).is_none_or(|t| t.status.state.is_final()));
+                if !all_final {
+                    continue;
+                }
+                if let Some(j) = self.jobs.remove(&key.1) {
+                    for t in &j.tasks {
+                        if self.tasks.remove(t).is_some() {
+                            tasks += 1;
+                        }
+                        self.pending.remove(t);
+                    }
+                    jobs += 1;
+                }
+            }
+        }
+        if let Some(cut) = requests_before {
+            let due: Vec<(u64, ClientRequestId)> = self
+                .requests_by_time
+                .range(..(cut, ClientRequestId(0)))
+                .copied()
+                .collect();
+            for key in due {
+                self.requests_by_time.remove(&key);
+                if self.requests.remove(&key.1).is_some() {
+                    requests += 1;
+                }
+            }
+        }
+        Outcome::Collected {
+            jobs,
+            tasks,
+            requests,
+        }
+    }
+
+    /// Whether a `GcJobs` with these cut-offs would remove anything (the leader asks before
+    /// proposing one).
+    pub fn gc_due(&self, jobs_before: Option<u64>, requests_before: Option<u64>) -> bool {
+        jobs_before.is_some_and(|cut| self.finished_jobs.first().is_some_and(|f| f.0 < cut))
+            || requests_before
+                .is_some_and(|cut| self.requests_by_time.first().is_some_and(|r| r.0 < cut))
+    }
+
+    /// Whether `job` existed once and was garbage-collected (ids are never reused).
+    pub fn job_was_collected(&self, job: JobId) -> bool {
+        job.0 >= 1 && job.0 <= self.next_job && !self.jobs.contains_key(&job)
+    }
+
+    /// Whether `task` existed once and was garbage-collected with its job.
+    pub fn task_was_collected(&self, task: TaskId) -> bool {
+        task.0 >= 1 && task.0 <= self.next_task && !self.tasks.contains_key(&task)
+    }
+
+    /// Recomputes what is derived rather than serialised: open-task counters, the
+    /// finished-job and request orders; folds a legacy request map into the compact one.
+    fn rebuild_derived(&mut self) {
+        let legacy = std::mem::take(&mut self.applied_requests);
+        for (req, o) in legacy {
+            self.requests.entry(req).or_insert(RecentRequest {
+                at_ms: self.last_ms,
+                outcome: RequestOutcome::compact(&o),
+            });
+        }
+        self.requests_by_time = self.requests.iter().map(|(r, v)| (v.at_ms, *r)).collect();
+        self.finished_jobs.clear();
+        let tasks = &self.tasks;
+        for j in self.jobs.values_mut() {
+            j.open = j
+                .tasks
+                .iter()
+                .filter(|t| tasks.get(t).is_some_and(|t| !t.status.state.is_final()))
+                .count() as u32;
+            if j.open == 0 && j.finished_ms.is_none() {
+                // Finished before retention was recorded: count from the snapshot's clock.
+                j.finished_ms = Some(self.last_ms);
+            }
+            if let (0, Some(f)) = (j.open, j.finished_ms) {
+                self.finished_jobs.insert((f, j.id));
+            }
+        }
     }
 
     fn task_lost(&mut self, node: NodeId, task: TaskId, attempt: Attempt) -> Outcome {
@@ -529,7 +762,14 @@ impl ClusterState {
 
     /// State from [`to_bytes`](Self::to_bytes).
     pub fn from_bytes(b: &[u8]) -> Result<Self, String> {
-        rmp_serde::from_slice(b).map_err(|e| format!("bad snapshot: {e}"))
+        let mut s: Self = rmp_serde::from_slice(b).map_err(|e| format!("bad snapshot: {e}"))?;
+        s.rebuild_derived();
+        Ok(s)
+    }
+
+    /// Size of the serialised state, bytes (`status --json` `"state_bytes"`).
+    pub fn state_bytes(&self) -> u64 {
+        rmp_serde::to_vec_named(self).map_or(0, |b| b.len() as u64)
     }
 
     /// Task counts by state name (every state present).
