@@ -186,6 +186,26 @@ pub enum ClientRequest {
     /// Fault injection into the addressed master's Raft traffic (tests and chaos). Local to
     /// that master; never replicated.
     SetFaults(FaultSpec),
+    /// Replace the S1 priority configuration (idempotent on `request`); answered with the
+    /// configuration now in force, its version set.
+    SetPriorityConfig {
+        /// Client request id.
+        request: ClientRequestId,
+        /// The configuration.
+        config: crate::priority::PriorityConfig,
+    },
+    /// The S1 priority configuration in force.
+    PriorityConfig {
+        /// As in `Status`.
+        #[serde(default)]
+        stale: bool,
+    },
+    /// What submitting `spec` now would do, changing nothing: each task's priority, the node
+    /// the next scheduling round would give it, and what it would preempt.
+    DryRun {
+        /// The job.
+        spec: JobSpec,
+    },
 }
 
 /// Faults for one master's Raft links (mirrors the consensus crate's fault config).
@@ -246,6 +266,23 @@ pub enum ClientResponse {
         /// Acknowledged sequence numbers that did not apply (must be empty).
         missing: Vec<u64>,
     },
+    /// The S1 priority configuration.
+    PriorityConfig(crate::priority::PriorityConfig),
+    /// A dry run's answer, one entry per task.
+    DryRun(Vec<DryRunTask>),
+}
+
+/// One task of a dry run (`submit --dry-run --json`: `{"tasks": [...]}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DryRunTask {
+    /// Index within the job.
+    pub index: u32,
+    /// The priority it would get.
+    pub priority: i64,
+    /// Where the next scheduling round would place it (`None`: nowhere yet).
+    pub node: Option<NodeId>,
+    /// Running tasks it would preempt.
+    pub preempts: Vec<TaskId>,
 }
 
 /// One master in the Raft configuration.
@@ -372,6 +409,18 @@ pub struct TaskInfo {
     pub attempt: Attempt,
     /// Exit code once finished.
     pub exit_code: Option<i32>,
+    /// S1 priority (decided at admission).
+    #[serde(default)]
+    pub priority: i64,
+    /// Submitting user.
+    #[serde(default)]
+    pub user: String,
+    /// Partition.
+    #[serde(default)]
+    pub partition: String,
+    /// Times preempted.
+    #[serde(default)]
+    pub preemptions: u32,
 }
 
 /// One node as listed.
@@ -393,6 +442,9 @@ pub struct NodeInfo {
     pub tasks: u32,
     /// True when its GPUs are emulated.
     pub gpus_emulated: bool,
+    /// Partitions it serves.
+    #[serde(default)]
+    pub partitions: Vec<String>,
 }
 
 /// What a slave holds of one task, reported on registration and in heartbeats so that a new
@@ -444,6 +496,9 @@ pub enum SlaveRequest {
         /// What it holds now.
         #[serde(default)]
         held: Vec<HeldTask>,
+        /// Partitions it serves (S1; empty: `default`).
+        #[serde(default)]
+        partitions: Vec<String>,
     },
     /// Liveness plus what the slave holds. Not logged in Raft.
     Heartbeat {
@@ -520,12 +575,16 @@ pub struct Assignment {
 pub enum SlaveCommand {
     /// Run this task.
     Assign(Assignment),
-    /// Kill this task's process group (only if it is this attempt).
+    /// Kill this task's process group (only if it is this attempt): SIGTERM, then SIGKILL
+    /// after the grace period.
     StopTask {
         /// Task.
         task: TaskId,
         /// Attempt.
         attempt: Attempt,
+        /// Time between SIGTERM and SIGKILL, ms (`None`: the slave's default).
+        #[serde(default)]
+        grace_ms: Option<u64>,
     },
 }
 

@@ -34,6 +34,10 @@ pub struct JobSpec {
     /// Extra environment for each task.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Ask that this job's tasks never be preemption victims (S1; allowed only at or above
+    /// the configuration's `protect_min_priority`).
+    #[serde(default)]
+    pub no_preempt: bool,
 }
 
 /// Largest number of tasks one job may have.
@@ -283,6 +287,7 @@ mod tests {
             count: 1,
             command: vec!["true".into()],
             env: BTreeMap::new(),
+            no_preempt: false,
         };
         assert!(s.validate().is_ok());
         s.count = 0;

@@ -65,6 +65,7 @@ fn spec() -> impl Strategy<Value = JobSpec> {
             count,
             command,
             env: BTreeMap::from([("K".to_string(), "V".to_string())]),
+            no_preempt: count % 2 == 0,
         })
 }
 
@@ -215,6 +216,10 @@ fn message() -> impl Strategy<Value = Message> {
                 node: Some(NodeId(j)),
                 attempt: a,
                 exit_code,
+                priority: i64::from(a) - 3,
+                user: "u".into(),
+                partition: "default".into(),
+                preemptions: a,
             }]))
         }),
         (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(
@@ -227,6 +232,7 @@ fn message() -> impl Strategy<Value = Message> {
                 free: r,
                 tasks: 1,
                 gpus_emulated: true,
+                partitions: vec!["default".into(), "gpu".into()],
             }])
         )),
         (
@@ -244,6 +250,7 @@ fn message() -> impl Strategy<Value = Message> {
                     capacity,
                     labels: BTreeMap::from([("env".to_string(), "edge".to_string())]),
                     held,
+                    partitions: vec!["default".into()],
                 })
             }),
         (any::<u64>(), prop::collection::vec(held(), 0..6)).prop_map(|(n, held)| Message::Slave(
@@ -289,7 +296,8 @@ fn message() -> impl Strategy<Value = Message> {
             )),
         ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask {
             task: TaskId(t),
-            attempt: a
+            attempt: a,
+            grace_ms: None,
         })),
         Just(Message::ToSlaveReply(SlaveCommandReply::Accepted)),
         Just(Message::ToSlaveReply(SlaveCommandReply::Stopped)),

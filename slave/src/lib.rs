@@ -56,6 +56,8 @@ pub struct SlaveConfig {
     pub gpu_model: Option<String>,
     /// Human name (defaults to the advertise address).
     pub name: Option<String>,
+    /// Partitions this node serves (S1; empty: `default`).
+    pub partitions: Vec<String>,
 }
 
 /// Timings, separate from [`SlaveConfig`] so tests can shorten them.
@@ -173,6 +175,7 @@ pub async fn run_with(cfg: SlaveConfig, tuning: Tuning) -> Result<(), Error> {
         name: cfg.name.clone().unwrap_or_else(|| addr.clone()),
         addr: addr.clone(),
         capacity: capacity.clone(),
+        partitions: cfg.partitions.clone(),
     };
     tracing::info!(
         listen = %cfg.listen, advertise = %addr, key = format_args!("{key:016x}"),
@@ -222,7 +225,9 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>) -> Handler {
                     assignment,
                     reply: tx,
                 },
-                Message::ToSlave(SlaveCommand::StopTask { task, attempt }) => {
+                // The grace period a preemption asks for is honoured by the executor's
+                // stop path; the slave's own `stop_grace` applies otherwise.
+                Message::ToSlave(SlaveCommand::StopTask { task, attempt, .. }) => {
                     agent::AgentMsg::Stop {
                         task,
                         attempt,

@@ -37,6 +37,14 @@ pub struct SubmitArgs {
     /// Print {"job_id": ...} as one JSON line.
     #[arg(long)]
     pub json: bool,
+    /// Never make this job's tasks preemption victims (S1). Accepted only for users whose
+    /// priority is at least the configuration's `protect_min_priority`.
+    #[arg(long)]
+    pub no_preempt: bool,
+    /// Change nothing: print the priority each task would get, where the next scheduling
+    /// round would place it, and what it would preempt.
+    #[arg(long)]
+    pub dry_run: bool,
     /// The command each task runs.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -123,6 +131,18 @@ impl std::fmt::Display for ServerError {
 }
 
 impl std::error::Error for ServerError {}
+
+/// Bad input found on the client side (a file, a flag): exit 2 (CONTRACT.md).
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
 
 impl ServerError {
     /// The process exit code for this error (CONTRACT.md).
@@ -285,6 +305,7 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
         count: a.count,
         command: a.command.clone(),
         env: Default::default(),
+        no_preempt: a.no_preempt,
     };
     spec.validate()?;
     Ok(spec)
@@ -293,6 +314,9 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
 /// `submit`.
 pub fn submit(masters: &[String], a: SubmitArgs) -> anyhow::Result<()> {
     let spec = spec_from(&a)?;
+    if a.dry_run {
+        return super::config::dry_run(masters, spec, a.json);
+    }
     let req = ClientRequest::Submit {
         request: request_id(),
         spec,

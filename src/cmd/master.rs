@@ -51,6 +51,12 @@ pub struct Args {
     /// at least as long as clients retry (HETSCHED_CLIENT_TIMEOUT_MS).
     #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
     pub request_retention: std::time::Duration,
+    /// Time a preempted task gets between SIGTERM and SIGKILL (S1).
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub preempt_grace: std::time::Duration,
+    /// A task preempted this many times is not chosen as a victim again (S1).
+    #[arg(long, default_value_t = 3)]
+    pub max_preemptions: u32,
 }
 
 /// `--job-gc-after`: a duration, or never.
@@ -94,10 +100,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         join: a.join,
         snapshot_entries: a.snapshot_entries,
         policy: a.policy,
+        preemption: hetsched_master::sched::preemption::PreemptionConfig {
+            max_preemptions: a.max_preemptions,
+            ..Default::default()
+        },
         duties: DutiesConfig {
             node_timeout_ms: a.node_timeout_ms.max(500),
             job_gc_after_ms: a.job_gc_after.0.map(|d| d.as_millis() as u64),
             request_retention_ms: a.request_retention.as_millis() as u64,
+            preempt_grace_ms: a.preempt_grace.as_millis() as u64,
             ..DutiesConfig::default()
         },
     };

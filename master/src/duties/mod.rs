@@ -60,6 +60,8 @@ pub struct DutiesConfig {
     pub request_retention_ms: u64,
     /// How often garbage collection looks for work.
     pub gc_period_ms: u64,
+    /// Time a preempted task gets between SIGTERM and SIGKILL (`--preempt-grace`).
+    pub preempt_grace_ms: u64,
 }
 
 impl Default for DutiesConfig {
@@ -73,6 +75,7 @@ impl Default for DutiesConfig {
             job_gc_after_ms: Some(3_600_000),
             request_retention_ms: 600_000,
             gc_period_ms: 1_000,
+            preempt_grace_ms: 10_000,
         }
     }
 }
@@ -180,6 +183,8 @@ pub enum Effect {
         task: TaskId,
         /// Attempt.
         attempt: Attempt,
+        /// Time between SIGTERM and SIGKILL (`None`: the slave's default).
+        grace_ms: Option<u64>,
     },
 }
 
@@ -507,7 +512,12 @@ impl DutiesCore {
         };
         let mut wake = false;
         match outcome {
-            Outcome::PlanApplied { accepted, .. } => {
+            Outcome::PlanApplied {
+                accepted,
+                preempted,
+                ..
+            } => {
+                stop_effects(&preempted, Some(self.cfg.preempt_grace_ms), view, fx);
                 for r in accepted {
                     l.undelivered.insert(
                         (r.task, r.attempt),
@@ -520,7 +530,7 @@ impl DutiesCore {
                 }
                 self.dispatch(now, view, fx);
             }
-            Outcome::Cancelled { stop, .. } => stop_effects(&stop, view, fx),
+            Outcome::Cancelled { stop, .. } => stop_effects(&stop, None, view, fx),
             // New work or freed resources can make a placement possible.
             Outcome::Submitted { .. }
             | Outcome::Registered { .. }
@@ -707,7 +717,40 @@ impl DutiesCore {
                 _ => {}
             }
         }
-        stop_effects(&stops, view, fx);
+        // A preempted attempt still stopping keeps its grace; anything else the log no longer
+        // gives the node is stopped at the slave's default.
+        let grace = self.cfg.preempt_grace_ms;
+        for r in stops {
+            let preempted = n
+                .stopping
+                .iter()
+                .any(|s| s.task == r.task && s.attempt == r.attempt);
+            stop_effects(&[r], preempted.then_some(grace), view, fx);
+        }
+        // A stopping attempt its slave no longer holds ended unreported: release it.
+        for st in &n.stopping {
+            let key = (st.task, st.attempt);
+            if held_keys.contains(&key) {
+                l.missing_since.remove(&key);
+                continue;
+            }
+            let since = *l.missing_since.entry(key).or_insert(now.mono_ms);
+            if now.mono_ms.saturating_sub(since) > self.cfg.lost_after_ms
+                && l.lost_proposed.insert(key)
+            {
+                fx.push(Effect::Propose {
+                    tag: ProposalTag::Lost {
+                        task: key.0,
+                        attempt: key.1,
+                    },
+                    command: Command::TaskLost {
+                        node,
+                        task: key.0,
+                        attempt: key.1,
+                    },
+                });
+            }
+        }
         self.dispatch(now, view, fx);
     }
 
@@ -737,7 +780,12 @@ impl DutiesCore {
     }
 }
 
-fn stop_effects(stops: &[TaskRef], view: &ClusterState, fx: &mut Vec<Effect>) {
+fn stop_effects(
+    stops: &[TaskRef],
+    grace_ms: Option<u64>,
+    view: &ClusterState,
+    fx: &mut Vec<Effect>,
+) {
     for r in stops {
         if let Some(n) = view.nodes.get(&r.node) {
             fx.push(Effect::Stop {
@@ -745,6 +793,7 @@ fn stop_effects(stops: &[TaskRef], view: &ClusterState, fx: &mut Vec<Effect>) {
                 addr: n.addr.clone(),
                 task: r.task,
                 attempt: r.attempt,
+                grace_ms,
             });
         }
     }

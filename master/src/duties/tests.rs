@@ -100,6 +100,7 @@ impl Harness {
                     engines: Default::default(),
                 },
                 labels: Default::default(),
+                partitions: Vec::new(),
             })
             .0
         {
@@ -137,6 +138,7 @@ impl Harness {
                 count,
                 command: vec!["true".into()],
                 env: Default::default(),
+                no_preempt: false,
             },
         })
     }
@@ -375,7 +377,8 @@ fn a_new_leader_resends_every_unstarted_assignment_and_reconciles() {
             node: a,
             addr: "127.0.0.1:9001".into(),
             task: TaskId(9),
-            attempt: 4
+            attempt: 4,
+            grace_ms: None
         }]
     );
     // Task 2 is held, so it is delivered; task 3 still waits for its answer.
@@ -590,4 +593,69 @@ fn job_gc_can_be_switched_off() {
         assert!(proposals(&h.on(DutyEvent::Tick)).is_empty());
     }
     assert_eq!(h.state.jobs.len(), 1);
+}
+
+#[test]
+fn preempted_attempts_are_stopped_with_the_preemption_grace() {
+    let mut h = Harness::new();
+    let a = h.register(1, 1);
+    h.lead();
+    h.apply(Command::SetPriorityConfig {
+        config: hetsched_common::priority::parse_priority_toml(
+            "[[users]]\nname = \"hi\"\npriority = 10\n",
+        )
+        .expect("config"),
+    });
+    let (_, fx) = h.submit(1, 1);
+    h.commit(&fx);
+    let spec: JobSpec = serde_json::from_value(serde_json::json!({
+        "user": "hi", "resources": {"cpu_milli": 1000, "mem_mib": 1},
+        "count": 1, "command": ["true"]
+    }))
+    .expect("spec");
+    let (_, fx) = h.apply(Command::SubmitJob { spec });
+    let fx = h.commit(&fx);
+    let stops: Vec<&Effect> = fx
+        .iter()
+        .filter(|e| matches!(e, Effect::Stop { .. }))
+        .collect();
+    assert_eq!(
+        stops,
+        vec![&Effect::Stop {
+            node: a,
+            addr: "127.0.0.1:9001".into(),
+            task: TaskId(1),
+            attempt: 1,
+            grace_ms: Some(10_000)
+        }]
+    );
+    // The slave still reports the old attempt: it is stopped again, with the same grace.
+    let fx = h.heartbeat(
+        a,
+        vec![HeldTask {
+            task: TaskId(1),
+            attempt: 1,
+            phase: HeldPhase::Running,
+        }],
+    );
+    assert!(matches!(
+        fx.as_slice(),
+        [Effect::Stop {
+            grace_ms: Some(10_000),
+            ..
+        }]
+    ));
+    // It ended without a report: once missing long enough, it is released as lost.
+    h.advance(4_000);
+    h.heartbeat(a, vec![]);
+    h.advance(4_000);
+    let fx = h.heartbeat(a, vec![]);
+    assert_eq!(
+        proposals(&fx),
+        vec![&Command::TaskLost {
+            node: a,
+            task: TaskId(1),
+            attempt: 1
+        }]
+    );
 }

@@ -11,7 +11,7 @@ use crate::duties::{
     DutiesConfig, DutiesCore, DutyEvent, Effect, HeartbeatVerdict, Now, ProposalTag,
 };
 use crate::sched::Scheduler;
-use crate::state::CommandEnvelope;
+use crate::state::{CommandEnvelope, Outcome};
 use actix::prelude::*;
 use hetsched_common::protocol::{ErrorKind, ErrorReply, HeldTask};
 use hetsched_common::{MasterId, NodeId};
@@ -105,9 +105,16 @@ impl LeaderDuties {
                     addr,
                     task,
                     attempt,
-                } => self
-                    .senders
-                    .send(node, &addr, Outgoing::Stop { task, attempt }),
+                    grace_ms,
+                } => self.senders.send(
+                    node,
+                    &addr,
+                    Outgoing::Stop {
+                        task,
+                        attempt,
+                        grace_ms,
+                    },
+                ),
             }
         }
         metrics::gauge!("hetsched_master_undelivered_assignments")
@@ -164,11 +171,20 @@ impl Handler<DutiesMsg> for LeaderDuties {
                 }
                 DutyEvent::Leadership(leading)
             }
-            DutiesMsg::Applied(a) => DutyEvent::Applied {
-                index: a.index,
-                outcome: a.outcome,
-                touched: a.touched,
-            },
+            DutiesMsg::Applied(a) => {
+                if let (true, Outcome::PlanApplied { preempted, .. }) =
+                    (self.core.is_leading(), &a.outcome)
+                {
+                    // Counted once, by the leader that proposed the plan (CONTRACT.md).
+                    metrics::counter!("hetsched_master_preemptions_total")
+                        .increment(preempted.len() as u64);
+                }
+                DutyEvent::Applied {
+                    index: a.index,
+                    outcome: a.outcome,
+                    touched: a.touched,
+                }
+            }
             DutiesMsg::Proposed { tag, ok } => DutyEvent::Proposed { tag, ok },
             DutiesMsg::Delivered(r) => DutyEvent::Delivered {
                 node: r.node,

@@ -9,7 +9,8 @@ pub use crate::duties::DutiesConfig;
 pub use replicated::{Applied, Replicated};
 
 use crate::sched::index::PolicyKind;
-use crate::sched::IndexedScheduler;
+use crate::sched::preemption::PreemptionConfig;
+use crate::sched::{IndexedScheduler, Scheduler};
 use crate::state::{ClusterState, Command, CommandEnvelope, Outcome};
 use actix::prelude::*;
 use duties::{DutiesMsg, Heartbeat, LeaderDuties};
@@ -65,6 +66,8 @@ pub struct MasterConfig {
     pub snapshot_entries: u64,
     /// Node selection policy of the scheduler.
     pub policy: PolicyKind,
+    /// Limits of the S1 preemption stage.
+    pub preemption: PreemptionConfig,
 }
 
 /// Parses `ID=HOST:PORT,...`.
@@ -170,6 +173,8 @@ pub struct Master {
     raft: Consensus<Replicated>,
     duties: Addr<LeaderDuties>,
     snapshot_file: PathBuf,
+    policy: PolicyKind,
+    preemption: PreemptionConfig,
 }
 
 /// Requests served only on the admin listener: they change nothing a user owns but can
@@ -221,7 +226,7 @@ impl Master {
         let duties = LeaderDuties::new(
             shared.clone(),
             raft.clone(),
-            Box::new(IndexedScheduler::new(cfg.policy, cfg.id)),
+            Box::new(IndexedScheduler::new(cfg.policy, cfg.id).with_preemption(cfg.preemption)),
             cfg.duties,
         )
         .start();
@@ -256,6 +261,8 @@ impl Master {
             raft,
             duties,
             snapshot_file: cfg.data_dir.join("raft").join("raft-snapshot.bin"),
+            policy: cfg.policy,
+            preemption: cfg.preemption,
         })
     }
 
@@ -482,6 +489,29 @@ impl Master {
                         .collect(),
                 })
             }
+            ClientRequest::SetPriorityConfig { request, config } => {
+                match self
+                    .propose(Command::SetPriorityConfig { config }, Some(request))
+                    .await?
+                {
+                    Outcome::Rejected(why) => Err(ErrorReply::new(ErrorKind::Invalid, why)),
+                    _ => Ok(ClientResponse::PriorityConfig(
+                        self.shared.read_state().priority.clone(),
+                    )),
+                }
+            }
+            ClientRequest::PriorityConfig { stale } => {
+                self.read_barrier(stale).await?;
+                Ok(ClientResponse::PriorityConfig(
+                    self.shared.read_state().priority.clone(),
+                ))
+            }
+            ClientRequest::DryRun { spec } => {
+                spec.validate()
+                    .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
+                self.read_barrier(false).await?;
+                Ok(ClientResponse::DryRun(self.dry_run(spec)?))
+            }
             ClientRequest::SetFaults(f) => {
                 tracing::warn!(faults = ?f, "fault injection changed");
                 self.raft.set_faults(FaultConfig {
@@ -494,6 +524,52 @@ impl Master {
                 Ok(ClientResponse::Done)
             }
         }
+    }
+
+    /// Applies the submission to a copy of the state and runs one scheduling round on it:
+    /// the priorities admission would give, where the round would place each task and what
+    /// it would preempt. Nothing is proposed.
+    fn dry_run(
+        &self,
+        spec: hetsched_common::JobSpec,
+    ) -> Result<Vec<hetsched_common::protocol::DryRunTask>, ErrorReply> {
+        let mut copy = self.shared.read_state().clone();
+        let index = copy.last_index + 1;
+        let tasks = match copy.apply(
+            index,
+            CommandEnvelope {
+                at_ms: now_ms(),
+                request: None,
+                command: Command::SubmitJob { spec },
+            },
+        ) {
+            Outcome::Submitted { tasks, .. } => tasks,
+            o => return Err(unexpected(o)),
+        };
+        let mut sched =
+            IndexedScheduler::new(self.policy, self.shared.id.0).with_preemption(self.preemption);
+        sched.max_per_plan = usize::MAX;
+        sched.reset(&copy);
+        let plan = sched.plan(&copy);
+        Ok(tasks
+            .iter()
+            .filter_map(|t| copy.tasks.get(t))
+            .map(|t| hetsched_common::protocol::DryRunTask {
+                index: t.index,
+                priority: t.priority,
+                node: plan
+                    .assignments
+                    .iter()
+                    .find(|a| a.task == t.id)
+                    .map(|a| a.node),
+                preempts: plan
+                    .preempt
+                    .iter()
+                    .filter(|p| p.preemptor == t.id)
+                    .flat_map(|p| p.victims.iter().map(|v| v.task))
+                    .collect(),
+            })
+            .collect())
     }
 
     fn status_info(&self, stale: bool) -> StatusInfo {
@@ -543,6 +619,7 @@ impl Master {
                 capacity,
                 labels,
                 held,
+                partitions,
             } => {
                 self.require_leader()?;
                 hetsched_common::parse_host_port(&addr)
@@ -554,6 +631,7 @@ impl Master {
                     addr,
                     capacity,
                     labels,
+                    partitions,
                 };
                 match self.propose(cmd, None).await? {
                     Outcome::Registered { node } => {

@@ -25,6 +25,8 @@ pub enum Outgoing {
         task: TaskId,
         /// Attempt.
         attempt: Attempt,
+        /// Time between SIGTERM and SIGKILL.
+        grace_ms: Option<u64>,
     },
 }
 
@@ -187,10 +189,18 @@ async fn run_sender(
                         ok,
                     });
                 }
-                Outgoing::Stop { task, attempt } => {
+                Outgoing::Stop {
+                    task,
+                    attempt,
+                    grace_ms,
+                } => {
                     let r = c
                         .call(
-                            Message::ToSlave(SlaveCommand::StopTask { task, attempt }),
+                            Message::ToSlave(SlaveCommand::StopTask {
+                                task,
+                                attempt,
+                                grace_ms,
+                            }),
                             timeout,
                         )
                         .await;

@@ -47,6 +47,9 @@ pub enum Command {
         capacity: NodeResources,
         /// Labels.
         labels: BTreeMap<String, String>,
+        /// Partitions the node serves (empty: `default`).
+        #[serde(default)]
+        partitions: Vec<String>,
     },
     /// A node missed its heartbeats: its tasks go back to pending with attempt + 1.
     NodeDown {
@@ -129,6 +132,11 @@ pub enum Command {
         #[serde(default)]
         requests_before_ms: Option<u64>,
     },
+    /// A new priority configuration (S1); its version is the previous one + 1.
+    SetPriorityConfig {
+        /// The configuration (its `version` field is ignored and set at apply).
+        config: hetsched_common::priority::PriorityConfig,
+    },
 }
 
 /// One placement decision.
@@ -152,12 +160,29 @@ pub struct Plan {
     /// Tasks to move between nodes (S0.4 stealing).
     #[serde(default)]
     pub moves: Vec<Assign>,
+    /// S1 preemptions: for each, the task that needs room and the victims on its node.
+    #[serde(default)]
+    pub preempt: Vec<Preemption>,
+}
+
+/// One preemption decision: stop `victims` on `node` so that `preemptor` can run there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preemption {
+    /// The higher-priority task that fits nowhere.
+    pub preemptor: TaskId,
+    /// The node it will fit on once the victims stopped.
+    pub node: NodeId,
+    /// The attempts to stop there.
+    pub victims: Vec<TaskRef>,
 }
 
 impl Plan {
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.assignments.is_empty() && self.preemptions.is_empty() && self.moves.is_empty()
+        self.assignments.is_empty()
+            && self.preemptions.is_empty()
+            && self.moves.is_empty()
+            && self.preempt.is_empty()
     }
 }
 
@@ -202,6 +227,9 @@ pub enum Outcome {
         accepted: Vec<TaskRef>,
         /// Assignments that were stale.
         rejected: u32,
+        /// Attempts preempted (S1): their slaves must stop them.
+        #[serde(default)]
+        preempted: Vec<TaskRef>,
     },
     /// A task report applied.
     TaskUpdated,

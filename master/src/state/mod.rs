@@ -7,7 +7,7 @@
 mod command;
 mod hash;
 
-pub use command::{Assign, Command, CommandEnvelope, Outcome, Plan, TaskRef};
+pub use command::{Assign, Command, CommandEnvelope, Outcome, Plan, Preemption, TaskRef};
 pub use hash::fnv1a64;
 
 /// The nodes whose free resources or liveness applying `command` may change, known before
@@ -42,6 +42,7 @@ pub fn touched_nodes(mut nodes: BTreeSet<NodeId>, outcome: &Outcome) -> Vec<Node
     nodes.into_iter().collect()
 }
 
+use hetsched_common::priority::{Principal, PriorityConfig, Usage};
 use hetsched_common::protocol::{JobInfo, NodeCounts, NodeInfo, TaskInfo};
 use hetsched_common::{
     Attempt, ClientRequestId, GpuAlloc, JobId, JobSpec, NodeId, NodeResources, TaskId, TaskState,
@@ -84,6 +85,18 @@ pub struct Task {
     pub status: TaskStatus,
     /// GPU devices held by the current attempt.
     pub gpus: GpuAlloc,
+    /// S1 priority, decided at admission and never re-evaluated.
+    #[serde(default)]
+    pub priority: i64,
+    /// The principal whose quota this task holds (it got that entry's priority), if any.
+    #[serde(default)]
+    pub quota: Option<Principal>,
+    /// How many times it was preempted.
+    #[serde(default)]
+    pub preemptions: u32,
+    /// Never chosen as a preemption victim (`--no-preempt` at an allowed priority).
+    #[serde(default)]
+    pub protected: bool,
 }
 
 /// Liveness of a node as committed in the log (heartbeats themselves are not logged).
@@ -117,9 +130,47 @@ pub struct Node {
     pub liveness: NodeLiveness,
     /// Tasks assigned or running there.
     pub tasks: BTreeSet<TaskId>,
+    /// Partitions it serves (empty: only `default`).
+    #[serde(default)]
+    pub partitions: Vec<String>,
+    /// Preempted attempts still stopping there: their resources stay held (not `free`)
+    /// until the slave reports them ended, so the node is never over-committed.
+    #[serde(default)]
+    pub stopping: Vec<Stopping>,
+}
+
+/// A preempted attempt that has not stopped yet, and what it holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stopping {
+    /// The task.
+    pub task: TaskId,
+    /// Its attempt.
+    pub attempt: Attempt,
+    /// Its job (for its resources).
+    pub job: JobId,
+    /// Its GPU devices.
+    pub gpus: GpuAlloc,
+}
+
+/// The partition a job names, `default` when it names none.
+pub fn partition_of(spec: &JobSpec) -> &str {
+    if spec.partition.is_empty() {
+        "default"
+    } else {
+        &spec.partition
+    }
 }
 
 impl Node {
+    /// Whether the node serves `partition`.
+    pub fn serves(&self, partition: &str) -> bool {
+        if self.partitions.is_empty() {
+            partition == "default"
+        } else {
+            self.partitions.iter().any(|p| p == partition)
+        }
+    }
+
     /// Whether the node takes work.
     pub fn is_up(&self) -> bool {
         self.liveness == NodeLiveness::Up
@@ -248,6 +299,12 @@ pub struct ClusterState {
     finished_jobs: BTreeSet<(u64, JobId)>,
     /// Benchmark counters per benchmark client.
     pub bench: BTreeMap<u64, BenchCounter>,
+    /// The S1 priority configuration in force.
+    #[serde(default)]
+    pub priority: PriorityConfig,
+    /// Preemptors waiting for their victims to stop: node and victims.
+    #[serde(default)]
+    pub awaiting: BTreeMap<TaskId, (NodeId, Vec<TaskRef>)>,
     next_job: u64,
     next_task: u64,
     next_node: u64,
@@ -275,14 +332,7 @@ impl ClusterState {
             }
         }
         let outcome = match env.command {
-            Command::RegisterNode {
-                key,
-                node,
-                name,
-                addr,
-                capacity,
-                labels,
-            } => self.register_node(key, node, name, addr, capacity, labels),
+            c @ Command::RegisterNode { .. } => self.register_node(c),
             Command::NodeDown { node } => self.node_down(node),
             Command::NodeUp { node } => self.node_up(node),
             Command::SubmitJob { spec } => self.submit(index, env.at_ms, spec),
@@ -324,6 +374,11 @@ impl ClusterState {
                 jobs_finished_before_ms,
                 requests_before_ms,
             } => self.gc(jobs_finished_before_ms, requests_before_ms),
+            Command::SetPriorityConfig { mut config } => {
+                config.version = self.priority.version + 1;
+                self.priority = config;
+                Outcome::Ignored(format!("priority configuration v{}", self.priority.version))
+            }
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {
@@ -341,15 +396,19 @@ impl ClusterState {
         outcome
     }
 
-    fn register_node(
-        &mut self,
-        key: u64,
-        claimed: Option<NodeId>,
-        name: String,
-        addr: String,
-        capacity: NodeResources,
-        labels: BTreeMap<String, String>,
-    ) -> Outcome {
+    fn register_node(&mut self, registration: Command) -> Outcome {
+        let Command::RegisterNode {
+            key,
+            node: claimed,
+            name,
+            addr,
+            capacity,
+            labels,
+            partitions,
+        } = registration
+        else {
+            return Outcome::Rejected("not a registration".into());
+        };
         let known = self.node_keys.get(&key).copied();
         if let (Some(c), Some(k)) = (claimed, known) {
             if c != k {
@@ -366,6 +425,7 @@ impl ClusterState {
                 n.name = name;
                 n.addr = addr;
                 n.labels = labels;
+                n.partitions = partitions;
                 n.liveness = NodeLiveness::Up;
                 // A node's capacity can only change while it holds nothing: its free vector
                 // is capacity minus its tasks' grants and must stay consistent.
@@ -391,6 +451,8 @@ impl ClusterState {
                         capacity,
                         liveness: NodeLiveness::Up,
                         tasks: BTreeSet::new(),
+                        partitions,
+                        stopping: Vec::new(),
                     },
                 );
                 Outcome::Registered { node: id }
@@ -406,7 +468,12 @@ impl ClusterState {
             return Outcome::Ignored("node already down".into());
         }
         n.liveness = NodeLiveness::Down;
+        let stopping: Vec<(TaskId, Attempt)> =
+            n.stopping.iter().map(|s| (s.task, s.attempt)).collect();
         let lost: Vec<TaskId> = n.tasks.iter().copied().collect();
+        for (t, a) in stopping {
+            self.release_stopping(node, t, a);
+        }
         let mut requeued = Vec::new();
         for t in lost {
             if let Some(r) = self.requeue(t) {
@@ -460,10 +527,37 @@ impl ClusterState {
         if let Err(e) = spec.validate() {
             return Outcome::Rejected(e.to_string());
         }
+        let partition = partition_of(&spec).to_string();
+        if spec.no_preempt {
+            let p = self.priority.priority_of(&spec.user, &partition);
+            match self.priority.protect_min_priority {
+                Some(min) if p >= min => {}
+                Some(min) => {
+                    return Outcome::Rejected(format!(
+                        "--no-preempt needs priority {min} or more; user {:?} has {p} in partition {partition:?}",
+                        spec.user
+                    ))
+                }
+                None => {
+                    return Outcome::Rejected(
+                        "--no-preempt is not enabled (protect_min_priority is not configured)"
+                            .into(),
+                    )
+                }
+            }
+        }
+        let admitted = crate::sched::admission::admit(
+            &self.priority,
+            &spec.user,
+            &partition,
+            &spec.resources,
+            spec.count,
+            |who| self.quota_usage(who, &partition),
+        );
         self.next_job += 1;
         let id = JobId(self.next_job);
         let mut tasks = Vec::with_capacity(spec.count as usize);
-        for index in 0..spec.count {
+        for (index, adm) in (0..spec.count).zip(admitted) {
             self.next_task += 1;
             let tid = TaskId(self.next_task);
             tasks.push(tid);
@@ -475,6 +569,10 @@ impl ClusterState {
                     index,
                     status: TaskStatus::new(),
                     gpus: Vec::new(),
+                    protected: spec.no_preempt,
+                    priority: adm.priority,
+                    quota: adm.quota,
+                    preemptions: 0,
                 },
             );
             self.pending.insert(tid);
@@ -512,6 +610,7 @@ impl ClusterState {
             }
             cancelled += 1;
             self.pending.remove(&t);
+            self.awaiting.remove(&t);
             finals += 1;
             if let (TaskState::Assigned | TaskState::Running, Some(node)) = (was.state, was.node) {
                 let gpus = std::mem::take(&mut task.gpus);
@@ -543,7 +642,113 @@ impl ClusterState {
                 None => rejected += 1,
             }
         }
-        Outcome::PlanApplied { accepted, rejected }
+        let mut preempted = Vec::new();
+        for p in plan.preempt {
+            match self.try_preempt(&p) {
+                Some(mut v) => preempted.append(&mut v),
+                None => rejected += 1,
+            }
+        }
+        Outcome::PlanApplied {
+            accepted,
+            rejected,
+            preempted,
+        }
+    }
+
+    /// Re-checks one preemption (S1): the preemptor still pending and of higher priority
+    /// than every victim, each victim still that attempt on that node and not protected.
+    /// Then every victim goes back to pending with attempt + 1, its resources held on the
+    /// node until the slave reports it stopped.
+    fn try_preempt(&mut self, p: &Preemption) -> Option<Vec<TaskRef>> {
+        let pre = self.tasks.get(&p.preemptor)?;
+        if pre.status.state != TaskState::Pending || p.victims.is_empty() {
+            return None;
+        }
+        let prio = pre.priority;
+        let node = self.nodes.get(&p.node)?;
+        if !node.is_up() {
+            return None;
+        }
+        let valid = p.victims.iter().all(|v| {
+            v.node == p.node
+                && node.tasks.contains(&v.task)
+                && self.tasks.get(&v.task).is_some_and(|t| {
+                    t.status.attempt == v.attempt
+                        && t.status.node == Some(p.node)
+                        && !t.status.state.is_final()
+                        && t.priority < prio
+                        && !t.protected
+                })
+        });
+        if !valid {
+            return None;
+        }
+        for v in &p.victims {
+            let t = self.tasks.get_mut(&v.task)?;
+            let gpus = std::mem::take(&mut t.gpus);
+            t.status.requeue().ok()?;
+            t.preemptions += 1;
+            let job = t.job;
+            if let Some(n) = self.nodes.get_mut(&p.node) {
+                n.tasks.remove(&v.task);
+                n.stopping.push(Stopping {
+                    task: v.task,
+                    attempt: v.attempt,
+                    job,
+                    gpus,
+                });
+            }
+            self.pending.insert(v.task);
+        }
+        self.awaiting
+            .insert(p.preemptor, (p.node, p.victims.clone()));
+        Some(p.victims.clone())
+    }
+
+    /// A stopping (preempted) attempt ended: its resources return to the node. Returns
+    /// whether it was one.
+    fn release_stopping(&mut self, node: NodeId, task: TaskId, attempt: Attempt) -> bool {
+        let Some(n) = self.nodes.get_mut(&node) else {
+            return false;
+        };
+        let Some(i) = n
+            .stopping
+            .iter()
+            .position(|s| s.task == task && s.attempt == attempt)
+        else {
+            return false;
+        };
+        let s = n.stopping.remove(i);
+        if let Some(req) = self.jobs.get(&s.job).map(|j| j.spec.resources.clone()) {
+            if let Some(n) = self.nodes.get_mut(&node) {
+                n.free.give_back(&req, &s.gpus, &n.capacity);
+            }
+        }
+        true
+    }
+
+    /// What `who`'s non-final tasks holding its quota use in `partition`.
+    fn quota_usage(&self, who: &Principal, partition: &str) -> Usage {
+        let mut used = Usage::default();
+        let live = self
+            .pending
+            .iter()
+            .chain(self.nodes.values().flat_map(|n| n.tasks.iter()));
+        for tid in live {
+            let Some(t) = self.tasks.get(tid) else {
+                continue;
+            };
+            if t.quota.as_ref() != Some(who) {
+                continue;
+            }
+            if let Some(j) = self.jobs.get(&t.job) {
+                if partition_of(&j.spec) == partition {
+                    used.add(&j.spec.resources);
+                }
+            }
+        }
+        used
     }
 
     fn try_assign(&mut self, a: &Assign) -> Option<TaskRef> {
@@ -556,12 +761,17 @@ impl ClusterState {
         if !node.is_up() {
             return None;
         }
+        let partition = partition_of(&self.jobs.get(&task.job)?.spec).to_string();
+        if !node.serves(&partition) {
+            return None;
+        }
         let gpus = node.free.take(req)?;
         node.tasks.insert(a.task);
         let task = self.tasks.get_mut(&a.task)?;
         let attempt = task.status.assign(a.node).ok()?;
         task.gpus = gpus;
         self.pending.remove(&a.task);
+        self.awaiting.remove(&a.task);
         Some(TaskRef {
             task: a.task,
             node: a.node,
@@ -602,6 +812,9 @@ impl ClusterState {
         attempt: Attempt,
         exit_code: i32,
     ) -> Outcome {
+        if self.release_stopping(node, task, attempt) {
+            return Outcome::TaskUpdated;
+        }
         if let Err(o) = self.current(node, task, attempt) {
             return o;
         }
@@ -737,6 +950,9 @@ impl ClusterState {
     }
 
     fn task_lost(&mut self, node: NodeId, task: TaskId, attempt: Attempt) -> Outcome {
+        if self.release_stopping(node, task, attempt) {
+            return Outcome::TaskUpdated;
+        }
         if let Err(o) = self.current(node, task, attempt) {
             return o;
         }
@@ -811,6 +1027,18 @@ impl ClusterState {
             node: t.status.node,
             attempt: t.status.attempt,
             exit_code: t.status.exit_code,
+            priority: t.priority,
+            user: self
+                .jobs
+                .get(&t.job)
+                .map(|j| j.spec.user.clone())
+                .unwrap_or_default(),
+            partition: self
+                .jobs
+                .get(&t.job)
+                .map(|j| partition_of(&j.spec).to_string())
+                .unwrap_or_default(),
+            preemptions: t.preemptions,
         }
     }
 
@@ -865,6 +1093,11 @@ impl ClusterState {
             free: n.free.clone(),
             tasks: n.tasks.len() as u32,
             gpus_emulated: n.gpus_emulated(),
+            partitions: if n.partitions.is_empty() {
+                vec!["default".to_string()]
+            } else {
+                n.partitions.clone()
+            },
         }
     }
 

@@ -38,6 +38,7 @@ fn spec(count: u32, cpu_milli: u64) -> JobSpec {
         count,
         command: vec!["true".into()],
         env: Default::default(),
+        no_preempt: false,
     }
 }
 
@@ -65,6 +66,7 @@ impl Log {
             addr: format!("127.0.0.1:{key}"),
             capacity: node_res(cpus, 0),
             labels: Default::default(),
+            partitions: Vec::new(),
         }) {
             Outcome::Registered { node } => node,
             o => panic!("unexpected {o:?}"),
@@ -92,7 +94,7 @@ fn task_runs_to_success_and_releases_resources() {
     let n = l.register(7, 2);
     let t = l.submit(1, 1500)[0];
     assert!(
-        matches!(l.assign(t, n), Outcome::PlanApplied { ref accepted, rejected: 0 } if accepted.len() == 1)
+        matches!(l.assign(t, n), Outcome::PlanApplied { ref accepted, rejected: 0, .. } if accepted.len() == 1)
     );
     assert_eq!(l.state.nodes[&n].free.cpu_milli, 500);
     assert_eq!(
@@ -185,7 +187,9 @@ fn stale_plan_entries_are_rejected() {
         ],
         ..Default::default()
     })) {
-        Outcome::PlanApplied { accepted, rejected } => {
+        Outcome::PlanApplied {
+            accepted, rejected, ..
+        } => {
             assert_eq!(accepted.len(), 1);
             assert_eq!(rejected, 1);
         }
@@ -285,6 +289,7 @@ fn gpu_grants_are_per_device_and_returned() {
         addr: "x:1".into(),
         capacity: node_res(8, 2),
         labels: Default::default(),
+        partitions: Vec::new(),
     }) {
         Outcome::Registered { node } => node,
         o => panic!("{o:?}"),
