@@ -697,22 +697,7 @@ impl DutiesCore {
                     });
                 }
                 TaskState::Running => {
-                    let since = *l.missing_since.entry(key).or_insert(now.mono_ms);
-                    if now.mono_ms.saturating_sub(since) > self.cfg.lost_after_ms
-                        && l.lost_proposed.insert(key)
-                    {
-                        fx.push(Effect::Propose {
-                            tag: ProposalTag::Lost {
-                                task: key.0,
-                                attempt: key.1,
-                            },
-                            command: Command::TaskLost {
-                                node,
-                                task: key.0,
-                                attempt: key.1,
-                            },
-                        });
-                    }
+                    missing(l, &self.cfg, node, key, now, fx);
                 }
                 _ => {}
             }
@@ -734,22 +719,7 @@ impl DutiesCore {
                 l.missing_since.remove(&key);
                 continue;
             }
-            let since = *l.missing_since.entry(key).or_insert(now.mono_ms);
-            if now.mono_ms.saturating_sub(since) > self.cfg.lost_after_ms
-                && l.lost_proposed.insert(key)
-            {
-                fx.push(Effect::Propose {
-                    tag: ProposalTag::Lost {
-                        task: key.0,
-                        attempt: key.1,
-                    },
-                    command: Command::TaskLost {
-                        node,
-                        task: key.0,
-                        attempt: key.1,
-                    },
-                });
-            }
+            missing(l, &self.cfg, node, key, now, fx);
         }
         self.dispatch(now, view, fx);
     }
@@ -777,6 +747,32 @@ impl DutiesCore {
                 },
             });
         }
+    }
+}
+
+/// An attempt the log places on `node` is missing from its slave's report: once missing for
+/// longer than `lost_after_ms`, propose it lost (once).
+fn missing(
+    l: &mut Leading,
+    cfg: &DutiesConfig,
+    node: NodeId,
+    key: (TaskId, Attempt),
+    now: Now,
+    fx: &mut Vec<Effect>,
+) {
+    let since = *l.missing_since.entry(key).or_insert(now.mono_ms);
+    if now.mono_ms.saturating_sub(since) > cfg.lost_after_ms && l.lost_proposed.insert(key) {
+        fx.push(Effect::Propose {
+            tag: ProposalTag::Lost {
+                task: key.0,
+                attempt: key.1,
+            },
+            command: Command::TaskLost {
+                node,
+                task: key.0,
+                attempt: key.1,
+            },
+        });
     }
 }
 
