@@ -6,7 +6,7 @@
 
 use crate::{
     Attempt, ClientRequestId, GpuAlloc, JobId, JobSpec, MasterId, NodeId, NodeResources,
-    ResourceRequest, TaskId, TaskState,
+    ResourceRequest, TaskId, TaskReason, TaskState,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -86,6 +86,8 @@ pub enum ErrorKind {
     Unavailable,
     /// A bug on the serving side.
     Internal,
+    /// No such job, task, node or log (CLI exit code 4).
+    NotFound,
 }
 
 /// Requests of the CLI and other clients to a master.
@@ -116,6 +118,9 @@ pub enum ClientRequest {
         /// As in `Status`.
         #[serde(default)]
         stale: bool,
+        /// Which jobs (newest first).
+        #[serde(default)]
+        filter: ListFilter,
     },
     /// Tasks, optionally of one job.
     Tasks {
@@ -125,6 +130,9 @@ pub enum ClientRequest {
         /// Only this job's tasks.
         #[serde(default)]
         job: Option<JobId>,
+        /// Which tasks (newest first).
+        #[serde(default)]
+        filter: ListFilter,
     },
     /// Nodes.
     Nodes {
@@ -179,6 +187,65 @@ pub enum ClientRequest {
     /// Fault injection into the addressed master's Raft traffic (tests and chaos). Local to
     /// that master; never replicated.
     SetFaults(FaultSpec),
+    /// Cancel one task (stopped on its slave if it runs).
+    CancelTask {
+        /// Client request id.
+        request: ClientRequestId,
+        /// The task.
+        task: TaskId,
+    },
+    /// Drain a node: no new tasks; running ones finish, or are stopped and re-queued with
+    /// reason `drained` once the deadline passes.
+    Drain {
+        /// Client request id.
+        request: ClientRequestId,
+        /// Node name, id, or `node-N`.
+        node: String,
+        /// Deadline, ms from now; `None`: running tasks may finish however long they take.
+        #[serde(default)]
+        deadline_after_ms: Option<u64>,
+    },
+    /// Stop draining a node.
+    Undrain {
+        /// Client request id.
+        request: ClientRequestId,
+        /// Node name, id, or `node-N`.
+        node: String,
+    },
+    /// Read part of a task attempt's output, fetched by the master from the slave holding it.
+    Logs {
+        /// Task.
+        task: TaskId,
+        /// Attempt (default: the latest).
+        #[serde(default)]
+        attempt: Option<Attempt>,
+        /// Standard error instead of standard output.
+        #[serde(default)]
+        stderr: bool,
+        /// Byte offset to read from.
+        #[serde(default)]
+        offset: u64,
+        /// Most bytes to return.
+        #[serde(default)]
+        max_bytes: u64,
+    },
+}
+
+/// Which jobs or tasks a listing returns. Listings are newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListFilter {
+    /// Only this job (or this job's tasks).
+    #[serde(default)]
+    pub job: Option<JobId>,
+    /// Only this state (a task state, or a job state such as `failed`).
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Only this user's.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// At most this many.
+    #[serde(default)]
+    pub limit: Option<u32>,
 }
 
 /// Faults for one master's Raft links (mirrors the consensus crate's fault config).
@@ -237,6 +304,29 @@ pub enum ClientResponse {
         /// Acknowledged sequence numbers that did not apply (must be empty).
         missing: Vec<u64>,
     },
+    /// One node after a change (drain, undrain).
+    Node(NodeInfo),
+    /// Part of a task's output.
+    Logs(LogChunk),
+}
+
+/// Part of a task attempt's output file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogChunk {
+    /// Task.
+    pub task: TaskId,
+    /// Attempt.
+    pub attempt: Attempt,
+    /// Node holding the file.
+    pub node: NodeId,
+    /// Offset of `data` in the file.
+    pub offset: u64,
+    /// The bytes.
+    pub data: serde_bytes::ByteBuf,
+    /// Size of the file when read.
+    pub size: u64,
+    /// Whether the task has ended for good (no more output will come).
+    pub task_final: bool,
 }
 
 /// One master in the Raft configuration.
@@ -316,6 +406,9 @@ pub struct NodeCounts {
     pub up: u64,
     /// Down.
     pub down: u64,
+    /// Draining (up or down).
+    #[serde(default)]
+    pub draining: u64,
 }
 
 /// One job as listed.
@@ -357,6 +450,18 @@ pub struct TaskInfo {
     pub attempt: Attempt,
     /// Exit code once finished.
     pub exit_code: Option<i32>,
+    /// Why the last attempt ended, when not by a normal exit (CONTRACT.md reasons).
+    #[serde(default)]
+    pub reason: Option<TaskReason>,
+    /// User of its job.
+    #[serde(default)]
+    pub user: String,
+    /// Failed attempts so far (each retry consumes one).
+    #[serde(default)]
+    pub failures: u32,
+    /// Pending for a retry: not started before this leader time, ms since the Unix epoch.
+    #[serde(default)]
+    pub not_before_ms: Option<u64>,
 }
 
 /// One node as listed.
@@ -378,6 +483,12 @@ pub struct NodeInfo {
     pub tasks: u32,
     /// True when its GPUs are emulated.
     pub gpus_emulated: bool,
+    /// Draining: takes no new tasks.
+    #[serde(default)]
+    pub draining: bool,
+    /// When a drain stops and re-queues what still runs there, ms since the Unix epoch.
+    #[serde(default)]
+    pub drain_deadline_ms: Option<u64>,
 }
 
 /// What a slave holds of one task, reported on registration and in heartbeats so that a new
@@ -512,6 +623,20 @@ pub enum SlaveCommand {
         /// Attempt.
         attempt: Attempt,
     },
+    /// Read part of an attempt's output file (answered even after the task ended, while
+    /// the file is kept).
+    ReadLog {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Standard error instead of standard output.
+        stderr: bool,
+        /// Byte offset to read from.
+        offset: u64,
+        /// Most bytes to return.
+        max_bytes: u64,
+    },
 }
 
 /// Slave → master answers to commands.
@@ -521,4 +646,13 @@ pub enum SlaveCommandReply {
     Accepted,
     /// Stopped (or was not running).
     Stopped,
+    /// Part of a log file.
+    Log {
+        /// Offset of `data` in the file.
+        offset: u64,
+        /// The bytes.
+        data: serde_bytes::ByteBuf,
+        /// Size of the file when read.
+        size: u64,
+    },
 }

@@ -65,6 +65,7 @@ fn spec() -> impl Strategy<Value = JobSpec> {
             count,
             command,
             env: BTreeMap::from([("K".to_string(), "V".to_string())]),
+            ..Default::default()
         })
 }
 
@@ -139,11 +140,15 @@ fn message() -> impl Strategy<Value = Message> {
             job: JobId(j)
         })),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Status { stale })),
-        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Jobs { stale })),
+        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Jobs {
+            stale,
+            filter: Default::default()
+        })),
         (any::<bool>(), any::<Option<u64>>()).prop_map(|(stale, j)| Message::Client(
             ClientRequest::Tasks {
                 stale,
-                job: j.map(JobId)
+                job: j.map(JobId),
+                filter: Default::default(),
             }
         )),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Nodes { stale })),
@@ -179,6 +184,7 @@ fn message() -> impl Strategy<Value = Message> {
                         total: 2,
                         up: 1,
                         down: 1,
+                        draining: 0,
                     },
                     jobs: 3,
                     tasks: BTreeMap::from([("pending".to_string(), m)]),
@@ -213,6 +219,10 @@ fn message() -> impl Strategy<Value = Message> {
                 node: Some(NodeId(j)),
                 attempt: a,
                 exit_code,
+                reason: None,
+                user: "u".into(),
+                failures: 0,
+                not_before_ms: None,
             }]))
         }),
         (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(
@@ -225,6 +235,8 @@ fn message() -> impl Strategy<Value = Message> {
                 free: r,
                 tasks: 1,
                 gpus_emulated: true,
+                draining: false,
+                drain_deadline_ms: None,
             }])
         )),
         (

@@ -47,7 +47,7 @@ fn demo_jobs() -> Vec<JobSpec> {
         },
         count,
         command: vec!["sh".into(), "-c".into(), script.into()],
-        env: Default::default(),
+        ..Default::default()
     };
     vec![
         job(
@@ -208,7 +208,16 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     // Summary: every job, and whether every master holds the same state.
-    let listed = match call(addrs, ClientRequest::Jobs { stale: false }, false).await? {
+    let listed = match call(
+        addrs,
+        ClientRequest::Jobs {
+            stale: false,
+            filter: Default::default(),
+        },
+        false,
+    )
+    .await?
+    {
         ClientResponse::Jobs(j) => j,
         other => bail!("unexpected answer {other:?}"),
     };

@@ -8,10 +8,13 @@
 //! snapshot restore). Within one plan, decisions are taken out of the index tentatively;
 //! once the plan is applied or refused, the touched nodes are re-read from the state.
 
-use super::index::{AnyPolicy, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind};
+use super::index::{
+    AnyPolicy, Candidates, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind,
+};
 use super::Scheduler;
 use crate::state::{Assign, ClusterState, Plan};
-use hetsched_common::NodeId;
+use hetsched_common::{JobId, NodeId};
+use std::collections::BTreeMap;
 
 /// Pending tasks in queue order, each to the node the policy picks among those that fit.
 #[derive(Debug)]
@@ -47,7 +50,8 @@ impl IndexedScheduler {
 
     fn sync(&mut self, view: &ClusterState, node: NodeId) {
         match view.nodes.get(&node) {
-            Some(n) if n.is_up() => self.index.upsert_node(node, &n.free),
+            // Draining nodes leave the index: they take no new tasks.
+            Some(n) if n.takes_work() => self.index.upsert_node(node, &n.free),
             _ => {
                 self.index.remove_node(node);
             }
@@ -57,15 +61,34 @@ impl IndexedScheduler {
 
 impl Scheduler for IndexedScheduler {
     fn plan(&mut self, view: &ClusterState) -> Plan {
+        self.plan_at(view, view.last_ms)
+    }
+
+    fn plan_at(&mut self, view: &ClusterState, now_ms: u64) -> Plan {
         let mut plan = Plan::default();
+        // Locality sets, built once per job per plan.
+        let mut localities: BTreeMap<JobId, Candidates> = BTreeMap::new();
         for task in &view.pending {
             if plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 break;
             }
-            let Some(req) = view.tasks.get(task).and_then(|t| view.job_resources(t.job)) else {
+            let Some(t) = view.tasks.get(task) else {
                 continue;
             };
-            let q = PlacementQuery::new(req).for_task(*task);
+            if t.not_before_ms.is_some_and(|nb| nb > now_ms) {
+                continue; // waiting out a retry backoff
+            }
+            let Some(job) = view.jobs.get(&t.job) else {
+                continue;
+            };
+            let req = &job.spec.resources;
+            if !job.candidates.is_empty() && !localities.contains_key(&job.id) {
+                localities.insert(job.id, job.candidates.iter().copied().collect());
+            }
+            let mut q = PlacementQuery::new(req).for_task(*task);
+            if let Some(c) = localities.get(&job.id) {
+                q = q.with_candidates(c);
+            }
             let Some(node) = self.index.place(&q, &mut self.policy) else {
                 continue;
             };
@@ -87,7 +110,7 @@ impl Scheduler for IndexedScheduler {
         self.index.rebuild(
             view.nodes
                 .values()
-                .filter(|n| n.is_up())
+                .filter(|n| n.takes_work())
                 .map(|n| (n.id, n.free.clone())),
         );
     }
@@ -150,7 +173,7 @@ mod tests {
                 },
                 count,
                 command: vec!["true".into()],
-                env: Default::default(),
+                ..Default::default()
             },
         }
     }
