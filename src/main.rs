@@ -83,9 +83,11 @@ enum BenchCommand {
 
 /// The command line with the exit-code table in every command's `--help`.
 fn cli_command() -> clap::Command {
-    Cli::command()
-        .after_help(cmd::exit::EXIT_CODES_HELP)
-        .mut_subcommands(|s| s.after_help(cmd::exit::EXIT_CODES_HELP))
+    fn with_exit_codes(c: clap::Command) -> clap::Command {
+        c.after_help(cmd::exit::EXIT_CODES_HELP)
+            .mut_subcommands(with_exit_codes)
+    }
+    with_exit_codes(Cli::command())
 }
 
 fn main() -> ExitCode {
