@@ -38,10 +38,12 @@ fn submit(c: &Cluster, args: &[&str]) -> (u64, Vec<u64>) {
         .json(&a)
         .unwrap_or_else(|| panic!("submit {args:?} failed: {}", text(&c.cli(&a))));
     let job = v["job_id"].as_u64().expect("job id");
-    let tasks = job_tasks(c, job)
+    // Listings are newest first; callers get the tasks in index order.
+    let mut tasks: Vec<u64> = job_tasks(c, job)
         .iter()
         .filter_map(|t| t["id"].as_u64())
         .collect();
+    tasks.sort_unstable();
     (job, tasks)
 }
 
@@ -120,6 +122,23 @@ fn logs_return_what_a_task_printed_also_after_it_ended() {
     let f = c.cli(&["logs", "--follow", &t3[0].to_string()]);
     assert_eq!(f.status.code(), Some(0), "{}", text(&f));
     assert_eq!(String::from_utf8_lossy(&f.stdout), "first\nsecond\n");
+    // --follow on a task still waiting for room waits for it to start, then follows it.
+    let (_, waiting) = submit(
+        &c,
+        &[
+            "--count",
+            "2",
+            "--cpus",
+            "4",
+            "--",
+            "sh",
+            "-c",
+            "sleep 1; echo late",
+        ],
+    );
+    let f = c.cli(&["logs", "-f", &format!("task-{}", waiting[1])]);
+    assert_eq!(f.status.code(), Some(0), "{}", text(&f));
+    assert_eq!(String::from_utf8_lossy(&f.stdout), "late\n");
     // Unknown ids are "not found": exit 4.
     for args in [
         vec!["jobs", "999999"],
@@ -129,6 +148,7 @@ fn logs_return_what_a_task_printed_also_after_it_ended() {
         vec!["watch", "job-999999"],
         vec!["drain", "no-such-node"],
         vec!["tasks", "--job", "999999"],
+        vec!["submit", "--nodes", "no-such-node", "--", "true"],
     ] {
         let o = c.cli(&args);
         assert_eq!(o.status.code(), Some(4), "{args:?}: {}", text(&o));
@@ -281,6 +301,13 @@ fn drain_sends_no_new_tasks_and_requeues_at_the_deadline() {
     let st = c.json(&["status"]).expect("status");
     assert_eq!(st["nodes"]["draining"], 1);
     assert_eq!(st["nodes"]["up"], 2);
+    let human = c.cli(&["status"]);
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(human.contains("2 up, 0 down, 1 draining"), "{human}");
+    assert!(
+        human.contains("leader:") && human.contains("term"),
+        "{human}"
+    );
 
     // 4 one-core tasks, 2 cores free outside the drained node: two run, two wait.
     let (job, _) = submit(&c, &["--count", "4", "--cpus", "1", "--", "sleep", "300"]);

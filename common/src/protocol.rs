@@ -317,8 +317,8 @@ pub struct LogChunk {
     pub task: TaskId,
     /// Attempt.
     pub attempt: Attempt,
-    /// Node holding the file.
-    pub node: NodeId,
+    /// Node holding the file (`None` while the task has not been placed yet).
+    pub node: Option<NodeId>,
     /// Offset of `data` in the file.
     pub offset: u64,
     /// The bytes.

@@ -201,7 +201,7 @@ pub fn logs(masters: &[String], a: LogsArgs) -> anyhow::Result<()> {
     block_on(async {
         let mut offset = 0u64;
         let mut collected: Vec<u8> = Vec::new();
-        let mut last;
+        let mut last: Option<(Attempt, Option<hetsched_common::NodeId>)> = None;
         loop {
             let req = ClientRequest::Logs {
                 task: a.task,
@@ -214,6 +214,20 @@ pub fn logs(masters: &[String], a: LogsArgs) -> anyhow::Result<()> {
                 ClientResponse::Logs(c) => c,
                 other => return Err(anyhow!("unexpected answer: {}", short(&other))),
             };
+            // The latest attempt changed under --follow (a retry, a re-queue): start over
+            // at the beginning of the new attempt's file.
+            if let Some((prev, _)) = last {
+                if prev != chunk.attempt && a.attempt.is_none() {
+                    if chunk.offset != 0 {
+                        offset = 0;
+                        last = Some((chunk.attempt, chunk.node));
+                        continue;
+                    }
+                    if !a.json && prev != 0 {
+                        eprintln!("--- {} attempt {} ---", a.task, chunk.attempt);
+                    }
+                }
+            }
             let got = chunk.data.len() as u64;
             if a.json {
                 collected.extend_from_slice(&chunk.data);
@@ -236,6 +250,7 @@ pub fn logs(masters: &[String], a: LogsArgs) -> anyhow::Result<()> {
         }
         if a.json {
             let (attempt, node) = last.unzip();
+            let node = node.flatten();
             super::print_json(&serde_json::json!({
                 "task_id": a.task,
                 "attempt": attempt,

@@ -218,7 +218,11 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
     )
     .await?
     {
-        ClientResponse::Jobs(j) => j,
+        // Listings are newest first; the summary reads oldest first.
+        ClientResponse::Jobs(mut j) => {
+            j.sort_by_key(|j| j.id);
+            j
+        }
         other => bail!("unexpected answer {other:?}"),
     };
     println!("summary after {:.1}s:", start.elapsed().as_secs_f64());

@@ -8,7 +8,7 @@ use hetsched_common::protocol::{
     ClientResponse, ErrorKind, ErrorReply, LogChunk, Message, SlaveCommand, SlaveCommandReply,
 };
 use hetsched_common::wire::Connection;
-use hetsched_common::{Attempt, TaskId};
+use hetsched_common::{Attempt, NodeId, TaskId, TaskState};
 use std::time::Duration;
 
 /// Largest chunk one answer carries (well under the frame cap).
@@ -32,7 +32,7 @@ pub struct LogQuery {
 /// Answers a log query.
 pub async fn read(shared: &MasterShared, q: LogQuery) -> Result<ClientResponse, ErrorReply> {
     let not_found = |m: String| ErrorReply::new(ErrorKind::NotFound, m);
-    let (attempt, node, addr, task_final) = {
+    let (attempt, node, addr, task_final, placed_not_started) = {
         let s = shared.read_state();
         let t = s
             .tasks
@@ -40,8 +40,12 @@ pub async fn read(shared: &MasterShared, q: LogQuery) -> Result<ClientResponse, 
             .ok_or_else(|| not_found(format!("no such task: {}", q.task)))?;
         let latest = t.status.attempt;
         let attempt = q.attempt.unwrap_or(latest);
+        if latest == 0 && !t.status.state.is_final() && q.attempt.is_none() {
+            // Waiting for its first placement: no output yet (`logs --follow` waits).
+            return Ok(ClientResponse::Logs(empty_chunk(q.task, 0, None)));
+        }
         if attempt == 0 || latest == 0 {
-            return Err(not_found(format!("{} has not run yet: no output", q.task)));
+            return Err(not_found(format!("{} never ran: no output", q.task)));
         }
         if attempt > latest {
             return Err(not_found(format!(
@@ -71,7 +75,8 @@ pub async fn read(shared: &MasterShared, q: LogQuery) -> Result<ClientResponse, 
             .ok_or_else(|| not_found(format!("{node} of {} is gone", q.task)))?;
         // Final, or waiting in the queue for another attempt: this attempt writes no more.
         let done = t.status.state.is_final() || attempt < latest || t.status.node.is_none();
-        (attempt, node, addr, done)
+        let placed_not_started = attempt == latest && t.status.state == TaskState::Assigned;
+        (attempt, node, addr, done, placed_not_started)
     };
     let max_bytes = match q.max_bytes {
         0 => MAX_LOG_CHUNK,
@@ -105,17 +110,34 @@ pub async fn read(shared: &MasterShared, q: LogQuery) -> Result<ClientResponse, 
             Ok(ClientResponse::Logs(LogChunk {
                 task: q.task,
                 attempt,
-                node,
+                node: Some(node),
                 offset,
                 data,
                 size,
                 task_final,
             }))
         }
+        // The slave creates the files when the process starts.
+        Message::Error(e) if e.kind == ErrorKind::NotFound && placed_not_started => Ok(
+            ClientResponse::Logs(empty_chunk(q.task, attempt, Some(node))),
+        ),
         Message::Error(e) => Err(e),
         other => Err(ErrorReply::new(
             ErrorKind::Internal,
             format!("unexpected answer from {node}: {other:?}"),
         )),
+    }
+}
+
+/// No output yet.
+fn empty_chunk(task: TaskId, attempt: Attempt, node: Option<NodeId>) -> LogChunk {
+    LogChunk {
+        task,
+        attempt,
+        node,
+        offset: 0,
+        data: Default::default(),
+        size: 0,
+        task_final: false,
     }
 }
