@@ -57,7 +57,10 @@ fn cli_requests_and_answers_round_trip() {
         offset: 0,
         max_bytes: 1,
     }));
-    round_trip(Message::Error(ErrorReply::new(ErrorKind::NotFound, "no such job")));
+    round_trip(Message::Error(ErrorReply::new(
+        ErrorKind::NotFound,
+        "no such job",
+    )));
     round_trip(Message::Client(ClientRequest::Submit {
         request: ClientRequestId(2),
         spec: JobSpec {

@@ -499,7 +499,25 @@ pub fn status(masters: &[String], a: StatusArgs) -> anyhow::Result<()> {
         s.nodes.up, s.nodes.down, s.nodes.draining
     );
     println!("jobs:     {}", s.jobs);
-    let counts: Vec<String> = s.tasks.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    // In life-cycle order, then anything newer.
+    let order = [
+        "pending",
+        "assigned",
+        "running",
+        "succeeded",
+        "failed",
+        "cancelled",
+    ];
+    let mut counts: Vec<String> = order
+        .iter()
+        .filter_map(|k| s.tasks.get(*k).map(|v| format!("{v} {k}")))
+        .collect();
+    counts.extend(
+        s.tasks
+            .iter()
+            .filter(|(k, _)| !order.contains(&k.as_str()))
+            .map(|(k, v)| format!("{v} {k}")),
+    );
     println!("tasks:    {}", counts.join(", "));
     Ok(())
 }

@@ -164,6 +164,8 @@ fn a_draining_node_gets_no_new_tasks_and_undrain_restores_it() {
         }
         o => panic!("unexpected {o:?}"),
     }
+    // Without a deadline, what runs on a draining node is never due for re-queueing.
+    assert!(l.state.drains_due(u64::MAX).is_empty());
     l.apply_at(30, Command::UndrainNode { node: a });
     assert_eq!(l.state.node_counts().draining, 0);
     let placed = l.schedule(40);
@@ -190,6 +192,10 @@ fn at_the_deadline_a_drained_nodes_tasks_are_requeued_with_reason_drained() {
     assert!(
         l.state.drains_due(999).is_empty(),
         "not before the deadline"
+    );
+    assert_eq!(
+        l.state.tasks[&placed[0].task].status.state,
+        TaskState::Running
     );
     assert_eq!(l.state.drains_due(1_000), vec![a]);
     match l.apply_at(1_000, Command::RequeueDrained { node: a }) {
