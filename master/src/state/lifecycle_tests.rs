@@ -475,3 +475,49 @@ fn listings_filter_and_put_the_newest_first() {
         Err(ListError::Invalid(_))
     ));
 }
+
+#[test]
+fn the_leader_finds_due_drains_and_timeouts_as_commands() {
+    let mut l = Log::new();
+    let a = l.register(1, "a", 2);
+    let b = l.register(2, "b", 2);
+    l.sched.reset(&l.state);
+    l.submit(JobSpec {
+        timeout_ms: Some(100),
+        nodes: vec!["b".into()],
+        ..spec(1)
+    });
+    l.submit(JobSpec {
+        nodes: vec!["a".into()],
+        ..spec(1)
+    });
+    let placed = l.schedule(0);
+    assert_eq!(placed.len(), 2);
+    for r in &placed {
+        l.start(10, *r);
+    }
+    l.apply_at(
+        20,
+        Command::DrainNode {
+            node: a,
+            deadline_ms: Some(50),
+        },
+    );
+    assert!(crate::server::due_commands(&l.state, 49).is_empty());
+    assert_eq!(
+        crate::server::due_commands(&l.state, 50),
+        vec![Command::RequeueDrained { node: a }]
+    );
+    let on_b = placed.iter().find(|r| r.node == b).expect("a task on b");
+    assert_eq!(
+        crate::server::due_commands(&l.state, 110),
+        vec![
+            Command::RequeueDrained { node: a },
+            Command::TimeoutTask {
+                node: b,
+                task: on_b.task,
+                attempt: on_b.attempt
+            }
+        ]
+    );
+}
