@@ -6,8 +6,10 @@
 
 mod error;
 mod ids;
+pub mod jobfile;
 pub mod priority;
 pub mod protocol;
+mod reason;
 mod resources;
 pub mod rng;
 mod spec;
@@ -16,8 +18,11 @@ pub mod wire;
 
 pub use error::{Error, Result};
 pub use ids::{Attempt, ClientRequestId, JobId, MasterId, NodeId, TaskId};
+pub use reason::TaskReason;
 pub use resources::{
     allocate_gpus, EngineKind, GpuAlloc, GpuDevice, GpuRequest, NodeResources, ResourceRequest,
     GPU_MILLI_PER_DEVICE,
 };
-pub use spec::{parse_host_port, JobSpec, TaskState, TaskStatus, TransitionError};
+pub use spec::{
+    parse_host_port, JobSpec, TaskState, TaskStatus, TransitionError, MAX_BACKOFF_MS, MAX_RETRIES,
+};

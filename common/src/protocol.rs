@@ -6,7 +6,7 @@
 
 use crate::{
     Attempt, ClientRequestId, GpuAlloc, JobId, JobSpec, MasterId, NodeId, NodeResources,
-    ResourceRequest, TaskId, TaskState,
+    ResourceRequest, TaskId, TaskReason, TaskState,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -120,9 +120,9 @@ pub enum ClientRequest {
         /// As in `Status`.
         #[serde(default)]
         stale: bool,
-        /// Only this job (not found: `ErrorKind::NotFound`).
+        /// Which jobs (newest first).
         #[serde(default)]
-        job: Option<JobId>,
+        filter: ListFilter,
     },
     /// Tasks, optionally of one job.
     Tasks {
@@ -132,6 +132,9 @@ pub enum ClientRequest {
         /// Only this job's tasks.
         #[serde(default)]
         job: Option<JobId>,
+        /// Which tasks (newest first).
+        #[serde(default)]
+        filter: ListFilter,
     },
     /// Nodes.
     Nodes {
@@ -206,6 +209,65 @@ pub enum ClientRequest {
         /// The job.
         spec: JobSpec,
     },
+    /// Cancel one task (stopped on its slave if it runs).
+    CancelTask {
+        /// Client request id.
+        request: ClientRequestId,
+        /// The task.
+        task: TaskId,
+    },
+    /// Drain a node: no new tasks; running ones finish, or are stopped and re-queued with
+    /// reason `drained` once the deadline passes.
+    Drain {
+        /// Client request id.
+        request: ClientRequestId,
+        /// Node name, id, or `node-N`.
+        node: String,
+        /// Deadline, ms from now; `None`: running tasks may finish however long they take.
+        #[serde(default)]
+        deadline_after_ms: Option<u64>,
+    },
+    /// Stop draining a node.
+    Undrain {
+        /// Client request id.
+        request: ClientRequestId,
+        /// Node name, id, or `node-N`.
+        node: String,
+    },
+    /// Read part of a task attempt's output, fetched by the master from the slave holding it.
+    Logs {
+        /// Task.
+        task: TaskId,
+        /// Attempt (default: the latest).
+        #[serde(default)]
+        attempt: Option<Attempt>,
+        /// Standard error instead of standard output.
+        #[serde(default)]
+        stderr: bool,
+        /// Byte offset to read from.
+        #[serde(default)]
+        offset: u64,
+        /// Most bytes to return.
+        #[serde(default)]
+        max_bytes: u64,
+    },
+}
+
+/// Which jobs or tasks a listing returns. Listings are newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListFilter {
+    /// Only this job (or this job's tasks).
+    #[serde(default)]
+    pub job: Option<JobId>,
+    /// Only this state (a task state, or a job state such as `failed`).
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Only this user's.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// At most this many.
+    #[serde(default)]
+    pub limit: Option<u32>,
 }
 
 /// Faults for one master's Raft links (mirrors the consensus crate's fault config).
@@ -266,10 +328,33 @@ pub enum ClientResponse {
         /// Acknowledged sequence numbers that did not apply (must be empty).
         missing: Vec<u64>,
     },
+    /// One node after a change (drain, undrain).
+    Node(NodeInfo),
+    /// Part of a task's output.
+    Logs(LogChunk),
     /// The S1 priority configuration.
     PriorityConfig(crate::priority::PriorityConfig),
     /// A dry run's answer, one entry per task.
     DryRun(Vec<DryRunTask>),
+}
+
+/// Part of a task attempt's output file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogChunk {
+    /// Task.
+    pub task: TaskId,
+    /// Attempt.
+    pub attempt: Attempt,
+    /// Node holding the file (`None` while the task has not been placed yet).
+    pub node: Option<NodeId>,
+    /// Offset of `data` in the file.
+    pub offset: u64,
+    /// The bytes.
+    pub data: serde_bytes::ByteBuf,
+    /// Size of the file when read.
+    pub size: u64,
+    /// Whether the task has ended for good (no more output will come).
+    pub task_final: bool,
 }
 
 /// One task of a dry run (`submit --dry-run --json`: `{"tasks": [...]}`).
@@ -368,6 +453,9 @@ pub struct NodeCounts {
     pub up: u64,
     /// Down.
     pub down: u64,
+    /// Draining (up or down).
+    #[serde(default)]
+    pub draining: u64,
 }
 
 /// One job as listed.
@@ -421,6 +509,15 @@ pub struct TaskInfo {
     /// Times preempted.
     #[serde(default)]
     pub preemptions: u32,
+    /// Why the last attempt ended, when not by a normal exit (CONTRACT.md reasons).
+    #[serde(default)]
+    pub reason: Option<TaskReason>,
+    /// Failed attempts so far (each retry consumes one).
+    #[serde(default)]
+    pub failures: u32,
+    /// Pending for a retry: not started before this leader time, ms since the Unix epoch.
+    #[serde(default)]
+    pub not_before_ms: Option<u64>,
 }
 
 /// One node as listed.
@@ -445,6 +542,12 @@ pub struct NodeInfo {
     /// Partitions it serves.
     #[serde(default)]
     pub partitions: Vec<String>,
+    /// Draining: takes no new tasks.
+    #[serde(default)]
+    pub draining: bool,
+    /// When a drain stops and re-queues what still runs there, ms since the Unix epoch.
+    #[serde(default)]
+    pub drain_deadline_ms: Option<u64>,
 }
 
 /// What a slave holds of one task, reported on registration and in heartbeats so that a new
@@ -586,6 +689,20 @@ pub enum SlaveCommand {
         #[serde(default)]
         grace_ms: Option<u64>,
     },
+    /// Read part of an attempt's output file (answered even after the task ended, while
+    /// the file is kept).
+    ReadLog {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Standard error instead of standard output.
+        stderr: bool,
+        /// Byte offset to read from.
+        offset: u64,
+        /// Most bytes to return.
+        max_bytes: u64,
+    },
 }
 
 /// Slave → master answers to commands.
@@ -595,4 +712,13 @@ pub enum SlaveCommandReply {
     Accepted,
     /// Stopped (or was not running).
     Stopped,
+    /// Part of a log file.
+    Log {
+        /// Offset of `data` in the file.
+        offset: u64,
+        /// The bytes.
+        data: serde_bytes::ByteBuf,
+        /// Size of the file when read.
+        size: u64,
+    },
 }

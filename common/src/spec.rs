@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// What a user submits: K identical tasks running one command.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSpec {
     /// Human name (defaults to the command's program name).
     #[serde(default)]
@@ -38,7 +38,27 @@ pub struct JobSpec {
     /// the configuration's `protect_min_priority`).
     #[serde(default)]
     pub no_preempt: bool,
+    /// Locality: the nodes (names, ids or `node-N`) the tasks may run on; empty means any.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// How many more times a failed task is re-run (0: never).
+    #[serde(default)]
+    pub retries: u32,
+    /// Delay before the first re-run, ms; it doubles with each failure, capped at
+    /// [`MAX_BACKOFF_MS`].
+    #[serde(default)]
+    pub backoff_ms: u64,
+    /// Longest one attempt may run, ms; past it the attempt is stopped with reason
+    /// `timeout`. `None`: no limit.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
+
+/// Largest delay between re-runs of a failed task (5 minutes).
+pub const MAX_BACKOFF_MS: u64 = 5 * 60 * 1000;
+
+/// Most re-runs one task may ask for.
+pub const MAX_RETRIES: u32 = 1000;
 
 /// Largest number of tasks one job may have.
 pub const MAX_TASKS_PER_JOB: u32 = 100_000;
@@ -62,7 +82,28 @@ impl JobSpec {
         if self.resources.cpu_milli == 0 {
             return Err(bad("a task must ask for some cpu (cpu_milli > 0)".into()));
         }
+        if self.retries > MAX_RETRIES {
+            return Err(bad(format!(
+                "retries {} is above the limit of {MAX_RETRIES}",
+                self.retries
+            )));
+        }
+        if self.timeout_ms == Some(0) {
+            return Err(bad("timeout must be longer than 0".into()));
+        }
+        if let Some(n) = self.nodes.iter().find(|n| n.trim().is_empty()) {
+            return Err(bad(format!("node name {n:?} is empty")));
+        }
         self.resources.validate()
+    }
+
+    /// How long a task waits before its re-run after its `failures`-th failure (≥ 1):
+    /// `backoff_ms`, doubling per failure, capped at [`MAX_BACKOFF_MS`].
+    pub fn retry_delay_ms(&self, failures: u32) -> u64 {
+        let doublings = failures.saturating_sub(1).min(32);
+        self.backoff_ms
+            .saturating_mul(1u64 << doublings)
+            .min(MAX_BACKOFF_MS)
     }
 }
 
@@ -286,8 +327,7 @@ mod tests {
             },
             count: 1,
             command: vec!["true".into()],
-            env: BTreeMap::new(),
-            no_preempt: false,
+            ..Default::default()
         };
         assert!(s.validate().is_ok());
         s.count = 0;
@@ -295,6 +335,19 @@ mod tests {
         s.count = 1;
         s.command.clear();
         assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn retry_delay_doubles_and_is_capped() {
+        let s = JobSpec {
+            backoff_ms: 5_000,
+            ..Default::default()
+        };
+        assert_eq!(s.retry_delay_ms(1), 5_000);
+        assert_eq!(s.retry_delay_ms(2), 10_000);
+        assert_eq!(s.retry_delay_ms(3), 20_000);
+        assert_eq!(s.retry_delay_ms(10), MAX_BACKOFF_MS);
+        assert_eq!(s.retry_delay_ms(u32::MAX), MAX_BACKOFF_MS);
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod agent;
 pub mod exec;
 pub mod gpu;
 pub mod link;
+pub mod logs;
 pub mod queue;
 pub mod store;
 
@@ -189,7 +190,7 @@ pub async fn run_with(cfg: SlaveConfig, tuning: Tuning) -> Result<(), Error> {
     let agent = agent::Agent::restore(
         store.clone(),
         capacity.cpu_milli,
-        log_dir,
+        log_dir.clone(),
         tuning.stop_grace,
         agent_tx.clone(),
         report_tx,
@@ -209,18 +210,37 @@ pub async fn run_with(cfg: SlaveConfig, tuning: Tuning) -> Result<(), Error> {
     );
     tokio::spawn(link.run(report_rx));
 
-    wire::serve(listener, FrameLimits::default(), handler(agent_tx))
+    wire::serve(listener, FrameLimits::default(), handler(agent_tx, log_dir))
         .await
         .map_err(|e| Error::Serve(e.to_string()))
 }
 
 /// The listener's handler: masters' commands go to the agent; anything else is refused.
-fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>) -> Handler {
+fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> Handler {
     Arc::new(move |msg, peer| {
         let agent = agent.clone();
+        let log_dir = log_dir.clone();
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
             let m = match msg {
+                // Reading output files needs nothing of the agent's state.
+                Message::ToSlave(SlaveCommand::ReadLog {
+                    task,
+                    attempt,
+                    stderr,
+                    offset,
+                    max_bytes,
+                }) => {
+                    let read = tokio::task::spawn_blocking(move || {
+                        logs::read_log(&log_dir, task, attempt, stderr, offset, max_bytes)
+                    });
+                    return Some(read.await.unwrap_or_else(|e| {
+                        Message::Error(ErrorReply::new(
+                            ErrorKind::Internal,
+                            format!("log reader failed: {e}"),
+                        ))
+                    }));
+                }
                 Message::ToSlave(SlaveCommand::Assign(assignment)) => agent::AgentMsg::Assign {
                     assignment,
                     reply: tx,
@@ -238,7 +258,7 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>) -> Handler {
                     tracing::debug!(%peer, message = ?other, "unsupported request");
                     return Some(Message::Error(ErrorReply::new(
                         ErrorKind::Unsupported,
-                        "a slave serves only Assign and StopTask",
+                        "a slave serves only Assign, StopTask and ReadLog",
                     )));
                 }
             };
