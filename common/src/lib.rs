@@ -7,6 +7,7 @@
 mod error;
 mod ids;
 pub mod protocol;
+mod reason;
 mod resources;
 pub mod rng;
 mod spec;
@@ -15,6 +16,7 @@ pub mod wire;
 
 pub use error::{Error, Result};
 pub use ids::{Attempt, ClientRequestId, JobId, MasterId, NodeId, TaskId};
+pub use reason::TaskReason;
 pub use resources::{
     allocate_gpus, EngineKind, GpuAlloc, GpuDevice, GpuRequest, NodeResources, ResourceRequest,
     GPU_MILLI_PER_DEVICE,

@@ -6,7 +6,7 @@
 
 use crate::{
     Attempt, ClientRequestId, GpuAlloc, JobId, JobSpec, MasterId, NodeId, NodeResources,
-    ResourceRequest, TaskId, TaskState,
+    ResourceRequest, TaskId, TaskReason, TaskState,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -341,7 +341,7 @@ pub struct JobInfo {
 }
 
 /// One task as listed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskInfo {
     /// Id (= `HETSCHED_TASK_ID`).
     pub id: TaskId,
@@ -357,6 +357,12 @@ pub struct TaskInfo {
     pub attempt: Attempt,
     /// Exit code once finished.
     pub exit_code: Option<i32>,
+    /// Why the last attempt ended (CONTRACT.md vocabulary; `null` for a normal exit).
+    #[serde(default)]
+    pub reason: Option<TaskReason>,
+    /// Cores the task asks for (float, as users write them).
+    #[serde(default)]
+    pub cpus: f64,
 }
 
 /// One node as listed.
@@ -378,7 +384,18 @@ pub struct NodeInfo {
     pub tasks: u32,
     /// True when its GPUs are emulated.
     pub gpus_emulated: bool,
+    /// Resource isolation of its tasks: `"v1"` or `"v2"` (cgroups), or `"none"`.
+    #[serde(default = "cgroup_none")]
+    pub cgroup: String,
 }
+
+fn cgroup_none() -> String {
+    "none".into()
+}
+
+/// The node label a slave sets to say how its tasks are isolated (`v1`, `v2`, `none`); the
+/// master shows it as [`NodeInfo::cgroup`].
+pub const CGROUP_LABEL: &str = "hetsched.cgroup";
 
 /// What a slave holds of one task, reported on registration and in heartbeats so that a new
 /// leader can reconcile.
@@ -457,6 +474,12 @@ pub enum SlaveRequest {
         attempt: Attempt,
         /// Exit code.
         exit_code: i32,
+        /// Why it ended as the slave saw it (`oom`, `cannot-start`, `lost`, …); `None` from
+        /// older slaves, which the master reads as what the exit code implies. `lost` means
+        /// the attempt did not run to an observed end (its supervisor vanished): the master
+        /// re-queues it with attempt + 1.
+        #[serde(default)]
+        reason: Option<TaskReason>,
     },
 }
 

@@ -213,6 +213,8 @@ fn message() -> impl Strategy<Value = Message> {
                 node: Some(NodeId(j)),
                 attempt: a,
                 exit_code,
+                reason: hetsched_common::TaskReason::of_exit_code(exit_code.unwrap_or(0)),
+                cpus: 1.5,
             }]))
         }),
         (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(
@@ -225,6 +227,7 @@ fn message() -> impl Strategy<Value = Message> {
                 free: r,
                 tasks: 1,
                 gpus_emulated: true,
+                cgroup: "v1".into(),
             }])
         )),
         (
@@ -259,7 +262,8 @@ fn message() -> impl Strategy<Value = Message> {
             node: NodeId(n),
             task: TaskId(t),
             attempt: a,
-            exit_code: c
+            exit_code: c,
+            reason: hetsched_common::TaskReason::of_exit_code(c)
         })),
         any::<u64>()
             .prop_map(|n| Message::SlaveReply(SlaveResponse::Registered { node: NodeId(n) })),

@@ -43,6 +43,8 @@ pub struct Identity {
     pub addr: String,
     /// Capacity.
     pub capacity: NodeResources,
+    /// Labels the slave sets itself (e.g. [`hetsched_common::protocol::CGROUP_LABEL`]).
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Why a request got no usable answer.
@@ -187,7 +189,7 @@ impl Link {
             name: self.me.name.clone(),
             addr: self.me.addr.clone(),
             capacity: self.me.capacity.clone(),
-            labels: BTreeMap::new(),
+            labels: self.me.labels.clone(),
             held: self.held().await?,
         };
         match self.call(req).await? {
@@ -245,11 +247,13 @@ impl Link {
                     task,
                     attempt,
                     exit_code,
+                    reason,
                 } => SlaveRequest::TaskFinished {
                     node,
                     task,
                     attempt,
                     exit_code,
+                    reason,
                 },
             };
             match self.call(req).await {

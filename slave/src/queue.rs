@@ -114,15 +114,17 @@ impl LocalQueue {
     }
 
     /// Restores a task loaded from storage, in storage order. A task that was `Running` when
-    /// the slave stopped comes back `Queued` (it runs again under the same attempt).
+    /// the slave stopped stays `Running` (its cores stay taken): the agent re-adopts its
+    /// supervisor or reports how it ended — an attempt never starts twice.
     pub fn restore(&mut self, assignment: Assignment, phase: Phase) {
         let task = assignment.task;
-        let phase = match phase {
-            Phase::Running => Phase::Queued,
-            p => p,
-        };
         if phase == Phase::Queued && !self.order.contains(&task) {
             self.order.push_back(task);
+        }
+        if phase == Phase::Running {
+            self.cpu_running_milli = self
+                .cpu_running_milli
+                .saturating_add(assignment.resources.cpu_milli);
         }
         self.entries.insert(task, Entry { assignment, phase });
     }
@@ -431,14 +433,20 @@ mod tests {
     }
 
     #[test]
-    fn restore_requeues_running_and_keeps_results() {
+    fn restore_keeps_running_and_results() {
         let mut q = LocalQueue::new(1000);
         q.restore(asg(1, 1, 100), Phase::Running);
         q.restore(asg(2, 1, 100), Phase::Finished { exit_code: 3 });
         q.restore(asg(3, 1, 100), Phase::Queued);
         q.restore_done(TaskId(4), 2);
-        assert_eq!(q.queued_len(), 2);
-        assert_eq!(q.start_next().map(|a| a.task), Some(TaskId(1)));
+        assert_eq!(q.queued_len(), 1, "the running one is not queued again");
+        assert_eq!(q.cpu_running_milli(), 100);
+        assert_eq!(q.offer(asg(1, 1, 100)), Offer::Duplicate);
+        assert_eq!(q.start_next().map(|a| a.task), Some(TaskId(3)));
+        assert!(
+            q.finished(TaskId(1), 1, 0),
+            "the adopted run's result counts"
+        );
         assert_eq!(q.offer(asg(4, 2, 100)), Offer::Duplicate);
         assert_eq!(q.offer(asg(4, 1, 100)), Offer::Stale { held: 2 });
         assert!(q.acked(TaskId(2), 1));

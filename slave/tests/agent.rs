@@ -6,7 +6,7 @@ use hetsched_common::protocol::{
     SlaveRequest, SlaveResponse,
 };
 use hetsched_common::wire::{self, Connection, FrameLimits, Handler};
-use hetsched_common::{JobId, MasterId, NodeId, ResourceRequest, TaskId};
+use hetsched_common::{JobId, MasterId, NodeId, ResourceRequest, TaskId, TaskReason};
 use hetsched_slave::{SlaveConfig, Tuning};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -141,6 +141,8 @@ impl Slave {
             gpus: 1,
             gpu_model: Some("V100M16".into()),
             name: Some("test-slave".into()),
+            supervisor: vec![env!("CARGO_BIN_EXE_hetsched-supervise").into()],
+            cgroup_root: Some("/sys/fs/cgroup".into()),
         };
         let tuning = Tuning {
             heartbeat: Duration::from_millis(100),
@@ -527,8 +529,20 @@ async fn unacked_result_is_reported_again_after_restart() {
     .await;
 }
 
+fn reason_of(r: &SlaveRequest, want: u64) -> Option<(i32, Option<TaskReason>)> {
+    match r {
+        SlaveRequest::TaskFinished {
+            task,
+            exit_code,
+            reason,
+            ..
+        } if task.0 == want => Some((*exit_code, *reason)),
+        _ => None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn running_task_is_killed_and_rerun_after_restart() {
+async fn running_task_is_adopted_after_restart_not_rerun() {
     let master = FakeMaster::start(FakeMaster::leader()).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let data = file(dir.path(), "data");
@@ -551,28 +565,39 @@ async fn running_task_is_killed_and_rerun_after_restart() {
         )
         .await;
         wait_until("the first run", || (read_runs().len() == 1).then_some(())).await;
-        // The slave dies here; its task does not.
+        // The agent stops here; its task does not.
     }
     let first = read_runs()[0];
-    assert!(!is_gone(first), "the task outlived the slave");
+    assert!(!is_gone(first), "the task outlived the agent");
     let before = master.seen().len();
     let _slave = Slave::start(vec![master.addr.clone()], &data);
-    wait_until("the leftover group to be killed", || {
-        is_gone(first).then_some(())
+    let held = wait_until("re-registration", || {
+        master.seen()[before..].iter().find_map(|r| match r {
+            SlaveRequest::Register { held, .. } => Some(held.clone()),
+            _ => None,
+        })
     })
     .await;
-    let second = wait_until("the second run", || read_runs().get(1).copied()).await;
-    assert_ne!(second, first);
-    wait_until("TaskStarted of the rerun, same attempt", || {
-        master.seen()[before..]
-            .iter()
-            .any(
-                |r| matches!(r, SlaveRequest::TaskStarted { task, attempt: 1, .. } if task.0 == 31),
-            )
-            .then_some(())
-    })
-    .await;
+    assert!(
+        held.iter()
+            .any(|h| h.task.0 == 31 && h.attempt == 1 && h.phase == HeldPhase::Running),
+        "held as running after the restart: {held:?}"
+    );
     let conn = connect_to_slave(&master).await;
+    // Give a wrongful rerun the time to show up before checking there is none.
+    let n = master.seen().len();
+    wait_until("three heartbeats", || {
+        let beats = master.seen()[n..]
+            .iter()
+            .filter(|r| matches!(r, SlaveRequest::Heartbeat { .. }))
+            .count();
+        (beats >= 3).then_some(())
+    })
+    .await;
+    assert_eq!(read_runs(), vec![first], "not run again");
+    assert!(!is_gone(first), "restarting the agent killed nothing");
+    assert_eq!(started_count(&master.seen(), 31), 1);
+    // The re-adopted task is stopped like any other.
     assert_eq!(
         call(
             &conn,
@@ -586,11 +611,63 @@ async fn running_task_is_killed_and_rerun_after_restart() {
     );
     assert_eq!(
         master
-            .wait_for("task 31 finished", |r| finished_of(r, 31))
+            .wait_for("task 31 finished", |r| reason_of(r, 31))
             .await,
-        -15
+        (-15, Some(TaskReason::Signal))
     );
-    assert!(is_gone(second));
+    wait_until("the task to be gone", || is_gone(first).then_some(())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempt_whose_supervisor_died_is_reported_lost_and_its_leftovers_killed() {
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = file(dir.path(), "data");
+    let runs = file(dir.path(), "runs.txt");
+    let script = format!("echo $$ >> {}; sleep 100", runs.display());
+    let first = {
+        let _slave = Slave::start(vec![master.addr.clone()], &data);
+        let conn = connect_to_slave(&master).await;
+        call(
+            &conn,
+            SlaveCommand::Assign(assignment(41, &["sh", "-c", &script])),
+        )
+        .await;
+        wait_until("the run", || {
+            std::fs::read_to_string(&runs)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+        })
+        .await
+    };
+    let rec: serde_json::Value = wait_until("the supervisor record", || {
+        let p = data.join("attempts/task-41-1/supervisor.json");
+        serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+    })
+    .await;
+    let sup = rec["pid"].as_i64().expect("pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sup),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the supervisor");
+    wait_until("the supervisor to die", || is_gone(sup).then_some(())).await;
+    assert!(!is_gone(first), "the task itself still runs");
+    let before = master.seen().len();
+    let _slave = Slave::start(vec![master.addr.clone()], &data);
+    let got = wait_until("the lost report", || {
+        master.seen()[before..]
+            .iter()
+            .find_map(|r| reason_of(r, 41))
+    })
+    .await;
+    assert_eq!(got, (-9, Some(TaskReason::Lost)));
+    wait_until("the leftover task to be killed", || {
+        is_gone(first).then_some(())
+    })
+    .await;
+    let lines = std::fs::read_to_string(&runs).expect("runs");
+    assert_eq!(lines.lines().count(), 1, "not run again under attempt 1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -363,7 +363,12 @@ pub fn tasks(masters: &[String], a: TasksArgs) -> anyhow::Result<()> {
                     t.state,
                     t.node.map_or("-".into(), |n| n.0.to_string()),
                     t.attempt,
-                    t.exit_code.map_or("-".into(), |c| c.to_string())
+                    match (t.exit_code, t.reason) {
+                        (Some(c), Some(r)) => format!("{c} ({r})"),
+                        (Some(c), None) => c.to_string(),
+                        (None, Some(r)) => format!("- ({r})"),
+                        (None, None) => "-".into(),
+                    }
                 );
             }
             Ok(())

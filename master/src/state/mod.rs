@@ -201,7 +201,8 @@ impl ClusterState {
                 task,
                 attempt,
                 exit_code,
-            } => self.task_finished(node, task, attempt, exit_code),
+                reason,
+            } => self.task_finished(node, task, attempt, exit_code, reason),
             Command::Bench {
                 client,
                 seq,
@@ -487,6 +488,7 @@ impl ClusterState {
         task: TaskId,
         attempt: Attempt,
         exit_code: i32,
+        reason: Option<hetsched_common::TaskReason>,
     ) -> Outcome {
         if let Err(o) = self.current(node, task, attempt) {
             return o;
@@ -494,7 +496,8 @@ impl ClusterState {
         let Some(t) = self.tasks.get_mut(&task) else {
             return Outcome::Rejected(format!("unknown {task}"));
         };
-        if let Err(e) = t.status.finish(attempt, exit_code) {
+        let reason = reason.or(hetsched_common::TaskReason::of_exit_code(exit_code));
+        if let Err(e) = t.status.finish_because(attempt, exit_code, reason) {
             return Outcome::Ignored(e.to_string());
         }
         let gpus = std::mem::take(&mut t.gpus);
@@ -571,6 +574,12 @@ impl ClusterState {
             node: t.status.node,
             attempt: t.status.attempt,
             exit_code: t.status.exit_code,
+            reason: t.status.reason,
+            cpus: self
+                .jobs
+                .get(&t.job)
+                .map(|j| j.spec.resources.cpu_milli as f64 / 1000.0)
+                .unwrap_or(0.0),
         }
     }
 
@@ -625,6 +634,11 @@ impl ClusterState {
             free: n.free.clone(),
             tasks: n.tasks.len() as u32,
             gpus_emulated: n.gpus_emulated(),
+            cgroup: n
+                .labels
+                .get(hetsched_common::protocol::CGROUP_LABEL)
+                .cloned()
+                .unwrap_or_else(|| "none".into()),
         }
     }
 
