@@ -190,8 +190,8 @@ fn assignment(task: u64, command: &[&str]) -> Assignment {
         command: command.iter().map(|s| s.to_string()).collect(),
         env: [("EXTRA".to_string(), "yes".to_string())].into(),
         resources: ResourceRequest {
-            cpu_milli: 100,
-            mem_mib: 10,
+            cpu_milli: 500,
+            mem_mib: 64,
             ..Default::default()
         },
         gpus: vec![],
@@ -404,10 +404,10 @@ async fn unstartable_command_finishes_with_127() {
     let conn = connect_to_slave(&master).await;
     let a = assignment(8, &["/nonexistent/hetsched-no-such-program"]);
     call(&conn, SlaveCommand::Assign(a)).await;
-    let code = master
-        .wait_for("task 8 finished", |r| finished_of(r, 8))
+    let got = master
+        .wait_for("task 8 finished", |r| reason_of(r, 8))
         .await;
-    assert_eq!(code, 127);
+    assert_eq!(got, (127, Some(TaskReason::CannotStart)));
     let err = std::fs::read_to_string(dir.path().join("logs/task-8-1.err")).expect("err log");
     assert!(err.contains("hetsched-no-such-program"), "{err}");
 }
@@ -701,4 +701,95 @@ async fn registers_again_on_unknown_node() {
             .then_some(())
     })
     .await;
+}
+
+/// Whether this host lets the tests use cgroup v1 for real (root, v1 cpu and memory mounted).
+fn real_v1_cgroups() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    let v1 = Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists()
+        && Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists();
+    if !(root && v1) {
+        eprintln!("skipped: needs root and a cgroup v1 hierarchy");
+    }
+    root && v1
+}
+
+/// utime + stime of `pid` in seconds (USER_HZ is 100 on Linux).
+fn cpu_seconds(pid: i32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_a_core_limit_holds_on_real_v1_cgroups() {
+    if !real_v1_cgroups() {
+        return;
+    }
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _slave = Slave::start(vec![master.addr.clone()], dir.path());
+    let conn = connect_to_slave(&master).await;
+    let pidfile = dir.path().join("spin.pid");
+    // A pure shell busy loop: one process, no forks, always runnable.
+    let script = format!("echo $$ > {}; while :; do :; done", pidfile.display());
+    let mut a = assignment(51, &["sh", "-c", &script]);
+    a.resources.cpu_milli = 500;
+    call(&conn, SlaveCommand::Assign(a)).await;
+    let pid: i32 = wait_until("the spinner's pid", || {
+        std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    })
+    .await;
+    let (t0, c0) = (Instant::now(), cpu_seconds(pid).expect("cpu time"));
+    // Long enough to average over many 100 ms CFS periods.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (wall, cpu) = (
+        t0.elapsed().as_secs_f64(),
+        cpu_seconds(pid).expect("cpu time") - c0,
+    );
+    let rate = cpu / wall;
+    eprintln!("0.5-CPU task used {cpu:.2} CPU-s in {wall:.2} s = {rate:.3} CPU-s/s");
+    assert!(
+        rate <= 0.6,
+        "limited to 0.5 CPU, used {rate:.3} CPU-s per second"
+    );
+    assert!(rate > 0.0, "it ran");
+    call(
+        &conn,
+        SlaveCommand::StopTask {
+            task: TaskId(51),
+            attempt: 1,
+        },
+    )
+    .await;
+    master
+        .wait_for("task 51 finished", |r| reason_of(r, 51))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_over_its_memory_limit_ends_with_reason_oom() {
+    if !real_v1_cgroups() {
+        return;
+    }
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _slave = Slave::start(vec![master.addr.clone()], dir.path());
+    let conn = connect_to_slave(&master).await;
+    // dd allocates (and fills) a 256 MiB buffer: far over a 32 MiB limit.
+    let mut a = assignment(
+        52,
+        &["dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"],
+    );
+    a.resources.mem_mib = 32;
+    call(&conn, SlaveCommand::Assign(a)).await;
+    let (code, reason) = master
+        .wait_for("task 52 finished", |r| reason_of(r, 52))
+        .await;
+    assert_eq!(reason, Some(TaskReason::Oom), "exit code {code}");
+    assert_eq!(code, -9, "the OOM killer's SIGKILL");
 }

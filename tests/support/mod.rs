@@ -146,6 +146,18 @@ impl Cluster {
         cpus: u32,
         master_flags: &[&str],
     ) -> Self {
+        Self::start_full(name, n_masters, n_slaves, cpus, master_flags, &[])
+    }
+
+    /// As [`start_with`](Self::start_with), with extra flags for every slave too.
+    pub fn start_full(
+        name: &str,
+        n_masters: usize,
+        n_slaves: usize,
+        cpus: u32,
+        master_flags: &[&str],
+        slave_flags: &[&str],
+    ) -> Self {
         let dir = Scratch::new(name);
         let master_addrs: Vec<String> = (0..n_masters)
             .map(|_| format!("127.0.0.1:{}", free_port()))
@@ -187,25 +199,23 @@ impl Cluster {
             .enumerate()
             .map(|(i, addr)| {
                 let n = i + 1;
-                Proc::start(
-                    &format!("slave-{n}"),
-                    vec![
-                        "slave".into(),
-                        "--listen".into(),
-                        addr.clone(),
-                        "--masters".into(),
-                        master_addrs.join(","),
-                        "--data-dir".into(),
-                        dir.path().join(format!("slave-{n}")).display().to_string(),
-                        "--cpus".into(),
-                        cpus.to_string(),
-                        "--mem".into(),
-                        "4096".into(),
-                        "--name".into(),
-                        format!("slave-{n}"),
-                    ],
-                    dir.path(),
-                )
+                let mut args: Vec<String> = vec![
+                    "slave".into(),
+                    "--listen".into(),
+                    addr.clone(),
+                    "--masters".into(),
+                    master_addrs.join(","),
+                    "--data-dir".into(),
+                    dir.path().join(format!("slave-{n}")).display().to_string(),
+                    "--cpus".into(),
+                    cpus.to_string(),
+                    "--mem".into(),
+                    "4096".into(),
+                    "--name".into(),
+                    format!("slave-{n}"),
+                ];
+                args.extend(slave_flags.iter().map(|f| f.to_string()));
+                Proc::start(&format!("slave-{n}"), args, dir.path())
             })
             .collect();
         Cluster {
