@@ -203,6 +203,12 @@ impl Agent {
             .iter()
             .map(|w| exec::attempt_name(w.task, w.attempt))
             .collect();
+        let held: BTreeSet<String> = queue
+            .held()
+            .iter()
+            .map(|h| exec::attempt_name(h.task, h.attempt))
+            .collect();
+        sweep_unheld_attempts(&launcher, &held);
         let removed = launcher.cgroups.clean_stale(&keep);
         if !removed.is_empty() {
             tracing::info!(
@@ -654,6 +660,37 @@ impl Watched {
         };
         self.cgroup.remove();
         result
+    }
+}
+
+/// Ends and removes the attempt directories no held task names: attempts superseded by a
+/// newer one while the agent was down (whatever still runs of them is killed), and leftovers
+/// of acknowledged ones.
+fn sweep_unheld_attempts(launcher: &Launcher, held: &BTreeSet<String>) {
+    let Ok(entries) = std::fs::read_dir(&launcher.attempts_dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if held.contains(&name) {
+            continue;
+        }
+        let parsed = name
+            .strip_prefix("task-")
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(t, a)| Some((TaskId(t.parse().ok()?), a.parse::<Attempt>().ok()?)));
+        if let Some((task, attempt)) = parsed {
+            let pgid = supervisor::read_json::<SupervisorRecord>(&e.path().join(SUPERVISOR_FILE))
+                .map(|r| r.task_pid);
+            let cg = launcher.cgroups.attempt(&name);
+            let found = exec::kill_attempt_leftovers(task, attempt, &cg, pgid);
+            if found > 0 {
+                tracing::warn!(task = %task, attempt, processes = found, "killed a superseded attempt left from before the restart");
+            }
+        }
+        if let Err(err) = std::fs::remove_dir_all(e.path()) {
+            tracing::debug!(dir = %e.path().display(), error = %err, "cannot remove a stale attempt directory");
+        }
     }
 }
 

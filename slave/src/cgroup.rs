@@ -259,6 +259,14 @@ impl Cgroups {
         Ok(cg)
     }
 
+    /// Removes the slave's own (empty) cgroup directories, e.g. when a test or benchmark
+    /// is done with them; best effort.
+    pub fn remove_own(&self) {
+        for d in self.cpu_dir.iter().chain(self.mem_dir.iter()) {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+
     /// Names of the attempt cgroups that exist under the slave's directories.
     pub fn attempt_names(&self) -> BTreeSet<String> {
         let mut names = BTreeSet::new();

@@ -11,7 +11,7 @@
 
 use crate::cgroup::{AttemptCgroup, Cgroups, Limits};
 use crate::supervisor::{
-    proc_start_time, write_durably, Spec, CPUS_FILE, FORMAT_VERSION, SPEC_FILE, SUPERVISOR_LOG,
+    proc_start_time, write_atomically, Spec, CPUS_FILE, FORMAT_VERSION, SPEC_FILE, SUPERVISOR_LOG,
 };
 use hetsched_common::protocol::Assignment;
 use hetsched_common::{Attempt, TaskId};
@@ -190,7 +190,9 @@ impl Launcher {
             }
         };
         let cpus_file = dir.join(CPUS_FILE);
-        write_durably(
+        // Atomic, not fsynced: the agent's loop waits for this, and the file only matters
+        // while the task runs.
+        write_atomically(
             &cpus_file,
             format!("{}\n", cpus_text(a.resources.cpu_milli)).as_bytes(),
         )
@@ -262,7 +264,7 @@ pub fn set_cpus(
         source: std::io::Error::other(e),
     })?;
     let f = attempt_dir.join(CPUS_FILE);
-    write_durably(&f, format!("{}\n", cpus_text(cpu_milli)).as_bytes()).map_err(|source| {
+    write_atomically(&f, format!("{}\n", cpus_text(cpu_milli)).as_bytes()).map_err(|source| {
         SpawnError::Io {
             path: f.clone(),
             source,
@@ -399,6 +401,74 @@ mod tests {
         assert_eq!(pgrp_of_stat("42 (sleep) S 1 9 9"), Some(9));
         assert_eq!(pgrp_of_stat("garbage"), None);
         assert_eq!(pgrp_of_stat("1 (x) S"), None);
+    }
+
+    fn asg(gpus: Vec<(u32, u32)>, cpu_milli: u64) -> Assignment {
+        Assignment {
+            task: TaskId(17),
+            job: hetsched_common::JobId(3),
+            index: 2,
+            attempt: 4,
+            command: vec!["true".into()],
+            env: Default::default(),
+            resources: hetsched_common::ResourceRequest {
+                cpu_milli,
+                ..Default::default()
+            },
+            gpus,
+        }
+    }
+
+    #[test]
+    fn environment_names_ids_cpus_and_gpus() {
+        let env: std::collections::BTreeMap<String, String> = task_env(
+            &asg(vec![(0, 1000), (3, 1000)], 1500),
+            Some(Path::new("/x/cpus")),
+        )
+        .into_iter()
+        .collect();
+        assert_eq!(env["HETSCHED_TASK_ID"], "17");
+        assert_eq!(env["HETSCHED_ATTEMPT"], "4");
+        assert_eq!(env["HETSCHED_CPUS"], "1.5");
+        assert_eq!(env["HETSCHED_CPUS_FILE"], "/x/cpus");
+        for k in [
+            "HETSCHED_GPUS",
+            "CUDA_VISIBLE_DEVICES",
+            "NVIDIA_VISIBLE_DEVICES",
+        ] {
+            assert_eq!(env[k], "0,3", "{k}");
+        }
+        // A fractional grant names its one device; no grant names none.
+        assert_eq!(gpu_ids(&asg(vec![(1, 500)], 100)), "1");
+        assert_eq!(gpu_ids(&asg(vec![], 100)), "");
+    }
+
+    #[test]
+    fn live_cpu_change_updates_quota_and_cpus_file() {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(root.path().join("cpu")).expect("mkdir");
+        std::fs::write(root.path().join("cpu/cpu.cfs_quota_us"), "-1").expect("write");
+        let cgs = Cgroups::detect(root.path(), "1:cpu:/\n", "s");
+        let cg = cgs
+            .create(
+                "task-17-4",
+                Limits {
+                    cpu_milli: 2000,
+                    mem_mib: 0,
+                },
+            )
+            .expect("create");
+        let dir = root.path().join("attempt");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        set_cpus(&dir, &cg, 1000).expect("set cpus");
+        let quota = root
+            .path()
+            .join("cpu/hetsched-s/task-17-4/cpu.cfs_quota_us");
+        assert_eq!(std::fs::read_to_string(quota).expect("quota"), "100000");
+        assert_eq!(
+            std::fs::read_to_string(dir.join(CPUS_FILE)).expect("cpus file"),
+            "1\n"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! supervisor's files and the other way round.
 //! - `spec.json` — written by the agent before it starts the supervisor: the command, its
 //!   environment, its log files, the cgroup files to join and the OOM counter to read.
-//! - `supervisor.json` — written by the supervisor once the task runs: its own pid and
+//! - `supervisor.json` — written (atomically) by the supervisor once the task runs: its own pid and
 //!   `/proc` start time (its identity, safe against pid reuse) and the task's pid (= its
 //!   process group).
 //! - `status.json` — written by the supervisor when the task has ended (write, fsync, rename,
@@ -125,6 +125,18 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     }
     std::fs::rename(&tmp, path)?;
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// Writes `bytes` to `path` atomically (a temporary file renamed over it) but without fsync:
+/// readers never see a partial file, and the content survives the crash of any process — not
+/// of the machine, after which the processes it describes are gone anyway.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = dir.join(tmp_name);
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
 }
 
 /// Start time of process `pid` (`/proc/PID/stat` field 22), if it exists.
@@ -266,7 +278,7 @@ fn supervise(dir: &Path) -> ExitRecord {
     };
     if let Err(e) = serde_json::to_vec(&rec)
         .map_err(std::io::Error::other)
-        .and_then(|b| write_durably(&dir.join(SUPERVISOR_FILE), &b))
+        .and_then(|b| write_atomically(&dir.join(SUPERVISOR_FILE), &b))
     {
         eprintln!("hetsched supervise: cannot write {SUPERVISOR_FILE}: {e}");
     }
