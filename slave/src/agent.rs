@@ -231,6 +231,8 @@ impl Agent {
     /// Handles messages until every sender is gone.
     pub async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<AgentMsg>) {
         for w in std::mem::take(&mut self.adopt) {
+            // Started before this agent: re-adopted, collected or reported lost.
+            metrics::counter!("hetsched_slave_attempts_recovered_total").increment(1);
             tracing::info!(task = %w.task, attempt = w.attempt, supervisor = ?w.supervisor, "watching a task started before this agent");
             self.watch(w);
         }

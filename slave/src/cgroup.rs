@@ -186,7 +186,16 @@ impl Cgroups {
         // processes (then the kernel refuses, unless it is the root); what counts is that the
         // slave directory ends up with both controllers.
         let enable = "+cpu +memory";
-        let _ = write_file(&own_dir.join("cgroup.subtree_control"), enable);
+        let own_control = own_dir.join("cgroup.subtree_control");
+        if write_file(&own_control, enable).is_err() && own.trim_matches('/') != "" {
+            // "No internal processes": a delegated cgroup (systemd `Delegate=yes`) that holds
+            // the slave itself cannot enable controllers for children. Move the slave into a
+            // leaf of its own, as systemd asks delegated services to, and try again.
+            let leaf = own_dir.join("hetsched-agent");
+            std::fs::create_dir_all(&leaf).map_err(io_err(&leaf))?;
+            write_file(&leaf.join("cgroup.procs"), &std::process::id().to_string())?;
+            let _ = write_file(&own_control, enable);
+        }
         let available = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
         let has = |c: &str| available.split_whitespace().any(|w| w == c);
         if !(has("cpu") && has("memory")) {
