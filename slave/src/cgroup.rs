@@ -187,7 +187,7 @@ impl Cgroups {
         // slave directory ends up with both controllers.
         let enable = "+cpu +memory";
         let own_control = own_dir.join("cgroup.subtree_control");
-        if write_file(&own_control, enable).is_err() && own.trim_matches('/') != "" {
+        if write_file(&own_control, enable).is_err() && !own.trim_matches('/').is_empty() {
             // "No internal processes": a delegated cgroup (systemd `Delegate=yes`) that holds
             // the slave itself cannot enable controllers for children. Move the slave into a
             // leaf of its own, as systemd asks delegated services to, and try again.
