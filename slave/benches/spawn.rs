@@ -106,6 +106,54 @@ async fn supervised(n: usize, supervisor: Vec<OsString>, cgroups: Cgroups) -> St
     s
 }
 
+/// Starts `n` tasks back to back (as the agent does when a batch arrives), then waits for all:
+/// tasks per second from the first start until every exit is known.
+async fn burst(n: usize, supervisor: Option<Vec<OsString>>, cgroups: Cgroups) -> f64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let launcher = Launcher {
+        supervisor: supervisor.clone().unwrap_or_default(),
+        attempts_dir: dir.path().join("attempts"),
+        log_dir: dir.path().join("logs"),
+        cgroups,
+    };
+    std::fs::create_dir_all(&launcher.log_dir).expect("log dir");
+    let t0 = Instant::now();
+    let mut children = Vec::with_capacity(n);
+    for i in 0..n {
+        let child = match supervisor {
+            None => tokio::process::Command::new("true")
+                .process_group(0)
+                .spawn()
+                .expect("spawn true"),
+            Some(_) => {
+                launcher
+                    .launch(&assignment(i as u64 + 1))
+                    .expect("launch")
+                    .child
+            }
+        };
+        children.push(child);
+    }
+    for (i, mut c) in children.into_iter().enumerate() {
+        c.wait().await.expect("wait");
+        if supervisor.is_some() {
+            let a = assignment(i as u64 + 1);
+            let adir = launcher.attempt_dir(a.task, a.attempt);
+            let rec: ExitRecord = read_json(&adir.join(STATUS_FILE)).expect("status");
+            assert_eq!(rec.exit_code, 0);
+        }
+    }
+    let rate = n as f64 / t0.elapsed().as_secs_f64();
+    for i in 0..n {
+        let a = assignment(i as u64 + 1);
+        launcher
+            .cgroups
+            .attempt(&hetsched_slave::exec::attempt_name(a.task, a.attempt))
+            .remove();
+    }
+    rate
+}
+
 fn main() {
     let n: usize = std::env::args()
         .skip(1)
@@ -137,7 +185,37 @@ fn main() {
         );
         if cg.mode() != hetsched_slave::cgroup::CgroupMode::None {
             let name = format!("supervised + cgroup {}", cg.mode().as_str());
-            report(&name, supervised(n, helper, cg.clone()).await);
+            report(&name, supervised(n, helper.clone(), cg.clone()).await);
+        }
+        println!("burst: {n} starts back to back, then every exit collected");
+        println!(
+            "{:<34} {:7.0} tasks/s",
+            "direct spawn (no supervisor)",
+            burst(n, None, Cgroups::none()).await
+        );
+        println!(
+            "{:<34} {:7.0} tasks/s",
+            "supervised, hetsched-supervise",
+            burst(n, Some(helper.clone()), Cgroups::none()).await
+        );
+        if let Ok(bin) = std::env::var("HETSCHED_BIN") {
+            println!(
+                "{:<34} {:7.0} tasks/s",
+                "supervised, hetsched supervise",
+                burst(
+                    n,
+                    Some(vec![bin.into(), "supervise".into()]),
+                    Cgroups::none()
+                )
+                .await
+            );
+        }
+        if cg.mode() != hetsched_slave::cgroup::CgroupMode::None {
+            println!(
+                "{:<34} {:7.0} tasks/s",
+                format!("supervised + cgroup {}", cg.mode().as_str()),
+                burst(n, Some(helper), cg.clone()).await
+            );
             cg.clean_stale(&Default::default());
             cg.remove_own();
         }
