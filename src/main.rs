@@ -94,6 +94,14 @@ fn cli_command() -> clap::Command {
 }
 
 fn main() -> ExitCode {
+    // The per-attempt supervisor the slave starts (`hetsched supervise ATTEMPT_DIR`): hidden
+    // from --help, and dispatched before anything else so that it stays cheap to start.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == "supervise") {
+        let rest: Vec<std::ffi::OsString> = args.collect();
+        let code = hetsched_slave::supervisor::main(&rest);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = match cli_command()
         .try_get_matches()
         .and_then(|m| Cli::from_arg_matches(&m))

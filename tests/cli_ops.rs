@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
-use support::{wait_for, Cluster};
+use support::{processes_under, wait_for, Cluster};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -206,20 +206,15 @@ fn cancel_stops_a_running_task_on_its_slave() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     wait_job_done(&c, job);
     wait_for("the task processes to be killed", WAIT, || {
-        (!alive(pid) && !processes_with_env(&format!("HETSCHED_JOB_ID={job}"))).then_some(())
+        (!alive(pid) && !processes_with_env(&c, &format!("HETSCHED_JOB_ID={job}"))).then_some(())
     });
 }
 
 /// Whether any live process carries `marker` in its environment.
-fn processes_with_env(marker: &str) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    dir.flatten().any(|e| {
-        std::fs::read(e.path().join("environ"))
-            .map(|env| env.split(|b| *b == 0).any(|kv| kv == marker.as_bytes()))
-            .unwrap_or(false)
-    })
+/// Whether a process of this cluster (its environment mentions the cluster's directory)
+/// carries `marker`; other tests' clusters run tasks with the same ids beside it.
+fn processes_with_env(c: &Cluster, marker: &str) -> bool {
+    !processes_under(c.dir.path(), Some(marker)).is_empty()
 }
 
 #[test]
@@ -273,7 +268,7 @@ fn watch_exits_1_for_a_job_with_a_failing_task() {
     assert_eq!(t["state"], "failed");
     assert_eq!(t["reason"], "timeout");
     wait_for("the timed-out process to be killed", WAIT, || {
-        (!processes_with_env(&format!("HETSCHED_JOB_ID={slow}"))).then_some(())
+        (!processes_with_env(&c, &format!("HETSCHED_JOB_ID={slow}"))).then_some(())
     });
 }
 
@@ -365,7 +360,7 @@ fn drain_sends_no_new_tasks_and_requeues_at_the_deadline() {
     wait_for("drained processes stopped", WAIT, || {
         on_n1
             .iter()
-            .all(|t| !processes_with_env(&format!("HETSCHED_TASK_ID={t}")))
+            .all(|t| !processes_with_env(&c, &format!("HETSCHED_TASK_ID={t}")))
             .then_some(())
     });
     assert_eq!(
@@ -379,6 +374,6 @@ fn drain_sends_no_new_tasks_and_requeues_at_the_deadline() {
     let out = c.cli(&["cancel", &job.to_string()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     wait_for("the job's processes to be killed", WAIT, || {
-        (!processes_with_env(&format!("HETSCHED_JOB_ID={job}"))).then_some(())
+        (!processes_with_env(&c, &format!("HETSCHED_JOB_ID={job}"))).then_some(())
     });
 }

@@ -481,7 +481,7 @@ pub struct JobInfo {
 }
 
 /// One task as listed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskInfo {
     /// Id (= `HETSCHED_TASK_ID`).
     pub id: TaskId,
@@ -518,6 +518,9 @@ pub struct TaskInfo {
     /// Pending for a retry: not started before this leader time, ms since the Unix epoch.
     #[serde(default)]
     pub not_before_ms: Option<u64>,
+    /// Cores the task asks for (float, as users write them).
+    #[serde(default)]
+    pub cpus: f64,
 }
 
 /// One node as listed.
@@ -548,7 +551,18 @@ pub struct NodeInfo {
     /// When a drain stops and re-queues what still runs there, ms since the Unix epoch.
     #[serde(default)]
     pub drain_deadline_ms: Option<u64>,
+    /// Resource isolation of its tasks: `"v1"` or `"v2"` (cgroups), or `"none"`.
+    #[serde(default = "cgroup_none")]
+    pub cgroup: String,
 }
+
+fn cgroup_none() -> String {
+    "none".into()
+}
+
+/// The node label a slave sets to say how its tasks are isolated (`v1`, `v2`, `none`); the
+/// master shows it as [`NodeInfo::cgroup`].
+pub const CGROUP_LABEL: &str = "hetsched.cgroup";
 
 /// What a slave holds of one task, reported on registration and in heartbeats so that a new
 /// leader can reconcile.
@@ -630,6 +644,12 @@ pub enum SlaveRequest {
         attempt: Attempt,
         /// Exit code.
         exit_code: i32,
+        /// Why it ended as the slave saw it (`oom`, `cannot-start`, `lost`, …); `None` from
+        /// older slaves, which the master reads as what the exit code implies. `lost` means
+        /// the attempt did not run to an observed end (its supervisor vanished): the master
+        /// re-queues it with attempt + 1.
+        #[serde(default)]
+        reason: Option<TaskReason>,
     },
 }
 

@@ -1,48 +1,39 @@
-//! Why a task attempt ended (CONTRACT.md, "Task states and reasons"): `null` for a normal
-//! exit, else one of these, spelled in JSON exactly as the contract spells them.
+//! Why a task attempt ended: the `"reason"` vocabulary of CONTRACT.md ("Task states and
+//! reasons"), shared by the slave (which observes exits), the master (which records them) and
+//! the CLI (which shows them). A normal exit (code 0) has no reason: JSON `null`.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Why a task attempt ended other than by a normal exit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Why an attempt ended other than by a normal exit.
+///
+/// Serialised in kebab case (`"cannot-start"`); new reasons are added at the end so that
+/// replicated logs and older peers keep decoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TaskReason {
     /// The process exited with a non-zero code.
     Exit,
-    /// The process was killed by a signal.
+    /// The process was killed by a signal (not by the slave for one of the reasons below).
     Signal,
-    /// The process was killed for using too much memory.
+    /// The kernel's OOM killer ended it: it went over its memory limit.
     Oom,
-    /// The attempt ran past the job's per-attempt timeout and was stopped.
+    /// It ran past its time limit.
     Timeout,
-    /// A user cancelled the task or its job.
+    /// A user cancelled it.
     Cancelled,
-    /// A higher-priority task took its resources.
+    /// A higher-priority task took its resources; a new attempt follows.
     Preempted,
-    /// Its node or supervisor was lost.
+    /// Its node or its supervisor was lost; a new attempt follows.
     Lost,
-    /// Its node was drained and the drain deadline passed.
+    /// Its node was drained; a new attempt follows.
     Drained,
-    /// The process could not be started.
+    /// Its command could not be started (no such program, not executable, no log files).
     CannotStart,
 }
 
 impl TaskReason {
-    /// Every reason, in a fixed order.
-    pub const ALL: [TaskReason; 9] = [
-        TaskReason::Exit,
-        TaskReason::Signal,
-        TaskReason::Oom,
-        TaskReason::Timeout,
-        TaskReason::Cancelled,
-        TaskReason::Preempted,
-        TaskReason::Lost,
-        TaskReason::Drained,
-        TaskReason::CannotStart,
-    ];
-
-    /// The contract's spelling (as in JSON).
+    /// The JSON / CLI name (`"oom"`, `"cannot-start"`).
     pub fn as_str(self) -> &'static str {
         match self {
             TaskReason::Exit => "exit",
@@ -57,10 +48,10 @@ impl TaskReason {
         }
     }
 
-    /// The reason for an exit code per the slave's convention (−N: killed by signal N);
-    /// `None` for a normal exit (0).
-    pub fn of_exit_code(code: i32) -> Option<Self> {
-        match code {
+    /// The reason a bare exit code implies (for reports that carry no reason): `None` for 0,
+    /// `signal` for a negative code (killed by signal −code), `exit` otherwise.
+    pub fn of_exit_code(exit_code: i32) -> Option<TaskReason> {
+        match exit_code {
             0 => None,
             c if c < 0 => Some(TaskReason::Signal),
             _ => Some(TaskReason::Exit),
@@ -79,11 +70,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn json_spellings_follow_the_contract() {
-        for r in TaskReason::ALL {
-            let json = serde_json::to_string(&r).expect("serialise");
-            assert_eq!(json, format!("\"{}\"", r.as_str()));
+    fn json_names_follow_the_contract() {
+        let all = [
+            (TaskReason::Exit, "exit"),
+            (TaskReason::Signal, "signal"),
+            (TaskReason::Oom, "oom"),
+            (TaskReason::Timeout, "timeout"),
+            (TaskReason::Cancelled, "cancelled"),
+            (TaskReason::Preempted, "preempted"),
+            (TaskReason::Lost, "lost"),
+            (TaskReason::Drained, "drained"),
+            (TaskReason::CannotStart, "cannot-start"),
+        ];
+        for (r, name) in all {
+            assert_eq!(
+                serde_json::to_string(&r).expect("json"),
+                format!("\"{name}\"")
+            );
+            assert_eq!(r.as_str(), name);
         }
-        assert_eq!(TaskReason::CannotStart.as_str(), "cannot-start");
+        assert_eq!(
+            serde_json::to_string(&None::<TaskReason>).expect("json"),
+            "null"
+        );
+    }
+
+    #[test]
+    fn reason_of_exit_code() {
+        assert_eq!(TaskReason::of_exit_code(0), None);
+        assert_eq!(TaskReason::of_exit_code(3), Some(TaskReason::Exit));
+        assert_eq!(TaskReason::of_exit_code(-9), Some(TaskReason::Signal));
     }
 }

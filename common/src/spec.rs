@@ -7,7 +7,7 @@
 //! any non-final state ──cancel──▶ cancelled
 //! ```
 
-use crate::{Attempt, NodeId, ResourceRequest};
+use crate::{Attempt, NodeId, ResourceRequest, TaskReason};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -174,6 +174,10 @@ pub struct TaskStatus {
     pub attempt: Attempt,
     /// Exit code once finished.
     pub exit_code: Option<i32>,
+    /// Why the last attempt ended (`None` for a normal exit or while it runs): CONTRACT.md's
+    /// vocabulary. Kept while a lost or preempted task waits for its next attempt.
+    #[serde(default)]
+    pub reason: Option<TaskReason>,
 }
 
 impl Default for TaskStatus {
@@ -190,6 +194,7 @@ impl TaskStatus {
             node: None,
             attempt: 0,
             exit_code: None,
+            reason: None,
         }
     }
 
@@ -208,6 +213,7 @@ impl TaskStatus {
         self.state = TaskState::Assigned;
         self.node = Some(node);
         self.attempt += 1;
+        self.reason = None;
         Ok(self.attempt)
     }
 
@@ -222,8 +228,20 @@ impl TaskStatus {
         }
     }
 
-    /// assigned | running → succeeded | failed(code), for the current attempt.
+    /// assigned | running → succeeded | failed(code), for the current attempt; the reason is
+    /// the one the exit code implies ([`TaskReason::of_exit_code`]).
     pub fn finish(&mut self, attempt: Attempt, exit_code: i32) -> Result<(), TransitionError> {
+        self.finish_because(attempt, exit_code, TaskReason::of_exit_code(exit_code))
+    }
+
+    /// As [`finish`](Self::finish), with the reason the slave observed (`oom`,
+    /// `cannot-start`, …). A non-zero code never ends `succeeded`, whatever the reason.
+    pub fn finish_because(
+        &mut self,
+        attempt: Attempt,
+        exit_code: i32,
+        reason: Option<TaskReason>,
+    ) -> Result<(), TransitionError> {
         let to = if exit_code == 0 {
             TaskState::Succeeded
         } else {
@@ -236,17 +254,29 @@ impl TaskStatus {
         }
         self.state = to;
         self.exit_code = Some(exit_code);
+        self.reason = if exit_code == 0 {
+            reason
+        } else {
+            reason.or(TaskReason::of_exit_code(exit_code))
+        };
         Ok(())
     }
 
     /// assigned | running → pending (its node was lost or it was preempted); the next
     /// assignment gets attempt + 1.
     pub fn requeue(&mut self) -> Result<(), TransitionError> {
+        self.requeue_because(TaskReason::Lost)
+    }
+
+    /// As [`requeue`](Self::requeue), recording why the attempt ended (`lost`, `preempted`,
+    /// `drained`).
+    pub fn requeue_because(&mut self, reason: TaskReason) -> Result<(), TransitionError> {
         if !matches!(self.state, TaskState::Assigned | TaskState::Running) {
             return Err(self.refuse(TaskState::Pending));
         }
         self.state = TaskState::Pending;
         self.node = None;
+        self.reason = Some(reason);
         Ok(())
     }
 
@@ -256,6 +286,7 @@ impl TaskStatus {
             return Err(self.refuse(TaskState::Cancelled));
         }
         self.state = TaskState::Cancelled;
+        self.reason = Some(TaskReason::Cancelled);
         Ok(())
     }
 }

@@ -226,9 +226,10 @@ fn message() -> impl Strategy<Value = Message> {
                 user: "u".into(),
                 partition: "default".into(),
                 preemptions: a,
-                reason: None,
                 failures: 0,
                 not_before_ms: None,
+                reason: hetsched_common::TaskReason::of_exit_code(exit_code.unwrap_or(0)),
+                cpus: 1.5,
             }]))
         }),
         (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(
@@ -244,6 +245,7 @@ fn message() -> impl Strategy<Value = Message> {
                 partitions: vec!["default".into(), "gpu".into()],
                 draining: false,
                 drain_deadline_ms: None,
+                cgroup: "v1".into(),
             }])
         )),
         (
@@ -279,7 +281,8 @@ fn message() -> impl Strategy<Value = Message> {
             node: NodeId(n),
             task: TaskId(t),
             attempt: a,
-            exit_code: c
+            exit_code: c,
+            reason: hetsched_common::TaskReason::of_exit_code(c)
         })),
         any::<u64>()
             .prop_map(|n| Message::SlaveReply(SlaveResponse::Registered { node: NodeId(n) })),

@@ -4,29 +4,35 @@
 //! Modules:
 //! - [`queue`] — the local queue (pure bookkeeping, unit-tested);
 //! - [`store`] — sled persistence: identity, held tasks, acknowledged attempts;
-//! - [`exec`] — child processes in their own process groups; the exit-code convention;
+//! - [`exec`] — starting attempts under supervisors, task environment, exit-code convention;
+//! - [`supervisor`] — the per-attempt supervisor process and its versioned files;
+//! - [`cgroup`] — CPU and memory limits through cgroups v2 or v1;
 //! - [`agent`] — the task that owns queue and store and does their I/O;
 //! - [`link`] — registration, heartbeats, report delivery, leader following;
 //! - [`gpu`] — GPU probes (NVML, emulated).
 //!
-//! # Restart semantics (at-least-once)
+//! # Restart semantics (each attempt runs at most once)
 //! Everything accepted is in sled before the master hears `Accepted`; every result is in sled
-//! before it is reported and stays there until the master answers `Ack`. On start the slave
-//! reloads it all: queued tasks run; unacknowledged results are reported again; a task that was
-//! running when the slave died has its leftover process group killed (found by the stored pgid
-//! and checked through `/proc` to still carry that task's `HETSCHED_TASK_ID`) and is **run again
-//! under the same attempt**. A task may therefore run more than once (at-least-once); tasks
-//! should be idempotent, and their log files are appended to, not truncated.
+//! before it is reported and stays there until the master answers `Ack`. Each attempt runs
+//! under a supervisor process of its own that outlives the agent and writes the exit status
+//! durably. On start the slave reloads it all: queued tasks run; unacknowledged results are
+//! reported again; attempts that were running are re-adopted (their supervisor still lives),
+//! collected (it ended meanwhile: the true exit code is reported) or — supervisor gone with no
+//! status — have their leftovers killed and are reported `lost`, and the master runs them
+//! again as attempt + 1. No attempt is ever started twice, and a restart of the agent kills
+//! nothing (see [`agent`]).
 
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod cgroup;
 pub mod exec;
 pub mod gpu;
 pub mod link;
 pub mod logs;
 pub mod queue;
 pub mod store;
+pub mod supervisor;
 
 use hetsched_common::protocol::{ErrorKind, ErrorReply, Message, SlaveCommand};
 use hetsched_common::wire::{self, FrameLimits, Handler};
@@ -59,6 +65,12 @@ pub struct SlaveConfig {
     pub name: Option<String>,
     /// Partitions this node serves (S1; empty: `default`).
     pub partitions: Vec<String>,
+    /// The supervisor command, program and leading arguments, to which each attempt's
+    /// directory is appended (the CLI uses `[current_exe, "supervise"]`).
+    pub supervisor: Vec<std::ffi::OsString>,
+    /// Root of the cgroup filesystem (normally `/sys/fs/cgroup`); `None` runs tasks without
+    /// cgroups.
+    pub cgroup_root: Option<PathBuf>,
 }
 
 /// Timings, separate from [`SlaveConfig`] so tests can shorten them.
@@ -142,6 +154,9 @@ pub async fn run_with(cfg: SlaveConfig, tuning: Tuning) -> Result<(), Error> {
     if cfg.cpus == 0 {
         return Err(Error::Config("cpus must be at least 1".into()));
     }
+    if cfg.supervisor.is_empty() {
+        return Err(Error::Config("no supervisor program".into()));
+    }
     let log_dir = cfg.data_dir.join("logs");
     std::fs::create_dir_all(&log_dir)?;
     let store =
@@ -171,26 +186,45 @@ pub async fn run_with(cfg: SlaveConfig, tuning: Tuning) -> Result<(), Error> {
         gpus,
         engines: Default::default(),
     };
+    let cgroups = match &cfg.cgroup_root {
+        Some(root) => {
+            let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+            cgroup::Cgroups::detect(root, &own, &format!("{key:016x}"))
+        }
+        None => cgroup::Cgroups::none(),
+    };
     let me = link::Identity {
         key,
         name: cfg.name.clone().unwrap_or_else(|| addr.clone()),
         addr: addr.clone(),
         capacity: capacity.clone(),
         partitions: cfg.partitions.clone(),
+        labels: [(
+            hetsched_common::protocol::CGROUP_LABEL.to_string(),
+            cgroups.mode().as_str().to_string(),
+        )]
+        .into(),
     };
     tracing::info!(
         listen = %cfg.listen, advertise = %addr, key = format_args!("{key:016x}"),
         node = ?store.node().ok().flatten(), cpus = cfg.cpus, mem_mib = cfg.mem_mib,
         gpus = capacity.gpus.len(), data_dir = %cfg.data_dir.display(),
+        cgroup = cgroups.mode().as_str(),
         "slave starting"
     );
 
     let (agent_tx, agent_rx) = mpsc::unbounded_channel();
     let (report_tx, report_rx) = mpsc::unbounded_channel();
+    let launcher = exec::Launcher {
+        supervisor: cfg.supervisor.clone(),
+        attempts_dir: cfg.data_dir.join("attempts"),
+        log_dir: log_dir.clone(),
+        cgroups,
+    };
     let agent = agent::Agent::restore(
         store.clone(),
         capacity.cpu_milli,
-        log_dir.clone(),
+        launcher,
         tuning.stop_grace,
         agent_tx.clone(),
         report_tx,
@@ -245,15 +279,18 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                     assignment,
                     reply: tx,
                 },
-                // The grace period a preemption asks for is honoured by the executor's
-                // stop path; the slave's own `stop_grace` applies otherwise.
-                Message::ToSlave(SlaveCommand::StopTask { task, attempt, .. }) => {
-                    agent::AgentMsg::Stop {
-                        task,
-                        attempt,
-                        reply: tx,
-                    }
-                }
+                // A preemption's grace period comes with the request; otherwise the
+                // slave's own `stop_grace` applies.
+                Message::ToSlave(SlaveCommand::StopTask {
+                    task,
+                    attempt,
+                    grace_ms,
+                }) => agent::AgentMsg::Stop {
+                    task,
+                    attempt,
+                    grace: grace_ms.map(Duration::from_millis),
+                    reply: tx,
+                },
                 other => {
                     tracing::debug!(%peer, message = ?other, "unsupported request");
                     return Some(Message::Error(ErrorReply::new(

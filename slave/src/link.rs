@@ -45,6 +45,8 @@ pub struct Identity {
     pub capacity: NodeResources,
     /// Partitions served (empty: `default`).
     pub partitions: Vec<String>,
+    /// Labels the slave sets itself (e.g. [`hetsched_common::protocol::CGROUP_LABEL`]).
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Why a request got no usable answer.
@@ -189,7 +191,7 @@ impl Link {
             name: self.me.name.clone(),
             addr: self.me.addr.clone(),
             capacity: self.me.capacity.clone(),
-            labels: BTreeMap::new(),
+            labels: self.me.labels.clone(),
             held: self.held().await?,
             partitions: self.me.partitions.clone(),
         };
@@ -248,11 +250,13 @@ impl Link {
                     task,
                     attempt,
                     exit_code,
+                    reason,
                 } => SlaveRequest::TaskFinished {
                     node,
                     task,
                     attempt,
                     exit_code,
+                    reason,
                 },
             };
             match self.call(req).await {

@@ -114,17 +114,34 @@ impl LocalQueue {
     }
 
     /// Restores a task loaded from storage, in storage order. A task that was `Running` when
-    /// the slave stopped comes back `Queued` (it runs again under the same attempt).
+    /// the slave stopped stays `Running` (its cores stay taken): the agent re-adopts its
+    /// supervisor or reports how it ended — an attempt never starts twice.
     pub fn restore(&mut self, assignment: Assignment, phase: Phase) {
         let task = assignment.task;
-        let phase = match phase {
-            Phase::Running => Phase::Queued,
-            p => p,
-        };
         if phase == Phase::Queued && !self.order.contains(&task) {
             self.order.push_back(task);
         }
+        if phase == Phase::Running {
+            self.cpu_running_milli = self
+                .cpu_running_milli
+                .saturating_add(assignment.resources.cpu_milli);
+        }
         self.entries.insert(task, Entry { assignment, phase });
+    }
+
+    /// Drops the oldest records of acknowledged attempts beyond [`DONE_KEPT`] (CONTRACT.md,
+    /// Retention: slaves drop acknowledged results); returns the tasks forgotten, for the
+    /// store to forget too. A master never sends an attempt it has seen finish, so only a
+    /// duplicate still in flight needs the record, and it arrives within seconds.
+    pub fn prune_done(&mut self) -> Vec<TaskId> {
+        let mut gone = Vec::new();
+        while self.done.len() > DONE_KEPT {
+            match self.done.pop_first() {
+                Some((t, _)) => gone.push(t),
+                None => break,
+            }
+        }
+        gone
     }
 
     /// Restores the record of an acknowledged (task, attempt).
@@ -296,6 +313,9 @@ impl LocalQueue {
     }
 }
 
+/// Acknowledged attempts remembered (the most recent task ids), to refuse duplicates.
+pub const DONE_KEPT: usize = 10_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,6 +432,19 @@ mod tests {
     }
 
     #[test]
+    fn acknowledged_records_are_bounded_oldest_first() {
+        let mut q = LocalQueue::new(1000);
+        for t in 1..=(DONE_KEPT as u64 + 3) {
+            q.restore_done(TaskId(t), 1);
+        }
+        assert_eq!(q.prune_done(), vec![TaskId(1), TaskId(2), TaskId(3)]);
+        assert!(q.prune_done().is_empty());
+        // A duplicate of a remembered attempt is still refused.
+        let last = DONE_KEPT as u64 + 3;
+        assert!(!matches!(q.offer(asg(last, 1, 100)), Offer::Queued));
+    }
+
+    #[test]
     fn stop_by_phase_and_attempt() {
         let mut q = LocalQueue::new(1000);
         q.offer(asg(1, 1, 100));
@@ -431,14 +464,20 @@ mod tests {
     }
 
     #[test]
-    fn restore_requeues_running_and_keeps_results() {
+    fn restore_keeps_running_and_results() {
         let mut q = LocalQueue::new(1000);
         q.restore(asg(1, 1, 100), Phase::Running);
         q.restore(asg(2, 1, 100), Phase::Finished { exit_code: 3 });
         q.restore(asg(3, 1, 100), Phase::Queued);
         q.restore_done(TaskId(4), 2);
-        assert_eq!(q.queued_len(), 2);
-        assert_eq!(q.start_next().map(|a| a.task), Some(TaskId(1)));
+        assert_eq!(q.queued_len(), 1, "the running one is not queued again");
+        assert_eq!(q.cpu_running_milli(), 100);
+        assert_eq!(q.offer(asg(1, 1, 100)), Offer::Duplicate);
+        assert_eq!(q.start_next().map(|a| a.task), Some(TaskId(3)));
+        assert!(
+            q.finished(TaskId(1), 1, 0),
+            "the adopted run's result counts"
+        );
         assert_eq!(q.offer(asg(4, 2, 100)), Offer::Duplicate);
         assert_eq!(q.offer(asg(4, 1, 100)), Offer::Stale { held: 2 });
         assert!(q.acked(TaskId(2), 1));

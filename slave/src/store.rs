@@ -4,14 +4,15 @@
 //! Layout (keys big-endian so trees iterate in id order):
 //! - `meta`: `key` → u64 (random, non-zero), `node` → u64 (id from the master), `leader` →
 //!   address of the last known leader (a hint for the next start).
-//! - `tasks`: task id → [`StoredTask`] (named-field MessagePack).
+//! - `tasks`: task id → [`StoredTask`] (named-field MessagePack; variants and fields are only
+//!   ever added, so records written by an older slave keep decoding).
 //! - `done`: task id → u32 attempt whose result the master acknowledged.
 //!
 //! Records that do not decode are skipped with an error log, never a panic: a slave with one
 //! damaged record still serves everything else.
 
 use hetsched_common::protocol::Assignment;
-use hetsched_common::{Attempt, NodeId, TaskId};
+use hetsched_common::{Attempt, NodeId, TaskId, TaskReason};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
@@ -32,7 +33,8 @@ pub enum StoreError {
 pub enum StoredPhase {
     /// Accepted, not started.
     Queued,
-    /// Started as process group `pgid` (killed on restart if still alive).
+    /// Started as process group `pgid` by an agent that predates supervisors. On restart its
+    /// leftovers are killed and the attempt is reported lost (never run again).
     Running {
         /// Process group id (= pid of the group leader).
         pgid: i32,
@@ -41,6 +43,17 @@ pub enum StoredPhase {
     Finished {
         /// Exit code.
         exit_code: i32,
+        /// Why it ended (`None`: a normal exit, or a record from before reasons).
+        #[serde(default)]
+        reason: Option<TaskReason>,
+    },
+    /// Runs under the supervisor `pid` started at `start_time` (see [`crate::supervisor`]);
+    /// re-adopted on restart while that supervisor lives.
+    Supervised {
+        /// The supervisor's pid.
+        pid: i32,
+        /// Its `/proc` start time (against pid reuse).
+        start_time: u64,
     },
 }
 
@@ -183,6 +196,14 @@ impl Store {
         Ok(())
     }
 
+    /// Forgets the done records of these tasks (pruned by the queue).
+    pub fn forget_done(&self, tasks: &[TaskId]) -> Result<(), StoreError> {
+        for t in tasks {
+            self.done.remove(t.0.to_be_bytes())?;
+        }
+        Ok(())
+    }
+
     /// A fresh arrival sequence number (monotonic across restarts).
     pub fn next_seq(&self) -> Result<u64, StoreError> {
         Ok(self.db.generate_id()?)
@@ -246,8 +267,8 @@ mod tests {
         for t in &l.tasks {
             let phase = match t.phase {
                 StoredPhase::Queued => Phase::Queued,
-                StoredPhase::Running { .. } => Phase::Running,
-                StoredPhase::Finished { exit_code } => Phase::Finished { exit_code },
+                StoredPhase::Running { .. } | StoredPhase::Supervised { .. } => Phase::Running,
+                StoredPhase::Finished { exit_code, .. } => Phase::Finished { exit_code },
             };
             q.restore(t.assignment.clone(), phase);
         }
@@ -313,7 +334,10 @@ mod tests {
             s.put_task(&StoredTask {
                 seq: s.next_seq().expect("seq"),
                 assignment: asg(4, 1),
-                phase: StoredPhase::Finished { exit_code: 2 },
+                phase: StoredPhase::Finished {
+                    exit_code: 2,
+                    reason: Some(TaskReason::Exit),
+                },
             })
             .expect("put");
             s.put_task(&StoredTask {
@@ -336,8 +360,8 @@ mod tests {
             );
             assert_eq!(
                 q.get(TaskId(5)).map(|e| e.phase),
-                Some(Phase::Queued),
-                "a task running at the crash runs again"
+                Some(Phase::Running),
+                "a task running at the crash stays running: re-adopted or reported, never rerun"
             );
             s.complete_task(TaskId(4), 1).expect("complete");
             s.flush().await.expect("flush");

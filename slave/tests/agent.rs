@@ -6,7 +6,7 @@ use hetsched_common::protocol::{
     SlaveRequest, SlaveResponse,
 };
 use hetsched_common::wire::{self, Connection, FrameLimits, Handler};
-use hetsched_common::{JobId, MasterId, NodeId, ResourceRequest, TaskId};
+use hetsched_common::{JobId, MasterId, NodeId, ResourceRequest, TaskId, TaskReason};
 use hetsched_slave::{SlaveConfig, Tuning};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -142,6 +142,8 @@ impl Slave {
             gpu_model: Some("V100M16".into()),
             name: Some("test-slave".into()),
             partitions: Vec::new(),
+            supervisor: vec![env!("CARGO_BIN_EXE_hetsched-supervise").into()],
+            cgroup_root: Some("/sys/fs/cgroup".into()),
         };
         let tuning = Tuning {
             heartbeat: Duration::from_millis(100),
@@ -189,8 +191,8 @@ fn assignment(task: u64, command: &[&str]) -> Assignment {
         command: command.iter().map(|s| s.to_string()).collect(),
         env: [("EXTRA".to_string(), "yes".to_string())].into(),
         resources: ResourceRequest {
-            cpu_milli: 100,
-            mem_mib: 10,
+            cpu_milli: 500,
+            mem_mib: 64,
             ..Default::default()
         },
         gpus: vec![],
@@ -406,10 +408,10 @@ async fn unstartable_command_finishes_with_127() {
     let conn = connect_to_slave(&master).await;
     let a = assignment(8, &["/nonexistent/hetsched-no-such-program"]);
     call(&conn, SlaveCommand::Assign(a)).await;
-    let code = master
-        .wait_for("task 8 finished", |r| finished_of(r, 8))
+    let got = master
+        .wait_for("task 8 finished", |r| reason_of(r, 8))
         .await;
-    assert_eq!(code, 127);
+    assert_eq!(got, (127, Some(TaskReason::CannotStart)));
     let err = std::fs::read_to_string(dir.path().join("logs/task-8-1.err")).expect("err log");
     assert!(err.contains("hetsched-no-such-program"), "{err}");
 }
@@ -531,8 +533,20 @@ async fn unacked_result_is_reported_again_after_restart() {
     .await;
 }
 
+fn reason_of(r: &SlaveRequest, want: u64) -> Option<(i32, Option<TaskReason>)> {
+    match r {
+        SlaveRequest::TaskFinished {
+            task,
+            exit_code,
+            reason,
+            ..
+        } if task.0 == want => Some((*exit_code, *reason)),
+        _ => None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn running_task_is_killed_and_rerun_after_restart() {
+async fn running_task_is_adopted_after_restart_not_rerun() {
     let master = FakeMaster::start(FakeMaster::leader()).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let data = file(dir.path(), "data");
@@ -555,28 +569,39 @@ async fn running_task_is_killed_and_rerun_after_restart() {
         )
         .await;
         wait_until("the first run", || (read_runs().len() == 1).then_some(())).await;
-        // The slave dies here; its task does not.
+        // The agent stops here; its task does not.
     }
     let first = read_runs()[0];
-    assert!(!is_gone(first), "the task outlived the slave");
+    assert!(!is_gone(first), "the task outlived the agent");
     let before = master.seen().len();
     let _slave = Slave::start(vec![master.addr.clone()], &data);
-    wait_until("the leftover group to be killed", || {
-        is_gone(first).then_some(())
+    let held = wait_until("re-registration", || {
+        master.seen()[before..].iter().find_map(|r| match r {
+            SlaveRequest::Register { held, .. } => Some(held.clone()),
+            _ => None,
+        })
     })
     .await;
-    let second = wait_until("the second run", || read_runs().get(1).copied()).await;
-    assert_ne!(second, first);
-    wait_until("TaskStarted of the rerun, same attempt", || {
-        master.seen()[before..]
-            .iter()
-            .any(
-                |r| matches!(r, SlaveRequest::TaskStarted { task, attempt: 1, .. } if task.0 == 31),
-            )
-            .then_some(())
-    })
-    .await;
+    assert!(
+        held.iter()
+            .any(|h| h.task.0 == 31 && h.attempt == 1 && h.phase == HeldPhase::Running),
+        "held as running after the restart: {held:?}"
+    );
     let conn = connect_to_slave(&master).await;
+    // Give a wrongful rerun the time to show up before checking there is none.
+    let n = master.seen().len();
+    wait_until("three heartbeats", || {
+        let beats = master.seen()[n..]
+            .iter()
+            .filter(|r| matches!(r, SlaveRequest::Heartbeat { .. }))
+            .count();
+        (beats >= 3).then_some(())
+    })
+    .await;
+    assert_eq!(read_runs(), vec![first], "not run again");
+    assert!(!is_gone(first), "restarting the agent killed nothing");
+    assert_eq!(started_count(&master.seen(), 31), 1);
+    // The re-adopted task is stopped like any other.
     assert_eq!(
         call(
             &conn,
@@ -591,11 +616,63 @@ async fn running_task_is_killed_and_rerun_after_restart() {
     );
     assert_eq!(
         master
-            .wait_for("task 31 finished", |r| finished_of(r, 31))
+            .wait_for("task 31 finished", |r| reason_of(r, 31))
             .await,
-        -15
+        (-15, Some(TaskReason::Signal))
     );
-    assert!(is_gone(second));
+    wait_until("the task to be gone", || is_gone(first).then_some(())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempt_whose_supervisor_died_is_reported_lost_and_its_leftovers_killed() {
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = file(dir.path(), "data");
+    let runs = file(dir.path(), "runs.txt");
+    let script = format!("echo $$ >> {}; sleep 100", runs.display());
+    let first = {
+        let _slave = Slave::start(vec![master.addr.clone()], &data);
+        let conn = connect_to_slave(&master).await;
+        call(
+            &conn,
+            SlaveCommand::Assign(assignment(41, &["sh", "-c", &script])),
+        )
+        .await;
+        wait_until("the run", || {
+            std::fs::read_to_string(&runs)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+        })
+        .await
+    };
+    let rec: serde_json::Value = wait_until("the supervisor record", || {
+        let p = data.join("attempts/task-41-1/supervisor.json");
+        serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+    })
+    .await;
+    let sup = rec["pid"].as_i64().expect("pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sup),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the supervisor");
+    wait_until("the supervisor to die", || is_gone(sup).then_some(())).await;
+    assert!(!is_gone(first), "the task itself still runs");
+    let before = master.seen().len();
+    let _slave = Slave::start(vec![master.addr.clone()], &data);
+    let got = wait_until("the lost report", || {
+        master.seen()[before..]
+            .iter()
+            .find_map(|r| reason_of(r, 41))
+    })
+    .await;
+    assert_eq!(got, (-9, Some(TaskReason::Lost)));
+    wait_until("the leftover task to be killed", || {
+        is_gone(first).then_some(())
+    })
+    .await;
+    let lines = std::fs::read_to_string(&runs).expect("runs");
+    assert_eq!(lines.lines().count(), 1, "not run again under attempt 1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -629,4 +706,96 @@ async fn registers_again_on_unknown_node() {
             .then_some(())
     })
     .await;
+}
+
+/// Whether this host lets the tests use cgroup v1 for real (root, v1 cpu and memory mounted).
+fn real_v1_cgroups() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    let v1 = Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists()
+        && Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists();
+    if !(root && v1) {
+        eprintln!("skipped: needs root and a cgroup v1 hierarchy");
+    }
+    root && v1
+}
+
+/// utime + stime of `pid` in seconds (USER_HZ is 100 on Linux).
+fn cpu_seconds(pid: i32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_a_core_limit_holds_on_real_v1_cgroups() {
+    if !real_v1_cgroups() {
+        return;
+    }
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _slave = Slave::start(vec![master.addr.clone()], dir.path());
+    let conn = connect_to_slave(&master).await;
+    let pidfile = dir.path().join("spin.pid");
+    // A pure shell busy loop: one process, no forks, always runnable.
+    let script = format!("echo $$ > {}; while :; do :; done", pidfile.display());
+    let mut a = assignment(51, &["sh", "-c", &script]);
+    a.resources.cpu_milli = 500;
+    call(&conn, SlaveCommand::Assign(a)).await;
+    let pid: i32 = wait_until("the spinner's pid", || {
+        std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    })
+    .await;
+    let (t0, c0) = (Instant::now(), cpu_seconds(pid).expect("cpu time"));
+    // Long enough to average over many 100 ms CFS periods.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (wall, cpu) = (
+        t0.elapsed().as_secs_f64(),
+        cpu_seconds(pid).expect("cpu time") - c0,
+    );
+    let rate = cpu / wall;
+    eprintln!("0.5-CPU task used {cpu:.2} CPU-s in {wall:.2} s = {rate:.3} CPU-s/s");
+    assert!(
+        rate <= 0.6,
+        "limited to 0.5 CPU, used {rate:.3} CPU-s per second"
+    );
+    assert!(rate > 0.0, "it ran");
+    call(
+        &conn,
+        SlaveCommand::StopTask {
+            task: TaskId(51),
+            attempt: 1,
+            grace_ms: None,
+        },
+    )
+    .await;
+    master
+        .wait_for("task 51 finished", |r| reason_of(r, 51))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_over_its_memory_limit_ends_with_reason_oom() {
+    if !real_v1_cgroups() {
+        return;
+    }
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _slave = Slave::start(vec![master.addr.clone()], dir.path());
+    let conn = connect_to_slave(&master).await;
+    // dd allocates (and fills) a 256 MiB buffer: far over a 32 MiB limit.
+    let mut a = assignment(
+        52,
+        &["dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"],
+    );
+    a.resources.mem_mib = 32;
+    call(&conn, SlaveCommand::Assign(a)).await;
+    let (code, reason) = master
+        .wait_for("task 52 finished", |r| reason_of(r, 52))
+        .await;
+    assert_eq!(reason, Some(TaskReason::Oom), "exit code {code}");
+    assert_eq!(code, -9, "the OOM killer's SIGKILL");
 }

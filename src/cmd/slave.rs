@@ -46,6 +46,13 @@ pub struct Args {
     /// Address masters reach this slave at (default: --listen).
     #[arg(long, value_name = "HOST:PORT")]
     pub advertise: Option<String>,
+    /// Root of the cgroup filesystem; tasks get CPU and memory limits through cgroups v2 or
+    /// v1 (detected) where it is writable, and run unlimited otherwise.
+    #[arg(long, value_name = "DIR", default_value = "/sys/fs/cgroup")]
+    pub cgroup_root: PathBuf,
+    /// Run tasks without cgroup limits.
+    #[arg(long)]
+    pub no_cgroups: bool,
 }
 
 /// Runs a slave until stopped.
@@ -72,6 +79,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         gpu_model: a.gpu_model,
         name: a.name,
         partitions: a.partitions,
+        supervisor: vec![
+            std::env::current_exe()
+                .context("cannot find this program (it starts the task supervisors)")?
+                .into_os_string(),
+            "supervise".into(),
+        ],
+        cgroup_root: (!a.no_cgroups).then_some(a.cgroup_root),
     };
     let system = actix::System::new();
     system

@@ -148,6 +148,18 @@ impl Cluster {
         cpus: u32,
         master_flags: &[&str],
     ) -> Self {
+        Self::start_full(name, n_masters, n_slaves, cpus, master_flags, &[])
+    }
+
+    /// As [`start_with`](Self::start_with), with extra flags for every slave too.
+    pub fn start_full(
+        name: &str,
+        n_masters: usize,
+        n_slaves: usize,
+        cpus: u32,
+        master_flags: &[&str],
+        slave_flags: &[&str],
+    ) -> Self {
         let dir = Scratch::new(name);
         let master_addrs: Vec<String> = (0..n_masters)
             .map(|_| format!("127.0.0.1:{}", free_port()))
@@ -197,25 +209,23 @@ impl Cluster {
             .enumerate()
             .map(|(i, addr)| {
                 let n = i + 1;
-                Proc::start(
-                    &format!("slave-{n}"),
-                    vec![
-                        "slave".into(),
-                        "--listen".into(),
-                        addr.clone(),
-                        "--masters".into(),
-                        master_addrs.join(","),
-                        "--data-dir".into(),
-                        dir.path().join(format!("slave-{n}")).display().to_string(),
-                        "--cpus".into(),
-                        cpus.to_string(),
-                        "--mem".into(),
-                        "4096".into(),
-                        "--name".into(),
-                        format!("slave-{n}"),
-                    ],
-                    dir.path(),
-                )
+                let mut args: Vec<String> = vec![
+                    "slave".into(),
+                    "--listen".into(),
+                    addr.clone(),
+                    "--masters".into(),
+                    master_addrs.join(","),
+                    "--data-dir".into(),
+                    dir.path().join(format!("slave-{n}")).display().to_string(),
+                    "--cpus".into(),
+                    cpus.to_string(),
+                    "--mem".into(),
+                    "4096".into(),
+                    "--name".into(),
+                    format!("slave-{n}"),
+                ];
+                args.extend(slave_flags.iter().map(|f| f.to_string()));
+                Proc::start(&format!("slave-{n}"), args, dir.path())
             })
             .collect();
         Cluster {
@@ -292,6 +302,45 @@ impl Cluster {
             for l in tail.into_iter().rev() {
                 eprintln!("{l}");
             }
+        }
+    }
+}
+
+/// Pids of live processes whose environment mentions `dir` (tasks carry their attempt's
+/// `HETSCHED_CPUS_FILE` under their slave's data dir), optionally also carrying `marker`
+/// (`HETSCHED_TASK_ID=3`): the processes of one test cluster, not of another running beside it.
+pub fn processes_under(dir: &Path, marker: Option<&str>) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let dir = dir.display().to_string();
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+                let ours = vars
+                    .iter()
+                    .any(|kv| String::from_utf8_lossy(kv).contains(dir.as_str()));
+                ours && marker.is_none_or(|m| vars.contains(&m.as_bytes()))
+            })
+        })
+        .collect()
+}
+
+impl Drop for Cluster {
+    /// Tasks outlive their slave agents by design (supervised attempts); a test cluster's
+    /// tasks must not outlive the test.
+    fn drop(&mut self) {
+        for p in self.slaves.iter_mut() {
+            p.kill9();
+        }
+        for pid in processes_under(self.dir.path(), None) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }

@@ -312,6 +312,7 @@ fn a_silent_node_is_declared_down_and_its_tasks_are_requeued_elsewhere() {
         task: b_task,
         attempt: 1,
         exit_code: 0,
+        reason: None,
     });
     let plan = plan_of(&fx).expect("freed room is used at once");
     assert_eq!(plan.len(), 1);
@@ -541,6 +542,7 @@ fn finished_jobs_are_collected_after_the_retention() {
         task: TaskId(1),
         attempt: 1,
         exit_code: 0,
+        reason: None,
     });
     h.advance(2_000);
     h.heartbeat(a, vec![]);
@@ -585,6 +587,7 @@ fn job_gc_can_be_switched_off() {
         task: TaskId(1),
         attempt: 1,
         exit_code: 0,
+        reason: None,
     });
     for _ in 0..10 {
         h.advance(1_000);

@@ -305,6 +305,7 @@ quota = { cpus = 8 }
             task: a,
             attempt: 1,
             exit_code: 0,
+            reason: None,
         });
         let again = w.submit("u1", 4, 1)[0];
         assert_eq!(w.prio(again), 100);
@@ -342,7 +343,8 @@ quota = { cpus = 8 }
                 node: n,
                 task: lo[2],
                 attempt: 1,
-                exit_code: -15
+                exit_code: -15,
+                reason: None,
             }),
             Outcome::TaskUpdated
         );
@@ -353,7 +355,8 @@ quota = { cpus = 8 }
                 node: n,
                 task: lo[1],
                 attempt: 1,
-                exit_code: -15
+                exit_code: -15,
+                reason: None,
             }),
             Outcome::TaskUpdated
         );
@@ -369,6 +372,7 @@ quota = { cpus = 8 }
             task: hi,
             attempt: 1,
             exit_code: 0,
+            reason: None,
         });
         let plan = w.round();
         assert_eq!(plan.assignments.len(), 2);
@@ -479,6 +483,7 @@ quota = { cpus = 8 }
                 task: lo,
                 attempt: round,
                 exit_code: -15,
+                reason: None,
             });
             w.round(); // hi placed
             w.apply(Command::TaskFinished {
@@ -486,6 +491,7 @@ quota = { cpus = 8 }
                 task: hi,
                 attempt: 1,
                 exit_code: 0,
+                reason: None,
             });
             w.round(); // lo placed again
             assert_eq!(w.s.tasks[&lo].status.attempt, round + 1);
@@ -510,6 +516,7 @@ quota = { cpus = 8 }
             task: lo,
             attempt: 1,
             exit_code: 0,
+            reason: None,
         });
         match w.apply(Command::ApplyPlan(plan)) {
             Outcome::PlanApplied {

@@ -754,18 +754,27 @@ impl Master {
                 task,
                 attempt,
                 exit_code,
+                reason,
             } => {
                 self.require_leader()?;
-                self.propose(
+                // A lost attempt (its supervisor vanished without a recorded exit) did not
+                // finish: it is re-queued with attempt + 1, like one found by reconciliation.
+                let cmd = if reason == Some(hetsched_common::TaskReason::Lost) {
+                    Command::TaskLost {
+                        node,
+                        task,
+                        attempt,
+                    }
+                } else {
                     Command::TaskFinished {
                         node,
                         task,
                         attempt,
                         exit_code,
-                    },
-                    None,
-                )
-                .await?;
+                        reason,
+                    }
+                };
+                self.propose(cmd, None).await?;
                 Ok(SlaveResponse::Ack)
             }
         }

@@ -1,6 +1,8 @@
 //! The commands of the Raft log and what applying them returns.
 
-use hetsched_common::{Attempt, ClientRequestId, JobId, JobSpec, NodeId, NodeResources, TaskId};
+use hetsched_common::{
+    Attempt, ClientRequestId, JobId, JobSpec, NodeId, NodeResources, TaskId, TaskReason,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -92,6 +94,9 @@ pub enum Command {
         attempt: Attempt,
         /// Exit code.
         exit_code: i32,
+        /// Why it ended, as the slave saw it (`None` in older entries: the exit code decides).
+        #[serde(default)]
+        reason: Option<TaskReason>,
     },
     /// Benchmark traffic: changes a counter only (and remembers `seq` when `record`).
     Bench {

@@ -54,7 +54,7 @@ impl ClusterState {
 
     pub(super) fn set_reason(&mut self, task: TaskId, reason: Option<TaskReason>) {
         if let Some(t) = self.tasks.get_mut(&task) {
-            t.reason = reason;
+            t.status.reason = reason;
         }
     }
 
@@ -133,7 +133,7 @@ impl ClusterState {
                 stop: Vec::new(),
             };
         }
-        t.reason = Some(TaskReason::Cancelled);
+        t.status.reason = Some(TaskReason::Cancelled);
         t.not_before_ms = None;
         let gpus = std::mem::take(&mut t.gpus);
         self.pending.remove(&task);
@@ -254,7 +254,7 @@ impl ClusterState {
             t.status.exit_code = exit_code;
         }
         t.failures = failures;
-        t.reason = reason;
+        t.status.reason = reason;
         t.started_ms = None;
         let gpus = std::mem::take(&mut t.gpus);
         let now_final = t.status.state.is_final();

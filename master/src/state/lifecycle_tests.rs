@@ -100,6 +100,7 @@ impl Log {
                 task: r.task,
                 attempt: r.attempt,
                 exit_code,
+                reason: None,
             },
         )
     }
@@ -211,7 +212,7 @@ fn at_the_deadline_a_drained_nodes_tasks_are_requeued_with_reason_drained() {
     }
     for t in &tasks {
         assert_eq!(l.task(*t).status.state, TaskState::Pending);
-        assert_eq!(l.task(*t).reason, Some(TaskReason::Drained));
+        assert_eq!(l.task(*t).status.reason, Some(TaskReason::Drained));
         assert_eq!(l.task(*t).failures, 0, "a drain is not a failure");
     }
     assert_eq!(l.state.nodes[&a].free.cpu_milli, 2000);
@@ -253,7 +254,7 @@ fn a_failed_task_with_retries_waits_out_a_doubling_backoff_then_fails_for_good()
     let task = l.task(t);
     assert_eq!(task.status.state, TaskState::Pending);
     assert_eq!(task.failures, 1);
-    assert_eq!(task.reason, Some(TaskReason::Exit));
+    assert_eq!(task.status.reason, Some(TaskReason::Exit));
     assert_eq!(task.not_before_ms, Some(1_010));
     assert!(l.schedule(1_009).is_empty(), "backoff not over");
     // A plan proposed too early is refused at apply too.
@@ -275,7 +276,7 @@ fn a_failed_task_with_retries_waits_out_a_doubling_backoff_then_fails_for_good()
     l.start(1_011, r2);
     l.finish(1_020, r2, -9);
     assert_eq!(l.task(t).not_before_ms, Some(1_020 + 2_000), "doubled");
-    assert_eq!(l.task(t).reason, Some(TaskReason::Signal));
+    assert_eq!(l.task(t).status.reason, Some(TaskReason::Signal));
     let r3 = l.schedule(3_020)[0];
     assert_eq!(r3.attempt, 3);
     l.start(3_021, r3);
@@ -303,7 +304,7 @@ fn a_success_after_a_retry_clears_the_reason() {
     let r2 = l.schedule(2)[0];
     l.finish(3, r2, 0);
     assert_eq!(l.task(t).status.state, TaskState::Succeeded);
-    assert_eq!(l.task(t).reason, None);
+    assert_eq!(l.task(t).status.reason, None);
 }
 
 #[test]
@@ -337,7 +338,7 @@ fn an_attempt_past_its_timeout_is_due_and_fails_with_reason_timeout() {
     }
     let t = l.task(tasks[0]);
     assert_eq!(t.status.state, TaskState::Failed);
-    assert_eq!(t.reason, Some(TaskReason::Timeout));
+    assert_eq!(t.status.reason, Some(TaskReason::Timeout));
     // A second, late timeout of the same attempt changes nothing.
     assert!(matches!(
         l.apply_at(
@@ -372,7 +373,10 @@ fn cancelling_one_task_stops_only_that_attempt() {
         }
         o => panic!("unexpected {o:?}"),
     }
-    assert_eq!(l.task(placed[0].task).reason, Some(TaskReason::Cancelled));
+    assert_eq!(
+        l.task(placed[0].task).status.reason,
+        Some(TaskReason::Cancelled)
+    );
     // Cancelling a pending task stops nothing; cancelling again is a no-op.
     let pending = tasks[2];
     match l.apply_at(3, Command::CancelTask { task: pending }) {

@@ -108,9 +108,6 @@ pub struct Task {
     /// Never chosen as a preemption victim (`--no-preempt` at an allowed priority).
     #[serde(default)]
     pub protected: bool,
-    /// Why the last attempt ended, when not by a normal exit.
-    #[serde(default)]
-    pub reason: Option<TaskReason>,
     /// Failed attempts so far (each re-run consumes one of the job's retries).
     #[serde(default)]
     pub failures: u32,
@@ -382,7 +379,8 @@ impl ClusterState {
                 task,
                 attempt,
                 exit_code,
-            } => self.task_finished(node, task, attempt, exit_code, env.at_ms),
+                reason,
+            } => self.task_finished(node, task, attempt, exit_code, reason, env.at_ms),
             Command::Bench {
                 client,
                 seq,
@@ -624,7 +622,6 @@ impl ClusterState {
                     priority: adm.priority,
                     quota: adm.quota,
                     preemptions: 0,
-                    reason: None,
                     failures: 0,
                     not_before_ms: None,
                     started_ms: None,
@@ -666,7 +663,7 @@ impl ClusterState {
                 continue;
             }
             cancelled += 1;
-            task.reason = Some(TaskReason::Cancelled);
+            task.status.reason = Some(TaskReason::Cancelled);
             task.not_before_ms = None;
             self.pending.remove(&t);
             self.awaiting.remove(&t);
@@ -748,7 +745,7 @@ impl ClusterState {
             let gpus = std::mem::take(&mut t.gpus);
             t.status.requeue().ok()?;
             t.preemptions += 1;
-            t.reason = Some(TaskReason::Preempted);
+            t.status.reason = Some(TaskReason::Preempted);
             t.started_ms = None;
             let job = t.job;
             if let Some(n) = self.nodes.get_mut(&p.node) {
@@ -894,6 +891,7 @@ impl ClusterState {
         task: TaskId,
         attempt: Attempt,
         exit_code: i32,
+        reason: Option<hetsched_common::TaskReason>,
         at_ms: u64,
     ) -> Outcome {
         if self.release_stopping(node, task, attempt) {
@@ -903,10 +901,11 @@ impl ClusterState {
             return o;
         }
         if exit_code != 0 {
+            // The slave's observation (oom, cannot-start) wins over what the code implies.
             return self.attempt_failed(
                 task,
                 attempt,
-                TaskReason::of_exit_code(exit_code),
+                reason.or(TaskReason::of_exit_code(exit_code)),
                 Some(exit_code),
                 at_ms,
             );
@@ -914,10 +913,9 @@ impl ClusterState {
         let Some(t) = self.tasks.get_mut(&task) else {
             return Outcome::Rejected(format!("unknown {task}"));
         };
-        if let Err(e) = t.status.finish(attempt, exit_code) {
+        if let Err(e) = t.status.finish_because(attempt, exit_code, reason) {
             return Outcome::Ignored(e.to_string());
         }
-        t.reason = None;
         let gpus = std::mem::take(&mut t.gpus);
         let job = t.job;
         let now_final = t.status.state.is_final();
@@ -1135,7 +1133,7 @@ impl ClusterState {
             attempt: t.status.attempt,
             exit_code: t.status.exit_code,
             priority: t.priority,
-            reason: t.reason,
+            reason: t.status.reason,
             user: self
                 .jobs
                 .get(&t.job)
@@ -1149,6 +1147,11 @@ impl ClusterState {
             preemptions: t.preemptions,
             failures: t.failures,
             not_before_ms: t.not_before_ms,
+            cpus: self
+                .jobs
+                .get(&t.job)
+                .map(|j| j.spec.resources.cpu_milli as f64 / 1000.0)
+                .unwrap_or(0.0),
         }
     }
 
@@ -1210,6 +1213,11 @@ impl ClusterState {
             },
             draining: n.drain.is_some(),
             drain_deadline_ms: n.drain.as_ref().and_then(|d| d.deadline_ms),
+            cgroup: n
+                .labels
+                .get(hetsched_common::protocol::CGROUP_LABEL)
+                .cloned()
+                .unwrap_or_else(|| "none".into()),
         }
     }
 

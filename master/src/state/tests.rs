@@ -109,7 +109,8 @@ fn task_runs_to_success_and_releases_resources() {
             node: n,
             task: t,
             attempt: 1,
-            exit_code: 0
+            exit_code: 0,
+            reason: None,
         }),
         Outcome::TaskUpdated
     );
@@ -246,7 +247,8 @@ fn node_down_requeues_with_next_attempt_and_fences_old_reports() {
             node: a,
             task: t,
             attempt: 1,
-            exit_code: 0
+            exit_code: 0,
+            reason: None,
         }),
         Outcome::Ignored(_)
     ));
@@ -309,6 +311,7 @@ fn gpu_grants_are_per_device_and_returned() {
         task: t[0],
         attempt: 1,
         exit_code: 3,
+        reason: None,
     });
     assert_eq!(l.state.nodes[&n].free.gpus[0].free_milli, 1000);
     assert_eq!(l.state.tasks[&t[0]].status.state, TaskState::Failed);
@@ -377,6 +380,7 @@ fn finished_jobs_are_collected_and_restore_keeps_retention() {
         task: done,
         attempt: 1,
         exit_code: 0,
+        reason: None,
     });
     let finished_at = l.state.jobs[&JobId(1)].finished_ms.expect("finished");
     assert!(l.state.jobs[&JobId(2)].finished_ms.is_none());
@@ -407,4 +411,75 @@ fn finished_jobs_are_collected_and_restore_keeps_retention() {
     // Cancelled jobs finish too.
     l.apply(Command::CancelJob { job: JobId(2) });
     assert!(l.state.jobs[&JobId(2)].finished_ms.is_some());
+}
+
+#[test]
+fn reasons_are_recorded_and_shown_with_cpus() {
+    use hetsched_common::TaskReason;
+    let mut l = Log::new();
+    let n = l.register(9, 6);
+    let t = l.submit(3, 1500);
+    for &task in &t {
+        l.assign(task, n);
+    }
+    let finish = |task, exit_code, reason| Command::TaskFinished {
+        node: n,
+        task,
+        attempt: 1,
+        exit_code,
+        reason,
+    };
+    l.apply(finish(t[0], -9, Some(TaskReason::Oom)));
+    l.apply(finish(t[1], 0, None));
+    // An older slave sends no reason: the exit code decides.
+    l.apply(finish(t[2], 4, None));
+    let info = |l: &Log, task: TaskId| l.state.task_info(&l.state.tasks[&task]);
+    let oom = info(&l, t[0]);
+    assert_eq!(oom.state, TaskState::Failed);
+    assert_eq!(oom.reason, Some(TaskReason::Oom));
+    assert_eq!(oom.cpus, 1.5);
+    assert_eq!(info(&l, t[1]).reason, None);
+    assert_eq!(info(&l, t[2]).reason, Some(TaskReason::Exit));
+    let json = serde_json::to_value(info(&l, t[0])).expect("json");
+    assert_eq!(json["reason"], "oom");
+    assert_eq!(json["cpus"], 1.5);
+
+    // A lost attempt goes back to pending with reason "lost"; the next attempt clears it.
+    let lost = l.submit(1, 100)[0];
+    l.assign(lost, n);
+    assert_eq!(
+        l.apply(Command::TaskLost {
+            node: n,
+            task: lost,
+            attempt: 1
+        }),
+        Outcome::TaskUpdated
+    );
+    assert_eq!(info(&l, lost).state, TaskState::Pending);
+    assert_eq!(info(&l, lost).reason, Some(TaskReason::Lost));
+    l.assign(lost, n);
+    assert_eq!(info(&l, lost).attempt, 2);
+    assert_eq!(info(&l, lost).reason, None);
+}
+
+#[test]
+fn node_info_shows_the_cgroup_label() {
+    let mut l = Log::new();
+    let n = l.register(11, 1);
+    assert_eq!(l.state.node_info(&l.state.nodes[&n]).cgroup, "none");
+    let labels = [(
+        hetsched_common::protocol::CGROUP_LABEL.to_string(),
+        "v1".to_string(),
+    )]
+    .into();
+    l.apply(Command::RegisterNode {
+        key: 11,
+        node: Some(n),
+        name: "n11".into(),
+        addr: "127.0.0.1:11".into(),
+        capacity: node_res(1, 0),
+        labels,
+        partitions: Vec::new(),
+    });
+    assert_eq!(l.state.node_info(&l.state.nodes[&n]).cgroup, "v1");
 }
