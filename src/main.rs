@@ -56,6 +56,8 @@ enum Command {
     Bench(BenchCommand),
     /// Plan a batch of data-local jobs (S2 makespan planner).
     PlanBatch(cmd::plan_batch::Args),
+    /// Simulate the real scheduler on a trace over a virtual clock; compare policies.
+    Sim(cmd::sim::Args),
 }
 
 #[derive(Subcommand, Debug)]
@@ -88,6 +90,8 @@ fn main() -> ExitCode {
     }
     let masters = cli.masters.unwrap_or_default();
     let result = match cli.command {
+        // Exits 2 on bad input (trace files), so it maps its own errors.
+        Command::Sim(a) => return cmd::sim::main(a),
         Command::Master(a) => cmd::master::run(a),
         Command::Slave(a) => cmd::slave::run(a),
         Command::Submit(a) => cmd::client::submit(&masters, a),

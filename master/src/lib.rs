@@ -4,4 +4,5 @@
 pub mod plan;
 pub mod sched;
 pub mod server;
+pub mod sim;
 pub mod state;

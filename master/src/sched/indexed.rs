@@ -8,36 +8,73 @@
 //! snapshot restore). Within one plan, decisions are taken out of the index tentatively;
 //! once the plan is applied or refused, the touched nodes are re-read from the state.
 
-use super::index::{AnyPolicy, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind};
+use super::index::{
+    AnyPolicy, FragPlacer, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind,
+};
 use super::Scheduler;
 use crate::state::{Assign, ClusterState, Plan};
-use hetsched_common::NodeId;
+use hetsched_common::{NodeId, ResourceRequest, TaskId};
 
 /// Pending tasks in queue order, each to the node the policy picks among those that fit.
+///
+/// Two policies: one for tasks that ask for GPUs, one (the CPU policy) for the rest. With
+/// `frag` as the GPU policy, CPU-only tasks go to CPU-only nodes first (chosen by the CPU
+/// policy), then to the GPU node where they fragment least (`index::frag`).
 #[derive(Debug)]
 pub struct IndexedScheduler {
     index: PlacementIndex,
     policy: AnyPolicy,
     kind: PolicyKind,
+    cpu_policy: AnyPolicy,
+    cpu_kind: PolicyKind,
+    /// The `frag` placer (its workload mix and CPU-only node set), when `kind` is `frag`.
+    frag: Option<FragPlacer>,
+    /// The highest task id the workload mix has seen (ids grow with submission order).
+    seen: TaskId,
     /// Most assignments per plan: bounds the size of one `ApplyPlan` entry.
     pub max_per_plan: usize,
 }
 
 impl IndexedScheduler {
     /// A scheduler with `policy` (seeded with `seed` where the policy is random) over an
-    /// exact index (θ = 1).
+    /// exact index (θ = 1). CPU-only tasks use the same policy, except under `frag`, whose
+    /// CPU policy is `least-fit` (see [`with_cpu_policy`](Self::with_cpu_policy)).
     pub fn new(policy: PolicyKind, seed: u64) -> Self {
+        let cpu_kind = match policy {
+            PolicyKind::Frag => PolicyKind::LeastFit,
+            k => k,
+        };
         Self {
             index: PlacementIndex::new(IndexConfig::default()),
             policy: policy.build(seed),
             kind: policy,
+            cpu_policy: cpu_kind.build(seed),
+            cpu_kind,
+            frag: (policy == PolicyKind::Frag).then(FragPlacer::default),
+            seen: TaskId(0),
             max_per_plan: 512,
         }
     }
 
-    /// The policy in use.
+    /// Uses `cpu` for tasks that ask no GPU (`frag` there means the same as for GPU tasks:
+    /// CPU-only nodes first under the GPU policy's tie order, then the least fragmenting).
+    pub fn with_cpu_policy(mut self, cpu: PolicyKind, seed: u64) -> Self {
+        self.cpu_kind = cpu;
+        self.cpu_policy = cpu.build(seed);
+        if cpu == PolicyKind::Frag && self.frag.is_none() {
+            self.frag = Some(FragPlacer::default());
+        }
+        self
+    }
+
+    /// The policy in use for GPU tasks.
     pub fn policy(&self) -> PolicyKind {
         self.kind
+    }
+
+    /// The policy in use for tasks that ask no GPU.
+    pub fn cpu_policy(&self) -> PolicyKind {
+        self.cpu_kind
     }
 
     /// Nodes in the index.
@@ -47,16 +84,58 @@ impl IndexedScheduler {
 
     fn sync(&mut self, view: &ClusterState, node: NodeId) {
         match view.nodes.get(&node) {
-            Some(n) if n.is_up() => self.index.upsert_node(node, &n.free),
+            Some(n) if n.is_up() => {
+                self.index.upsert_node(node, &n.free);
+                if let Some(f) = &mut self.frag {
+                    f.note_node(node, Some(&n.free));
+                }
+            }
             _ => {
                 self.index.remove_node(node);
+                if let Some(f) = &mut self.frag {
+                    f.note_node(node, None);
+                }
             }
+        }
+    }
+
+    /// Teaches the workload mix the tasks submitted since the last plan.
+    fn observe_arrivals(&mut self, view: &ClusterState) {
+        let Some(frag) = &mut self.frag else { return };
+        let from = TaskId(self.seen.0.saturating_add(1));
+        for (id, t) in view.tasks.range(from..) {
+            if let Some(req) = view.job_resources(t.job) {
+                frag.observe(req);
+            }
+            self.seen = *id;
+        }
+    }
+
+    fn place(&mut self, task: TaskId, req: &ResourceRequest) -> Option<NodeId> {
+        let q = PlacementQuery::new(req).for_task(task);
+        let gpu = !req.gpu.is_none();
+        let kind = if gpu { self.kind } else { self.cpu_kind };
+        match (&mut self.frag, kind) {
+            (Some(frag), PolicyKind::Frag) => {
+                let tie = if gpu {
+                    &mut self.policy
+                } else {
+                    &mut self.cpu_policy
+                };
+                frag.place(&mut self.index, &q, tie)
+            }
+            (Some(frag), _) if !gpu && self.kind == PolicyKind::Frag => {
+                frag.place(&mut self.index, &q, &mut self.cpu_policy)
+            }
+            _ if gpu => self.index.place(&q, &mut self.policy),
+            _ => self.index.place(&q, &mut self.cpu_policy),
         }
     }
 }
 
 impl Scheduler for IndexedScheduler {
     fn plan(&mut self, view: &ClusterState) -> Plan {
+        self.observe_arrivals(view);
         let mut plan = Plan::default();
         for task in &view.pending {
             if plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
@@ -65,8 +144,7 @@ impl Scheduler for IndexedScheduler {
             let Some(req) = view.tasks.get(task).and_then(|t| view.job_resources(t.job)) else {
                 continue;
             };
-            let q = PlacementQuery::new(req).for_task(*task);
-            let Some(node) = self.index.place(&q, &mut self.policy) else {
+            let Some(node) = self.place(*task, req) else {
                 continue;
             };
             // Tentative: later tasks of this plan see the node without what this one took.
@@ -90,6 +168,27 @@ impl Scheduler for IndexedScheduler {
                 .filter(|n| n.is_up())
                 .map(|n| (n.id, n.free.clone())),
         );
+        if let Some(f) = &mut self.frag {
+            f.clear();
+            for n in view.nodes.values() {
+                f.note_node(n.id, n.is_up().then_some(&n.free));
+            }
+            // Relearn the mix from the most recent submissions.
+            self.seen = TaskId(0);
+            let recent: Vec<TaskId> = view
+                .tasks
+                .keys()
+                .rev()
+                .take(FragPlacer::WINDOW_ON_RESET)
+                .copied()
+                .collect();
+            for id in recent.into_iter().rev() {
+                if let Some(req) = view.tasks.get(&id).and_then(|t| view.job_resources(t.job)) {
+                    f.observe(req);
+                }
+                self.seen = id;
+            }
+        }
     }
 }
 
