@@ -61,8 +61,10 @@ pub struct MasterConfig {
     pub join: bool,
     /// Snapshot and compact the log every this many applied entries.
     pub snapshot_entries: u64,
-    /// Node selection policy of the scheduler.
+    /// Node selection policy of the scheduler (for tasks that ask for GPUs).
     pub policy: PolicyKind,
+    /// Node selection policy for tasks that ask no GPU.
+    pub cpu_policy: PolicyKind,
 }
 
 /// Parses `ID=HOST:PORT,...`.
@@ -194,7 +196,9 @@ impl Master {
         let duties = LeaderDuties::new(
             shared.clone(),
             raft.clone(),
-            Box::new(IndexedScheduler::new(cfg.policy, cfg.id)),
+            Box::new(
+                IndexedScheduler::new(cfg.policy, cfg.id).with_cpu_policy(cfg.cpu_policy, cfg.id),
+            ),
             cfg.timing,
         )
         .start();
