@@ -87,7 +87,8 @@ pub struct GenArgs {
     /// The pod list to draw from.
     #[arg(long, value_name = "FILE")]
     pub trace_pods: PathBuf,
-    /// The node list, to weight the models gpuspec pins pods to (default: the trace's).
+    /// The node list (gpuspec: pods are pinned to models with a node that can hold them,
+    /// in proportion to the models' devices).
     #[arg(long, value_name = "FILE")]
     pub trace_nodes: Option<PathBuf>,
     /// Pods to write (default: as many as the base list).
@@ -329,20 +330,19 @@ fn table(runs: &[RunReport]) -> String {
 fn gen_trace(g: GenArgs) -> Result<(), Failure> {
     let kind: gen::VariantKind = g.kind.parse().map_err(bad)?;
     let list = load_pods(&g.trace_pods)?;
-    let models: Vec<(String, u64)> = match &g.trace_nodes {
-        Some(p) => {
-            let mut m: std::collections::BTreeMap<String, u64> = Default::default();
-            for n in load_nodes(p)? {
-                for d in &n.resources.gpus {
-                    *m.entry(d.model.clone()).or_insert(0) += 1;
-                }
-            }
-            m.into_iter().collect()
+    let models = match &g.trace_nodes {
+        Some(p) => gen::ModelShapes::of(
+            &load_nodes(p)?
+                .into_iter()
+                .map(|n| n.resources)
+                .collect::<Vec<_>>(),
+        ),
+        None if kind == gen::VariantKind::GpuSpec => {
+            return Err(bad(
+                "--kind gpuspec needs --trace-nodes FILE (the models pods are pinned to)",
+            ))
         }
-        None => gen::TRACE_MODELS
-            .iter()
-            .map(|(m, n)| (m.to_string(), *n))
-            .collect(),
+        None => gen::ModelShapes::default(),
     };
     let count = g.pods.unwrap_or(list.pods.len());
     let pods: Vec<TracePod> =

@@ -35,27 +35,56 @@ impl std::str::FromStr for VariantKind {
     }
 }
 
-/// GPU models of the default trace's cluster with their device counts (for `gpuspec` when
-/// no node list is given).
-pub const TRACE_MODELS: [(&str, u64); 7] = [
-    ("G2", 4392),
-    ("T4", 842),
-    ("G3", 312),
-    ("P100", 265),
-    ("V100M32", 204),
-    ("V100M16", 195),
-    ("A10", 2),
-];
+/// Node shapes of a cluster as `gpuspec` sees them: (model, devices, CPU, memory) per
+/// distinct shape, with how many devices of that model the cluster has in all.
+#[derive(Clone, Debug, Default)]
+pub struct ModelShapes {
+    shapes: Vec<(String, u32, u64, u64)>,
+    devices: std::collections::BTreeMap<String, u64>,
+}
 
-/// `count` pods drawn from `base` for `kind` at `level` % (0–100), seeded. `models` weights
-/// the model a `gpuspec` pod is pinned to (name, devices in the cluster).
+impl ModelShapes {
+    /// The shapes of `nodes` (capacities).
+    pub fn of(nodes: &[hetsched_common::NodeResources]) -> Self {
+        let mut m = Self::default();
+        for n in nodes {
+            let Some(model) = n.gpus.first().map(|d| d.model.clone()) else {
+                continue;
+            };
+            *m.devices.entry(model.clone()).or_insert(0) += n.gpus.len() as u64;
+            let shape = (model, n.gpus.len() as u32, n.cpu_milli, n.mem_mib);
+            if !m.shapes.contains(&shape) {
+                m.shapes.push(shape);
+            }
+        }
+        m
+    }
+
+    /// Models with a node that could hold `pod` alone, weighted by their devices.
+    fn for_pod(&self, pod: &TracePod) -> Vec<(&str, u64)> {
+        let r = &pod.request;
+        self.devices
+            .iter()
+            .filter(|(model, _)| {
+                self.shapes.iter().any(|(m, n, cpu, mem)| {
+                    m == *model && *n >= r.gpu.count && *cpu >= r.cpu_milli && *mem >= r.mem_mib
+                })
+            })
+            .map(|(m, n)| (m.as_str(), *n))
+            .collect()
+    }
+}
+
+/// `count` pods drawn from `base` for `kind` at `level` % (0–100), seeded. A `gpuspec` pod
+/// is pinned to a model of `models` that has a node able to hold it, drawn in proportion to
+/// the model's devices.
 pub fn variant(
     base: &[TracePod],
     kind: VariantKind,
     level: u32,
     count: usize,
     seed: u64,
-    models: &[(String, u64)],
+    models: &ModelShapes,
 ) -> Result<Vec<TracePod>, SimError> {
     if level > 100 {
         return Err(SimError::Invalid(format!(
@@ -78,8 +107,7 @@ pub fn variant(
             "the base pod list has no pod of that kind to draw from".into(),
         ));
     }
-    let total_models: u64 = models.iter().map(|m| m.1).sum();
-    if kind == VariantKind::GpuSpec && total_models == 0 && level > 0 {
+    if kind == VariantKind::GpuSpec && models.devices.is_empty() && level > 0 {
         return Err(SimError::Invalid("no GPU models to pin pods to".into()));
     }
     let mut rng = SplitMix64::new(seed);
@@ -114,9 +142,11 @@ pub fn variant(
             p.name = format!("gen-pod-{i:05}");
             if kind == VariantKind::GpuSpec && !p.request.gpu.is_none() {
                 p.request.gpu.models.clear();
-                if in_kind {
-                    let mut w = rng.below(total_models);
-                    let m = models
+                let fitting = models.for_pod(p);
+                let total: u64 = fitting.iter().map(|m| m.1).sum();
+                if in_kind && total > 0 {
+                    let mut w = rng.below(total);
+                    let m = fitting
                         .iter()
                         .find(|m| {
                             if w < m.1 {
@@ -126,7 +156,7 @@ pub fn variant(
                                 false
                             }
                         })
-                        .map(|m| m.0.clone())
+                        .map(|m| m.0.to_string())
                         .unwrap_or_default();
                     p.request.gpu.models = vec![m];
                 }

@@ -94,8 +94,9 @@ fn same_input_same_report() {
 
 #[test]
 fn generated_variants_are_seeded_and_parse_back() {
-    let (_, pods) = input();
-    let models = vec![("T4".to_string(), 2), ("G2".to_string(), 4)];
+    let (nodes, pods) = input();
+    let caps: Vec<NodeResources> = nodes.into_iter().map(|n| n.resources).collect();
+    let models = gen::ModelShapes::of(&caps);
     for kind in ["gpushare", "multigpu", "gpuspec", "cpu"] {
         let k: gen::VariantKind = kind.parse().expect("kind");
         let a = gen::variant(&pods, k, 60, 50, 3, &models).expect("variant");
@@ -105,6 +106,12 @@ fn generated_variants_are_seeded_and_parse_back() {
         let back = trace::parse_pod_list(&gen::to_csv(&a)).expect("parses");
         assert!(!back.has_times);
         assert_eq!(back.pods.len(), 50);
+        // A pinned pod is pinned to a model with a node that can hold it.
+        for p in &a {
+            if p.request.gpu.models.first().is_some_and(|m| m == "T4") {
+                assert!(p.request.gpu.count <= 2, "{p:?}");
+            }
+        }
     }
     assert!(gen::variant(&pods, gen::VariantKind::Cpu, 101, 5, 1, &models).is_err());
 }
