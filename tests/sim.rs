@@ -220,3 +220,71 @@ fn gen_trace_is_seeded_and_its_output_simulates() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("best-fit") && out.contains("frag"), "{out}");
 }
+
+#[test]
+fn a_scenario_file_describes_nodes_and_timed_arrivals() {
+    let dir = Scratch::new("sim-scenario");
+    let sc = write(
+        dir.path(),
+        "s.toml",
+        r#"
+[[nodes]]
+name = "cpu"
+count = 2
+cpus = 16.0
+mem = 65536
+
+[[nodes]]
+name = "gpu"
+cpus = 32.0
+mem = 131072
+gpus = 2
+gpu_model = "A100"
+
+[[arrivals]]
+count = 4
+every_s = 1.0
+user = "alice"
+kind = "training"
+cpus = 4.0
+mem = 1024
+gpus = 1
+gpu_models = ["A100"]
+duration_s = 10.0
+
+[[arrivals]]
+at_s = 0.5
+count = 3
+user = "bob"
+cpus = 8.0
+mem = 1024
+duration_s = 2.0
+"#,
+    );
+    let args = [
+        "--scenario",
+        sc.as_str(),
+        "--compare",
+        "best-fit,frag",
+        "--json",
+    ];
+    let (code, out, err) = sim(&args);
+    assert_eq!(code, 0, "{err}");
+    let v = last_json(&out);
+    for r in v["runs"].as_array().expect("runs") {
+        assert_eq!(r["placed"], 7, "{r}");
+        // Two GPUs for four 10 s tasks a second apart: the last two wait 8 s each.
+        assert_eq!(r["gpu_queue_mean_s"], 4.0, "{r}");
+        assert_eq!(r["cpu_queue_mean_s"], 0.0, "{r}");
+    }
+    assert_eq!(without_sim_ms(v), without_sim_ms(last_json(&sim(&args).1)));
+    // A typo names the file, line and column.
+    let bad = write(
+        dir.path(),
+        "bad.toml",
+        "[[nodes]]\nname = \"x\"\ncpus = 4.0\nmem = lots\n",
+    );
+    let (code, _, err) = sim(&["--scenario", &bad]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("bad.toml") && err.contains("line 4"), "{err}");
+}

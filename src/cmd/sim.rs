@@ -40,6 +40,9 @@ pub struct RunArgs {
     /// order; `gpu_spec`, `creation_time`, `deletion_time`, `scheduled_time` used if present.
     #[arg(long, value_name = "FILE")]
     pub trace_pods: Option<PathBuf>,
+    /// A scenario (TOML: node groups and arrival groups) instead of a trace; see README.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["trace_nodes", "trace_pods"])]
+    pub scenario: Option<PathBuf>,
     /// Pod order: creation (default when creation_time exists), file, or shuffle (seeded).
     #[arg(long, value_name = "creation|file|shuffle")]
     pub order: Option<String>,
@@ -149,33 +152,6 @@ fn load_pods(path: &Path) -> Result<trace::PodList, Failure> {
 }
 
 fn run(a: RunArgs) -> Result<(), Failure> {
-    let (Some(nodes_path), Some(pods_path)) = (&a.trace_nodes, &a.trace_pods) else {
-        return Err(bad(
-            "give --trace-nodes FILE and --trace-pods FILE (try 'hetsched sim --help')",
-        ));
-    };
-    let nodes = load_nodes(nodes_path)?;
-    let list = load_pods(pods_path)?;
-    if nodes.is_empty() {
-        return Err(bad(format!("{}: no nodes", nodes_path.display())));
-    }
-    let order: Order = match &a.order {
-        Some(o) => o.parse().map_err(bad)?,
-        None if list.has_times => Order::Creation,
-        None => Order::File,
-    };
-    let mode: Mode = match &a.mode {
-        Some(m) => m.parse().map_err(bad)?,
-        None if list.has_times => Mode::Timed,
-        None => Mode::ArrivalOnly,
-    };
-    if mode == Mode::Timed && !list.has_times {
-        return Err(bad(format!(
-            "{}: {}",
-            pods_path.display(),
-            sim::SimError::NoTimes
-        )));
-    }
     if !(a.time_scale.is_finite() && a.time_scale > 0.0) {
         return Err(bad("--time-scale must be a positive number"));
     }
@@ -190,21 +166,64 @@ fn run(a: RunArgs) -> Result<(), Failure> {
     if policies.is_empty() {
         return Err(bad("--compare needs at least one policy"));
     }
-    let order_idx = sim::ordered(&list.pods, order, a.seed);
-    let tasks = sim::tasks_from_trace(&list.pods, &order_idx, a.time_scale, a.users);
+    let (nodes, tasks, mode, source) = match &a.scenario {
+        Some(path) => {
+            let sc: sim::scenario::Scenario = toml::from_str(&read(path)?)
+                .map_err(|e| bad(format!("{}: {e}", path.display())))?;
+            let (nodes, mut tasks) = sc
+                .build()
+                .map_err(|e| bad(format!("{}: {e}", path.display())))?;
+            for t in &mut tasks {
+                t.arrival_ms = (t.arrival_ms as f64 / a.time_scale).round() as u64;
+            }
+            let mode: Mode = match &a.mode {
+                Some(m) => m.parse().map_err(bad)?,
+                None => Mode::Timed,
+            };
+            (nodes, tasks, mode, path.clone())
+        }
+        None => {
+            let (Some(nodes_path), Some(pods_path)) = (&a.trace_nodes, &a.trace_pods) else {
+                return Err(bad(
+                    "give --trace-nodes FILE and --trace-pods FILE, or --scenario FILE \
+                     (try 'hetsched sim --help')",
+                ));
+            };
+            let nodes = load_nodes(nodes_path)?;
+            let list = load_pods(pods_path)?;
+            let order: Order = match &a.order {
+                Some(o) => o.parse().map_err(bad)?,
+                None if list.has_times => Order::Creation,
+                None => Order::File,
+            };
+            let mode: Mode = match &a.mode {
+                Some(m) => m.parse().map_err(bad)?,
+                None if list.has_times => Mode::Timed,
+                None => Mode::ArrivalOnly,
+            };
+            if mode == Mode::Timed && !list.has_times {
+                return Err(bad(format!(
+                    "{}: {}",
+                    pods_path.display(),
+                    sim::SimError::NoTimes
+                )));
+            }
+            let order_idx = sim::ordered(&list.pods, order, a.seed);
+            let tasks = sim::tasks_from_trace(&list.pods, &order_idx, a.time_scale, a.users);
+            (nodes, tasks, mode, pods_path.clone())
+        }
+    };
+    if nodes.is_empty() {
+        return Err(bad(format!("{}: no nodes", source.display())));
+    }
     eprintln!(
-        "sim: {} nodes, {} pods, {} mode, {} order, seed {}",
+        "sim: {} nodes, {} tasks, {} mode, seed {}",
         nodes.len(),
         tasks.len(),
         match mode {
             Mode::ArrivalOnly => "arrival-only",
             Mode::Timed => "timed",
         },
-        a.order.as_deref().unwrap_or(match order {
-            Order::Creation => "creation",
-            Order::File => "file",
-            Order::Shuffle => "shuffle",
-        }),
         a.seed
     );
     let bar = std::io::stderr().is_terminal() && !a.json;
@@ -239,7 +258,7 @@ fn run(a: RunArgs) -> Result<(), Failure> {
     if let Some(path) = &a.plot {
         let title = format!(
             "{} ({} pods, {})",
-            pods_path
+            source
                 .file_name()
                 .map(|f| f.to_string_lossy().to_string())
                 .unwrap_or_default(),

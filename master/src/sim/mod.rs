@@ -24,6 +24,7 @@
 
 pub mod gen;
 pub mod plot;
+pub mod scenario;
 
 use crate::sched::index::trace::TracePod;
 use crate::sched::index::PolicyKind;
