@@ -295,6 +295,62 @@ mod tests {
     }
 
     #[test]
+    fn frag_keeps_cpu_tasks_off_gpu_nodes_and_packs_shared_gpus() {
+        use hetsched_common::{GpuDevice, GpuRequest};
+        let mut sched = IndexedScheduler::new(PolicyKind::Frag, 0);
+        assert_eq!(sched.cpu_policy(), PolicyKind::LeastFit);
+        let mut l = Log {
+            s: ClusterState::new(),
+            i: 0,
+        };
+        l.apply(&mut sched, register(4, 1));
+        let gpu_node = |key| Command::RegisterNode {
+            key,
+            node: None,
+            name: String::new(),
+            addr: String::new(),
+            capacity: NodeResources {
+                cpu_milli: 16_000,
+                mem_mib: 1000,
+                gpus: (0..2)
+                    .map(|_| GpuDevice {
+                        model: "T4".into(),
+                        free_milli: 1000,
+                        emulated: true,
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+            labels: Default::default(),
+        };
+        l.apply(&mut sched, gpu_node(2));
+        l.apply(&mut sched, gpu_node(3));
+        // A CPU task: least-fit alone would take a 16-core GPU node; frag sends it to the
+        // CPU-only node.
+        l.apply(&mut sched, job(1, 2000));
+        let plan = sched.plan(&l.s);
+        assert_eq!(plan.assignments.len(), 1);
+        assert_eq!(plan.assignments[0].node, NodeId(1));
+        l.apply(&mut sched, Command::ApplyPlan(plan));
+        // Two half-GPU tasks share one device of one node rather than break two.
+        let mut half = job(2, 1000);
+        if let Command::SubmitJob { spec } = &mut half {
+            spec.resources.gpu = GpuRequest::fraction(500);
+        }
+        l.apply(&mut sched, half);
+        let plan = sched.plan(&l.s);
+        assert_eq!(plan.assignments.len(), 2);
+        assert_eq!(plan.assignments[0].node, plan.assignments[1].node);
+        l.apply(&mut sched, Command::ApplyPlan(plan));
+        let used: Vec<u32> =
+            l.s.nodes
+                .values()
+                .flat_map(|n| n.free.gpus.iter().map(|g| g.free_milli))
+                .collect();
+        assert_eq!(used.iter().filter(|f| **f == 1000).count(), 3, "{used:?}");
+    }
+
+    #[test]
     fn plans_never_overcommit_and_match_first_fit_capacity() {
         let mut sched = IndexedScheduler::new(PolicyKind::BestFit, 0);
         let mut l = Log {
