@@ -72,6 +72,8 @@ enum Command {
     Job(cmd::ops::JobAction),
     /// Print a shell completion script (bash, zsh, fish, ...).
     Completions(cmd::ops::CompletionsArgs),
+    /// Simulate the real scheduler on a trace over a virtual clock; compare policies.
+    Sim(cmd::sim::Args),
 }
 
 #[derive(Subcommand, Debug)]
@@ -131,6 +133,8 @@ fn main() -> ExitCode {
     }
     let masters = cli.masters.unwrap_or_default();
     let result = match cli.command {
+        // Exits 2 on bad input (trace files), so it maps its own errors.
+        Command::Sim(a) => return cmd::sim::main(a),
         Command::Master(a) => cmd::master::run(a),
         Command::Slave(a) => cmd::slave::run(a),
         Command::Submit(a) => cmd::client::submit(&masters, a),

@@ -5,4 +5,5 @@ pub mod duties;
 pub mod plan;
 pub mod sched;
 pub mod server;
+pub mod sim;
 pub mod state;

@@ -33,9 +33,14 @@ pub struct Args {
     /// Snapshot the state and compact the Raft log every this many applied entries.
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_entries: u64,
-    /// Node selection policy: least-fit (spread), best-fit (pack), first-fit, next-fit, random.
-    #[arg(long, default_value = "least-fit")]
+    /// Node selection for tasks that ask for GPUs: frag (fragmentation-aware packing),
+    /// least-fit (spread), best-fit (pack), first-fit, next-fit, random.
+    #[arg(long, default_value = "frag")]
     pub policy: hetsched_master::sched::index::PolicyKind,
+    /// Node selection for tasks that ask no GPU (same names). Under --policy frag they go
+    /// to CPU-only nodes first (chosen by this policy), then where they strand fewest GPUs.
+    #[arg(long, default_value = "least-fit")]
+    pub cpu_policy: hetsched_master::sched::index::PolicyKind,
     /// Silence after which the leader declares a slave down, ms.
     #[arg(long, default_value_t = 5000)]
     pub node_timeout_ms: u64,
@@ -100,6 +105,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         join: a.join,
         snapshot_entries: a.snapshot_entries,
         policy: a.policy,
+        cpu_policy: a.cpu_policy,
         preemption: hetsched_master::sched::preemption::PreemptionConfig {
             max_preemptions: a.max_preemptions,
             ..Default::default()

@@ -16,21 +16,31 @@
 //! once the plan is applied or refused, the touched nodes are re-read from the state.
 
 use super::index::{
-    AnyPolicy, Candidates, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind,
+    AnyPolicy, Candidates, FragPlacer, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind,
 };
 use super::preemption::{plan_preemption, PreemptionConfig};
 use super::queue::queue_order;
 use super::Scheduler;
 use crate::state::{partition_of, Assign, ClusterState, Plan};
-use hetsched_common::{JobId, NodeId, TaskId};
+use hetsched_common::{JobId, NodeId, ResourceRequest, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Pending tasks in queue order, each to the node the policy picks among those that fit.
+///
+/// Two policies: one for tasks that ask for GPUs, one (the CPU policy) for the rest. With
+/// `frag` as the GPU policy, CPU-only tasks go to CPU-only nodes first (chosen by the CPU
+/// policy), then to the GPU node where they fragment least (`index::frag`).
 #[derive(Debug)]
 pub struct IndexedScheduler {
     index: PlacementIndex,
     policy: AnyPolicy,
     kind: PolicyKind,
+    cpu_policy: AnyPolicy,
+    cpu_kind: PolicyKind,
+    /// The `frag` placer (its workload mix and CPU-only node set), when `kind` is `frag`.
+    frag: Option<FragPlacer>,
+    /// The highest task id the workload mix has seen (ids grow with submission order).
+    seen: TaskId,
     /// Most assignments per plan: bounds the size of one `ApplyPlan` entry.
     pub max_per_plan: usize,
     /// The preemption stage's limits.
@@ -59,12 +69,21 @@ fn partition_candidates(view: &ClusterState) -> BTreeMap<String, Option<Candidat
 
 impl IndexedScheduler {
     /// A scheduler with `policy` (seeded with `seed` where the policy is random) over an
-    /// exact index (θ = 1).
+    /// exact index (θ = 1). CPU-only tasks use the same policy, except under `frag`, whose
+    /// CPU policy is `least-fit` (see [`with_cpu_policy`](Self::with_cpu_policy)).
     pub fn new(policy: PolicyKind, seed: u64) -> Self {
+        let cpu_kind = match policy {
+            PolicyKind::Frag => PolicyKind::LeastFit,
+            k => k,
+        };
         Self {
             index: PlacementIndex::new(IndexConfig::default()),
             policy: policy.build(seed),
             kind: policy,
+            cpu_policy: cpu_kind.build(seed),
+            cpu_kind,
+            frag: (policy == PolicyKind::Frag).then(FragPlacer::default),
+            seen: TaskId(0),
             max_per_plan: 512,
             preemption: PreemptionConfig::default(),
             reserved: BTreeSet::new(),
@@ -111,9 +130,25 @@ impl IndexedScheduler {
         self
     }
 
-    /// The policy in use.
+    /// Uses `cpu` for tasks that ask no GPU (`frag` there means the same as for GPU tasks:
+    /// CPU-only nodes first under the GPU policy's tie order, then the least fragmenting).
+    pub fn with_cpu_policy(mut self, cpu: PolicyKind, seed: u64) -> Self {
+        self.cpu_kind = cpu;
+        self.cpu_policy = cpu.build(seed);
+        if cpu == PolicyKind::Frag && self.frag.is_none() {
+            self.frag = Some(FragPlacer::default());
+        }
+        self
+    }
+
+    /// The policy in use for GPU tasks.
     pub fn policy(&self) -> PolicyKind {
         self.kind
+    }
+
+    /// The policy in use for tasks that ask no GPU.
+    pub fn cpu_policy(&self) -> PolicyKind {
+        self.cpu_kind
     }
 
     /// Nodes in the index.
@@ -124,10 +159,51 @@ impl IndexedScheduler {
     fn sync(&mut self, view: &ClusterState, node: NodeId) {
         match view.nodes.get(&node) {
             // Draining nodes leave the index: they take no new tasks.
-            Some(n) if n.takes_work() => self.index.upsert_node(node, &n.free),
+            Some(n) if n.takes_work() => {
+                self.index.upsert_node(node, &n.free);
+                if let Some(f) = &mut self.frag {
+                    f.note_node(node, Some(&n.free));
+                }
+            }
             _ => {
                 self.index.remove_node(node);
+                if let Some(f) = &mut self.frag {
+                    f.note_node(node, None);
+                }
             }
+        }
+    }
+
+    /// Teaches the workload mix the tasks submitted since the last plan.
+    fn observe_arrivals(&mut self, view: &ClusterState) {
+        let Some(frag) = &mut self.frag else { return };
+        let from = TaskId(self.seen.0.saturating_add(1));
+        for (id, t) in view.tasks.range(from..) {
+            if let Some(req) = view.job_resources(t.job) {
+                frag.observe(req);
+            }
+            self.seen = *id;
+        }
+    }
+
+    /// Selection: the node the policy for this kind of task picks among those that fit `q`.
+    fn place(&mut self, q: &PlacementQuery<'_>, req: &ResourceRequest) -> Option<NodeId> {
+        let gpu = !req.gpu.is_none();
+        let kind = if gpu { self.kind } else { self.cpu_kind };
+        match (&mut self.frag, kind) {
+            (Some(frag), PolicyKind::Frag) => {
+                let tie = if gpu {
+                    &mut self.policy
+                } else {
+                    &mut self.cpu_policy
+                };
+                frag.place(&mut self.index, q, tie)
+            }
+            (Some(frag), _) if !gpu && self.kind == PolicyKind::Frag => {
+                frag.place(&mut self.index, q, &mut self.cpu_policy)
+            }
+            _ if gpu => self.index.place(q, &mut self.policy),
+            _ => self.index.place(q, &mut self.cpu_policy),
         }
     }
 }
@@ -138,6 +214,7 @@ impl Scheduler for IndexedScheduler {
     }
 
     fn plan_at(&mut self, view: &ClusterState, now_ms: u64) -> Plan {
+        self.observe_arrivals(view);
         let mut plan = Plan::default();
         self.sync_reservations(view);
         let partitions = partition_candidates(view);
@@ -181,7 +258,7 @@ impl Scheduler for IndexedScheduler {
                 // No up node serves the partition.
                 (None, None) => q = q.with_candidates(&empty),
             }
-            if let Some(node) = self.index.place(&q, &mut self.policy) {
+            if let Some(node) = self.place(&q, req) {
                 // Tentative: later tasks of this plan see the node without what this took.
                 if self.index.take(node, req).is_some() {
                     plan.assignments.push(Assign { task, node });
@@ -214,6 +291,27 @@ impl Scheduler for IndexedScheduler {
                 .filter(|n| n.takes_work())
                 .map(|n| (n.id, n.free.clone())),
         );
+        if let Some(f) = &mut self.frag {
+            f.clear();
+            for n in view.nodes.values() {
+                f.note_node(n.id, n.takes_work().then_some(&n.free));
+            }
+            // Relearn the mix from the most recent submissions.
+            self.seen = TaskId(0);
+            let recent: Vec<TaskId> = view
+                .tasks
+                .keys()
+                .rev()
+                .take(FragPlacer::WINDOW_ON_RESET)
+                .copied()
+                .collect();
+            for id in recent.into_iter().rev() {
+                if let Some(req) = view.tasks.get(&id).and_then(|t| view.job_resources(t.job)) {
+                    f.observe(req);
+                }
+                self.seen = id;
+            }
+        }
     }
 }
 
@@ -318,6 +416,63 @@ mod tests {
         assert_eq!(sched.indexed_nodes(), 1);
         let plan = sched.plan(&l.s);
         assert!(plan.assignments.iter().all(|a| a.node == NodeId(2)));
+    }
+
+    #[test]
+    fn frag_keeps_cpu_tasks_off_gpu_nodes_and_packs_shared_gpus() {
+        use hetsched_common::{GpuDevice, GpuRequest};
+        let mut sched = IndexedScheduler::new(PolicyKind::Frag, 0);
+        assert_eq!(sched.cpu_policy(), PolicyKind::LeastFit);
+        let mut l = Log {
+            s: ClusterState::new(),
+            i: 0,
+        };
+        l.apply(&mut sched, register(4, 1));
+        let gpu_node = |key| Command::RegisterNode {
+            key,
+            node: None,
+            name: String::new(),
+            addr: String::new(),
+            capacity: NodeResources {
+                cpu_milli: 16_000,
+                mem_mib: 1000,
+                gpus: (0..2)
+                    .map(|_| GpuDevice {
+                        model: "T4".into(),
+                        free_milli: 1000,
+                        emulated: true,
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+            labels: Default::default(),
+            partitions: Vec::new(),
+        };
+        l.apply(&mut sched, gpu_node(2));
+        l.apply(&mut sched, gpu_node(3));
+        // A CPU task: least-fit alone would take a 16-core GPU node; frag sends it to the
+        // CPU-only node.
+        l.apply(&mut sched, job(1, 2000));
+        let plan = sched.plan(&l.s);
+        assert_eq!(plan.assignments.len(), 1);
+        assert_eq!(plan.assignments[0].node, NodeId(1));
+        l.apply(&mut sched, Command::ApplyPlan(plan));
+        // Two half-GPU tasks share one device of one node rather than break two.
+        let mut half = job(2, 1000);
+        if let Command::SubmitJob { spec } = &mut half {
+            spec.resources.gpu = GpuRequest::fraction(500);
+        }
+        l.apply(&mut sched, half);
+        let plan = sched.plan(&l.s);
+        assert_eq!(plan.assignments.len(), 2);
+        assert_eq!(plan.assignments[0].node, plan.assignments[1].node);
+        l.apply(&mut sched, Command::ApplyPlan(plan));
+        let used: Vec<u32> =
+            l.s.nodes
+                .values()
+                .flat_map(|n| n.free.gpus.iter().map(|g| g.free_milli))
+                .collect();
+        assert_eq!(used.iter().filter(|f| **f == 1000).count(), 3, "{used:?}");
     }
 
     #[test]

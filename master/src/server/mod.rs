@@ -65,10 +65,12 @@ pub struct MasterConfig {
     pub join: bool,
     /// Snapshot and compact the log every this many applied entries.
     pub snapshot_entries: u64,
-    /// Node selection policy of the scheduler.
+    /// Node selection policy of the scheduler (for tasks that ask for GPUs).
     pub policy: PolicyKind,
     /// Limits of the S1 preemption stage.
     pub preemption: PreemptionConfig,
+    /// Node selection policy for tasks that ask no GPU.
+    pub cpu_policy: PolicyKind,
 }
 
 /// Parses `ID=HOST:PORT,...`.
@@ -220,7 +222,11 @@ impl Master {
         let duties = LeaderDuties::new(
             shared.clone(),
             raft.clone(),
-            Box::new(IndexedScheduler::new(cfg.policy, cfg.id).with_preemption(cfg.preemption)),
+            Box::new(
+                IndexedScheduler::new(cfg.policy, cfg.id)
+                    .with_cpu_policy(cfg.cpu_policy, cfg.id)
+                    .with_preemption(cfg.preemption),
+            ),
             cfg.duties,
         )
         .start();

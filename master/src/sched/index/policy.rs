@@ -204,6 +204,11 @@ pub enum PolicyKind {
     NextFit,
     /// `random`
     Random,
+    /// `frag`: fragmentation-aware GPU placement (`frag.rs`). Not a fit-space policy: it
+    /// ranks the whole fit set by the node state, so the index's users route it to
+    /// [`FragPlacer`](super::FragPlacer); [`build`](Self::build) gives its tie order,
+    /// best-fit.
+    Frag,
 }
 
 impl PolicyKind {
@@ -216,7 +221,18 @@ impl PolicyKind {
         PolicyKind::Random,
     ];
 
-    /// A fresh policy of this kind (`seed` is used by `random` only).
+    /// Every placement the CLI accepts: the fit-space policies, then `frag`.
+    pub const PLACEMENTS: [PolicyKind; 6] = [
+        PolicyKind::LeastFit,
+        PolicyKind::BestFit,
+        PolicyKind::FirstFit,
+        PolicyKind::NextFit,
+        PolicyKind::Random,
+        PolicyKind::Frag,
+    ];
+
+    /// A fresh policy of this kind (`seed` is used by `random` only; `frag` gives best-fit,
+    /// its tie order).
     pub fn build(self, seed: u64) -> AnyPolicy {
         match self {
             PolicyKind::LeastFit => AnyPolicy::LeastFit(LeastFit),
@@ -224,6 +240,7 @@ impl PolicyKind {
             PolicyKind::FirstFit => AnyPolicy::FirstFit(FirstFit),
             PolicyKind::NextFit => AnyPolicy::NextFit(NextFit::default()),
             PolicyKind::Random => AnyPolicy::Random(Random::new(seed)),
+            PolicyKind::Frag => AnyPolicy::BestFit(BestFit),
         }
     }
 
@@ -235,6 +252,7 @@ impl PolicyKind {
             PolicyKind::FirstFit => "first-fit",
             PolicyKind::NextFit => "next-fit",
             PolicyKind::Random => "random",
+            PolicyKind::Frag => "frag",
         }
     }
 }
@@ -247,13 +265,13 @@ impl std::fmt::Display for PolicyKind {
 
 /// An unknown policy name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown policy {0:?}: expected least-fit, best-fit, first-fit, next-fit or random")]
+#[error("unknown policy {0:?}: expected least-fit, best-fit, first-fit, next-fit, random or frag")]
 pub struct UnknownPolicy(pub String);
 
 impl std::str::FromStr for PolicyKind {
     type Err = UnknownPolicy;
     fn from_str(s: &str) -> Result<Self, UnknownPolicy> {
-        PolicyKind::ALL
+        PolicyKind::PLACEMENTS
             .into_iter()
             .find(|k| k.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| UnknownPolicy(s.to_string()))

@@ -49,10 +49,21 @@ pub struct TracePod {
     pub name: String,
     /// What it asks (`gpu_spec` becomes the accepted models).
     pub request: ResourceRequest,
-    /// `creation_time`, seconds.
+    /// `creation_time`, seconds (0 when the list has no time columns).
     pub created: u64,
-    /// `deletion_time`, seconds; `None` when empty (never released).
+    /// `deletion_time`, seconds; `None` when empty or absent (never released).
     pub deleted: Option<u64>,
+    /// `scheduled_time`, seconds; `None` when empty or absent.
+    pub scheduled: Option<u64>,
+}
+
+/// A parsed pod list and which optional columns it had.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodList {
+    /// The pods in file order.
+    pub pods: Vec<TracePod>,
+    /// Whether the list has `creation_time` (and so an arrival order and times).
+    pub has_times: bool,
 }
 
 /// A CSV file split into a header map and data lines.
@@ -84,6 +95,10 @@ impl<'a> Table<'a> {
             header,
             lines,
         })
+    }
+
+    fn optional_column(&self, name: &str) -> Option<usize> {
+        self.header.iter().position(|h| *h == name)
     }
 
     fn column(&self, name: &'static str) -> Result<usize, TraceError> {
@@ -128,7 +143,11 @@ impl<'a> Table<'a> {
         f.parse().map_err(|_| {
             self.err(
                 line,
-                format!("{}: {f:?} is not a non-negative integer", self.header[col]),
+                format!(
+                    "column {} ({}): {f:?} is not a non-negative integer",
+                    col + 1,
+                    self.header[col]
+                ),
             )
         })
     }
@@ -174,63 +193,91 @@ pub fn parse_nodes(text: &str) -> Result<Vec<TraceNode>, TraceError> {
 }
 
 /// Parses `openb_pod_list_default.csv`
-/// (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,…,creation_time,deletion_time,…`).
+/// (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,…,creation_time,deletion_time,…`);
+/// see [`parse_pod_list`] for which columns are optional.
 pub fn parse_pods(text: &str) -> Result<Vec<TracePod>, TraceError> {
+    parse_pod_list(text).map(|l| l.pods)
+}
+
+/// Parses any published variant of the pod list: the columns `name, cpu_milli, memory_mib,
+/// num_gpu, gpu_milli` in any order are required; `gpu_spec` (accepted models, `A|B`),
+/// `creation_time`, `deletion_time` and `scheduled_time` are used when present, and any
+/// other column is ignored.
+pub fn parse_pod_list(text: &str) -> Result<PodList, TraceError> {
     let t = Table::parse("pod list", text)?;
-    let (name, cpu, mem, ngpu, milli, spec, created, deleted) = (
+    let (name, cpu, mem, ngpu, milli) = (
         t.column("name")?,
         t.column("cpu_milli")?,
         t.column("memory_mib")?,
         t.column("num_gpu")?,
         t.column("gpu_milli")?,
-        t.column("gpu_spec")?,
-        t.column("creation_time")?,
-        t.column("deletion_time")?,
     );
+    let spec = t.optional_column("gpu_spec");
+    let created = t.optional_column("creation_time");
+    let deleted = t.optional_column("deletion_time");
+    let scheduled = t.optional_column("scheduled_time");
+    let optional_time = |line: usize, f: &[&str], col: Option<usize>| -> Result<_, TraceError> {
+        match col {
+            Some(c) if !t.field(line, f, c)?.is_empty() => Ok(Some(t.number(line, f, c)?)),
+            _ => Ok(None),
+        }
+    };
     let mut out = Vec::with_capacity(t.lines.len());
     for (line, f) in &t.lines {
-        let count = t.number(*line, f, ngpu)?;
-        let gpu_milli = t.number(*line, f, milli)?;
-        let count = u32::try_from(count).map_err(|_| t.err(*line, "num_gpu too large".into()))?;
-        let gpu_milli =
-            u32::try_from(gpu_milli).map_err(|_| t.err(*line, "gpu_milli too large".into()))?;
+        let line = *line;
+        let count = t.number(line, f, ngpu)?;
+        let gpu_milli = t.number(line, f, milli)?;
+        let count = u32::try_from(count)
+            .map_err(|_| t.err(line, format!("column {} (num_gpu): too large", ngpu + 1)))?;
+        let gpu_milli = u32::try_from(gpu_milli)
+            .map_err(|_| t.err(line, format!("column {} (gpu_milli): too large", milli + 1)))?;
+        let models = match spec {
+            Some(c) => t
+                .field(line, f, c)?
+                .split('|')
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .map(String::from)
+                .collect(),
+            None => Vec::new(),
+        };
         let gpu = if count == 0 {
             GpuRequest::none()
         } else {
             GpuRequest {
                 count,
                 milli: gpu_milli,
-                models: t
-                    .field(*line, f, spec)?
-                    .split('|')
-                    .map(str::trim)
-                    .filter(|m| !m.is_empty())
-                    .map(String::from)
-                    .collect(),
+                models,
             }
         };
         let request = ResourceRequest {
-            cpu_milli: t.number(*line, f, cpu)?,
-            mem_mib: t.number(*line, f, mem)?,
+            cpu_milli: t.number(line, f, cpu)?,
+            mem_mib: t.number(line, f, mem)?,
             gpu,
             ..ResourceRequest::default()
         };
-        request
-            .validate()
-            .map_err(|e| t.err(*line, e.to_string()))?;
-        let del = t.field(*line, f, deleted)?;
+        request.validate().map_err(|e| {
+            t.err(
+                line,
+                format!(
+                    "columns {}-{} (num_gpu, gpu_milli): {e}",
+                    ngpu + 1,
+                    milli + 1
+                ),
+            )
+        })?;
         out.push(TracePod {
-            name: t.field(*line, f, name)?.to_string(),
+            name: t.field(line, f, name)?.to_string(),
             request,
-            created: t.number(*line, f, created)?,
-            deleted: if del.is_empty() {
-                None
-            } else {
-                Some(t.number(*line, f, deleted)?)
-            },
+            created: optional_time(line, f, created)?.unwrap_or(0),
+            deleted: optional_time(line, f, deleted)?,
+            scheduled: optional_time(line, f, scheduled)?,
         });
     }
-    Ok(out)
+    Ok(PodList {
+        pods: out,
+        has_times: created.is_some(),
+    })
 }
 
 /// One step of a replay; the number is an index into the pod list.
@@ -316,7 +363,7 @@ mod tests {
         let bad = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,262144,0,\nn1,lots,1,0,\n";
         assert_eq!(
             parse_nodes(bad).unwrap_err().to_string(),
-            "node list line 3: cpu_milli: \"lots\" is not a non-negative integer"
+            "node list line 3: column 2 (cpu_milli): \"lots\" is not a non-negative integer"
         );
         let short = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000\n";
         assert!(matches!(

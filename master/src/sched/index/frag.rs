@@ -1,0 +1,549 @@
+//! `frag` — fragmentation-aware GPU placement, after FGD (Weng et al., "Beware of
+//! Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent",
+//! USENIX ATC 2023), over the S4 index's fit set (SEEDS.md §S4.3: the candidates are the
+//! nodes the index says fit; this module only ranks them).
+//!
+//! **Fragment.** For one task class `m` (CPU, memory, GPU count and share, accepted models), a
+//! node's fragment `F(n, m)` is the free GPU capacity on `n` that `m` could not use:
+//! - all free GPU thousandths when `m` cannot run on `n` at all (too little CPU or memory
+//!   beside the GPUs, no device of an accepted model, too few usable devices);
+//! - otherwise the free thousandths of the devices `m` cannot use: devices of a model it does
+//!   not accept, devices with less free than its share (a fraction), partly used devices (a
+//!   whole-device ask).
+//!
+//! CPU-only classes are left out of the measure: every free GPU is a fragment to them, so
+//! any placement changes their term by the same amount on every node and never changes a
+//! choice.
+//!
+//! **Expected fragmentation** of a node is `Σ_m weight(m) · F(n, m)` over the current
+//! workload mix ([`WorkloadMix`]: the classes of the last `window` arrivals, each weighted by
+//! its share of their GPU demand — deterministic, integer arithmetic). A task goes to the fitting node where placing it
+//! grows the expected fragmentation least (the "gradient"); ties go to the first node in
+//! the index's ascending (best-fit) order. The device is the one `allocate_gpus` gives (the
+//! tightest device that fits, which is also the least-fragmenting one in the common case),
+//! so the measure judges exactly the allocation the state machine will make.
+//!
+//! **CPU-only tasks** must not strand GPUs: they go to CPU-only nodes first (chosen by the CPU
+//! policy, e.g. least-fit), and only when none fits to the GPU node where they grow the
+//! fragmentation least (taking CPU or memory that a GPU class needs turns that node's free
+//! GPUs into fragments).
+
+use super::{Candidates, Dir, PlacementIndex, PlacementQuery, Policy};
+use hetsched_common::{allocate_gpus, GpuDevice, NodeId, NodeResources, ResourceRequest};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+/// One task class of the workload mix and how many of the window's arrivals it holds.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TaskClass {
+    /// CPU asked, millicores.
+    pub cpu_milli: u64,
+    /// Memory asked, MiB.
+    pub mem_mib: u64,
+    /// GPU devices asked (≥ 1: CPU-only classes are not part of the measure).
+    pub gpu_count: u32,
+    /// Thousandths asked on each device (1000 = whole devices).
+    pub gpu_milli: u32,
+    /// Accepted models; empty means any.
+    pub models: Vec<String>,
+}
+
+impl TaskClass {
+    /// The class of `req`, or `None` for a request of no GPU.
+    pub fn of(req: &ResourceRequest) -> Option<Self> {
+        if req.gpu.is_none() {
+            return None;
+        }
+        let mut models = req.gpu.models.clone();
+        models.sort();
+        models.dedup();
+        Some(Self {
+            cpu_milli: req.cpu_milli,
+            mem_mib: req.mem_mib,
+            gpu_count: req.gpu.count,
+            gpu_milli: req.gpu.milli,
+            models,
+        })
+    }
+
+    /// GPU thousandths one task of the class asks in all.
+    pub fn demand_milli(&self) -> u64 {
+        self.gpu_count as u64 * self.gpu_milli as u64
+    }
+
+    fn accepts(&self, model: &str) -> bool {
+        self.models.is_empty() || self.models.iter().any(|m| m == model)
+    }
+
+    fn is_fraction(&self) -> bool {
+        self.gpu_count == 1 && self.gpu_milli < hetsched_common::GPU_MILLI_PER_DEVICE
+    }
+}
+
+/// The fragment `F(n, m)` of one node for one class, in GPU thousandths: see the module docs.
+/// `free` gives each device's free thousandths (it may differ from `devices[i].free_milli`:
+/// a hypothetical state), `devices` their models.
+pub fn class_fragment(
+    cpu_milli: u64,
+    mem_mib: u64,
+    devices: &[GpuDevice],
+    free: &[u32],
+    class: &TaskClass,
+) -> u64 {
+    let total: u64 = free.iter().map(|f| *f as u64).sum();
+    if total == 0 {
+        return 0;
+    }
+    if cpu_milli < class.cpu_milli || mem_mib < class.mem_mib {
+        return total;
+    }
+    let need = class.gpu_milli.max(1);
+    let (mut usable, mut usable_milli) = (0u32, 0u64);
+    for (d, f) in devices.iter().zip(free) {
+        if *f >= need && class.accepts(&d.model) {
+            usable += 1;
+            usable_milli += *f as u64;
+        }
+    }
+    let enough = if class.is_fraction() {
+        usable >= 1
+    } else {
+        usable >= class.gpu_count
+    };
+    if enough {
+        total - usable_milli
+    } else {
+        total
+    }
+}
+
+/// A node's expected fragmentation under `mix`: `Σ weight · F(n, m)`.
+pub fn node_fragmentation(free: &NodeResources, mix: &[(TaskClass, u64)]) -> u64 {
+    let f: Vec<u32> = free.gpus.iter().map(|d| d.free_milli).collect();
+    fragmentation_of(free.cpu_milli, free.mem_mib, &free.gpus, &f, mix)
+}
+
+fn fragmentation_of(
+    cpu_milli: u64,
+    mem_mib: u64,
+    devices: &[GpuDevice],
+    free: &[u32],
+    mix: &[(TaskClass, u64)],
+) -> u64 {
+    if free.iter().all(|f| *f == 0) {
+        return 0;
+    }
+    mix.iter()
+        .map(|(c, w)| w * class_fragment(cpu_milli, mem_mib, devices, free, c))
+        .sum()
+}
+
+/// How much placing `req` on a node with `free` grows its expected fragmentation, or `None`
+/// when it does not fit. Signed: a placement can also turn fragments into used capacity.
+pub fn fragmentation_delta(
+    free: &NodeResources,
+    req: &ResourceRequest,
+    mix: &[(TaskClass, u64)],
+    scratch: &mut Vec<u32>,
+) -> Option<i128> {
+    if free.cpu_milli < req.cpu_milli || free.mem_mib < req.mem_mib {
+        return None;
+    }
+    let alloc = allocate_gpus(&free.gpus, &req.gpu)?;
+    scratch.clear();
+    scratch.extend(free.gpus.iter().map(|d| d.free_milli));
+    let before = fragmentation_of(free.cpu_milli, free.mem_mib, &free.gpus, scratch, mix);
+    for (dev, milli) in &alloc {
+        if let Some(f) = scratch.get_mut(*dev as usize) {
+            *f = f.saturating_sub(*milli);
+        }
+    }
+    let after = fragmentation_of(
+        free.cpu_milli - req.cpu_milli,
+        free.mem_mib - req.mem_mib,
+        &free.gpus,
+        scratch,
+        mix,
+    );
+    Some(after as i128 - before as i128)
+}
+
+/// The workload mix: the GPU classes of the last `window` arrivals, with their counts.
+/// Deterministic: it depends only on the sequence of observed requests.
+#[derive(Clone, Debug)]
+pub struct WorkloadMix {
+    window: usize,
+    recent: VecDeque<Option<TaskClass>>,
+    counts: BTreeMap<TaskClass, u64>,
+    /// The counts as a list, rebuilt when they changed.
+    snapshot: Vec<(TaskClass, u64)>,
+    stale: bool,
+}
+
+impl WorkloadMix {
+    /// Arrivals remembered by default.
+    pub const DEFAULT_WINDOW: usize = 2000;
+
+    /// An empty mix over the last `window` arrivals (at least 1).
+    pub fn new(window: usize) -> Self {
+        Self {
+            window: window.max(1),
+            recent: VecDeque::new(),
+            counts: BTreeMap::new(),
+            snapshot: Vec::new(),
+            stale: false,
+        }
+    }
+
+    /// Notes one arrival.
+    pub fn observe(&mut self, req: &ResourceRequest) {
+        let class = TaskClass::of(req);
+        if let Some(c) = &class {
+            *self.counts.entry(c.clone()).or_insert(0) += 1;
+            self.stale = true;
+        }
+        self.recent.push_back(class);
+        while self.recent.len() > self.window {
+            if let Some(Some(old)) = self.recent.pop_front() {
+                if let Some(n) = self.counts.get_mut(&old) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.counts.remove(&old);
+                    }
+                }
+                self.stale = true;
+            }
+        }
+    }
+
+    /// Forgets every arrival.
+    pub fn clear(&mut self) {
+        *self = Self::new(self.window);
+    }
+
+    /// The classes and their weights: arrivals in the window × GPU thousandths asked, i.e.
+    /// each class's share of the recent GPU *demand* (a class's fragments matter in
+    /// proportion to the capacity it would take; weighting by popularity alone let the rare
+    /// 8-GPU tasks strand whole nodes, 0.10 instead of 0.07 unallocated GPUs at the first
+    /// failure on the default trace).
+    pub fn classes(&mut self) -> &[(TaskClass, u64)] {
+        if self.stale {
+            self.snapshot = self
+                .counts
+                .iter()
+                .map(|(c, n)| (c.clone(), n * c.demand_milli()))
+                .collect();
+            self.stale = false;
+        }
+        &self.snapshot
+    }
+
+    /// Arrivals in the window.
+    pub fn len(&self) -> usize {
+        self.recent.len()
+    }
+
+    /// Whether nothing was observed.
+    pub fn is_empty(&self) -> bool {
+        self.recent.is_empty()
+    }
+}
+
+/// The `frag` placer: the mix, the set of CPU-only nodes, and a scratch buffer.
+#[derive(Clone, Debug)]
+pub struct FragPlacer {
+    mix: WorkloadMix,
+    cpu_only: BTreeSet<NodeId>,
+    cpu_only_candidates: Option<Candidates>,
+    scratch: Vec<u32>,
+    /// Per-decision memo: state hash → (a node in that state, its fragmentation delta).
+    seen: HashMap<u64, (NodeId, Option<i128>)>,
+}
+
+/// A hash of what the fragmentation delta of a node depends on: its free CPU, memory and
+/// devices. A hit is confirmed by comparing the two nodes' free resources.
+fn signature(free: &NodeResources) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut mix = |x: u64| {
+        h ^= x;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    };
+    mix(free.cpu_milli);
+    mix(free.mem_mib);
+    for d in &free.gpus {
+        mix(d.free_milli as u64);
+        mix(d.model.len() as u64);
+        for b in d.model.bytes() {
+            mix(b as u64);
+        }
+    }
+    h
+}
+
+impl Default for FragPlacer {
+    fn default() -> Self {
+        Self::new(WorkloadMix::DEFAULT_WINDOW)
+    }
+}
+
+impl FragPlacer {
+    /// Submissions relearned after a rebuild (new leadership, snapshot restore).
+    pub const WINDOW_ON_RESET: usize = WorkloadMix::DEFAULT_WINDOW;
+
+    /// A placer learning the mix from the last `window` arrivals.
+    pub fn new(window: usize) -> Self {
+        Self {
+            mix: WorkloadMix::new(window),
+            cpu_only: BTreeSet::new(),
+            cpu_only_candidates: None,
+            scratch: Vec::new(),
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Notes an arrival (learns the mix).
+    pub fn observe(&mut self, req: &ResourceRequest) {
+        self.mix.observe(req);
+    }
+
+    /// The mix learned so far.
+    pub fn mix(&mut self) -> &[(TaskClass, u64)] {
+        self.mix.classes()
+    }
+
+    /// Forgets the mix and the node set (a rebuild follows).
+    pub fn clear(&mut self) {
+        self.mix.clear();
+        self.cpu_only.clear();
+        self.cpu_only_candidates = None;
+    }
+
+    /// Keeps the CPU-only node set in step: `free` is the node's free resources, `None` when
+    /// it left the index.
+    pub fn note_node(&mut self, node: NodeId, free: Option<&NodeResources>) {
+        let cpu_only = free.is_some_and(|f| f.gpus.is_empty());
+        let changed = if cpu_only {
+            self.cpu_only.insert(node)
+        } else {
+            self.cpu_only.remove(&node)
+        };
+        if changed {
+            self.cpu_only_candidates = None;
+        }
+    }
+
+    /// The node for `q`: see the module docs. `cpu_policy` picks among CPU-only nodes for a
+    /// task that asks no GPU.
+    pub fn place<P: Policy + ?Sized>(
+        &mut self,
+        ix: &mut PlacementIndex,
+        q: &PlacementQuery<'_>,
+        cpu_policy: &mut P,
+    ) -> Option<NodeId> {
+        if q.request.gpu.is_none() && q.candidates.is_none() && !self.cpu_only.is_empty() {
+            let only = self
+                .cpu_only_candidates
+                .get_or_insert_with(|| self.cpu_only.iter().copied().collect());
+            if let Some(n) = ix.place(&q.with_candidates(only), cpu_policy) {
+                return Some(n);
+            }
+        }
+        let fits = ix.ordered_fits(q, Dir::Asc);
+        let mix = self.mix.classes();
+        // Nodes in the same state score the same: evaluate each distinct state once.
+        self.seen.clear();
+        let mut best: Option<(i128, NodeId)> = None;
+        for node in fits {
+            let Some(free) = ix.free(node) else { continue };
+            let sig = signature(free);
+            let known = self
+                .seen
+                .get(&sig)
+                .filter(|(other, _)| ix.free(*other) == Some(free))
+                .map(|(_, d)| *d);
+            let d = match known {
+                Some(d) => d,
+                None => {
+                    let d = fragmentation_delta(free, q.request, mix, &mut self.scratch);
+                    self.seen.insert(sig, (node, d));
+                    d
+                }
+            };
+            let Some(d) = d else { continue };
+            if best.is_none_or(|(b, _)| d < b) {
+                best = Some((d, node));
+            }
+        }
+        best.map(|(_, n)| n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsched_common::GpuRequest;
+
+    fn node(cpu: u64, mem: u64, gpus: &[u32]) -> NodeResources {
+        NodeResources {
+            cpu_milli: cpu,
+            mem_mib: mem,
+            gpus: gpus
+                .iter()
+                .map(|f| GpuDevice {
+                    model: "G2".into(),
+                    free_milli: *f,
+                    emulated: false,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn class(cpu: u64, count: u32, milli: u32) -> TaskClass {
+        TaskClass::of(&ResourceRequest {
+            cpu_milli: cpu,
+            mem_mib: 100,
+            gpu: GpuRequest {
+                count,
+                milli,
+                models: vec![],
+            },
+            ..Default::default()
+        })
+        .expect("a GPU class")
+    }
+
+    fn frag(n: &NodeResources, c: &TaskClass) -> u64 {
+        let free: Vec<u32> = n.gpus.iter().map(|d| d.free_milli).collect();
+        class_fragment(n.cpu_milli, n.mem_mib, &n.gpus, &free, c)
+    }
+
+    #[test]
+    fn three_free_gpus_without_cpu_are_all_fragment() {
+        let n = node(0, 1000, &[1000, 1000, 1000]);
+        for c in [class(1000, 1, 1000), class(500, 1, 500), class(1, 3, 1000)] {
+            assert_eq!(frag(&n, &c), 3000, "{c:?}");
+        }
+        // With CPU beside them, none is a fragment to a task they can hold.
+        let n = node(8000, 1000, &[1000, 1000, 1000]);
+        assert_eq!(frag(&n, &class(1000, 1, 1000)), 0);
+        assert_eq!(frag(&n, &class(1000, 3, 1000)), 0);
+        // ... and all are to a task asking more devices than there are.
+        assert_eq!(frag(&n, &class(1000, 4, 1000)), 3000);
+    }
+
+    #[test]
+    fn a_half_used_device_is_a_fragment_only_to_tasks_it_cannot_hold() {
+        let n = node(8000, 1000, &[500, 1000]);
+        // A 0.46 share fits in the half device: nothing is a fragment.
+        assert_eq!(frag(&n, &class(1000, 1, 460)), 0);
+        // A 0.6 share does not: the half device is.
+        assert_eq!(frag(&n, &class(1000, 1, 600)), 500);
+        // A whole device: the half device is, the free one is not.
+        assert_eq!(frag(&n, &class(1000, 1, 1000)), 500);
+        // Two whole devices: only one is whole, so everything is.
+        assert_eq!(frag(&n, &class(1000, 2, 1000)), 1500);
+        // Wrong model: everything.
+        let mut pinned = class(1000, 1, 460);
+        pinned.models = vec!["T4".into()];
+        assert_eq!(frag(&n, &pinned), 1500);
+    }
+
+    #[test]
+    fn expected_fragmentation_weights_classes_by_their_gpu_demand() {
+        let mut mix = WorkloadMix::new(3);
+        let half = ResourceRequest {
+            cpu_milli: 1000,
+            mem_mib: 100,
+            gpu: GpuRequest::fraction(600),
+            ..Default::default()
+        };
+        let cpu_only = ResourceRequest {
+            cpu_milli: 1000,
+            ..Default::default()
+        };
+        mix.observe(&half);
+        mix.observe(&cpu_only);
+        mix.observe(&half);
+        assert_eq!(mix.classes().len(), 1);
+        assert_eq!(mix.classes()[0].1, 2 * 600);
+        // The window forgets the oldest arrival.
+        mix.observe(&cpu_only);
+        mix.observe(&cpu_only);
+        assert_eq!(mix.classes()[0].1, 600);
+        let n = node(8000, 1000, &[500, 1000]);
+        assert_eq!(node_fragmentation(&n, mix.classes()), 600 * 500);
+    }
+
+    #[test]
+    fn delta_prefers_filling_a_partly_used_device() {
+        let mix = vec![(class(1000, 1, 1000), 1000), (class(1000, 1, 500), 500)];
+        let req = ResourceRequest {
+            cpu_milli: 1000,
+            mem_mib: 10,
+            gpu: GpuRequest::fraction(500),
+            ..Default::default()
+        };
+        let mut scratch = Vec::new();
+        let fresh = node(8000, 1000, &[1000, 1000]);
+        let half = node(8000, 1000, &[500, 1000]);
+        let d_fresh = fragmentation_delta(&fresh, &req, &mix, &mut scratch);
+        let d_half = fragmentation_delta(&half, &req, &mix, &mut scratch);
+        // Breaking a whole device makes a 500 fragment for whole-device tasks; filling the
+        // half one removes one.
+        assert_eq!(d_fresh, Some(1000 * 500));
+        assert_eq!(d_half, Some(-1000 * 500));
+        // Taking the CPU a GPU class needs strands the node's GPUs.
+        let cpu_task = ResourceRequest {
+            cpu_milli: 7500,
+            ..Default::default()
+        };
+        assert_eq!(
+            fragmentation_delta(&fresh, &cpu_task, &mix, &mut scratch),
+            Some(1000 * 2000 + 500 * 2000)
+        );
+        assert_eq!(
+            fragmentation_delta(&node(1000, 1000, &[]), &req, &mix, &mut scratch),
+            None
+        );
+    }
+
+    #[test]
+    fn cpu_tasks_go_to_cpu_only_nodes_first_then_where_they_hurt_least() {
+        use crate::sched::index::{IndexConfig, LeastFit, PlacementQuery};
+        let nodes = [
+            (NodeId(1), node(8000, 1000, &[1000, 1000])),
+            (NodeId(2), node(2000, 1000, &[])),
+            (NodeId(3), node(16000, 1000, &[1000, 1000])),
+        ];
+        let mut ix = PlacementIndex::with_nodes(IndexConfig::default(), nodes.iter().cloned());
+        let mut p = FragPlacer::default();
+        for (id, free) in &nodes {
+            p.note_node(*id, Some(free));
+        }
+        p.observe(&ResourceRequest {
+            cpu_milli: 4000,
+            mem_mib: 10,
+            gpu: GpuRequest::whole(1),
+            ..Default::default()
+        });
+        let small = ResourceRequest {
+            cpu_milli: 2000,
+            ..Default::default()
+        };
+        assert_eq!(
+            p.place(&mut ix, &PlacementQuery::new(&small), &mut LeastFit),
+            Some(NodeId(2))
+        );
+        ix.take(NodeId(2), &small);
+        // No CPU-only node fits now: 6 cores on node 1 would leave 2 (less than the GPU class
+        // needs, stranding both GPUs); on node 3 they leave 10.
+        let six = ResourceRequest {
+            cpu_milli: 6000,
+            ..Default::default()
+        };
+        assert_eq!(
+            p.place(&mut ix, &PlacementQuery::new(&six), &mut LeastFit),
+            Some(NodeId(3))
+        );
+    }
+}

@@ -1,0 +1,605 @@
+//! The simulator: the master's real [`ClusterState`] and a real [`Scheduler`] on a virtual
+//! clock, with emulated slaves — no network, no Raft, no threads.
+//!
+//! Everything goes through the entry points the leader uses: commands in
+//! [`CommandEnvelope`]s (the virtual clock in `at_ms`) applied with [`ClusterState::apply`]
+//! at consecutive log indexes, [`Scheduler::nodes_changed`] with the nodes each entry touched,
+//! and [`Scheduler::plan`] for each scheduling round. An emulated slave starts a task as soon
+//! as its assignment applies (`TaskStarted`) and finishes it after its duration
+//! (`TaskFinished`).
+//!
+//! ```text
+//!  pods (ordered) ──▶ events (time, finishes before arrivals) ──▶ SubmitJob / TaskFinished
+//!                                                                   │ apply + nodes_changed
+//!                       TaskStarted ◀── accepted ◀── ApplyPlan ◀── plan ◀┘ (until empty)
+//! ```
+//!
+//! Pure and deterministic: no I/O and no clock (the CLI times a run and fills `sim_ms`); the
+//! same input, policy and seed give the same [`RunReport`].
+//!
+//! Queueing is pluggable: a policy name is `<queueing>-<placement>` and [`Queueing`] builds
+//! the scheduler; `fifo` is the master's own behaviour (pending tasks in submission order,
+//! each placed if something fits, the rest wait). Later stages (`drf`, `pipeline`) add
+//! variants there.
+
+pub mod gen;
+pub mod plot;
+pub mod scenario;
+
+use crate::sched::index::trace::TracePod;
+use crate::sched::index::PolicyKind;
+use crate::sched::{IndexedScheduler, Scheduler};
+use crate::state::{command_nodes, touched_nodes, ClusterState, Command, CommandEnvelope, Outcome};
+use hetsched_common::rng::SplitMix64;
+use hetsched_common::{JobSpec, NodeResources, ResourceRequest, TaskId};
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+/// Errors of the simulator's inputs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// A policy name that is not `<queueing>-<placement>`.
+    #[error(
+        "unknown policy {0:?}: expected [fifo-]PLACEMENT with PLACEMENT one of least-fit, \
+         best-fit, first-fit, next-fit, random, frag"
+    )]
+    UnknownPolicy(String),
+    /// Timed mode asked of a pod list without times.
+    #[error("--mode timed needs the pod list's creation_time column")]
+    NoTimes,
+    /// Something else about the input.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// How pending tasks are ordered and admitted before placement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Queueing {
+    /// Submission order; every pending task that fits is placed (the master's behaviour).
+    Fifo,
+}
+
+impl Queueing {
+    /// Every queueing discipline.
+    pub const ALL: [Queueing; 1] = [Queueing::Fifo];
+
+    /// The name in policy names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Queueing::Fifo => "fifo",
+        }
+    }
+
+    /// The scheduler for this discipline with `placement` (seeded with `seed`).
+    pub fn build(self, placement: PolicyKind, seed: u64) -> Box<dyn Scheduler> {
+        match self {
+            Queueing::Fifo => Box::new(IndexedScheduler::new(placement, seed)),
+        }
+    }
+}
+
+/// A policy as the CLI names it: `<queueing>-<placement>`, or a bare placement (`fifo`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyName {
+    /// The name as given (echoed in reports).
+    pub given: String,
+    /// Queueing discipline.
+    pub queueing: Queueing,
+    /// Node selection.
+    pub placement: PolicyKind,
+}
+
+impl std::str::FromStr for PolicyName {
+    type Err = SimError;
+    fn from_str(s: &str) -> Result<Self, SimError> {
+        let given = s.trim().to_string();
+        let lower = given.to_ascii_lowercase();
+        let (queueing, rest) = Queueing::ALL
+            .into_iter()
+            .find_map(|q| {
+                lower
+                    .strip_prefix(q.name())
+                    .and_then(|r| r.strip_prefix('-'))
+                    .map(|r| (q, r))
+            })
+            .unwrap_or((Queueing::Fifo, lower.as_str()));
+        let placement: PolicyKind = rest
+            .parse()
+            .map_err(|_| SimError::UnknownPolicy(given.clone()))?;
+        Ok(Self {
+            given,
+            queueing,
+            placement,
+        })
+    }
+}
+
+/// Replay modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Place in order, never release; record the first failure, then go on through the list
+    /// once counting what else still fits (the FGD paper's measure).
+    ArrivalOnly,
+    /// Arrivals at their times, queueing when nothing fits, running for their durations.
+    Timed,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = SimError;
+    fn from_str(s: &str) -> Result<Self, SimError> {
+        match s {
+            "arrival-only" => Ok(Mode::ArrivalOnly),
+            "timed" => Ok(Mode::Timed),
+            _ => Err(SimError::Invalid(format!(
+                "unknown mode {s:?}: expected arrival-only or timed"
+            ))),
+        }
+    }
+}
+
+/// Orders of the pod list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// By (creation_time, name).
+    Creation,
+    /// As in the file.
+    File,
+    /// A permutation seeded by `--seed` (FGD samples its workloads so).
+    Shuffle,
+}
+
+impl std::str::FromStr for Order {
+    type Err = SimError;
+    fn from_str(s: &str) -> Result<Self, SimError> {
+        match s {
+            "creation" => Ok(Order::Creation),
+            "file" => Ok(Order::File),
+            "shuffle" => Ok(Order::Shuffle),
+            _ => Err(SimError::Invalid(format!(
+                "unknown order {s:?}: expected creation, file or shuffle"
+            ))),
+        }
+    }
+}
+
+/// The pods' indexes in `order`.
+pub fn ordered(pods: &[TracePod], order: Order, seed: u64) -> Vec<usize> {
+    match order {
+        Order::Creation => crate::sched::index::trace::arrival_order(pods),
+        Order::File => (0..pods.len()).collect(),
+        Order::Shuffle => {
+            let mut v: Vec<usize> = (0..pods.len()).collect();
+            let mut rng = SplitMix64::new(seed);
+            for i in (1..v.len()).rev() {
+                let j = rng.below(i as u64 + 1) as usize;
+                v.swap(i, j);
+            }
+            v
+        }
+    }
+}
+
+/// One emulated node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimNode {
+    /// Name.
+    pub name: String,
+    /// Capacity (all free at the start).
+    pub resources: NodeResources,
+}
+
+/// One task to simulate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimTask {
+    /// Name.
+    pub name: String,
+    /// Submitting user.
+    pub user: String,
+    /// What it asks.
+    pub request: ResourceRequest,
+    /// Arrival, ms of virtual time (timed mode).
+    pub arrival_ms: u64,
+    /// Run time from its actual start; `None`: until the end of the trace.
+    pub duration_ms: Option<u64>,
+}
+
+/// Tasks from trace pods in `order`: arrival times divided by `time_scale`, durations
+/// (`deletion − scheduled`, else `deletion − creation`) kept; users `user-0..N` round-robin
+/// when `users > 1`, else one user `trace`.
+pub fn tasks_from_trace(
+    pods: &[TracePod],
+    order: &[usize],
+    time_scale: f64,
+    users: u32,
+) -> Vec<SimTask> {
+    let scale = if time_scale.is_finite() && time_scale > 0.0 {
+        time_scale
+    } else {
+        1.0
+    };
+    order
+        .iter()
+        .enumerate()
+        .filter_map(|(rank, i)| pods.get(*i).map(|p| (rank, p)))
+        .map(|(rank, p)| {
+            let start = p.scheduled.unwrap_or(p.created).max(p.created);
+            SimTask {
+                name: p.name.clone(),
+                user: if users > 1 {
+                    format!("user-{}", rank as u64 % users as u64)
+                } else {
+                    "trace".into()
+                },
+                request: p.request.clone(),
+                arrival_ms: (p.created as f64 * 1000.0 / scale).round() as u64,
+                duration_ms: p.deleted.map(|d| d.saturating_sub(start) * 1000),
+            }
+        })
+        .collect()
+}
+
+/// What one run measured. `None` (JSON `null`) where the mode does not give a figure.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunReport {
+    /// The policy name as given.
+    pub policy: String,
+    /// Tasks that started.
+    pub placed: u64,
+    /// Tasks that never started (arrival-only: did not fit on arrival).
+    pub failed: u64,
+    /// Arrival-only: position (0-based, in the replay order) of the first task that fit
+    /// nowhere.
+    pub first_failure_index: Option<u64>,
+    /// Arrival-only: fraction of the cluster's GPU thousandths unallocated at that moment.
+    pub unallocated_gpu_share_at_first_failure: Option<f64>,
+    /// Fraction of GPU thousandths allocated at the end (timed: right after the last
+    /// arrival was handled).
+    pub gpu_allocated_share_at_end: f64,
+    /// Timed: mean wait from arrival to start of tasks without GPUs, seconds.
+    pub cpu_queue_mean_s: Option<f64>,
+    /// Timed: mean wait of GPU tasks, seconds.
+    pub gpu_queue_mean_s: Option<f64>,
+    /// Timed: 95th percentile wait of GPU tasks, seconds.
+    pub gpu_queue_p95_s: Option<f64>,
+    /// Preemptions the plans asked for.
+    pub preemptions: u64,
+    /// Wall-clock time of the run, ms (filled by the caller; the core reads no clock).
+    pub sim_ms: u64,
+    /// Allocated GPU share after each arrival (for plots; not in JSON).
+    #[serde(skip)]
+    pub curve: Vec<f64>,
+}
+
+/// The state, the scheduler and the log index, driven like the leader drives them.
+struct Driver {
+    state: ClusterState,
+    sched: Box<dyn Scheduler>,
+    index: u64,
+    now_ms: u64,
+    preemptions: u64,
+}
+
+impl Driver {
+    fn apply(&mut self, command: Command) -> Outcome {
+        self.index += 1;
+        let pre = command_nodes(&command);
+        let o = self.state.apply(
+            self.index,
+            CommandEnvelope {
+                at_ms: self.now_ms,
+                request: None,
+                command,
+            },
+        );
+        let touched = touched_nodes(pre, &o);
+        self.sched.nodes_changed(&self.state, &touched);
+        o
+    }
+
+    /// Scheduling rounds until a plan is empty or places nothing; every accepted assignment
+    /// is started by its emulated slave. Returns the started tasks.
+    fn schedule(&mut self) -> Vec<(TaskId, hetsched_common::NodeId, u32)> {
+        let mut started = Vec::new();
+        loop {
+            let plan = self.sched.plan(&self.state);
+            if plan.is_empty() {
+                break;
+            }
+            let Outcome::PlanApplied {
+                accepted,
+                preempted,
+                ..
+            } = self.apply(Command::ApplyPlan(plan))
+            else {
+                break;
+            };
+            self.preemptions += preempted.len() as u64;
+            if accepted.is_empty() {
+                break;
+            }
+            for r in accepted {
+                self.apply(Command::TaskStarted {
+                    node: r.node,
+                    task: r.task,
+                    attempt: r.attempt,
+                });
+                let milli = self
+                    .state
+                    .tasks
+                    .get(&r.task)
+                    .map(|t| t.gpus.iter().map(|(_, m)| *m).sum())
+                    .unwrap_or(0);
+                started.push((r.task, r.node, milli));
+            }
+        }
+        started
+    }
+
+    fn submit(&mut self, t: &SimTask) -> Option<TaskId> {
+        let spec = JobSpec {
+            name: t.name.clone(),
+            user: t.user.clone(),
+            partition: String::new(),
+            resources: t.request.clone(),
+            count: 1,
+            command: vec!["sim".into()],
+            ..Default::default()
+        };
+        match self.apply(Command::SubmitJob { spec }) {
+            Outcome::Submitted { tasks, .. } => tasks.first().copied(),
+            _ => None,
+        }
+    }
+}
+
+fn start(nodes: &[SimNode], placement: PolicyKind, queueing: Queueing, seed: u64) -> Driver {
+    let mut d = Driver {
+        state: ClusterState::new(),
+        sched: queueing.build(placement, seed),
+        index: 0,
+        now_ms: 0,
+        preemptions: 0,
+    };
+    for (i, n) in nodes.iter().enumerate() {
+        d.apply(Command::RegisterNode {
+            key: i as u64 + 1,
+            node: None,
+            name: n.name.clone(),
+            addr: String::new(),
+            capacity: n.resources.clone(),
+            labels: Default::default(),
+            partitions: Vec::new(),
+        });
+    }
+    d.sched.reset(&d.state);
+    d
+}
+
+fn total_gpu_milli(nodes: &[SimNode]) -> u64 {
+    nodes.iter().map(|n| n.resources.gpu_free_milli()).sum()
+}
+
+fn share(part: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        part as f64 / total as f64
+    }
+}
+
+/// Runs `tasks` on `nodes` under `policy` in `mode`; `progress` is called with the number
+/// of arrivals handled so far.
+pub fn run(
+    nodes: &[SimNode],
+    tasks: &[SimTask],
+    policy: &PolicyName,
+    mode: Mode,
+    seed: u64,
+    progress: &mut dyn FnMut(usize),
+) -> RunReport {
+    match mode {
+        Mode::ArrivalOnly => arrival_only(nodes, tasks, policy, seed, progress),
+        Mode::Timed => timed(nodes, tasks, policy, seed, progress),
+    }
+}
+
+fn arrival_only(
+    nodes: &[SimNode],
+    tasks: &[SimTask],
+    policy: &PolicyName,
+    seed: u64,
+    progress: &mut dyn FnMut(usize),
+) -> RunReport {
+    let mut d = start(nodes, policy.placement, policy.queueing, seed);
+    let total = total_gpu_milli(nodes);
+    let (mut allocated, mut placed, mut failed) = (0u64, 0u64, 0u64);
+    let mut first_failure = None;
+    let mut curve = Vec::with_capacity(tasks.len());
+    for (i, t) in tasks.iter().enumerate() {
+        d.now_ms = i as u64;
+        if let Some(id) = d.submit(t) {
+            let started = d.schedule();
+            for (_, _, milli) in &started {
+                allocated += *milli as u64;
+            }
+            placed += started.len() as u64;
+            if d.state.pending.contains(&id) {
+                failed += 1;
+                if first_failure.is_none() {
+                    first_failure = Some((i as u64, 1.0 - share(allocated, total)));
+                }
+                if let Some(job) = d.state.tasks.get(&id).map(|t| t.job) {
+                    d.apply(Command::CancelJob { job });
+                }
+            }
+        } else {
+            failed += 1;
+        }
+        curve.push(share(allocated, total));
+        progress(i + 1);
+    }
+    RunReport {
+        policy: policy.given.clone(),
+        placed,
+        failed,
+        first_failure_index: first_failure.map(|f| f.0),
+        unallocated_gpu_share_at_first_failure: first_failure.map(|f| f.1),
+        gpu_allocated_share_at_end: share(allocated, total),
+        cpu_queue_mean_s: None,
+        gpu_queue_mean_s: None,
+        gpu_queue_p95_s: None,
+        preemptions: d.preemptions,
+        sim_ms: 0,
+        curve,
+    }
+}
+
+/// Timed events, in (time, kind, sequence) order: finishes before arrivals at one instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Finish { task: TaskId },
+    EndOfTrace,
+    Arrive { task: usize },
+}
+
+fn timed(
+    nodes: &[SimNode],
+    tasks: &[SimTask],
+    policy: &PolicyName,
+    seed: u64,
+    progress: &mut dyn FnMut(usize),
+) -> RunReport {
+    let mut d = start(nodes, policy.placement, policy.queueing, seed);
+    let total = total_gpu_milli(nodes);
+    // The trace ends when its last task would have ended had it started on arrival.
+    let trace_end = tasks
+        .iter()
+        .map(|t| t.arrival_ms + t.duration_ms.unwrap_or(0))
+        .max()
+        .unwrap_or(0);
+    let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
+    for (i, t) in tasks.iter().enumerate() {
+        events.push(Reverse((t.arrival_ms, Event::Arrive { task: i })));
+    }
+    events.push(Reverse((trace_end, Event::EndOfTrace)));
+    let mut by_id: BTreeMap<TaskId, usize> = BTreeMap::new();
+    let mut running: BTreeMap<TaskId, (hetsched_common::NodeId, u32)> = BTreeMap::new();
+    let mut waits_cpu: Vec<u64> = Vec::new();
+    let mut waits_gpu: Vec<u64> = Vec::new();
+    let (mut allocated, mut placed, mut arrived) = (0u64, 0u64, 0usize);
+    let mut at_last_arrival = 0.0;
+    let mut ended = false;
+    let mut curve = Vec::with_capacity(tasks.len());
+    while let Some(Reverse((now, _))) = events.peek().copied() {
+        d.now_ms = now;
+        let mut arrivals_now = 0;
+        while let Some(Reverse((t, ev))) = events.peek().copied() {
+            if t != now {
+                break;
+            }
+            events.pop();
+            match ev {
+                Event::Finish { task } => {
+                    if let Some((node, milli)) = running.remove(&task) {
+                        let attempt = d
+                            .state
+                            .tasks
+                            .get(&task)
+                            .map(|t| t.status.attempt)
+                            .unwrap_or_default();
+                        d.apply(Command::TaskFinished {
+                            node,
+                            task,
+                            attempt,
+                            exit_code: 0,
+                            reason: None,
+                        });
+                        allocated -= milli as u64;
+                    }
+                }
+                Event::EndOfTrace => {
+                    ended = true;
+                    // Tasks without a deletion time run until now.
+                    let open: Vec<TaskId> = running
+                        .keys()
+                        .filter(|id| {
+                            by_id
+                                .get(id)
+                                .is_some_and(|i| tasks[*i].duration_ms.is_none())
+                        })
+                        .copied()
+                        .collect();
+                    for task in open {
+                        events.push(Reverse((now, Event::Finish { task })));
+                    }
+                }
+                Event::Arrive { task } => {
+                    arrivals_now += 1;
+                    if let Some(id) = d.submit(&tasks[task]) {
+                        by_id.insert(id, task);
+                    }
+                }
+            }
+        }
+        for (id, node, milli) in d.schedule() {
+            let Some(i) = by_id.get(&id).copied() else {
+                continue;
+            };
+            let t = &tasks[i];
+            placed += 1;
+            allocated += milli as u64;
+            running.insert(id, (node, milli));
+            let wait = now.saturating_sub(t.arrival_ms);
+            if t.request.gpu.is_none() {
+                waits_cpu.push(wait);
+            } else {
+                waits_gpu.push(wait);
+            }
+            let end = match t.duration_ms {
+                Some(dur) => Some(now + dur),
+                None if ended => Some(now),
+                None => None,
+            };
+            if let Some(end) = end {
+                events.push(Reverse((end, Event::Finish { task: id })));
+            }
+        }
+        for _ in 0..arrivals_now {
+            arrived += 1;
+            curve.push(share(allocated, total));
+            progress(arrived);
+        }
+        if arrived == tasks.len() && arrivals_now > 0 {
+            at_last_arrival = share(allocated, total);
+        }
+    }
+    let mean_s = |v: &[u64]| {
+        (!v.is_empty()).then(|| v.iter().map(|w| *w as f64).sum::<f64>() / v.len() as f64 / 1e3)
+    };
+    let p95_s = |v: &mut Vec<u64>| {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_unstable();
+        let rank = ((v.len() as f64 * 0.95).ceil() as usize).clamp(1, v.len());
+        Some(v[rank - 1] as f64 / 1e3)
+    };
+    RunReport {
+        policy: policy.given.clone(),
+        placed,
+        failed: tasks.len() as u64 - placed.min(tasks.len() as u64),
+        first_failure_index: None,
+        unallocated_gpu_share_at_first_failure: None,
+        gpu_allocated_share_at_end: at_last_arrival,
+        cpu_queue_mean_s: mean_s(&waits_cpu),
+        gpu_queue_mean_s: mean_s(&waits_gpu),
+        gpu_queue_p95_s: p95_s(&mut waits_gpu),
+        preemptions: d.preemptions,
+        sim_ms: 0,
+        curve,
+    }
+}
+
+#[cfg(test)]
+mod tests;
