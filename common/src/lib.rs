@@ -6,6 +6,7 @@
 
 mod error;
 mod ids;
+pub mod program;
 pub mod protocol;
 mod resources;
 pub mod rng;

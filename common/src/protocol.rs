@@ -4,9 +4,10 @@
 //! added after version 1, so a newer peer's extra fields are ignored and an older peer's
 //! missing ones take their defaults.
 
+use crate::program::{CallRecord, CallSummary, EngineDecl, EngineTotal, SelectionTable, TaskKind};
 use crate::{
-    Attempt, ClientRequestId, GpuAlloc, JobId, JobSpec, MasterId, NodeId, NodeResources,
-    ResourceRequest, TaskId, TaskState,
+    Attempt, ClientRequestId, EngineKind, GpuAlloc, JobId, JobSpec, MasterId, NodeId,
+    NodeResources, ResourceRequest, TaskId, TaskState,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -179,6 +180,17 @@ pub enum ClientRequest {
     /// Fault injection into the addressed master's Raft traffic (tests and chaos). Local to
     /// that master; never replicated.
     SetFaults(FaultSpec),
+    /// The call records of a program task, fetched from the slave that ran it (`calls`).
+    Calls {
+        /// Task.
+        task: TaskId,
+    },
+    /// Every slave's selection table and the task–engine relation (`profiles`).
+    Profiles {
+        /// As in `Status`.
+        #[serde(default)]
+        stale: bool,
+    },
 }
 
 /// Faults for one master's Raft links (mirrors the consensus crate's fault config).
@@ -237,6 +249,66 @@ pub enum ClientResponse {
         /// Acknowledged sequence numbers that did not apply (must be empty).
         missing: Vec<u64>,
     },
+    /// A program task's call records.
+    Calls {
+        /// Task.
+        task: TaskId,
+        /// Attempt whose records these are.
+        attempt: Attempt,
+        /// Node that ran it.
+        node: NodeId,
+        /// Records in call order.
+        calls: Vec<CallRecord>,
+    },
+    /// Selection tables and the task–engine relation.
+    Profiles(ProfilesInfo),
+}
+
+/// `hetsched profiles`: every slave's selection table (S0.5) and the task–engine relation
+/// (S0.1) of every program kind submitted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfilesInfo {
+    /// One per slave that sent a profile.
+    pub nodes: Vec<NodeProfileInfo>,
+    /// One per task kind.
+    pub relations: Vec<RelationInfo>,
+}
+
+/// One slave's engines and selection table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeProfileInfo {
+    /// Node.
+    pub node: NodeId,
+    /// Its name.
+    pub name: String,
+    /// Its engines.
+    pub engines: Vec<EngineDecl>,
+    /// Its selection table.
+    pub table: SelectionTable,
+}
+
+/// The task–engine relation of one task kind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelationInfo {
+    /// The kind, as text (`gemm@2^20x1+sort@2^13x2`).
+    pub kind: String,
+    /// The kind's parts.
+    pub parts: TaskKind,
+    /// Engines by total time, fastest first.
+    pub engines: Vec<EngineTotal>,
+}
+
+/// One engine kind of a node as listed (`nodes --json` `"engines"`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineInfo {
+    /// Kind.
+    pub kind: EngineKind,
+    /// Units (CPU: cores; GPU: devices).
+    pub count: u32,
+    /// Units not held by tasks (CPU: whole free cores; GPU: wholly free devices).
+    pub free: u32,
+    /// True when emulated.
+    pub emulated: bool,
 }
 
 /// One master in the Raft configuration.
@@ -357,6 +429,9 @@ pub struct TaskInfo {
     pub attempt: Attempt,
     /// Exit code once finished.
     pub exit_code: Option<i32>,
+    /// A program task's calls in brief (once its slave reported them).
+    #[serde(default)]
+    pub calls: Option<CallSummary>,
 }
 
 /// One node as listed.
@@ -378,6 +453,9 @@ pub struct NodeInfo {
     pub tasks: u32,
     /// True when its GPUs are emulated.
     pub gpus_emulated: bool,
+    /// Its engines: CPU and GPU always listed, others when declared.
+    #[serde(default)]
+    pub engines: Vec<EngineInfo>,
 }
 
 /// What a slave holds of one task, reported on registration and in heartbeats so that a new
@@ -458,6 +536,26 @@ pub enum SlaveRequest {
         /// Exit code.
         exit_code: i32,
     },
+    /// The slave's engines and selection table (S0.5), after it profiled or loaded them.
+    RecordProfile {
+        /// Node.
+        node: NodeId,
+        /// Its engines.
+        engines: Vec<EngineDecl>,
+        /// Its selection table.
+        table: SelectionTable,
+    },
+    /// A program task's calls in brief, for `tasks`.
+    RecordCalls {
+        /// Node.
+        node: NodeId,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Summary.
+        summary: CallSummary,
+    },
 }
 
 /// Master → slave answers.
@@ -512,13 +610,22 @@ pub enum SlaveCommand {
         /// Attempt.
         attempt: Attempt,
     },
+    /// The call records of a program task's attempt.
+    Calls {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
 }
 
 /// Slave → master answers to commands.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum SlaveCommandReply {
     /// Persisted in the local queue (or already held).
     Accepted,
     /// Stopped (or was not running).
     Stopped,
+    /// Call records, in call order (empty while none has finished).
+    Calls(Vec<CallRecord>),
 }

@@ -65,6 +65,7 @@ fn spec() -> impl Strategy<Value = JobSpec> {
             count,
             command,
             env: BTreeMap::from([("K".to_string(), "V".to_string())]),
+            program: None,
         })
 }
 
@@ -213,6 +214,7 @@ fn message() -> impl Strategy<Value = Message> {
                 node: Some(NodeId(j)),
                 attempt: a,
                 exit_code,
+                calls: None,
             }]))
         }),
         (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(
@@ -225,6 +227,7 @@ fn message() -> impl Strategy<Value = Message> {
                 free: r,
                 tasks: 1,
                 gpus_emulated: true,
+                engines: vec![],
             }])
         )),
         (

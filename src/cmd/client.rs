@@ -225,6 +225,7 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
         count: a.count,
         command: a.command.clone(),
         env: Default::default(),
+        program: None,
     };
     spec.validate()?;
     Ok(spec)

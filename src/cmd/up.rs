@@ -48,6 +48,7 @@ fn demo_jobs() -> Vec<JobSpec> {
         count,
         command: vec!["sh".into(), "-c".into(), script.into()],
         env: Default::default(),
+        program: None,
     };
     vec![
         job(

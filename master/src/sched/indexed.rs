@@ -151,6 +151,7 @@ mod tests {
                 count,
                 command: vec!["true".into()],
                 env: Default::default(),
+                program: None,
             },
         }
     }
