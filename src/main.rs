@@ -56,6 +56,12 @@ enum Command {
     Bench(BenchCommand),
     /// Plan a batch of data-local jobs (S2 makespan planner).
     PlanBatch(cmd::plan_batch::Args),
+    /// Show the call records of an API-program task (which engine ran each call).
+    Calls(cmd::programs::CallsArgs),
+    /// Profile this machine's engines offline and print the selection table (S0.5).
+    Profile(cmd::programs::ProfileArgs),
+    /// Show every slave's selection table and the task-engine relation (S0.1, S0.5).
+    Profiles(cmd::programs::ProfilesArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -83,6 +89,9 @@ fn main() -> ExitCode {
             | Command::Nodes(_)
             | Command::Members(_)
             | Command::PlanBatch(_)
+            | Command::Calls(_)
+            | Command::Profile(_)
+            | Command::Profiles(_)
     ) {
         restore_sigpipe();
     }
@@ -102,6 +111,9 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Failover(a)) => cmd::bench_raft::failover(a),
         Command::Bench(BenchCommand::Placement(a)) => cmd::bench_placement::run(a),
         Command::PlanBatch(a) => cmd::plan_batch::run(a),
+        Command::Calls(a) => cmd::programs::calls(&masters, a),
+        Command::Profile(a) => cmd::programs::profile(a),
+        Command::Profiles(a) => cmd::programs::profiles(&masters, a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

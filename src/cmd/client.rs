@@ -37,8 +37,12 @@ pub struct SubmitArgs {
     /// Print {"job_id": ...} as one JSON line.
     #[arg(long)]
     pub json: bool,
+    /// An API program (TOML, `[[call]]` tables) each task runs instead of a command: each
+    /// call runs on the best available engine of the task's node (see `hetsched calls`).
+    #[arg(long, value_name = "FILE", conflicts_with = "command")]
+    pub program: Option<std::path::PathBuf>,
     /// The command each task runs.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "program", value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -167,7 +171,7 @@ pub async fn call(
     }
 }
 
-fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
+pub(crate) fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -202,11 +206,22 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
             a.gpus
         );
     };
+    let program = match &a.program {
+        Some(path) => Some(hetsched_common::program::read_program(path)?),
+        None => None,
+    };
+    let named_by = match &a.program {
+        Some(p) => p.file_stem().map_or_else(
+            || "program".to_string(),
+            |s| s.to_string_lossy().into_owned(),
+        ),
+        None => a.command.first().cloned().unwrap_or_default(),
+    };
     let name = a.name.clone().unwrap_or_else(|| {
-        std::path::Path::new(&a.command[0])
+        std::path::Path::new(&named_by)
             .file_name()
             .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| a.command[0].clone())
+            .unwrap_or_else(|| named_by.clone())
     });
     let spec = JobSpec {
         name,
@@ -225,7 +240,7 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
         count: a.count,
         command: a.command.clone(),
         env: Default::default(),
-        program: None,
+        program,
     };
     spec.validate()?;
     Ok(spec)

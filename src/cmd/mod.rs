@@ -6,6 +6,7 @@ pub mod client;
 pub mod local;
 pub mod master;
 pub mod plan_batch;
+pub mod programs;
 pub mod slave;
 pub mod up;
 
