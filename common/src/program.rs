@@ -684,8 +684,10 @@ mod tests {
 
     #[test]
     fn summary_counts_map_in_json() {
-        let mut s = CallSummary::default();
-        s.total = 3;
+        let mut s = CallSummary {
+            total: 3,
+            ..Default::default()
+        };
         s.by_engine.add(EngineKind::Gpu);
         s.by_engine.add(EngineKind::Cpu);
         s.by_engine.add(EngineKind::Cpu);
