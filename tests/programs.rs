@@ -93,8 +93,16 @@ fn scenario(c: &Cluster) {
 
     let program_file = c.dir.path().join("prog.toml");
     std::fs::write(&program_file, PROGRAM).expect("write program");
+    let prog_arg = program_file.display().to_string();
+    // Locality: a typo in --nodes is refused; the real name pins the task there.
+    let out = c.cli(&["submit", "--nodes", "no-such-node", "--program", &prog_arg]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no-such-node"),
+        "{out:?}"
+    );
     let submitted = c
-        .json(&["submit", "--program", &program_file.display().to_string()])
+        .json(&["submit", "--nodes", "gpu-node", "--program", &prog_arg])
         .expect("submit");
     assert!(submitted["job_id"].as_u64().is_some(), "{submitted}");
 

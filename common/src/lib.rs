@@ -20,4 +20,4 @@ pub use resources::{
     allocate_gpus, EngineKind, GpuAlloc, GpuDevice, GpuRequest, NodeResources, ResourceRequest,
     GPU_MILLI_PER_DEVICE,
 };
-pub use spec::{parse_host_port, JobSpec, TaskState, TaskStatus, TransitionError};
+pub use spec::{names_node, parse_host_port, JobSpec, TaskState, TaskStatus, TransitionError};

@@ -38,6 +38,19 @@ pub struct JobSpec {
     /// The command is then empty: [`JobSpec::carry_program`] fills the marker argv.
     #[serde(default)]
     pub program: Option<crate::program::Program>,
+    /// Locality (CONTRACT.md): the nodes the tasks may run on, by name or id (`3`,
+    /// `node-3`); empty means any node. Such tasks are never stolen.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+}
+
+/// Most nodes a locality constraint may name.
+pub const MAX_LOCALITY_NODES: usize = 1024;
+
+/// Whether `node` (id `id`, name `name`) is what `given` names: its name, its id, or
+/// `node-<id>`.
+pub fn names_node(given: &str, id: NodeId, name: &str) -> bool {
+    given == name || given.strip_prefix("node-").unwrap_or(given).parse::<u64>() == Ok(id.0)
 }
 
 /// Largest number of tasks one job may have.
@@ -66,6 +79,11 @@ impl JobSpec {
             return Err(bad(format!(
                 "count {} is outside 1..={MAX_TASKS_PER_JOB}",
                 self.count
+            )));
+        }
+        if self.nodes.len() > MAX_LOCALITY_NODES || self.nodes.iter().any(|n| n.trim().is_empty()) {
+            return Err(bad(format!(
+                "nodes must be 1..={MAX_LOCALITY_NODES} non-empty names or ids"
             )));
         }
         if self.resources.cpu_milli == 0 {
@@ -313,6 +331,7 @@ mod tests {
             command: vec!["true".into()],
             env: BTreeMap::new(),
             program: None,
+            nodes: vec![],
         };
         assert!(s.validate().is_ok());
         s.count = 0;

@@ -66,6 +66,7 @@ fn spec() -> impl Strategy<Value = JobSpec> {
             command,
             env: BTreeMap::from([("K".to_string(), "V".to_string())]),
             program: None,
+            nodes: vec![],
         })
 }
 

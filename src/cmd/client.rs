@@ -41,6 +41,9 @@ pub struct SubmitArgs {
     /// call runs on the best available engine of the task's node (see `hetsched calls`).
     #[arg(long, value_name = "FILE", conflicts_with = "command")]
     pub program: Option<std::path::PathBuf>,
+    /// Locality: the tasks may run only on these nodes (names or ids: `gpu-node,3,node-4`).
+    #[arg(long, value_delimiter = ',', value_name = "NAME_OR_ID,...")]
+    pub nodes: Vec<String>,
     /// The command each task runs.
     #[arg(last = true, required_unless_present = "program", value_name = "CMD")]
     pub command: Vec<String>,
@@ -241,6 +244,7 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
         command: a.command.clone(),
         env: Default::default(),
         program,
+        nodes: a.nodes.clone(),
     };
     spec.validate()?;
     Ok(spec)

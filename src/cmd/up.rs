@@ -49,6 +49,7 @@ fn demo_jobs() -> Vec<JobSpec> {
         command: vec!["sh".into(), "-c".into(), script.into()],
         env: Default::default(),
         program: None,
+        nodes: vec![],
     };
     vec![
         job(

@@ -8,7 +8,9 @@
 //! snapshot restore). Within one plan, decisions are taken out of the index tentatively;
 //! once the plan is applied or refused, the touched nodes are re-read from the state.
 
-use super::index::{AnyPolicy, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind};
+use super::index::{
+    AnyPolicy, Candidates, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind,
+};
 use super::Scheduler;
 use crate::state::{Assign, ClusterState, Plan};
 use hetsched_common::NodeId;
@@ -62,10 +64,22 @@ impl Scheduler for IndexedScheduler {
             if plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 break;
             }
-            let Some(req) = view.tasks.get(task).and_then(|t| view.job_resources(t.job)) else {
+            let Some(spec) = view
+                .tasks
+                .get(task)
+                .and_then(|t| view.jobs.get(&t.job))
+                .map(|j| &j.spec)
+            else {
                 continue;
             };
-            let q = PlacementQuery::new(req).for_task(*task);
+            let req = &spec.resources;
+            // Locality (CONTRACT.md `--nodes`): only the named nodes.
+            let candidates: Option<Candidates> =
+                (!spec.nodes.is_empty()).then(|| view.locality(&spec.nodes).into_iter().collect());
+            let mut q = PlacementQuery::new(req).for_task(*task);
+            if let Some(c) = &candidates {
+                q = q.with_candidates(c);
+            }
             let Some(node) = self.index.place(&q, &mut self.policy) else {
                 continue;
             };
@@ -152,6 +166,7 @@ mod tests {
                 command: vec!["true".into()],
                 env: Default::default(),
                 program: None,
+                nodes: vec![],
             },
         }
     }
@@ -217,5 +232,49 @@ mod tests {
             o => panic!("{o:?}"),
         }
         assert!(sched.plan(&l.s).is_empty());
+    }
+
+    #[test]
+    fn locality_places_only_on_named_nodes_and_apply_rechecks_it() {
+        let mut sched = IndexedScheduler::new(PolicyKind::LeastFit, 0);
+        let mut l = Log {
+            s: ClusterState::new(),
+            i: 0,
+        };
+        l.apply(&mut sched, register(8, 1));
+        let mut named = register(1, 2);
+        if let Command::RegisterNode { name, .. } = &mut named {
+            *name = "small".into();
+        }
+        l.apply(&mut sched, named);
+        let mut pinned = job(3, 1000);
+        if let Command::SubmitJob { spec } = &mut pinned {
+            spec.nodes = vec!["small".into()];
+        }
+        l.apply(&mut sched, pinned);
+        let plan = sched.plan(&l.s);
+        // LeastFit would pick the 8-core node; locality keeps the tasks on "small", which
+        // has room for one.
+        assert_eq!(
+            plan.assignments.iter().map(|a| a.node).collect::<Vec<_>>(),
+            vec![NodeId(2)]
+        );
+        // A plan that ignores the constraint is refused when it applies.
+        let pending: Vec<_> = l.s.pending.iter().copied().collect();
+        let bad = Plan {
+            assignments: vec![crate::state::Assign {
+                task: pending[1],
+                node: NodeId(1),
+            }],
+            ..Default::default()
+        };
+        assert!(matches!(
+            l.apply(&mut sched, Command::ApplyPlan(bad)),
+            Outcome::PlanApplied { rejected: 1, .. }
+        ));
+        assert_eq!(
+            l.s.locality(&["node-1".into(), "2".into()]),
+            vec![NodeId(1), NodeId(2)]
+        );
     }
 }

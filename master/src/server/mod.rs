@@ -309,6 +309,7 @@ impl Master {
             ClientRequest::Submit { request, spec } => {
                 spec.validate()
                     .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
+                programs::check_locality(&self.shared.read_state(), &spec.nodes)?;
                 match self
                     .propose(Command::SubmitJob { spec }, Some(request))
                     .await?

@@ -477,7 +477,11 @@ impl ClusterState {
         if task.status.state != TaskState::Pending {
             return None;
         }
-        let req = &self.jobs.get(&task.job)?.spec.resources;
+        let spec = &self.jobs.get(&task.job)?.spec;
+        if !spec.nodes.is_empty() && !self.locality(&spec.nodes).contains(&a.node) {
+            return None;
+        }
+        let req = &spec.resources;
         let node = self.nodes.get_mut(&a.node)?;
         if !node.is_up() {
             return None;
@@ -751,6 +755,20 @@ impl ClusterState {
             gpus_emulated: n.gpus_emulated(),
             engines: self.engine_info(n),
         }
+    }
+
+    /// The nodes a locality constraint names (by name, id or `node-<id>`), ascending; names
+    /// that match no node are skipped.
+    pub fn locality(&self, given: &[String]) -> Vec<NodeId> {
+        self.nodes
+            .values()
+            .filter(|n| {
+                given
+                    .iter()
+                    .any(|g| hetsched_common::names_node(g.trim(), n.id, &n.name))
+            })
+            .map(|n| n.id)
+            .collect()
     }
 
     /// The resources each task of `job` asks for.

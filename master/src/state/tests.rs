@@ -39,6 +39,7 @@ fn spec(count: u32, cpu_milli: u64) -> JobSpec {
         command: vec!["true".into()],
         env: Default::default(),
         program: None,
+        nodes: vec![],
     }
 }
 
