@@ -402,8 +402,8 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                 return super::print_json(&nodes);
             }
             println!(
-                "{:<6} {:<20} {:<22} {:<5} {:>11} {:>13} {:>6}  TASKS",
-                "ID", "NAME", "ADDR", "STATE", "CPU(free)", "MEM MiB(free)", "GPUS"
+                "{:<6} {:<20} {:<22} {:<5} {:>11} {:>13} {:>6} {:>6}  ENGINES(free/count)",
+                "ID", "NAME", "ADDR", "STATE", "CPU(free)", "MEM MiB(free)", "GPUS", "TASKS"
             );
             for n in nodes {
                 let gpus = if n.capacity.gpus.is_empty() {
@@ -413,8 +413,17 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                 } else {
                     n.capacity.gpus.len().to_string()
                 };
+                let engines: Vec<String> = n
+                    .engines
+                    .iter()
+                    .filter(|e| e.kind != hetsched_common::EngineKind::Cpu)
+                    .map(|e| {
+                        let emulated = if e.emulated { " EMULATED" } else { "" };
+                        format!("{} {}/{}{emulated}", e.kind, e.free, e.count)
+                    })
+                    .collect();
                 println!(
-                    "{:<6} {:<20} {:<22} {:<5} {:>11} {:>13} {:>6}  {}",
+                    "{:<6} {:<20} {:<22} {:<5} {:>11} {:>13} {:>6} {:>6}  {}",
                     n.id.0,
                     n.name,
                     n.addr,
@@ -426,7 +435,12 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                     ),
                     format!("{}/{}", n.free.mem_mib, n.capacity.mem_mib),
                     gpus,
-                    n.tasks
+                    n.tasks,
+                    if engines.is_empty() {
+                        "-".to_string()
+                    } else {
+                        engines.join(", ")
+                    }
                 );
             }
             Ok(())

@@ -236,7 +236,20 @@ impl EngineSet {
 
     /// A CPU-only set.
     pub fn cpu_only(cpus: u32) -> Self {
-        Self::new(&EnginesFile::default(), cpus, 0, false).unwrap_or_else(|_| unreachable_cpu())
+        let cpu = Engine {
+            kind: EngineKind::Cpu,
+            count: cpus.max(1),
+            emulated: false,
+            apis: Api::ALL
+                .into_iter()
+                .map(|a| (a, Implementation::Cpu))
+                .collect(),
+        };
+        Self {
+            free: Mutex::new(BTreeMap::from([(EngineKind::Cpu, cpu.count)])),
+            engines: vec![cpu],
+            freed: Condvar::new(),
+        }
     }
 
     /// The engines, CPU first.
@@ -317,15 +330,6 @@ impl EngineSet {
     /// Free units of `kind` now.
     pub fn free(&self, kind: EngineKind) -> u32 {
         self.lock().get(&kind).copied().unwrap_or(0)
-    }
-}
-
-fn unreachable_cpu() -> EngineSet {
-    // An empty file always builds; kept total without a panic path.
-    EngineSet {
-        engines: Vec::new(),
-        free: Mutex::new(BTreeMap::new()),
-        freed: Condvar::new(),
     }
 }
 
