@@ -95,9 +95,10 @@ pub struct ProfileArgs {
     /// CPU count of the modelled node (default: this machine's).
     #[arg(long)]
     pub cpus: Option<u32>,
-    /// GPUs of the modelled node (real ones when detected, else emulated).
-    #[arg(long, default_value_t = 0)]
-    pub gpus: u32,
+    /// GPUs of the modelled node (real ones when detected, else emulated; default: 1 when
+    /// the file declares a gpu engine).
+    #[arg(long)]
+    pub gpus: Option<u32>,
     /// Wall-clock budget of the whole profile.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub budget: Duration,
@@ -119,11 +120,16 @@ pub fn profile(a: ProfileArgs) -> anyhow::Result<()> {
     let cpus = a
         .cpus
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+    let declares_gpu = file
+        .engine
+        .iter()
+        .any(|e| e.kind == hetsched_common::EngineKind::Gpu);
+    let wanted = a.gpus.unwrap_or(u32::from(declares_gpu));
     let gpus = hetsched_slave::gpu::detect(
-        a.gpus,
+        wanted,
         &hetsched_slave::gpu::NvmlProbe,
         &hetsched_slave::gpu::EmulatedProbe {
-            count: a.gpus,
+            count: wanted,
             model: hetsched_slave::gpu::EMULATED_MODEL.to_string(),
         },
     );
