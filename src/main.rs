@@ -42,13 +42,16 @@ enum Command {
     /// Show cluster status.
     Status(cmd::client::StatusArgs),
     /// List jobs.
-    Jobs(cmd::client::ListArgs),
+    Jobs(cmd::client::JobsArgs),
     /// List tasks.
     Tasks(cmd::client::TasksArgs),
     /// List nodes.
     Nodes(cmd::client::ListArgs),
     /// List or change the masters (Raft members).
     Members(cmd::client::MembersArgs),
+    /// The S1 priority configuration: users, groups, priorities and quotas per partition.
+    #[command(subcommand)]
+    Config(cmd::config::ConfigCommand),
     /// Run a local cluster (masters and slaves as child processes) with a demo workload.
     Up(cmd::up::Args),
     /// Benchmarks.
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
             | Command::Tasks(_)
             | Command::Nodes(_)
             | Command::Members(_)
+            | Command::Config(_)
             | Command::PlanBatch(_)
             | Command::Calls(_)
             | Command::Profile(_)
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
         Command::Tasks(a) => cmd::client::tasks(&masters, a),
         Command::Nodes(a) => cmd::client::nodes(&masters, a),
         Command::Members(a) => cmd::client::members(&masters, a),
+        Command::Config(c) => cmd::config::run(&masters, c),
         Command::Up(a) => cmd::up::run(a),
         Command::Bench(BenchCommand::Raft(a)) => cmd::bench_raft::raft(a),
         Command::Bench(BenchCommand::Failover(a)) => cmd::bench_raft::failover(a),
@@ -124,7 +129,13 @@ fn main() -> ExitCode {
                 line.push_str(&format!(": {cause}"));
             }
             eprintln!("{}", line.replace('\n', " "));
-            ExitCode::FAILURE
+            if let Some(se) = e.downcast_ref::<cmd::client::ServerError>() {
+                ExitCode::from(se.exit_code())
+            } else if e.downcast_ref::<cmd::client::BadInput>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

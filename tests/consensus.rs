@@ -200,6 +200,8 @@ fn follower_cut_off_past_compaction_catches_up_by_snapshot_and_restart_restores(
 fn add_and_remove_masters_under_load_loses_nothing() {
     let c = Cluster::start_with("members", 3, 0, 1, &["--snapshot-entries", "100"]);
     let new_addr = format!("127.0.0.1:{}", free_port());
+    let new_admin = format!("127.0.0.1:{}", free_port());
+    register_admin(&new_addr, &new_admin);
     let new_dir = c.dir.path().join("master-4");
     let mut m4 = Proc::start(
         "master-4",
@@ -222,6 +224,8 @@ fn add_and_remove_masters_under_load_loses_nothing() {
             new_dir.display().to_string(),
             "--snapshot-entries".into(),
             "100".into(),
+            "--admin".into(),
+            new_admin.clone(),
         ],
         c.dir.path(),
     );

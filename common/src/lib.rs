@@ -6,6 +6,7 @@
 
 mod error;
 mod ids;
+pub mod priority;
 pub mod program;
 pub mod protocol;
 mod resources;

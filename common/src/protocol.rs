@@ -87,6 +87,10 @@ pub enum ErrorKind {
     Unavailable,
     /// A bug on the serving side.
     Internal,
+    /// No such job, task, node or batch (a garbage-collected one says "collected").
+    NotFound,
+    /// The request is served only on another port (the admin listener, CONTRACT.md).
+    Forbidden,
 }
 
 /// Requests of the CLI and other clients to a master.
@@ -117,6 +121,9 @@ pub enum ClientRequest {
         /// As in `Status`.
         #[serde(default)]
         stale: bool,
+        /// Only this job (not found: `ErrorKind::NotFound`).
+        #[serde(default)]
+        job: Option<JobId>,
     },
     /// Tasks, optionally of one job.
     Tasks {
@@ -180,6 +187,26 @@ pub enum ClientRequest {
     /// Fault injection into the addressed master's Raft traffic (tests and chaos). Local to
     /// that master; never replicated.
     SetFaults(FaultSpec),
+    /// Replace the S1 priority configuration (idempotent on `request`); answered with the
+    /// configuration now in force, its version set.
+    SetPriorityConfig {
+        /// Client request id.
+        request: ClientRequestId,
+        /// The configuration.
+        config: crate::priority::PriorityConfig,
+    },
+    /// The S1 priority configuration in force.
+    PriorityConfig {
+        /// As in `Status`.
+        #[serde(default)]
+        stale: bool,
+    },
+    /// What submitting `spec` now would do, changing nothing: each task's priority, the node
+    /// the next scheduling round would give it, and what it would preempt.
+    DryRun {
+        /// The job.
+        spec: JobSpec,
+    },
     /// The call records of a program task, fetched from the slave that ran it (`calls`).
     Calls {
         /// Task.
@@ -214,6 +241,8 @@ pub struct FaultSpec {
 }
 
 /// Answers to [`ClientRequest`].
+// Replies live for one request; boxing the status would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ClientResponse {
     /// The job was accepted (or had been, for a retried request).
@@ -249,6 +278,10 @@ pub enum ClientResponse {
         /// Acknowledged sequence numbers that did not apply (must be empty).
         missing: Vec<u64>,
     },
+    /// The S1 priority configuration.
+    PriorityConfig(crate::priority::PriorityConfig),
+    /// A dry run's answer, one entry per task.
+    DryRun(Vec<DryRunTask>),
     /// A program task's call records.
     Calls {
         /// Task.
@@ -262,6 +295,19 @@ pub enum ClientResponse {
     },
     /// Selection tables and the task–engine relation.
     Profiles(ProfilesInfo),
+}
+
+/// One task of a dry run (`submit --dry-run --json`: `{"tasks": [...]}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DryRunTask {
+    /// Index within the job.
+    pub index: u32,
+    /// The priority it would get.
+    pub priority: i64,
+    /// Where the next scheduling round would place it (`None`: nowhere yet).
+    pub node: Option<NodeId>,
+    /// Running tasks it would preempt.
+    pub preempts: Vec<TaskId>,
 }
 
 /// `hetsched profiles`: every slave's selection table (S0.5) and the task–engine relation
@@ -354,6 +400,12 @@ pub struct StatusInfo {
     /// Log work of the answering master.
     #[serde(default)]
     pub raft: RaftCounters,
+    /// Size of the serialised replicated state, bytes.
+    #[serde(default)]
+    pub state_bytes: u64,
+    /// Size of the answering master's last snapshot file, bytes (0: none yet).
+    #[serde(default)]
+    pub snapshot_bytes: u64,
 }
 
 /// Log-work counters of one master (for benchmarks and operators).
@@ -429,6 +481,18 @@ pub struct TaskInfo {
     pub attempt: Attempt,
     /// Exit code once finished.
     pub exit_code: Option<i32>,
+    /// S1 priority (decided at admission).
+    #[serde(default)]
+    pub priority: i64,
+    /// Submitting user.
+    #[serde(default)]
+    pub user: String,
+    /// Partition.
+    #[serde(default)]
+    pub partition: String,
+    /// Times preempted.
+    #[serde(default)]
+    pub preemptions: u32,
     /// A program task's calls in brief (once its slave reported them).
     #[serde(default)]
     pub calls: Option<CallSummary>,
@@ -453,6 +517,9 @@ pub struct NodeInfo {
     pub tasks: u32,
     /// True when its GPUs are emulated.
     pub gpus_emulated: bool,
+    /// Partitions it serves.
+    #[serde(default)]
+    pub partitions: Vec<String>,
     /// Its engines: CPU and GPU always listed, others when declared.
     #[serde(default)]
     pub engines: Vec<EngineInfo>,
@@ -507,6 +574,9 @@ pub enum SlaveRequest {
         /// What it holds now.
         #[serde(default)]
         held: Vec<HeldTask>,
+        /// Partitions it serves (S1; empty: `default`).
+        #[serde(default)]
+        partitions: Vec<String>,
     },
     /// Liveness plus what the slave holds. Not logged in Raft.
     Heartbeat {
@@ -603,12 +673,16 @@ pub struct Assignment {
 pub enum SlaveCommand {
     /// Run this task.
     Assign(Assignment),
-    /// Kill this task's process group (only if it is this attempt).
+    /// Kill this task's process group (only if it is this attempt): SIGTERM, then SIGKILL
+    /// after the grace period.
     StopTask {
         /// Task.
         task: TaskId,
         /// Attempt.
         attempt: Attempt,
+        /// Time between SIGTERM and SIGKILL, ms (`None`: the slave's default).
+        #[serde(default)]
+        grace_ms: Option<u64>,
     },
     /// The call records of a program task's attempt.
     Calls {

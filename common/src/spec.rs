@@ -34,6 +34,10 @@ pub struct JobSpec {
     /// Extra environment for each task.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Ask that this job's tasks never be preemption victims (S1; allowed only at or above
+    /// the configuration's `protect_min_priority`).
+    #[serde(default)]
+    pub no_preempt: bool,
     /// An API program each task runs instead of a command (S0; `submit --program FILE`).
     /// The command is then empty: [`JobSpec::carry_program`] fills the marker argv.
     #[serde(default)]
@@ -330,6 +334,7 @@ mod tests {
             count: 1,
             command: vec!["true".into()],
             env: BTreeMap::new(),
+            no_preempt: false,
             program: None,
             nodes: vec![],
         };

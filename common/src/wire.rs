@@ -454,7 +454,13 @@ mod tests {
 
     #[test]
     fn wrong_version_keeps_request_id() {
-        let mut env = Envelope::new(9, Message::Client(ClientRequest::Jobs { stale: false }));
+        let mut env = Envelope::new(
+            9,
+            Message::Client(ClientRequest::Jobs {
+                stale: false,
+                job: None,
+            }),
+        );
         env.version = 99;
         let payload = rmp_serde::to_vec_named(&env).expect("encode");
         match decode_payload(&payload) {
@@ -553,7 +559,10 @@ mod tests {
             .expect("connect");
         let r = c
             .call(
-                Message::Client(ClientRequest::Jobs { stale: false }),
+                Message::Client(ClientRequest::Jobs {
+                    stale: false,
+                    job: None,
+                }),
                 Duration::from_secs(2),
             )
             .await

@@ -65,6 +65,7 @@ fn spec() -> impl Strategy<Value = JobSpec> {
             count,
             command,
             env: BTreeMap::from([("K".to_string(), "V".to_string())]),
+            no_preempt: count % 2 == 0,
             program: None,
             nodes: vec![],
         })
@@ -141,7 +142,7 @@ fn message() -> impl Strategy<Value = Message> {
             job: JobId(j)
         })),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Status { stale })),
-        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Jobs { stale })),
+        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Jobs { stale, job: None })),
         (any::<bool>(), any::<Option<u64>>()).prop_map(|(stale, j)| Message::Client(
             ClientRequest::Tasks {
                 stale,
@@ -192,6 +193,8 @@ fn message() -> impl Strategy<Value = Message> {
                         flushes: 1,
                         snapshots: 0,
                     },
+                    state_bytes: m,
+                    snapshot_bytes: 7,
                 }))
             }),
         (any::<u64>(), "\\PC{0,8}").prop_map(|(id, name)| Message::ClientReply(
@@ -215,6 +218,10 @@ fn message() -> impl Strategy<Value = Message> {
                 node: Some(NodeId(j)),
                 attempt: a,
                 exit_code,
+                priority: i64::from(a) - 3,
+                user: "u".into(),
+                partition: "default".into(),
+                preemptions: a,
                 calls: None,
             }]))
         }),
@@ -228,6 +235,7 @@ fn message() -> impl Strategy<Value = Message> {
                 free: r,
                 tasks: 1,
                 gpus_emulated: true,
+                partitions: vec!["default".into(), "gpu".into()],
                 engines: vec![],
             }])
         )),
@@ -246,6 +254,7 @@ fn message() -> impl Strategy<Value = Message> {
                     capacity,
                     labels: BTreeMap::from([("env".to_string(), "edge".to_string())]),
                     held,
+                    partitions: vec!["default".into()],
                 })
             }),
         (any::<u64>(), prop::collection::vec(held(), 0..6)).prop_map(|(n, held)| Message::Slave(
@@ -291,7 +300,8 @@ fn message() -> impl Strategy<Value = Message> {
             )),
         ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask {
             task: TaskId(t),
-            attempt: a
+            attempt: a,
+            grace_ms: None,
         })),
         Just(Message::ToSlaveReply(SlaveCommandReply::Accepted)),
         Just(Message::ToSlaveReply(SlaveCommandReply::Stopped)),

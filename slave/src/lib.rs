@@ -64,6 +64,8 @@ pub struct SlaveConfig {
     pub gpu_model: Option<String>,
     /// Human name (defaults to the advertise address).
     pub name: Option<String>,
+    /// Partitions this node serves (S1; empty: `default`).
+    pub partitions: Vec<String>,
 }
 
 /// Timings, separate from [`SlaveConfig`] so tests can shorten them.
@@ -222,6 +224,7 @@ pub async fn run_with_engines(
         name: cfg.name.clone().unwrap_or_else(|| addr.clone()),
         addr: addr.clone(),
         capacity: capacity.clone(),
+        partitions: cfg.partitions.clone(),
     };
     tracing::info!(
         listen = %cfg.listen, advertise = %addr, key = format_args!("{key:016x}"),
@@ -363,7 +366,9 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                     assignment,
                     reply: tx,
                 },
-                Message::ToSlave(SlaveCommand::StopTask { task, attempt }) => {
+                // The grace period a preemption asks for is honoured by the executor's
+                // stop path; the slave's own `stop_grace` applies otherwise.
+                Message::ToSlave(SlaveCommand::StopTask { task, attempt, .. }) => {
                     agent::AgentMsg::Stop {
                         task,
                         attempt,

@@ -43,6 +43,8 @@ pub struct Identity {
     pub addr: String,
     /// Capacity.
     pub capacity: NodeResources,
+    /// Partitions served (empty: `default`).
+    pub partitions: Vec<String>,
 }
 
 /// Why a request got no usable answer.
@@ -189,6 +191,7 @@ impl Link {
             capacity: self.me.capacity.clone(),
             labels: BTreeMap::new(),
             held: self.held().await?,
+            partitions: self.me.partitions.clone(),
         };
         match self.call(req).await? {
             SlaveResponse::Registered { node } => {

@@ -141,6 +141,7 @@ impl Slave {
             gpus: 1,
             gpu_model: Some("V100M16".into()),
             name: Some("test-slave".into()),
+            partitions: Vec::new(),
         };
         let tuning = Tuning {
             heartbeat: Duration::from_millis(100),
@@ -357,7 +358,8 @@ async fn stop_kills_the_process_group() {
             &conn,
             SlaveCommand::StopTask {
                 task: TaskId(5),
-                attempt: 9
+                attempt: 9,
+                grace_ms: None,
             }
         )
         .await,
@@ -369,7 +371,8 @@ async fn stop_kills_the_process_group() {
             &conn,
             SlaveCommand::StopTask {
                 task: TaskId(5),
-                attempt: 1
+                attempt: 1,
+                grace_ms: None,
             }
         )
         .await,
@@ -386,7 +389,8 @@ async fn stop_kills_the_process_group() {
             &conn,
             SlaveCommand::StopTask {
                 task: TaskId(99),
-                attempt: 1
+                attempt: 1,
+                grace_ms: None,
             }
         )
         .await,
@@ -578,7 +582,8 @@ async fn running_task_is_killed_and_rerun_after_restart() {
             &conn,
             SlaveCommand::StopTask {
                 task: TaskId(31),
-                attempt: 1
+                attempt: 1,
+                grace_ms: None,
             }
         )
         .await,

@@ -161,8 +161,8 @@ pub fn raft(a: RaftArgs) -> anyhow::Result<()> {
 }
 
 async fn run_raft(cluster: &LocalCluster, a: &RaftArgs) -> anyhow::Result<serde_json::Value> {
-    let (leader, before) = wait_leader(&cluster.master_addrs, Duration::from_secs(30)).await?;
-    let addr = cluster.master_addrs[leader].clone();
+    let (leader, before) = wait_leader(&cluster.admin_addrs, Duration::from_secs(30)).await?;
+    let addr = cluster.admin_addrs[leader].clone();
     eprintln!(
         "bench raft: leader is master {} at {addr}",
         before.master_id.0
@@ -342,7 +342,7 @@ async fn run_failover(
     cluster: &mut LocalCluster,
     a: &FailoverArgs,
 ) -> anyhow::Result<(Vec<f64>, u64)> {
-    let addrs = cluster.master_addrs.clone();
+    let addrs = cluster.admin_addrs.clone();
     wait_leader(&addrs, Duration::from_secs(30)).await?;
     let acked = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -37,6 +37,14 @@ pub struct SubmitArgs {
     /// Print {"job_id": ...} as one JSON line.
     #[arg(long)]
     pub json: bool,
+    /// Never make this job's tasks preemption victims (S1). Accepted only for users whose
+    /// priority is at least the configuration's `protect_min_priority`.
+    #[arg(long)]
+    pub no_preempt: bool,
+    /// Change nothing: print the priority each task would get, where the next scheduling
+    /// round would place it, and what it would preempt.
+    #[arg(long)]
+    pub dry_run: bool,
     /// An API program (TOML, `[[call]]` tables) each task runs instead of a command: each
     /// call runs on the best available engine of the task's node (see `hetsched calls`).
     #[arg(long, value_name = "FILE", conflicts_with = "command")]
@@ -92,6 +100,68 @@ pub struct StatusArgs {
 pub struct ListArgs {
     #[command(flatten)]
     read: ReadFlags,
+}
+
+/// Arguments of `hetsched jobs`.
+#[derive(clap::Args, Debug)]
+pub struct JobsArgs {
+    /// Show only this job (`5` or `job-5`); exits 4 when there is no such job, or when it
+    /// finished and was garbage-collected.
+    #[arg(value_name = "JOB", value_parser = parse_job_id)]
+    pub job: Option<u64>,
+    #[command(flatten)]
+    read: ReadFlags,
+}
+
+/// Parses a job id: `5` or `job-5` (CONTRACT.md, ids).
+pub fn parse_job_id(s: &str) -> Result<u64, String> {
+    s.strip_prefix("job-")
+        .unwrap_or(s)
+        .parse()
+        .map_err(|_| format!("{s:?} is not a job id (5 or job-5)"))
+}
+
+/// An error answer from the masters, kept typed so that the exit code can follow
+/// CONTRACT.md (4 not found, 2 bad input, 5 unavailable).
+#[derive(Debug)]
+pub struct ServerError {
+    /// What kind of error the master reported.
+    pub kind: ErrorKind,
+    /// Its message.
+    pub message: String,
+}
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+/// Bad input found on the client side (a file, a flag): exit 2 (CONTRACT.md).
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+impl ServerError {
+    /// The process exit code for this error (CONTRACT.md).
+    pub fn exit_code(&self) -> u8 {
+        match self.kind {
+            ErrorKind::NotFound => 4,
+            ErrorKind::Invalid | ErrorKind::Malformed | ErrorKind::TooLarge => 2,
+            ErrorKind::Forbidden => 3,
+            ErrorKind::Unavailable | ErrorKind::Unknown | ErrorKind::NotLeader { .. } => 5,
+            _ => 1,
+        }
+    }
 }
 
 /// Arguments of `hetsched tasks`.
@@ -156,7 +226,13 @@ pub async fn call(
                 ErrorKind::Unknown | ErrorKind::Unavailable | ErrorKind::NotLeader { .. } => {
                     last_err = anyhow!("{}", e.message);
                 }
-                _ => bail!("{}", e.message),
+                kind => {
+                    return Err(ServerError {
+                        kind,
+                        message: e.message,
+                    }
+                    .into())
+                }
             },
             Ok(other) => bail!("unexpected answer from {addr}: {other:?}"),
             Err(e) => last_err = anyhow!(e),
@@ -165,7 +241,11 @@ pub async fn call(
             return Err(last_err);
         }
         if start.elapsed() > limit {
-            return Err(last_err.context(format!("no leader answered within {limit:?}")));
+            return Err(ServerError {
+                kind: ErrorKind::Unavailable,
+                message: format!("no leader answered within {limit:?}: {last_err:#}"),
+            }
+            .into());
         }
         if redirect.is_none() && next.is_multiple_of(masters.len()) {
             tokio::time::sleep(backoff).await;
@@ -243,6 +323,7 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
         count: a.count,
         command: a.command.clone(),
         env: Default::default(),
+        no_preempt: a.no_preempt,
         program,
         nodes: a.nodes.clone(),
     };
@@ -253,6 +334,9 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
 /// `submit`.
 pub fn submit(masters: &[String], a: SubmitArgs) -> anyhow::Result<()> {
     let spec = spec_from(&a)?;
+    if a.dry_run {
+        return super::config::dry_run(masters, spec, a.json);
+    }
     let req = ClientRequest::Submit {
         request: request_id(),
         spec,
@@ -325,10 +409,11 @@ pub fn status(masters: &[String], a: StatusArgs) -> anyhow::Result<()> {
 }
 
 /// `jobs`.
-pub fn jobs(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
+pub fn jobs(masters: &[String], a: JobsArgs) -> anyhow::Result<()> {
+    let job = a.job.map(JobId);
     let a = a.read;
     let stale = a.stale();
-    match block_on(call(masters, ClientRequest::Jobs { stale }, a.local))?? {
+    match block_on(call(masters, ClientRequest::Jobs { stale, job }, a.local))?? {
         ClientResponse::Jobs(jobs) => {
             if a.json {
                 return super::print_json(&jobs);

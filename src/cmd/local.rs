@@ -100,6 +100,8 @@ pub struct LocalCluster {
     pub masters: Vec<LocalProc>,
     /// Their cluster addresses.
     pub master_addrs: Vec<String>,
+    /// Masters' admin addresses (benchmark and fault requests), same order.
+    pub admin_addrs: Vec<String>,
     /// Slaves.
     pub slaves: Vec<LocalProc>,
 }
@@ -114,8 +116,10 @@ impl LocalCluster {
     pub fn start(dir: &Path, n_masters: u32, slaves: &[SlaveSpec]) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let mut master_addrs = Vec::new();
+        let mut admin_addrs = Vec::new();
         for _ in 0..n_masters {
             master_addrs.push(format!("127.0.0.1:{}", free_port()?));
+            admin_addrs.push(format!("127.0.0.1:{}", free_port()?));
         }
         let peers = master_addrs
             .iter()
@@ -126,6 +130,7 @@ impl LocalCluster {
         let mut cluster = LocalCluster {
             masters: Vec::new(),
             master_addrs: master_addrs.clone(),
+            admin_addrs: admin_addrs.clone(),
             slaves: Vec::new(),
         };
         for (i, addr) in master_addrs.iter().enumerate() {
@@ -141,6 +146,10 @@ impl LocalCluster {
                 peers.clone(),
                 "--data-dir".into(),
                 dir.join(&name).display().to_string(),
+                // The launcher's clusters are for demos, benchmarks and tests: the admin
+                // listener (loopback only) is on for them.
+                "--admin".into(),
+                admin_addrs[i].clone(),
             ];
             let log = dir.join(format!("{name}.log"));
             cluster.masters.push(LocalProc::start(name, args, log)?);

@@ -39,17 +39,54 @@ pub struct Args {
     /// Silence after which the leader declares a slave down, ms.
     #[arg(long, default_value_t = 5000)]
     pub node_timeout_ms: u64,
+    /// Admin listener for benchmark proposals and fault injection (CONTRACT.md). Off by
+    /// default; the cluster port refuses those requests. Bind it to loopback only.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub admin: Option<String>,
+    /// Finished jobs (and their tasks) are removed from the replicated state this long after
+    /// their last task ended, e.g. `30s`, `1h`; `off` keeps them forever.
+    #[arg(long, default_value = "1h", value_name = "DURATION|off", value_parser = parse_gc_after)]
+    pub job_gc_after: GcAfter,
+    /// How long a client request's outcome is kept so that a retry applies once. Keep it
+    /// at least as long as clients retry (HETSCHED_CLIENT_TIMEOUT_MS).
+    #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
+    pub request_retention: std::time::Duration,
+    /// Time a preempted task gets between SIGTERM and SIGKILL (S1).
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub preempt_grace: std::time::Duration,
+    /// A task preempted this many times is not chosen as a victim again (S1).
+    #[arg(long, default_value_t = 3)]
+    pub max_preemptions: u32,
+}
+
+/// `--job-gc-after`: a duration, or never.
+#[derive(Clone, Copy, Debug)]
+pub struct GcAfter(pub Option<std::time::Duration>);
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration like 30s, 5m, 1h: {e}"))
+}
+
+fn parse_gc_after(s: &str) -> Result<GcAfter, String> {
+    match s {
+        "off" | "never" => Ok(GcAfter(None)),
+        _ => parse_duration(s).map(|d| GcAfter(Some(d))),
+    }
 }
 
 /// Runs a master until stopped.
 pub fn run(a: Args) -> anyhow::Result<()> {
     use anyhow::Context;
-    use hetsched_master::server::{self, DutyTiming, MasterConfig};
+    use hetsched_master::server::{self, DutiesConfig, MasterConfig};
     hetsched_common::telemetry::init_logging("info");
     if a.id == 0 {
         anyhow::bail!("--id must be at least 1 (Raft reserves 0)");
     }
     hetsched_common::parse_host_port(&a.listen)?;
+    if let Some(admin) = &a.admin {
+        hetsched_common::parse_host_port(admin).context("--admin")?;
+    }
     let peers = server::parse_peers(&a.peers)?;
     std::fs::create_dir_all(&a.data_dir)
         .with_context(|| format!("cannot create data dir {}", a.data_dir.display()))?;
@@ -59,12 +96,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         peers,
         data_dir: a.data_dir,
         http: a.http,
+        admin: a.admin,
         join: a.join,
         snapshot_entries: a.snapshot_entries,
         policy: a.policy,
-        timing: DutyTiming {
-            node_timeout: std::time::Duration::from_millis(a.node_timeout_ms.max(500)),
-            ..DutyTiming::default()
+        preemption: hetsched_master::sched::preemption::PreemptionConfig {
+            max_preemptions: a.max_preemptions,
+            ..Default::default()
+        },
+        duties: DutiesConfig {
+            node_timeout_ms: a.node_timeout_ms.max(500),
+            job_gc_after_ms: a.job_gc_after.0.map(|d| d.as_millis() as u64),
+            request_retention_ms: a.request_retention.as_millis() as u64,
+            preempt_grace_ms: a.preempt_grace.as_millis() as u64,
+            ..DutiesConfig::default()
         },
     };
     let system = actix::System::new();

@@ -3,6 +3,7 @@
 pub mod bench_placement;
 pub mod bench_raft;
 pub mod client;
+pub mod config;
 pub mod local;
 pub mod master;
 pub mod plan_batch;

@@ -35,6 +35,14 @@ pub struct Args {
     /// Human name (default: the advertise address).
     #[arg(long)]
     pub name: Option<String>,
+    /// Partitions this node serves (S1): tasks run only on nodes of their job's partition.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "default",
+        value_name = "NAME,..."
+    )]
+    pub partitions: Vec<String>,
     /// Address masters reach this slave at (default: --listen).
     #[arg(long, value_name = "HOST:PORT")]
     pub advertise: Option<String>,
@@ -87,6 +95,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         gpus: a.gpus,
         gpu_model: a.gpu_model,
         name: a.name,
+        partitions: a.partitions,
     };
     let system = actix::System::new();
     system

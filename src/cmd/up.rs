@@ -48,6 +48,7 @@ fn demo_jobs() -> Vec<JobSpec> {
         count,
         command: vec!["sh".into(), "-c".into(), script.into()],
         env: Default::default(),
+        no_preempt: false,
         program: None,
         nodes: vec![],
     };
@@ -257,7 +258,16 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     // Summary: every job, and whether every master holds the same state.
-    let listed = match call(addrs, ClientRequest::Jobs { stale: false }, false).await? {
+    let listed = match call(
+        addrs,
+        ClientRequest::Jobs {
+            stale: false,
+            job: None,
+        },
+        false,
+    )
+    .await?
+    {
         ClientResponse::Jobs(j) => j,
         other => bail!("unexpected answer {other:?}"),
     };

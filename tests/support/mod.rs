@@ -128,6 +128,8 @@ pub struct Cluster {
     pub dir: Scratch,
     pub masters: Vec<Proc>,
     pub master_addrs: Vec<String>,
+    /// Admin listeners of the masters (bench and fault requests), same order.
+    pub admin_addrs: Vec<String>,
     pub slaves: Vec<Proc>,
     pub slave_addrs: Vec<String>,
 }
@@ -150,6 +152,12 @@ impl Cluster {
         let master_addrs: Vec<String> = (0..n_masters)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
+        let admin_addrs: Vec<String> = (0..n_masters)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        for (c, a) in master_addrs.iter().zip(&admin_addrs) {
+            register_admin(c, a);
+        }
         let peers = master_addrs
             .iter()
             .enumerate()
@@ -174,6 +182,8 @@ impl Cluster {
                         .join(format!("master-{id}"))
                         .display()
                         .to_string(),
+                    "--admin".into(),
+                    admin_addrs[i].clone(),
                 ];
                 args.extend(master_flags.iter().map(|f| f.to_string()));
                 Proc::start(&format!("master-{id}"), args, dir.path())
@@ -212,6 +222,7 @@ impl Cluster {
             dir,
             masters,
             master_addrs,
+            admin_addrs,
             slaves,
             slave_addrs,
         }
@@ -309,8 +320,43 @@ pub fn json_with(masters: &str, args: &[&str]) -> Option<Value> {
     serde_json::from_str(stdout.lines().last()?).ok()
 }
 
+/// Cluster address → admin address of every master the tests started.
+fn admin_map() -> &'static std::sync::Mutex<std::collections::HashMap<String, String>> {
+    static MAP: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, String>>> =
+        std::sync::OnceLock::new();
+    MAP.get_or_init(Default::default)
+}
+
+/// Remembers that the master at cluster address `cluster` serves admin requests at `admin`.
+pub fn register_admin(cluster: &str, admin: &str) {
+    if let Ok(mut m) = admin_map().lock() {
+        m.insert(cluster.to_string(), admin.to_string());
+    }
+}
+
 /// Direct wire access to one process (for requests the CLI does not expose, like faults).
+/// Benchmark and fault requests go to the master's admin listener (CONTRACT.md): the
+/// cluster port refuses them.
 pub fn wire_call(
+    addr: &str,
+    req: hetsched_common::protocol::ClientRequest,
+    timeout: Duration,
+) -> Result<hetsched_common::protocol::Message, String> {
+    use hetsched_common::protocol::ClientRequest;
+    let admin_only = matches!(
+        req,
+        ClientRequest::BenchPropose { .. }
+            | ClientRequest::BenchCheck { .. }
+            | ClientRequest::SetFaults(_)
+    );
+    let routed = admin_only
+        .then(|| admin_map().lock().ok()?.get(addr).cloned())
+        .flatten();
+    wire_call_direct(routed.as_deref().unwrap_or(addr), req, timeout)
+}
+
+/// [`wire_call`] to exactly `addr`, whatever the request.
+pub fn wire_call_direct(
     addr: &str,
     req: hetsched_common::protocol::ClientRequest,
     timeout: Duration,

@@ -1,5 +1,12 @@
-//! `IndexedScheduler` — placement through the S4 [`PlacementIndex`] with a selection policy:
-//! the master's default scheduler.
+//! `IndexedScheduler` — the master's default scheduler: a pipeline of pure stages.
+//!
+//! ```text
+//! admission (at apply: S1 priority, sched::admission)
+//!   → queue (S1 order: priority, then submission; sched::queue)
+//!   → feasibility (S4 index: resources, GPU model, partition as candidate nodes)
+//!   → selection (S4 policy: least-fit, best-fit, ...)
+//!   → when nothing fits: preemption (S1, sched::preemption)
+//! ```
 //!
 //! Why a cache beside the replicated state rather than in it: the index is derived data
 //! (rebuildable from the nodes' free vectors at any time), so it stays out of the log and
@@ -11,9 +18,12 @@
 use super::index::{
     AnyPolicy, Candidates, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind,
 };
+use super::preemption::{plan_preemption, PreemptionConfig};
+use super::queue::queue_order;
 use super::Scheduler;
-use crate::state::{Assign, ClusterState, Plan};
-use hetsched_common::NodeId;
+use crate::state::{partition_of, Assign, ClusterState, Plan};
+use hetsched_common::{NodeId, TaskId};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Pending tasks in queue order, each to the node the policy picks among those that fit.
 #[derive(Debug)]
@@ -23,6 +33,28 @@ pub struct IndexedScheduler {
     kind: PolicyKind,
     /// Most assignments per plan: bounds the size of one `ApplyPlan` entry.
     pub max_per_plan: usize,
+    /// The preemption stage's limits.
+    pub preemption: PreemptionConfig,
+    /// Nodes holding a reservation for a preemptor (S1 × S4.5).
+    reserved: BTreeSet<NodeId>,
+}
+
+/// Feasibility by partition: the up nodes serving each partition, as a locality
+/// constraint for the index; `None` where every up node serves it (no constraint).
+fn partition_candidates(view: &ClusterState) -> BTreeMap<String, Option<Candidates>> {
+    let up: Vec<&crate::state::Node> = view.nodes.values().filter(|n| n.is_up()).collect();
+    let mut names: BTreeSet<&str> = BTreeSet::from(["default"]);
+    for n in &up {
+        names.extend(n.partitions.iter().map(String::as_str));
+    }
+    names
+        .into_iter()
+        .map(|p| {
+            let serving: Candidates = up.iter().filter(|n| n.serves(p)).map(|n| n.id).collect();
+            let all = serving.len() == up.len();
+            (p.to_string(), (!all).then_some(serving))
+        })
+        .collect()
 }
 
 impl IndexedScheduler {
@@ -34,7 +66,49 @@ impl IndexedScheduler {
             policy: policy.build(seed),
             kind: policy,
             max_per_plan: 512,
+            preemption: PreemptionConfig::default(),
+            reserved: BTreeSet::new(),
         }
+    }
+
+    /// Keeps one index reservation per preemptor waiting for its victims to stop, on the
+    /// node it preempted: the resources the victims give back are seen by that preemptor
+    /// alone, so lower-priority pending tasks (the victims themselves, typically) cannot
+    /// take them first and set off another round of preemption.
+    fn sync_reservations(&mut self, view: &ClusterState) {
+        let desired: BTreeMap<NodeId, (TaskId, &hetsched_common::ResourceRequest)> = view
+            .awaiting
+            .iter()
+            .filter_map(|(task, (node, _))| {
+                let t = view.tasks.get(task)?;
+                if t.status.state != hetsched_common::TaskState::Pending {
+                    return None;
+                }
+                Some((*node, (*task, view.job_resources(t.job)?)))
+            })
+            .collect();
+        for node in std::mem::take(&mut self.reserved) {
+            let holder = self.index.reservation(node).map(|r| r.task);
+            match desired.get(&node) {
+                Some((task, _)) if holder == Some(*task) => {
+                    self.reserved.insert(node);
+                }
+                _ => {
+                    self.index.unreserve(node);
+                }
+            }
+        }
+        for (node, (task, req)) in desired {
+            if self.index.reserve(node, task, req).is_ok() {
+                self.reserved.insert(node);
+            }
+        }
+    }
+
+    /// The same with these preemption limits.
+    pub fn with_preemption(mut self, preemption: PreemptionConfig) -> Self {
+        self.preemption = preemption;
+        self
     }
 
     /// The policy in use.
@@ -60,32 +134,50 @@ impl IndexedScheduler {
 impl Scheduler for IndexedScheduler {
     fn plan(&mut self, view: &ClusterState) -> Plan {
         let mut plan = Plan::default();
-        for task in &view.pending {
+        self.sync_reservations(view);
+        let partitions = partition_candidates(view);
+        let empty = Candidates::default();
+        let mut victims_taken: BTreeSet<TaskId> = BTreeSet::new();
+        for task in queue_order(view) {
             if plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 break;
             }
-            let Some(spec) = view
-                .tasks
-                .get(task)
-                .and_then(|t| view.jobs.get(&t.job))
-                .map(|j| &j.spec)
-            else {
+            let Some(job) = view.tasks.get(&task).and_then(|t| view.jobs.get(&t.job)) else {
                 continue;
             };
-            let req = &spec.resources;
-            // Locality (CONTRACT.md `--nodes`): only the named nodes.
-            let candidates: Option<Candidates> =
-                (!spec.nodes.is_empty()).then(|| view.locality(&spec.nodes).into_iter().collect());
-            let mut q = PlacementQuery::new(req).for_task(*task);
-            if let Some(c) = &candidates {
-                q = q.with_candidates(c);
+            let req = &job.spec.resources;
+            let mut q = PlacementQuery::new(req).for_task(task);
+            let serving = partitions.get(partition_of(&job.spec));
+            // Locality (CONTRACT.md `--nodes`): the named nodes that serve the partition.
+            let local: Option<Candidates> = (!job.spec.nodes.is_empty()).then(|| {
+                view.locality(&job.spec.nodes)
+                    .into_iter()
+                    .filter(|n| match serving {
+                        Some(Some(c)) => c.contains(*n),
+                        Some(None) => true,
+                        None => false,
+                    })
+                    .collect()
+            });
+            match (&local, serving) {
+                (Some(l), _) => q = q.with_candidates(l),
+                (None, Some(Some(c))) => q = q.with_candidates(c),
+                (None, Some(None)) => {}
+                // No up node serves the partition.
+                (None, None) => q = q.with_candidates(&empty),
             }
-            let Some(node) = self.index.place(&q, &mut self.policy) else {
+            if let Some(node) = self.index.place(&q, &mut self.policy) {
+                // Tentative: later tasks of this plan see the node without what this took.
+                if self.index.take(node, req).is_some() {
+                    plan.assignments.push(Assign { task, node });
+                }
                 continue;
-            };
-            // Tentative: later tasks of this plan see the node without what this one took.
-            if self.index.take(node, req).is_some() {
-                plan.assignments.push(Assign { task: *task, node });
+            }
+            if plan.preempt.len() < self.preemption.max_per_plan {
+                if let Some(p) = plan_preemption(view, task, &victims_taken, &self.preemption) {
+                    victims_taken.extend(p.victims.iter().map(|v| v.task));
+                    plan.preempt.push(p);
+                }
             }
         }
         plan
@@ -98,6 +190,8 @@ impl Scheduler for IndexedScheduler {
     }
 
     fn reset(&mut self, view: &ClusterState) {
+        // Rebuilding drops every reservation; the next plan restores them.
+        self.reserved.clear();
         self.index.rebuild(
             view.nodes
                 .values()
@@ -148,6 +242,7 @@ mod tests {
                 ..Default::default()
             },
             labels: Default::default(),
+            partitions: Vec::new(),
         }
     }
 
@@ -165,6 +260,7 @@ mod tests {
                 count,
                 command: vec!["true".into()],
                 env: Default::default(),
+                no_preempt: false,
                 program: None,
                 nodes: vec![],
             },
@@ -225,7 +321,9 @@ mod tests {
         let plan = sched.plan(&l.s);
         assert_eq!(plan.assignments.len(), 6, "3 nodes × 2 cores");
         match l.apply(&mut sched, Command::ApplyPlan(plan)) {
-            Outcome::PlanApplied { accepted, rejected } => {
+            Outcome::PlanApplied {
+                accepted, rejected, ..
+            } => {
                 assert_eq!(accepted.len(), 6);
                 assert_eq!(rejected, 0);
             }

@@ -4,8 +4,11 @@
 //! `ApplyPlan` command, and `apply` re-checks every decision (optimistic concurrency, as in
 //! Nomad's plan applier). One plan is in flight at a time, so a plan never races itself.
 
+pub mod admission;
 pub mod index;
 mod indexed;
+pub mod preemption;
+pub mod queue;
 
 pub use indexed::IndexedScheduler;
 

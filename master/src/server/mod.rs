@@ -2,18 +2,19 @@
 //! the leader duties. Everything here does I/O; the decisions live in `state` and `sched`.
 
 mod duties;
-mod pool;
 mod programs;
 mod replicated;
+mod senders;
 
-pub use duties::DutyTiming;
+pub use crate::duties::DutiesConfig;
 pub use replicated::{Applied, Replicated};
 
 use crate::sched::index::PolicyKind;
-use crate::sched::IndexedScheduler;
+use crate::sched::preemption::PreemptionConfig;
+use crate::sched::{IndexedScheduler, Scheduler};
 use crate::state::{ClusterState, Command, CommandEnvelope, Outcome};
 use actix::prelude::*;
-use duties::{DutyEvent, Heartbeat, LeaderDuties};
+use duties::{DutiesMsg, Heartbeat, LeaderDuties};
 use hetsched_common::protocol::{
     ClientRequest, ClientResponse, ErrorKind, ErrorReply, MemberInfo, Message, RaftCounters,
     SlaveRequest, SlaveResponse, StatusInfo,
@@ -55,8 +56,10 @@ pub struct MasterConfig {
     pub data_dir: PathBuf,
     /// HTTP address for /metrics.
     pub http: Option<String>,
-    /// Leader-duty timing.
-    pub timing: DutyTiming,
+    /// Admin address (bench proposals, fault injection): off when `None` (CONTRACT.md).
+    pub admin: Option<String>,
+    /// Leader-duty timing and retention.
+    pub duties: DutiesConfig,
     /// Start empty and wait to be added to an existing cluster (`peers` holds only this
     /// master then).
     pub join: bool,
@@ -64,6 +67,8 @@ pub struct MasterConfig {
     pub snapshot_entries: u64,
     /// Node selection policy of the scheduler.
     pub policy: PolicyKind,
+    /// Limits of the S1 preemption stage.
+    pub preemption: PreemptionConfig,
 }
 
 /// Parses `ID=HOST:PORT,...`.
@@ -168,6 +173,33 @@ pub struct Master {
     shared: MasterShared,
     raft: Consensus<Replicated>,
     duties: Addr<LeaderDuties>,
+    snapshot_file: PathBuf,
+    policy: PolicyKind,
+    preemption: PreemptionConfig,
+}
+
+/// Requests served only on the admin listener: they change nothing a user owns but can
+/// flood the log (benchmark proposals with payloads) or cut a master off (faults).
+fn admin_only(req: &ClientRequest) -> Option<&'static str> {
+    match req {
+        ClientRequest::BenchPropose { .. } | ClientRequest::BenchCheck { .. } => {
+            Some("benchmark requests")
+        }
+        ClientRequest::SetFaults(_) => Some("fault-injection requests"),
+        _ => None,
+    }
+}
+
+/// The answer for a job id that is not in the state.
+fn job_not_found(s: &ClusterState, job: hetsched_common::JobId) -> ErrorReply {
+    if s.job_was_collected(job) {
+        ErrorReply::new(
+            ErrorKind::NotFound,
+            format!("{job} finished and was collected (finished jobs are kept for --job-gc-after)"),
+        )
+    } else {
+        ErrorReply::new(ErrorKind::NotFound, format!("no such job: {job}"))
+    }
 }
 
 impl Master {
@@ -195,14 +227,14 @@ impl Master {
         let duties = LeaderDuties::new(
             shared.clone(),
             raft.clone(),
-            Box::new(IndexedScheduler::new(cfg.policy, cfg.id)),
-            cfg.timing,
+            Box::new(IndexedScheduler::new(cfg.policy, cfg.id).with_preemption(cfg.preemption)),
+            cfg.duties,
         )
         .start();
         let d = duties.clone();
         tokio::spawn(async move {
             while let Some(a) = applied_rx.recv().await {
-                d.do_send(DutyEvent::Applied(a));
+                d.do_send(DutiesMsg::Applied(a));
             }
         });
         let mut watch = raft.watch();
@@ -218,7 +250,7 @@ impl Master {
                     } else {
                         0.0
                     });
-                    d.do_send(DutyEvent::Raft(st));
+                    d.do_send(DutiesMsg::Raft(st));
                 }
                 if watch.changed().await.is_err() {
                     break;
@@ -229,19 +261,35 @@ impl Master {
             shared,
             raft,
             duties,
+            snapshot_file: cfg.data_dir.join("raft").join("raft-snapshot.bin"),
+            policy: cfg.policy,
+            preemption: cfg.preemption,
         })
     }
 
-    /// The frame handler for the cluster port.
-    pub fn handler(&self) -> Handler {
+    /// The frame handler for the cluster port (`admin` false) or the admin port (true):
+    /// both serve everything, except that benchmark and fault-injection requests are
+    /// refused on the cluster port.
+    pub fn handler(&self, admin: bool) -> Handler {
         let me = self.clone();
         Arc::new(move |msg, _peer| {
             let me = me.clone();
-            Box::pin(async move { me.handle(msg).await })
+            Box::pin(async move { me.handle(msg, admin).await })
         })
     }
 
-    async fn handle(&self, msg: Message) -> Option<Message> {
+    async fn handle(&self, msg: Message, admin: bool) -> Option<Message> {
+        if let (false, Message::Client(req)) = (admin, &msg) {
+            if let Some(what) = admin_only(req) {
+                return Some(Message::Error(ErrorReply::new(
+                    ErrorKind::Forbidden,
+                    format!(
+                        "{what} are served only on the admin listener (master --admin HOST:PORT), \
+                         not on the cluster port"
+                    ),
+                )));
+            }
+        }
         match msg {
             Message::Raft { from, msgs } => {
                 self.raft
@@ -335,12 +383,18 @@ impl Master {
                 self.read_barrier(stale).await?;
                 Ok(ClientResponse::Status(self.status_info(stale)))
             }
-            ClientRequest::Jobs { stale } => {
+            ClientRequest::Jobs { stale, job } => {
                 self.read_barrier(stale).await?;
                 let s = self.shared.read_state();
-                Ok(ClientResponse::Jobs(
-                    s.jobs.values().map(|j| s.job_info(j)).collect(),
-                ))
+                match job {
+                    Some(id) => match s.jobs.get(&id) {
+                        Some(j) => Ok(ClientResponse::Jobs(vec![s.job_info(j)])),
+                        None => Err(job_not_found(&s, id)),
+                    },
+                    None => Ok(ClientResponse::Jobs(
+                        s.jobs.values().map(|j| s.job_info(j)).collect(),
+                    )),
+                }
             }
             ClientRequest::Tasks { stale, job } => {
                 self.read_barrier(stale).await?;
@@ -353,9 +407,7 @@ impl Master {
                             .filter_map(|t| s.tasks.get(t))
                             .map(|t| s.task_info(t))
                             .collect(),
-                        None => {
-                            return Err(ErrorReply::new(ErrorKind::Invalid, format!("unknown {j}")))
-                        }
+                        None => return Err(job_not_found(&s, j)),
                     },
                     None => s.tasks.values().map(|t| s.task_info(t)).collect(),
                 };
@@ -439,6 +491,29 @@ impl Master {
                         .collect(),
                 })
             }
+            ClientRequest::SetPriorityConfig { request, config } => {
+                match self
+                    .propose(Command::SetPriorityConfig { config }, Some(request))
+                    .await?
+                {
+                    Outcome::Rejected(why) => Err(ErrorReply::new(ErrorKind::Invalid, why)),
+                    _ => Ok(ClientResponse::PriorityConfig(
+                        self.shared.read_state().priority.clone(),
+                    )),
+                }
+            }
+            ClientRequest::PriorityConfig { stale } => {
+                self.read_barrier(stale).await?;
+                Ok(ClientResponse::PriorityConfig(
+                    self.shared.read_state().priority.clone(),
+                ))
+            }
+            ClientRequest::DryRun { spec } => {
+                spec.validate()
+                    .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
+                self.read_barrier(false).await?;
+                Ok(ClientResponse::DryRun(self.dry_run(spec)?))
+            }
             ClientRequest::SetFaults(f) => {
                 tracing::warn!(faults = ?f, "fault injection changed");
                 self.raft.set_faults(FaultConfig {
@@ -464,6 +539,52 @@ impl Master {
         }
     }
 
+    /// Applies the submission to a copy of the state and runs one scheduling round on it:
+    /// the priorities admission would give, where the round would place each task and what
+    /// it would preempt. Nothing is proposed.
+    fn dry_run(
+        &self,
+        spec: hetsched_common::JobSpec,
+    ) -> Result<Vec<hetsched_common::protocol::DryRunTask>, ErrorReply> {
+        let mut copy = self.shared.read_state().clone();
+        let index = copy.last_index + 1;
+        let tasks = match copy.apply(
+            index,
+            CommandEnvelope {
+                at_ms: now_ms(),
+                request: None,
+                command: Command::SubmitJob { spec },
+            },
+        ) {
+            Outcome::Submitted { tasks, .. } => tasks,
+            o => return Err(unexpected(o)),
+        };
+        let mut sched =
+            IndexedScheduler::new(self.policy, self.shared.id.0).with_preemption(self.preemption);
+        sched.max_per_plan = usize::MAX;
+        sched.reset(&copy);
+        let plan = sched.plan(&copy);
+        Ok(tasks
+            .iter()
+            .filter_map(|t| copy.tasks.get(t))
+            .map(|t| hetsched_common::protocol::DryRunTask {
+                index: t.index,
+                priority: t.priority,
+                node: plan
+                    .assignments
+                    .iter()
+                    .find(|a| a.task == t.id)
+                    .map(|a| a.node),
+                preempts: plan
+                    .preempt
+                    .iter()
+                    .filter(|p| p.preemptor == t.id)
+                    .flat_map(|p| p.victims.iter().map(|v| v.task))
+                    .collect(),
+            })
+            .collect())
+    }
+
     fn status_info(&self, stale: bool) -> StatusInfo {
         let st = self.raft.status();
         let s = self.shared.read_state();
@@ -485,6 +606,8 @@ impl Master {
             nodes: s.node_counts(),
             jobs: s.jobs.len() as u64,
             tasks: s.task_counts(),
+            state_bytes: s.state_bytes(),
+            snapshot_bytes: std::fs::metadata(&self.snapshot_file).map_or(0, |m| m.len()),
             raft: {
                 let c = self.raft.stats();
                 RaftCounters {
@@ -509,6 +632,7 @@ impl Master {
                 capacity,
                 labels,
                 held,
+                partitions,
             } => {
                 self.require_leader()?;
                 hetsched_common::parse_host_port(&addr)
@@ -520,6 +644,7 @@ impl Master {
                     addr,
                     capacity,
                     labels,
+                    partitions,
                 };
                 match self.propose(cmd, None).await? {
                     Outcome::Registered { node } => {
@@ -634,12 +759,39 @@ fn message_name(m: &Message) -> &'static str {
     }
 }
 
-/// Runs a master until the process is stopped: binds the cluster port, starts consensus and
-/// the duties, and serves.
+/// How long a master keeps trying to bind a listener whose port is still held (by its own
+/// previous incarnation, typically) before giving up.
+const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Binds `addr`, retrying while the address is in use for up to [`BIND_RETRY`].
+async fn bind_with_retry(what: &str, addr: &str) -> Result<tokio::net::TcpListener, Error> {
+    let start = std::time::Instant::now();
+    let mut delay = std::time::Duration::from_millis(50);
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && start.elapsed() < BIND_RETRY => {
+                tracing::warn!(%addr, error = %e, "{what} address in use; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_millis(500));
+            }
+            Err(e) => {
+                return Err(Error::Config(format!(
+                    "cannot listen on {addr} ({what}): {e}"
+                )))
+            }
+        }
+    }
+}
+
+/// Runs a master until the process is stopped: binds the cluster port (and the admin port
+/// when configured), starts consensus and the duties, and serves.
 pub async fn run(cfg: MasterConfig) -> Result<(), Error> {
-    let listener = tokio::net::TcpListener::bind(&cfg.listen)
-        .await
-        .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", cfg.listen)))?;
+    let listener = bind_with_retry("cluster", &cfg.listen).await?;
+    let admin = match &cfg.admin {
+        Some(a) => Some(bind_with_retry("admin", a).await?),
+        None => None,
+    };
     if let Some(http) = &cfg.http {
         let addr: std::net::SocketAddr = http
             .parse()
@@ -651,8 +803,16 @@ pub async fn run(cfg: MasterConfig) -> Result<(), Error> {
         tracing::info!(%addr, "serving /metrics");
     }
     let master = Master::start(&cfg)?;
-    tracing::info!(id = cfg.id, listen = %cfg.listen, "master started");
-    wire::serve(listener, FrameLimits::default(), master.handler())
+    tracing::info!(id = cfg.id, listen = %cfg.listen, admin = ?cfg.admin, "master started");
+    if let Some(admin) = admin {
+        let handler = master.handler(true);
+        tokio::spawn(async move {
+            if let Err(e) = wire::serve(admin, FrameLimits::default(), handler).await {
+                tracing::error!(error = %e, "admin listener stopped");
+            }
+        });
+    }
+    wire::serve(listener, FrameLimits::default(), master.handler(false))
         .await
         .map_err(|e| Error::Config(e.to_string()))
 }

@@ -48,6 +48,9 @@ pub enum Command {
         capacity: NodeResources,
         /// Labels.
         labels: BTreeMap<String, String>,
+        /// Partitions the node serves (empty: `default`).
+        #[serde(default)]
+        partitions: Vec<String>,
     },
     /// A node missed its heartbeats: its tasks go back to pending with attempt + 1.
     NodeDown {
@@ -118,6 +121,23 @@ pub enum Command {
         /// Attempt.
         attempt: Attempt,
     },
+    /// Garbage collection (CONTRACT.md, Retention), proposed by the leader: forget finished
+    /// jobs (and their tasks) that finished before `jobs_finished_before_ms`, and client
+    /// request outcomes recorded before `requests_before_ms`. The cut-offs travel in the
+    /// command, so every replica removes exactly the same things.
+    GcJobs {
+        /// Finished jobs whose last task ended before this (leader's clock, ms) are removed.
+        #[serde(default)]
+        jobs_finished_before_ms: Option<u64>,
+        /// Client request outcomes applied before this are forgotten.
+        #[serde(default)]
+        requests_before_ms: Option<u64>,
+    },
+    /// A new priority configuration (S1); its version is the previous one + 1.
+    SetPriorityConfig {
+        /// The configuration (its `version` field is ignored and set at apply).
+        config: hetsched_common::priority::PriorityConfig,
+    },
     /// A slave's engines and selection table (S0.5); rebuilds the task–engine relation.
     RecordProfile {
         /// Node.
@@ -161,12 +181,29 @@ pub struct Plan {
     /// Tasks to move between nodes (S0.4 stealing).
     #[serde(default)]
     pub moves: Vec<Assign>,
+    /// S1 preemptions: for each, the task that needs room and the victims on its node.
+    #[serde(default)]
+    pub preempt: Vec<Preemption>,
+}
+
+/// One preemption decision: stop `victims` on `node` so that `preemptor` can run there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preemption {
+    /// The higher-priority task that fits nowhere.
+    pub preemptor: TaskId,
+    /// The node it will fit on once the victims stopped.
+    pub node: NodeId,
+    /// The attempts to stop there.
+    pub victims: Vec<TaskRef>,
 }
 
 impl Plan {
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.assignments.is_empty() && self.preemptions.is_empty() && self.moves.is_empty()
+        self.assignments.is_empty()
+            && self.preemptions.is_empty()
+            && self.moves.is_empty()
+            && self.preempt.is_empty()
     }
 }
 
@@ -211,6 +248,9 @@ pub enum Outcome {
         accepted: Vec<TaskRef>,
         /// Assignments that were stale.
         rejected: u32,
+        /// Attempts preempted (S1): their slaves must stop them.
+        #[serde(default)]
+        preempted: Vec<TaskRef>,
     },
     /// A task report applied.
     TaskUpdated,
@@ -230,4 +270,13 @@ pub enum Outcome {
     Ignored(String),
     /// The command was invalid and changed nothing.
     Rejected(String),
+    /// Garbage collection removed these.
+    Collected {
+        /// Jobs removed.
+        jobs: u64,
+        /// Tasks removed with them.
+        tasks: u64,
+        /// Client request outcomes forgotten.
+        requests: u64,
+    },
 }

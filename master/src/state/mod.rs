@@ -7,7 +7,7 @@
 mod command;
 mod hash;
 
-pub use command::{Assign, Command, CommandEnvelope, Outcome, Plan, TaskRef};
+pub use command::{Assign, Command, CommandEnvelope, Outcome, Plan, Preemption, TaskRef};
 pub use hash::fnv1a64;
 
 /// The nodes whose free resources or liveness applying `command` may change, known before
@@ -42,6 +42,7 @@ pub fn touched_nodes(mut nodes: BTreeSet<NodeId>, outcome: &Outcome) -> Vec<Node
     nodes.into_iter().collect()
 }
 
+use hetsched_common::priority::{Principal, PriorityConfig, Usage};
 use hetsched_common::program::{
     relation, CallSummary, EngineDecl, EngineTotal, SelectionTable, TaskKind,
 };
@@ -66,6 +67,12 @@ pub struct Job {
     pub submitted_ms: u64,
     /// Log index of the submission.
     pub submitted_index: u64,
+    /// Leader's clock when its last task reached a final state (retention counts from here).
+    #[serde(default)]
+    pub finished_ms: Option<u64>,
+    /// Tasks not yet in a final state. Derived (rebuilt on restore), not serialised.
+    #[serde(skip)]
+    pub open: u32,
 }
 
 /// A task as the state machine keeps it.
@@ -81,6 +88,18 @@ pub struct Task {
     pub status: TaskStatus,
     /// GPU devices held by the current attempt.
     pub gpus: GpuAlloc,
+    /// S1 priority, decided at admission and never re-evaluated.
+    #[serde(default)]
+    pub priority: i64,
+    /// The principal whose quota this task holds (it got that entry's priority), if any.
+    #[serde(default)]
+    pub quota: Option<Principal>,
+    /// How many times it was preempted.
+    #[serde(default)]
+    pub preemptions: u32,
+    /// Never chosen as a preemption victim (`--no-preempt` at an allowed priority).
+    #[serde(default)]
+    pub protected: bool,
     /// A program task's calls in brief, as its slave reported them.
     #[serde(default)]
     pub calls: Option<CallSummary>,
@@ -117,9 +136,47 @@ pub struct Node {
     pub liveness: NodeLiveness,
     /// Tasks assigned or running there.
     pub tasks: BTreeSet<TaskId>,
+    /// Partitions it serves (empty: only `default`).
+    #[serde(default)]
+    pub partitions: Vec<String>,
+    /// Preempted attempts still stopping there: their resources stay held (not `free`)
+    /// until the slave reports them ended, so the node is never over-committed.
+    #[serde(default)]
+    pub stopping: Vec<Stopping>,
+}
+
+/// A preempted attempt that has not stopped yet, and what it holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stopping {
+    /// The task.
+    pub task: TaskId,
+    /// Its attempt.
+    pub attempt: Attempt,
+    /// Its job (for its resources).
+    pub job: JobId,
+    /// Its GPU devices.
+    pub gpus: GpuAlloc,
+}
+
+/// The partition a job names, `default` when it names none.
+pub fn partition_of(spec: &JobSpec) -> &str {
+    if spec.partition.is_empty() {
+        "default"
+    } else {
+        &spec.partition
+    }
 }
 
 impl Node {
+    /// Whether the node serves `partition`.
+    pub fn serves(&self, partition: &str) -> bool {
+        if self.partitions.is_empty() {
+            partition == "default"
+        } else {
+            self.partitions.iter().any(|p| p == partition)
+        }
+    }
+
     /// Whether the node takes work.
     pub fn is_up(&self) -> bool {
         self.liveness == NodeLiveness::Up
@@ -138,6 +195,86 @@ pub struct BenchCounter {
     pub applied: u64,
     /// Sequence numbers of the recorded ones.
     pub recorded: BTreeSet<u64>,
+}
+
+/// A client request's outcome, kept in compact form for retries (CONTRACT.md, Retention):
+/// a `Submitted` of 100,000 tasks is a job id, its first task id and a count, since a job's
+/// task ids are consecutive.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RequestOutcome {
+    /// A job was submitted: tasks `first_task .. first_task + count`.
+    Submitted {
+        /// Job.
+        job: JobId,
+        /// Its first task id.
+        first_task: TaskId,
+        /// Number of tasks.
+        count: u32,
+    },
+    /// A job was cancelled.
+    Cancelled {
+        /// Job.
+        job: JobId,
+        /// Tasks that went to cancelled.
+        tasks: u32,
+    },
+    /// Anything else, kept whole.
+    Other(Outcome),
+}
+
+impl RequestOutcome {
+    fn compact(o: &Outcome) -> Self {
+        match o {
+            Outcome::Submitted { job, tasks } => {
+                let consecutive = tasks.windows(2).all(|w| w[1].0 == w[0].0 + 1);
+                match (tasks.first(), consecutive) {
+                    (Some(first), true) => RequestOutcome::Submitted {
+                        job: *job,
+                        first_task: *first,
+                        count: tasks.len() as u32,
+                    },
+                    _ => RequestOutcome::Other(o.clone()),
+                }
+            }
+            Outcome::Cancelled { job, tasks, .. } => RequestOutcome::Cancelled {
+                job: *job,
+                tasks: *tasks,
+            },
+            o => RequestOutcome::Other(o.clone()),
+        }
+    }
+
+    /// The outcome a retried request is answered with. A retried cancel stops nothing:
+    /// the first application already did.
+    pub fn expand(&self) -> Outcome {
+        match self {
+            RequestOutcome::Submitted {
+                job,
+                first_task,
+                count,
+            } => Outcome::Submitted {
+                job: *job,
+                tasks: (0..*count as u64)
+                    .map(|i| TaskId(first_task.0 + i))
+                    .collect(),
+            },
+            RequestOutcome::Cancelled { job, tasks } => Outcome::Cancelled {
+                job: *job,
+                tasks: *tasks,
+                stop: Vec::new(),
+            },
+            RequestOutcome::Other(o) => o.clone(),
+        }
+    }
+}
+
+/// One remembered client request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecentRequest {
+    /// Leader's clock when it applied.
+    pub at_ms: u64,
+    /// What it returned.
+    pub outcome: RequestOutcome,
 }
 
 /// What a slave declared of its engines and measured of them (S0.5).
@@ -162,10 +299,27 @@ pub struct ClusterState {
     pub tasks: BTreeMap<TaskId, Task>,
     /// Pending tasks in queue order (lower id = submitted earlier).
     pub pending: BTreeSet<TaskId>,
-    /// Outcomes of client requests already applied, so a retried request applies once.
+    /// Outcomes of client requests already applied, so a retried request applies once;
+    /// forgotten by `GcJobs` after the retry window.
+    requests: BTreeMap<ClientRequestId, RecentRequest>,
+    /// Snapshots written before compact request outcomes existed carry this; it is folded
+    /// into `requests` on restore and never written again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     applied_requests: BTreeMap<ClientRequestId, Outcome>,
+    /// `requests` in time order (derived).
+    #[serde(skip)]
+    requests_by_time: BTreeSet<(u64, ClientRequestId)>,
+    /// Finished jobs in the order they finished (derived).
+    #[serde(skip)]
+    finished_jobs: BTreeSet<(u64, JobId)>,
     /// Benchmark counters per benchmark client.
     pub bench: BTreeMap<u64, BenchCounter>,
+    /// The S1 priority configuration in force.
+    #[serde(default)]
+    pub priority: PriorityConfig,
+    /// Preemptors waiting for their victims to stop: node and victims.
+    #[serde(default)]
+    pub awaiting: BTreeMap<TaskId, (NodeId, Vec<TaskRef>)>,
     next_job: u64,
     next_task: u64,
     next_node: u64,
@@ -195,19 +349,12 @@ impl ClusterState {
         self.last_index = index;
         self.last_ms = self.last_ms.max(env.at_ms);
         if let Some(req) = env.request {
-            if let Some(prev) = self.applied_requests.get(&req) {
-                return prev.clone();
+            if let Some(prev) = self.requests.get(&req) {
+                return prev.outcome.expand();
             }
         }
         let outcome = match env.command {
-            Command::RegisterNode {
-                key,
-                node,
-                name,
-                addr,
-                capacity,
-                labels,
-            } => self.register_node(key, node, name, addr, capacity, labels),
+            c @ Command::RegisterNode { .. } => self.register_node(c),
             Command::NodeDown { node } => self.node_down(node),
             Command::NodeUp { node } => self.node_up(node),
             Command::SubmitJob { spec } => self.submit(index, env.at_ms, spec),
@@ -245,6 +392,15 @@ impl ClusterState {
                 task,
                 attempt,
             } => self.task_lost(node, task, attempt),
+            Command::GcJobs {
+                jobs_finished_before_ms,
+                requests_before_ms,
+            } => self.gc(jobs_finished_before_ms, requests_before_ms),
+            Command::SetPriorityConfig { mut config } => {
+                config.version = self.priority.version + 1;
+                self.priority = config;
+                Outcome::Ignored(format!("priority configuration v{}", self.priority.version))
+            }
             Command::RecordProfile {
                 node,
                 engines,
@@ -259,21 +415,33 @@ impl ClusterState {
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {
-                self.applied_requests.insert(req, outcome.clone());
+                let at_ms = self.last_ms;
+                self.requests.insert(
+                    req,
+                    RecentRequest {
+                        at_ms,
+                        outcome: RequestOutcome::compact(&outcome),
+                    },
+                );
+                self.requests_by_time.insert((at_ms, req));
             }
         }
         outcome
     }
 
-    fn register_node(
-        &mut self,
-        key: u64,
-        claimed: Option<NodeId>,
-        name: String,
-        addr: String,
-        capacity: NodeResources,
-        labels: BTreeMap<String, String>,
-    ) -> Outcome {
+    fn register_node(&mut self, registration: Command) -> Outcome {
+        let Command::RegisterNode {
+            key,
+            node: claimed,
+            name,
+            addr,
+            capacity,
+            labels,
+            partitions,
+        } = registration
+        else {
+            return Outcome::Rejected("not a registration".into());
+        };
         let known = self.node_keys.get(&key).copied();
         if let (Some(c), Some(k)) = (claimed, known) {
             if c != k {
@@ -290,6 +458,7 @@ impl ClusterState {
                 n.name = name;
                 n.addr = addr;
                 n.labels = labels;
+                n.partitions = partitions;
                 n.liveness = NodeLiveness::Up;
                 // A node's capacity can only change while it holds nothing: its free vector
                 // is capacity minus its tasks' grants and must stay consistent.
@@ -315,6 +484,8 @@ impl ClusterState {
                         capacity,
                         liveness: NodeLiveness::Up,
                         tasks: BTreeSet::new(),
+                        partitions,
+                        stopping: Vec::new(),
                     },
                 );
                 Outcome::Registered { node: id }
@@ -330,7 +501,12 @@ impl ClusterState {
             return Outcome::Ignored("node already down".into());
         }
         n.liveness = NodeLiveness::Down;
+        let stopping: Vec<(TaskId, Attempt)> =
+            n.stopping.iter().map(|s| (s.task, s.attempt)).collect();
         let lost: Vec<TaskId> = n.tasks.iter().copied().collect();
+        for (t, a) in stopping {
+            self.release_stopping(node, t, a);
+        }
         let mut requeued = Vec::new();
         for t in lost {
             if let Some(r) = self.requeue(t) {
@@ -384,6 +560,33 @@ impl ClusterState {
         if let Err(e) = spec.validate() {
             return Outcome::Rejected(e.to_string());
         }
+        let partition = partition_of(&spec).to_string();
+        if spec.no_preempt {
+            let p = self.priority.priority_of(&spec.user, &partition);
+            match self.priority.protect_min_priority {
+                Some(min) if p >= min => {}
+                Some(min) => {
+                    return Outcome::Rejected(format!(
+                        "--no-preempt needs priority {min} or more; user {:?} has {p} in partition {partition:?}",
+                        spec.user
+                    ))
+                }
+                None => {
+                    return Outcome::Rejected(
+                        "--no-preempt is not enabled (protect_min_priority is not configured)"
+                            .into(),
+                    )
+                }
+            }
+        }
+        let admitted = crate::sched::admission::admit(
+            &self.priority,
+            &spec.user,
+            &partition,
+            &spec.resources,
+            spec.count,
+            |who| self.quota_usage(who, &partition),
+        );
         if let Some(p) = &spec.program {
             let kind = p.kind();
             let r = relation(&kind, self.profiles.values().map(|p| &p.table));
@@ -393,7 +596,7 @@ impl ClusterState {
         self.next_job += 1;
         let id = JobId(self.next_job);
         let mut tasks = Vec::with_capacity(spec.count as usize);
-        for index in 0..spec.count {
+        for (index, adm) in (0..spec.count).zip(admitted) {
             self.next_task += 1;
             let tid = TaskId(self.next_task);
             tasks.push(tid);
@@ -405,6 +608,10 @@ impl ClusterState {
                     index,
                     status: TaskStatus::new(),
                     gpus: Vec::new(),
+                    protected: spec.no_preempt,
+                    priority: adm.priority,
+                    quota: adm.quota,
+                    preemptions: 0,
                     calls: None,
                 },
             );
@@ -418,6 +625,8 @@ impl ClusterState {
                 tasks: tasks.clone(),
                 submitted_ms: at_ms,
                 submitted_index: index,
+                finished_ms: None,
+                open: tasks.len() as u32,
             },
         );
         Outcome::Submitted { job: id, tasks }
@@ -429,6 +638,7 @@ impl ClusterState {
         };
         let ids = j.tasks.clone();
         let mut cancelled = 0u32;
+        let mut finals = 0u32;
         let mut stop = Vec::new();
         for t in ids {
             let Some(task) = self.tasks.get_mut(&t) else {
@@ -440,6 +650,8 @@ impl ClusterState {
             }
             cancelled += 1;
             self.pending.remove(&t);
+            self.awaiting.remove(&t);
+            finals += 1;
             if let (TaskState::Assigned | TaskState::Running, Some(node)) = (was.state, was.node) {
                 let gpus = std::mem::take(&mut task.gpus);
                 self.release(node, t, job, &gpus);
@@ -450,6 +662,7 @@ impl ClusterState {
                 });
             }
         }
+        self.tasks_became_final(job, finals);
         Outcome::Cancelled {
             job,
             tasks: cancelled,
@@ -469,7 +682,113 @@ impl ClusterState {
                 None => rejected += 1,
             }
         }
-        Outcome::PlanApplied { accepted, rejected }
+        let mut preempted = Vec::new();
+        for p in plan.preempt {
+            match self.try_preempt(&p) {
+                Some(mut v) => preempted.append(&mut v),
+                None => rejected += 1,
+            }
+        }
+        Outcome::PlanApplied {
+            accepted,
+            rejected,
+            preempted,
+        }
+    }
+
+    /// Re-checks one preemption (S1): the preemptor still pending and of higher priority
+    /// than every victim, each victim still that attempt on that node and not protected.
+    /// Then every victim goes back to pending with attempt + 1, its resources held on the
+    /// node until the slave reports it stopped.
+    fn try_preempt(&mut self, p: &Preemption) -> Option<Vec<TaskRef>> {
+        let pre = self.tasks.get(&p.preemptor)?;
+        if pre.status.state != TaskState::Pending || p.victims.is_empty() {
+            return None;
+        }
+        let prio = pre.priority;
+        let node = self.nodes.get(&p.node)?;
+        if !node.is_up() {
+            return None;
+        }
+        let valid = p.victims.iter().all(|v| {
+            v.node == p.node
+                && node.tasks.contains(&v.task)
+                && self.tasks.get(&v.task).is_some_and(|t| {
+                    t.status.attempt == v.attempt
+                        && t.status.node == Some(p.node)
+                        && !t.status.state.is_final()
+                        && t.priority < prio
+                        && !t.protected
+                })
+        });
+        if !valid {
+            return None;
+        }
+        for v in &p.victims {
+            let t = self.tasks.get_mut(&v.task)?;
+            let gpus = std::mem::take(&mut t.gpus);
+            t.status.requeue().ok()?;
+            t.preemptions += 1;
+            let job = t.job;
+            if let Some(n) = self.nodes.get_mut(&p.node) {
+                n.tasks.remove(&v.task);
+                n.stopping.push(Stopping {
+                    task: v.task,
+                    attempt: v.attempt,
+                    job,
+                    gpus,
+                });
+            }
+            self.pending.insert(v.task);
+        }
+        self.awaiting
+            .insert(p.preemptor, (p.node, p.victims.clone()));
+        Some(p.victims.clone())
+    }
+
+    /// A stopping (preempted) attempt ended: its resources return to the node. Returns
+    /// whether it was one.
+    fn release_stopping(&mut self, node: NodeId, task: TaskId, attempt: Attempt) -> bool {
+        let Some(n) = self.nodes.get_mut(&node) else {
+            return false;
+        };
+        let Some(i) = n
+            .stopping
+            .iter()
+            .position(|s| s.task == task && s.attempt == attempt)
+        else {
+            return false;
+        };
+        let s = n.stopping.remove(i);
+        if let Some(req) = self.jobs.get(&s.job).map(|j| j.spec.resources.clone()) {
+            if let Some(n) = self.nodes.get_mut(&node) {
+                n.free.give_back(&req, &s.gpus, &n.capacity);
+            }
+        }
+        true
+    }
+
+    /// What `who`'s non-final tasks holding its quota use in `partition`.
+    fn quota_usage(&self, who: &Principal, partition: &str) -> Usage {
+        let mut used = Usage::default();
+        let live = self
+            .pending
+            .iter()
+            .chain(self.nodes.values().flat_map(|n| n.tasks.iter()));
+        for tid in live {
+            let Some(t) = self.tasks.get(tid) else {
+                continue;
+            };
+            if t.quota.as_ref() != Some(who) {
+                continue;
+            }
+            if let Some(j) = self.jobs.get(&t.job) {
+                if partition_of(&j.spec) == partition {
+                    used.add(&j.spec.resources);
+                }
+            }
+        }
+        used
     }
 
     fn try_assign(&mut self, a: &Assign) -> Option<TaskRef> {
@@ -486,12 +805,17 @@ impl ClusterState {
         if !node.is_up() {
             return None;
         }
+        let partition = partition_of(&self.jobs.get(&task.job)?.spec).to_string();
+        if !node.serves(&partition) {
+            return None;
+        }
         let gpus = node.free.take(req)?;
         node.tasks.insert(a.task);
         let task = self.tasks.get_mut(&a.task)?;
         let attempt = task.status.assign(a.node).ok()?;
         task.gpus = gpus;
         self.pending.remove(&a.task);
+        self.awaiting.remove(&a.task);
         Some(TaskRef {
             task: a.task,
             node: a.node,
@@ -532,6 +856,9 @@ impl ClusterState {
         attempt: Attempt,
         exit_code: i32,
     ) -> Outcome {
+        if self.release_stopping(node, task, attempt) {
+            return Outcome::TaskUpdated;
+        }
         if let Err(o) = self.current(node, task, attempt) {
             return o;
         }
@@ -543,11 +870,133 @@ impl ClusterState {
         }
         let gpus = std::mem::take(&mut t.gpus);
         let job = t.job;
+        let now_final = t.status.state.is_final();
         self.release(node, task, job, &gpus);
+        if now_final {
+            self.tasks_became_final(job, 1);
+        }
         Outcome::TaskUpdated
     }
 
+    /// `n` tasks of `job` reached a final state: once none is left open, the job is
+    /// finished and its retention starts.
+    fn tasks_became_final(&mut self, job: JobId, n: u32) {
+        let at = self.last_ms;
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        j.open = j.open.saturating_sub(n);
+        if j.open == 0 && j.finished_ms.is_none() {
+            j.finished_ms = Some(at);
+            self.finished_jobs.insert((at, job));
+        }
+    }
+
+    /// Removes finished jobs (with their tasks) that finished before `jobs_before`, and
+    /// client request outcomes older than `requests_before`.
+    fn gc(&mut self, jobs_before: Option<u64>, requests_before: Option<u64>) -> Outcome {
+        let (mut jobs, mut tasks, mut requests) = (0u64, 0u64, 0u64);
+        if let Some(cut) = jobs_before {
+            let due: Vec<(u64, JobId)> = self
+                .finished_jobs
+                .range(..(cut, JobId(0)))
+                .copied()
+                .collect();
+            for key in due {
+                self.finished_jobs.remove(&key);
+                let Some(j) = self.jobs.get(&key.1) else {
+                    continue;
+                };
+                // The counter says finished; the tasks must agree before anything goes.
+                let all_final = j
+                    .tasks
+                    .iter()
+                    .all(|t| self.tasks.get(t).is_none_or(|t| t.status.state.is_final()));
+                if !all_final {
+                    continue;
+                }
+                if let Some(j) = self.jobs.remove(&key.1) {
+                    for t in &j.tasks {
+                        if self.tasks.remove(t).is_some() {
+                            tasks += 1;
+                        }
+                        self.pending.remove(t);
+                    }
+                    jobs += 1;
+                }
+            }
+        }
+        if let Some(cut) = requests_before {
+            let due: Vec<(u64, ClientRequestId)> = self
+                .requests_by_time
+                .range(..(cut, ClientRequestId(0)))
+                .copied()
+                .collect();
+            for key in due {
+                self.requests_by_time.remove(&key);
+                if self.requests.remove(&key.1).is_some() {
+                    requests += 1;
+                }
+            }
+        }
+        Outcome::Collected {
+            jobs,
+            tasks,
+            requests,
+        }
+    }
+
+    /// Whether a `GcJobs` with these cut-offs would remove anything (the leader asks before
+    /// proposing one).
+    pub fn gc_due(&self, jobs_before: Option<u64>, requests_before: Option<u64>) -> bool {
+        jobs_before.is_some_and(|cut| self.finished_jobs.first().is_some_and(|f| f.0 < cut))
+            || requests_before
+                .is_some_and(|cut| self.requests_by_time.first().is_some_and(|r| r.0 < cut))
+    }
+
+    /// Whether `job` existed once and was garbage-collected (ids are never reused).
+    pub fn job_was_collected(&self, job: JobId) -> bool {
+        job.0 >= 1 && job.0 <= self.next_job && !self.jobs.contains_key(&job)
+    }
+
+    /// Whether `task` existed once and was garbage-collected with its job.
+    pub fn task_was_collected(&self, task: TaskId) -> bool {
+        task.0 >= 1 && task.0 <= self.next_task && !self.tasks.contains_key(&task)
+    }
+
+    /// Recomputes what is derived rather than serialised: open-task counters, the
+    /// finished-job and request orders; folds a legacy request map into the compact one.
+    fn rebuild_derived(&mut self) {
+        let legacy = std::mem::take(&mut self.applied_requests);
+        for (req, o) in legacy {
+            self.requests.entry(req).or_insert(RecentRequest {
+                at_ms: self.last_ms,
+                outcome: RequestOutcome::compact(&o),
+            });
+        }
+        self.requests_by_time = self.requests.iter().map(|(r, v)| (v.at_ms, *r)).collect();
+        self.finished_jobs.clear();
+        let tasks = &self.tasks;
+        for j in self.jobs.values_mut() {
+            j.open = j
+                .tasks
+                .iter()
+                .filter(|t| tasks.get(t).is_some_and(|t| !t.status.state.is_final()))
+                .count() as u32;
+            if j.open == 0 && j.finished_ms.is_none() {
+                // Finished before retention was recorded: count from the snapshot's clock.
+                j.finished_ms = Some(self.last_ms);
+            }
+            if let (0, Some(f)) = (j.open, j.finished_ms) {
+                self.finished_jobs.insert((f, j.id));
+            }
+        }
+    }
+
     fn task_lost(&mut self, node: NodeId, task: TaskId, attempt: Attempt) -> Outcome {
+        if self.release_stopping(node, task, attempt) {
+            return Outcome::TaskUpdated;
+        }
         if let Err(o) = self.current(node, task, attempt) {
             return o;
         }
@@ -656,7 +1105,14 @@ impl ClusterState {
 
     /// State from [`to_bytes`](Self::to_bytes).
     pub fn from_bytes(b: &[u8]) -> Result<Self, String> {
-        rmp_serde::from_slice(b).map_err(|e| format!("bad snapshot: {e}"))
+        let mut s: Self = rmp_serde::from_slice(b).map_err(|e| format!("bad snapshot: {e}"))?;
+        s.rebuild_derived();
+        Ok(s)
+    }
+
+    /// Size of the serialised state, bytes (`status --json` `"state_bytes"`).
+    pub fn state_bytes(&self) -> u64 {
+        rmp_serde::to_vec_named(self).map_or(0, |b| b.len() as u64)
     }
 
     /// Task counts by state name (every state present).
@@ -698,6 +1154,18 @@ impl ClusterState {
             node: t.status.node,
             attempt: t.status.attempt,
             exit_code: t.status.exit_code,
+            priority: t.priority,
+            user: self
+                .jobs
+                .get(&t.job)
+                .map(|j| j.spec.user.clone())
+                .unwrap_or_default(),
+            partition: self
+                .jobs
+                .get(&t.job)
+                .map(|j| partition_of(&j.spec).to_string())
+                .unwrap_or_default(),
+            preemptions: t.preemptions,
             calls: t.calls,
         }
     }
@@ -753,6 +1221,11 @@ impl ClusterState {
             free: n.free.clone(),
             tasks: n.tasks.len() as u32,
             gpus_emulated: n.gpus_emulated(),
+            partitions: if n.partitions.is_empty() {
+                vec!["default".to_string()]
+            } else {
+                n.partitions.clone()
+            },
             engines: self.engine_info(n),
         }
     }

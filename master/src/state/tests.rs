@@ -38,6 +38,7 @@ fn spec(count: u32, cpu_milli: u64) -> JobSpec {
         count,
         command: vec!["true".into()],
         env: Default::default(),
+        no_preempt: false,
         program: None,
         nodes: vec![],
     }
@@ -67,6 +68,7 @@ impl Log {
             addr: format!("127.0.0.1:{key}"),
             capacity: node_res(cpus, 0),
             labels: Default::default(),
+            partitions: Vec::new(),
         }) {
             Outcome::Registered { node } => node,
             o => panic!("unexpected {o:?}"),
@@ -94,7 +96,7 @@ fn task_runs_to_success_and_releases_resources() {
     let n = l.register(7, 2);
     let t = l.submit(1, 1500)[0];
     assert!(
-        matches!(l.assign(t, n), Outcome::PlanApplied { ref accepted, rejected: 0 } if accepted.len() == 1)
+        matches!(l.assign(t, n), Outcome::PlanApplied { ref accepted, rejected: 0, .. } if accepted.len() == 1)
     );
     assert_eq!(l.state.nodes[&n].free.cpu_milli, 500);
     assert_eq!(
@@ -187,7 +189,9 @@ fn stale_plan_entries_are_rejected() {
         ],
         ..Default::default()
     })) {
-        Outcome::PlanApplied { accepted, rejected } => {
+        Outcome::PlanApplied {
+            accepted, rejected, ..
+        } => {
             assert_eq!(accepted.len(), 1);
             assert_eq!(rejected, 1);
         }
@@ -287,6 +291,7 @@ fn gpu_grants_are_per_device_and_returned() {
         addr: "x:1".into(),
         capacity: node_res(8, 2),
         labels: Default::default(),
+        partitions: Vec::new(),
     }) {
         Outcome::Registered { node } => node,
         o => panic!("{o:?}"),
@@ -331,6 +336,80 @@ fn replicas_applying_the_same_log_agree_byte_for_byte() {
     assert_eq!(restored, a.state);
     b.submit(1, 100);
     assert_ne!(a.state.state_hash(), b.state.state_hash());
+}
+
+#[test]
+fn retried_requests_get_the_compact_outcome_back_until_collected() {
+    let mut l = Log::new();
+    let req = ClientRequestId(42);
+    let submit = |l: &mut Log| {
+        l.index += 1;
+        l.state.apply(
+            l.index,
+            CommandEnvelope {
+                at_ms: 1000 + l.index,
+                request: Some(req),
+                command: Command::SubmitJob { spec: spec(3, 100) },
+            },
+        )
+    };
+    let first = submit(&mut l);
+    let again = submit(&mut l);
+    assert_eq!(first, again);
+    assert!(matches!(&first, Outcome::Submitted { tasks, .. } if tasks.len() == 3));
+    assert_eq!(l.state.jobs.len(), 1);
+    // Forgotten once older than the cut-off: a retry after that is a new job.
+    let o = l.apply(Command::GcJobs {
+        jobs_finished_before_ms: None,
+        requests_before_ms: Some(1000 + l.index + 1),
+    });
+    assert!(matches!(o, Outcome::Collected { requests: 1, .. }), "{o:?}");
+    assert_ne!(submit(&mut l), first);
+    assert_eq!(l.state.jobs.len(), 2);
+}
+
+#[test]
+fn finished_jobs_are_collected_and_restore_keeps_retention() {
+    let mut l = Log::new();
+    let n = l.register(1, 4);
+    let done = l.submit(1, 1000)[0];
+    let live = l.submit(1, 1000)[0];
+    l.assign(done, n);
+    l.apply(Command::TaskFinished {
+        node: n,
+        task: done,
+        attempt: 1,
+        exit_code: 0,
+    });
+    let finished_at = l.state.jobs[&JobId(1)].finished_ms.expect("finished");
+    assert!(l.state.jobs[&JobId(2)].finished_ms.is_none());
+    // The snapshot round trip rebuilds what is derived.
+    let restored = ClusterState::from_bytes(&l.state.to_bytes()).expect("restore");
+    assert_eq!(restored, l.state);
+    assert!(l.state.gc_due(Some(finished_at + 1), None));
+    assert!(!l.state.gc_due(Some(finished_at), None));
+    let before = l.state.state_bytes();
+    let o = l.apply(Command::GcJobs {
+        jobs_finished_before_ms: Some(finished_at + 1),
+        requests_before_ms: None,
+    });
+    assert_eq!(
+        o,
+        Outcome::Collected {
+            jobs: 1,
+            tasks: 1,
+            requests: 0
+        }
+    );
+    assert!(l.state.state_bytes() < before);
+    assert!(l.state.job_was_collected(JobId(1)));
+    assert!(!l.state.job_was_collected(JobId(2)));
+    assert!(!l.state.job_was_collected(JobId(3)));
+    assert!(l.state.task_was_collected(done));
+    assert!(l.state.tasks.contains_key(&live));
+    // Cancelled jobs finish too.
+    l.apply(Command::CancelJob { job: JobId(2) });
+    assert!(l.state.jobs[&JobId(2)].finished_ms.is_some());
 }
 
 #[test]

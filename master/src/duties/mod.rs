@@ -1,0 +1,808 @@
+//! `DutiesCore` — what only the leader does, as a pure engine (openraft's shape): one ordered
+//! stream of [`DutyEvent`]s in, a list of [`Effect`]s out. No sockets, no clock, no tasks:
+//! the executor actor (`server::duties`) feeds it events with the time, reads the applied
+//! state for it, and carries out the effects.
+//!
+//! ```text
+//!   applied entries ─┐                        ┌─▶ Propose(command)       ─▶ Raft
+//!   role changes    ─┤                        ├─▶ Dispatch(assignment)   ─▶ slave sender
+//!   heartbeats      ─┼─▶ DutiesCore::on(ev) ──┼─▶ Stop(task, attempt)    ─▶ slave sender
+//!   proposal results─┤      (pure)            └─▶ (nothing)
+//!   slave replies   ─┤
+//!   ticks           ─┘
+//! ```
+//!
+//! Duties: liveness from heartbeats (only up/down transitions are logged); the scheduling
+//! loop with one plan in flight; dispatch of committed assignments until the slave
+//! acknowledges, with per-assignment back-off so a dead slave delays only its own work;
+//! reconciliation of each slave's report of what it holds against the log; garbage
+//! collection of finished jobs and old client request outcomes (CONTRACT.md, Retention).
+//!
+//! A new leader proposes a barrier entry before acting (its applied state then holds every
+//! entry committed before its term) and counts node silence from the moment it took over,
+//! so a failover alone never declares healthy nodes lost.
+
+use crate::sched::Scheduler;
+use crate::state::{ClusterState, Command, Outcome, TaskRef};
+use hetsched_common::protocol::{Assignment, HeldPhase, HeldTask};
+use hetsched_common::{Attempt, NodeId, TaskId, TaskState};
+use std::collections::{BTreeMap, BTreeSet};
+
+#[cfg(test)]
+mod tests;
+
+/// The time as the executor reads it: a monotonic clock for timers (immune to wall-clock
+/// jumps) and the wall clock for what is compared with the log's timestamps (retention).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Now {
+    /// Monotonic milliseconds (any origin).
+    pub mono_ms: u64,
+    /// Milliseconds since the Unix epoch.
+    pub wall_ms: u64,
+}
+
+/// Timing and retention knobs of the leader duties.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DutiesConfig {
+    /// Silence after which a node is declared down.
+    pub node_timeout_ms: u64,
+    /// How long a dispatch may stay unanswered before it counts as failed.
+    pub dispatch_timeout_ms: u64,
+    /// First retry delay of a failed dispatch; doubles per failure up to `retry_max_ms`.
+    pub retry_min_ms: u64,
+    /// Largest retry delay of a dispatch.
+    pub retry_max_ms: u64,
+    /// How long a started task may be missing from its slave's reports before it is lost.
+    pub lost_after_ms: u64,
+    /// Finished jobs are collected this long after they finished (`None`: never).
+    pub job_gc_after_ms: Option<u64>,
+    /// Client request outcomes are kept this long (at least the client retry window).
+    pub request_retention_ms: u64,
+    /// How often garbage collection looks for work.
+    pub gc_period_ms: u64,
+    /// Time a preempted task gets between SIGTERM and SIGKILL (`--preempt-grace`).
+    pub preempt_grace_ms: u64,
+}
+
+impl Default for DutiesConfig {
+    fn default() -> Self {
+        Self {
+            node_timeout_ms: 5_000,
+            dispatch_timeout_ms: 3_000,
+            retry_min_ms: 200,
+            retry_max_ms: 5_000,
+            lost_after_ms: 3_000,
+            job_gc_after_ms: Some(3_600_000),
+            request_retention_ms: 600_000,
+            gc_period_ms: 1_000,
+            preempt_grace_ms: 10_000,
+        }
+    }
+}
+
+/// Why a proposal was made: its result is routed back to the duty that asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ProposalTag {
+    /// The leadership barrier of leadership `epoch`.
+    Barrier {
+        /// Leadership it belongs to.
+        epoch: u64,
+    },
+    /// The one plan in flight.
+    Plan {
+        /// Leadership it belongs to.
+        epoch: u64,
+    },
+    /// A liveness transition.
+    Liveness {
+        /// Node.
+        node: NodeId,
+        /// Up (true) or down.
+        up: bool,
+    },
+    /// A started task its slave no longer holds.
+    Lost {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
+    /// Garbage collection.
+    Gc,
+}
+
+/// Everything the duties react to, in the one order the executor delivers them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DutyEvent {
+    /// This master became leader (true) or stopped being leader (false).
+    Leadership(bool),
+    /// An entry was applied; `index` 0 means a snapshot was restored.
+    Applied {
+        /// Log index.
+        index: u64,
+        /// What applying it returned.
+        outcome: Outcome,
+        /// Nodes whose free resources or liveness may have changed.
+        touched: Vec<NodeId>,
+    },
+    /// A proposal made through [`Effect::Propose`] finished.
+    Proposed {
+        /// Its tag.
+        tag: ProposalTag,
+        /// Whether it applied.
+        ok: bool,
+    },
+    /// A slave's heartbeat with what it holds (accepted by [`DutiesCore::heartbeat_verdict`]).
+    Heartbeat {
+        /// Node.
+        node: NodeId,
+        /// What it holds.
+        held: Vec<HeldTask>,
+    },
+    /// A slave answered a dispatch (ok) or the send failed or timed out (not ok).
+    Delivered {
+        /// Node it was sent to.
+        node: NodeId,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Whether the slave accepted it.
+        ok: bool,
+    },
+    /// Time passed.
+    Tick,
+}
+
+/// What the executor must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Propose a command; report the result as [`DutyEvent::Proposed`] with `tag`.
+    Propose {
+        /// Routes the result back.
+        tag: ProposalTag,
+        /// The command.
+        command: Command,
+    },
+    /// Send an assignment to a slave; report the answer as [`DutyEvent::Delivered`].
+    Dispatch {
+        /// Node.
+        node: NodeId,
+        /// Its address.
+        addr: String,
+        /// The work.
+        assignment: Assignment,
+    },
+    /// Tell a slave to stop an attempt (fire and forget: reconciliation repeats it).
+    Stop {
+        /// Node.
+        node: NodeId,
+        /// Its address.
+        addr: String,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Time between SIGTERM and SIGKILL (`None`: the slave's default).
+        grace_ms: Option<u64>,
+    },
+}
+
+/// How a heartbeat is answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeartbeatVerdict {
+    /// Accepted: feed it as [`DutyEvent::Heartbeat`].
+    Accept,
+    /// This master does not lead.
+    NotLeader,
+    /// Leader, still applying its barrier: retry shortly.
+    CatchingUp,
+    /// The node is not registered: the slave should register again.
+    UnknownNode,
+}
+
+/// Where one committed assignment is on its way to its slave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DispatchState {
+    /// To be sent at or after `at`.
+    Due { at: u64 },
+    /// Sent at `since`, no answer yet.
+    InFlight { since: u64 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Dispatch {
+    node: NodeId,
+    state: DispatchState,
+    failures: u32,
+}
+
+/// The one plan in flight, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum PlanSlot {
+    Idle,
+    /// Proposed; these nodes were used tentatively by the scheduler and are re-read from
+    /// the state once the plan finishes either way.
+    InFlight {
+        nodes: Vec<NodeId>,
+    },
+}
+
+/// What a leader keeps between events.
+#[derive(Debug)]
+struct Leading {
+    epoch: u64,
+    /// Silence is counted from here at the earliest.
+    since: u64,
+    last_seen: BTreeMap<NodeId, u64>,
+    undelivered: BTreeMap<(TaskId, Attempt), Dispatch>,
+    /// Started tasks missing from their slave's reports, since when.
+    missing_since: BTreeMap<(TaskId, Attempt), u64>,
+    plan: PlanSlot,
+    /// Liveness transitions proposed and not finished, so each is proposed once.
+    transitions: BTreeSet<(NodeId, bool)>,
+    lost_proposed: BTreeSet<(TaskId, Attempt)>,
+    gc_in_flight: bool,
+    next_gc: u64,
+}
+
+/// The duties' role. One enum, so no combination of flags can be inconsistent.
+#[derive(Debug)]
+enum Role {
+    /// Not the leader: does nothing but wait.
+    Follower,
+    /// Leader whose barrier (of `epoch`) has not applied yet; a dropped barrier is
+    /// proposed again at `retry_at` (not at once: a deposed leader would spin).
+    CatchingUp { epoch: u64, retry_at: Option<u64> },
+    /// Leader with everything committed before its term applied.
+    Leading(Box<Leading>),
+}
+
+/// The leader duties as a pure engine.
+pub struct DutiesCore {
+    cfg: DutiesConfig,
+    scheduler: Box<dyn Scheduler>,
+    role: Role,
+    /// Bumped on every leadership gain, so late results of an older leadership are ignored.
+    epoch: u64,
+    /// The master's own id (stamped into its barrier).
+    master: u64,
+}
+
+impl std::fmt::Debug for DutiesCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DutiesCore")
+            .field("cfg", &self.cfg)
+            .field("role", &self.role)
+            .field("epoch", &self.epoch)
+            .finish()
+    }
+}
+
+impl DutiesCore {
+    /// A core for master `master`, following until told it leads.
+    pub fn new(master: u64, cfg: DutiesConfig, scheduler: Box<dyn Scheduler>) -> Self {
+        Self {
+            cfg,
+            scheduler,
+            role: Role::Follower,
+            epoch: 0,
+            master,
+        }
+    }
+
+    /// Whether this core leads with its barrier applied.
+    pub fn is_leading(&self) -> bool {
+        matches!(self.role, Role::Leading(_))
+    }
+
+    /// Assignments committed and not yet acknowledged by their slaves.
+    pub fn undelivered(&self) -> usize {
+        match &self.role {
+            Role::Leading(l) => l.undelivered.len(),
+            _ => 0,
+        }
+    }
+
+    /// How a heartbeat of `node` is answered, given the applied state.
+    pub fn heartbeat_verdict(&self, node: NodeId, view: &ClusterState) -> HeartbeatVerdict {
+        match &self.role {
+            Role::Follower => HeartbeatVerdict::NotLeader,
+            Role::CatchingUp { .. } => HeartbeatVerdict::CatchingUp,
+            Role::Leading(_) if view.nodes.contains_key(&node) => HeartbeatVerdict::Accept,
+            Role::Leading(_) => HeartbeatVerdict::UnknownNode,
+        }
+    }
+
+    /// Handles one event at time `now` over the applied state `view`.
+    pub fn on(&mut self, ev: DutyEvent, now: Now, view: &ClusterState) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match ev {
+            DutyEvent::Leadership(true) => self.became_leader(&mut fx),
+            DutyEvent::Leadership(false) => {
+                if !matches!(self.role, Role::Follower) {
+                    self.role = Role::Follower;
+                }
+            }
+            DutyEvent::Proposed { tag, ok } => self.proposed(tag, ok, now, view, &mut fx),
+            DutyEvent::Applied {
+                index,
+                outcome,
+                touched,
+            } => self.applied(index, outcome, &touched, now, view, &mut fx),
+            DutyEvent::Heartbeat { node, held } => self.heartbeat(node, &held, now, view, &mut fx),
+            DutyEvent::Delivered {
+                node: _,
+                task,
+                attempt,
+                ok,
+            } => {
+                if let Role::Leading(l) = &mut self.role {
+                    let cfg = self.cfg;
+                    if ok {
+                        l.undelivered.remove(&(task, attempt));
+                    } else if let Some(d) = l.undelivered.get_mut(&(task, attempt)) {
+                        d.failures += 1;
+                        d.state = DispatchState::Due {
+                            at: now.mono_ms + backoff(&cfg, d.failures),
+                        };
+                    }
+                }
+                self.dispatch(now, view, &mut fx);
+            }
+            DutyEvent::Tick => {
+                if let Role::CatchingUp {
+                    epoch,
+                    retry_at: Some(at),
+                } = self.role
+                {
+                    if at <= now.mono_ms {
+                        self.role = Role::CatchingUp {
+                            epoch,
+                            retry_at: None,
+                        };
+                        fx.push(Effect::Propose {
+                            tag: ProposalTag::Barrier { epoch },
+                            command: Command::LeaderBarrier {
+                                master: self.master,
+                            },
+                        });
+                    }
+                }
+                self.check_liveness(now, view, &mut fx);
+                self.schedule(view, &mut fx);
+                self.dispatch(now, view, &mut fx);
+                self.collect_garbage(now, view, &mut fx);
+            }
+        }
+        fx
+    }
+
+    fn became_leader(&mut self, fx: &mut Vec<Effect>) {
+        if !matches!(self.role, Role::Follower) {
+            return;
+        }
+        self.epoch += 1;
+        self.role = Role::CatchingUp {
+            epoch: self.epoch,
+            retry_at: None,
+        };
+        fx.push(Effect::Propose {
+            tag: ProposalTag::Barrier { epoch: self.epoch },
+            command: Command::LeaderBarrier {
+                master: self.master,
+            },
+        });
+    }
+
+    /// The barrier applied: the state holds everything committed before this term.
+    fn resume(&mut self, now: Now, view: &ClusterState) {
+        self.scheduler.reset(view);
+        // Every assignment the log says is not yet started may not have reached its slave:
+        // send it again (slaves acknowledge duplicates without running twice).
+        let undelivered = view
+            .tasks
+            .values()
+            .filter(|t| t.status.state == TaskState::Assigned)
+            .filter_map(|t| {
+                t.status.node.map(|node| {
+                    (
+                        (t.id, t.status.attempt),
+                        Dispatch {
+                            node,
+                            state: DispatchState::Due { at: 0 },
+                            failures: 0,
+                        },
+                    )
+                })
+            })
+            .collect();
+        self.role = Role::Leading(Box::new(Leading {
+            epoch: self.epoch,
+            since: now.mono_ms,
+            last_seen: BTreeMap::new(),
+            undelivered,
+            missing_since: BTreeMap::new(),
+            plan: PlanSlot::Idle,
+            transitions: BTreeSet::new(),
+            lost_proposed: BTreeSet::new(),
+            gc_in_flight: false,
+            next_gc: now.mono_ms + self.cfg.gc_period_ms,
+        }));
+    }
+
+    fn proposed(
+        &mut self,
+        tag: ProposalTag,
+        ok: bool,
+        now: Now,
+        view: &ClusterState,
+        fx: &mut Vec<Effect>,
+    ) {
+        match tag {
+            ProposalTag::Barrier { epoch } => {
+                if !matches!(self.role, Role::CatchingUp { epoch: e, .. } if e == epoch) {
+                    return;
+                }
+                if ok {
+                    self.resume(now, view);
+                    self.schedule(view, fx);
+                    self.dispatch(now, view, fx);
+                } else {
+                    // Dropped (an election in between, or a deposed leader not told yet):
+                    // try again shortly, unless leadership is lost meanwhile.
+                    self.role = Role::CatchingUp {
+                        epoch,
+                        retry_at: Some(now.mono_ms + self.cfg.retry_min_ms),
+                    };
+                }
+            }
+            ProposalTag::Plan { epoch } => {
+                let Role::Leading(l) = &mut self.role else {
+                    return;
+                };
+                if l.epoch != epoch {
+                    return;
+                }
+                if let PlanSlot::InFlight { nodes } = std::mem::replace(&mut l.plan, PlanSlot::Idle)
+                {
+                    self.scheduler.nodes_changed(view, &nodes);
+                }
+                self.schedule(view, fx);
+            }
+            ProposalTag::Liveness { node, up } => {
+                if let Role::Leading(l) = &mut self.role {
+                    l.transitions.remove(&(node, up));
+                }
+            }
+            ProposalTag::Lost { task, attempt } => {
+                if let Role::Leading(l) = &mut self.role {
+                    if !ok {
+                        l.lost_proposed.remove(&(task, attempt));
+                    }
+                }
+            }
+            ProposalTag::Gc => {
+                if let Role::Leading(l) = &mut self.role {
+                    l.gc_in_flight = false;
+                }
+            }
+        }
+    }
+
+    fn applied(
+        &mut self,
+        index: u64,
+        outcome: Outcome,
+        touched: &[NodeId],
+        now: Now,
+        view: &ClusterState,
+        fx: &mut Vec<Effect>,
+    ) {
+        if !self.is_leading() {
+            return;
+        }
+        if index == 0 {
+            self.scheduler.reset(view);
+        } else if !touched.is_empty() {
+            self.scheduler.nodes_changed(view, touched);
+        }
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        let mut wake = false;
+        match outcome {
+            Outcome::PlanApplied {
+                accepted,
+                preempted,
+                ..
+            } => {
+                stop_effects(&preempted, Some(self.cfg.preempt_grace_ms), view, fx);
+                for r in accepted {
+                    l.undelivered.insert(
+                        (r.task, r.attempt),
+                        Dispatch {
+                            node: r.node,
+                            state: DispatchState::Due { at: 0 },
+                            failures: 0,
+                        },
+                    );
+                }
+                self.dispatch(now, view, fx);
+            }
+            Outcome::Cancelled { stop, .. } => stop_effects(&stop, None, view, fx),
+            // New work or freed resources can make a placement possible.
+            Outcome::Submitted { .. }
+            | Outcome::Registered { .. }
+            | Outcome::NodeUp { .. }
+            | Outcome::NodeDown { .. }
+            | Outcome::TaskUpdated => wake = true,
+            _ => {}
+        }
+        if wake {
+            self.schedule(view, fx);
+        }
+    }
+
+    fn check_liveness(&mut self, now: Now, view: &ClusterState, fx: &mut Vec<Effect>) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        for n in view.nodes.values().filter(|n| n.is_up()) {
+            let since = l.last_seen.get(&n.id).copied().unwrap_or(0).max(l.since);
+            if now.mono_ms.saturating_sub(since) > self.cfg.node_timeout_ms
+                && l.transitions.insert((n.id, false))
+            {
+                fx.push(Effect::Propose {
+                    tag: ProposalTag::Liveness {
+                        node: n.id,
+                        up: false,
+                    },
+                    command: Command::NodeDown { node: n.id },
+                });
+            }
+        }
+    }
+
+    fn schedule(&mut self, view: &ClusterState, fx: &mut Vec<Effect>) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        if l.plan != PlanSlot::Idle || view.pending.is_empty() {
+            return;
+        }
+        let plan = self.scheduler.plan(view);
+        if plan.is_empty() {
+            return;
+        }
+        l.plan = PlanSlot::InFlight {
+            nodes: plan.assignments.iter().map(|a| a.node).collect(),
+        };
+        fx.push(Effect::Propose {
+            tag: ProposalTag::Plan { epoch: l.epoch },
+            command: Command::ApplyPlan(plan),
+        });
+    }
+
+    /// Sends every due assignment the log still holds; forgets those it no longer does.
+    fn dispatch(&mut self, now: Now, view: &ClusterState, fx: &mut Vec<Effect>) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        let cfg = self.cfg;
+        let mut gone = Vec::new();
+        for (&(task, attempt), d) in l.undelivered.iter_mut() {
+            match d.state {
+                DispatchState::Due { at } if at <= now.mono_ms => {}
+                // An answer that never came (the executor lost it): count it as a failure.
+                DispatchState::InFlight { since }
+                    if now.mono_ms.saturating_sub(since) > 2 * cfg.dispatch_timeout_ms =>
+                {
+                    d.failures += 1;
+                }
+                _ => continue,
+            }
+            let Some(t) = view.tasks.get(&task) else {
+                gone.push((task, attempt));
+                continue;
+            };
+            // Only an assignment the log still holds is worth sending.
+            if t.status.state != TaskState::Assigned || t.status.attempt != attempt {
+                gone.push((task, attempt));
+                continue;
+            }
+            let (Some(job), Some(node)) = (view.jobs.get(&t.job), view.nodes.get(&d.node)) else {
+                gone.push((task, attempt));
+                continue;
+            };
+            d.state = DispatchState::InFlight { since: now.mono_ms };
+            fx.push(Effect::Dispatch {
+                node: d.node,
+                addr: node.addr.clone(),
+                assignment: Assignment {
+                    task,
+                    job: t.job,
+                    index: t.index,
+                    attempt,
+                    command: job.spec.command.clone(),
+                    env: job.spec.env.clone(),
+                    resources: job.spec.resources.clone(),
+                    gpus: t.gpus.clone(),
+                },
+            });
+        }
+        for k in gone {
+            l.undelivered.remove(&k);
+        }
+    }
+
+    /// Compares a slave's report with the log: stops attempts the log no longer gives it,
+    /// re-sends assignments it lacks, and declares started tasks lost once they have been
+    /// missing for a while (a single report may predate a start).
+    fn heartbeat(
+        &mut self,
+        node: NodeId,
+        held: &[HeldTask],
+        now: Now,
+        view: &ClusterState,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        let Some(n) = view.nodes.get(&node) else {
+            return;
+        };
+        l.last_seen.insert(node, now.mono_ms);
+        if !n.is_up() && l.transitions.insert((node, true)) {
+            fx.push(Effect::Propose {
+                tag: ProposalTag::Liveness { node, up: true },
+                command: Command::NodeUp { node },
+            });
+        }
+        let mut stops = Vec::new();
+        let held_keys: BTreeSet<(TaskId, Attempt)> =
+            held.iter().map(|h| (h.task, h.attempt)).collect();
+        for h in held {
+            let current = view.tasks.get(&h.task).is_some_and(|t| {
+                t.status.node == Some(node)
+                    && t.status.attempt == h.attempt
+                    && !t.status.state.is_final()
+            });
+            if current {
+                l.undelivered.remove(&(h.task, h.attempt));
+            } else if !matches!(h.phase, HeldPhase::Finished { .. }) {
+                stops.push(TaskRef {
+                    task: h.task,
+                    node,
+                    attempt: h.attempt,
+                });
+            }
+        }
+        for tid in &n.tasks {
+            let Some(t) = view.tasks.get(tid) else {
+                continue;
+            };
+            let key = (t.id, t.status.attempt);
+            if held_keys.contains(&key) {
+                l.missing_since.remove(&key);
+                continue;
+            }
+            match t.status.state {
+                TaskState::Assigned => {
+                    l.undelivered.entry(key).or_insert(Dispatch {
+                        node,
+                        state: DispatchState::Due { at: 0 },
+                        failures: 0,
+                    });
+                }
+                TaskState::Running => {
+                    let since = *l.missing_since.entry(key).or_insert(now.mono_ms);
+                    if now.mono_ms.saturating_sub(since) > self.cfg.lost_after_ms
+                        && l.lost_proposed.insert(key)
+                    {
+                        fx.push(Effect::Propose {
+                            tag: ProposalTag::Lost {
+                                task: key.0,
+                                attempt: key.1,
+                            },
+                            command: Command::TaskLost {
+                                node,
+                                task: key.0,
+                                attempt: key.1,
+                            },
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        // A preempted attempt still stopping keeps its grace; anything else the log no longer
+        // gives the node is stopped at the slave's default.
+        let grace = self.cfg.preempt_grace_ms;
+        for r in stops {
+            let preempted = n
+                .stopping
+                .iter()
+                .any(|s| s.task == r.task && s.attempt == r.attempt);
+            stop_effects(&[r], preempted.then_some(grace), view, fx);
+        }
+        // A stopping attempt its slave no longer holds ended unreported: release it.
+        for st in &n.stopping {
+            let key = (st.task, st.attempt);
+            if held_keys.contains(&key) {
+                l.missing_since.remove(&key);
+                continue;
+            }
+            let since = *l.missing_since.entry(key).or_insert(now.mono_ms);
+            if now.mono_ms.saturating_sub(since) > self.cfg.lost_after_ms
+                && l.lost_proposed.insert(key)
+            {
+                fx.push(Effect::Propose {
+                    tag: ProposalTag::Lost {
+                        task: key.0,
+                        attempt: key.1,
+                    },
+                    command: Command::TaskLost {
+                        node,
+                        task: key.0,
+                        attempt: key.1,
+                    },
+                });
+            }
+        }
+        self.dispatch(now, view, fx);
+    }
+
+    fn collect_garbage(&mut self, now: Now, view: &ClusterState, fx: &mut Vec<Effect>) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        if l.gc_in_flight || now.mono_ms < l.next_gc {
+            return;
+        }
+        l.next_gc = now.mono_ms + self.cfg.gc_period_ms;
+        let jobs_before = self
+            .cfg
+            .job_gc_after_ms
+            .map(|after| now.wall_ms.saturating_sub(after));
+        let requests_before = Some(now.wall_ms.saturating_sub(self.cfg.request_retention_ms));
+        if view.gc_due(jobs_before, requests_before) {
+            l.gc_in_flight = true;
+            fx.push(Effect::Propose {
+                tag: ProposalTag::Gc,
+                command: Command::GcJobs {
+                    jobs_finished_before_ms: jobs_before,
+                    requests_before_ms: requests_before,
+                },
+            });
+        }
+    }
+}
+
+fn stop_effects(
+    stops: &[TaskRef],
+    grace_ms: Option<u64>,
+    view: &ClusterState,
+    fx: &mut Vec<Effect>,
+) {
+    for r in stops {
+        if let Some(n) = view.nodes.get(&r.node) {
+            fx.push(Effect::Stop {
+                node: r.node,
+                addr: n.addr.clone(),
+                task: r.task,
+                attempt: r.attempt,
+                grace_ms,
+            });
+        }
+    }
+}
+
+/// Retry delay after `failures` failed sends: doubling from the minimum, capped.
+fn backoff(cfg: &DutiesConfig, failures: u32) -> u64 {
+    let shift = failures.saturating_sub(1).min(20);
+    cfg.retry_min_ms
+        .saturating_mul(1u64 << shift)
+        .min(cfg.retry_max_ms)
+}

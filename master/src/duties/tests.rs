@@ -1,0 +1,662 @@
+//! The duties engine driven by events, with no runtime: each test feeds events and compares
+//! the effects it returns. The state is a real `ClusterState`, changed only through `apply`,
+//! and the scheduler the real indexed one.
+
+use super::*;
+use crate::sched::index::PolicyKind;
+use crate::sched::IndexedScheduler;
+use crate::state::{command_nodes, touched_nodes, CommandEnvelope};
+use hetsched_common::{GpuRequest, JobSpec, NodeResources, ResourceRequest};
+
+const WALL0: u64 = 1_700_000_000_000;
+
+struct Harness {
+    state: ClusterState,
+    core: DutiesCore,
+    index: u64,
+    mono: u64,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self::with(DutiesConfig::default())
+    }
+
+    fn with(cfg: DutiesConfig) -> Self {
+        Self {
+            state: ClusterState::new(),
+            core: DutiesCore::new(
+                1,
+                cfg,
+                Box::new(IndexedScheduler::new(PolicyKind::FirstFit, 1)),
+            ),
+            index: 0,
+            mono: 1_000,
+        }
+    }
+
+    fn now(&self) -> Now {
+        Now {
+            mono_ms: self.mono,
+            wall_ms: WALL0 + self.mono,
+        }
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.mono += ms;
+    }
+
+    fn on(&mut self, ev: DutyEvent) -> Vec<Effect> {
+        let now = self.now();
+        self.core.on(ev, now, &self.state)
+    }
+
+    /// Applies a command as a committed entry and tells the core, as the executor does.
+    fn apply(&mut self, command: Command) -> (Outcome, Vec<Effect>) {
+        self.index += 1;
+        let nodes = command_nodes(&command);
+        let outcome = self.state.apply(
+            self.index,
+            CommandEnvelope {
+                at_ms: WALL0 + self.mono,
+                request: None,
+                command,
+            },
+        );
+        let touched = touched_nodes(nodes, &outcome);
+        let fx = self.on(DutyEvent::Applied {
+            index: self.index,
+            outcome: outcome.clone(),
+            touched,
+        });
+        (outcome, fx)
+    }
+
+    /// Carries out a proposal effect: applies it, then reports it finished.
+    fn commit(&mut self, fx: &[Effect]) -> Vec<Effect> {
+        let mut out = Vec::new();
+        for e in fx {
+            if let Effect::Propose { tag, command } = e {
+                let (o, mut more) = self.apply(command.clone());
+                out.append(&mut more);
+                let ok = !matches!(o, Outcome::Rejected(_));
+                out.extend(self.on(DutyEvent::Proposed { tag: *tag, ok }));
+            }
+        }
+        out
+    }
+
+    fn register(&mut self, key: u64, cpus: u32) -> NodeId {
+        match self
+            .apply(Command::RegisterNode {
+                key,
+                node: None,
+                name: format!("n{key}"),
+                addr: format!("127.0.0.1:{}", 9000 + key),
+                capacity: NodeResources {
+                    cpu_milli: u64::from(cpus) * 1000,
+                    mem_mib: 4096,
+                    gpus: Vec::new(),
+                    engines: Default::default(),
+                },
+                labels: Default::default(),
+                partitions: Vec::new(),
+            })
+            .0
+        {
+            Outcome::Registered { node } => node,
+            o => panic!("registration failed: {o:?}"),
+        }
+    }
+
+    fn lead(&mut self) {
+        let fx = self.on(DutyEvent::Leadership(true));
+        assert_eq!(
+            fx,
+            vec![Effect::Propose {
+                tag: ProposalTag::Barrier { epoch: 1 },
+                command: Command::LeaderBarrier { master: 1 }
+            }]
+        );
+        let fx = self.commit(&fx);
+        assert!(self.core.is_leading());
+        assert!(fx.iter().all(|e| !matches!(e, Effect::Stop { .. })));
+    }
+
+    fn submit(&mut self, count: u32, cpus: u32) -> (Outcome, Vec<Effect>) {
+        self.apply(Command::SubmitJob {
+            spec: JobSpec {
+                name: "j".into(),
+                user: "u".into(),
+                partition: "default".into(),
+                resources: ResourceRequest {
+                    cpu_milli: u64::from(cpus) * 1000,
+                    mem_mib: 64,
+                    gpu: GpuRequest::none(),
+                    engines: Default::default(),
+                },
+                count,
+                command: vec!["true".into()],
+                env: Default::default(),
+                no_preempt: false,
+                ..Default::default()
+            },
+        })
+    }
+
+    fn heartbeat(&mut self, node: NodeId, held: Vec<HeldTask>) -> Vec<Effect> {
+        assert_eq!(
+            self.core.heartbeat_verdict(node, &self.state),
+            HeartbeatVerdict::Accept
+        );
+        self.on(DutyEvent::Heartbeat { node, held })
+    }
+}
+
+fn proposals(fx: &[Effect]) -> Vec<&Command> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Propose { command, .. } => Some(command),
+            _ => None,
+        })
+        .collect()
+}
+
+fn dispatched(fx: &[Effect]) -> Vec<(NodeId, TaskId, Attempt)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Dispatch {
+                node, assignment, ..
+            } => Some((*node, assignment.task, assignment.attempt)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn plan_of(fx: &[Effect]) -> Option<Vec<(TaskId, NodeId)>> {
+    proposals(fx).into_iter().find_map(|c| match c {
+        Command::ApplyPlan(p) => Some(p.assignments.iter().map(|a| (a.task, a.node)).collect()),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_follower_does_nothing_and_turns_heartbeats_away() {
+    let mut h = Harness::new();
+    let n = h.register(1, 4);
+    assert_eq!(
+        h.core.heartbeat_verdict(n, &h.state),
+        HeartbeatVerdict::NotLeader
+    );
+    let (_, fx) = h.submit(2, 1);
+    assert!(fx.is_empty());
+    assert!(h.on(DutyEvent::Tick).is_empty());
+}
+
+#[test]
+fn new_leader_catches_up_before_acting() {
+    let mut h = Harness::new();
+    let n = h.register(1, 4);
+    h.submit(1, 1);
+    let fx = h.on(DutyEvent::Leadership(true));
+    assert_eq!(proposals(&fx).len(), 1);
+    assert_eq!(
+        h.core.heartbeat_verdict(n, &h.state),
+        HeartbeatVerdict::CatchingUp
+    );
+    // Nothing is scheduled until the barrier applies.
+    assert!(h.on(DutyEvent::Tick).is_empty());
+    let fx = h.commit(&fx);
+    assert_eq!(plan_of(&fx), Some(vec![(TaskId(1), n)]));
+    // A barrier of an older leadership that arrives late changes nothing.
+    assert!(h
+        .on(DutyEvent::Proposed {
+            tag: ProposalTag::Barrier { epoch: 0 },
+            ok: true
+        })
+        .is_empty());
+}
+
+#[test]
+fn a_dropped_barrier_is_proposed_again() {
+    let mut h = Harness::new();
+    let fx = h.on(DutyEvent::Leadership(true));
+    assert_eq!(proposals(&fx).len(), 1);
+    let fx = h.on(DutyEvent::Proposed {
+        tag: ProposalTag::Barrier { epoch: 1 },
+        ok: false,
+    });
+    // Not at once (a deposed leader that was not told yet would spin), but shortly.
+    assert!(fx.is_empty());
+    assert!(h.on(DutyEvent::Tick).is_empty());
+    h.advance(250);
+    let fx = h.on(DutyEvent::Tick);
+    assert_eq!(
+        fx,
+        vec![Effect::Propose {
+            tag: ProposalTag::Barrier { epoch: 1 },
+            command: Command::LeaderBarrier { master: 1 }
+        }]
+    );
+    // Leadership lost meanwhile: nothing more.
+    h.on(DutyEvent::Leadership(false));
+    h.advance(1_000);
+    assert!(h.on(DutyEvent::Tick).is_empty());
+}
+
+#[test]
+fn submitted_work_is_planned_then_dispatched_once_committed() {
+    let mut h = Harness::new();
+    let n = h.register(1, 4);
+    h.lead();
+    let (_, fx) = h.submit(2, 1);
+    assert_eq!(plan_of(&fx), Some(vec![(TaskId(1), n), (TaskId(2), n)]));
+    // One plan in flight: another submit does not plan again until it finishes.
+    let (_, fx2) = h.submit(1, 1);
+    assert_eq!(plan_of(&fx2), None);
+    let fx = h.commit(&fx);
+    let d = dispatched(&fx);
+    assert_eq!(d, vec![(n, TaskId(1), 1), (n, TaskId(2), 1)]);
+    // Plan finished: the third task is planned next.
+    assert_eq!(plan_of(&fx), Some(vec![(TaskId(3), n)]));
+}
+
+#[test]
+fn a_rejected_plan_frees_the_slot_and_the_scheduler_plans_again() {
+    let mut h = Harness::new();
+    let n = h.register(1, 4);
+    h.lead();
+    let (_, fx) = h.submit(1, 1);
+    let Some(Effect::Propose { tag, .. }) = fx.first() else {
+        panic!("no plan: {fx:?}");
+    };
+    // The plan was dropped (leadership wobble) without applying.
+    let fx = h.on(DutyEvent::Proposed {
+        tag: *tag,
+        ok: false,
+    });
+    assert_eq!(plan_of(&fx), Some(vec![(TaskId(1), n)]));
+}
+
+#[test]
+fn a_silent_node_is_declared_down_and_its_tasks_are_requeued_elsewhere() {
+    let mut h = Harness::new();
+    let a = h.register(1, 2);
+    let b = h.register(2, 2);
+    h.lead();
+    let (_, fx) = h.submit(4, 1);
+    let fx = h.commit(&fx);
+    let on_a: Vec<TaskId> = dispatched(&fx)
+        .iter()
+        .filter(|d| d.0 == a)
+        .map(|d| d.1)
+        .collect();
+    assert_eq!(on_a.len(), 2);
+    // b keeps beating; a falls silent past the timeout.
+    for _ in 0..6 {
+        h.advance(1_000);
+        h.heartbeat(b, vec![]);
+    }
+    let fx = h.on(DutyEvent::Tick);
+    assert_eq!(proposals(&fx), vec![&Command::NodeDown { node: a }]);
+    // Proposed once, not on every tick.
+    assert!(proposals(&h.on(DutyEvent::Tick)).is_empty());
+    // Once applied, the lost attempts are pending again; b has room after its own finish.
+    let fx = h.commit(&fx);
+    for t in &on_a {
+        assert_eq!(h.state.tasks[t].status.state, TaskState::Pending);
+        assert_eq!(h.state.tasks[t].status.attempt, 1);
+    }
+    assert_eq!(plan_of(&fx), None, "b is full: nothing fits yet");
+    let b_task = *h.state.nodes[&b].tasks.iter().next().expect("b has work");
+    let (_, fx) = h.apply(Command::TaskFinished {
+        node: b,
+        task: b_task,
+        attempt: 1,
+        exit_code: 0,
+    });
+    let plan = plan_of(&fx).expect("freed room is used at once");
+    assert_eq!(plan.len(), 1);
+    assert!(on_a.contains(&plan[0].0) && plan[0].1 == b);
+    let fx = h.commit(&fx);
+    assert_eq!(dispatched(&fx), vec![(b, plan[0].0, 2)]);
+}
+
+#[test]
+fn failover_does_not_declare_healthy_nodes_down() {
+    let mut h = Harness::new();
+    h.register(1, 2);
+    h.advance(60_000);
+    h.lead();
+    h.advance(1_000);
+    assert!(proposals(&h.on(DutyEvent::Tick)).is_empty());
+}
+
+#[test]
+fn a_new_leader_resends_every_unstarted_assignment_and_reconciles() {
+    let mut h = Harness::new();
+    let a = h.register(1, 4);
+    h.lead();
+    let (_, fx) = h.submit(3, 1);
+    h.commit(&fx);
+    h.apply(Command::TaskStarted {
+        node: a,
+        task: TaskId(1),
+        attempt: 1,
+    });
+    // Leadership lost and regained (another term): the new leadership resends tasks 2
+    // and 3, which the log says are assigned but not started.
+    h.on(DutyEvent::Leadership(false));
+    assert!(!h.core.is_leading());
+    let fx = h.on(DutyEvent::Leadership(true));
+    let fx = h.commit(&fx);
+    assert_eq!(dispatched(&fx), vec![(a, TaskId(2), 1), (a, TaskId(3), 1)]);
+    // The slave reports task 2 queued and an attempt the log never gave it.
+    let fx = h.heartbeat(
+        a,
+        vec![
+            HeldTask {
+                task: TaskId(1),
+                attempt: 1,
+                phase: HeldPhase::Running,
+            },
+            HeldTask {
+                task: TaskId(2),
+                attempt: 1,
+                phase: HeldPhase::Queued,
+            },
+            HeldTask {
+                task: TaskId(9),
+                attempt: 4,
+                phase: HeldPhase::Running,
+            },
+        ],
+    );
+    assert_eq!(
+        fx,
+        vec![Effect::Stop {
+            node: a,
+            addr: "127.0.0.1:9001".into(),
+            task: TaskId(9),
+            attempt: 4,
+            grace_ms: None
+        }]
+    );
+    // Task 2 is held, so it is delivered; task 3 still waits for its answer.
+    assert_eq!(h.core.undelivered(), 1);
+}
+
+#[test]
+fn a_started_task_missing_from_reports_is_declared_lost_once() {
+    let mut h = Harness::new();
+    let a = h.register(1, 4);
+    h.lead();
+    let (_, fx) = h.submit(1, 1);
+    h.commit(&fx);
+    h.apply(Command::TaskStarted {
+        node: a,
+        task: TaskId(1),
+        attempt: 1,
+    });
+    assert!(proposals(&h.heartbeat(a, vec![])).is_empty());
+    h.advance(2_000);
+    assert!(proposals(&h.heartbeat(a, vec![])).is_empty());
+    h.advance(2_000);
+    let fx = h.heartbeat(a, vec![]);
+    assert_eq!(
+        proposals(&fx),
+        vec![&Command::TaskLost {
+            node: a,
+            task: TaskId(1),
+            attempt: 1
+        }]
+    );
+    h.advance(500);
+    assert!(proposals(&h.heartbeat(a, vec![])).is_empty());
+    let fx = h.commit(&fx);
+    // Re-queued and placed again under attempt 2.
+    let fx = h.commit(&fx);
+    assert_eq!(dispatched(&fx), vec![(a, TaskId(1), 2)]);
+}
+
+#[test]
+fn failed_dispatches_back_off_and_retry() {
+    let mut h = Harness::new();
+    let a = h.register(1, 4);
+    h.lead();
+    let (_, fx) = h.submit(1, 1);
+    let fx = h.commit(&fx);
+    assert_eq!(dispatched(&fx), vec![(a, TaskId(1), 1)]);
+    let fail = DutyEvent::Delivered {
+        node: a,
+        task: TaskId(1),
+        attempt: 1,
+        ok: false,
+    };
+    // First failure: retried after 200 ms, not before.
+    assert!(dispatched(&h.on(fail.clone())).is_empty());
+    h.advance(150);
+    assert!(dispatched(&h.on(DutyEvent::Tick)).is_empty());
+    h.advance(100);
+    assert_eq!(dispatched(&h.on(DutyEvent::Tick)), vec![(a, TaskId(1), 1)]);
+    // Second failure: 400 ms.
+    h.on(fail.clone());
+    h.advance(300);
+    assert!(dispatched(&h.on(DutyEvent::Tick)).is_empty());
+    h.advance(150);
+    assert_eq!(dispatched(&h.on(DutyEvent::Tick)), vec![(a, TaskId(1), 1)]);
+    // While in flight nothing is sent twice.
+    assert!(dispatched(&h.on(DutyEvent::Tick)).is_empty());
+    // Accepted: never sent again.
+    h.on(DutyEvent::Delivered {
+        node: a,
+        task: TaskId(1),
+        attempt: 1,
+        ok: true,
+    });
+    h.advance(10_000);
+    assert!(dispatched(&h.on(DutyEvent::Tick)).is_empty());
+    assert_eq!(h.core.undelivered(), 0);
+}
+
+#[test]
+fn the_back_off_is_capped() {
+    let cfg = DutiesConfig::default();
+    assert_eq!(backoff(&cfg, 1), 200);
+    assert_eq!(backoff(&cfg, 2), 400);
+    assert_eq!(backoff(&cfg, 5), 3_200);
+    assert_eq!(backoff(&cfg, 6), 5_000);
+    assert_eq!(backoff(&cfg, 400), 5_000);
+}
+
+#[test]
+fn a_dead_slaves_messages_are_parked_while_others_flow() {
+    let mut h = Harness::new();
+    let a = h.register(1, 1);
+    let b = h.register(2, 8);
+    h.lead();
+    // One task lands on a (first fit), the next on b.
+    let (_, fx) = h.submit(1, 1);
+    let fx = h.commit(&fx);
+    assert_eq!(dispatched(&fx), vec![(a, TaskId(1), 1)]);
+    // a does not answer: its dispatch backs off, again and again.
+    for _ in 0..4 {
+        h.on(DutyEvent::Delivered {
+            node: a,
+            task: TaskId(1),
+            attempt: 1,
+            ok: false,
+        });
+        h.advance(10);
+    }
+    // Meanwhile work for b goes out at once, on every plan.
+    for round in 0..3u64 {
+        let (_, fx) = h.submit(1, 1);
+        let fx = h.commit(&fx);
+        let d = dispatched(&fx);
+        assert_eq!(d, vec![(b, TaskId(2 + round), 1)], "round {round}");
+        h.on(DutyEvent::Delivered {
+            node: b,
+            task: TaskId(2 + round),
+            attempt: 1,
+            ok: true,
+        });
+    }
+    assert_eq!(h.core.undelivered(), 1, "only a's task waits");
+}
+
+#[test]
+fn cancelled_running_tasks_are_stopped_on_their_slaves() {
+    let mut h = Harness::new();
+    let a = h.register(1, 4);
+    h.lead();
+    let (_, fx) = h.submit(2, 1);
+    h.commit(&fx);
+    let (_, fx) = h.apply(Command::CancelJob {
+        job: hetsched_common::JobId(1),
+    });
+    let stops: Vec<(NodeId, TaskId)> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Stop { node, task, .. } => Some((*node, *task)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stops, vec![(a, TaskId(1)), (a, TaskId(2))]);
+    // Cancelled before delivery: the assignments are not sent again.
+    h.advance(10_000);
+    assert!(dispatched(&h.on(DutyEvent::Tick)).is_empty());
+}
+
+#[test]
+fn finished_jobs_are_collected_after_the_retention() {
+    let mut h = Harness::with(DutiesConfig {
+        job_gc_after_ms: Some(5_000),
+        ..DutiesConfig::default()
+    });
+    let a = h.register(1, 4);
+    h.lead();
+    let (_, fx) = h.submit(1, 1);
+    h.commit(&fx);
+    h.apply(Command::TaskFinished {
+        node: a,
+        task: TaskId(1),
+        attempt: 1,
+        exit_code: 0,
+    });
+    h.advance(2_000);
+    h.heartbeat(a, vec![]);
+    assert!(proposals(&h.on(DutyEvent::Tick)).is_empty());
+    h.advance(4_000);
+    h.heartbeat(a, vec![]);
+    let fx = h.on(DutyEvent::Tick);
+    let cmds = proposals(&fx);
+    assert!(
+        matches!(
+            cmds.as_slice(),
+            [Command::GcJobs {
+                jobs_finished_before_ms: Some(_),
+                ..
+            }]
+        ),
+        "{cmds:?}"
+    );
+    // One collection in flight at a time.
+    h.advance(1_000);
+    h.heartbeat(a, vec![]);
+    assert!(proposals(&h.on(DutyEvent::Tick)).is_empty());
+    h.commit(&fx);
+    assert!(h.state.jobs.is_empty());
+    assert!(h.state.tasks.is_empty());
+    assert!(h.state.job_was_collected(hetsched_common::JobId(1)));
+}
+
+#[test]
+fn job_gc_can_be_switched_off() {
+    let mut h = Harness::with(DutiesConfig {
+        job_gc_after_ms: None,
+        request_retention_ms: u64::MAX / 4,
+        ..DutiesConfig::default()
+    });
+    let a = h.register(1, 4);
+    h.lead();
+    let (_, fx) = h.submit(1, 1);
+    h.commit(&fx);
+    h.apply(Command::TaskFinished {
+        node: a,
+        task: TaskId(1),
+        attempt: 1,
+        exit_code: 0,
+    });
+    for _ in 0..10 {
+        h.advance(1_000);
+        h.heartbeat(a, vec![]);
+        assert!(proposals(&h.on(DutyEvent::Tick)).is_empty());
+    }
+    assert_eq!(h.state.jobs.len(), 1);
+}
+
+#[test]
+fn preempted_attempts_are_stopped_with_the_preemption_grace() {
+    let mut h = Harness::new();
+    let a = h.register(1, 1);
+    h.lead();
+    h.apply(Command::SetPriorityConfig {
+        config: hetsched_common::priority::parse_priority_toml(
+            "[[users]]\nname = \"hi\"\npriority = 10\n",
+        )
+        .expect("config"),
+    });
+    let (_, fx) = h.submit(1, 1);
+    h.commit(&fx);
+    let spec: JobSpec = serde_json::from_value(serde_json::json!({
+        "user": "hi", "resources": {"cpu_milli": 1000, "mem_mib": 1},
+        "count": 1, "command": ["true"]
+    }))
+    .expect("spec");
+    let (_, fx) = h.apply(Command::SubmitJob { spec });
+    let fx = h.commit(&fx);
+    let stops: Vec<&Effect> = fx
+        .iter()
+        .filter(|e| matches!(e, Effect::Stop { .. }))
+        .collect();
+    assert_eq!(
+        stops,
+        vec![&Effect::Stop {
+            node: a,
+            addr: "127.0.0.1:9001".into(),
+            task: TaskId(1),
+            attempt: 1,
+            grace_ms: Some(10_000)
+        }]
+    );
+    // The slave still reports the old attempt: it is stopped again, with the same grace.
+    let fx = h.heartbeat(
+        a,
+        vec![HeldTask {
+            task: TaskId(1),
+            attempt: 1,
+            phase: HeldPhase::Running,
+        }],
+    );
+    assert!(matches!(
+        fx.as_slice(),
+        [Effect::Stop {
+            grace_ms: Some(10_000),
+            ..
+        }]
+    ));
+    // It ended without a report: once missing long enough, it is released as lost.
+    h.advance(4_000);
+    h.heartbeat(a, vec![]);
+    h.advance(4_000);
+    let fx = h.heartbeat(a, vec![]);
+    assert_eq!(
+        proposals(&fx),
+        vec![&Command::TaskLost {
+            node: a,
+            task: TaskId(1),
+            attempt: 1
+        }]
+    );
+}

@@ -1,0 +1,214 @@
+//! One sender task per slave, each with its own queue, connection and back-off, so an
+//! unresponsive slave (a SIGSTOPped process accepts connections and never answers) delays
+//! only its own messages: nothing here is shared between slaves, no lock is held across a
+//! connect or a call.
+//!
+//! Calls on one slave's connection are multiplexed (the wire's `Connection` matches replies
+//! by request id), so a slow answer does not hold back the next assignment to the same
+//! slave either; each call has its own deadline.
+
+use hetsched_common::protocol::{Assignment, Message, SlaveCommand, SlaveCommandReply};
+use hetsched_common::wire::Connection;
+use hetsched_common::{Attempt, NodeId, TaskId};
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// A message for one slave.
+#[derive(Clone, Debug)]
+pub enum Outgoing {
+    /// Run this task; the answer is reported.
+    Dispatch(Assignment),
+    /// Stop this attempt (fire and forget: reconciliation repeats it).
+    Stop {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Time between SIGTERM and SIGKILL.
+        grace_ms: Option<u64>,
+    },
+}
+
+/// The answer to one dispatch, reported back to the duties.
+#[derive(Clone, Copy, Debug)]
+pub struct DispatchResult {
+    /// Node.
+    pub node: NodeId,
+    /// Task.
+    pub task: TaskId,
+    /// Attempt.
+    pub attempt: Attempt,
+    /// Whether the slave accepted it.
+    pub ok: bool,
+}
+
+/// Timing of the senders.
+#[derive(Clone, Copy, Debug)]
+pub struct SenderTiming {
+    /// Deadline of one connect.
+    pub connect_timeout: Duration,
+    /// Deadline of one call.
+    pub call_timeout: Duration,
+    /// Wait after a failed connect, doubling up to `backoff_max`.
+    pub backoff_min: Duration,
+    /// Largest wait between connects.
+    pub backoff_max: Duration,
+}
+
+impl Default for SenderTiming {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(1),
+            call_timeout: Duration::from_secs(3),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(2),
+        }
+    }
+}
+
+struct Handle {
+    addr: String,
+    tx: mpsc::UnboundedSender<Outgoing>,
+}
+
+/// The senders, by node. Owned by the duties executor (one thread): no lock.
+pub struct SlaveSenders {
+    senders: HashMap<NodeId, Handle>,
+    timing: SenderTiming,
+    results: mpsc::UnboundedSender<DispatchResult>,
+}
+
+impl SlaveSenders {
+    /// Senders whose dispatch results go to `results`.
+    pub fn new(timing: SenderTiming, results: mpsc::UnboundedSender<DispatchResult>) -> Self {
+        Self {
+            senders: HashMap::new(),
+            timing,
+            results,
+        }
+    }
+
+    /// Queues `msg` for `node` at `addr`, starting its sender if needed (or a new one when
+    /// the node re-registered at another address).
+    pub fn send(&mut self, node: NodeId, addr: &str, msg: Outgoing) {
+        let stale = self
+            .senders
+            .get(&node)
+            .is_some_and(|h| h.addr != addr || h.tx.is_closed());
+        if stale {
+            self.senders.remove(&node);
+        }
+        let timing = self.timing;
+        let results = self.results.clone();
+        let h = self.senders.entry(node).or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(run_sender(node, addr.to_string(), rx, timing, results));
+            Handle {
+                addr: addr.to_string(),
+                tx,
+            }
+        });
+        if let Err(e) = h.tx.send(msg) {
+            // The sender ended (cannot happen while we hold its receiver's peer); report.
+            fail(&self.results, node, &e.0);
+        }
+    }
+
+    /// Stops every sender (leadership lost): their queues are dropped.
+    pub fn clear(&mut self) {
+        self.senders.clear();
+    }
+
+    /// Number of slaves with a sender.
+    pub fn count(&self) -> usize {
+        self.senders.len()
+    }
+}
+
+fn fail(results: &mpsc::UnboundedSender<DispatchResult>, node: NodeId, msg: &Outgoing) {
+    if let Outgoing::Dispatch(a) = msg {
+        let _ = results.send(DispatchResult {
+            node,
+            task: a.task,
+            attempt: a.attempt,
+            ok: false,
+        });
+    }
+}
+
+async fn run_sender(
+    node: NodeId,
+    addr: String,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    timing: SenderTiming,
+    results: mpsc::UnboundedSender<DispatchResult>,
+) {
+    let mut conn: Option<Connection> = None;
+    let mut backoff = timing.backoff_min;
+    while let Some(msg) = rx.recv().await {
+        let c = match conn.as_ref().filter(|c| !c.is_closed()) {
+            Some(c) => c.clone(),
+            None => match Connection::connect(&addr, timing.connect_timeout).await {
+                Ok(c) => {
+                    backoff = timing.backoff_min;
+                    conn = Some(c.clone());
+                    c
+                }
+                Err(e) => {
+                    tracing::debug!(%node, %addr, error = %e, "cannot reach slave; backing off");
+                    fail(&results, node, &msg);
+                    // Everything queued now would fail the same way: report it, so the
+                    // duties retry it on their own back-off.
+                    while let Ok(m) = rx.try_recv() {
+                        fail(&results, node, &m);
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(timing.backoff_max);
+                    continue;
+                }
+            },
+        };
+        let results = results.clone();
+        let timeout = timing.call_timeout;
+        tokio::spawn(async move {
+            match msg {
+                Outgoing::Dispatch(a) => {
+                    let (task, attempt) = (a.task, a.attempt);
+                    let r = c
+                        .call(Message::ToSlave(SlaveCommand::Assign(a)), timeout)
+                        .await;
+                    let ok = matches!(r, Ok(Message::ToSlaveReply(SlaveCommandReply::Accepted)));
+                    if !ok {
+                        tracing::debug!(%node, %task, attempt, reply = ?r, "dispatch not acknowledged; will retry");
+                    }
+                    let _ = results.send(DispatchResult {
+                        node,
+                        task,
+                        attempt,
+                        ok,
+                    });
+                }
+                Outgoing::Stop {
+                    task,
+                    attempt,
+                    grace_ms,
+                } => {
+                    let r = c
+                        .call(
+                            Message::ToSlave(SlaveCommand::StopTask {
+                                task,
+                                attempt,
+                                grace_ms,
+                            }),
+                            timeout,
+                        )
+                        .await;
+                    if let Err(e) = r {
+                        tracing::debug!(%node, %task, error = %e, "stop not delivered; reconciliation will retry");
+                    }
+                }
+            }
+        });
+    }
+}
