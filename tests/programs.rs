@@ -96,7 +96,7 @@ fn scenario(c: &Cluster) {
     let prog_arg = program_file.display().to_string();
     // Locality: a typo in --nodes is refused; the real name pins the task there.
     let out = c.cli(&["submit", "--nodes", "no-such-node", "--program", &prog_arg]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no-such-node"),
         "{out:?}"
@@ -152,6 +152,10 @@ fn scenario(c: &Cluster) {
     assert_eq!(relations[0]["engines"][0]["engine"], "cpu", "{profiles}");
     assert!(relations[0]["engines"][0]["total_us"].as_u64() > Some(0));
 
+    // Unknown tasks are not found (exit 4).
+    let out = c.cli(&["calls", "task-99999"]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+
     // The text forms work too.
     let out = c.cli(&["calls", &id.to_string()]);
     assert!(out.status.success(), "{out:?}");
@@ -167,7 +171,7 @@ fn bad_program_file_is_refused_before_submitting() {
         "127.0.0.1:1",
         &["submit", "--program", &f.display().to_string()],
     );
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "bad input: {out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.toml:2:") && err.contains("fft"), "{err}");
     std::fs::write(&f, "[[call]]\napi = \"gemm\"\nargs = { n = 100000 }\n").expect("write");

@@ -290,7 +290,9 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
         );
     };
     let program = match &a.program {
-        Some(path) => Some(hetsched_common::program::read_program(path)?),
+        Some(path) => Some(
+            hetsched_common::program::read_program(path).map_err(|e| BadInput(e.to_string()))?,
+        ),
         None => None,
     };
     let named_by = match &a.program {

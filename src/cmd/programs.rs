@@ -1,8 +1,8 @@
 //! `calls`, `profile` and `profiles`: API programs' call records, the offline profiler and
 //! the cluster's selection tables and task–engine relation (S0, SEEDS.md §S0.1, §S0.5).
 
-use super::client::{block_on, call, ReadFlags};
-use anyhow::{bail, Context};
+use super::client::{block_on, call, BadInput, ReadFlags};
+use anyhow::bail;
 use hetsched_common::program::{CallRecord, SelectionTable};
 use hetsched_common::protocol::{ClientRequest, ClientResponse};
 use hetsched_common::TaskId;
@@ -15,7 +15,7 @@ pub fn parse_task(s: &str) -> anyhow::Result<TaskId> {
     digits
         .parse::<u64>()
         .map(TaskId)
-        .with_context(|| format!("{s:?} is not a task id (17 or task-17)"))
+        .map_err(|_| BadInput(format!("{s:?} is not a task id (17 or task-17)")).into())
 }
 
 /// A duration with a unit: `250ms`, `30s`, `5m`, `1h`.
@@ -114,7 +114,7 @@ pub struct ProfileArgs {
 pub fn profile(a: ProfileArgs) -> anyhow::Result<()> {
     use hetsched_slave::engine::{profile, EngineSet, EnginesFile};
     let file = match &a.engines {
-        Some(p) => EnginesFile::read(p)?,
+        Some(p) => EnginesFile::read(p).map_err(|e| BadInput(e.to_string()))?,
         None => EnginesFile::default(),
     };
     let cpus = a
@@ -134,7 +134,8 @@ pub fn profile(a: ProfileArgs) -> anyhow::Result<()> {
         },
     );
     let emulated = !gpus.is_empty() && gpus.iter().all(|g| g.emulated);
-    let set = EngineSet::new(&file, cpus, gpus.len() as u32, emulated)?;
+    let set = EngineSet::new(&file, cpus, gpus.len() as u32, emulated)
+        .map_err(|e| BadInput(e.to_string()))?;
     eprintln!(
         "profiling {} engine kind(s) within {:?}...",
         set.engines().len(),

@@ -18,10 +18,14 @@ pub fn locate(
     s: &ClusterState,
     task: TaskId,
 ) -> Result<(hetsched_common::NodeId, String, u32), ErrorReply> {
-    let t = s
-        .tasks
-        .get(&task)
-        .ok_or_else(|| ErrorReply::new(ErrorKind::Invalid, format!("unknown {task}")))?;
+    let t = s.tasks.get(&task).ok_or_else(|| {
+        let why = if s.task_was_collected(task) {
+            format!("{task} was collected (finished jobs are kept for --job-gc-after)")
+        } else {
+            format!("no such task: {task}")
+        };
+        ErrorReply::new(ErrorKind::NotFound, why)
+    })?;
     let node = t.status.node.ok_or_else(|| {
         ErrorReply::new(
             ErrorKind::Invalid,
