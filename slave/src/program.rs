@@ -198,6 +198,12 @@ impl ProgramRuntime {
                 return (records, EXIT_STOPPED);
             }
             let r = self.run_call(i as u32, call);
+            metrics::counter!(
+                "hetsched_slave_api_calls_total",
+                "engine" => r.engine.to_string(),
+                "fallback" => if r.fallback_from.is_some() { "true" } else { "false" }
+            )
+            .increment(1);
             if let Some(f) = out.as_mut() {
                 let _ = writeln!(
                     f,
