@@ -241,6 +241,7 @@ pub async fn run_with_engines(
         announce_rx,
     ));
     let programs = start_engines(&cfg, &me.name, engines, &engine_opts, announce_tx.clone());
+    reannounce_calls(&store, &log_dir, &announce_tx);
     let (agent_tx, agent_rx) = mpsc::unbounded_channel();
     let (report_tx, report_rx) = mpsc::unbounded_channel();
     let agent = agent::Agent::restore(
@@ -339,6 +340,32 @@ fn start_engines(
         });
     });
     runtime
+}
+
+/// Call summaries of program tasks that ended before the last stop and whose results the
+/// master has not acknowledged: sent again (recording one twice is harmless), since the
+/// first announcement may have been lost with the process.
+fn reannounce_calls(
+    store: &store::Store,
+    log_dir: &std::path::Path,
+    announce: &mpsc::UnboundedSender<announce::Announcement>,
+) {
+    let Ok(loaded) = store.load() else {
+        return;
+    };
+    for t in loaded.tasks {
+        if !matches!(t.phase, store::StoredPhase::Finished { .. }) {
+            continue;
+        }
+        let (task, attempt) = (t.assignment.task, t.assignment.attempt);
+        if let Some(records) = program::read_calls(log_dir, task.0, attempt) {
+            let _ = announce.send(announce::Announcement::Calls {
+                task,
+                attempt,
+                summary: hetsched_common::program::CallSummary::of(&records),
+            });
+        }
+    }
 }
 
 /// The listener's handler: masters' commands go to the agent (call records are read from
