@@ -3,7 +3,7 @@
 
 mod cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -37,13 +37,13 @@ enum Command {
     Slave(cmd::slave::Args),
     /// Submit a job of one or more tasks.
     Submit(cmd::client::SubmitArgs),
-    /// Cancel a job's unfinished tasks.
+    /// Cancel a job's unfinished tasks, or one task (--task ID).
     Cancel(cmd::client::CancelArgs),
     /// Show cluster status.
     Status(cmd::client::StatusArgs),
-    /// List jobs.
+    /// List jobs (newest first), or one job.
     Jobs(cmd::client::JobsArgs),
-    /// List tasks.
+    /// List tasks (newest first).
     Tasks(cmd::client::TasksArgs),
     /// List nodes.
     Nodes(cmd::client::ListArgs),
@@ -59,6 +59,19 @@ enum Command {
     Bench(BenchCommand),
     /// Plan a batch of data-local jobs (S2 makespan planner).
     PlanBatch(cmd::plan_batch::Args),
+    /// Print what a task wrote (stdout, or --stderr), also after it ended.
+    Logs(cmd::ops::LogsArgs),
+    /// Follow a job until it ends; exit 0 if every task succeeded, 1 otherwise.
+    Watch(cmd::ops::WatchArgs),
+    /// Drain a node: no new tasks; running ones finish or are re-queued at --deadline.
+    Drain(cmd::ops::DrainArgs),
+    /// Let a drained node take new tasks again.
+    Undrain(cmd::ops::UndrainArgs),
+    /// Job spec files.
+    #[command(subcommand)]
+    Job(cmd::ops::JobAction),
+    /// Print a shell completion script (bash, zsh, fish, ...).
+    Completions(cmd::ops::CompletionsArgs),
     /// Show the call records of an API-program task (which engine ran each call).
     Calls(cmd::programs::CallsArgs),
     /// Profile this machine's engines offline and print the selection table (S0.5).
@@ -77,8 +90,20 @@ enum BenchCommand {
     Placement(cmd::bench_placement::Args),
 }
 
+/// The command line with the exit-code table in every command's `--help`.
+fn cli_command() -> clap::Command {
+    fn with_exit_codes(c: clap::Command) -> clap::Command {
+        c.after_help(cmd::exit::EXIT_CODES_HELP)
+            .mut_subcommands(with_exit_codes)
+    }
+    with_exit_codes(Cli::command())
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match cli_command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(c) => c,
         Err(e) => return cmd::clap_error(e),
     };
@@ -93,6 +118,12 @@ fn main() -> ExitCode {
             | Command::Members(_)
             | Command::Config(_)
             | Command::PlanBatch(_)
+            | Command::Logs(_)
+            | Command::Watch(_)
+            | Command::Drain(_)
+            | Command::Undrain(_)
+            | Command::Job(_)
+            | Command::Completions(_)
             | Command::Calls(_)
             | Command::Profile(_)
             | Command::Profiles(_)
@@ -116,6 +147,12 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Failover(a)) => cmd::bench_raft::failover(a),
         Command::Bench(BenchCommand::Placement(a)) => cmd::bench_placement::run(a),
         Command::PlanBatch(a) => cmd::plan_batch::run(a),
+        Command::Logs(a) => cmd::ops::logs(&masters, a),
+        Command::Watch(a) => cmd::ops::watch(&masters, a),
+        Command::Drain(a) => cmd::ops::drain(&masters, a),
+        Command::Undrain(a) => cmd::ops::undrain(&masters, a),
+        Command::Job(a) => cmd::ops::job(a),
+        Command::Completions(a) => cmd::ops::completions(a, &mut cli_command()),
         Command::Calls(a) => cmd::programs::calls(&masters, a),
         Command::Profile(a) => cmd::programs::profile(a),
         Command::Profiles(a) => cmd::programs::profiles(&masters, a),
@@ -129,13 +166,7 @@ fn main() -> ExitCode {
                 line.push_str(&format!(": {cause}"));
             }
             eprintln!("{}", line.replace('\n', " "));
-            if let Some(se) = e.downcast_ref::<cmd::client::ServerError>() {
-                ExitCode::from(se.exit_code())
-            } else if e.downcast_ref::<cmd::client::BadInput>().is_some() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::FAILURE
-            }
+            ExitCode::from(cmd::exit::code_of(&e))
         }
     }
 }

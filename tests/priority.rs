@@ -80,10 +80,14 @@ fn scenario(c: &Cluster) {
             .and_then(|v| v.as_array().cloned())
             .unwrap_or_default()
     };
+    // In submission order (listings are newest first).
     let low_ids: Vec<u64> = wait_for("4 low tasks running", Duration::from_secs(60), || {
         let ts = tasks_of(low);
-        (ts.len() == 4 && ts.iter().all(|t| t["state"] == "running"))
-            .then(|| ts.iter().filter_map(|t| t["id"].as_u64()).collect())
+        (ts.len() == 4 && ts.iter().all(|t| t["state"] == "running")).then(|| {
+            let mut ids: Vec<u64> = ts.iter().filter_map(|t| t["id"].as_u64()).collect();
+            ids.sort_unstable();
+            ids
+        })
     });
     for t in tasks_of(low) {
         assert_eq!(
@@ -134,11 +138,12 @@ fn scenario(c: &Cluster) {
             .then_some(())
     });
     eprintln!("high task running {:?} after submit", submitted.elapsed());
-    let preempted: Vec<u64> = tasks_of(low)
+    let mut preempted: Vec<u64> = tasks_of(low)
         .iter()
         .filter(|t| t["preemptions"] == 1)
         .filter_map(|t| t["id"].as_u64())
         .collect();
+    preempted.sort_unstable();
     assert_eq!(
         preempted,
         vec![low_ids[2], low_ids[3]],

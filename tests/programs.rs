@@ -96,7 +96,7 @@ fn scenario(c: &Cluster) {
     let prog_arg = program_file.display().to_string();
     // Locality: a typo in --nodes is refused; the real name pins the task there.
     let out = c.cli(&["submit", "--nodes", "no-such-node", "--program", &prog_arg]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(out.status.code(), Some(4), "not found: {out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no-such-node"),
         "{out:?}"
@@ -151,6 +151,35 @@ fn scenario(c: &Cluster) {
     );
     assert_eq!(relations[0]["engines"][0]["engine"], "cpu", "{profiles}");
     assert!(relations[0]["engines"][0]["total_us"].as_u64() > Some(0));
+
+    // A job spec file may name the program (relative to the file).
+    let spec_file = c.dir.path().join("job.toml");
+    std::fs::write(
+        &spec_file,
+        "name = \"from-file\"\nprogram = \"prog.toml\"\nnodes = [\"gpu-node\"]\n",
+    )
+    .expect("write spec file");
+    let submitted = c
+        .json(&["submit", &spec_file.display().to_string()])
+        .expect("submit a spec file");
+    let job2 = submitted["job_id"].as_u64().expect("job_id");
+    let t2 = wait_for(
+        "the spec-file program to succeed",
+        Duration::from_secs(120),
+        || {
+            c.tasks()
+                .into_iter()
+                .find(|t| t["job_id"] == job2 && t["state"] == "succeeded")
+        },
+    );
+    let calls2 = c
+        .json(&["calls", &t2["id"].to_string()])
+        .expect("calls of the second program");
+    assert_eq!(
+        calls2["calls"].as_array().map(Vec::len),
+        Some(3),
+        "{calls2}"
+    );
 
     // Unknown tasks are not found (exit 4).
     let out = c.cli(&["calls", "task-99999"]);

@@ -22,6 +22,22 @@ macro_rules! id_type {
                 self.0
             }
         }
+
+        /// A bare number (`5`) or the display form (`job-5`), as CONTRACT.md allows.
+        impl std::str::FromStr for $name {
+            type Err = crate::Error;
+            fn from_str(s: &str) -> crate::Result<Self> {
+                let t = s.trim();
+                let digits = t.strip_prefix($prefix).unwrap_or(t);
+                digits.parse::<u64>().map($name).map_err(|_| crate::Error::Invalid {
+                    what: "id",
+                    why: format!(
+                        "{s:?} is not an id (expected a number or {}N)",
+                        $prefix
+                    ),
+                })
+            }
+        }
     };
 }
 
@@ -61,3 +77,19 @@ impl fmt::Display for ClientRequestId {
 /// Which execution of a task an assignment or report belongs to. A task that is lost,
 /// preempted or moved is retried with attempt + 1; reports of older attempts are ignored.
 pub type Attempt = u32;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_parse_bare_and_prefixed() {
+        assert_eq!("5".parse::<JobId>().ok(), Some(JobId(5)));
+        assert_eq!("job-5".parse::<JobId>().ok(), Some(JobId(5)));
+        assert_eq!("task-17".parse::<TaskId>().ok(), Some(TaskId(17)));
+        assert_eq!("node-3".parse::<NodeId>().ok(), Some(NodeId(3)));
+        assert!("task-17".parse::<JobId>().is_err());
+        assert!("lots".parse::<JobId>().is_err());
+        assert!("-1".parse::<JobId>().is_err());
+    }
+}

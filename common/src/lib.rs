@@ -6,9 +6,11 @@
 
 mod error;
 mod ids;
+pub mod jobfile;
 pub mod priority;
 pub mod program;
 pub mod protocol;
+mod reason;
 mod resources;
 pub mod rng;
 mod spec;
@@ -17,8 +19,11 @@ pub mod wire;
 
 pub use error::{Error, Result};
 pub use ids::{Attempt, ClientRequestId, JobId, MasterId, NodeId, TaskId};
+pub use reason::TaskReason;
 pub use resources::{
     allocate_gpus, EngineKind, GpuAlloc, GpuDevice, GpuRequest, NodeResources, ResourceRequest,
     GPU_MILLI_PER_DEVICE,
 };
-pub use spec::{names_node, parse_host_port, JobSpec, TaskState, TaskStatus, TransitionError};
+pub use spec::{
+    parse_host_port, JobSpec, TaskState, TaskStatus, TransitionError, MAX_BACKOFF_MS, MAX_RETRIES,
+};

@@ -7,7 +7,7 @@
 use crate::program::{CallRecord, CallSummary, EngineDecl, EngineTotal, SelectionTable, TaskKind};
 use crate::{
     Attempt, ClientRequestId, EngineKind, GpuAlloc, JobId, JobSpec, MasterId, NodeId,
-    NodeResources, ResourceRequest, TaskId, TaskState,
+    NodeResources, ResourceRequest, TaskId, TaskReason, TaskState,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -121,9 +121,9 @@ pub enum ClientRequest {
         /// As in `Status`.
         #[serde(default)]
         stale: bool,
-        /// Only this job (not found: `ErrorKind::NotFound`).
+        /// Which jobs (newest first).
         #[serde(default)]
-        job: Option<JobId>,
+        filter: ListFilter,
     },
     /// Tasks, optionally of one job.
     Tasks {
@@ -133,6 +133,9 @@ pub enum ClientRequest {
         /// Only this job's tasks.
         #[serde(default)]
         job: Option<JobId>,
+        /// Which tasks (newest first).
+        #[serde(default)]
+        filter: ListFilter,
     },
     /// Nodes.
     Nodes {
@@ -207,6 +210,48 @@ pub enum ClientRequest {
         /// The job.
         spec: JobSpec,
     },
+    /// Cancel one task (stopped on its slave if it runs).
+    CancelTask {
+        /// Client request id.
+        request: ClientRequestId,
+        /// The task.
+        task: TaskId,
+    },
+    /// Drain a node: no new tasks; running ones finish, or are stopped and re-queued with
+    /// reason `drained` once the deadline passes.
+    Drain {
+        /// Client request id.
+        request: ClientRequestId,
+        /// Node name, id, or `node-N`.
+        node: String,
+        /// Deadline, ms from now; `None`: running tasks may finish however long they take.
+        #[serde(default)]
+        deadline_after_ms: Option<u64>,
+    },
+    /// Stop draining a node.
+    Undrain {
+        /// Client request id.
+        request: ClientRequestId,
+        /// Node name, id, or `node-N`.
+        node: String,
+    },
+    /// Read part of a task attempt's output, fetched by the master from the slave holding it.
+    Logs {
+        /// Task.
+        task: TaskId,
+        /// Attempt (default: the latest).
+        #[serde(default)]
+        attempt: Option<Attempt>,
+        /// Standard error instead of standard output.
+        #[serde(default)]
+        stderr: bool,
+        /// Byte offset to read from.
+        #[serde(default)]
+        offset: u64,
+        /// Most bytes to return.
+        #[serde(default)]
+        max_bytes: u64,
+    },
     /// The call records of a program task, fetched from the slave that ran it (`calls`).
     Calls {
         /// Task.
@@ -218,6 +263,23 @@ pub enum ClientRequest {
         #[serde(default)]
         stale: bool,
     },
+}
+
+/// Which jobs or tasks a listing returns. Listings are newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListFilter {
+    /// Only this job (or this job's tasks).
+    #[serde(default)]
+    pub job: Option<JobId>,
+    /// Only this state (a task state, or a job state such as `failed`).
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Only this user's.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// At most this many.
+    #[serde(default)]
+    pub limit: Option<u32>,
 }
 
 /// Faults for one master's Raft links (mirrors the consensus crate's fault config).
@@ -278,6 +340,10 @@ pub enum ClientResponse {
         /// Acknowledged sequence numbers that did not apply (must be empty).
         missing: Vec<u64>,
     },
+    /// One node after a change (drain, undrain).
+    Node(NodeInfo),
+    /// Part of a task's output.
+    Logs(LogChunk),
     /// The S1 priority configuration.
     PriorityConfig(crate::priority::PriorityConfig),
     /// A dry run's answer, one entry per task.
@@ -295,6 +361,25 @@ pub enum ClientResponse {
     },
     /// Selection tables and the task–engine relation.
     Profiles(ProfilesInfo),
+}
+
+/// Part of a task attempt's output file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogChunk {
+    /// Task.
+    pub task: TaskId,
+    /// Attempt.
+    pub attempt: Attempt,
+    /// Node holding the file (`None` while the task has not been placed yet).
+    pub node: Option<NodeId>,
+    /// Offset of `data` in the file.
+    pub offset: u64,
+    /// The bytes.
+    pub data: serde_bytes::ByteBuf,
+    /// Size of the file when read.
+    pub size: u64,
+    /// Whether the task has ended for good (no more output will come).
+    pub task_final: bool,
 }
 
 /// One task of a dry run (`submit --dry-run --json`: `{"tasks": [...]}`).
@@ -440,6 +525,9 @@ pub struct NodeCounts {
     pub up: u64,
     /// Down.
     pub down: u64,
+    /// Draining (up or down).
+    #[serde(default)]
+    pub draining: u64,
 }
 
 /// One job as listed.
@@ -493,6 +581,15 @@ pub struct TaskInfo {
     /// Times preempted.
     #[serde(default)]
     pub preemptions: u32,
+    /// Why the last attempt ended, when not by a normal exit (CONTRACT.md reasons).
+    #[serde(default)]
+    pub reason: Option<TaskReason>,
+    /// Failed attempts so far (each retry consumes one).
+    #[serde(default)]
+    pub failures: u32,
+    /// Pending for a retry: not started before this leader time, ms since the Unix epoch.
+    #[serde(default)]
+    pub not_before_ms: Option<u64>,
     /// A program task's calls in brief (once its slave reported them).
     #[serde(default)]
     pub calls: Option<CallSummary>,
@@ -520,6 +617,12 @@ pub struct NodeInfo {
     /// Partitions it serves.
     #[serde(default)]
     pub partitions: Vec<String>,
+    /// Draining: takes no new tasks.
+    #[serde(default)]
+    pub draining: bool,
+    /// When a drain stops and re-queues what still runs there, ms since the Unix epoch.
+    #[serde(default)]
+    pub drain_deadline_ms: Option<u64>,
     /// Its engines: CPU and GPU always listed, others when declared.
     #[serde(default)]
     pub engines: Vec<EngineInfo>,
@@ -684,6 +787,20 @@ pub enum SlaveCommand {
         #[serde(default)]
         grace_ms: Option<u64>,
     },
+    /// Read part of an attempt's output file (answered even after the task ended, while
+    /// the file is kept).
+    ReadLog {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Standard error instead of standard output.
+        stderr: bool,
+        /// Byte offset to read from.
+        offset: u64,
+        /// Most bytes to return.
+        max_bytes: u64,
+    },
     /// The call records of a program task's attempt.
     Calls {
         /// Task.
@@ -700,6 +817,15 @@ pub enum SlaveCommandReply {
     Accepted,
     /// Stopped (or was not running).
     Stopped,
+    /// Part of a log file.
+    Log {
+        /// Offset of `data` in the file.
+        offset: u64,
+        /// The bytes.
+        data: serde_bytes::ByteBuf,
+        /// Size of the file when read.
+        size: u64,
+    },
     /// Call records, in call order (empty while none has finished).
     Calls(Vec<CallRecord>),
 }

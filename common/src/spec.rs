@@ -38,24 +38,31 @@ pub struct JobSpec {
     /// the configuration's `protect_min_priority`).
     #[serde(default)]
     pub no_preempt: bool,
+    /// Locality: the nodes (names, ids or `node-N`) the tasks may run on; empty means any.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// How many more times a failed task is re-run (0: never).
+    #[serde(default)]
+    pub retries: u32,
+    /// Delay before the first re-run, ms; it doubles with each failure, capped at
+    /// [`MAX_BACKOFF_MS`].
+    #[serde(default)]
+    pub backoff_ms: u64,
+    /// Longest one attempt may run, ms; past it the attempt is stopped with reason
+    /// `timeout`. `None`: no limit.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
     /// An API program each task runs instead of a command (S0; `submit --program FILE`).
     /// The command is then empty: [`JobSpec::carry_program`] fills the marker argv.
     #[serde(default)]
     pub program: Option<crate::program::Program>,
-    /// Locality (CONTRACT.md): the nodes the tasks may run on, by name or id (`3`,
-    /// `node-3`); empty means any node. Such tasks are never stolen.
-    #[serde(default)]
-    pub nodes: Vec<String>,
 }
 
-/// Most nodes a locality constraint may name.
-pub const MAX_LOCALITY_NODES: usize = 1024;
+/// Largest delay between re-runs of a failed task (5 minutes).
+pub const MAX_BACKOFF_MS: u64 = 5 * 60 * 1000;
 
-/// Whether `node` (id `id`, name `name`) is what `given` names: its name, its id, or
-/// `node-<id>`.
-pub fn names_node(given: &str, id: NodeId, name: &str) -> bool {
-    given == name || given.strip_prefix("node-").unwrap_or(given).parse::<u64>() == Ok(id.0)
-}
+/// Most re-runs one task may ask for.
+pub const MAX_RETRIES: u32 = 1000;
 
 /// Largest number of tasks one job may have.
 pub const MAX_TASKS_PER_JOB: u32 = 100_000;
@@ -85,15 +92,31 @@ impl JobSpec {
                 self.count
             )));
         }
-        if self.nodes.len() > MAX_LOCALITY_NODES || self.nodes.iter().any(|n| n.trim().is_empty()) {
-            return Err(bad(format!(
-                "nodes must be 1..={MAX_LOCALITY_NODES} non-empty names or ids"
-            )));
-        }
         if self.resources.cpu_milli == 0 {
             return Err(bad("a task must ask for some cpu (cpu_milli > 0)".into()));
         }
+        if self.retries > MAX_RETRIES {
+            return Err(bad(format!(
+                "retries {} is above the limit of {MAX_RETRIES}",
+                self.retries
+            )));
+        }
+        if self.timeout_ms == Some(0) {
+            return Err(bad("timeout must be longer than 0".into()));
+        }
+        if let Some(n) = self.nodes.iter().find(|n| n.trim().is_empty()) {
+            return Err(bad(format!("node name {n:?} is empty")));
+        }
         self.resources.validate()
+    }
+
+    /// How long a task waits before its re-run after its `failures`-th failure (≥ 1):
+    /// `backoff_ms`, doubling per failure, capped at [`MAX_BACKOFF_MS`].
+    pub fn retry_delay_ms(&self, failures: u32) -> u64 {
+        let doublings = failures.saturating_sub(1).min(32);
+        self.backoff_ms
+            .saturating_mul(1u64 << doublings)
+            .min(MAX_BACKOFF_MS)
     }
 }
 
@@ -333,10 +356,7 @@ mod tests {
             },
             count: 1,
             command: vec!["true".into()],
-            env: BTreeMap::new(),
-            no_preempt: false,
-            program: None,
-            nodes: vec![],
+            ..Default::default()
         };
         assert!(s.validate().is_ok());
         s.count = 0;
@@ -344,6 +364,19 @@ mod tests {
         s.count = 1;
         s.command.clear();
         assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn retry_delay_doubles_and_is_capped() {
+        let s = JobSpec {
+            backoff_ms: 5_000,
+            ..Default::default()
+        };
+        assert_eq!(s.retry_delay_ms(1), 5_000);
+        assert_eq!(s.retry_delay_ms(2), 10_000);
+        assert_eq!(s.retry_delay_ms(3), 20_000);
+        assert_eq!(s.retry_delay_ms(10), MAX_BACKOFF_MS);
+        assert_eq!(s.retry_delay_ms(u32::MAX), MAX_BACKOFF_MS);
     }
 
     #[test]

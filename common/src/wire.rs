@@ -458,7 +458,7 @@ mod tests {
             9,
             Message::Client(ClientRequest::Jobs {
                 stale: false,
-                job: None,
+                filter: Default::default(),
             }),
         );
         env.version = 99;
@@ -561,7 +561,7 @@ mod tests {
             .call(
                 Message::Client(ClientRequest::Jobs {
                     stale: false,
-                    job: None,
+                    filter: Default::default(),
                 }),
                 Duration::from_secs(2),
             )

@@ -66,8 +66,7 @@ fn spec() -> impl Strategy<Value = JobSpec> {
             command,
             env: BTreeMap::from([("K".to_string(), "V".to_string())]),
             no_preempt: count % 2 == 0,
-            program: None,
-            nodes: vec![],
+            ..Default::default()
         })
 }
 
@@ -142,11 +141,15 @@ fn message() -> impl Strategy<Value = Message> {
             job: JobId(j)
         })),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Status { stale })),
-        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Jobs { stale, job: None })),
+        any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Jobs {
+            stale,
+            filter: Default::default()
+        })),
         (any::<bool>(), any::<Option<u64>>()).prop_map(|(stale, j)| Message::Client(
             ClientRequest::Tasks {
                 stale,
-                job: j.map(JobId)
+                job: j.map(JobId),
+                filter: Default::default(),
             }
         )),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Nodes { stale })),
@@ -182,6 +185,7 @@ fn message() -> impl Strategy<Value = Message> {
                         total: 2,
                         up: 1,
                         down: 1,
+                        draining: 0,
                     },
                     jobs: 3,
                     tasks: BTreeMap::from([("pending".to_string(), m)]),
@@ -222,6 +226,9 @@ fn message() -> impl Strategy<Value = Message> {
                 user: "u".into(),
                 partition: "default".into(),
                 preemptions: a,
+                reason: None,
+                failures: 0,
+                not_before_ms: None,
                 calls: None,
             }]))
         }),
@@ -236,6 +243,8 @@ fn message() -> impl Strategy<Value = Message> {
                 tasks: 1,
                 gpus_emulated: true,
                 partitions: vec!["default".into(), "gpu".into()],
+                draining: false,
+                drain_deadline_ms: None,
                 engines: vec![],
             }])
         )),

@@ -31,6 +31,7 @@ pub mod engine;
 pub mod exec;
 pub mod gpu;
 pub mod link;
+pub mod logs;
 pub mod program;
 pub mod queue;
 pub mod store;
@@ -377,6 +378,24 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
             let m = match msg {
+                // Reading output files needs nothing of the agent's state.
+                Message::ToSlave(SlaveCommand::ReadLog {
+                    task,
+                    attempt,
+                    stderr,
+                    offset,
+                    max_bytes,
+                }) => {
+                    let read = tokio::task::spawn_blocking(move || {
+                        logs::read_log(&log_dir, task, attempt, stderr, offset, max_bytes)
+                    });
+                    return Some(read.await.unwrap_or_else(|e| {
+                        Message::Error(ErrorReply::new(
+                            ErrorKind::Internal,
+                            format!("log reader failed: {e}"),
+                        ))
+                    }));
+                }
                 Message::ToSlave(SlaveCommand::Calls { task, attempt }) => {
                     return Some(match program::read_calls(&log_dir, task.0, attempt) {
                         Some(calls) => Message::ToSlaveReply(SlaveCommandReply::Calls(calls)),
@@ -406,7 +425,7 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                     tracing::debug!(%peer, message = ?other, "unsupported request");
                     return Some(Message::Error(ErrorReply::new(
                         ErrorKind::Unsupported,
-                        "a slave serves only Assign, StopTask and Calls",
+                        "a slave serves only Assign, StopTask, ReadLog and Calls",
                     )));
                 }
             };

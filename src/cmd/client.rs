@@ -1,40 +1,66 @@
-//! Client commands: submit, cancel, status, jobs, tasks, nodes.
+//! Client commands: submit, cancel, status, jobs, tasks, nodes, members.
 //!
 //! Requests go to the masters in `--masters` order; a follower's `NotLeader` answer sends the
 //! client to the leader it names; unreachable masters and elections are retried until a
-//! deadline. A submit keeps one client request id across retries, so it applies at most once.
+//! deadline (`HETSCHED_CLIENT_TIMEOUT_MS`, default 15 s), after which the command exits 5. A
+//! submit keeps one client request id across retries, so it applies at most once. Every
+//! error carries its exit code ([`super::exit`]).
 
-use anyhow::{anyhow, bail, Context};
-use hetsched_common::protocol::{ClientRequest, ClientResponse, ErrorKind, Message};
+use super::exit;
+use super::table;
+use anyhow::{anyhow, Context};
+use hetsched_common::jobfile::{self, JobFile};
+use hetsched_common::protocol::{ClientRequest, ClientResponse, ErrorKind, ListFilter, Message};
 use hetsched_common::wire::Connection;
-use hetsched_common::{ClientRequestId, GpuRequest, JobId, JobSpec, ResourceRequest};
+use hetsched_common::{ClientRequestId, JobId, JobSpec, TaskId};
 use std::time::{Duration, Instant};
 
 /// Arguments of `hetsched submit`.
 #[derive(clap::Args, Debug)]
 pub struct SubmitArgs {
+    /// Job spec file (TOML or JSON; see README "Job spec files"). Flags override its fields.
+    #[arg(value_name = "FILE")]
+    pub file: Option<String>,
     /// Job name (default: the program's name).
     #[arg(long)]
     pub name: Option<String>,
     /// User (default: $USER).
     #[arg(long)]
     pub user: Option<String>,
-    /// Partition.
-    #[arg(long, default_value = "default")]
-    pub partition: String,
-    /// CPU cores per task (fractions allowed: 0.5).
-    #[arg(long, default_value_t = 1.0)]
-    pub cpus: f64,
-    /// Memory per task, MiB.
-    #[arg(long, default_value_t = 128)]
-    pub mem: u64,
-    /// GPUs per task: a whole number, or a fraction of one GPU (0.5).
-    #[arg(long, default_value_t = 0.0)]
-    pub gpus: f64,
-    /// Number of tasks.
-    #[arg(long, default_value_t = 1)]
-    pub count: u32,
-    /// Print {"job_id": ...} as one JSON line.
+    /// Partition [default: default].
+    #[arg(long)]
+    pub partition: Option<String>,
+    /// CPU cores per task (fractions allowed: 0.5) [default: 1].
+    #[arg(long)]
+    pub cpus: Option<f64>,
+    /// Memory per task, MiB [default: 128].
+    #[arg(long)]
+    pub mem: Option<u64>,
+    /// GPUs per task: a whole number, or a fraction of one GPU (0.5) [default: 0].
+    #[arg(long)]
+    pub gpus: Option<f64>,
+    /// Acceptable GPU model (e.g. T4).
+    #[arg(long, value_name = "MODEL")]
+    pub gpu_model: Option<String>,
+    /// Number of tasks [default: 1].
+    #[arg(long)]
+    pub count: Option<u32>,
+    /// Extra environment for every task (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Run only on these nodes (names or ids).
+    #[arg(long, value_delimiter = ',', value_name = "NAME_OR_ID,...")]
+    pub nodes: Option<Vec<String>>,
+    /// Re-run a failed task up to N more times.
+    #[arg(long, value_name = "N")]
+    pub retries: Option<u32>,
+    /// First delay before a re-run (doubling, capped at 5m), e.g. 5s.
+    #[arg(long, value_name = "DURATION")]
+    pub backoff: Option<String>,
+    /// Longest one attempt may run (then stopped, reason "timeout"), e.g. 1h.
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Print {"job_id": ..., "tasks": N} as one JSON line.
     #[arg(long)]
     pub json: bool,
     /// Never make this job's tasks preemption victims (S1). Accepted only for users whose
@@ -49,19 +75,20 @@ pub struct SubmitArgs {
     /// call runs on the best available engine of the task's node (see `hetsched calls`).
     #[arg(long, value_name = "FILE", conflicts_with = "command")]
     pub program: Option<std::path::PathBuf>,
-    /// Locality: the tasks may run only on these nodes (names or ids: `gpu-node,3,node-4`).
-    #[arg(long, value_delimiter = ',', value_name = "NAME_OR_ID,...")]
-    pub nodes: Vec<String>,
-    /// The command each task runs.
-    #[arg(last = true, required_unless_present = "program", value_name = "CMD")]
+    /// The command each task runs (overrides the file's `command`).
+    #[arg(last = true, value_name = "CMD", conflicts_with = "program")]
     pub command: Vec<String>,
 }
 
 /// Arguments of `hetsched cancel`.
 #[derive(clap::Args, Debug)]
 pub struct CancelArgs {
-    /// Job id.
-    pub job: u64,
+    /// The job (`5`, `job-5`); `task-17` cancels one task.
+    #[arg(value_name = "JOB", required_unless_present = "task")]
+    pub job: Option<String>,
+    /// Cancel only this task (`17`, `task-17`).
+    #[arg(long, value_name = "ID", conflicts_with = "job")]
+    pub task: Option<TaskId>,
     /// Print one JSON line.
     #[arg(long)]
     pub json: bool,
@@ -95,87 +122,57 @@ pub struct StatusArgs {
     read: ReadFlags,
 }
 
-/// Arguments of `hetsched jobs|nodes`.
+/// Arguments of `hetsched nodes`.
 #[derive(clap::Args, Debug)]
 pub struct ListArgs {
     #[command(flatten)]
     read: ReadFlags,
 }
 
+/// Filters shared by `jobs` and `tasks`.
+#[derive(clap::Args, Debug)]
+pub struct FilterFlags {
+    /// Only this state (jobs: pending, running, succeeded, failed, cancelled; tasks also
+    /// assigned).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only this user's.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// At most N (newest first).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
+}
+
 /// Arguments of `hetsched jobs`.
 #[derive(clap::Args, Debug)]
 pub struct JobsArgs {
-    /// Show only this job (`5` or `job-5`); exits 4 when there is no such job, or when it
-    /// finished and was garbage-collected.
-    #[arg(value_name = "JOB", value_parser = parse_job_id)]
-    pub job: Option<u64>,
+    /// Only this job (`5`, `job-5`).
+    #[arg(value_name = "JOB")]
+    pub id: Option<JobId>,
+    /// Only this job (same as JOB).
+    #[arg(long, value_name = "JOB", conflicts_with = "id")]
+    pub job: Option<JobId>,
+    #[command(flatten)]
+    filter: FilterFlags,
     #[command(flatten)]
     read: ReadFlags,
-}
-
-/// Parses a job id: `5` or `job-5` (CONTRACT.md, ids).
-pub fn parse_job_id(s: &str) -> Result<u64, String> {
-    s.strip_prefix("job-")
-        .unwrap_or(s)
-        .parse()
-        .map_err(|_| format!("{s:?} is not a job id (5 or job-5)"))
-}
-
-/// An error answer from the masters, kept typed so that the exit code can follow
-/// CONTRACT.md (4 not found, 2 bad input, 5 unavailable).
-#[derive(Debug)]
-pub struct ServerError {
-    /// What kind of error the master reported.
-    pub kind: ErrorKind,
-    /// Its message.
-    pub message: String,
-}
-
-impl std::fmt::Display for ServerError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ServerError {}
-
-/// Bad input found on the client side (a file, a flag): exit 2 (CONTRACT.md).
-#[derive(Debug)]
-pub struct BadInput(pub String);
-
-impl std::fmt::Display for BadInput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadInput {}
-
-impl ServerError {
-    /// The process exit code for this error (CONTRACT.md).
-    pub fn exit_code(&self) -> u8 {
-        match self.kind {
-            ErrorKind::NotFound => 4,
-            ErrorKind::Invalid | ErrorKind::Malformed | ErrorKind::TooLarge => 2,
-            ErrorKind::Forbidden => 3,
-            ErrorKind::Unavailable | ErrorKind::Unknown | ErrorKind::NotLeader { .. } => 5,
-            _ => 1,
-        }
-    }
 }
 
 /// Arguments of `hetsched tasks`.
 #[derive(clap::Args, Debug)]
 pub struct TasksArgs {
-    /// Only this job's tasks.
+    /// Only this job's tasks (`5`, `job-5`).
     #[arg(long)]
-    pub job: Option<u64>,
+    pub job: Option<JobId>,
+    #[command(flatten)]
+    filter: FilterFlags,
     #[command(flatten)]
     read: ReadFlags,
 }
 
 /// How long a client command keeps retrying (elections, restarts) before giving up.
-fn deadline() -> Duration {
+pub fn deadline() -> Duration {
     std::env::var("HETSCHED_CLIENT_TIMEOUT_MS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -183,23 +180,43 @@ fn deadline() -> Duration {
         .unwrap_or(Duration::from_secs(15))
 }
 
+/// The error a master's answer maps to, with its exit code.
+fn answer_error(kind: &ErrorKind, message: &str) -> anyhow::Error {
+    match kind {
+        ErrorKind::NotFound => exit::not_found(message),
+        ErrorKind::Invalid | ErrorKind::Malformed | ErrorKind::TooLarge => exit::bad_input(message),
+        ErrorKind::Unavailable
+        | ErrorKind::Unknown
+        | ErrorKind::NotLeader { .. }
+        | ErrorKind::WrongVersion => exit::unavailable(message),
+        // Permission denied (CONTRACT.md exit 3): an admin request on the cluster port.
+        ErrorKind::Forbidden => exit::forbidden(message),
+        ErrorKind::Unsupported | ErrorKind::UnknownNode | ErrorKind::Internal => {
+            anyhow!("{message}")
+        }
+    }
+}
+
 /// Sends `req` to the cluster, following the leader. With `local`, asks only the first master.
+/// Gives up within the client timeout with an "unavailable" error (exit 5).
 pub async fn call(
     masters: &[String],
     req: ClientRequest,
     local: bool,
 ) -> anyhow::Result<ClientResponse> {
     if masters.is_empty() {
-        bail!("no masters given: use --masters HOST:PORT,... or HETSCHED_MASTERS");
+        return Err(exit::bad_input(
+            "no masters given: use --masters HOST:PORT,... or HETSCHED_MASTERS",
+        ));
     }
     for m in masters {
-        hetsched_common::parse_host_port(m)?;
+        hetsched_common::parse_host_port(m).map_err(|e| exit::bad_input(e.to_string()))?;
     }
     let start = Instant::now();
     let limit = deadline();
     let mut next = 0usize;
     let mut redirect: Option<String> = None;
-    let mut last_err = anyhow!("no master answered");
+    let mut last_err: String;
     let mut backoff = Duration::from_millis(50);
     loop {
         let addr = match redirect.take() {
@@ -210,10 +227,17 @@ pub async fn call(
                 a
             }
         };
+        // No single attempt may outlast the client timeout.
+        let left = limit
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(50));
         let attempt = async {
-            let conn = Connection::connect(&addr, Duration::from_secs(1)).await?;
-            conn.call(Message::Client(req.clone()), Duration::from_secs(10))
-                .await
+            let conn = Connection::connect(&addr, left.min(Duration::from_secs(1))).await?;
+            conn.call(
+                Message::Client(req.clone()),
+                left.min(Duration::from_secs(10)),
+            )
+            .await
         };
         match attempt.await {
             Ok(Message::ClientReply(r)) => return Ok(r),
@@ -221,40 +245,43 @@ pub async fn call(
                 ErrorKind::NotLeader { leader_addr, .. } if !local => {
                     tracing::debug!(%addr, ?leader_addr, "not the leader");
                     redirect = leader_addr.filter(|a| *a != addr);
-                    last_err = anyhow!("{}", e.message);
+                    last_err = e.message;
                 }
                 ErrorKind::Unknown | ErrorKind::Unavailable | ErrorKind::NotLeader { .. } => {
-                    last_err = anyhow!("{}", e.message);
+                    last_err = e.message;
                 }
-                kind => {
-                    return Err(ServerError {
-                        kind,
-                        message: e.message,
-                    }
-                    .into())
-                }
+                kind => return Err(answer_error(&kind, &e.message)),
             },
-            Ok(other) => bail!("unexpected answer from {addr}: {other:?}"),
-            Err(e) => last_err = anyhow!(e),
+            Ok(other) => return Err(anyhow!("unexpected answer from {addr}: {}", short(&other))),
+            Err(e) => last_err = format!("{addr}: {e}"),
         }
         if local {
-            return Err(last_err);
+            return Err(exit::unavailable(last_err));
         }
-        if start.elapsed() > limit {
-            return Err(ServerError {
-                kind: ErrorKind::Unavailable,
-                message: format!("no leader answered within {limit:?}: {last_err:#}"),
-            }
-            .into());
+        if start.elapsed() >= limit {
+            return Err(exit::unavailable(format!(
+                "no leader answered within {limit:?} (HETSCHED_CLIENT_TIMEOUT_MS): {last_err}"
+            )));
         }
         if redirect.is_none() && next.is_multiple_of(masters.len()) {
-            tokio::time::sleep(backoff).await;
+            let left = limit.saturating_sub(start.elapsed());
+            tokio::time::sleep(backoff.min(left)).await;
             backoff = (backoff * 2).min(Duration::from_millis(500));
         }
     }
 }
 
-pub(crate) fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
+/// A short description of an unexpected answer.
+pub fn short<T: std::fmt::Debug>(v: &T) -> String {
+    let s = format!("{v:?}");
+    match s.char_indices().nth(200) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s,
+    }
+}
+
+/// Runs a future on a fresh single-threaded runtime.
+pub fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -269,68 +296,120 @@ pub fn request_id() -> ClientRequestId {
     ClientRequestId(hetsched_common::rng::SplitMix64::new(seed).next_u64())
 }
 
-/// Builds a job spec from the submit flags.
+/// Reads and parses a spec file; every failure is bad input (exit 2) naming the file.
+pub fn read_job_file(path: &str) -> anyhow::Result<JobFile> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| exit::bad_input(format!("cannot read job spec file {path}: {e}")))?;
+    jobfile::parse_job_file(path, &text).map_err(|e| exit::bad_input(e.to_string()))
+}
+
+fn default_user() -> String {
+    std::env::var("USER").unwrap_or_else(|_| "anonymous".into())
+}
+
+/// Builds a job spec from an optional spec file and the submit flags (flags win).
 pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
-    if !(a.cpus > 0.0 && a.cpus.is_finite()) {
-        bail!("--cpus must be a positive number");
+    let mut f = match &a.file {
+        Some(path) => read_job_file(path)?,
+        None => JobFile::default(),
+    };
+    let bad = |flag: &str, why: String| exit::bad_input(format!("--{flag}: {why}"));
+    if let Some(v) = &a.name {
+        f.name = Some(v.clone());
     }
-    if !(a.gpus >= 0.0 && a.gpus.is_finite()) {
-        bail!("--gpus must be zero or a positive number");
+    if let Some(v) = &a.user {
+        f.user = Some(v.clone());
     }
-    let gpu = if a.gpus == 0.0 {
-        GpuRequest::none()
-    } else if a.gpus < 1.0 {
-        GpuRequest::fraction((a.gpus * 1000.0).round() as u32)
-    } else if a.gpus.fract() == 0.0 {
-        GpuRequest::whole(a.gpus as u32)
-    } else {
-        bail!(
-            "--gpus must be a whole number or a fraction below 1 (got {})",
-            a.gpus
-        );
-    };
-    let program = match &a.program {
-        Some(path) => Some(
-            hetsched_common::program::read_program(path).map_err(|e| BadInput(e.to_string()))?,
+    if let Some(v) = &a.partition {
+        f.partition = Some(v.clone());
+    }
+    if let Some(v) = a.cpus {
+        f.resources.cpus = Some(jobfile::check_cpus(v).map_err(|e| bad("cpus", e))?);
+    }
+    if let Some(v) = a.mem {
+        f.resources.mem = Some(v);
+    }
+    if let Some(v) = a.gpus {
+        jobfile::gpu_request(v).map_err(|e| bad("gpus", e))?;
+        f.resources.gpus = Some(v);
+    }
+    if let Some(v) = &a.gpu_model {
+        f.resources.gpu_model = Some(v.clone());
+    }
+    if let Some(v) = a.count {
+        f.count = Some(v);
+    }
+    for kv in &a.env {
+        let (k, v) = kv
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| bad("env", format!("{kv:?} is not KEY=VALUE")))?;
+        f.env.insert(k.to_string(), v.to_string());
+    }
+    if let Some(v) = &a.nodes {
+        f.nodes = Some(v.clone());
+    }
+    if let Some(v) = a.retries {
+        f.retries = Some(v);
+    }
+    if let Some(v) = &a.backoff {
+        f.backoff = Some(jobfile::parse_duration_ms(v).map_err(|e| bad("backoff", e))?);
+    }
+    if let Some(v) = &a.timeout {
+        f.timeout = Some(jobfile::parse_duration_ms(v).map_err(|e| bad("timeout", e))?);
+    }
+    if !a.command.is_empty() {
+        f.command = Some(a.command.clone());
+    }
+    // An API program (S0): `--program FILE`, else the spec file's `program = "prog.toml"`
+    // (relative to the spec file).
+    let program_path = match (&a.program, &f.program, &a.file) {
+        (Some(p), _, _) => Some(p.clone()),
+        (None, Some(p), Some(file)) => Some(
+            std::path::Path::new(file)
+                .parent()
+                .unwrap_or(std::path::Path::new(""))
+                .join(p),
         ),
-        None => None,
+        (None, Some(p), None) => Some(std::path::PathBuf::from(p)),
+        (None, None, _) => None,
     };
-    let named_by = match &a.program {
-        Some(p) => p.file_stem().map_or_else(
-            || "program".to_string(),
-            |s| s.to_string_lossy().into_owned(),
-        ),
-        None => a.command.first().cloned().unwrap_or_default(),
-    };
-    let name = a.name.clone().unwrap_or_else(|| {
-        std::path::Path::new(&named_by)
-            .file_name()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| named_by.clone())
-    });
-    let spec = JobSpec {
-        name,
-        user: a
-            .user
-            .clone()
-            .or_else(|| std::env::var("USER").ok())
-            .unwrap_or_else(|| "anonymous".into()),
-        partition: a.partition.clone(),
-        resources: ResourceRequest {
-            cpu_milli: (a.cpus * 1000.0).round() as u64,
-            mem_mib: a.mem,
-            gpu,
-            engines: Default::default(),
-        },
-        count: a.count,
-        command: a.command.clone(),
-        env: Default::default(),
-        no_preempt: a.no_preempt,
-        program,
-        nodes: a.nodes.clone(),
-    };
-    spec.validate()?;
-    Ok(spec)
+    if let Some(path) = program_path {
+        if !a.command.is_empty() || f.command.as_ref().is_some_and(|c| !c.is_empty()) {
+            return Err(exit::bad_input(
+                "a job runs either a command or a program (--program), not both",
+            ));
+        }
+        let program = hetsched_common::program::read_program(&path)
+            .map_err(|e| exit::bad_input(e.to_string()))?;
+        if f.name.is_none() {
+            f.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        }
+        return f
+            .to_spec_with(&default_user(), Some(program))
+            .map_err(|e| exit::bad_input(e.to_string()))
+            .map(|mut spec| {
+                spec.no_preempt |= a.no_preempt;
+                spec
+            });
+    }
+    if f.command.as_ref().is_none_or(|c| c.is_empty()) {
+        return Err(exit::bad_input(match &a.file {
+            Some(path) => {
+                format!("{path}: no command: give `command = [...]` in the file or -- CMD...")
+            }
+            None => {
+                "nothing to run: give a job spec FILE or -- CMD... (see hetsched submit --help)"
+                    .to_string()
+            }
+        }));
+    }
+    f.to_spec(&default_user())
+        .map_err(|e| exit::bad_input(e.to_string()))
+        .map(|mut spec| {
+            spec.no_preempt |= a.no_preempt;
+            spec
+        })
 }
 
 /// `submit`.
@@ -352,130 +431,226 @@ pub fn submit(masters: &[String], a: SubmitArgs) -> anyhow::Result<()> {
                 Ok(())
             }
         }
-        other => bail!("unexpected answer: {other:?}"),
+        other => Err(anyhow!("unexpected answer: {}", short(&other))),
+    }
+}
+
+/// What `cancel` was asked to cancel.
+enum CancelTarget {
+    Job(JobId),
+    Task(TaskId),
+}
+
+fn cancel_target(a: &CancelArgs) -> anyhow::Result<CancelTarget> {
+    match (&a.job, a.task) {
+        (_, Some(t)) => Ok(CancelTarget::Task(t)),
+        (Some(s), None) if s.trim().starts_with("task-") => s
+            .parse::<TaskId>()
+            .map(CancelTarget::Task)
+            .map_err(|e| exit::bad_input(e.to_string())),
+        (Some(s), None) => s
+            .parse::<JobId>()
+            .map(CancelTarget::Job)
+            .map_err(|e| exit::bad_input(e.to_string())),
+        (None, None) => Err(exit::bad_input("give a JOB or --task ID")),
     }
 }
 
 /// `cancel`.
 pub fn cancel(masters: &[String], a: CancelArgs) -> anyhow::Result<()> {
-    let req = ClientRequest::Cancel {
-        request: request_id(),
-        job: JobId(a.job),
+    let req = match cancel_target(&a)? {
+        CancelTarget::Job(job) => ClientRequest::Cancel {
+            request: request_id(),
+            job,
+        },
+        CancelTarget::Task(task) => ClientRequest::CancelTask {
+            request: request_id(),
+            task,
+        },
+    };
+    let task = match &req {
+        ClientRequest::CancelTask { task, .. } => Some(*task),
+        _ => None,
     };
     match block_on(call(masters, req, false))?? {
         ClientResponse::Cancelled { job, tasks } => {
             if a.json {
-                super::print_json(&serde_json::json!({ "job_id": job, "cancelled": tasks }))
+                let mut v = serde_json::json!({ "job_id": job, "cancelled": tasks });
+                if let Some(t) = task {
+                    v["task_id"] = serde_json::json!(t);
+                }
+                super::print_json(&v)
             } else {
-                println!("cancelled {tasks} task(s) of {job}");
+                match task {
+                    Some(t) if tasks == 0 => println!("{t} had already ended; nothing cancelled"),
+                    Some(t) => println!("cancelled {t} of {job}"),
+                    None => println!("cancelled {tasks} task(s) of {job}"),
+                }
                 Ok(())
             }
         }
-        other => bail!("unexpected answer: {other:?}"),
+        other => Err(anyhow!("unexpected answer: {}", short(&other))),
     }
 }
 
-/// `status`.
+/// `status`: a human summary (masters, leader, term, nodes, tasks by state), or the
+/// answering master's full status as JSON.
 pub fn status(masters: &[String], a: StatusArgs) -> anyhow::Result<()> {
     let a = a.read;
     let stale = a.stale();
-    match block_on(call(masters, ClientRequest::Status { stale }, a.local))?? {
-        ClientResponse::Status(s) => {
-            if a.json {
-                return super::print_json(&s);
-            }
-            println!(
-                "master {} ({}), leader {}, term {}, applied {}, state {}{}",
-                s.master_id.0,
-                s.role,
-                s.leader.map_or("none".to_string(), |l| format!(
-                    "{} at {}",
-                    l.0,
-                    s.leader_addr.clone().unwrap_or_default()
-                )),
-                s.term,
-                s.applied_index,
-                s.state_hash,
-                if s.stale { " (stale read)" } else { "" }
-            );
-            println!(
-                "nodes: {} up, {} down; jobs: {}",
-                s.nodes.up, s.nodes.down, s.jobs
-            );
-            let counts: Vec<String> = s.tasks.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            println!("tasks: {}", counts.join(", "));
-            Ok(())
-        }
-        other => bail!("unexpected answer: {other:?}"),
+    let (st, members) = block_on(async {
+        let st = call(masters, ClientRequest::Status { stale }, a.local).await?;
+        let members = if a.json {
+            None
+        } else {
+            call(masters, ClientRequest::Members { stale: true }, a.local)
+                .await
+                .ok()
+        };
+        anyhow::Ok((st, members))
+    })??;
+    let s = match st {
+        ClientResponse::Status(s) => s,
+        other => return Err(anyhow!("unexpected answer: {}", short(&other))),
+    };
+    if a.json {
+        return super::print_json(&s);
+    }
+    if let Some(ClientResponse::Members(ms)) = members {
+        let list: Vec<String> = ms
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} {}{}",
+                    m.id.0,
+                    m.addr.clone().unwrap_or_else(|| "?".into()),
+                    if m.leader { " (leader)" } else { "" }
+                )
+            })
+            .collect();
+        println!("masters:  {} — {}", ms.len(), list.join(", "));
+    }
+    println!(
+        "leader:   {}, term {}",
+        s.leader.map_or("none".to_string(), |l| format!(
+            "master {} at {}",
+            l.0,
+            s.leader_addr.clone().unwrap_or_else(|| "?".into())
+        )),
+        s.term
+    );
+    println!(
+        "answered: master {} ({}), applied index {}, state {}{}",
+        s.master_id.0,
+        s.role,
+        s.applied_index,
+        s.state_hash,
+        if s.stale { " (stale read)" } else { "" }
+    );
+    println!(
+        "nodes:    {} up, {} down, {} draining",
+        s.nodes.up, s.nodes.down, s.nodes.draining
+    );
+    println!("jobs:     {}", s.jobs);
+    // In life-cycle order, then anything newer.
+    let order = [
+        "pending",
+        "assigned",
+        "running",
+        "succeeded",
+        "failed",
+        "cancelled",
+    ];
+    let mut counts: Vec<String> = order
+        .iter()
+        .filter_map(|k| s.tasks.get(*k).map(|v| format!("{v} {k}")))
+        .collect();
+    counts.extend(
+        s.tasks
+            .iter()
+            .filter(|(k, _)| !order.contains(&k.as_str()))
+            .map(|(k, v)| format!("{v} {k}")),
+    );
+    println!("tasks:    {}", counts.join(", "));
+    Ok(())
+}
+
+fn list_filter(f: &FilterFlags, job: Option<JobId>) -> ListFilter {
+    ListFilter {
+        job,
+        state: f.state.clone(),
+        user: f.user.clone(),
+        limit: f.limit,
     }
 }
 
 /// `jobs`.
 pub fn jobs(masters: &[String], a: JobsArgs) -> anyhow::Result<()> {
-    let job = a.job.map(JobId);
-    let a = a.read;
-    let stale = a.stale();
-    match block_on(call(masters, ClientRequest::Jobs { stale, job }, a.local))?? {
+    let filter = list_filter(&a.filter, a.id.or(a.job));
+    let read = a.read;
+    let stale = read.stale();
+    let req = ClientRequest::Jobs { stale, filter };
+    match block_on(call(masters, req, read.local))?? {
         ClientResponse::Jobs(jobs) => {
-            if a.json {
+            if read.json {
                 return super::print_json(&jobs);
             }
-            println!(
-                "{:<8} {:<16} {:<10} {:<10} {:>6}  states",
-                "ID", "NAME", "USER", "STATE", "TASKS"
-            );
+            let mut t = table::new(&["ID", "NAME", "USER", "STATE", "TASKS", "TASK STATES"]);
             for j in jobs {
                 let states: Vec<String> = j
                     .task_states
                     .iter()
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();
-                println!(
-                    "{:<8} {:<16} {:<10} {:<10} {:>6}  {}",
-                    j.id.0,
+                t.add_row(vec![
+                    j.id.to_string(),
                     j.name,
                     j.user,
                     j.state,
-                    j.tasks,
-                    states.join(" ")
-                );
+                    j.tasks.to_string(),
+                    states.join(" "),
+                ]);
             }
-            Ok(())
+            table::print(&t)
         }
-        other => bail!("unexpected answer: {other:?}"),
+        other => Err(anyhow!("unexpected answer: {}", short(&other))),
     }
 }
 
 /// `tasks`.
 pub fn tasks(masters: &[String], a: TasksArgs) -> anyhow::Result<()> {
-    let job = a.job.map(JobId);
-    let a = a.read;
-    let stale = a.stale();
-    let req = ClientRequest::Tasks { stale, job };
-    match block_on(call(masters, req, a.local))?? {
+    let filter = list_filter(&a.filter, a.job);
+    let read = a.read;
+    let stale = read.stale();
+    let req = ClientRequest::Tasks {
+        stale,
+        job: None,
+        filter,
+    };
+    match block_on(call(masters, req, read.local))?? {
         ClientResponse::Tasks(tasks) => {
-            if a.json {
+            if read.json {
                 return super::print_json(&tasks);
             }
-            println!(
-                "{:<8} {:<6} {:<6} {:<10} {:<6} {:>7}  EXIT",
-                "ID", "JOB", "INDEX", "STATE", "NODE", "ATTEMPT"
-            );
-            for t in tasks {
-                println!(
-                    "{:<8} {:<6} {:<6} {:<10} {:<6} {:>7}  {}",
-                    t.id.0,
-                    t.job_id.0,
-                    t.index,
-                    t.state,
-                    t.node.map_or("-".into(), |n| n.0.to_string()),
-                    t.attempt,
-                    t.exit_code.map_or("-".into(), |c| c.to_string())
-                );
+            let mut t = table::new(&[
+                "ID", "JOB", "INDEX", "USER", "STATE", "NODE", "ATTEMPT", "EXIT", "REASON",
+            ]);
+            for x in tasks {
+                t.add_row(vec![
+                    x.id.to_string(),
+                    x.job_id.to_string(),
+                    x.index.to_string(),
+                    x.user,
+                    x.state.to_string(),
+                    x.node.map_or("-".into(), |n| n.to_string()),
+                    x.attempt.to_string(),
+                    x.exit_code.map_or("-".into(), |c| c.to_string()),
+                    x.reason.map_or("-".into(), |r| r.to_string()),
+                ]);
             }
-            Ok(())
+            table::print(&t)
         }
-        other => bail!("unexpected answer: {other:?}"),
+        other => Err(anyhow!("unexpected answer: {}", short(&other))),
     }
 }
 
@@ -488,33 +663,35 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
             if a.json {
                 return super::print_json(&nodes);
             }
-            println!(
-                "{:<6} {:<20} {:<22} {:<5} {:>11} {:>13} {:>6} {:>6}  ENGINES(free/count)",
-                "ID", "NAME", "ADDR", "STATE", "CPU(free)", "MEM MiB(free)", "GPUS", "TASKS"
-            );
+            let mut t = table::new(&[
+                "ID",
+                "NAME",
+                "ADDR",
+                "STATE",
+                "CPU (free/total)",
+                "MEM MiB (free/total)",
+                "GPUS",
+                "TASKS",
+                "ENGINES (free/count)",
+            ]);
             for n in nodes {
                 let gpus = if n.capacity.gpus.is_empty() {
                     "-".to_string()
                 } else if n.gpus_emulated {
-                    format!("{} (emulated)", n.capacity.gpus.len())
+                    format!("{} EMULATED", n.capacity.gpus.len())
                 } else {
                     n.capacity.gpus.len().to_string()
                 };
-                let engines: Vec<String> = n
-                    .engines
-                    .iter()
-                    .filter(|e| e.kind != hetsched_common::EngineKind::Cpu)
-                    .map(|e| {
-                        let emulated = if e.emulated { " EMULATED" } else { "" };
-                        format!("{} {}/{}{emulated}", e.kind, e.free, e.count)
-                    })
-                    .collect();
-                println!(
-                    "{:<6} {:<20} {:<22} {:<5} {:>11} {:>13} {:>6} {:>6}  {}",
-                    n.id.0,
+                let state = if n.draining {
+                    format!("{} (draining)", n.state)
+                } else {
+                    n.state.clone()
+                };
+                t.add_row(vec![
+                    n.id.to_string(),
                     n.name,
                     n.addr,
-                    n.state,
+                    state,
                     format!(
                         "{:.1}/{:.1}",
                         n.free.cpu_milli as f64 / 1000.0,
@@ -522,17 +699,30 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                     ),
                     format!("{}/{}", n.free.mem_mib, n.capacity.mem_mib),
                     gpus,
-                    n.tasks,
-                    if engines.is_empty() {
-                        "-".to_string()
-                    } else {
-                        engines.join(", ")
-                    }
-                );
+                    n.tasks.to_string(),
+                    engines_text(&n.engines),
+                ]);
             }
-            Ok(())
+            table::print(&t)
         }
-        other => bail!("unexpected answer: {other:?}"),
+        other => Err(anyhow!("unexpected answer: {}", short(&other))),
+    }
+}
+
+/// The engines of a node beyond its CPU, as `gpu 1/2 EMULATED, npu 2/2` (`-`: none).
+fn engines_text(engines: &[hetsched_common::protocol::EngineInfo]) -> String {
+    let listed: Vec<String> = engines
+        .iter()
+        .filter(|e| e.kind != hetsched_common::EngineKind::Cpu)
+        .map(|e| {
+            let emulated = if e.emulated { " EMULATED" } else { "" };
+            format!("{} {}/{}{emulated}", e.kind, e.free, e.count)
+        })
+        .collect();
+    if listed.is_empty() {
+        "-".into()
+    } else {
+        listed.join(", ")
     }
 }
 
@@ -587,27 +777,23 @@ pub fn members(masters: &[String], a: MembersArgs) -> anyhow::Result<()> {
                     if a.json {
                         return super::print_json(&ms);
                     }
-                    println!(
-                        "{:<6} {:<22} {:<8} {:<7} MATCH",
-                        "ID", "ADDR", "ROLE", "LEADER"
-                    );
+                    let mut t = table::new(&["ID", "ADDR", "ROLE", "LEADER", "MATCH"]);
                     for m in ms {
-                        println!(
-                            "{:<6} {:<22} {:<8} {:<7} {}",
-                            m.id.0,
+                        t.add_row(vec![
+                            m.id.0.to_string(),
                             m.addr.unwrap_or_else(|| "?".into()),
-                            if m.voter { "voter" } else { "learner" },
-                            if m.leader { "yes" } else { "" },
-                            m.match_index.map_or("-".into(), |i| i.to_string())
-                        );
+                            if m.voter { "voter" } else { "learner" }.to_string(),
+                            if m.leader { "yes" } else { "" }.to_string(),
+                            m.match_index.map_or("-".into(), |i| i.to_string()),
+                        ]);
                     }
-                    return Ok(());
+                    return table::print(&t);
                 }
-                other => bail!("unexpected answer: {other:?}"),
+                other => return Err(anyhow!("unexpected answer: {}", short(&other))),
             }
         }
         Some(MembersAction::Add { id, addr }) => {
-            hetsched_common::parse_host_port(addr)?;
+            hetsched_common::parse_host_port(addr).map_err(|e| exit::bad_input(e.to_string()))?;
             (
                 ClientRequest::AddMember {
                     id: MasterId(*id),
@@ -634,6 +820,6 @@ pub fn members(masters: &[String], a: MembersArgs) -> anyhow::Result<()> {
                 Ok(())
             }
         }
-        other => bail!("unexpected answer: {other:?}"),
+        other => Err(anyhow!("unexpected answer: {}", short(&other))),
     }
 }

@@ -1,6 +1,7 @@
 //! `hetsched config apply|show` (the S1 priority configuration) and `submit --dry-run`.
 
-use super::client::{call, request_id, BadInput};
+use super::client::{call, request_id};
+use super::exit;
 use anyhow::{bail, Context};
 use hetsched_common::priority::{parse_priority_toml, Principal, PriorityConfig};
 use hetsched_common::protocol::{ClientRequest, ClientResponse};
@@ -42,9 +43,9 @@ pub fn run(masters: &[String], c: ConfigCommand) -> anyhow::Result<()> {
     let (req, json) = match c {
         ConfigCommand::Apply { file, json } => {
             let text = std::fs::read_to_string(&file)
-                .map_err(|e| BadInput(format!("cannot read {}: {e}", file.display())))?;
+                .map_err(|e| exit::bad_input(format!("cannot read {}: {e}", file.display())))?;
             let config = parse_priority_toml(&text)
-                .map_err(|e| BadInput(format!("{}: {e}", file.display())))?;
+                .map_err(|e| exit::bad_input(format!("{}: {e}", file.display())))?;
             (
                 ClientRequest::SetPriorityConfig {
                     request: request_id(),

@@ -4,11 +4,14 @@ pub mod bench_placement;
 pub mod bench_raft;
 pub mod client;
 pub mod config;
+pub mod exit;
 pub mod local;
 pub mod master;
+pub mod ops;
 pub mod plan_batch;
 pub mod programs;
 pub mod slave;
+pub mod table;
 pub mod up;
 
 use std::process::ExitCode;
@@ -25,12 +28,14 @@ pub fn clap_error(e: clap::Error) -> ExitCode {
         }
         _ => {
             let rendered = e.render().to_string();
-            let first = rendered
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid command line")
-                .trim();
+            let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
+            let first = lines.next().unwrap_or("invalid command line");
             let first = first.strip_prefix("error: ").unwrap_or(first);
+            // "the following required arguments were not provided:" names them next.
+            let first = match lines.next() {
+                Some(next) if first.ends_with(':') => format!("{first} {next}"),
+                _ => first.to_string(),
+            };
             eprintln!("error: {first} (try 'hetsched --help')");
             ExitCode::from(2)
         }

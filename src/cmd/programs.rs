@@ -1,7 +1,8 @@
 //! `calls`, `profile` and `profiles`: API programs' call records, the offline profiler and
 //! the cluster's selection tables and task–engine relation (S0, SEEDS.md §S0.1, §S0.5).
 
-use super::client::{block_on, call, BadInput, ReadFlags};
+use super::client::{block_on, call, ReadFlags};
+use super::exit;
 use anyhow::bail;
 use hetsched_common::program::{CallRecord, SelectionTable};
 use hetsched_common::protocol::{ClientRequest, ClientResponse};
@@ -15,7 +16,7 @@ pub fn parse_task(s: &str) -> anyhow::Result<TaskId> {
     digits
         .parse::<u64>()
         .map(TaskId)
-        .map_err(|_| BadInput(format!("{s:?} is not a task id (17 or task-17)")).into())
+        .map_err(|_| exit::bad_input(format!("{s:?} is not a task id (17 or task-17)")))
 }
 
 /// A duration with a unit: `250ms`, `30s`, `5m`, `1h`.
@@ -114,7 +115,7 @@ pub struct ProfileArgs {
 pub fn profile(a: ProfileArgs) -> anyhow::Result<()> {
     use hetsched_slave::engine::{profile, EngineSet, EnginesFile};
     let file = match &a.engines {
-        Some(p) => EnginesFile::read(p).map_err(|e| BadInput(e.to_string()))?,
+        Some(p) => EnginesFile::read(p).map_err(|e| exit::bad_input(e.to_string()))?,
         None => EnginesFile::default(),
     };
     let cpus = a
@@ -135,7 +136,7 @@ pub fn profile(a: ProfileArgs) -> anyhow::Result<()> {
     );
     let emulated = !gpus.is_empty() && gpus.iter().all(|g| g.emulated);
     let set = EngineSet::new(&file, cpus, gpus.len() as u32, emulated)
-        .map_err(|e| BadInput(e.to_string()))?;
+        .map_err(|e| exit::bad_input(e.to_string()))?;
     eprintln!(
         "profiling {} engine kind(s) within {:?}...",
         set.engines().len(),

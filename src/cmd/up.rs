@@ -47,10 +47,7 @@ fn demo_jobs() -> Vec<JobSpec> {
         },
         count,
         command: vec!["sh".into(), "-c".into(), script.into()],
-        env: Default::default(),
-        no_preempt: false,
-        program: None,
-        nodes: vec![],
+        ..Default::default()
     };
     vec![
         job(
@@ -262,13 +259,17 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         addrs,
         ClientRequest::Jobs {
             stale: false,
-            job: None,
+            filter: Default::default(),
         },
         false,
     )
     .await?
     {
-        ClientResponse::Jobs(j) => j,
+        // Listings are newest first; the summary reads oldest first.
+        ClientResponse::Jobs(mut j) => {
+            j.sort_by_key(|j| j.id);
+            j
+        }
         other => bail!("unexpected answer {other:?}"),
     };
     println!("summary after {:.1}s:", start.elapsed().as_secs_f64());
@@ -351,6 +352,7 @@ async fn show_program_calls(addrs: &[String], jobs: &[hetsched_common::protocol:
         ClientRequest::Tasks {
             stale: false,
             job: Some(job.id),
+            filter: Default::default(),
         },
         false,
     )

@@ -109,6 +109,17 @@ pub enum ProposalTag {
     },
     /// Garbage collection.
     Gc,
+    /// A deadline that passed: a drain's (re-queue what still runs) or an attempt's timeout.
+    Deadline(DeadlineKey),
+}
+
+/// What a deadline proposal is about, so that each is proposed once while in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DeadlineKey {
+    /// A draining node's deadline.
+    Drain(NodeId),
+    /// An attempt's timeout.
+    Timeout(TaskId, Attempt),
 }
 
 /// Everything the duties react to, in the one order the executor delivers them.
@@ -244,6 +255,8 @@ struct Leading {
     lost_proposed: BTreeSet<(TaskId, Attempt)>,
     gc_in_flight: bool,
     next_gc: u64,
+    /// Deadline proposals in flight.
+    deadlines: BTreeSet<DeadlineKey>,
 }
 
 /// The duties' role. One enum, so no combination of flags can be inconsistent.
@@ -370,7 +383,8 @@ impl DutiesCore {
                     }
                 }
                 self.check_liveness(now, view, &mut fx);
-                self.schedule(view, &mut fx);
+                self.check_deadlines(now, view, &mut fx);
+                self.schedule(now, view, &mut fx);
                 self.dispatch(now, view, &mut fx);
                 self.collect_garbage(now, view, &mut fx);
             }
@@ -428,6 +442,7 @@ impl DutiesCore {
             lost_proposed: BTreeSet::new(),
             gc_in_flight: false,
             next_gc: now.mono_ms + self.cfg.gc_period_ms,
+            deadlines: BTreeSet::new(),
         }));
     }
 
@@ -446,7 +461,7 @@ impl DutiesCore {
                 }
                 if ok {
                     self.resume(now, view);
-                    self.schedule(view, fx);
+                    self.schedule(now, view, fx);
                     self.dispatch(now, view, fx);
                 } else {
                     // Dropped (an election in between, or a deposed leader not told yet):
@@ -468,7 +483,7 @@ impl DutiesCore {
                 {
                     self.scheduler.nodes_changed(view, &nodes);
                 }
-                self.schedule(view, fx);
+                self.schedule(now, view, fx);
             }
             ProposalTag::Liveness { node, up } => {
                 if let Role::Leading(l) = &mut self.role {
@@ -485,6 +500,11 @@ impl DutiesCore {
             ProposalTag::Gc => {
                 if let Role::Leading(l) = &mut self.role {
                     l.gc_in_flight = false;
+                }
+            }
+            ProposalTag::Deadline(key) => {
+                if let Role::Leading(l) = &mut self.role {
+                    l.deadlines.remove(&key);
                 }
             }
         }
@@ -531,6 +551,14 @@ impl DutiesCore {
                 self.dispatch(now, view, fx);
             }
             Outcome::Cancelled { stop, .. } => stop_effects(&stop, None, view, fx),
+            Outcome::Drained { requeued, .. } => {
+                stop_effects(&requeued, None, view, fx);
+                wake = true;
+            }
+            Outcome::TimedOut { stop, .. } => {
+                stop_effects(&[stop], None, view, fx);
+                wake = true;
+            }
             // New work or freed resources can make a placement possible.
             Outcome::Submitted { .. }
             | Outcome::Registered { .. }
@@ -540,7 +568,7 @@ impl DutiesCore {
             _ => {}
         }
         if wake {
-            self.schedule(view, fx);
+            self.schedule(now, view, fx);
         }
     }
 
@@ -564,14 +592,15 @@ impl DutiesCore {
         }
     }
 
-    fn schedule(&mut self, view: &ClusterState, fx: &mut Vec<Effect>) {
+    fn schedule(&mut self, now: Now, view: &ClusterState, fx: &mut Vec<Effect>) {
         let Role::Leading(l) = &mut self.role else {
             return;
         };
         if l.plan != PlanSlot::Idle || view.pending.is_empty() {
             return;
         }
-        let plan = self.scheduler.plan(view);
+        // The leader's clock goes in: tasks waiting out a retry back-off stay queued.
+        let plan = self.scheduler.plan_at(view, now.wall_ms);
         if plan.is_empty() {
             return;
         }
@@ -697,22 +726,7 @@ impl DutiesCore {
                     });
                 }
                 TaskState::Running => {
-                    let since = *l.missing_since.entry(key).or_insert(now.mono_ms);
-                    if now.mono_ms.saturating_sub(since) > self.cfg.lost_after_ms
-                        && l.lost_proposed.insert(key)
-                    {
-                        fx.push(Effect::Propose {
-                            tag: ProposalTag::Lost {
-                                task: key.0,
-                                attempt: key.1,
-                            },
-                            command: Command::TaskLost {
-                                node,
-                                task: key.0,
-                                attempt: key.1,
-                            },
-                        });
-                    }
+                    missing(l, &self.cfg, node, key, now, fx);
                 }
                 _ => {}
             }
@@ -734,24 +748,39 @@ impl DutiesCore {
                 l.missing_since.remove(&key);
                 continue;
             }
-            let since = *l.missing_since.entry(key).or_insert(now.mono_ms);
-            if now.mono_ms.saturating_sub(since) > self.cfg.lost_after_ms
-                && l.lost_proposed.insert(key)
-            {
+            missing(l, &self.cfg, node, key, now, fx);
+        }
+        self.dispatch(now, view, fx);
+    }
+
+    /// Drains whose deadline passed and attempts past their job's timeout, each proposed
+    /// once while in flight (apply fences them: a lifted drain or an ended attempt changes
+    /// nothing).
+    fn check_deadlines(&mut self, now: Now, view: &ClusterState, fx: &mut Vec<Effect>) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        for node in view.drains_due(now.wall_ms) {
+            if l.deadlines.insert(DeadlineKey::Drain(node)) {
                 fx.push(Effect::Propose {
-                    tag: ProposalTag::Lost {
-                        task: key.0,
-                        attempt: key.1,
-                    },
-                    command: Command::TaskLost {
-                        node,
-                        task: key.0,
-                        attempt: key.1,
+                    tag: ProposalTag::Deadline(DeadlineKey::Drain(node)),
+                    command: Command::RequeueDrained { node },
+                });
+            }
+        }
+        for r in view.timeouts_due(now.wall_ms) {
+            let key = DeadlineKey::Timeout(r.task, r.attempt);
+            if l.deadlines.insert(key) {
+                fx.push(Effect::Propose {
+                    tag: ProposalTag::Deadline(key),
+                    command: Command::TimeoutTask {
+                        node: r.node,
+                        task: r.task,
+                        attempt: r.attempt,
                     },
                 });
             }
         }
-        self.dispatch(now, view, fx);
     }
 
     fn collect_garbage(&mut self, now: Now, view: &ClusterState, fx: &mut Vec<Effect>) {
@@ -777,6 +806,32 @@ impl DutiesCore {
                 },
             });
         }
+    }
+}
+
+/// An attempt the log places on `node` is missing from its slave's report: once missing for
+/// longer than `lost_after_ms`, propose it lost (once).
+fn missing(
+    l: &mut Leading,
+    cfg: &DutiesConfig,
+    node: NodeId,
+    key: (TaskId, Attempt),
+    now: Now,
+    fx: &mut Vec<Effect>,
+) {
+    let since = *l.missing_since.entry(key).or_insert(now.mono_ms);
+    if now.mono_ms.saturating_sub(since) > cfg.lost_after_ms && l.lost_proposed.insert(key) {
+        fx.push(Effect::Propose {
+            tag: ProposalTag::Lost {
+                task: key.0,
+                attempt: key.1,
+            },
+            command: Command::TaskLost {
+                node,
+                task: key.0,
+                attempt: key.1,
+            },
+        });
     }
 }
 

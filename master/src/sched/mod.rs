@@ -23,6 +23,13 @@ pub trait Scheduler: Send {
     /// Decides what to do with the pending tasks of `view`.
     fn plan(&mut self, view: &ClusterState) -> Plan;
 
+    /// As [`plan`](Self::plan), at leader time `now_ms` (ms since the Unix epoch): tasks
+    /// waiting out a retry backoff until later are left in the queue. The caller reads the
+    /// clock; the scheduler does not.
+    fn plan_at(&mut self, view: &ClusterState, _now_ms: u64) -> Plan {
+        self.plan(view)
+    }
+
     /// These nodes' free resources or liveness changed in `view` (an entry applied, or a
     /// plan that tentatively used them finished either way).
     fn nodes_changed(&mut self, _view: &ClusterState, _nodes: &[NodeId]) {}

@@ -11,6 +11,7 @@
 //! preemption of the same plan already chose. Tasks at (or below) the base priority never
 //! preempt.
 
+use super::index::Candidates;
 use crate::state::{partition_of, ClusterState, Node, Preemption, TaskRef};
 use hetsched_common::{NodeResources, ResourceRequest, TaskId};
 use std::collections::BTreeSet;
@@ -40,6 +41,7 @@ type Score = (i64, usize, (u64, u64, u64), u64);
 pub fn plan_preemption(
     view: &ClusterState,
     preemptor: TaskId,
+    only: Option<&Candidates>,
     taken: &BTreeSet<TaskId>,
     cfg: &PreemptionConfig,
 ) -> Option<Preemption> {
@@ -78,7 +80,11 @@ pub fn plan_preemption(
         .map(|(_, (n, _))| *n)
         .collect();
     for node in view.nodes.values() {
-        if !node.is_up() || !node.serves(partition) || promised.contains(&node.id) {
+        if !node.takes_work()
+            || !node.serves(partition)
+            || promised.contains(&node.id)
+            || only.is_some_and(|c| !c.contains(node.id))
+        {
             continue;
         }
         let Some((score, victims)) = victims_on(view, node, req, t.priority, taken, cfg) else {

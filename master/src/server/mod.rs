@@ -2,6 +2,7 @@
 //! the leader duties. Everything here does I/O; the decisions live in `state` and `sched`.
 
 mod duties;
+mod logs;
 mod programs;
 mod replicated;
 mod senders;
@@ -192,14 +193,7 @@ fn admin_only(req: &ClientRequest) -> Option<&'static str> {
 
 /// The answer for a job id that is not in the state.
 fn job_not_found(s: &ClusterState, job: hetsched_common::JobId) -> ErrorReply {
-    if s.job_was_collected(job) {
-        ErrorReply::new(
-            ErrorKind::NotFound,
-            format!("{job} finished and was collected (finished jobs are kept for --job-gc-after)"),
-        )
-    } else {
-        ErrorReply::new(ErrorKind::NotFound, format!("no such job: {job}"))
-    }
+    ErrorReply::new(ErrorKind::NotFound, s.job_missing_message(job))
 }
 
 impl Master {
@@ -357,7 +351,20 @@ impl Master {
             ClientRequest::Submit { request, spec } => {
                 spec.validate()
                     .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
-                programs::check_locality(&self.shared.read_state(), &spec.nodes)?;
+                if let Some(n) = {
+                    let s = self.shared.read_state();
+                    spec.nodes
+                        .iter()
+                        .find(|n| s.resolve_node(n).is_none())
+                        .cloned()
+                } {
+                    return Err(ErrorReply::new(
+                        ErrorKind::NotFound,
+                        format!(
+                            "no such node: {n:?} (locality candidates must be registered nodes)"
+                        ),
+                    ));
+                }
                 match self
                     .propose(Command::SubmitJob { spec }, Some(request))
                     .await?
@@ -369,6 +376,12 @@ impl Master {
                 }
             }
             ClientRequest::Cancel { request, job } => {
+                {
+                    let s = self.shared.read_state();
+                    if !s.jobs.contains_key(&job) {
+                        return Err(job_not_found(&s, job));
+                    }
+                }
                 match self
                     .propose(Command::CancelJob { job }, Some(request))
                     .await?
@@ -383,35 +396,24 @@ impl Master {
                 self.read_barrier(stale).await?;
                 Ok(ClientResponse::Status(self.status_info(stale)))
             }
-            ClientRequest::Jobs { stale, job } => {
+            ClientRequest::Jobs { stale, filter } => {
                 self.read_barrier(stale).await?;
                 let s = self.shared.read_state();
-                match job {
-                    Some(id) => match s.jobs.get(&id) {
-                        Some(j) => Ok(ClientResponse::Jobs(vec![s.job_info(j)])),
-                        None => Err(job_not_found(&s, id)),
-                    },
-                    None => Ok(ClientResponse::Jobs(
-                        s.jobs.values().map(|j| s.job_info(j)).collect(),
-                    )),
-                }
+                s.list_jobs(&filter)
+                    .map(ClientResponse::Jobs)
+                    .map_err(list_error)
             }
-            ClientRequest::Tasks { stale, job } => {
+            ClientRequest::Tasks {
+                stale,
+                job,
+                mut filter,
+            } => {
                 self.read_barrier(stale).await?;
+                filter.job = filter.job.or(job);
                 let s = self.shared.read_state();
-                let tasks = match job {
-                    Some(j) => match s.jobs.get(&j) {
-                        Some(job) => job
-                            .tasks
-                            .iter()
-                            .filter_map(|t| s.tasks.get(t))
-                            .map(|t| s.task_info(t))
-                            .collect(),
-                        None => return Err(job_not_found(&s, j)),
-                    },
-                    None => s.tasks.values().map(|t| s.task_info(t)).collect(),
-                };
-                Ok(ClientResponse::Tasks(tasks))
+                s.list_tasks(&filter)
+                    .map(ClientResponse::Tasks)
+                    .map_err(list_error)
             }
             ClientRequest::Nodes { stale } => {
                 self.read_barrier(stale).await?;
@@ -525,6 +527,57 @@ impl Master {
                 });
                 Ok(ClientResponse::Done)
             }
+            ClientRequest::CancelTask { request, task } => {
+                if !self.shared.read_state().tasks.contains_key(&task) {
+                    return Err(not_found(format!("no such task: {task}")));
+                }
+                match self
+                    .propose(Command::CancelTask { task }, Some(request))
+                    .await?
+                {
+                    Outcome::Cancelled { job, tasks, .. } => {
+                        Ok(ClientResponse::Cancelled { job, tasks })
+                    }
+                    o => Err(unexpected(o)),
+                }
+            }
+            ClientRequest::Drain {
+                request,
+                node,
+                deadline_after_ms,
+            } => {
+                let id = self.node_named(&node)?;
+                let deadline_ms = deadline_after_ms.map(|d| now_ms().saturating_add(d));
+                let cmd = Command::DrainNode {
+                    node: id,
+                    deadline_ms,
+                };
+                self.node_change(cmd, request, id).await
+            }
+            ClientRequest::Undrain { request, node } => {
+                let id = self.node_named(&node)?;
+                self.node_change(Command::UndrainNode { node: id }, request, id)
+                    .await
+            }
+            ClientRequest::Logs {
+                task,
+                attempt,
+                stderr,
+                offset,
+                max_bytes,
+            } => {
+                logs::read(
+                    &self.shared,
+                    logs::LogQuery {
+                        task,
+                        attempt,
+                        stderr,
+                        offset,
+                        max_bytes,
+                    },
+                )
+                .await
+            }
             ClientRequest::Calls { task } => {
                 self.read_barrier(false).await?;
                 let (node, addr, attempt) = programs::locate(&self.shared.read_state(), task)?;
@@ -536,6 +589,33 @@ impl Master {
                     &self.shared.read_state(),
                 )))
             }
+        }
+    }
+
+    /// The node a client names (name, id or `node-N`), or a not-found answer.
+    fn node_named(&self, name: &str) -> Result<hetsched_common::NodeId, ErrorReply> {
+        self.shared
+            .read_state()
+            .resolve_node(name)
+            .ok_or_else(|| not_found(format!("no such node: {name:?}")))
+    }
+
+    /// Proposes a drain change and answers with the node as it is after it applied.
+    async fn node_change(
+        &self,
+        cmd: Command,
+        request: ClientRequestId,
+        id: hetsched_common::NodeId,
+    ) -> Result<ClientResponse, ErrorReply> {
+        match self.propose(cmd, Some(request)).await? {
+            Outcome::DrainChanged { node } => {
+                let s = self.shared.read_state();
+                s.nodes
+                    .get(&node)
+                    .map(|n| ClientResponse::Node(s.node_info(n)))
+                    .ok_or_else(|| not_found(format!("no such node: {id}")))
+            }
+            o => Err(unexpected(o)),
         }
     }
 
@@ -736,6 +816,17 @@ impl Master {
                 Ok(SlaveResponse::Ack)
             }
         }
+    }
+}
+
+fn not_found(message: String) -> ErrorReply {
+    ErrorReply::new(ErrorKind::NotFound, message)
+}
+
+fn list_error(e: crate::state::ListError) -> ErrorReply {
+    match e {
+        crate::state::ListError::NotFound(m) => not_found(m),
+        crate::state::ListError::Invalid(m) => ErrorReply::new(ErrorKind::Invalid, m),
     }
 }
 

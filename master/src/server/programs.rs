@@ -75,24 +75,6 @@ pub async fn fetch_calls(
     }
 }
 
-/// Refuses a locality constraint naming a node the cluster does not know (a typo would
-/// otherwise leave the tasks pending for ever).
-pub fn check_locality(s: &ClusterState, given: &[String]) -> Result<(), ErrorReply> {
-    for g in given {
-        let known = s
-            .nodes
-            .values()
-            .any(|n| hetsched_common::names_node(g.trim(), n.id, &n.name));
-        if !known {
-            return Err(ErrorReply::new(
-                ErrorKind::Invalid,
-                format!("--nodes: no node is named or numbered {g:?} (see `hetsched nodes`)"),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// The `profiles` answer from the applied state.
 pub fn profiles_info(s: &ClusterState) -> ProfilesInfo {
     ProfilesInfo {

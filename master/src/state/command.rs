@@ -138,6 +138,40 @@ pub enum Command {
         /// The configuration (its `version` field is ignored and set at apply).
         config: hetsched_common::priority::PriorityConfig,
     },
+    /// Drain a node: it takes no new tasks; what runs there may finish until `deadline_ms`.
+    DrainNode {
+        /// Node.
+        node: NodeId,
+        /// Leader time (ms since the Unix epoch) after which its tasks are stopped and
+        /// re-queued with reason `drained`; `None`: they may finish however long they take.
+        #[serde(default)]
+        deadline_ms: Option<u64>,
+    },
+    /// Stop draining a node.
+    UndrainNode {
+        /// Node.
+        node: NodeId,
+    },
+    /// A draining node's deadline passed: re-queue its tasks with reason `drained`.
+    RequeueDrained {
+        /// Node.
+        node: NodeId,
+    },
+    /// Cancel one task.
+    CancelTask {
+        /// Task.
+        task: TaskId,
+    },
+    /// An attempt ran past its job's timeout: it fails with reason `timeout` (and is re-run
+    /// if the job has retries left).
+    TimeoutTask {
+        /// Node.
+        node: NodeId,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
     /// A slave's engines and selection table (S0.5); rebuilds the task–engine relation.
     RecordProfile {
         /// Node.
@@ -278,5 +312,24 @@ pub enum Outcome {
         tasks: u64,
         /// Client request outcomes forgotten.
         requests: u64,
+    },
+    /// A node's drain state changed.
+    DrainChanged {
+        /// Node.
+        node: NodeId,
+    },
+    /// A drained node's tasks were re-queued; their slaves must stop these attempts.
+    Drained {
+        /// Node.
+        node: NodeId,
+        /// The attempts that were re-queued.
+        requeued: Vec<TaskRef>,
+    },
+    /// An attempt timed out; its slave must stop it.
+    TimedOut {
+        /// The attempt.
+        stop: TaskRef,
+        /// Whether the task went back to pending for a re-run.
+        retried: bool,
     },
 }

@@ -6,9 +6,13 @@
 
 mod command;
 mod hash;
+mod lifecycle;
+mod listing;
 
 pub use command::{Assign, Command, CommandEnvelope, Outcome, Plan, Preemption, TaskRef};
 pub use hash::fnv1a64;
+pub use lifecycle::Drain;
+pub use listing::ListError;
 
 /// The nodes whose free resources or liveness applying `command` may change, known before
 /// it applies (so the command need not be kept, or copied, past `apply`).
@@ -18,7 +22,11 @@ pub fn command_nodes(command: &Command) -> BTreeSet<NodeId> {
         Command::NodeDown { node }
         | Command::NodeUp { node }
         | Command::TaskFinished { node, .. }
-        | Command::TaskLost { node, .. } => {
+        | Command::TaskLost { node, .. }
+        | Command::DrainNode { node, .. }
+        | Command::UndrainNode { node }
+        | Command::RequeueDrained { node }
+        | Command::TimeoutTask { node, .. } => {
             nodes.insert(*node);
         }
         Command::ApplyPlan(plan) => nodes.extend(plan.assignments.iter().map(|a| a.node)),
@@ -49,7 +57,7 @@ use hetsched_common::program::{
 use hetsched_common::protocol::{EngineInfo, JobInfo, NodeCounts, NodeInfo, TaskInfo};
 use hetsched_common::{
     Attempt, ClientRequestId, EngineKind, GpuAlloc, JobId, JobSpec, NodeId, NodeResources, TaskId,
-    TaskState, TaskStatus,
+    TaskReason, TaskState, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -73,6 +81,9 @@ pub struct Job {
     /// Tasks not yet in a final state. Derived (rebuilt on restore), not serialised.
     #[serde(skip)]
     pub open: u32,
+    /// Locality: `spec.nodes` resolved to ids at submission (empty: any node).
+    #[serde(default)]
+    pub candidates: Vec<NodeId>,
 }
 
 /// A task as the state machine keeps it.
@@ -100,6 +111,21 @@ pub struct Task {
     /// Never chosen as a preemption victim (`--no-preempt` at an allowed priority).
     #[serde(default)]
     pub protected: bool,
+    /// Why the last attempt ended, when not by a normal exit.
+    #[serde(default)]
+    pub reason: Option<TaskReason>,
+    /// Failed attempts so far (each re-run consumes one of the job's retries).
+    #[serde(default)]
+    pub failures: u32,
+    /// A re-run waits in the queue until this leader time (ms since the Unix epoch).
+    #[serde(default)]
+    pub not_before_ms: Option<u64>,
+    /// Leader time at which the current attempt was reported started.
+    #[serde(default)]
+    pub started_ms: Option<u64>,
+    /// The node of every attempt so far (where its output files are).
+    #[serde(default)]
+    pub attempt_nodes: BTreeMap<Attempt, NodeId>,
     /// A program task's calls in brief, as its slave reported them.
     #[serde(default)]
     pub calls: Option<CallSummary>,
@@ -143,6 +169,9 @@ pub struct Node {
     /// until the slave reports them ended, so the node is never over-committed.
     #[serde(default)]
     pub stopping: Vec<Stopping>,
+    /// Set while the node is draining (takes no new tasks).
+    #[serde(default)]
+    pub drain: Option<Drain>,
 }
 
 /// A preempted attempt that has not stopped yet, and what it holds.
@@ -180,6 +209,11 @@ impl Node {
     /// Whether the node takes work.
     pub fn is_up(&self) -> bool {
         self.liveness == NodeLiveness::Up
+    }
+
+    /// Whether new tasks may be placed here: up and not draining.
+    pub fn takes_work(&self) -> bool {
+        self.is_up() && self.drain.is_none()
     }
 
     /// Whether every GPU on the node is emulated (and it has some).
@@ -359,18 +393,18 @@ impl ClusterState {
             Command::NodeUp { node } => self.node_up(node),
             Command::SubmitJob { spec } => self.submit(index, env.at_ms, spec),
             Command::CancelJob { job } => self.cancel(job),
-            Command::ApplyPlan(plan) => self.apply_plan(plan),
+            Command::ApplyPlan(plan) => self.apply_plan(plan, env.at_ms),
             Command::TaskStarted {
                 node,
                 task,
                 attempt,
-            } => self.task_started(node, task, attempt),
+            } => self.task_started(node, task, attempt, env.at_ms),
             Command::TaskFinished {
                 node,
                 task,
                 attempt,
                 exit_code,
-            } => self.task_finished(node, task, attempt, exit_code),
+            } => self.task_finished(node, task, attempt, exit_code, env.at_ms),
             Command::Bench {
                 client,
                 seq,
@@ -401,6 +435,17 @@ impl ClusterState {
                 self.priority = config;
                 Outcome::Ignored(format!("priority configuration v{}", self.priority.version))
             }
+            Command::DrainNode { node, deadline_ms } => {
+                self.drain_node(node, env.at_ms, deadline_ms)
+            }
+            Command::UndrainNode { node } => self.undrain_node(node),
+            Command::RequeueDrained { node } => self.requeue_drained(node),
+            Command::CancelTask { task } => self.cancel_task(task),
+            Command::TimeoutTask {
+                node,
+                task,
+                attempt,
+            } => self.timeout_task(node, task, attempt, env.at_ms),
             Command::RecordProfile {
                 node,
                 engines,
@@ -486,6 +531,7 @@ impl ClusterState {
                         tasks: BTreeSet::new(),
                         partitions,
                         stopping: Vec::new(),
+                        drain: None,
                     },
                 );
                 Outcome::Registered { node: id }
@@ -510,6 +556,7 @@ impl ClusterState {
         let mut requeued = Vec::new();
         for t in lost {
             if let Some(r) = self.requeue(t) {
+                self.set_reason(t, Some(TaskReason::Lost));
                 requeued.push(r);
             }
         }
@@ -587,6 +634,10 @@ impl ClusterState {
             spec.count,
             |who| self.quota_usage(who, &partition),
         );
+        let candidates = match self.resolve_candidates(&spec.nodes) {
+            Ok(c) => c,
+            Err(why) => return Outcome::Rejected(why),
+        };
         if let Some(p) = &spec.program {
             let kind = p.kind();
             let r = relation(&kind, self.profiles.values().map(|p| &p.table));
@@ -612,6 +663,11 @@ impl ClusterState {
                     priority: adm.priority,
                     quota: adm.quota,
                     preemptions: 0,
+                    reason: None,
+                    failures: 0,
+                    not_before_ms: None,
+                    started_ms: None,
+                    attempt_nodes: BTreeMap::new(),
                     calls: None,
                 },
             );
@@ -627,6 +683,7 @@ impl ClusterState {
                 submitted_index: index,
                 finished_ms: None,
                 open: tasks.len() as u32,
+                candidates,
             },
         );
         Outcome::Submitted { job: id, tasks }
@@ -649,6 +706,8 @@ impl ClusterState {
                 continue;
             }
             cancelled += 1;
+            task.reason = Some(TaskReason::Cancelled);
+            task.not_before_ms = None;
             self.pending.remove(&t);
             self.awaiting.remove(&t);
             finals += 1;
@@ -673,11 +732,11 @@ impl ClusterState {
     /// Re-checks every assignment against the current state (optimistic concurrency, as
     /// Nomad's plan applier does): a task no longer pending, a node down or unknown, or
     /// resources no longer free make that assignment stale; the rest apply.
-    fn apply_plan(&mut self, plan: Plan) -> Outcome {
+    fn apply_plan(&mut self, plan: Plan, at_ms: u64) -> Outcome {
         let mut accepted = Vec::new();
         let mut rejected = 0u32;
         for a in plan.assignments {
-            match self.try_assign(&a) {
+            match self.try_assign(&a, at_ms) {
                 Some(r) => accepted.push(r),
                 None => rejected += 1,
             }
@@ -707,7 +766,7 @@ impl ClusterState {
         }
         let prio = pre.priority;
         let node = self.nodes.get(&p.node)?;
-        if !node.is_up() {
+        if !node.takes_work() {
             return None;
         }
         let valid = p.victims.iter().all(|v| {
@@ -729,6 +788,8 @@ impl ClusterState {
             let gpus = std::mem::take(&mut t.gpus);
             t.status.requeue().ok()?;
             t.preemptions += 1;
+            t.reason = Some(TaskReason::Preempted);
+            t.started_ms = None;
             let job = t.job;
             if let Some(n) = self.nodes.get_mut(&p.node) {
                 n.tasks.remove(&v.task);
@@ -791,18 +852,19 @@ impl ClusterState {
         used
     }
 
-    fn try_assign(&mut self, a: &Assign) -> Option<TaskRef> {
+    fn try_assign(&mut self, a: &Assign, at_ms: u64) -> Option<TaskRef> {
         let task = self.tasks.get(&a.task)?;
-        if task.status.state != TaskState::Pending {
+        if task.status.state != TaskState::Pending || task.not_before_ms.is_some_and(|t| t > at_ms)
+        {
             return None;
         }
-        let spec = &self.jobs.get(&task.job)?.spec;
-        if !spec.nodes.is_empty() && !self.locality(&spec.nodes).contains(&a.node) {
+        let job = self.jobs.get(&task.job)?;
+        if !job.candidates.is_empty() && !job.candidates.contains(&a.node) {
             return None;
         }
-        let req = &spec.resources;
+        let req = &job.spec.resources;
         let node = self.nodes.get_mut(&a.node)?;
-        if !node.is_up() {
+        if !node.takes_work() {
             return None;
         }
         let partition = partition_of(&self.jobs.get(&task.job)?.spec).to_string();
@@ -814,6 +876,9 @@ impl ClusterState {
         let task = self.tasks.get_mut(&a.task)?;
         let attempt = task.status.assign(a.node).ok()?;
         task.gpus = gpus;
+        task.not_before_ms = None;
+        task.started_ms = None;
+        task.attempt_nodes.insert(attempt, a.node);
         self.pending.remove(&a.task);
         self.awaiting.remove(&a.task);
         Some(TaskRef {
@@ -838,14 +903,28 @@ impl ClusterState {
         Ok(t)
     }
 
-    fn task_started(&mut self, node: NodeId, task: TaskId, attempt: Attempt) -> Outcome {
+    fn task_started(
+        &mut self,
+        node: NodeId,
+        task: TaskId,
+        attempt: Attempt,
+        at_ms: u64,
+    ) -> Outcome {
         if let Err(o) = self.current(node, task, attempt) {
             return o;
         }
-        match self.tasks.get_mut(&task).map(|t| t.status.start(attempt)) {
-            Some(Ok(())) => Outcome::TaskUpdated,
-            Some(Err(e)) => Outcome::Ignored(e.to_string()),
-            None => Outcome::Rejected(format!("unknown {task}")),
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return Outcome::Rejected(format!("unknown {task}"));
+        };
+        let was_running = t.status.state == TaskState::Running;
+        match t.status.start(attempt) {
+            Ok(()) => {
+                if !was_running || t.started_ms.is_none() {
+                    t.started_ms = Some(at_ms);
+                }
+                Outcome::TaskUpdated
+            }
+            Err(e) => Outcome::Ignored(e.to_string()),
         }
     }
 
@@ -855,6 +934,7 @@ impl ClusterState {
         task: TaskId,
         attempt: Attempt,
         exit_code: i32,
+        at_ms: u64,
     ) -> Outcome {
         if self.release_stopping(node, task, attempt) {
             return Outcome::TaskUpdated;
@@ -862,12 +942,22 @@ impl ClusterState {
         if let Err(o) = self.current(node, task, attempt) {
             return o;
         }
+        if exit_code != 0 {
+            return self.attempt_failed(
+                task,
+                attempt,
+                TaskReason::of_exit_code(exit_code),
+                Some(exit_code),
+                at_ms,
+            );
+        }
         let Some(t) = self.tasks.get_mut(&task) else {
             return Outcome::Rejected(format!("unknown {task}"));
         };
         if let Err(e) = t.status.finish(attempt, exit_code) {
             return Outcome::Ignored(e.to_string());
         }
+        t.reason = None;
         let gpus = std::mem::take(&mut t.gpus);
         let job = t.job;
         let now_final = t.status.state.is_final();
@@ -959,6 +1049,15 @@ impl ClusterState {
         job.0 >= 1 && job.0 <= self.next_job && !self.jobs.contains_key(&job)
     }
 
+    /// What to tell a client asking for a job that is not in the state.
+    pub fn job_missing_message(&self, job: JobId) -> String {
+        if self.job_was_collected(job) {
+            format!("{job} finished and was collected (finished jobs are kept for --job-gc-after)")
+        } else {
+            format!("no such job: {job}")
+        }
+    }
+
     /// Whether `task` existed once and was garbage-collected with its job.
     pub fn task_was_collected(&self, task: TaskId) -> bool {
         task.0 >= 1 && task.0 <= self.next_task && !self.tasks.contains_key(&task)
@@ -1001,7 +1100,10 @@ impl ClusterState {
             return o;
         }
         match self.requeue(task) {
-            Some(_) => Outcome::TaskUpdated,
+            Some(_) => {
+                self.set_reason(task, Some(TaskReason::Lost));
+                Outcome::TaskUpdated
+            }
             None => Outcome::Ignored(format!("{task} was not assigned or running")),
         }
     }
@@ -1141,6 +1243,7 @@ impl ClusterState {
             total: self.nodes.len() as u64,
             up,
             down: self.nodes.len() as u64 - up,
+            draining: self.nodes.values().filter(|n| n.drain.is_some()).count() as u64,
         }
     }
 
@@ -1155,6 +1258,7 @@ impl ClusterState {
             attempt: t.status.attempt,
             exit_code: t.status.exit_code,
             priority: t.priority,
+            reason: t.reason,
             user: self
                 .jobs
                 .get(&t.job)
@@ -1166,6 +1270,8 @@ impl ClusterState {
                 .map(|j| partition_of(&j.spec).to_string())
                 .unwrap_or_default(),
             preemptions: t.preemptions,
+            failures: t.failures,
+            not_before_ms: t.not_before_ms,
             calls: t.calls,
         }
     }
@@ -1226,22 +1332,10 @@ impl ClusterState {
             } else {
                 n.partitions.clone()
             },
+            draining: n.drain.is_some(),
+            drain_deadline_ms: n.drain.as_ref().and_then(|d| d.deadline_ms),
             engines: self.engine_info(n),
         }
-    }
-
-    /// The nodes a locality constraint names (by name, id or `node-<id>`), ascending; names
-    /// that match no node are skipped.
-    pub fn locality(&self, given: &[String]) -> Vec<NodeId> {
-        self.nodes
-            .values()
-            .filter(|n| {
-                given
-                    .iter()
-                    .any(|g| hetsched_common::names_node(g.trim(), n.id, &n.name))
-            })
-            .map(|n| n.id)
-            .collect()
     }
 
     /// The resources each task of `job` asks for.

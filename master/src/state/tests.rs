@@ -37,10 +37,7 @@ fn spec(count: u32, cpu_milli: u64) -> JobSpec {
         },
         count,
         command: vec!["true".into()],
-        env: Default::default(),
-        no_preempt: false,
-        program: None,
-        nodes: vec![],
+        ..Default::default()
     }
 }
 

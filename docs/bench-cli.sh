@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# CLI round-trip times (issue 17): one master, one slave, 10 jobs x 1,000 tasks kept
+# pending (they ask for more cores than the slave has, so nothing runs), then each command
+# 10 times; prints median and max wall time per command, process start included.
+# Usage: docs/bench-cli.sh [path/to/hetsched]
+set -euo pipefail
+BIN=${1:-target/release/hetsched}
+DIR=$(mktemp -d)
+M=127.0.0.1:$((20000 + RANDOM % 10000)); S=127.0.0.1:$((30000 + RANDOM % 10000))
+cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"; }
+PIDS=(); trap cleanup EXIT
+"$BIN" master --id 1 --listen "$M" --peers "1=$M" --data-dir "$DIR/m" 2>"$DIR/m.log" & PIDS+=($!)
+"$BIN" slave --listen "$S" --masters "$M" --data-dir "$DIR/s" --cpus 4 --mem 4096 2>"$DIR/s.log" & PIDS+=($!)
+export HETSCHED_MASTERS=$M HETSCHED_CLIENT_TIMEOUT_MS=30000
+until "$BIN" status --json 2>/dev/null | grep -q '"up":1'; do sleep 0.2; done
+for j in $(seq 10); do "$BIN" submit --json --count 1000 --cpus 64 -- true >/dev/null; done
+ms() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s%N); echo $(( (e - s) / 1000000 )); }
+bench() {
+  local t=()
+  for _ in $(seq 10); do t+=("$(ms "$BIN" "$@")"); done
+  mapfile -t t < <(printf '%s\n' "${t[@]}" | sort -n)
+  printf '| `hetsched %s` | %s | %s |\n' "$*" "${t[5]}" "${t[9]}"
+}
+echo "| command | median ms | max ms |"
+echo "|---|---:|---:|"
+bench status --json
+bench status
+bench jobs --json
+bench jobs
+bench tasks --json
+bench tasks --json --limit 10
+bench tasks --json --state failed --user nobody
+bench tasks --json --job 5
+bench jobs 999999
+HETSCHED_MASTERS=127.0.0.1:1 HETSCHED_CLIENT_TIMEOUT_MS=1000 bench status
