@@ -74,6 +74,12 @@ enum Command {
     Completions(cmd::ops::CompletionsArgs),
     /// Simulate the real scheduler on a trace over a virtual clock; compare policies.
     Sim(cmd::sim::Args),
+    /// Show the call records of an API-program task (which engine ran each call).
+    Calls(cmd::programs::CallsArgs),
+    /// Profile this machine's engines offline and print the selection table (S0.5).
+    Profile(cmd::programs::ProfileArgs),
+    /// Show every slave's selection table and the task-engine relation (S0.1, S0.5).
+    Profiles(cmd::programs::ProfilesArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -128,6 +134,9 @@ fn main() -> ExitCode {
             | Command::Undrain(_)
             | Command::Job(_)
             | Command::Completions(_)
+            | Command::Calls(_)
+            | Command::Profile(_)
+            | Command::Profiles(_)
     ) {
         restore_sigpipe();
     }
@@ -156,6 +165,9 @@ fn main() -> ExitCode {
         Command::Undrain(a) => cmd::ops::undrain(&masters, a),
         Command::Job(a) => cmd::ops::job(a),
         Command::Completions(a) => cmd::ops::completions(a, &mut cli_command()),
+        Command::Calls(a) => cmd::programs::calls(&masters, a),
+        Command::Profile(a) => cmd::programs::profile(a),
+        Command::Profiles(a) => cmd::programs::profiles(&masters, a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

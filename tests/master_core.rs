@@ -208,6 +208,11 @@ fn finished_jobs_are_collected_and_stay_collected_after_a_restart() {
     let run = |c: &mut Cluster| {
         let leader = c.wait_leader(Duration::from_secs(30));
         c.wait_nodes_up(1, Duration::from_secs(30));
+        // The slave's engines (S0 `RecordProfile`) arrive just after it registers.
+        wait_for("the slave's engines", Duration::from_secs(30), || {
+            let p = c.json(&["profiles"])?;
+            (!p["nodes"].as_array()?.is_empty()).then_some(())
+        });
         let before = c.json(&["status"]).expect("status")["state_bytes"]
             .as_u64()
             .expect("state_bytes");

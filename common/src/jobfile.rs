@@ -68,6 +68,10 @@ pub struct JobFile {
     /// What each task needs.
     #[serde(default)]
     pub resources: FileResources,
+    /// An API program file each task runs instead of a command (S0; relative to the spec
+    /// file): read by the CLI with [`crate::program::read_program`].
+    #[serde(default)]
+    pub program: Option<String>,
 }
 
 /// The `[resources]` table.
@@ -97,6 +101,15 @@ impl JobFile {
     /// The spec this file describes, with defaults for what it leaves out (`user` from
     /// `default_user`), validated.
     pub fn to_spec(&self, default_user: &str) -> crate::Result<JobSpec> {
+        self.to_spec_with(default_user, None)
+    }
+
+    /// As [`to_spec`](Self::to_spec), for a job that runs `program` (already read).
+    pub fn to_spec_with(
+        &self,
+        default_user: &str,
+        program: Option<crate::program::Program>,
+    ) -> crate::Result<JobSpec> {
         let command = self.command.clone().unwrap_or_default();
         let name = self
             .name
@@ -134,6 +147,7 @@ impl JobFile {
             backoff_ms: self.backoff.unwrap_or(0),
             timeout_ms: self.timeout,
             no_preempt: self.no_preempt,
+            program,
         };
         spec.validate()?;
         Ok(spec)

@@ -8,6 +8,7 @@ mod error;
 mod ids;
 pub mod jobfile;
 pub mod priority;
+pub mod program;
 pub mod protocol;
 mod reason;
 mod resources;

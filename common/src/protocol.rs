@@ -4,9 +4,10 @@
 //! added after version 1, so a newer peer's extra fields are ignored and an older peer's
 //! missing ones take their defaults.
 
+use crate::program::{CallRecord, CallSummary, EngineDecl, EngineTotal, SelectionTable, TaskKind};
 use crate::{
-    Attempt, ClientRequestId, GpuAlloc, JobId, JobSpec, MasterId, NodeId, NodeResources,
-    ResourceRequest, TaskId, TaskReason, TaskState,
+    Attempt, ClientRequestId, EngineKind, GpuAlloc, JobId, JobSpec, MasterId, NodeId,
+    NodeResources, ResourceRequest, TaskId, TaskReason, TaskState,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -251,6 +252,17 @@ pub enum ClientRequest {
         #[serde(default)]
         max_bytes: u64,
     },
+    /// The call records of a program task, fetched from the slave that ran it (`calls`).
+    Calls {
+        /// Task.
+        task: TaskId,
+    },
+    /// Every slave's selection table and the task–engine relation (`profiles`).
+    Profiles {
+        /// As in `Status`.
+        #[serde(default)]
+        stale: bool,
+    },
 }
 
 /// Which jobs or tasks a listing returns. Listings are newest first.
@@ -336,6 +348,19 @@ pub enum ClientResponse {
     PriorityConfig(crate::priority::PriorityConfig),
     /// A dry run's answer, one entry per task.
     DryRun(Vec<DryRunTask>),
+    /// A program task's call records.
+    Calls {
+        /// Task.
+        task: TaskId,
+        /// Attempt whose records these are.
+        attempt: Attempt,
+        /// Node that ran it.
+        node: NodeId,
+        /// Records in call order.
+        calls: Vec<CallRecord>,
+    },
+    /// Selection tables and the task–engine relation.
+    Profiles(ProfilesInfo),
 }
 
 /// Part of a task attempt's output file.
@@ -368,6 +393,53 @@ pub struct DryRunTask {
     pub node: Option<NodeId>,
     /// Running tasks it would preempt.
     pub preempts: Vec<TaskId>,
+}
+
+/// `hetsched profiles`: every slave's selection table (S0.5) and the task–engine relation
+/// (S0.1) of every program kind submitted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfilesInfo {
+    /// One per slave that sent a profile.
+    pub nodes: Vec<NodeProfileInfo>,
+    /// One per task kind.
+    pub relations: Vec<RelationInfo>,
+}
+
+/// One slave's engines and selection table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeProfileInfo {
+    /// Node.
+    pub node: NodeId,
+    /// Its name.
+    pub name: String,
+    /// Its engines.
+    pub engines: Vec<EngineDecl>,
+    /// Its selection table.
+    pub table: SelectionTable,
+}
+
+/// The task–engine relation of one task kind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelationInfo {
+    /// The kind, as text (`gemm@2^20x1+sort@2^13x2`).
+    pub kind: String,
+    /// The kind's parts.
+    pub parts: TaskKind,
+    /// Engines by total time, fastest first.
+    pub engines: Vec<EngineTotal>,
+}
+
+/// One engine kind of a node as listed (`nodes --json` `"engines"`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineInfo {
+    /// Kind.
+    pub kind: EngineKind,
+    /// Units (CPU: cores; GPU: devices).
+    pub count: u32,
+    /// Units not held by tasks (CPU: whole free cores; GPU: wholly free devices).
+    pub free: u32,
+    /// True when emulated.
+    pub emulated: bool,
 }
 
 /// One master in the Raft configuration.
@@ -521,6 +593,9 @@ pub struct TaskInfo {
     /// Cores the task asks for (float, as users write them).
     #[serde(default)]
     pub cpus: f64,
+    /// A program task's calls in brief (once its slave reported them).
+    #[serde(default)]
+    pub calls: Option<CallSummary>,
 }
 
 /// One node as listed.
@@ -554,6 +629,9 @@ pub struct NodeInfo {
     /// Resource isolation of its tasks: `"v1"` or `"v2"` (cgroups), or `"none"`.
     #[serde(default = "cgroup_none")]
     pub cgroup: String,
+    /// Its engines: CPU and GPU always listed, others when declared.
+    #[serde(default)]
+    pub engines: Vec<EngineInfo>,
 }
 
 fn cgroup_none() -> String {
@@ -651,6 +729,26 @@ pub enum SlaveRequest {
         #[serde(default)]
         reason: Option<TaskReason>,
     },
+    /// The slave's engines and selection table (S0.5), after it profiled or loaded them.
+    RecordProfile {
+        /// Node.
+        node: NodeId,
+        /// Its engines.
+        engines: Vec<EngineDecl>,
+        /// Its selection table.
+        table: SelectionTable,
+    },
+    /// A program task's calls in brief, for `tasks`.
+    RecordCalls {
+        /// Node.
+        node: NodeId,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Summary.
+        summary: CallSummary,
+    },
 }
 
 /// Master → slave answers.
@@ -723,10 +821,17 @@ pub enum SlaveCommand {
         /// Most bytes to return.
         max_bytes: u64,
     },
+    /// The call records of a program task's attempt.
+    Calls {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
 }
 
 /// Slave → master answers to commands.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum SlaveCommandReply {
     /// Persisted in the local queue (or already held).
     Accepted,
@@ -741,4 +846,6 @@ pub enum SlaveCommandReply {
         /// Size of the file when read.
         size: u64,
     },
+    /// Call records, in call order (empty while none has finished).
+    Calls(Vec<CallRecord>),
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// What a user submits: K identical tasks running one command.
+/// What a user submits: K identical tasks running one command, or one API program (S0).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSpec {
     /// Human name (defaults to the command's program name).
@@ -52,6 +52,10 @@ pub struct JobSpec {
     /// `timeout`. `None`: no limit.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// An API program each task runs instead of a command (S0; `submit --program FILE`).
+    /// The command is then empty: [`JobSpec::carry_program`] fills the marker argv.
+    #[serde(default)]
+    pub program: Option<crate::program::Program>,
 }
 
 /// Largest delay between re-runs of a failed task (5 minutes).
@@ -70,7 +74,16 @@ impl JobSpec {
             what: "job spec",
             why,
         };
-        if self.command.is_empty() || self.command[0].is_empty() {
+        if let Some(p) = &self.program {
+            p.validate()?;
+            let carried = self.command.is_empty()
+                || self.command == [crate::program::PROGRAM_COMMAND.to_string()];
+            if !carried {
+                return Err(bad(
+                    "a job runs either a command or a program, not both".into()
+                ));
+            }
+        } else if self.command.is_empty() || self.command[0].is_empty() {
             return Err(bad("the command is empty".into()));
         }
         if self.count == 0 || self.count > MAX_TASKS_PER_JOB {
@@ -104,6 +117,22 @@ impl JobSpec {
         self.backoff_ms
             .saturating_mul(1u64 << doublings)
             .min(MAX_BACKOFF_MS)
+    }
+}
+
+impl JobSpec {
+    /// For a program job: sets the marker argv and puts the program (as JSON) in the env
+    /// under [`PROGRAM_ENV`](crate::program::PROGRAM_ENV), which is how an assignment carries
+    /// it to the slave. Deterministic (the replicated state calls it at submit); no-op for a
+    /// command job.
+    pub fn carry_program(&mut self) {
+        let Some(p) = &self.program else {
+            return;
+        };
+        let json = serde_json::to_string(p).unwrap_or_default();
+        self.command = vec![crate::program::PROGRAM_COMMAND.to_string()];
+        self.env
+            .insert(crate::program::PROGRAM_ENV.to_string(), json);
     }
 }
 

@@ -230,6 +230,7 @@ fn message() -> impl Strategy<Value = Message> {
                 not_before_ms: None,
                 reason: hetsched_common::TaskReason::of_exit_code(exit_code.unwrap_or(0)),
                 cpus: 1.5,
+                calls: None,
             }]))
         }),
         (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(
@@ -246,6 +247,7 @@ fn message() -> impl Strategy<Value = Message> {
                 draining: false,
                 drain_deadline_ms: None,
                 cgroup: "v1".into(),
+                engines: vec![],
             }])
         )),
         (
@@ -315,6 +317,52 @@ fn message() -> impl Strategy<Value = Message> {
         })),
         Just(Message::ToSlaveReply(SlaveCommandReply::Accepted)),
         Just(Message::ToSlaveReply(SlaveCommandReply::Stopped)),
+        (ids, 1u64..4096, any::<u64>()).prop_map(|((n, t, a), size, seed)| {
+            use hetsched_common::program::{
+                Api, ApiCall, CallRecord, CallSummary, EngineTime, SelectionTable,
+            };
+            use hetsched_common::EngineKind;
+            let call = ApiCall::new(Api::Sort, size, seed);
+            let mut table = SelectionTable::default();
+            table.record(
+                call.api,
+                call.bucket(),
+                EngineTime {
+                    engine: EngineKind::Gpu,
+                    time_us: size,
+                    emulated: true,
+                },
+            );
+            match seed % 3 {
+                0 => Message::Slave(SlaveRequest::RecordProfile {
+                    node: NodeId(n),
+                    engines: vec![],
+                    table,
+                }),
+                1 => Message::Slave(SlaveRequest::RecordCalls {
+                    node: NodeId(n),
+                    task: TaskId(t),
+                    attempt: a,
+                    summary: CallSummary {
+                        total: a,
+                        ..Default::default()
+                    },
+                }),
+                _ => Message::ToSlaveReply(SlaveCommandReply::Calls(vec![CallRecord {
+                    index: a,
+                    api: call.api,
+                    engine: EngineKind::Cpu,
+                    node: "n".into(),
+                    duration_ms: size as f64 / 7.0,
+                    forwarded: false,
+                    emulated: false,
+                    digest: "00".into(),
+                    scale_bytes: call.scale(),
+                    fallback_from: Some(EngineKind::Dsp),
+                    error: None,
+                }])),
+            }
+        }),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Members { stale })),
         (1u64.., "[a-z0-9.]{1,10}:[0-9]{1,5}").prop_map(|(id, addr)| Message::Client(
             ClientRequest::AddMember {

@@ -125,6 +125,15 @@ struct StopRequest {
     grace: Option<Duration>,
 }
 
+/// What the agent needs to run API-program tasks (S0) in-process.
+#[derive(Clone, Debug)]
+pub struct ProgramHooks {
+    /// Engines, selection table, node name.
+    pub runtime: std::sync::Arc<crate::program::ProgramRuntime>,
+    /// Where call summaries go (to the masters).
+    pub announce: mpsc::UnboundedSender<crate::announce::Announcement>,
+}
+
 /// The agent's state.
 pub struct Agent {
     queue: LocalQueue,
@@ -136,6 +145,7 @@ pub struct Agent {
     adopt: Vec<Watched>,
     mailbox: mpsc::UnboundedSender<AgentMsg>,
     reports: mpsc::UnboundedSender<Report>,
+    programs: Option<ProgramHooks>,
 }
 
 fn storage_error(e: &StoreError) -> Message {
@@ -235,7 +245,85 @@ impl Agent {
             adopt,
             mailbox,
             reports,
+            programs: None,
         })
+    }
+
+    /// Runs API-program tasks in-process with these hooks (without them a program task's
+    /// marker command fails to start).
+    pub fn with_programs(mut self, hooks: ProgramHooks) -> Self {
+        self.programs = Some(hooks);
+        self
+    }
+
+    /// Starts a program task: it runs on a blocking thread; a stop request takes effect
+    /// between calls. Its store record stays `Queued`, so a slave restart runs it again.
+    async fn start_program(
+        &mut self,
+        a: Assignment,
+        program: Result<hetsched_common::program::Program, String>,
+        hooks: ProgramHooks,
+    ) {
+        let (task, attempt) = (a.task, a.attempt);
+        let program = match program {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::error!(task = %task, attempt, %why, "program task cannot start");
+                exec::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {why}"));
+                self.finished(
+                    task,
+                    attempt,
+                    crate::program::EXIT_BAD_PROGRAM,
+                    Some(TaskReason::CannotStart),
+                )
+                .await;
+                return;
+            }
+        };
+        metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
+        tracing::info!(task = %task, attempt, calls = program.calls.len(), "program task started");
+        let _ = self.reports.send(Report::Started { task, attempt });
+        let (stop_tx, mut stop_rx) = mpsc::unbounded_channel::<StopRequest>();
+        self.running.insert((task, attempt), stop_tx);
+        let (log_dir, mailbox) = (self.launcher.log_dir.clone(), self.mailbox.clone());
+        tokio::spawn(async move {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (flag, rt) = (stop.clone(), hooks.runtime.clone());
+            let mut job =
+                tokio::task::spawn_blocking(move || rt.run(&a, &program, &log_dir, &flag));
+            let mut replies = Vec::new();
+            let result = loop {
+                tokio::select! {
+                    r = &mut job => break r,
+                    Some(r) = stop_rx.recv() => {
+                        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                        replies.extend(r.reply);
+                    }
+                }
+            };
+            let (records, exit_code) = result.unwrap_or_else(|e| {
+                tracing::error!(task = %task, attempt, error = %e, "program runner failed");
+                (Vec::new(), crate::program::EXIT_BAD_PROGRAM)
+            });
+            if !records.is_empty() {
+                let summary = hetsched_common::program::CallSummary::of(&records);
+                let _ = hooks.announce.send(crate::announce::Announcement::Calls {
+                    task,
+                    attempt,
+                    summary,
+                });
+            }
+            while let Ok(r) = stop_rx.try_recv() {
+                replies.extend(r.reply);
+            }
+            let _ = mailbox.send(AgentMsg::Exited {
+                task,
+                attempt,
+                exit_code,
+                reason: TaskReason::of_exit_code(exit_code),
+                replies,
+            });
+        });
     }
 
     /// Handles messages until every sender is gone.
@@ -420,6 +508,12 @@ impl Agent {
     /// Starts every task the queue lets start.
     async fn pump(&mut self) {
         while let Some(a) = self.queue.start_next() {
+            if let Some(hooks) = self.programs.clone() {
+                if let Some(program) = crate::program::carried(&a) {
+                    self.start_program(a, program, hooks).await;
+                    continue;
+                }
+            }
             let (task, attempt) = (a.task, a.attempt);
             match self.launcher.launch(&a) {
                 Ok(launched) => {

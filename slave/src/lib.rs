@@ -9,7 +9,12 @@
 //! - [`cgroup`] — CPU and memory limits through cgroups v2 or v1;
 //! - [`agent`] — the task that owns queue and store and does their I/O;
 //! - [`link`] — registration, heartbeats, report delivery, leader following;
-//! - [`gpu`] — GPU probes (NVML, emulated).
+//! - [`gpu`] — GPU probes (NVML, emulated);
+//! - [`engine`] — engines (S0): the engines file, built-in kernels, plug-ins, the profiler
+//!   and the selection table (S0.5);
+//! - [`program`] — API-program tasks, run in-process call by call on the best available
+//!   engine;
+//! - [`announce`] — delivery of the profile and program call summaries to the masters.
 //!
 //! # Restart semantics (each attempt runs at most once)
 //! Everything accepted is in sled before the master hears `Accepted`; every result is in sled
@@ -25,16 +30,19 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod announce;
 pub mod cgroup;
+pub mod engine;
 pub mod exec;
 pub mod gpu;
 pub mod link;
 pub mod logs;
+pub mod program;
 pub mod queue;
 pub mod store;
 pub mod supervisor;
 
-use hetsched_common::protocol::{ErrorKind, ErrorReply, Message, SlaveCommand};
+use hetsched_common::protocol::{ErrorKind, ErrorReply, Message, SlaveCommand, SlaveCommandReply};
 use hetsched_common::wire::{self, FrameLimits, Handler};
 use hetsched_common::NodeResources;
 use std::path::PathBuf;
@@ -100,6 +108,31 @@ impl Default for Tuning {
     }
 }
 
+/// Engines and programs (S0): `slave --engines FILE --profile --profile-budget D
+/// --call-timeout D`.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// The engines file, parsed (none: the CPU engine only).
+    pub engines: engine::EnginesFile,
+    /// Profile every engine at start and persist the selection table.
+    pub profile: bool,
+    /// Budget of that profile.
+    pub profile_budget: Duration,
+    /// Deadline of one plug-in call.
+    pub call_timeout: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            engines: engine::EnginesFile::default(),
+            profile: false,
+            profile_budget: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
 /// Errors of the slave.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -148,6 +181,15 @@ fn fresh_key() -> u64 {
 
 /// Runs the slave with explicit timings.
 pub async fn run_with(cfg: SlaveConfig, tuning: Tuning) -> Result<(), Error> {
+    run_with_engines(cfg, tuning, EngineOptions::default()).await
+}
+
+/// Runs the slave with explicit timings and engines.
+pub async fn run_with_engines(
+    cfg: SlaveConfig,
+    tuning: Tuning,
+    engine_opts: EngineOptions,
+) -> Result<(), Error> {
     if cfg.masters.is_empty() {
         return Err(Error::Config("no master addresses".into()));
     }
@@ -180,11 +222,18 @@ pub async fn run_with(cfg: SlaveConfig, tuning: Tuning) -> Result<(), Error> {
                 .unwrap_or_else(|| gpu::EMULATED_MODEL.to_string()),
         },
     );
+    let engines = engine::EngineSet::new(
+        &engine_opts.engines,
+        cfg.cpus,
+        gpus.len() as u32,
+        !gpus.is_empty() && gpus.iter().all(|g| g.emulated),
+    )
+    .map_err(|e| Error::Config(e.to_string()))?;
     let capacity = NodeResources {
         cpu_milli: u64::from(cfg.cpus) * 1000,
         mem_mib: cfg.mem_mib,
         gpus,
-        engines: Default::default(),
+        engines: engines.other_counts(),
     };
     let cgroups = match &cfg.cgroup_root {
         Some(root) => {
@@ -213,6 +262,15 @@ pub async fn run_with(cfg: SlaveConfig, tuning: Tuning) -> Result<(), Error> {
         "slave starting"
     );
 
+    let (announce_tx, announce_rx) = mpsc::unbounded_channel();
+    tokio::spawn(announce::run(
+        cfg.masters.clone(),
+        store.clone(),
+        tuning.call_timeout,
+        announce_rx,
+    ));
+    let programs = start_engines(&cfg, &me.name, engines, &engine_opts, announce_tx.clone());
+    reannounce_calls(&store, &log_dir, &announce_tx);
     let (agent_tx, agent_rx) = mpsc::unbounded_channel();
     let (report_tx, report_rx) = mpsc::unbounded_channel();
     let launcher = exec::Launcher {
@@ -228,7 +286,11 @@ pub async fn run_with(cfg: SlaveConfig, tuning: Tuning) -> Result<(), Error> {
         tuning.stop_grace,
         agent_tx.clone(),
         report_tx,
-    )?;
+    )?
+    .with_programs(agent::ProgramHooks {
+        runtime: programs,
+        announce: announce_tx,
+    });
     tokio::spawn(agent.run(agent_rx));
     let link = link::Link::new(
         cfg.masters.clone(),
@@ -249,7 +311,100 @@ pub async fn run_with(cfg: SlaveConfig, tuning: Tuning) -> Result<(), Error> {
         .map_err(|e| Error::Serve(e.to_string()))
 }
 
-/// The listener's handler: masters' commands go to the agent; anything else is refused.
+/// Sets up the program runtime: the persisted selection table, then (with `--profile`) a
+/// profile in the background that replaces and persists it; either way the engines and the
+/// table are announced to the masters.
+fn start_engines(
+    cfg: &SlaveConfig,
+    node_name: &str,
+    engines: engine::EngineSet,
+    opts: &EngineOptions,
+    announce: mpsc::UnboundedSender<announce::Announcement>,
+) -> Arc<program::ProgramRuntime> {
+    let path = engine::profile::table_path(&cfg.data_dir);
+    let table = engine::profile::load(&path).unwrap_or_default();
+    let runtime = Arc::new(program::ProgramRuntime {
+        engines: Arc::new(engines),
+        table: Arc::new(std::sync::RwLock::new(table.clone())),
+        node: node_name.to_string(),
+        call_timeout: opts.call_timeout,
+    });
+    let decls = runtime.engines.decls();
+    tracing::info!(engines = ?decls, "engines");
+    if !opts.profile {
+        let _ = announce.send(announce::Announcement::Profile {
+            engines: decls,
+            table,
+        });
+        return runtime;
+    }
+    let rt = runtime.clone();
+    let popts = engine::profile::ProfileOptions {
+        budget: opts.profile_budget,
+        call_timeout: opts.call_timeout,
+        ..Default::default()
+    };
+    tokio::spawn(async move {
+        let engines = rt.engines.clone();
+        let started = std::time::Instant::now();
+        let table =
+            match tokio::task::spawn_blocking(move || engine::profile::profile(&engines, popts))
+                .await
+            {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(error = %e, "profiler failed");
+                    return;
+                }
+            };
+        tracing::info!(
+            rows = table.rows.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "engines profiled"
+        );
+        if let Err(e) = engine::profile::save(&table, &path) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot persist the selection table");
+        }
+        match rt.table.write() {
+            Ok(mut t) => *t = table.clone(),
+            Err(p) => *p.into_inner() = table.clone(),
+        }
+        let _ = announce.send(announce::Announcement::Profile {
+            engines: decls,
+            table,
+        });
+    });
+    runtime
+}
+
+/// Call summaries of program tasks that ended before the last stop and whose results the
+/// master has not acknowledged: sent again (recording one twice is harmless), since the
+/// first announcement may have been lost with the process.
+fn reannounce_calls(
+    store: &store::Store,
+    log_dir: &std::path::Path,
+    announce: &mpsc::UnboundedSender<announce::Announcement>,
+) {
+    let Ok(loaded) = store.load() else {
+        return;
+    };
+    for t in loaded.tasks {
+        if !matches!(t.phase, store::StoredPhase::Finished { .. }) {
+            continue;
+        }
+        let (task, attempt) = (t.assignment.task, t.assignment.attempt);
+        if let Some(records) = program::read_calls(log_dir, task.0, attempt) {
+            let _ = announce.send(announce::Announcement::Calls {
+                task,
+                attempt,
+                summary: hetsched_common::program::CallSummary::of(&records),
+            });
+        }
+    }
+}
+
+/// The listener's handler: masters' commands go to the agent (call records are read from
+/// the log dir); anything else is refused.
 fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> Handler {
     Arc::new(move |msg, peer| {
         let agent = agent.clone();
@@ -275,6 +430,18 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                         ))
                     }));
                 }
+                Message::ToSlave(SlaveCommand::Calls { task, attempt }) => {
+                    return Some(match program::read_calls(&log_dir, task.0, attempt) {
+                        Some(calls) => Message::ToSlaveReply(SlaveCommandReply::Calls(calls)),
+                        None => Message::Error(ErrorReply::new(
+                            ErrorKind::Invalid,
+                            format!(
+                                "{task} attempt {attempt} has no call records on this slave \
+                                 (not a program task, or no call has finished yet)"
+                            ),
+                        )),
+                    });
+                }
                 Message::ToSlave(SlaveCommand::Assign(assignment)) => agent::AgentMsg::Assign {
                     assignment,
                     reply: tx,
@@ -295,7 +462,7 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                     tracing::debug!(%peer, message = ?other, "unsupported request");
                     return Some(Message::Error(ErrorReply::new(
                         ErrorKind::Unsupported,
-                        "a slave serves only Assign, StopTask and ReadLog",
+                        "a slave serves only Assign, StopTask, ReadLog and Calls",
                     )));
                 }
             };

@@ -71,8 +71,12 @@ pub struct SubmitArgs {
     /// round would place it, and what it would preempt.
     #[arg(long)]
     pub dry_run: bool,
+    /// An API program (TOML, `[[call]]` tables) each task runs instead of a command: each
+    /// call runs on the best available engine of the task's node (see `hetsched calls`).
+    #[arg(long, value_name = "FILE", conflicts_with = "command")]
+    pub program: Option<std::path::PathBuf>,
     /// The command each task runs (overrides the file's `command`).
-    #[arg(last = true, value_name = "CMD")]
+    #[arg(last = true, value_name = "CMD", conflicts_with = "program")]
     pub command: Vec<String>,
 }
 
@@ -357,6 +361,38 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
     if !a.command.is_empty() {
         f.command = Some(a.command.clone());
     }
+    // An API program (S0): `--program FILE`, else the spec file's `program = "prog.toml"`
+    // (relative to the spec file).
+    let program_path = match (&a.program, &f.program, &a.file) {
+        (Some(p), _, _) => Some(p.clone()),
+        (None, Some(p), Some(file)) => Some(
+            std::path::Path::new(file)
+                .parent()
+                .unwrap_or(std::path::Path::new(""))
+                .join(p),
+        ),
+        (None, Some(p), None) => Some(std::path::PathBuf::from(p)),
+        (None, None, _) => None,
+    };
+    if let Some(path) = program_path {
+        if !a.command.is_empty() || f.command.as_ref().is_some_and(|c| !c.is_empty()) {
+            return Err(exit::bad_input(
+                "a job runs either a command or a program (--program), not both",
+            ));
+        }
+        let program = hetsched_common::program::read_program(&path)
+            .map_err(|e| exit::bad_input(e.to_string()))?;
+        if f.name.is_none() {
+            f.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        }
+        return f
+            .to_spec_with(&default_user(), Some(program))
+            .map_err(|e| exit::bad_input(e.to_string()))
+            .map(|mut spec| {
+                spec.no_preempt |= a.no_preempt;
+                spec
+            });
+    }
     if f.command.as_ref().is_none_or(|c| c.is_empty()) {
         return Err(exit::bad_input(match &a.file {
             Some(path) => {
@@ -636,6 +672,7 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                 "MEM MiB (free/total)",
                 "GPUS",
                 "TASKS",
+                "ENGINES (free/count)",
             ]);
             for n in nodes {
                 let gpus = if n.capacity.gpus.is_empty() {
@@ -663,11 +700,29 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                     format!("{}/{}", n.free.mem_mib, n.capacity.mem_mib),
                     gpus,
                     n.tasks.to_string(),
+                    engines_text(&n.engines),
                 ]);
             }
             table::print(&t)
         }
         other => Err(anyhow!("unexpected answer: {}", short(&other))),
+    }
+}
+
+/// The engines of a node beyond its CPU, as `gpu 1/2 EMULATED, npu 2/2` (`-`: none).
+fn engines_text(engines: &[hetsched_common::protocol::EngineInfo]) -> String {
+    let listed: Vec<String> = engines
+        .iter()
+        .filter(|e| e.kind != hetsched_common::EngineKind::Cpu)
+        .map(|e| {
+            let emulated = if e.emulated { " EMULATED" } else { "" };
+            format!("{} {}/{}{emulated}", e.kind, e.free, e.count)
+        })
+        .collect();
+    if listed.is_empty() {
+        "-".into()
+    } else {
+        listed.join(", ")
     }
 }
 

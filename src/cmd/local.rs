@@ -90,6 +90,8 @@ pub struct SlaveSpec {
     pub mem_mib: u64,
     /// Emulated GPUs.
     pub gpus: u32,
+    /// More `hetsched slave` flags (engines, profiling).
+    pub extra_args: Vec<String>,
 }
 
 /// The running cluster. Dropping it stops every process.
@@ -177,6 +179,7 @@ impl LocalCluster {
                     "T4".into(),
                 ]);
             }
+            args.extend(s.extra_args.iter().cloned());
             let log = dir.join(format!("{name}.log"));
             cluster.slaves.push(LocalProc::start(name, args, log)?);
         }

@@ -9,6 +9,7 @@ pub mod local;
 pub mod master;
 pub mod ops;
 pub mod plan_batch;
+pub mod programs;
 pub mod sim;
 pub mod slave;
 pub mod table;

@@ -53,6 +53,20 @@ pub struct Args {
     /// Run tasks without cgroup limits.
     #[arg(long)]
     pub no_cgroups: bool,
+    /// Engines of this node (TOML: [[engine]] and [[plugin]] tables; see README). The CPU
+    /// engine is always there.
+    #[arg(long, value_name = "FILE")]
+    pub engines: Option<PathBuf>,
+    /// Profile every engine at start (within --profile-budget) and persist the selection
+    /// table in the data dir; without it the last persisted table is used.
+    #[arg(long)]
+    pub profile: bool,
+    /// Wall-clock budget of the start-up profile.
+    #[arg(long, default_value = "10s", value_parser = super::programs::parse_duration)]
+    pub profile_budget: std::time::Duration,
+    /// Deadline of one plug-in call; a late or failed plug-in call falls back to the CPU.
+    #[arg(long, default_value = "60s", value_parser = super::programs::parse_duration)]
+    pub call_timeout: std::time::Duration,
 }
 
 /// Runs a slave until stopped.
@@ -68,6 +82,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.cpus == 0 {
         anyhow::bail!("--cpus must be at least 1");
     }
+    let engines = match &a.engines {
+        Some(p) => hetsched_slave::engine::EnginesFile::read(p)?,
+        None => Default::default(),
+    };
+    let engine_opts = hetsched_slave::EngineOptions {
+        engines,
+        profile: a.profile,
+        profile_budget: a.profile_budget,
+        call_timeout: a.call_timeout,
+    };
     let cfg = hetsched_slave::SlaveConfig {
         listen: a.listen,
         advertise: a.advertise,
@@ -89,6 +113,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let system = actix::System::new();
     system
-        .block_on(hetsched_slave::run(cfg))
+        .block_on(hetsched_slave::run_with_engines(
+            cfg,
+            hetsched_slave::Tuning::default(),
+            engine_opts,
+        ))
         .context("slave stopped")
 }

@@ -74,6 +74,36 @@ fn demo_jobs() -> Vec<JobSpec> {
     ]
 }
 
+/// The GPU slave's engines in the demo.
+const DEMO_ENGINES: &str =
+    "[[engine]]\nkind = \"gpu\"\nemulated = true\nspeed = { gemm = 8.0, sort = 2.0 }\n";
+
+/// The demo's API program: one call of each built-in API.
+fn demo_program(gpu_slave: &str) -> JobSpec {
+    use hetsched_common::program::{Api, ApiCall, Program};
+    JobSpec {
+        name: "program".into(),
+        user: "demo".into(),
+        partition: "default".into(),
+        resources: ResourceRequest {
+            cpu_milli: 500,
+            mem_mib: 64,
+            ..Default::default()
+        },
+        count: 1,
+        program: Some(Program {
+            calls: vec![
+                ApiCall::new(Api::Gemm, 192, 1),
+                ApiCall::new(Api::Sort, 1 << 16, 2),
+                ApiCall::new(Api::Sha256, 1 << 20, 3),
+                ApiCall::new(Api::Compress, 1 << 18, 4),
+            ],
+        }),
+        nodes: vec![gpu_slave.to_string()],
+        ..Default::default()
+    }
+}
+
 /// Runs the local cluster.
 pub fn run(a: Args) -> anyhow::Result<()> {
     hetsched_common::telemetry::init_logging("warn");
@@ -90,12 +120,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
 
-    // The last slave offers two emulated GPUs so the demo's shared-GPU job has a home.
+    // The last slave offers two emulated GPUs so the demo's shared-GPU job has a home; they
+    // are also its GPU engine (emulated, gemm 8× the CPU kernel) for the demo program.
+    let engines_file = dir.join("engines.toml");
+    std::fs::write(&engines_file, DEMO_ENGINES)
+        .with_context(|| format!("cannot write {}", engines_file.display()))?;
     let slaves: Vec<SlaveSpec> = (1..=a.slaves)
         .map(|s| SlaveSpec {
             cpus: 2,
             mem_mib: 2048,
             gpus: if s == a.slaves { 2 } else { 0 },
+            extra_args: if s == a.slaves {
+                vec![
+                    "--engines".into(),
+                    engines_file.display().to_string(),
+                    "--profile".into(),
+                    "--profile-budget".into(),
+                    "3s".into(),
+                ]
+            } else {
+                Vec::new()
+            },
         })
         .collect();
     let mut cluster = LocalCluster::start(&dir, a.masters, &slaves)?;
@@ -159,7 +204,9 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         std::future::pending::<()>().await;
     }
     let mut jobs: Vec<(JobId, String)> = Vec::new();
-    for spec in demo_jobs() {
+    let mut specs = demo_jobs();
+    specs.push(demo_program(&format!("slave-{}", a.slaves)));
+    for spec in specs {
         let name = spec.name.clone();
         let req = ClientRequest::Submit {
             request: request_id(),
@@ -258,6 +305,7 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
             );
         }
     }
+    show_program_calls(addrs, &listed).await;
     let mut hashes = Vec::new();
     for addr in addrs {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -292,4 +340,48 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         bail!("{failed} demo job(s) did not succeed");
     }
     Ok(())
+}
+
+/// Prints where the demo program's calls ran.
+async fn show_program_calls(addrs: &[String], jobs: &[hetsched_common::protocol::JobInfo]) {
+    let Some(job) = jobs.iter().find(|j| j.name == "program") else {
+        return;
+    };
+    let tasks = match call(
+        addrs,
+        ClientRequest::Tasks {
+            stale: false,
+            job: Some(job.id),
+            filter: Default::default(),
+        },
+        false,
+    )
+    .await
+    {
+        Ok(ClientResponse::Tasks(t)) => t,
+        _ => return,
+    };
+    for t in tasks {
+        match call(addrs, ClientRequest::Calls { task: t.id }, false).await {
+            Ok(ClientResponse::Calls { calls, node, .. }) => {
+                let on = calls
+                    .first()
+                    .map_or_else(|| node.to_string(), |c| c.node.clone());
+                println!("  program {} on {on}: where its API calls ran", t.id);
+                for c in calls {
+                    println!(
+                        "    call {} {:<8} on {}{} {:>9.3} ms  digest {}",
+                        c.index,
+                        c.api.to_string(),
+                        c.engine,
+                        if c.emulated { " EMULATED" } else { "" },
+                        c.duration_ms,
+                        c.digest.get(..16).unwrap_or(&c.digest)
+                    );
+                }
+            }
+            Ok(other) => eprintln!("  unexpected answer for {}: {other:?}", t.id),
+            Err(e) => eprintln!("  cannot fetch the calls of {}: {e}", t.id),
+        }
+    }
 }

@@ -3,6 +3,7 @@
 
 mod duties;
 mod logs;
+mod programs;
 mod replicated;
 mod senders;
 
@@ -583,6 +584,17 @@ impl Master {
                 )
                 .await
             }
+            ClientRequest::Calls { task } => {
+                self.read_barrier(false).await?;
+                let (node, addr, attempt) = programs::locate(&self.shared.read_state(), task)?;
+                programs::fetch_calls(task, node, &addr, attempt).await
+            }
+            ClientRequest::Profiles { stale } => {
+                self.read_barrier(stale).await?;
+                Ok(ClientResponse::Profiles(programs::profiles_info(
+                    &self.shared.read_state(),
+                )))
+            }
         }
     }
 
@@ -779,6 +791,41 @@ impl Master {
                         exit_code,
                         reason,
                     }
+                };
+                self.propose(cmd, None).await?;
+                Ok(SlaveResponse::Ack)
+            }
+            SlaveRequest::RecordProfile {
+                node,
+                engines,
+                table,
+            } => {
+                self.require_leader()?;
+                let cmd = Command::RecordProfile {
+                    node,
+                    engines,
+                    table,
+                };
+                match self.propose(cmd, None).await? {
+                    Outcome::Rejected(why) if why.starts_with("unknown node") => {
+                        Err(ErrorReply::new(ErrorKind::UnknownNode, why))
+                    }
+                    Outcome::Rejected(why) => Err(ErrorReply::new(ErrorKind::Invalid, why)),
+                    _ => Ok(SlaveResponse::Ack),
+                }
+            }
+            SlaveRequest::RecordCalls {
+                node,
+                task,
+                attempt,
+                summary,
+            } => {
+                self.require_leader()?;
+                let cmd = Command::RecordCalls {
+                    node,
+                    task,
+                    attempt,
+                    summary,
                 };
                 self.propose(cmd, None).await?;
                 Ok(SlaveResponse::Ack)

@@ -1,5 +1,6 @@
 //! The commands of the Raft log and what applying them returns.
 
+use hetsched_common::program::{CallSummary, EngineDecl, SelectionTable};
 use hetsched_common::{
     Attempt, ClientRequestId, JobId, JobSpec, NodeId, NodeResources, TaskId, TaskReason,
 };
@@ -175,6 +176,26 @@ pub enum Command {
         task: TaskId,
         /// Attempt.
         attempt: Attempt,
+    },
+    /// A slave's engines and selection table (S0.5); rebuilds the task–engine relation.
+    RecordProfile {
+        /// Node.
+        node: NodeId,
+        /// Its engines.
+        engines: Vec<EngineDecl>,
+        /// Its selection table.
+        table: SelectionTable,
+    },
+    /// A program task's calls in brief.
+    RecordCalls {
+        /// Node.
+        node: NodeId,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Summary.
+        summary: CallSummary,
     },
 }
 

@@ -51,10 +51,13 @@ pub fn touched_nodes(mut nodes: BTreeSet<NodeId>, outcome: &Outcome) -> Vec<Node
 }
 
 use hetsched_common::priority::{Principal, PriorityConfig, Usage};
-use hetsched_common::protocol::{JobInfo, NodeCounts, NodeInfo, TaskInfo};
+use hetsched_common::program::{
+    relation, CallSummary, EngineDecl, EngineTotal, SelectionTable, TaskKind,
+};
+use hetsched_common::protocol::{EngineInfo, JobInfo, NodeCounts, NodeInfo, TaskInfo};
 use hetsched_common::{
-    Attempt, ClientRequestId, GpuAlloc, JobId, JobSpec, NodeId, NodeResources, TaskId, TaskReason,
-    TaskState, TaskStatus,
+    Attempt, ClientRequestId, EngineKind, GpuAlloc, JobId, JobSpec, NodeId, NodeResources, TaskId,
+    TaskReason, TaskState, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -120,6 +123,9 @@ pub struct Task {
     /// The node of every attempt so far (where its output files are).
     #[serde(default)]
     pub attempt_nodes: BTreeMap<Attempt, NodeId>,
+    /// A program task's calls in brief, as its slave reported them.
+    #[serde(default)]
+    pub calls: Option<CallSummary>,
 }
 
 /// Liveness of a node as committed in the log (heartbeats themselves are not logged).
@@ -302,6 +308,15 @@ pub struct RecentRequest {
     pub outcome: RequestOutcome,
 }
 
+/// What a slave declared of its engines and measured of them (S0.5).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeProfile {
+    /// Engines.
+    pub engines: Vec<EngineDecl>,
+    /// Selection table.
+    pub table: SelectionTable,
+}
+
 /// The whole replicated state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {
@@ -339,6 +354,13 @@ pub struct ClusterState {
     next_job: u64,
     next_task: u64,
     next_node: u64,
+    /// Engines and selection tables by node (S0.5).
+    #[serde(default)]
+    pub profiles: BTreeMap<NodeId, NodeProfile>,
+    /// The task–engine relation (S0.1): per task kind of every program submitted, engines by
+    /// total time ascending, built from all slaves' tables.
+    #[serde(default)]
+    pub relations: BTreeMap<TaskKind, Vec<EngineTotal>>,
     /// Last applied log index.
     pub last_index: u64,
     /// Leader's clock of the last applied command.
@@ -422,6 +444,17 @@ impl ClusterState {
                 task,
                 attempt,
             } => self.timeout_task(node, task, attempt, env.at_ms),
+            Command::RecordProfile {
+                node,
+                engines,
+                table,
+            } => self.record_profile(node, engines, table),
+            Command::RecordCalls {
+                node,
+                task,
+                attempt,
+                summary,
+            } => self.record_calls(node, task, attempt, summary),
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {
@@ -568,7 +601,7 @@ impl ClusterState {
         }
     }
 
-    fn submit(&mut self, index: u64, at_ms: u64, spec: JobSpec) -> Outcome {
+    fn submit(&mut self, index: u64, at_ms: u64, mut spec: JobSpec) -> Outcome {
         if let Err(e) = spec.validate() {
             return Outcome::Rejected(e.to_string());
         }
@@ -603,6 +636,12 @@ impl ClusterState {
             Ok(c) => c,
             Err(why) => return Outcome::Rejected(why),
         };
+        if let Some(p) = &spec.program {
+            let kind = p.kind();
+            let r = relation(&kind, self.profiles.values().map(|p| &p.table));
+            self.relations.insert(kind, r);
+            spec.carry_program();
+        }
         self.next_job += 1;
         let id = JobId(self.next_job);
         let mut tasks = Vec::with_capacity(spec.count as usize);
@@ -626,6 +665,7 @@ impl ClusterState {
                     not_before_ms: None,
                     started_ms: None,
                     attempt_nodes: BTreeMap::new(),
+                    calls: None,
                 },
             );
             self.pending.insert(tid);
@@ -1066,6 +1106,89 @@ impl ClusterState {
         }
     }
 
+    fn record_profile(
+        &mut self,
+        node: NodeId,
+        engines: Vec<EngineDecl>,
+        table: SelectionTable,
+    ) -> Outcome {
+        if !self.nodes.contains_key(&node) {
+            return Outcome::Rejected(format!("unknown {node}"));
+        }
+        self.profiles.insert(node, NodeProfile { engines, table });
+        self.rebuild_relations();
+        Outcome::Ignored(String::new())
+    }
+
+    /// Recomputes the relation of every known task kind from all slaves' tables.
+    fn rebuild_relations(&mut self) {
+        let kinds: Vec<TaskKind> = self.relations.keys().cloned().collect();
+        for k in kinds {
+            let r = relation(&k, self.profiles.values().map(|p| &p.table));
+            self.relations.insert(k, r);
+        }
+    }
+
+    fn record_calls(
+        &mut self,
+        node: NodeId,
+        task: TaskId,
+        attempt: Attempt,
+        summary: CallSummary,
+    ) -> Outcome {
+        if let Err(o) = self.current(node, task, attempt) {
+            return o;
+        }
+        match self.tasks.get_mut(&task) {
+            Some(t) => {
+                t.calls = Some(summary);
+                Outcome::TaskUpdated
+            }
+            None => Outcome::Rejected(format!("unknown {task}")),
+        }
+    }
+
+    /// The engines of a node as listed: CPU (whole cores) and GPU (devices) from its
+    /// resources, the other kinds from its capacity; emulation as its slave declared it.
+    pub fn engine_info(&self, n: &Node) -> Vec<EngineInfo> {
+        let declared_emulated = |k: EngineKind| {
+            self.profiles
+                .get(&n.id)
+                .is_some_and(|p| p.engines.iter().any(|e| e.kind == k && e.emulated))
+        };
+        let mut out = vec![EngineInfo {
+            kind: EngineKind::Cpu,
+            count: (n.capacity.cpu_milli / 1000) as u32,
+            free: (n.free.cpu_milli / 1000) as u32,
+            emulated: false,
+        }];
+        if !n.capacity.gpus.is_empty() {
+            out.push(EngineInfo {
+                kind: EngineKind::Gpu,
+                count: n.capacity.gpus.len() as u32,
+                free: n
+                    .free
+                    .gpus
+                    .iter()
+                    .filter(|g| g.free_milli >= hetsched_common::GPU_MILLI_PER_DEVICE)
+                    .count() as u32,
+                emulated: n.gpus_emulated(),
+            });
+        }
+        for (k, count) in &n.capacity.engines {
+            if *count == 0 || matches!(k, EngineKind::Cpu | EngineKind::Gpu) {
+                continue;
+            }
+            out.push(EngineInfo {
+                kind: *k,
+                count: *count,
+                free: n.free.engines.get(k).copied().unwrap_or(0),
+                emulated: declared_emulated(*k),
+            });
+        }
+        out
+    }
+
     /// A fixed hash (FNV-1a, 64 bit) of the canonical serialisation: equal on every replica
     /// that applied the same log.
     pub fn state_hash(&self) -> u64 {
@@ -1152,6 +1275,7 @@ impl ClusterState {
                 .get(&t.job)
                 .map(|j| j.spec.resources.cpu_milli as f64 / 1000.0)
                 .unwrap_or(0.0),
+            calls: t.calls,
         }
     }
 
@@ -1218,6 +1342,7 @@ impl ClusterState {
                 .get(hetsched_common::protocol::CGROUP_LABEL)
                 .cloned()
                 .unwrap_or_else(|| "none".into()),
+            engines: self.engine_info(n),
         }
     }
 

@@ -483,3 +483,109 @@ fn node_info_shows_the_cgroup_label() {
     });
     assert_eq!(l.state.node_info(&l.state.nodes[&n]).cgroup, "v1");
 }
+
+#[test]
+fn program_jobs_build_the_task_engine_relation_from_every_profile() {
+    use hetsched_common::program::{
+        Api, ApiCall, CallSummary, EngineDecl, EngineTime, Program, SelectionTable,
+        PROGRAM_COMMAND, PROGRAM_ENV,
+    };
+    use hetsched_common::EngineKind;
+    let mut l = Log::new();
+    let a = l.register(1, 2);
+    let b = l.register(2, 2);
+    let program = Program {
+        calls: vec![
+            ApiCall::new(Api::Gemm, 64, 1),
+            ApiCall::new(Api::Sort, 1000, 1),
+            ApiCall::new(Api::Sort, 1000, 2),
+        ],
+    };
+    let kind = program.kind();
+    let mut s = spec(1, 100);
+    s.command.clear();
+    s.program = Some(program.clone());
+    let t = match l.apply(Command::SubmitJob { spec: s }) {
+        Outcome::Submitted { tasks, .. } => tasks[0],
+        o => panic!("unexpected {o:?}"),
+    };
+    // The program travels with the assignment as the marker command plus env.
+    let job = &l.state.jobs[&l.state.tasks[&t].job];
+    assert_eq!(job.spec.command, vec![PROGRAM_COMMAND.to_string()]);
+    assert!(job.spec.env.contains_key(PROGRAM_ENV));
+    assert_eq!(l.state.relations[&kind], vec![], "no profile yet");
+
+    let time = |engine, time_us| EngineTime {
+        engine,
+        time_us,
+        emulated: engine != EngineKind::Cpu,
+    };
+    let gemm_b = ApiCall::new(Api::Gemm, 64, 1).bucket();
+    let sort_b = ApiCall::new(Api::Sort, 1000, 1).bucket();
+    let mut ta = SelectionTable::default();
+    ta.record(Api::Gemm, gemm_b, time(EngineKind::Cpu, 800));
+    ta.record(Api::Sort, sort_b, time(EngineKind::Cpu, 100));
+    let mut tb = SelectionTable::default();
+    tb.record(Api::Gemm, gemm_b, time(EngineKind::Gpu, 100));
+    tb.record(Api::Gemm, gemm_b, time(EngineKind::Cpu, 900));
+    tb.record(Api::Sort, sort_b, time(EngineKind::Gpu, 300));
+    tb.record(Api::Sort, sort_b, time(EngineKind::Cpu, 120));
+    let decl = |kind, emulated| EngineDecl {
+        kind,
+        count: 1,
+        emulated,
+    };
+    l.apply(Command::RecordProfile {
+        node: a,
+        engines: vec![decl(EngineKind::Cpu, false)],
+        table: ta,
+    });
+    let cpu_only = l.state.relations[&kind].clone();
+    assert_eq!(cpu_only.len(), 1);
+    assert_eq!(cpu_only[0].total_us, 800 + 2 * 100);
+    l.apply(Command::RecordProfile {
+        node: b,
+        engines: vec![decl(EngineKind::Cpu, false), decl(EngineKind::Gpu, true)],
+        table: tb,
+    });
+    let r = &l.state.relations[&kind];
+    assert_eq!(
+        r.iter().map(|e| (e.engine, e.total_us)).collect::<Vec<_>>(),
+        vec![(EngineKind::Gpu, 100 + 600), (EngineKind::Cpu, 800 + 200)],
+        "fastest per call across slaves, sorted ascending"
+    );
+    assert!(matches!(
+        l.apply(Command::RecordProfile {
+            node: NodeId(99),
+            engines: vec![],
+            table: SelectionTable::default(),
+        }),
+        Outcome::Rejected(_)
+    ));
+
+    // Call summaries are fenced by attempt like every other report.
+    l.assign(t, a);
+    let mut summary = CallSummary {
+        total: 3,
+        ..Default::default()
+    };
+    summary.by_engine.add(EngineKind::Cpu);
+    let stale = Command::RecordCalls {
+        node: a,
+        task: t,
+        attempt: 9,
+        summary,
+    };
+    assert!(matches!(l.apply(stale), Outcome::Ignored(_)));
+    let ok = Command::RecordCalls {
+        node: a,
+        task: t,
+        attempt: 1,
+        summary,
+    };
+    assert_eq!(l.apply(ok), Outcome::TaskUpdated);
+    assert_eq!(l.state.task_info(&l.state.tasks[&t]).calls, Some(summary));
+    // A snapshot round-trips the new state.
+    let back = ClusterState::from_bytes(&l.state.to_bytes()).expect("restores");
+    assert_eq!(back, l.state);
+}

@@ -1,0 +1,110 @@
+//! Delivery of what the slave tells the masters about its engines (S0.5 `RecordProfile`)
+//! and its program tasks' calls (`RecordCalls`), apart from the link's task reports: each
+//! message is sent to the leader (following `NotLeader` redirects), retried with backoff
+//! until acknowledged, in order. It waits for the node id the link's registration stores.
+
+use crate::store::Store;
+use hetsched_common::program::{CallSummary, EngineDecl, SelectionTable};
+use hetsched_common::protocol::{ErrorKind, Message, SlaveRequest, SlaveResponse};
+use hetsched_common::wire::Connection;
+use hetsched_common::{Attempt, TaskId};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Something to tell the masters.
+#[derive(Clone, Debug)]
+pub enum Announcement {
+    /// Engines and selection table.
+    Profile {
+        /// Engines.
+        engines: Vec<EngineDecl>,
+        /// Table.
+        table: SelectionTable,
+    },
+    /// A program task's calls in brief.
+    Calls {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Summary.
+        summary: CallSummary,
+    },
+}
+
+/// Delivers announcements until every sender is gone.
+pub async fn run(
+    masters: Vec<String>,
+    store: Store,
+    call_timeout: Duration,
+    mut inbox: mpsc::UnboundedReceiver<Announcement>,
+) {
+    let mut target = store
+        .leader_hint()
+        .ok()
+        .flatten()
+        .or_else(|| masters.first().cloned())
+        .unwrap_or_default();
+    let mut next = 0usize;
+    while let Some(a) = inbox.recv().await {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let node = match store.node() {
+                Ok(Some(n)) => n,
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            let req = match a.clone() {
+                Announcement::Profile { engines, table } => SlaveRequest::RecordProfile {
+                    node,
+                    engines,
+                    table,
+                },
+                Announcement::Calls {
+                    task,
+                    attempt,
+                    summary,
+                } => SlaveRequest::RecordCalls {
+                    node,
+                    task,
+                    attempt,
+                    summary,
+                },
+            };
+            let answer = async {
+                let conn = Connection::connect(&target, call_timeout).await?;
+                conn.call(Message::Slave(req), call_timeout).await
+            }
+            .await;
+            match answer {
+                Ok(Message::SlaveReply(SlaveResponse::Ack)) => break,
+                Ok(Message::Error(e)) => match e.kind {
+                    ErrorKind::NotLeader {
+                        leader_addr: Some(addr),
+                        ..
+                    } if addr != target => {
+                        target = addr;
+                        continue;
+                    }
+                    ErrorKind::Invalid => {
+                        tracing::warn!(announcement = ?a, error = %e.message, "master refused an announcement; dropped");
+                        break;
+                    }
+                    _ => tracing::debug!(error = %e.message, "announcement deferred"),
+                },
+                Ok(other) => {
+                    tracing::debug!(answer = ?other, "unexpected answer to an announcement")
+                }
+                Err(e) => tracing::debug!(%target, error = %e, "announcement not delivered"),
+            }
+            if !masters.is_empty() {
+                target = masters[next % masters.len()].clone();
+                next += 1;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+}
