@@ -473,6 +473,36 @@ pub enum SlaveRequest {
         /// Exit code.
         exit_code: i32,
     },
+    /// Many tasks' started/finished reports in one message, in the order they happened
+    /// (a short task's start and finish may travel together). Committed by the leader as
+    /// one log entry; answered with `Ack` once committed.
+    TaskReports {
+        /// Node.
+        node: NodeId,
+        /// The reports, oldest first.
+        reports: Vec<TaskReport>,
+    },
+}
+
+/// One task report inside [`SlaveRequest::TaskReports`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskReport {
+    /// The process started.
+    Started {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
+    /// The process ended.
+    Finished {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Exit code.
+        exit_code: i32,
+    },
 }
 
 /// Master → slave answers.
@@ -527,6 +557,9 @@ pub enum SlaveCommand {
         /// Attempt.
         attempt: Attempt,
     },
+    /// Run these tasks: all of one slave's new assignments in one message. Answered with
+    /// `Accepted` once every one is persisted in the local queue (or already held).
+    AssignBatch(Vec<Assignment>),
 }
 
 /// Slave → master answers to commands.

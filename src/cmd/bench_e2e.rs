@@ -17,8 +17,8 @@
 use super::local::{LocalCluster, SlaveSpec};
 use anyhow::{bail, Context};
 use hetsched_common::protocol::{
-    Assignment, ClientRequest, ClientResponse, ErrorKind, ErrorReply, HeldPhase, HeldTask,
-    Message, SlaveCommand, SlaveCommandReply, SlaveRequest, SlaveResponse, StatusInfo,
+    Assignment, ClientRequest, ClientResponse, ErrorKind, ErrorReply, HeldPhase, HeldTask, Message,
+    SlaveCommand, SlaveCommandReply, SlaveRequest, SlaveResponse, StatusInfo, TaskReport,
 };
 use hetsched_common::wire::{self, Connection, FrameLimits, Handler};
 use hetsched_common::{Attempt, ClientRequestId, JobId, NodeId, NodeResources, TaskId};
@@ -290,6 +290,13 @@ async fn start_in_process_slave(
                     s.accept(&a);
                     Message::ToSlaveReply(SlaveCommandReply::Accepted)
                 }
+                Message::ToSlave(SlaveCommand::AssignBatch(batch)) => {
+                    lock(&s.seen).dispatch_messages += 1;
+                    for a in &batch {
+                        s.accept(a);
+                    }
+                    Message::ToSlaveReply(SlaveCommandReply::Accepted)
+                }
                 Message::ToSlave(SlaveCommand::StopTask { .. }) => {
                     Message::ToSlaveReply(SlaveCommandReply::Stopped)
                 }
@@ -380,40 +387,52 @@ async fn slave_link(
         while let Ok(r) = rx.try_recv() {
             queue.push(r);
         }
-        for (task, attempt) in std::mem::take(&mut queue) {
-            deliver_one(&mut client, &slave, n, task, attempt).await;
+        let mut failed = Vec::new();
+        for chunk in std::mem::take(&mut queue).chunks(2048) {
+            if !deliver(&mut client, &slave, n, chunk).await {
+                failed.extend_from_slice(chunk);
+            }
         }
+        queue = failed;
     }
 }
 
-/// Reports one task as started and finished, one awaited request each (as a real slave's
-/// link does).
-async fn deliver_one(
+/// Reports the tasks as started and finished (exit 0), all in one message as a real
+/// slave's link batches them; what is not acknowledged is reconciled through heartbeats.
+async fn deliver(
     client: &mut LeaderClient,
     slave: &InProcSlave,
     node: NodeId,
-    task: TaskId,
-    attempt: Attempt,
-) {
-    let started = Message::Slave(SlaveRequest::TaskStarted {
-        node,
-        task,
-        attempt,
-    });
-    let _ = client.call(started, Duration::from_secs(30)).await;
-    let finished = Message::Slave(SlaveRequest::TaskFinished {
-        node,
-        task,
-        attempt,
-        exit_code: 0,
-    });
+    tasks: &[(TaskId, Attempt)],
+) -> bool {
+    let reports = tasks
+        .iter()
+        .flat_map(|&(task, attempt)| {
+            [
+                TaskReport::Started { task, attempt },
+                TaskReport::Finished {
+                    task,
+                    attempt,
+                    exit_code: 0,
+                },
+            ]
+        })
+        .collect();
+    let msg = Message::Slave(SlaveRequest::TaskReports { node, reports });
     if let Ok(Message::SlaveReply(SlaveResponse::Ack)) =
-        client.call(finished, Duration::from_secs(30)).await
+        client.call(msg, Duration::from_secs(30)).await
     {
         if let Ok(mut h) = slave.held.lock() {
-            h.remove(&(task, attempt));
+            for t in tasks {
+                h.remove(t);
+            }
         }
-        lock(&slave.seen).completed.insert(task);
+        lock(&slave.seen)
+            .completed
+            .extend(tasks.iter().map(|t| t.0));
+        true
+    } else {
+        false
     }
 }
 
@@ -548,7 +567,11 @@ async fn bench(
                 break;
             }
             if Instant::now() > deadline {
-                bail!("only {done} of {} tasks completed within {:?}", a.tasks, a.timeout);
+                bail!(
+                    "only {done} of {} tasks completed within {:?}",
+                    a.tasks,
+                    a.timeout
+                );
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }

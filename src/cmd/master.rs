@@ -51,6 +51,13 @@ pub struct Args {
     /// at least as long as clients retry (HETSCHED_CLIENT_TIMEOUT_MS).
     #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
     pub request_retention: std::time::Duration,
+    /// Most tasks pending at once; a submit beyond it gets "busy, retry" (exit 5). 0: no cap.
+    #[arg(long, default_value_t = 1_000_000, value_name = "TASKS")]
+    pub max_pending: u64,
+    /// Tasks per second each user may submit (burst: one second's worth); beyond it a
+    /// submit gets "busy, retry" (exit 5). Default: no limit.
+    #[arg(long, value_name = "TASKS_PER_SEC")]
+    pub submit_rate: Option<f64>,
 }
 
 /// `--job-gc-after`: a duration, or never.
@@ -81,6 +88,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(admin) = &a.admin {
         hetsched_common::parse_host_port(admin).context("--admin")?;
     }
+    if a.submit_rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        anyhow::bail!("--submit-rate must be a positive number of tasks per second");
+    }
     let peers = server::parse_peers(&a.peers)?;
     std::fs::create_dir_all(&a.data_dir)
         .with_context(|| format!("cannot create data dir {}", a.data_dir.display()))?;
@@ -99,6 +109,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             job_gc_after_ms: a.job_gc_after.0.map(|d| d.as_millis() as u64),
             request_retention_ms: a.request_retention.as_millis() as u64,
             ..DutiesConfig::default()
+        },
+        admission: hetsched_master::admission::AdmissionConfig {
+            max_pending: (a.max_pending > 0).then_some(a.max_pending),
+            submit_rate: a.submit_rate.filter(|r| *r > 0.0),
         },
     };
     let system = actix::System::new();

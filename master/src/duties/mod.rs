@@ -149,6 +149,16 @@ pub enum DutyEvent {
     },
     /// Time passed.
     Tick,
+    /// A slave answered a batch dispatch (ok) or the send failed or timed out (not ok):
+    /// as [`DutyEvent::Delivered`] for each of `tasks`.
+    DeliveredBatch {
+        /// Node it was sent to.
+        node: NodeId,
+        /// The attempts it carried.
+        tasks: Vec<(TaskId, Attempt)>,
+        /// Whether the slave accepted them.
+        ok: bool,
+    },
 }
 
 /// What the executor must do.
@@ -180,6 +190,16 @@ pub enum Effect {
         task: TaskId,
         /// Attempt.
         attempt: Attempt,
+    },
+    /// Send all of one slave's due assignments in one message; report the answer as
+    /// [`DutyEvent::DeliveredBatch`]. The core emits at most one per slave per event.
+    DispatchBatch {
+        /// Node.
+        node: NodeId,
+        /// Its address.
+        addr: String,
+        /// The work, in task order.
+        assignments: Vec<Assignment>,
     },
 }
 
@@ -234,6 +254,10 @@ struct Leading {
     /// Started tasks missing from their slave's reports, since when.
     missing_since: BTreeMap<(TaskId, Attempt), u64>,
     plan: PlanSlot,
+    /// Something changed since the scheduler last found nothing to place (an entry applied,
+    /// a plan finished, leadership resumed): only then is the queue worth another look, so
+    /// an idle or full cluster costs no scan per tick.
+    sched_dirty: bool,
     /// Liveness transitions proposed and not finished, so each is proposed once.
     transitions: BTreeSet<(NodeId, bool)>,
     lost_proposed: BTreeSet<(TaskId, Attempt)>,
@@ -332,17 +356,11 @@ impl DutiesCore {
                 attempt,
                 ok,
             } => {
-                if let Role::Leading(l) = &mut self.role {
-                    let cfg = self.cfg;
-                    if ok {
-                        l.undelivered.remove(&(task, attempt));
-                    } else if let Some(d) = l.undelivered.get_mut(&(task, attempt)) {
-                        d.failures += 1;
-                        d.state = DispatchState::Due {
-                            at: now.mono_ms + backoff(&cfg, d.failures),
-                        };
-                    }
-                }
+                self.delivered(&[(task, attempt)], ok, now);
+                self.dispatch(now, view, &mut fx);
+            }
+            DutyEvent::DeliveredBatch { node: _, tasks, ok } => {
+                self.delivered(&tasks, ok, now);
                 self.dispatch(now, view, &mut fx);
             }
             DutyEvent::Tick => {
@@ -371,6 +389,23 @@ impl DutiesCore {
             }
         }
         fx
+    }
+
+    /// Slaves answered dispatches: acknowledged ones are done, failed ones back off.
+    fn delivered(&mut self, tasks: &[(TaskId, Attempt)], ok: bool, now: Now) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        for key in tasks {
+            if ok {
+                l.undelivered.remove(key);
+            } else if let Some(d) = l.undelivered.get_mut(key) {
+                d.failures += 1;
+                d.state = DispatchState::Due {
+                    at: now.mono_ms + backoff(&self.cfg, d.failures),
+                };
+            }
+        }
     }
 
     fn became_leader(&mut self, fx: &mut Vec<Effect>) {
@@ -419,6 +454,7 @@ impl DutiesCore {
             undelivered,
             missing_since: BTreeMap::new(),
             plan: PlanSlot::Idle,
+            sched_dirty: true,
             transitions: BTreeSet::new(),
             lost_proposed: BTreeSet::new(),
             gc_in_flight: false,
@@ -463,6 +499,7 @@ impl DutiesCore {
                 {
                     self.scheduler.nodes_changed(view, &nodes);
                 }
+                l.sched_dirty = true;
                 self.schedule(view, fx);
             }
             ProposalTag::Liveness { node, up } => {
@@ -505,6 +542,7 @@ impl DutiesCore {
         let Role::Leading(l) = &mut self.role else {
             return;
         };
+        l.sched_dirty = true;
         let mut wake = false;
         match outcome {
             Outcome::PlanApplied { accepted, .. } => {
@@ -558,11 +596,12 @@ impl DutiesCore {
         let Role::Leading(l) = &mut self.role else {
             return;
         };
-        if l.plan != PlanSlot::Idle || view.pending.is_empty() {
+        if l.plan != PlanSlot::Idle || view.pending.is_empty() || !l.sched_dirty {
             return;
         }
         let plan = self.scheduler.plan(view);
         if plan.is_empty() {
+            l.sched_dirty = false;
             return;
         }
         l.plan = PlanSlot::InFlight {
@@ -574,13 +613,15 @@ impl DutiesCore {
         });
     }
 
-    /// Sends every due assignment the log still holds; forgets those it no longer does.
+    /// Sends every due assignment the log still holds, all of one slave's in one
+    /// [`Effect::DispatchBatch`]; forgets those the log no longer holds.
     fn dispatch(&mut self, now: Now, view: &ClusterState, fx: &mut Vec<Effect>) {
         let Role::Leading(l) = &mut self.role else {
             return;
         };
         let cfg = self.cfg;
         let mut gone = Vec::new();
+        let mut batches: BTreeMap<NodeId, (String, Vec<Assignment>)> = BTreeMap::new();
         for (&(task, attempt), d) in l.undelivered.iter_mut() {
             match d.state {
                 DispatchState::Due { at } if at <= now.mono_ms => {}
@@ -606,10 +647,11 @@ impl DutiesCore {
                 continue;
             };
             d.state = DispatchState::InFlight { since: now.mono_ms };
-            fx.push(Effect::Dispatch {
-                node: d.node,
-                addr: node.addr.clone(),
-                assignment: Assignment {
+            batches
+                .entry(d.node)
+                .or_insert_with(|| (node.addr.clone(), Vec::new()))
+                .1
+                .push(Assignment {
                     task,
                     job: t.job,
                     index: t.index,
@@ -618,11 +660,17 @@ impl DutiesCore {
                     env: job.spec.env.clone(),
                     resources: job.spec.resources.clone(),
                     gpus: t.gpus.clone(),
-                },
-            });
+                });
         }
         for k in gone {
             l.undelivered.remove(&k);
+        }
+        for (node, (addr, assignments)) in batches {
+            fx.push(Effect::DispatchBatch {
+                node,
+                addr,
+                assignments,
+            });
         }
     }
 

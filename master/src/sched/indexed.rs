@@ -11,7 +11,7 @@
 use super::index::{AnyPolicy, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind};
 use super::Scheduler;
 use crate::state::{Assign, ClusterState, Plan};
-use hetsched_common::NodeId;
+use hetsched_common::{NodeId, TaskId};
 
 /// Pending tasks in queue order, each to the node the policy picks among those that fit.
 #[derive(Debug)]
@@ -31,7 +31,7 @@ impl IndexedScheduler {
             index: PlacementIndex::new(IndexConfig::default()),
             policy: policy.build(seed),
             kind: policy,
-            max_per_plan: 512,
+            max_per_plan: 4096,
         }
     }
 
@@ -58,20 +58,29 @@ impl IndexedScheduler {
 impl Scheduler for IndexedScheduler {
     fn plan(&mut self, view: &ClusterState) -> Plan {
         let mut plan = Plan::default();
-        for task in &view.pending {
+        let mut from = TaskId(0);
+        while let Some(&task) = view.pending.range(from..).next() {
             if plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 break;
             }
-            let Some(req) = view.tasks.get(task).and_then(|t| view.job_resources(t.job)) else {
+            from = TaskId(task.0 + 1);
+            let Some(job) = view.tasks.get(&task).and_then(|t| view.jobs.get(&t.job)) else {
                 continue;
             };
-            let q = PlacementQuery::new(req).for_task(*task);
+            let req = &job.spec.resources;
+            let q = PlacementQuery::new(req).for_task(task);
             let Some(node) = self.index.place(&q, &mut self.policy) else {
+                // The job's other tasks ask for the same and the index only shrinks within
+                // a plan: skip them all (a job's task ids are consecutive), so a queue where
+                // nothing fits costs one probe per job, not one per task.
+                if let Some(last) = job.tasks.last() {
+                    from = from.max(TaskId(last.0 + 1));
+                }
                 continue;
             };
             // Tentative: later tasks of this plan see the node without what this one took.
             if self.index.take(node, req).is_some() {
-                plan.assignments.push(Assign { task: *task, node });
+                plan.assignments.push(Assign { task, node });
             }
         }
         plan
@@ -216,5 +225,22 @@ mod tests {
             o => panic!("{o:?}"),
         }
         assert!(sched.plan(&l.s).is_empty());
+    }
+
+    #[test]
+    fn a_job_that_does_not_fit_is_skipped_whole_and_later_jobs_still_place() {
+        let mut sched = IndexedScheduler::new(PolicyKind::FirstFit, 0);
+        let mut l = Log {
+            s: ClusterState::new(),
+            i: 0,
+        };
+        l.apply(&mut sched, register(2, 1));
+        l.apply(&mut sched, job(1, 1000));
+        l.apply(&mut sched, job(500, 8000)); // never fits: 8 cores on a 2-core node
+        l.apply(&mut sched, job(3, 1000));
+        let plan = sched.plan(&l.s);
+        let tasks: Vec<u64> = plan.assignments.iter().map(|a| a.task.0).collect();
+        // Task 1 (job 1), then job 2's 500 tasks are skipped as one, then job 3's first.
+        assert_eq!(tasks, vec![1, 502]);
     }
 }

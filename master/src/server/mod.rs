@@ -65,6 +65,8 @@ pub struct MasterConfig {
     pub snapshot_entries: u64,
     /// Node selection policy of the scheduler.
     pub policy: PolicyKind,
+    /// Admission back-pressure: pending cap and per-user submit rate.
+    pub admission: crate::admission::AdmissionConfig,
 }
 
 /// Parses `ID=HOST:PORT,...`.
@@ -170,6 +172,30 @@ pub struct Master {
     raft: Consensus<Replicated>,
     duties: Addr<LeaderDuties>,
     snapshot_file: PathBuf,
+    /// State hash and size, cached per applied index: `status` serialises the whole state
+    /// only when something applied since the last one asked.
+    digest: Arc<std::sync::Mutex<Option<StateDigest>>>,
+    /// Admission back-pressure (leader-local).
+    admission: Arc<std::sync::Mutex<crate::admission::Admission>>,
+}
+
+/// The state hash and serialised size at one applied index.
+#[derive(Clone, Copy, Debug)]
+struct StateDigest {
+    index: u64,
+    hash: u64,
+    bytes: u64,
+}
+
+impl StateDigest {
+    fn of(s: &ClusterState) -> Self {
+        let bytes = s.to_bytes();
+        Self {
+            index: s.last_index,
+            hash: crate::state::fnv1a64(&bytes),
+            bytes: bytes.len() as u64,
+        }
+    }
 }
 
 /// Requests served only on the admin listener: they change nothing a user owns but can
@@ -256,6 +282,10 @@ impl Master {
             raft,
             duties,
             snapshot_file: cfg.data_dir.join("raft").join("raft-snapshot.bin"),
+            digest: Arc::new(std::sync::Mutex::new(None)),
+            admission: Arc::new(std::sync::Mutex::new(crate::admission::Admission::new(
+                cfg.admission,
+            ))),
         })
     }
 
@@ -321,6 +351,38 @@ impl Master {
             .map_err(|e| self.shared.propose_error(e))
     }
 
+    /// Admission back-pressure on the leader (a follower's submit is redirected anyway):
+    /// refuses with `Unavailable` "busy, retry" (exit 5) when the pending queue is at its
+    /// cap or the user is over the submit rate. A retried request that already applied is
+    /// never refused (its answer is in the state).
+    fn admit(
+        &self,
+        request: ClientRequestId,
+        spec: &hetsched_common::JobSpec,
+    ) -> Result<(), ErrorReply> {
+        if self.raft.status().role != Role::Leader {
+            return Ok(());
+        }
+        let pending = {
+            let s = self.shared.read_state();
+            if s.request_applied(request) {
+                return Ok(());
+            }
+            s.pending.len() as u64
+        };
+        let mut a = match self.admission.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let now = now_ms();
+        a.forget_idle(now);
+        a.admit(&spec.user, u64::from(spec.count), pending, now)
+            .map_err(|busy| {
+                metrics::counter!("hetsched_master_submits_refused_busy_total").increment(1);
+                ErrorReply::new(ErrorKind::Unavailable, busy.to_string())
+            })
+    }
+
     /// A linearizable read (Raft ReadIndex) unless the client accepts a stale answer: only a
     /// leader confirmed by a quorum, with everything committed before the read applied,
     /// answers. A deposed leader cut off from the majority cannot confirm and never answers.
@@ -349,6 +411,7 @@ impl Master {
             ClientRequest::Submit { request, spec } => {
                 spec.validate()
                     .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
+                self.admit(request, &spec)?;
                 match self
                     .propose(Command::SubmitJob { spec }, Some(request))
                     .await?
@@ -496,9 +559,26 @@ impl Master {
         }
     }
 
+    /// The state's hash and size at its applied index (computed at most once per index).
+    fn digest(&self, s: &ClusterState) -> StateDigest {
+        let mut cache = match self.digest.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        match *cache {
+            Some(d) if d.index == s.last_index => d,
+            _ => {
+                let d = StateDigest::of(s);
+                *cache = Some(d);
+                d
+            }
+        }
+    }
+
     fn status_info(&self, stale: bool) -> StatusInfo {
         let st = self.raft.status();
         let s = self.shared.read_state();
+        let digest = self.digest(&s);
         StatusInfo {
             master_id: self.shared.id,
             leader: st.leader.map(MasterId),
@@ -512,12 +592,12 @@ impl Master {
             }
             .to_string(),
             applied_index: s.last_index,
-            state_hash: format!("{:016x}", s.state_hash()),
+            state_hash: format!("{:016x}", digest.hash),
             stale: stale || st.role != Role::Leader,
             nodes: s.node_counts(),
             jobs: s.jobs.len() as u64,
             tasks: s.task_counts(),
-            state_bytes: s.state_bytes(),
+            state_bytes: digest.bytes,
             snapshot_bytes: std::fs::metadata(&self.snapshot_file).map_or(0, |m| m.len()),
             raft: {
                 let c = self.raft.stats();
@@ -607,6 +687,15 @@ impl Master {
                     None,
                 )
                 .await?;
+                Ok(SlaveResponse::Ack)
+            }
+            SlaveRequest::TaskReports { node, reports } => {
+                self.require_leader()?;
+                if !reports.is_empty() {
+                    // One entry for the whole batch; stale reports in it are ignored at apply.
+                    self.propose(Command::TaskReports { node, reports }, None)
+                        .await?;
+                }
                 Ok(SlaveResponse::Ack)
             }
         }

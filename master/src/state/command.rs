@@ -1,5 +1,6 @@
 //! The commands of the Raft log and what applying them returns.
 
+use hetsched_common::protocol::TaskReport;
 use hetsched_common::{Attempt, ClientRequestId, JobId, JobSpec, NodeId, NodeResources, TaskId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -128,6 +129,14 @@ pub enum Command {
         /// Client request outcomes applied before this are forgotten.
         #[serde(default)]
         requests_before_ms: Option<u64>,
+    },
+    /// A batch of one slave's task reports, applied in order as `TaskStarted` /
+    /// `TaskFinished` would be (each fenced by its attempt): one log entry for many tasks.
+    TaskReports {
+        /// Node.
+        node: NodeId,
+        /// The reports, oldest first.
+        reports: Vec<TaskReport>,
     },
 }
 

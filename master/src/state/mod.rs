@@ -21,6 +21,14 @@ pub fn command_nodes(command: &Command) -> BTreeSet<NodeId> {
         | Command::TaskLost { node, .. } => {
             nodes.insert(*node);
         }
+        Command::TaskReports { node, reports } => {
+            if reports
+                .iter()
+                .any(|r| matches!(r, TaskReport::Finished { .. }))
+            {
+                nodes.insert(*node);
+            }
+        }
         Command::ApplyPlan(plan) => nodes.extend(plan.assignments.iter().map(|a| a.node)),
         _ => {}
     }
@@ -42,7 +50,7 @@ pub fn touched_nodes(mut nodes: BTreeSet<NodeId>, outcome: &Outcome) -> Vec<Node
     nodes.into_iter().collect()
 }
 
-use hetsched_common::protocol::{JobInfo, NodeCounts, NodeInfo, TaskInfo};
+use hetsched_common::protocol::{JobInfo, NodeCounts, NodeInfo, TaskInfo, TaskReport};
 use hetsched_common::{
     Attempt, ClientRequestId, GpuAlloc, JobId, JobSpec, NodeId, NodeResources, TaskId, TaskState,
     TaskStatus,
@@ -324,6 +332,7 @@ impl ClusterState {
                 jobs_finished_before_ms,
                 requests_before_ms,
             } => self.gc(jobs_finished_before_ms, requests_before_ms),
+            Command::TaskReports { node, reports } => self.task_reports(node, reports),
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {
@@ -621,6 +630,32 @@ impl ClusterState {
         Outcome::TaskUpdated
     }
 
+    /// Applies a slave's batch of reports in order; each is fenced as a single report is.
+    fn task_reports(&mut self, node: NodeId, reports: Vec<TaskReport>) -> Outcome {
+        if !self.nodes.contains_key(&node) {
+            return Outcome::Rejected(format!("unknown {node}"));
+        }
+        let mut updated = 0usize;
+        for r in reports {
+            let o = match r {
+                TaskReport::Started { task, attempt } => self.task_started(node, task, attempt),
+                TaskReport::Finished {
+                    task,
+                    attempt,
+                    exit_code,
+                } => self.task_finished(node, task, attempt, exit_code),
+            };
+            if o == Outcome::TaskUpdated {
+                updated += 1;
+            }
+        }
+        if updated > 0 {
+            Outcome::TaskUpdated
+        } else {
+            Outcome::Ignored("no report in the batch changed anything".into())
+        }
+    }
+
     /// `n` tasks of `job` reached a final state: once none is left open, the job is
     /// finished and its retention starts.
     fn tasks_became_final(&mut self, job: JobId, n: u32) {
@@ -695,6 +730,11 @@ impl ClusterState {
         jobs_before.is_some_and(|cut| self.finished_jobs.first().is_some_and(|f| f.0 < cut))
             || requests_before
                 .is_some_and(|cut| self.requests_by_time.first().is_some_and(|r| r.0 < cut))
+    }
+
+    /// Whether a client request id has applied (and its outcome is still remembered).
+    pub fn request_applied(&self, request: ClientRequestId) -> bool {
+        self.requests.contains_key(&request)
     }
 
     /// Whether `job` existed once and was garbage-collected (ids are never reused).
