@@ -46,7 +46,10 @@ fn ten_thousand_task_job_is_placed_with_at_most_half_a_log_entry_per_task() {
     assert_eq!(v["in_process_slaves"], true);
     assert_eq!(v["running_samples"], 10000, "every task reached a slave");
     let entries = v["log_entries_per_task"].as_f64().expect("entries");
-    assert!(entries > 0.0 && entries <= 0.5, "{entries} log entries per task");
+    assert!(
+        entries > 0.0 && entries <= 0.5,
+        "{entries} log entries per task"
+    );
     let messages = v["dispatch_messages_per_task"].as_f64().expect("messages");
     assert!(messages <= 0.05, "{messages} dispatch messages per task");
 }

@@ -31,6 +31,10 @@ use std::collections::{BTreeMap, BTreeSet};
 #[cfg(test)]
 mod tests;
 
+/// Most assignments in one [`Effect::DispatchBatch`]: keeps a message well under the frame
+/// cap even when a new leader re-sends a whole backlog.
+pub const MAX_ASSIGNMENTS_PER_MESSAGE: usize = 1024;
+
 /// The time as the executor reads it: a monotonic clock for timers (immune to wall-clock
 /// jumps) and the wall clock for what is compared with the log's timestamps (retention).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -666,11 +670,13 @@ impl DutiesCore {
             l.undelivered.remove(&k);
         }
         for (node, (addr, assignments)) in batches {
-            fx.push(Effect::DispatchBatch {
-                node,
-                addr,
-                assignments,
-            });
+            for chunk in assignments.chunks(MAX_ASSIGNMENTS_PER_MESSAGE) {
+                fx.push(Effect::DispatchBatch {
+                    node,
+                    addr: addr.clone(),
+                    assignments: chunk.to_vec(),
+                });
+            }
         }
     }
 

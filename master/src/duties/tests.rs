@@ -678,9 +678,11 @@ fn ten_thousand_tasks_cost_at_most_half_a_log_entry_each() {
         "every assignment dispatched once"
     );
     let plans = placed_entries - 1;
+    let most = plans * nodes.len() as u64 + u64::from(TASKS) / MAX_ASSIGNMENTS_PER_MESSAGE as u64;
     assert!(
-        batches as u64 <= plans * nodes.len() as u64,
-        "at most one dispatch message per slave per plan: {batches} for {plans} plans"
+        batches as u64 <= most,
+        "one dispatch message per slave per plan (split at {MAX_ASSIGNMENTS_PER_MESSAGE}): \
+         {batches} for {plans} plans"
     );
     assert!(
         placed_entries as f64 / f64::from(TASKS) <= 0.5,
