@@ -21,13 +21,12 @@ pub fn command_nodes(command: &Command) -> BTreeSet<NodeId> {
         | Command::TaskLost { node, .. } => {
             nodes.insert(*node);
         }
-        Command::TaskReports { node, reports } => {
+        Command::TaskReports { node, reports }
             if reports
                 .iter()
-                .any(|r| matches!(r, TaskReport::Finished { .. }))
-            {
-                nodes.insert(*node);
-            }
+                .any(|r| matches!(r, TaskReport::Finished { .. })) =>
+        {
+            nodes.insert(*node);
         }
         Command::ApplyPlan(plan) => nodes.extend(plan.assignments.iter().map(|a| a.node)),
         _ => {}
