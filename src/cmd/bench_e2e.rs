@@ -32,29 +32,29 @@ use tokio::sync::mpsc;
 #[derive(clap::Args, Debug)]
 pub struct E2eArgs {
     /// Masters in the cluster.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub masters: u32,
     /// Slaves.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub slaves: u32,
     /// Tasks in total.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub tasks: u64,
     /// Tasks per job.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub job_size: u32,
     /// Offered load in tasks per second (jobs are submitted at rate / job-size per second);
     /// default: as fast as the cluster takes them (4 submits in flight).
-    #[arg(long)]
+    #[arg(long, value_parser = positive)]
     pub rate: Option<f64>,
     /// Run the slaves inside the bench process: full protocol, no task processes.
     #[arg(long)]
     pub in_process_slaves: bool,
     /// CPUs each slave declares.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     pub slave_cpus: u32,
     /// CPUs each task asks for.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = positive)]
     pub task_cpus: f64,
     /// Task command for real slaves (split on spaces).
     #[arg(long, default_value = "true")]
@@ -70,18 +70,17 @@ pub struct E2eArgs {
     pub json: bool,
 }
 
+/// A positive, finite number (a usage error otherwise: exit 2).
+fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x.is_finite() => Ok(x),
+        _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
 /// Runs `bench e2e`.
 pub fn run(a: E2eArgs) -> anyhow::Result<()> {
     hetsched_common::telemetry::init_logging("warn");
-    if a.masters == 0 || a.slaves == 0 || a.tasks == 0 || a.job_size == 0 {
-        bail!("--masters, --slaves, --tasks and --job-size must be at least 1");
-    }
-    if a.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
-        bail!("--rate must be a positive number of tasks per second");
-    }
-    if !(a.task_cpus > 0.0 && a.task_cpus.is_finite()) {
-        bail!("--task-cpus must be a positive number");
-    }
     if a.command.split_whitespace().next().is_none() {
         bail!("--command must not be empty");
     }
@@ -340,21 +339,9 @@ async fn slave_link(
             held,
         })
     };
-    let held_now = |slave: &InProcSlave| -> Vec<HeldTask> {
-        let held = match slave.held.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        held.keys()
-            .map(|&(task, attempt)| HeldTask {
-                task,
-                attempt,
-                phase: HeldPhase::Running,
-            })
-            .collect()
-    };
     let mut node: Option<NodeId> = None;
     let mut beat = tokio::time::interval(Duration::from_millis(400));
+    let mut last_beat = Instant::now();
     let mut queue: Vec<(TaskId, Attempt)> = Vec::new();
     loop {
         if node.is_none() {
@@ -372,10 +359,7 @@ async fn slave_link(
         let Some(n) = node else { continue };
         tokio::select! {
             _ = beat.tick() => {
-                let hb = Message::Slave(SlaveRequest::Heartbeat { node: n, held: held_now(&slave) });
-                if let Ok(Message::Error(ErrorReply { kind: ErrorKind::UnknownNode, .. })) =
-                    client.call(hb, Duration::from_secs(5)).await
-                {
+                if !heartbeat(&mut client, &slave, n, &mut last_beat).await {
                     node = None;
                 }
             }
@@ -392,9 +376,51 @@ async fn slave_link(
             if !deliver(&mut client, &slave, n, chunk).await {
                 failed.extend_from_slice(chunk);
             }
+            // A long backlog must not starve liveness.
+            if last_beat.elapsed() > Duration::from_millis(400)
+                && !heartbeat(&mut client, &slave, n, &mut last_beat).await
+            {
+                node = None;
+            }
         }
         queue = failed;
     }
+}
+
+/// What an in-process slave holds: everything accepted and not acknowledged finished.
+fn held_now(slave: &InProcSlave) -> Vec<HeldTask> {
+    let held = match slave.held.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    held.keys()
+        .map(|&(task, attempt)| HeldTask {
+            task,
+            attempt,
+            phase: HeldPhase::Running,
+        })
+        .collect()
+}
+
+/// One heartbeat; false when the leader does not know the node (register again).
+async fn heartbeat(
+    client: &mut LeaderClient,
+    slave: &InProcSlave,
+    node: NodeId,
+    last_beat: &mut Instant,
+) -> bool {
+    let hb = Message::Slave(SlaveRequest::Heartbeat {
+        node,
+        held: held_now(slave),
+    });
+    *last_beat = Instant::now();
+    !matches!(
+        client.call(hb, Duration::from_secs(5)).await,
+        Ok(Message::Error(ErrorReply {
+            kind: ErrorKind::UnknownNode,
+            ..
+        }))
+    )
 }
 
 /// Reports the tasks as started and finished (exit 0), all in one message as a real
