@@ -90,6 +90,9 @@ pub enum ErrorKind {
     NotFound,
     /// The request is served only on another port (the admin listener, CONTRACT.md).
     Forbidden,
+    /// Admission back-pressure: the pending queue is at its cap or the user is over the
+    /// submit rate. Nothing was done; retry later (exit 5, "busy, retry").
+    Busy,
 }
 
 /// Requests of the CLI and other clients to a master.

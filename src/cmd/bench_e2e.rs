@@ -180,7 +180,7 @@ impl LeaderClient {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 Ok(Message::Error(ErrorReply {
-                    kind: ErrorKind::Unavailable | ErrorKind::Unknown,
+                    kind: ErrorKind::Unavailable | ErrorKind::Unknown | ErrorKind::Busy,
                     ..
                 }))
                 | Err(_) => {

@@ -132,6 +132,7 @@ impl ServerError {
             ErrorKind::Invalid | ErrorKind::Malformed | ErrorKind::TooLarge => 2,
             ErrorKind::Forbidden => 3,
             ErrorKind::Unavailable | ErrorKind::Unknown | ErrorKind::NotLeader { .. } => 5,
+            ErrorKind::Busy => 5,
             _ => 1,
         }
     }

@@ -352,7 +352,7 @@ impl Master {
     }
 
     /// Admission back-pressure on the leader (a follower's submit is redirected anyway):
-    /// refuses with `Unavailable` "busy, retry" (exit 5) when the pending queue is at its
+    /// refuses with `Busy` "busy, retry" (exit 5) when the pending queue is at its
     /// cap or the user is over the submit rate. A retried request that already applied is
     /// never refused (its answer is in the state).
     fn admit(
@@ -379,7 +379,7 @@ impl Master {
         a.admit(&spec.user, u64::from(spec.count), pending, now)
             .map_err(|busy| {
                 metrics::counter!("hetsched_master_submits_refused_busy_total").increment(1);
-                ErrorReply::new(ErrorKind::Unavailable, busy.to_string())
+                ErrorReply::new(ErrorKind::Busy, busy.to_string())
             })
     }
 
