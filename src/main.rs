@@ -90,6 +90,8 @@ enum BenchCommand {
     Failover(cmd::bench_raft::FailoverArgs),
     /// Placement index vs linear scan (S4), on a random cluster or the Alibaba trace.
     Placement(cmd::bench_placement::Args),
+    /// End to end: submit → placed → running → completed, with real or in-process slaves.
+    E2e(cmd::bench_e2e::E2eArgs),
 }
 
 /// The command line with the exit-code table in every command's `--help`.
@@ -158,6 +160,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Raft(a)) => cmd::bench_raft::raft(a),
         Command::Bench(BenchCommand::Failover(a)) => cmd::bench_raft::failover(a),
         Command::Bench(BenchCommand::Placement(a)) => cmd::bench_placement::run(a),
+        Command::Bench(BenchCommand::E2e(a)) => cmd::bench_e2e::run(a),
         Command::PlanBatch(a) => cmd::plan_batch::run(a),
         Command::Logs(a) => cmd::ops::logs(&masters, a),
         Command::Watch(a) => cmd::ops::watch(&masters, a),

@@ -91,6 +91,9 @@ pub enum ErrorKind {
     NotFound,
     /// The request is served only on another port (the admin listener, CONTRACT.md).
     Forbidden,
+    /// Admission back-pressure: the pending queue is at its cap or the user is over the
+    /// submit rate. Nothing was done; retry later (exit 5, "busy, retry").
+    Busy,
 }
 
 /// Requests of the CLI and other clients to a master.
@@ -749,6 +752,39 @@ pub enum SlaveRequest {
         /// Summary.
         summary: CallSummary,
     },
+    /// Many tasks' started/finished reports in one message, in the order they happened
+    /// (a short task's start and finish may travel together). Committed by the leader as
+    /// one log entry; answered with `Ack` once committed.
+    TaskReports {
+        /// Node.
+        node: NodeId,
+        /// The reports, oldest first.
+        reports: Vec<TaskReport>,
+    },
+}
+
+/// One task report inside [`SlaveRequest::TaskReports`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskReport {
+    /// The process started.
+    Started {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
+    /// The process ended.
+    Finished {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Exit code.
+        exit_code: i32,
+        /// Why it ended, as the slave saw it (`oom`, `cannot-start`, `lost`, …).
+        #[serde(default)]
+        reason: Option<crate::TaskReason>,
+    },
 }
 
 /// Master → slave answers.
@@ -828,6 +864,9 @@ pub enum SlaveCommand {
         /// Attempt.
         attempt: Attempt,
     },
+    /// Run these tasks: all of one slave's new assignments in one message. Answered with
+    /// `Accepted` once every one is persisted in the local queue (or already held).
+    AssignBatch(Vec<Assignment>),
 }
 
 /// Slave → master answers to commands.

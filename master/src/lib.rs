@@ -1,6 +1,7 @@
 //! hetsched master: the replicated cluster state (pure), the scheduling core (pure), and the
 //! actors that connect them to consensus, slaves and clients.
 
+pub mod admission;
 pub mod duties;
 pub mod plan;
 pub mod sched;

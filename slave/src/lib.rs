@@ -410,6 +410,12 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
         let agent = agent.clone();
         let log_dir = log_dir.clone();
         Box::pin(async move {
+            let msg = match msg {
+                Message::ToSlave(SlaveCommand::AssignBatch(batch)) => {
+                    return Some(assign_batch(&agent, batch).await)
+                }
+                other => other,
+            };
             let (tx, rx) = oneshot::channel();
             let m = match msg {
                 // Reading output files needs nothing of the agent's state.
@@ -462,7 +468,7 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                     tracing::debug!(%peer, message = ?other, "unsupported request");
                     return Some(Message::Error(ErrorReply::new(
                         ErrorKind::Unsupported,
-                        "a slave serves only Assign, StopTask, ReadLog and Calls",
+                        "a slave serves only Assign, AssignBatch, StopTask, ReadLog and Calls",
                     )));
                 }
             };
@@ -478,4 +484,41 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
             Some(rx.await.unwrap_or_else(|_| gone()))
         })
     })
+}
+
+/// A batch of assignments: each goes to the agent as a single one would, in order; the
+/// batch is `Accepted` once every one is (a refusal or failure answers for the batch, and
+/// the master sends it again: duplicates are acknowledged without running twice).
+async fn assign_batch(
+    agent: &mpsc::UnboundedSender<agent::AgentMsg>,
+    batch: Vec<hetsched_common::protocol::Assignment>,
+) -> Message {
+    let gone = || {
+        Message::Error(ErrorReply::new(
+            ErrorKind::Unavailable,
+            "slave is shutting down",
+        ))
+    };
+    let mut replies = Vec::with_capacity(batch.len());
+    for assignment in batch {
+        let (tx, rx) = oneshot::channel();
+        if agent
+            .send(agent::AgentMsg::Assign {
+                assignment,
+                reply: tx,
+            })
+            .is_err()
+        {
+            return gone();
+        }
+        replies.push(rx);
+    }
+    for rx in replies {
+        match rx.await {
+            Ok(Message::ToSlaveReply(hetsched_common::protocol::SlaveCommandReply::Accepted)) => {}
+            Ok(other) => return other,
+            Err(_) => return gone(),
+        }
+    }
+    Message::ToSlaveReply(hetsched_common::protocol::SlaveCommandReply::Accepted)
 }

@@ -12,7 +12,9 @@
 
 use crate::agent::{AgentMsg, Report};
 use crate::store::Store;
-use hetsched_common::protocol::{ErrorKind, ErrorReply, Message, SlaveRequest, SlaveResponse};
+use hetsched_common::protocol::{
+    ErrorKind, ErrorReply, Message, SlaveRequest, SlaveResponse, TaskReport,
+};
 use hetsched_common::wire::{CallError, Connection};
 use hetsched_common::{NodeId, NodeResources};
 use std::collections::{BTreeMap, VecDeque};
@@ -92,7 +94,14 @@ pub struct Link {
     store: Store,
     agent: mpsc::UnboundedSender<AgentMsg>,
     pending: VecDeque<Report>,
+    /// Whether the masters take [`SlaveRequest::TaskReports`] (cleared when one answers that
+    /// it does not: an older master; reports then go one by one).
+    batches: bool,
 }
+
+/// Most reports in one [`SlaveRequest::TaskReports`] (keeps one log entry well under the
+/// frame and entry size caps).
+const MAX_REPORTS_PER_BATCH: usize = 2048;
 
 impl Link {
     /// A link that starts at the remembered leader (if any) or the first master.
@@ -121,6 +130,7 @@ impl Link {
             store,
             agent,
             pending: VecDeque::new(),
+            batches: true,
         }
     }
 
@@ -229,13 +239,73 @@ impl Link {
         }
     }
 
-    /// Sends pending reports in order. A report the master refuses goes to the back (so it
-    /// cannot block the others); "retry later" stops this round's delivery until the next
+    /// Sends pending reports in order, many per message (one log entry each) while the
+    /// masters take batches. A refused batch is retried report by report, so one bad report
+    /// cannot block the others; "retry later" stops this round's delivery until the next
     /// tick; a transport failure ends the round with an error (the caller backs off).
     async fn deliver(&mut self) -> Result<(), LinkError> {
         let Some(node) = self.node else {
             return Err(LinkError::UnknownNode);
         };
+        while self.batches && !self.pending.is_empty() {
+            let n = self.pending.len().min(MAX_REPORTS_PER_BATCH);
+            let batch: Vec<Report> = self.pending.drain(..n).collect();
+            let reports = batch
+                .iter()
+                .map(|r| match *r {
+                    Report::Started { task, attempt } => TaskReport::Started { task, attempt },
+                    Report::Finished {
+                        task,
+                        attempt,
+                        exit_code,
+                        reason,
+                    } => TaskReport::Finished {
+                        task,
+                        attempt,
+                        exit_code,
+                        reason,
+                    },
+                })
+                .collect();
+            let put_back = |pending: &mut VecDeque<Report>, batch: Vec<Report>| {
+                for r in batch.into_iter().rev() {
+                    pending.push_front(r);
+                }
+            };
+            match self.call(SlaveRequest::TaskReports { node, reports }).await {
+                Ok(SlaveResponse::Ack) => {
+                    for r in batch {
+                        if let Report::Finished { task, attempt, .. } = r {
+                            self.agent
+                                .send(AgentMsg::Acked { task, attempt })
+                                .map_err(|_| LinkError::AgentGone)?;
+                        }
+                    }
+                }
+                Err(LinkError::Refused {
+                    kind: ErrorKind::Malformed | ErrorKind::Unsupported,
+                    message,
+                }) => {
+                    tracing::info!(%message, "masters do not take batched reports; sending them one by one");
+                    self.batches = false;
+                    put_back(&mut self.pending, batch);
+                }
+                Ok(_) | Err(LinkError::Refused { .. }) => {
+                    // Sort it out report by report below.
+                    put_back(&mut self.pending, batch);
+                    break;
+                }
+                Err(LinkError::Retry(why)) => {
+                    tracing::debug!(%why, "reports deferred");
+                    put_back(&mut self.pending, batch);
+                    return Ok(());
+                }
+                Err(e) => {
+                    put_back(&mut self.pending, batch);
+                    return Err(e);
+                }
+            }
+        }
         for _ in 0..self.pending.len() {
             let Some(report) = self.pending.pop_front() else {
                 break;

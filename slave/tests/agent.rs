@@ -3,7 +3,7 @@
 
 use hetsched_common::protocol::{
     Assignment, ErrorKind, ErrorReply, HeldPhase, Message, SlaveCommand, SlaveCommandReply,
-    SlaveRequest, SlaveResponse,
+    SlaveRequest, SlaveResponse, TaskReport,
 };
 use hetsched_common::wire::{self, Connection, FrameLimits, Handler};
 use hetsched_common::{JobId, MasterId, NodeId, ResourceRequest, TaskId, TaskReason};
@@ -26,6 +26,35 @@ enum Role {
     },
     /// Answers everything with `NotLeader` pointing there.
     Follower { leader_addr: String },
+}
+
+/// A `TaskReports` batch as the `TaskStarted` / `TaskFinished` requests it stands for.
+fn expand_reports(req: SlaveRequest) -> Vec<SlaveRequest> {
+    match req {
+        SlaveRequest::TaskReports { node, reports } => reports
+            .into_iter()
+            .map(|r| match r {
+                TaskReport::Started { task, attempt } => SlaveRequest::TaskStarted {
+                    node,
+                    task,
+                    attempt,
+                },
+                TaskReport::Finished {
+                    task,
+                    attempt,
+                    exit_code,
+                    reason,
+                } => SlaveRequest::TaskFinished {
+                    node,
+                    task,
+                    attempt,
+                    exit_code,
+                    reason,
+                },
+            })
+            .collect(),
+        other => vec![other],
+    }
 }
 
 struct FakeMaster {
@@ -51,7 +80,16 @@ impl FakeMaster {
                         "fake master",
                     )));
                 };
-                log.lock().expect("log").push(req.clone());
+                // Batched reports are logged as the single reports they carry; the batch is
+                // answered as its finish report (if any) would be.
+                let singles = expand_reports(req.clone());
+                let req = singles
+                    .iter()
+                    .find(|r| matches!(r, SlaveRequest::TaskFinished { .. }))
+                    .or(singles.first())
+                    .cloned()
+                    .unwrap_or(req);
+                log.lock().expect("log").extend(singles);
                 Some(match role {
                     Role::Follower { leader_addr } => Message::Error(ErrorReply::new(
                         ErrorKind::NotLeader {
@@ -798,4 +836,40 @@ async fn task_over_its_memory_limit_ends_with_reason_oom() {
         .await;
     assert_eq!(reason, Some(TaskReason::Oom), "exit code {code}");
     assert_eq!(code, -9, "the OOM killer's SIGKILL");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_assignments_is_accepted_whole_and_each_runs_once() {
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _slave = Slave::start(vec![master.addr.clone()], dir.path());
+    let conn = connect_to_slave(&master).await;
+    master
+        .wait_for("heartbeat as node 1", |r| match r {
+            SlaveRequest::Heartbeat { node, .. } if node.0 == 1 => Some(()),
+            _ => None,
+        })
+        .await;
+    let batch = vec![
+        assignment(41, &["true"]),
+        assignment(42, &["sh", "-c", "exit 3"]),
+    ];
+    let accepted = Message::ToSlaveReply(SlaveCommandReply::Accepted);
+    assert_eq!(
+        call(&conn, SlaveCommand::AssignBatch(batch.clone())).await,
+        accepted
+    );
+    // Sent again (the master missed the answer): acknowledged, not run twice.
+    assert_eq!(
+        call(&conn, SlaveCommand::AssignBatch(batch)).await,
+        accepted
+    );
+    assert_eq!(master.wait_for("task 41", |r| finished_of(r, 41)).await, 0);
+    assert_eq!(master.wait_for("task 42", |r| finished_of(r, 42)).await, 3);
+    let finishes = master
+        .seen()
+        .iter()
+        .filter(|r| finished_of(r, 41).is_some() || finished_of(r, 42).is_some())
+        .count();
+    assert_eq!(finishes, 2, "each task reported finished once");
 }

@@ -188,7 +188,8 @@ fn answer_error(kind: &ErrorKind, message: &str) -> anyhow::Error {
         ErrorKind::Unavailable
         | ErrorKind::Unknown
         | ErrorKind::NotLeader { .. }
-        | ErrorKind::WrongVersion => exit::unavailable(message),
+        | ErrorKind::WrongVersion
+        | ErrorKind::Busy => exit::unavailable(message),
         // Permission denied (CONTRACT.md exit 3): an admin request on the cluster port.
         ErrorKind::Forbidden => exit::forbidden(message),
         ErrorKind::Unsupported | ErrorKind::UnknownNode | ErrorKind::Internal => {

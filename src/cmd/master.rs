@@ -62,6 +62,13 @@ pub struct Args {
     /// A task preempted this many times is not chosen as a victim again (S1).
     #[arg(long, default_value_t = 3)]
     pub max_preemptions: u32,
+    /// Most tasks pending at once; a submit beyond it gets "busy, retry" (exit 5). 0: no cap.
+    #[arg(long, default_value_t = 1_000_000, value_name = "TASKS")]
+    pub max_pending: u64,
+    /// Tasks per second each user may submit (burst: one second's worth); beyond it a
+    /// submit gets "busy, retry" (exit 5). Default: no limit.
+    #[arg(long, value_name = "TASKS_PER_SEC")]
+    pub submit_rate: Option<f64>,
 }
 
 /// `--job-gc-after`: a duration, or never.
@@ -92,6 +99,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(admin) = &a.admin {
         hetsched_common::parse_host_port(admin).context("--admin")?;
     }
+    if a.submit_rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        anyhow::bail!("--submit-rate must be a positive number of tasks per second");
+    }
     let peers = server::parse_peers(&a.peers)?;
     std::fs::create_dir_all(&a.data_dir)
         .with_context(|| format!("cannot create data dir {}", a.data_dir.display()))?;
@@ -116,6 +126,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             request_retention_ms: a.request_retention.as_millis() as u64,
             preempt_grace_ms: a.preempt_grace.as_millis() as u64,
             ..DutiesConfig::default()
+        },
+        admission: hetsched_master::admission::AdmissionConfig {
+            max_pending: (a.max_pending > 0).then_some(a.max_pending),
+            submit_rate: a.submit_rate.filter(|r| *r > 0.0),
         },
     };
     let system = actix::System::new();

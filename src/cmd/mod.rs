@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod bench_e2e;
 pub mod bench_placement;
 pub mod bench_raft;
 pub mod client;

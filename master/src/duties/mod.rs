@@ -31,6 +31,10 @@ use std::collections::{BTreeMap, BTreeSet};
 #[cfg(test)]
 mod tests;
 
+/// Most assignments in one [`Effect::DispatchBatch`]: keeps a message well under the frame
+/// cap even when a new leader re-sends a whole backlog.
+pub const MAX_ASSIGNMENTS_PER_MESSAGE: usize = 1024;
+
 /// The time as the executor reads it: a monotonic clock for timers (immune to wall-clock
 /// jumps) and the wall clock for what is compared with the log's timestamps (retention).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -163,6 +167,16 @@ pub enum DutyEvent {
     },
     /// Time passed.
     Tick,
+    /// A slave answered a batch dispatch (ok) or the send failed or timed out (not ok):
+    /// as [`DutyEvent::Delivered`] for each of `tasks`.
+    DeliveredBatch {
+        /// Node it was sent to.
+        node: NodeId,
+        /// The attempts it carried.
+        tasks: Vec<(TaskId, Attempt)>,
+        /// Whether the slave accepted them.
+        ok: bool,
+    },
 }
 
 /// What the executor must do.
@@ -196,6 +210,16 @@ pub enum Effect {
         attempt: Attempt,
         /// Time between SIGTERM and SIGKILL (`None`: the slave's default).
         grace_ms: Option<u64>,
+    },
+    /// Send all of one slave's due assignments in one message; report the answer as
+    /// [`DutyEvent::DeliveredBatch`]. The core emits at most one per slave per event.
+    DispatchBatch {
+        /// Node.
+        node: NodeId,
+        /// Its address.
+        addr: String,
+        /// The work, in task order.
+        assignments: Vec<Assignment>,
     },
 }
 
@@ -250,6 +274,13 @@ struct Leading {
     /// Started tasks missing from their slave's reports, since when.
     missing_since: BTreeMap<(TaskId, Attempt), u64>,
     plan: PlanSlot,
+    /// Something changed since the scheduler last found nothing to place (an entry applied,
+    /// a plan finished, leadership resumed): only then is the queue worth another look, so
+    /// an idle or full cluster costs no scan per tick.
+    sched_dirty: bool,
+    /// Time alone can make a placement possible (a retry back-off ends): the queue is
+    /// looked at again at least this often, changes or not.
+    next_rescan: u64,
     /// Liveness transitions proposed and not finished, so each is proposed once.
     transitions: BTreeSet<(NodeId, bool)>,
     lost_proposed: BTreeSet<(TaskId, Attempt)>,
@@ -350,17 +381,11 @@ impl DutiesCore {
                 attempt,
                 ok,
             } => {
-                if let Role::Leading(l) = &mut self.role {
-                    let cfg = self.cfg;
-                    if ok {
-                        l.undelivered.remove(&(task, attempt));
-                    } else if let Some(d) = l.undelivered.get_mut(&(task, attempt)) {
-                        d.failures += 1;
-                        d.state = DispatchState::Due {
-                            at: now.mono_ms + backoff(&cfg, d.failures),
-                        };
-                    }
-                }
+                self.delivered(&[(task, attempt)], ok, now);
+                self.dispatch(now, view, &mut fx);
+            }
+            DutyEvent::DeliveredBatch { node: _, tasks, ok } => {
+                self.delivered(&tasks, ok, now);
                 self.dispatch(now, view, &mut fx);
             }
             DutyEvent::Tick => {
@@ -382,6 +407,12 @@ impl DutiesCore {
                         });
                     }
                 }
+                if let Role::Leading(l) = &mut self.role {
+                    if now.mono_ms >= l.next_rescan {
+                        l.next_rescan = now.mono_ms + RESCAN_MS;
+                        l.sched_dirty = true;
+                    }
+                }
                 self.check_liveness(now, view, &mut fx);
                 self.check_deadlines(now, view, &mut fx);
                 self.schedule(now, view, &mut fx);
@@ -390,6 +421,23 @@ impl DutiesCore {
             }
         }
         fx
+    }
+
+    /// Slaves answered dispatches: acknowledged ones are done, failed ones back off.
+    fn delivered(&mut self, tasks: &[(TaskId, Attempt)], ok: bool, now: Now) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        for key in tasks {
+            if ok {
+                l.undelivered.remove(key);
+            } else if let Some(d) = l.undelivered.get_mut(key) {
+                d.failures += 1;
+                d.state = DispatchState::Due {
+                    at: now.mono_ms + backoff(&self.cfg, d.failures),
+                };
+            }
+        }
     }
 
     fn became_leader(&mut self, fx: &mut Vec<Effect>) {
@@ -438,6 +486,8 @@ impl DutiesCore {
             undelivered,
             missing_since: BTreeMap::new(),
             plan: PlanSlot::Idle,
+            sched_dirty: true,
+            next_rescan: now.mono_ms + RESCAN_MS,
             transitions: BTreeSet::new(),
             lost_proposed: BTreeSet::new(),
             gc_in_flight: false,
@@ -483,6 +533,7 @@ impl DutiesCore {
                 {
                     self.scheduler.nodes_changed(view, &nodes);
                 }
+                l.sched_dirty = true;
                 self.schedule(now, view, fx);
             }
             ProposalTag::Liveness { node, up } => {
@@ -530,6 +581,7 @@ impl DutiesCore {
         let Role::Leading(l) = &mut self.role else {
             return;
         };
+        l.sched_dirty = true;
         let mut wake = false;
         match outcome {
             Outcome::PlanApplied {
@@ -596,12 +648,13 @@ impl DutiesCore {
         let Role::Leading(l) = &mut self.role else {
             return;
         };
-        if l.plan != PlanSlot::Idle || view.pending.is_empty() {
+        if l.plan != PlanSlot::Idle || view.pending.is_empty() || !l.sched_dirty {
             return;
         }
         // The leader's clock goes in: tasks waiting out a retry back-off stay queued.
         let plan = self.scheduler.plan_at(view, now.wall_ms);
         if plan.is_empty() {
+            l.sched_dirty = false;
             return;
         }
         l.plan = PlanSlot::InFlight {
@@ -613,13 +666,15 @@ impl DutiesCore {
         });
     }
 
-    /// Sends every due assignment the log still holds; forgets those it no longer does.
+    /// Sends every due assignment the log still holds, all of one slave's in one
+    /// [`Effect::DispatchBatch`]; forgets those the log no longer holds.
     fn dispatch(&mut self, now: Now, view: &ClusterState, fx: &mut Vec<Effect>) {
         let Role::Leading(l) = &mut self.role else {
             return;
         };
         let cfg = self.cfg;
         let mut gone = Vec::new();
+        let mut batches: BTreeMap<NodeId, (String, Vec<Assignment>)> = BTreeMap::new();
         for (&(task, attempt), d) in l.undelivered.iter_mut() {
             match d.state {
                 DispatchState::Due { at } if at <= now.mono_ms => {}
@@ -645,10 +700,11 @@ impl DutiesCore {
                 continue;
             };
             d.state = DispatchState::InFlight { since: now.mono_ms };
-            fx.push(Effect::Dispatch {
-                node: d.node,
-                addr: node.addr.clone(),
-                assignment: Assignment {
+            batches
+                .entry(d.node)
+                .or_insert_with(|| (node.addr.clone(), Vec::new()))
+                .1
+                .push(Assignment {
                     task,
                     job: t.job,
                     index: t.index,
@@ -657,11 +713,19 @@ impl DutiesCore {
                     env: job.spec.env.clone(),
                     resources: job.spec.resources.clone(),
                     gpus: t.gpus.clone(),
-                },
-            });
+                });
         }
         for k in gone {
             l.undelivered.remove(&k);
+        }
+        for (node, (addr, assignments)) in batches {
+            for chunk in assignments.chunks(MAX_ASSIGNMENTS_PER_MESSAGE) {
+                fx.push(Effect::DispatchBatch {
+                    node,
+                    addr: addr.clone(),
+                    assignments: chunk.to_vec(),
+                });
+            }
         }
     }
 
@@ -853,6 +917,9 @@ fn stop_effects(
         }
     }
 }
+
+/// How often the queue is rescanned with nothing changed (retry back-offs end by time).
+const RESCAN_MS: u64 = 1_000;
 
 /// Retry delay after `failures` failed sends: doubling from the minimum, capped.
 fn backoff(cfg: &DutiesConfig, failures: u32) -> u64 {

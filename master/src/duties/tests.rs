@@ -6,6 +6,7 @@ use super::*;
 use crate::sched::index::PolicyKind;
 use crate::sched::IndexedScheduler;
 use crate::state::{command_nodes, touched_nodes, CommandEnvelope};
+use hetsched_common::protocol::TaskReport;
 use hetsched_common::{GpuRequest, JobSpec, NodeResources, ResourceRequest};
 
 const WALL0: u64 = 1_700_000_000_000;
@@ -165,9 +166,18 @@ fn dispatched(fx: &[Effect]) -> Vec<(NodeId, TaskId, Attempt)> {
         .filter_map(|e| match e {
             Effect::Dispatch {
                 node, assignment, ..
-            } => Some((*node, assignment.task, assignment.attempt)),
+            } => Some(vec![(*node, assignment.task, assignment.attempt)]),
+            Effect::DispatchBatch {
+                node, assignments, ..
+            } => Some(
+                assignments
+                    .iter()
+                    .map(|a| (*node, a.task, a.attempt))
+                    .collect(),
+            ),
             _ => None,
         })
+        .flatten()
         .collect()
 }
 
@@ -695,4 +705,130 @@ fn a_drain_deadline_requeues_and_stops_what_still_runs() {
     // Re-queued and placed on the node that is not draining.
     let fx = h.commit(&fx);
     assert_eq!(dispatched(&fx), vec![(b, task, 2)]);
+}
+
+/// Issue 18: a job of 10,000 tasks is placed, dispatched and reported with far fewer log
+/// entries than tasks — plans carry many assignments, each slave gets its new assignments
+/// in one message per plan, and its started/finished reports travel in batches.
+#[test]
+fn ten_thousand_tasks_cost_at_most_half_a_log_entry_each() {
+    const TASKS: u32 = 10_000;
+    let mut h = Harness::new();
+    let nodes: Vec<NodeId> = (1..=4u64)
+        .map(|key| {
+            match h
+                .apply(Command::RegisterNode {
+                    key,
+                    node: None,
+                    name: format!("big{key}"),
+                    addr: format!("127.0.0.1:{}", 9000 + key),
+                    capacity: NodeResources {
+                        cpu_milli: 4_000_000,
+                        mem_mib: 1 << 30,
+                        gpus: Vec::new(),
+                        engines: Default::default(),
+                    },
+                    labels: Default::default(),
+                    partitions: Vec::new(),
+                })
+                .0
+            {
+                Outcome::Registered { node } => node,
+                o => panic!("registration failed: {o:?}"),
+            }
+        })
+        .collect();
+    h.lead();
+    let first_entry = h.index;
+    let (_, mut fx) = h.apply(Command::SubmitJob {
+        spec: JobSpec {
+            name: "big".into(),
+            user: "u".into(),
+            partition: "default".into(),
+            resources: ResourceRequest {
+                cpu_milli: 1000,
+                mem_mib: 1,
+                gpu: GpuRequest::none(),
+                engines: Default::default(),
+            },
+            count: TASKS,
+            command: vec!["true".into()],
+            ..Default::default()
+        },
+    });
+    let mut batches = 0usize;
+    let mut dispatched_tasks = 0usize;
+    let mut rounds = 0;
+    loop {
+        for e in &fx {
+            match e {
+                Effect::DispatchBatch { assignments, .. } => {
+                    batches += 1;
+                    dispatched_tasks += assignments.len();
+                }
+                Effect::Dispatch { .. } => panic!("single dispatch where a batch was due"),
+                _ => {}
+            }
+        }
+        if proposals(&fx).is_empty() {
+            break;
+        }
+        fx = h.commit(&fx);
+        rounds += 1;
+        assert!(rounds < 1_000, "placement does not converge");
+    }
+    let placed_entries = h.index - first_entry;
+    assert!(h.state.pending.is_empty(), "every task placed");
+    assert_eq!(
+        dispatched_tasks, TASKS as usize,
+        "every assignment dispatched once"
+    );
+    let plans = placed_entries - 1;
+    let most = plans * nodes.len() as u64 + u64::from(TASKS) / MAX_ASSIGNMENTS_PER_MESSAGE as u64;
+    assert!(
+        batches as u64 <= most,
+        "one dispatch message per slave per plan (split at {MAX_ASSIGNMENTS_PER_MESSAGE}): \
+         {batches} for {plans} plans"
+    );
+    assert!(
+        placed_entries as f64 / f64::from(TASKS) <= 0.5,
+        "placement took {placed_entries} entries for {TASKS} tasks"
+    );
+    // Each slave reports its tasks started and finished together, 2,048 tasks a message.
+    // A stale report (an attempt the log never gave) rides along and changes nothing.
+    for n in &nodes {
+        let tasks: Vec<(TaskId, Attempt)> = h.state.nodes[n]
+            .tasks
+            .iter()
+            .map(|t| (*t, h.state.tasks[t].status.attempt))
+            .collect();
+        for chunk in tasks.chunks(2048) {
+            let mut reports = vec![TaskReport::Finished {
+                task: chunk[0].0,
+                attempt: 99,
+                exit_code: 1,
+                reason: None,
+            }];
+            for &(task, attempt) in chunk {
+                reports.push(TaskReport::Started { task, attempt });
+                reports.push(TaskReport::Finished {
+                    task,
+                    attempt,
+                    exit_code: 0,
+                    reason: None,
+                });
+            }
+            let (o, _) = h.apply(Command::TaskReports { node: *n, reports });
+            assert_eq!(o, Outcome::TaskUpdated);
+        }
+    }
+    let entries = h.index - first_entry;
+    let counts = h.state.task_counts();
+    assert_eq!(counts["succeeded"], u64::from(TASKS), "{counts:?}");
+    assert!(
+        entries as f64 / f64::from(TASKS) <= 0.5,
+        "submit to completion took {entries} entries for {TASKS} tasks"
+    );
+    // Nothing left to place and nothing changed: a tick does not scan the queue again.
+    assert!(h.on(DutyEvent::Tick).is_empty());
 }

@@ -84,7 +84,7 @@ impl IndexedScheduler {
             cpu_kind,
             frag: (policy == PolicyKind::Frag).then(FragPlacer::default),
             seen: TaskId(0),
-            max_per_plan: 512,
+            max_per_plan: 4096,
             preemption: PreemptionConfig::default(),
             reserved: BTreeSet::new(),
         }
@@ -222,6 +222,10 @@ impl Scheduler for IndexedScheduler {
         // Locality sets (within the job's partition), built once per job per plan.
         let mut localities: BTreeMap<JobId, Candidates> = BTreeMap::new();
         let mut victims_taken: BTreeSet<TaskId> = BTreeSet::new();
+        // A job's tasks at one priority ask for the same, and the index only shrinks within
+        // a plan: once one fits nowhere (and cannot preempt), skip the rest, so a queue
+        // where nothing fits costs one probe per job, not one per task.
+        let mut stuck: BTreeSet<(JobId, i64)> = BTreeSet::new();
         for task in queue_order(view) {
             if plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 break;
@@ -231,6 +235,9 @@ impl Scheduler for IndexedScheduler {
             };
             if t.not_before_ms.is_some_and(|nb| nb > now_ms) {
                 continue; // waiting out a retry backoff
+            }
+            if stuck.contains(&(t.job, t.priority)) {
+                continue;
             }
             let Some(job) = view.jobs.get(&t.job) else {
                 continue;
@@ -265,11 +272,16 @@ impl Scheduler for IndexedScheduler {
                 }
                 continue;
             }
-            if plan.preempt.len() < self.preemption.max_per_plan {
-                let p = plan_preemption(view, task, locality, &victims_taken, &self.preemption);
-                if let Some(p) = p {
+            let p = (plan.preempt.len() < self.preemption.max_per_plan)
+                .then(|| plan_preemption(view, task, locality, &victims_taken, &self.preemption))
+                .flatten();
+            match p {
+                Some(p) => {
                     victims_taken.extend(p.victims.iter().map(|v| v.task));
                     plan.preempt.push(p);
+                }
+                None => {
+                    stuck.insert((t.job, t.priority));
                 }
             }
         }
@@ -498,5 +510,22 @@ mod tests {
             o => panic!("{o:?}"),
         }
         assert!(sched.plan(&l.s).is_empty());
+    }
+
+    #[test]
+    fn a_job_that_does_not_fit_is_skipped_whole_and_later_jobs_still_place() {
+        let mut sched = IndexedScheduler::new(PolicyKind::FirstFit, 0);
+        let mut l = Log {
+            s: ClusterState::new(),
+            i: 0,
+        };
+        l.apply(&mut sched, register(2, 1));
+        l.apply(&mut sched, job(1, 1000));
+        l.apply(&mut sched, job(500, 8000)); // never fits: 8 cores on a 2-core node
+        l.apply(&mut sched, job(3, 1000));
+        let plan = sched.plan(&l.s);
+        let tasks: Vec<u64> = plan.assignments.iter().map(|a| a.task.0).collect();
+        // Task 1 (job 1), then job 2's 500 tasks are skipped as one, then job 3's first.
+        assert_eq!(tasks, vec![1, 502]);
     }
 }

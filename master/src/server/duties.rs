@@ -115,6 +115,17 @@ impl LeaderDuties {
                         grace_ms,
                     },
                 ),
+                Effect::DispatchBatch {
+                    node,
+                    addr,
+                    assignments,
+                } => {
+                    metrics::counter!("hetsched_master_dispatches_total")
+                        .increment(assignments.len() as u64);
+                    metrics::counter!("hetsched_master_dispatch_messages_total").increment(1);
+                    self.senders
+                        .send(node, &addr, Outgoing::DispatchBatch(assignments));
+                }
             }
         }
         metrics::gauge!("hetsched_master_undelivered_assignments")
@@ -186,10 +197,9 @@ impl Handler<DutiesMsg> for LeaderDuties {
                 }
             }
             DutiesMsg::Proposed { tag, ok } => DutyEvent::Proposed { tag, ok },
-            DutiesMsg::Delivered(r) => DutyEvent::Delivered {
+            DutiesMsg::Delivered(r) => DutyEvent::DeliveredBatch {
                 node: r.node,
-                task: r.task,
-                attempt: r.attempt,
+                tasks: r.tasks,
                 ok: r.ok,
             },
         };

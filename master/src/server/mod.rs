@@ -72,6 +72,8 @@ pub struct MasterConfig {
     pub preemption: PreemptionConfig,
     /// Node selection policy for tasks that ask no GPU.
     pub cpu_policy: PolicyKind,
+    /// Admission back-pressure: pending cap and per-user submit rate.
+    pub admission: crate::admission::AdmissionConfig,
 }
 
 /// Parses `ID=HOST:PORT,...`.
@@ -178,7 +180,32 @@ pub struct Master {
     duties: Addr<LeaderDuties>,
     snapshot_file: PathBuf,
     policy: PolicyKind,
+    cpu_policy: PolicyKind,
     preemption: PreemptionConfig,
+    /// State hash and size, cached per applied index: `status` serialises the whole state
+    /// only when something applied since the last one asked.
+    digest: Arc<std::sync::Mutex<Option<StateDigest>>>,
+    /// Admission back-pressure (leader-local).
+    admission: Arc<std::sync::Mutex<crate::admission::Admission>>,
+}
+
+/// The state hash and serialised size at one applied index.
+#[derive(Clone, Copy, Debug)]
+struct StateDigest {
+    index: u64,
+    hash: u64,
+    bytes: u64,
+}
+
+impl StateDigest {
+    fn of(s: &ClusterState) -> Self {
+        let bytes = s.to_bytes();
+        Self {
+            index: s.last_index,
+            hash: crate::state::fnv1a64(&bytes),
+            bytes: bytes.len() as u64,
+        }
+    }
 }
 
 /// Requests served only on the admin listener: they change nothing a user owns but can
@@ -263,7 +290,12 @@ impl Master {
             duties,
             snapshot_file: cfg.data_dir.join("raft").join("raft-snapshot.bin"),
             policy: cfg.policy,
+            cpu_policy: cfg.cpu_policy,
             preemption: cfg.preemption,
+            digest: Arc::new(std::sync::Mutex::new(None)),
+            admission: Arc::new(std::sync::Mutex::new(crate::admission::Admission::new(
+                cfg.admission,
+            ))),
         })
     }
 
@@ -329,6 +361,38 @@ impl Master {
             .map_err(|e| self.shared.propose_error(e))
     }
 
+    /// Admission back-pressure on the leader (a follower's submit is redirected anyway):
+    /// refuses with `Busy` "busy, retry" (exit 5) when the pending queue is at its
+    /// cap or the user is over the submit rate. A retried request that already applied is
+    /// never refused (its answer is in the state).
+    fn admit(
+        &self,
+        request: ClientRequestId,
+        spec: &hetsched_common::JobSpec,
+    ) -> Result<(), ErrorReply> {
+        if self.raft.status().role != Role::Leader {
+            return Ok(());
+        }
+        let pending = {
+            let s = self.shared.read_state();
+            if s.request_applied(request) {
+                return Ok(());
+            }
+            s.pending.len() as u64
+        };
+        let mut a = match self.admission.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let now = now_ms();
+        a.forget_idle(now);
+        a.admit(&spec.user, u64::from(spec.count), pending, now)
+            .map_err(|busy| {
+                metrics::counter!("hetsched_master_submits_refused_busy_total").increment(1);
+                ErrorReply::new(ErrorKind::Busy, busy.to_string())
+            })
+    }
+
     /// A linearizable read (Raft ReadIndex) unless the client accepts a stale answer: only a
     /// leader confirmed by a quorum, with everything committed before the read applied,
     /// answers. A deposed leader cut off from the majority cannot confirm and never answers.
@@ -371,6 +435,7 @@ impl Master {
                         ),
                     ));
                 }
+                self.admit(request, &spec)?;
                 match self
                     .propose(Command::SubmitJob { spec }, Some(request))
                     .await?
@@ -645,8 +710,9 @@ impl Master {
             Outcome::Submitted { tasks, .. } => tasks,
             o => return Err(unexpected(o)),
         };
-        let mut sched =
-            IndexedScheduler::new(self.policy, self.shared.id.0).with_preemption(self.preemption);
+        let mut sched = IndexedScheduler::new(self.policy, self.shared.id.0)
+            .with_cpu_policy(self.cpu_policy, self.shared.id.0)
+            .with_preemption(self.preemption);
         sched.max_per_plan = usize::MAX;
         sched.reset(&copy);
         let plan = sched.plan(&copy);
@@ -671,9 +737,26 @@ impl Master {
             .collect())
     }
 
+    /// The state's hash and size at its applied index (computed at most once per index).
+    fn digest(&self, s: &ClusterState) -> StateDigest {
+        let mut cache = match self.digest.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        match *cache {
+            Some(d) if d.index == s.last_index => d,
+            _ => {
+                let d = StateDigest::of(s);
+                *cache = Some(d);
+                d
+            }
+        }
+    }
+
     fn status_info(&self, stale: bool) -> StatusInfo {
         let st = self.raft.status();
         let s = self.shared.read_state();
+        let digest = self.digest(&s);
         StatusInfo {
             master_id: self.shared.id,
             leader: st.leader.map(MasterId),
@@ -687,12 +770,12 @@ impl Master {
             }
             .to_string(),
             applied_index: s.last_index,
-            state_hash: format!("{:016x}", s.state_hash()),
+            state_hash: format!("{:016x}", digest.hash),
             stale: stale || st.role != Role::Leader,
             nodes: s.node_counts(),
             jobs: s.jobs.len() as u64,
             tasks: s.task_counts(),
-            state_bytes: s.state_bytes(),
+            state_bytes: digest.bytes,
             snapshot_bytes: std::fs::metadata(&self.snapshot_file).map_or(0, |m| m.len()),
             raft: {
                 let c = self.raft.stats();
@@ -828,6 +911,15 @@ impl Master {
                     summary,
                 };
                 self.propose(cmd, None).await?;
+                Ok(SlaveResponse::Ack)
+            }
+            SlaveRequest::TaskReports { node, reports } => {
+                self.require_leader()?;
+                if !reports.is_empty() {
+                    // One entry for the whole batch; stale reports in it are ignored at apply.
+                    self.propose(Command::TaskReports { node, reports }, None)
+                        .await?;
+                }
                 Ok(SlaveResponse::Ack)
             }
         }

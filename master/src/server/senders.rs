@@ -7,7 +7,7 @@
 //! by request id), so a slow answer does not hold back the next assignment to the same
 //! slave either; each call has its own deadline.
 
-use hetsched_common::protocol::{Assignment, Message, SlaveCommand, SlaveCommandReply};
+use hetsched_common::protocol::{Assignment, ErrorKind, Message, SlaveCommand, SlaveCommandReply};
 use hetsched_common::wire::Connection;
 use hetsched_common::{Attempt, NodeId, TaskId};
 use std::collections::HashMap;
@@ -28,18 +28,18 @@ pub enum Outgoing {
         /// Time between SIGTERM and SIGKILL.
         grace_ms: Option<u64>,
     },
+    /// Run these tasks (one message; a slave that predates batches gets them one by one).
+    DispatchBatch(Vec<Assignment>),
 }
 
-/// The answer to one dispatch, reported back to the duties.
-#[derive(Clone, Copy, Debug)]
+/// The answer to one dispatch message (one or many assignments), reported to the duties.
+#[derive(Clone, Debug)]
 pub struct DispatchResult {
     /// Node.
     pub node: NodeId,
-    /// Task.
-    pub task: TaskId,
-    /// Attempt.
-    pub attempt: Attempt,
-    /// Whether the slave accepted it.
+    /// The attempts the message carried.
+    pub tasks: Vec<(TaskId, Attempt)>,
+    /// Whether the slave accepted them.
     pub ok: bool,
 }
 
@@ -127,14 +127,25 @@ impl SlaveSenders {
 }
 
 fn fail(results: &mpsc::UnboundedSender<DispatchResult>, node: NodeId, msg: &Outgoing) {
-    if let Outgoing::Dispatch(a) = msg {
-        let _ = results.send(DispatchResult {
-            node,
-            task: a.task,
-            attempt: a.attempt,
-            ok: false,
-        });
-    }
+    let tasks = match msg {
+        Outgoing::Dispatch(a) => vec![(a.task, a.attempt)],
+        Outgoing::DispatchBatch(b) => b.iter().map(|a| (a.task, a.attempt)).collect(),
+        Outgoing::Stop { .. } => return,
+    };
+    let _ = results.send(DispatchResult {
+        node,
+        tasks,
+        ok: false,
+    });
+}
+
+/// Whether an answer means the peer does not speak `AssignBatch` (a slave of an older
+/// version): its decoder rejects the unknown variant.
+fn batch_not_understood(r: &Result<Message, hetsched_common::wire::CallError>) -> bool {
+    matches!(
+        r,
+        Ok(Message::Error(e)) if matches!(e.kind, ErrorKind::Malformed | ErrorKind::Unsupported)
+    )
 }
 
 async fn run_sender(
@@ -184,10 +195,37 @@ async fn run_sender(
                     }
                     let _ = results.send(DispatchResult {
                         node,
-                        task,
-                        attempt,
+                        tasks: vec![(task, attempt)],
                         ok,
                     });
+                }
+                Outgoing::DispatchBatch(batch) => {
+                    let tasks: Vec<(TaskId, Attempt)> =
+                        batch.iter().map(|a| (a.task, a.attempt)).collect();
+                    let r = c
+                        .call(
+                            Message::ToSlave(SlaveCommand::AssignBatch(batch.clone())),
+                            timeout,
+                        )
+                        .await;
+                    let ok = if batch_not_understood(&r) {
+                        // An older slave: one message per assignment, as before batches.
+                        let mut all = true;
+                        for a in batch {
+                            let r = c
+                                .call(Message::ToSlave(SlaveCommand::Assign(a)), timeout)
+                                .await;
+                            all &=
+                                matches!(r, Ok(Message::ToSlaveReply(SlaveCommandReply::Accepted)));
+                        }
+                        all
+                    } else {
+                        matches!(r, Ok(Message::ToSlaveReply(SlaveCommandReply::Accepted)))
+                    };
+                    if !ok {
+                        tracing::debug!(%node, tasks = tasks.len(), reply = ?r, "batch dispatch not acknowledged; will retry");
+                    }
+                    let _ = results.send(DispatchResult { node, tasks, ok });
                 }
                 Outgoing::Stop {
                     task,

@@ -1,6 +1,7 @@
 //! The commands of the Raft log and what applying them returns.
 
 use hetsched_common::program::{CallSummary, EngineDecl, SelectionTable};
+use hetsched_common::protocol::TaskReport;
 use hetsched_common::{
     Attempt, ClientRequestId, JobId, JobSpec, NodeId, NodeResources, TaskId, TaskReason,
 };
@@ -196,6 +197,14 @@ pub enum Command {
         attempt: Attempt,
         /// Summary.
         summary: CallSummary,
+    },
+    /// A batch of one slave's task reports, applied in order as `TaskStarted` /
+    /// `TaskFinished` would be (each fenced by its attempt): one log entry for many tasks.
+    TaskReports {
+        /// Node.
+        node: NodeId,
+        /// The reports, oldest first.
+        reports: Vec<TaskReport>,
     },
 }
 

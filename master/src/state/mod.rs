@@ -29,6 +29,13 @@ pub fn command_nodes(command: &Command) -> BTreeSet<NodeId> {
         | Command::TimeoutTask { node, .. } => {
             nodes.insert(*node);
         }
+        Command::TaskReports { node, reports }
+            if reports
+                .iter()
+                .any(|r| matches!(r, TaskReport::Finished { .. })) =>
+        {
+            nodes.insert(*node);
+        }
         Command::ApplyPlan(plan) => nodes.extend(plan.assignments.iter().map(|a| a.node)),
         _ => {}
     }
@@ -54,7 +61,7 @@ use hetsched_common::priority::{Principal, PriorityConfig, Usage};
 use hetsched_common::program::{
     relation, CallSummary, EngineDecl, EngineTotal, SelectionTable, TaskKind,
 };
-use hetsched_common::protocol::{EngineInfo, JobInfo, NodeCounts, NodeInfo, TaskInfo};
+use hetsched_common::protocol::{EngineInfo, JobInfo, NodeCounts, NodeInfo, TaskInfo, TaskReport};
 use hetsched_common::{
     Attempt, ClientRequestId, EngineKind, GpuAlloc, JobId, JobSpec, NodeId, NodeResources, TaskId,
     TaskReason, TaskState, TaskStatus,
@@ -455,6 +462,7 @@ impl ClusterState {
                 attempt,
                 summary,
             } => self.record_calls(node, task, attempt, summary),
+            Command::TaskReports { node, reports } => self.task_reports(node, reports, env.at_ms),
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {
@@ -966,6 +974,42 @@ impl ClusterState {
         Outcome::TaskUpdated
     }
 
+    /// Applies a slave's batch of reports in order; each is fenced as a single report is.
+    fn task_reports(&mut self, node: NodeId, reports: Vec<TaskReport>, at_ms: u64) -> Outcome {
+        if !self.nodes.contains_key(&node) {
+            return Outcome::Rejected(format!("unknown {node}"));
+        }
+        let mut updated = 0usize;
+        for r in reports {
+            let o = match r {
+                TaskReport::Started { task, attempt } => {
+                    self.task_started(node, task, attempt, at_ms)
+                }
+                // A supervisor gone without a status: the attempt is lost (attempt + 1).
+                TaskReport::Finished {
+                    task,
+                    attempt,
+                    reason: Some(TaskReason::Lost),
+                    ..
+                } => self.task_lost(node, task, attempt),
+                TaskReport::Finished {
+                    task,
+                    attempt,
+                    exit_code,
+                    reason,
+                } => self.task_finished(node, task, attempt, exit_code, reason, at_ms),
+            };
+            if o == Outcome::TaskUpdated {
+                updated += 1;
+            }
+        }
+        if updated > 0 {
+            Outcome::TaskUpdated
+        } else {
+            Outcome::Ignored("no report in the batch changed anything".into())
+        }
+    }
+
     /// `n` tasks of `job` reached a final state: once none is left open, the job is
     /// finished and its retention starts.
     fn tasks_became_final(&mut self, job: JobId, n: u32) {
@@ -1040,6 +1084,11 @@ impl ClusterState {
         jobs_before.is_some_and(|cut| self.finished_jobs.first().is_some_and(|f| f.0 < cut))
             || requests_before
                 .is_some_and(|cut| self.requests_by_time.first().is_some_and(|r| r.0 < cut))
+    }
+
+    /// Whether a client request id has applied (and its outcome is still remembered).
+    pub fn request_applied(&self, request: ClientRequestId) -> bool {
+        self.requests.contains_key(&request)
     }
 
     /// Whether `job` existed once and was garbage-collected (ids are never reused).
