@@ -23,6 +23,7 @@
 pub mod agent;
 pub mod exec;
 pub mod gpu;
+pub mod http;
 pub mod link;
 pub mod logs;
 pub mod queue;

@@ -46,6 +46,9 @@ pub struct Args {
     /// Address masters reach this slave at (default: --listen).
     #[arg(long, value_name = "HOST:PORT")]
     pub advertise: Option<String>,
+    /// Optional HTTP address for /metrics and /healthz.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub http: Option<String>,
 }
 
 /// Runs a slave until stopped.
@@ -61,6 +64,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.cpus == 0 {
         anyhow::bail!("--cpus must be at least 1");
     }
+    let http = a.http.clone();
     let cfg = hetsched_slave::SlaveConfig {
         listen: a.listen,
         advertise: a.advertise,
@@ -75,6 +79,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let system = actix::System::new();
     system
-        .block_on(hetsched_slave::run(cfg))
+        .block_on(async move {
+            if let Some(addr) = http {
+                let listener = hetsched_slave::http::HttpListener::bind(&addr).await?;
+                tokio::spawn(async move {
+                    if let Err(e) = listener.serve().await {
+                        tracing::error!(error = %e, "http listener stopped");
+                    }
+                });
+            }
+            hetsched_slave::run(cfg).await
+        })
         .context("slave stopped")
 }

@@ -172,12 +172,19 @@ impl Handler<DutiesMsg> for LeaderDuties {
                 DutyEvent::Leadership(leading)
             }
             DutiesMsg::Applied(a) => {
-                if let (true, Outcome::PlanApplied { preempted, .. }) =
-                    (self.core.is_leading(), &a.outcome)
+                if let (
+                    true,
+                    Outcome::PlanApplied {
+                        preempted,
+                        accepted,
+                        ..
+                    },
+                ) = (self.core.is_leading(), &a.outcome)
                 {
                     // Counted once, by the leader that proposed the plan (CONTRACT.md).
                     metrics::counter!("hetsched_master_preemptions_total")
                         .increment(preempted.len() as u64);
+                    self.placement_latency(accepted);
                 }
                 DutyEvent::Applied {
                     index: a.index,
@@ -235,6 +242,20 @@ impl Handler<Heartbeat> for LeaderDuties {
                 ErrorKind::UnknownNode,
                 format!("{} is not registered", hb.node),
             )),
+        }
+    }
+}
+
+impl LeaderDuties {
+    /// Records submission-to-first-placement latency of first attempts just placed.
+    fn placement_latency(&self, accepted: &[crate::state::TaskRef]) {
+        let now = super::now_ms();
+        let s = self.shared.read_state();
+        for r in accepted.iter().filter(|r| r.attempt == 1) {
+            if let Some(job) = s.tasks.get(&r.task).and_then(|t| s.jobs.get(&t.job)) {
+                let secs = now.saturating_sub(job.submitted_ms) as f64 / 1000.0;
+                metrics::histogram!("hetsched_master_placement_seconds").record(secs);
+            }
         }
     }
 }
