@@ -12,6 +12,20 @@ use support_http::{delete, get, post, HttpCluster};
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// Polls `f` until it returns `Some` or `timeout` passes (then `None`).
+fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// The job's state as `GET /v1/jobs/{id}` shows it.
 fn job_state(http: &str, job: u64) -> Option<String> {
     let a = get(http, &format!("/v1/jobs/{job}")).ok()?;
@@ -165,27 +179,32 @@ fn run(c: &HttpCluster) {
     let leader = get(leader_http, "/v1/status").expect("status").json()["leader"]
         .as_u64()
         .expect("leader") as usize;
-    let leader_metrics = get(&c.master_http[leader - 1], "/metrics").expect("metrics");
-    assert_eq!(leader_metrics.status, 200);
-    let text = leader_metrics.text();
-    for series in [
+    let series = [
         "hetsched_master_is_leader 1",
         "hetsched_master_term ",
         "hetsched_master_submit_seconds_bucket",
         "hetsched_master_placement_seconds_bucket",
         "hetsched_master_raft_commit_seconds_bucket",
         "hetsched_master_task_outcomes_total{state=\"succeeded\",reason=\"none\"} ",
-        "hetsched_master_task_outcomes_total{state=\"cancelled\"",
+        "hetsched_master_task_outcomes_total{state=\"cancelled\",reason=\"cancelled\"} ",
         "hetsched_master_tasks{state=\"succeeded\"}",
         "hetsched_master_nodes{state=\"up\"} 1",
         "hetsched_master_jobs ",
         "hetsched_master_dispatches_total",
         "hetsched_master_commands_applied_total",
-    ] {
-        assert!(
-            text.contains(series),
-            "{series} missing from the leader's /metrics:\n{text}"
-        );
+    ];
+    // The gauges refresh each second: wait for them rather than read once.
+    let leader_http = c.master_http[leader - 1].clone();
+    let mut last = String::new();
+    let found = poll(WAIT, || {
+        let m = get(&leader_http, "/metrics").ok()?;
+        assert_eq!(m.status, 200);
+        last = m.text();
+        series.iter().all(|s| last.contains(s)).then_some(())
+    });
+    if found.is_none() {
+        let missing: Vec<_> = series.iter().filter(|s| !last.contains(*s)).collect();
+        panic!("{missing:?} missing from the leader's /metrics:\n{last}");
     }
     let follower_metrics = get(&follower, "/metrics").expect("metrics").text();
     assert!(follower_metrics.contains("hetsched_master_is_leader 0"));

@@ -186,6 +186,9 @@ impl Handler<DutiesMsg> for LeaderDuties {
                         .increment(preempted.len() as u64);
                     self.placement_latency(accepted);
                 }
+                if self.core.is_leading() {
+                    outcome_metrics(&a.outcome);
+                }
                 DutyEvent::Applied {
                     index: a.index,
                     outcome: a.outcome,
@@ -258,4 +261,16 @@ impl LeaderDuties {
             }
         }
     }
+}
+
+/// Tasks ended for good by a command the leader applied (cancellations, timeouts without a
+/// re-run); ends reported by slaves are counted where the report is committed.
+fn outcome_metrics(o: &Outcome) {
+    let (n, state, reason) = match o {
+        Outcome::Cancelled { tasks, .. } => (u64::from(*tasks), "cancelled", "cancelled"),
+        Outcome::TimedOut { retried: false, .. } => (1, "failed", "timeout"),
+        _ => return,
+    };
+    metrics::counter!("hetsched_master_task_outcomes_total", "state" => state, "reason" => reason)
+        .increment(n);
 }

@@ -773,6 +773,12 @@ impl Master {
                 exit_code,
             } => {
                 self.require_leader()?;
+                let was_final = self
+                    .shared
+                    .read_state()
+                    .tasks
+                    .get(&task)
+                    .is_none_or(|t| t.status.state.is_final());
                 self.propose(
                     Command::TaskFinished {
                         node,
@@ -783,15 +789,18 @@ impl Master {
                     None,
                 )
                 .await?;
-                task_outcome_metric(&self.shared.read_state(), task, attempt);
+                if !was_final {
+                    task_outcome_metric(&self.shared.read_state(), task, attempt);
+                }
                 Ok(SlaveResponse::Ack)
             }
         }
     }
 }
 
-/// Counts a task attempt's end once, on the leader that committed the report: by the state
-/// it ended in and its reason (CONTRACT.md, "Task states and reasons").
+/// Counts a task's end once, on the leader that committed the report that ended it: by the
+/// state it ended in and its reason (CONTRACT.md, "Task states and reasons"). Ends the
+/// leader decides itself (cancel, timeout) are counted in the duties.
 fn task_outcome_metric(s: &ClusterState, task: hetsched_common::TaskId, attempt: u32) {
     let Some(t) = s.tasks.get(&task) else { return };
     if t.status.attempt != attempt || !t.status.state.is_final() {

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
 use axum::Router;
 use hetsched_common::protocol::{ClientRequest, ClientResponse, ErrorKind, ErrorReply, Message};
-use hetsched_common::wire::Connection;
+use hetsched_common::wire::{CallError, Connection};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::time::Duration;
 
@@ -43,6 +43,8 @@ pub fn install_recorder() -> Result<PrometheusHandle, String> {
 pub(crate) struct Ctx {
     master: Master,
     prometheus: PrometheusHandle,
+    /// The connection forwards go over, to the leader last seen.
+    leader_conn: std::sync::Arc<tokio::sync::Mutex<Option<Connection>>>,
 }
 
 /// One route of the API: the OpenAPI document (`docs/openapi.json`) is checked against
@@ -103,7 +105,15 @@ pub async fn serve(
          anyone who can reach this address can submit and cancel jobs"
     );
     let spawner = tokio_gauges(master.clone());
-    let r = axum::serve(listener, router(Ctx { master, prometheus })).await;
+    let r = axum::serve(
+        listener,
+        router(Ctx {
+            master,
+            prometheus,
+            leader_conn: Default::default(),
+        }),
+    )
+    .await;
     spawner.abort();
     r
 }
@@ -202,40 +212,80 @@ impl IntoResponse for ApiError {
 /// How long a forwarded request may take at the leader.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Most leader hops one request follows (leadership may move while it is forwarded).
+const MAX_FORWARDS: usize = 3;
+
 impl Ctx {
     /// Answers `req` here, or at the leader when this master is not it.
     async fn ask(&self, req: ClientRequest) -> Result<ClientResponse, ApiError> {
-        let err = match self.master.client(req.clone()).await {
+        let mut err = match self.master.client(req.clone()).await {
             Ok(r) => return Ok(r),
             Err(e) => e,
         };
-        let ErrorKind::NotLeader { leader_addr, .. } = &err.kind else {
-            return Err(err.into());
-        };
-        let Some(addr) = leader_addr.clone() else {
-            return Err(ApiError::unavailable(format!(
-                "{}; retry when a leader is elected",
-                err.message
-            )));
-        };
-        let conn = Connection::connect(&addr, Duration::from_secs(5))
-            .await
-            .map_err(|e| ApiError::unavailable(format!("cannot reach the leader: {e}")))?;
-        match conn.call(Message::Client(req), FORWARD_TIMEOUT).await {
-            Ok(Message::ClientReply(r)) => Ok(r),
-            Ok(Message::Error(e)) => Err(e.into()),
-            Ok(other) => Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                format!(
-                    "unexpected answer from the leader: {}",
-                    super::message_name(&other)
-                ),
-            )),
-            Err(e) => Err(ApiError::unavailable(format!(
-                "the leader did not answer: {e}"
-            ))),
+        for _ in 0..MAX_FORWARDS {
+            let ErrorKind::NotLeader { leader_addr, .. } = &err.kind else {
+                return Err(err.into());
+            };
+            let Some(addr) = leader_addr.clone() else {
+                return Err(ApiError::unavailable(format!(
+                    "{}; retry when a leader is elected",
+                    err.message
+                )));
+            };
+            err = match self.forward(&addr, req.clone()).await? {
+                Message::ClientReply(r) => return Ok(r),
+                Message::Error(e) => e,
+                other => {
+                    return Err(ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "internal",
+                        format!(
+                            "unexpected answer from the leader: {}",
+                            super::message_name(&other)
+                        ),
+                    ))
+                }
+            };
         }
+        Err(ApiError::unavailable(format!(
+            "leadership kept moving while the request was forwarded: {}",
+            err.message
+        )))
+    }
+
+    /// Sends `req` to the cluster port at `addr` over a kept connection (one retry on a
+    /// fresh one when the kept one turns out closed).
+    async fn forward(&self, addr: &str, req: ClientRequest) -> Result<Message, ApiError> {
+        for fresh in [false, true] {
+            let conn = {
+                let mut kept = self.leader_conn.lock().await;
+                match kept.as_ref() {
+                    Some(c) if !fresh && c.addr() == addr && !c.is_closed() => c.clone(),
+                    _ => {
+                        let c = Connection::connect(addr, Duration::from_secs(5))
+                            .await
+                            .map_err(|e| {
+                                ApiError::unavailable(format!("cannot reach the leader: {e}"))
+                            })?;
+                        *kept = Some(c.clone());
+                        c
+                    }
+                }
+            };
+            match conn
+                .call(Message::Client(req.clone()), FORWARD_TIMEOUT)
+                .await
+            {
+                Ok(m) => return Ok(m),
+                Err(CallError::Closed(_)) if !fresh => continue,
+                Err(e) => {
+                    return Err(ApiError::unavailable(format!(
+                        "the leader did not answer: {e}"
+                    )))
+                }
+            }
+        }
+        Err(ApiError::unavailable("the leader closed the connection"))
     }
 }
 
