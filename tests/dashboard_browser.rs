@@ -28,28 +28,54 @@ fn chromium() -> Option<&'static str> {
         })
 }
 
+/// How long one Chromium run may take before it is killed.
+const BROWSER_LIMIT: Duration = Duration::from_secs(90);
+
+/// A browser process, killed when dropped (a failed wait must not leave it running).
+struct Browser(std::process::Child);
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Runs headless Chromium on `url` with `extra` flags; returns its stdout.
 fn browse(browser: &str, profile: &std::path::Path, url: &str, extra: &[&str]) -> String {
-    let out = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(["--virtual-time-budget=5000", "--window-size=1100,620"])
-        .args(extra)
-        .arg(url)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run chromium");
-    assert!(
-        out.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out_file = profile.with_extension(format!("out-{}", extra.len()));
+    let err_file = profile.with_extension("err");
+    let mut child = Browser(
+        Command::new(browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(["--virtual-time-budget=5000", "--window-size=1100,560"])
+            .args(extra)
+            .arg(url)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out_file).expect("stdout file"))
+            .stderr(std::fs::File::create(&err_file).expect("stderr file"))
+            .spawn()
+            .expect("run chromium"),
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let status = wait_for("chromium to finish", BROWSER_LIMIT, || {
+        match child.0.try_wait() {
+            Ok(Some(status)) => Some(status),
+            Ok(None) => None,
+            Err(e) => panic!("waiting for chromium: {e}"),
+        }
+    });
+    assert!(
+        status.success(),
+        "chromium failed: {}",
+        std::fs::read_to_string(&err_file).unwrap_or_default()
+    );
+    std::fs::read_to_string(&out_file).expect("chromium output")
 }
 
 #[test]
@@ -63,9 +89,38 @@ fn the_dashboard_shows_a_submitted_job_in_a_real_browser() {
     };
     let c = HttpCluster::start("dashboard", 3, 2, 2);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&c, browser)));
+    stop_trainer(&c);
     if let Err(e) = result {
         c.cluster.dump_logs();
         std::panic::resume_unwind(e);
+    }
+}
+
+/// Cancels the long-running job and makes sure its process is gone: a slave killed with
+/// the cluster would leave it behind, and other tests look for tasks' processes.
+fn stop_trainer(c: &HttpCluster) {
+    let pid_file = c.cluster.dir.path().join("trainer.pid");
+    let Some(pid) = std::fs::read_to_string(&pid_file)
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    else {
+        return;
+    };
+    let alive = || std::path::Path::new(&format!("/proc/{pid}")).exists();
+    if let Ok(jobs) = get(&c.master_http[0], "/v1/jobs?state=running") {
+        for j in jobs.json().as_array().into_iter().flatten() {
+            let _ = support_http::delete(&c.master_http[0], &format!("/v1/jobs/{}", j["id"]));
+        }
+    }
+    let start = std::time::Instant::now();
+    while alive() && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if alive() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 
@@ -85,8 +140,21 @@ fn run(c: &HttpCluster, browser: &str) {
         (j.json()["state"] == "succeeded").then_some(())
     });
     // Something still running, so that the overview shows bars in use.
-    let running = r#"{"name": "trainer", "command": ["sleep", "300"], "resources": {"cpus": 1.5, "mem": 2048, "gpus": 1}}"#;
-    assert_eq!(post(http, "/v1/jobs", running).expect("submit").status, 201);
+    let pid_file = c.cluster.dir.path().join("trainer.pid");
+    let running = serde_json::json!({
+        "name": "trainer",
+        "command": ["sh", "-c", format!("echo $$ > {}; exec sleep 300", pid_file.display())],
+        "resources": {"cpus": 1.5, "mem": 2048, "gpus": 1},
+    });
+    let a = post(http, "/v1/jobs", &running.to_string()).expect("submit");
+    assert_eq!(a.status, 201, "{}", a.text());
+    wait_for("the trainer running", WAIT, || {
+        std::fs::read_to_string(&pid_file)
+            .ok()?
+            .trim()
+            .parse::<i32>()
+            .ok()
+    });
 
     let profile = c.cluster.dir.path().join("chromium-profile");
     let dom = browse(

@@ -35,7 +35,7 @@ function renderOverview(status, members, nodes) {
     `leader: ${status.leader ? "master " + status.leader : "none"} · term ${status.term} · ` +
     `${status.nodes.up}/${status.nodes.total} nodes up · ${status.jobs} jobs`;
   $("masters").tBodies[0].innerHTML = members.map((m) =>
-    `<tr><td>master ${m.id}</td><td>${esc(m.addr || "")}</td><td>${m.leader ? "<b>leader</b>" : m.voter ? "follower" : "learner"}</td><td>${m.match_index ?? ""}</td></tr>`).join("");
+    `<tr><td>master ${m.id}</td><td>${esc(m.addr || "")}</td><td>${m.leader ? "<b>leader</b>" : m.voter ? "follower" : "learner"}</td></tr>`).join("");
   $("nodes").tBodies[0].innerHTML = nodes.map((n) => {
     const cap = n.capacity, free = n.free;
     const cpu = bar(cap.cpu_milli - free.cpu_milli, cap.cpu_milli, `${((cap.cpu_milli - free.cpu_milli) / 1000).toFixed(1)}/${cap.cpu_milli / 1000} cores`, true);
