@@ -103,6 +103,44 @@ fn run(c: &HttpCluster) {
     );
     assert!(log.headers.to_ascii_lowercase().contains("text/plain"));
 
+    // A followed log streams until the task ends, across its output's pauses.
+    let talker = post(
+        leader_http,
+        "/v1/jobs",
+        r#"{"name": "api-talker", "command": ["sh", "-c", "echo first; sleep 1; echo second"],
+            "resources": {"cpus": 0.5, "mem": 64}}"#,
+    )
+    .expect("submit");
+    assert_eq!(talker.status, 201, "{}", talker.text());
+    let talker = talker.json()["job_id"].as_u64().expect("job_id");
+    let talker_task = wait_for("the talker's task", WAIT, || {
+        let t = get(leader_http, &format!("/v1/tasks?job={talker}"))
+            .ok()?
+            .json();
+        t[0]["id"].as_u64()
+    });
+    let followed = get(
+        &follower,
+        &format!("/v1/tasks/{talker_task}/logs?follow=true"),
+    )
+    .expect("follow");
+    assert_eq!(followed.status, 200, "{}", followed.text());
+    assert_eq!(followed.text(), "first\nsecond\n");
+    assert!(followed.headers.to_ascii_lowercase().contains("chunked"));
+    let stderr = get(
+        leader_http,
+        &format!("/v1/tasks/{talker_task}/logs?stream=stderr"),
+    )
+    .expect("stderr");
+    assert_eq!((stderr.status, stderr.text().as_str()), (200, ""));
+    let bad_stream = get(
+        leader_http,
+        &format!("/v1/tasks/{talker_task}/logs?stream=both"),
+    )
+    .expect("logs");
+    assert_eq!(bad_stream.status, 400);
+    assert_eq!(bad_stream.json()["error"]["field"], "stream");
+
     // Cancel a long job.
     let long = post(
         leader_http,
