@@ -35,6 +35,7 @@ pub mod cgroup;
 pub mod engine;
 pub mod exec;
 pub mod gpu;
+pub mod http;
 pub mod link;
 pub mod logs;
 pub mod program;

@@ -104,6 +104,8 @@ pub struct LocalCluster {
     pub admin_addrs: Vec<String>,
     /// Slaves.
     pub slaves: Vec<LocalProc>,
+    /// Masters' HTTP addresses (API, /metrics, the dashboard at /ui), same order.
+    pub master_http: Vec<String>,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -117,9 +119,11 @@ impl LocalCluster {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let mut master_addrs = Vec::new();
         let mut admin_addrs = Vec::new();
+        let mut master_http = Vec::new();
         for _ in 0..n_masters {
             master_addrs.push(format!("127.0.0.1:{}", free_port()?));
             admin_addrs.push(format!("127.0.0.1:{}", free_port()?));
+            master_http.push(format!("127.0.0.1:{}", free_port()?));
         }
         let peers = master_addrs
             .iter()
@@ -132,6 +136,7 @@ impl LocalCluster {
             master_addrs: master_addrs.clone(),
             admin_addrs: admin_addrs.clone(),
             slaves: Vec::new(),
+            master_http: master_http.clone(),
         };
         for (i, addr) in master_addrs.iter().enumerate() {
             let id = i + 1;
@@ -150,6 +155,8 @@ impl LocalCluster {
                 // listener (loopback only) is on for them.
                 "--admin".into(),
                 admin_addrs[i].clone(),
+                "--http".into(),
+                master_http[i].clone(),
             ];
             let log = dir.join(format!("{name}.log"));
             cluster.masters.push(LocalProc::start(name, args, log)?);

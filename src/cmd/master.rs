@@ -27,7 +27,8 @@ pub struct Args {
     /// Data directory (Raft log and snapshots).
     #[arg(long)]
     pub data_dir: PathBuf,
-    /// Optional HTTP address for /metrics and the JSON API.
+    /// Optional HTTP address for the JSON API (/v1), /metrics, /healthz, /readyz and the
+    /// dashboard (/ui). Unauthenticated: bind it where only trusted clients reach it.
     #[arg(long, value_name = "HOST:PORT")]
     pub http: Option<String>,
     /// Snapshot the state and compact the Raft log every this many applied entries.

@@ -67,6 +67,9 @@ pub struct Args {
     /// Deadline of one plug-in call; a late or failed plug-in call falls back to the CPU.
     #[arg(long, default_value = "60s", value_parser = super::programs::parse_duration)]
     pub call_timeout: std::time::Duration,
+    /// Optional HTTP address for /metrics and /healthz.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub http: Option<String>,
 }
 
 /// Runs a slave until stopped.
@@ -92,6 +95,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         profile_budget: a.profile_budget,
         call_timeout: a.call_timeout,
     };
+    let http = a.http.clone();
     let cfg = hetsched_slave::SlaveConfig {
         listen: a.listen,
         advertise: a.advertise,
@@ -113,10 +117,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let system = actix::System::new();
     system
-        .block_on(hetsched_slave::run_with_engines(
-            cfg,
-            hetsched_slave::Tuning::default(),
-            engine_opts,
-        ))
+        .block_on(async move {
+            if let Some(addr) = http {
+                let listener = hetsched_slave::http::HttpListener::bind(&addr).await?;
+                tokio::spawn(async move {
+                    if let Err(e) = listener.serve().await {
+                        tracing::error!(error = %e, "http listener stopped");
+                    }
+                });
+            }
+            hetsched_slave::run_with_engines(cfg, hetsched_slave::Tuning::default(), engine_opts)
+                .await
+        })
         .context("slave stopped")
 }

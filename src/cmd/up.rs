@@ -152,6 +152,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         dir.display()
     );
     eprintln!("  masters: {}", addrs.join(","));
+    if let Some(http) = cluster.master_http.first() {
+        eprintln!("  dashboard: http://{http}/ui   API: http://{http}/v1/status (unauthenticated)");
+    }
 
     let result = rt.block_on(async {
         tokio::select! {

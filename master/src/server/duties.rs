@@ -183,12 +183,22 @@ impl Handler<DutiesMsg> for LeaderDuties {
                 DutyEvent::Leadership(leading)
             }
             DutiesMsg::Applied(a) => {
-                if let (true, Outcome::PlanApplied { preempted, .. }) =
-                    (self.core.is_leading(), &a.outcome)
+                if let (
+                    true,
+                    Outcome::PlanApplied {
+                        preempted,
+                        accepted,
+                        ..
+                    },
+                ) = (self.core.is_leading(), &a.outcome)
                 {
                     // Counted once, by the leader that proposed the plan (CONTRACT.md).
                     metrics::counter!("hetsched_master_preemptions_total")
                         .increment(preempted.len() as u64);
+                    self.placement_latency(accepted);
+                }
+                if self.core.is_leading() {
+                    outcome_metrics(&a.outcome);
                 }
                 DutyEvent::Applied {
                     index: a.index,
@@ -247,4 +257,30 @@ impl Handler<Heartbeat> for LeaderDuties {
             )),
         }
     }
+}
+
+impl LeaderDuties {
+    /// Records submission-to-first-placement latency of first attempts just placed.
+    fn placement_latency(&self, accepted: &[crate::state::TaskRef]) {
+        let now = super::now_ms();
+        let s = self.shared.read_state();
+        for r in accepted.iter().filter(|r| r.attempt == 1) {
+            if let Some(job) = s.tasks.get(&r.task).and_then(|t| s.jobs.get(&t.job)) {
+                let secs = now.saturating_sub(job.submitted_ms) as f64 / 1000.0;
+                metrics::histogram!("hetsched_master_placement_seconds").record(secs);
+            }
+        }
+    }
+}
+
+/// Tasks ended for good by a command the leader applied (cancellations, timeouts without a
+/// re-run); ends reported by slaves are counted where the report is committed.
+fn outcome_metrics(o: &Outcome) {
+    let (n, state, reason) = match o {
+        Outcome::Cancelled { tasks, .. } => (u64::from(*tasks), "cancelled", "cancelled"),
+        Outcome::TimedOut { retried: false, .. } => (1, "failed", "timeout"),
+        _ => return,
+    };
+    metrics::counter!("hetsched_master_task_outcomes_total", "state" => state, "reason" => reason)
+        .increment(n);
 }

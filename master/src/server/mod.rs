@@ -2,6 +2,7 @@
 //! the leader duties. Everything here does I/O; the decisions live in `state` and `sched`.
 
 mod duties;
+mod http;
 mod logs;
 mod programs;
 mod replicated;
@@ -270,6 +271,10 @@ impl Master {
             let mut last_role = None;
             loop {
                 let st = watch.borrow_and_update().clone();
+                if last_role.is_some_and(|(_, leader, _)| leader != st.leader) {
+                    metrics::counter!("hetsched_master_leader_changes_total").increment(1);
+                }
+                metrics::gauge!("hetsched_master_term").set(st.term as f64);
                 if last_role != Some((st.role, st.leader, st.term)) {
                     last_role = Some((st.role, st.leader, st.term));
                     metrics::gauge!("hetsched_master_is_leader").set(if st.role == Role::Leader {
@@ -328,10 +333,19 @@ impl Master {
                     .step(from.0, msgs.into_iter().map(|b| b.into_vec()).collect());
                 None
             }
-            Message::Client(req) => Some(match self.client(req).await {
-                Ok(r) => Message::ClientReply(r),
-                Err(e) => Message::Error(e),
-            }),
+            Message::Client(req) => {
+                let submit = matches!(req, ClientRequest::Submit { .. });
+                let started = std::time::Instant::now();
+                let answer = self.client(req).await;
+                if submit {
+                    metrics::histogram!("hetsched_master_submit_seconds", "via" => "cluster")
+                        .record(started.elapsed());
+                }
+                Some(match answer {
+                    Ok(r) => Message::ClientReply(r),
+                    Err(e) => Message::Error(e),
+                })
+            }
             Message::Slave(req) => Some(match self.slave(req).await {
                 Ok(r) => Message::SlaveReply(r),
                 Err(e) => Message::Error(e),
@@ -355,10 +369,13 @@ impl Master {
             command,
         }
         .encode();
-        self.raft
-            .propose(bytes)
-            .await
-            .map_err(|e| self.shared.propose_error(e))
+        let started = std::time::Instant::now();
+        let r = self.raft.propose(bytes).await;
+        if r.is_ok() {
+            // Proposal to applied on this (leading) master.
+            metrics::histogram!("hetsched_master_raft_commit_seconds").record(started.elapsed());
+        }
+        r.map_err(|e| self.shared.propose_error(e))
     }
 
     /// Admission back-pressure on the leader (a follower's submit is redirected anyway):
@@ -416,7 +433,7 @@ impl Master {
         }
     }
 
-    async fn client(&self, req: ClientRequest) -> Result<ClientResponse, ErrorReply> {
+    pub(crate) async fn client(&self, req: ClientRequest) -> Result<ClientResponse, ErrorReply> {
         match req {
             ClientRequest::Submit { request, spec } => {
                 spec.validate()
@@ -875,7 +892,11 @@ impl Master {
                         reason,
                     }
                 };
+                let was_final = self.task_is_final(task);
                 self.propose(cmd, None).await?;
+                if !was_final {
+                    task_outcome_metric(&self.shared.read_state(), task, attempt);
+                }
                 Ok(SlaveResponse::Ack)
             }
             SlaveRequest::RecordProfile {
@@ -916,14 +937,60 @@ impl Master {
             SlaveRequest::TaskReports { node, reports } => {
                 self.require_leader()?;
                 if !reports.is_empty() {
+                    let finishing: Vec<(hetsched_common::TaskId, u32)> = reports
+                        .iter()
+                        .filter_map(|r| match r {
+                            hetsched_common::protocol::TaskReport::Finished {
+                                task,
+                                attempt,
+                                ..
+                            } if !self.task_is_final(*task) => Some((*task, *attempt)),
+                            _ => None,
+                        })
+                        .collect();
                     // One entry for the whole batch; stale reports in it are ignored at apply.
                     self.propose(Command::TaskReports { node, reports }, None)
                         .await?;
+                    let s = self.shared.read_state();
+                    for (task, attempt) in finishing {
+                        task_outcome_metric(&s, task, attempt);
+                    }
                 }
                 Ok(SlaveResponse::Ack)
             }
         }
     }
+}
+
+impl Master {
+    /// Whether `task` has ended for good (or is unknown): its outcome was counted already.
+    fn task_is_final(&self, task: hetsched_common::TaskId) -> bool {
+        self.shared
+            .read_state()
+            .tasks
+            .get(&task)
+            .is_none_or(|t| t.status.state.is_final())
+    }
+}
+
+/// Counts a task's end once, on the leader that committed the report that ended it: by the
+/// state it ended in and its reason (CONTRACT.md, "Task states and reasons"). Ends the
+/// leader decides itself (cancel, timeout) are counted in the duties.
+fn task_outcome_metric(s: &ClusterState, task: hetsched_common::TaskId, attempt: u32) {
+    let Some(t) = s.tasks.get(&task) else { return };
+    if t.status.attempt != attempt || !t.status.state.is_final() {
+        return;
+    }
+    let reason = t
+        .status
+        .reason
+        .map_or_else(|| "none".to_string(), |r| r.to_string());
+    metrics::counter!(
+        "hetsched_master_task_outcomes_total",
+        "state" => t.status.state.as_str(),
+        "reason" => reason
+    )
+    .increment(1);
 }
 
 fn not_found(message: String) -> ErrorReply {
@@ -990,18 +1057,24 @@ pub async fn run(cfg: MasterConfig) -> Result<(), Error> {
         Some(a) => Some(bind_with_retry("admin", a).await?),
         None => None,
     };
-    if let Some(http) = &cfg.http {
-        let addr: std::net::SocketAddr = http
-            .parse()
-            .map_err(|e| Error::Config(format!("--http {http:?}: {e}")))?;
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-            .map_err(|e| Error::Metrics(e.to_string()))?;
-        tracing::info!(%addr, "serving /metrics");
-    }
+    // The recorder first, so that every series from the start is recorded.
+    let http = match &cfg.http {
+        Some(a) => Some((
+            bind_with_retry("http", a).await?,
+            http::install_recorder().map_err(Error::Metrics)?,
+        )),
+        None => None,
+    };
     let master = Master::start(&cfg)?;
     tracing::info!(id = cfg.id, listen = %cfg.listen, admin = ?cfg.admin, "master started");
+    if let Some((listener, prometheus)) = http {
+        let m = master.clone();
+        tokio::spawn(async move {
+            if let Err(e) = http::serve(listener, m, prometheus).await {
+                tracing::error!(error = %e, "http listener stopped");
+            }
+        });
+    }
     if let Some(admin) = admin {
         let handler = master.handler(true);
         tokio::spawn(async move {

@@ -1,0 +1,208 @@
+//! The dashboard in a real browser (issue 19): a cluster runs a job submitted through the
+//! API; headless Chromium loads `/ui` and the rendered DOM shows the job's name and state.
+//!
+//! Needs Debian's `chromium` (`.ci/run` installs it). Without it the test is skipped with
+//! a message, except under `CI=true`, where it fails. `HETSCHED_SCREENSHOT=FILE` also
+//! saves a screenshot of the overview there (README's picture comes from this).
+
+mod support;
+mod support_http;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::wait_for;
+use support_http::{get, post, HttpCluster};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+}
+
+/// How long one Chromium run may take before it is killed.
+const BROWSER_LIMIT: Duration = Duration::from_secs(90);
+
+/// A browser process, killed when dropped (a failed wait must not leave it running).
+struct Browser(std::process::Child);
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs headless Chromium on `url` with `extra` flags; returns its stdout.
+fn browse(browser: &str, profile: &std::path::Path, url: &str, extra: &[&str]) -> String {
+    let out_file = profile.with_extension(format!("out-{}", extra.len()));
+    let err_file = profile.with_extension("err");
+    let mut child = Browser(
+        Command::new(browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(["--virtual-time-budget=5000", "--window-size=1100,560"])
+            .args(extra)
+            .arg(url)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out_file).expect("stdout file"))
+            .stderr(std::fs::File::create(&err_file).expect("stderr file"))
+            .spawn()
+            .expect("run chromium"),
+    );
+    let status = wait_for("chromium to finish", BROWSER_LIMIT, || {
+        match child.0.try_wait() {
+            Ok(Some(status)) => Some(status),
+            Ok(None) => None,
+            Err(e) => panic!("waiting for chromium: {e}"),
+        }
+    });
+    assert!(
+        status.success(),
+        "chromium failed: {}",
+        std::fs::read_to_string(&err_file).unwrap_or_default()
+    );
+    std::fs::read_to_string(&out_file).expect("chromium output")
+}
+
+#[test]
+fn the_dashboard_shows_a_submitted_job_in_a_real_browser() {
+    let Some(browser) = chromium() else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true but no chromium: .ci/run installs Debian's chromium with apt");
+        }
+        eprintln!("SKIPPED: no chromium on this machine (apt-get install chromium to run it)");
+        return;
+    };
+    let c = HttpCluster::start("dashboard", 3, 2, 2);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&c, browser)));
+    stop_trainer(&c);
+    if let Err(e) = result {
+        c.cluster.dump_logs();
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// Cancels the long-running job and makes sure its process is gone: a slave killed with
+/// the cluster would leave it behind, and other tests look for tasks' processes.
+fn stop_trainer(c: &HttpCluster) {
+    let pid_file = c.cluster.dir.path().join("trainer.pid");
+    let Some(pid) = std::fs::read_to_string(&pid_file)
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    else {
+        return;
+    };
+    let alive = || std::path::Path::new(&format!("/proc/{pid}")).exists();
+    if let Ok(jobs) = get(&c.master_http[0], "/v1/jobs?state=running") {
+        for j in jobs.json().as_array().into_iter().flatten() {
+            let _ = support_http::delete(&c.master_http[0], &format!("/v1/jobs/{}", j["id"]));
+        }
+    }
+    let start = std::time::Instant::now();
+    while alive() && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if alive() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+fn run(c: &HttpCluster, browser: &str) {
+    let http = &c.master_http[0];
+    wait_for("two nodes up", WAIT, || {
+        let s = get(http, "/v1/status").ok()?;
+        (s.status == 200 && s.json()["nodes"]["up"].as_u64()? >= 2).then_some(())
+    });
+    let spec = r#"{"name": "dashboard-demo", "count": 3, "command": ["sh", "-c", "echo rendered"],
+                   "resources": {"cpus": 0.5, "mem": 128}}"#;
+    let a = post(http, "/v1/jobs", spec).expect("submit");
+    assert_eq!(a.status, 201, "{}", a.text());
+    let job = a.json()["job_id"].as_u64().expect("job_id");
+    wait_for("the job succeeded", WAIT, || {
+        let j = get(http, &format!("/v1/jobs/{job}")).ok()?;
+        (j.json()["state"] == "succeeded").then_some(())
+    });
+    // Something still running, so that the overview shows bars in use.
+    let pid_file = c.cluster.dir.path().join("trainer.pid");
+    let running = serde_json::json!({
+        "name": "trainer",
+        "command": ["sh", "-c", format!("echo $$ > {}; exec sleep 300", pid_file.display())],
+        "resources": {"cpus": 1.5, "mem": 2048, "gpus": 1},
+    });
+    let a = post(http, "/v1/jobs", &running.to_string()).expect("submit");
+    assert_eq!(a.status, 201, "{}", a.text());
+    wait_for("the trainer running", WAIT, || {
+        std::fs::read_to_string(&pid_file)
+            .ok()?
+            .trim()
+            .parse::<i32>()
+            .ok()
+    });
+
+    let profile = c.cluster.dir.path().join("chromium-profile");
+    let dom = browse(
+        browser,
+        &profile,
+        &format!("http://{http}/ui"),
+        &["--dump-dom"],
+    );
+    let row_start = dom
+        .find(&format!("id=\"job-row-{job}\""))
+        .unwrap_or_else(|| panic!("no row for job {job} in the rendered DOM:\n{dom}"));
+    let row = &dom[row_start..];
+    let row = &row[..row.find("</tr>").unwrap_or(row.len())];
+    assert!(row.contains("dashboard-demo"), "job name missing: {row}");
+    assert!(row.contains(">succeeded<"), "job state missing: {row}");
+    assert!(
+        dom.contains("leader: master "),
+        "overview missing the leader:\n{dom}"
+    );
+    assert!(
+        dom.contains("<b>leader</b>"),
+        "masters missing the leader:\n{dom}"
+    );
+    assert!(
+        dom.contains("slave-1") && dom.contains("slave-2"),
+        "nodes missing:\n{dom}"
+    );
+    assert!(dom.contains("EMULATED"), "emulated GPUs not marked:\n{dom}");
+
+    // A job's page: its tasks and one task's log.
+    let tasks = get(http, &format!("/v1/tasks?job={job}"))
+        .expect("tasks")
+        .json();
+    let task = tasks[0]["id"].as_u64().expect("task id");
+    let page = format!("http://{http}/ui#job-{job}/task-{task}");
+    let dom = browse(browser, &profile, &page, &["--dump-dom"]);
+    assert!(
+        dom.contains(&format!("task-{task}")),
+        "task missing:\n{dom}"
+    );
+    assert!(dom.contains("rendered"), "task log missing:\n{dom}");
+
+    if let Ok(file) = std::env::var("HETSCHED_SCREENSHOT") {
+        let shot = format!("--screenshot={file}");
+        browse(browser, &profile, &format!("http://{http}/ui"), &[&shot]);
+        assert!(
+            std::path::Path::new(&file).exists(),
+            "no screenshot at {file}"
+        );
+    }
+}
