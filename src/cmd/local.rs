@@ -106,6 +106,27 @@ pub struct LocalCluster {
     pub slaves: Vec<LocalProc>,
     /// Masters' HTTP addresses (API, /metrics, the dashboard at /ui), same order.
     pub master_http: Vec<String>,
+    /// Where the cluster's data and logs are.
+    pub dir: std::path::PathBuf,
+}
+
+/// Pids of live processes whose environment mentions `dir` (a task's `HETSCHED_CPUS_FILE`
+/// lies under its slave's data dir).
+fn processes_under(dir: &Path) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let needle = dir.display().to_string();
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0)
+                    .any(|kv| String::from_utf8_lossy(kv).contains(needle.as_str()))
+            })
+        })
+        .collect()
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -137,6 +158,7 @@ impl LocalCluster {
             admin_addrs: admin_addrs.clone(),
             slaves: Vec::new(),
             master_http: master_http.clone(),
+            dir: dir.to_path_buf(),
         };
         for (i, addr) in master_addrs.iter().enumerate() {
             let id = i + 1;
@@ -194,9 +216,18 @@ impl LocalCluster {
     }
 
     /// Stops every process: SIGTERM, then SIGKILL after a grace period.
+    /// Tasks outlive their slave agents by design (supervised attempts), so the tasks of
+    /// this cluster — processes whose environment names a file under its directory — are
+    /// killed too: a local cluster leaves nothing running.
     pub fn stop(&mut self) {
         for p in self.slaves.iter_mut().chain(self.masters.iter_mut()) {
             p.terminate(Duration::from_secs(3));
+        }
+        for pid in processes_under(&self.dir) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }
