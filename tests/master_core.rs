@@ -151,40 +151,53 @@ fn a_sigstopped_slave_delays_only_its_own_tasks() {
     });
 }
 
-/// Submits `n` one-task jobs over one connection, many in flight.
-fn submit_many(addr: &str, n: u64) {
+/// Submits `n` one-task jobs, a hundred in flight at a time. A request that meets an
+/// election (not the leader, outcome unknown) is retried at the next master with the same
+/// request id, so it applies once.
+fn submit_many(masters: &[String], n: u64) {
     use hetsched_common::wire::Connection;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
+    let spec: hetsched_common::JobSpec = serde_json::from_value(serde_json::json!({
+        "name": "short", "user": "gc", "partition": "default",
+        "resources": {"cpu_milli": 100, "mem_mib": 16},
+        "count": 1, "command": ["true"], "env": {}
+    }))
+    .expect("spec");
     rt.block_on(async {
-        let conn = Connection::connect(addr, Duration::from_secs(2))
-            .await
-            .expect("connect");
-        let spec: hetsched_common::JobSpec = serde_json::from_value(serde_json::json!({
-            "name": "short", "user": "gc", "partition": "default",
-            "resources": {"cpu_milli": 100, "mem_mib": 16},
-            "count": 1, "command": ["true"], "env": {}
-        }))
-        .expect("spec");
-        for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
-            let calls = chunk.iter().map(|i| {
-                let req = ClientRequest::Submit {
-                    request: hetsched_common::ClientRequestId(0x5eed_0000 + i),
-                    spec: spec.clone(),
-                };
-                conn.call(Message::Client(req), Duration::from_secs(30))
-            });
-            for r in futures::future::join_all(calls).await {
-                assert!(
-                    matches!(
-                        r,
-                        Ok(Message::ClientReply(ClientResponse::Submitted { .. }))
-                    ),
-                    "submit: {r:?}"
-                );
+        let one = |i: u64| {
+            let spec = spec.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let mut k = 0usize;
+                loop {
+                    let addr = &masters[k % masters.len()];
+                    let req = ClientRequest::Submit {
+                        request: hetsched_common::ClientRequestId(0x5eed_0000 + i),
+                        spec: spec.clone(),
+                    };
+                    let r = match Connection::connect(addr, Duration::from_secs(2)).await {
+                        Ok(conn) => conn
+                            .call(Message::Client(req), Duration::from_secs(30))
+                            .await
+                            .map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match r {
+                        Ok(Message::ClientReply(ClientResponse::Submitted { .. })) => return,
+                        other if Instant::now() > deadline => panic!("submit {i}: {other:?}"),
+                        _ => {
+                            k += 1;
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    }
+                }
             }
+        };
+        for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+            futures::future::join_all(chunk.iter().map(|i| one(*i))).await;
         }
     });
 }
@@ -206,7 +219,7 @@ fn finished_jobs_are_collected_and_stay_collected_after_a_restart() {
         ],
     );
     let run = |c: &mut Cluster| {
-        let leader = c.wait_leader(Duration::from_secs(30));
+        c.wait_leader(Duration::from_secs(30));
         c.wait_nodes_up(1, Duration::from_secs(30));
         // The slave's engines (S0 `RecordProfile`) arrive just after it registers.
         wait_for("the slave's engines", Duration::from_secs(30), || {
@@ -217,7 +230,7 @@ fn finished_jobs_are_collected_and_stay_collected_after_a_restart() {
             .as_u64()
             .expect("state_bytes");
         assert!(before > 0);
-        submit_many(&c.master_addrs[(leader - 1) as usize], 1000);
+        submit_many(&c.master_addrs, 1000);
         let after = wait_for(
             "1000 jobs run and collected",
             Duration::from_secs(180),
