@@ -13,7 +13,7 @@ use anyhow::Context;
 use hetsched_chaos::history::{parse_side_effects, Event, FinalState, FinalTask, MasterView};
 use hetsched_chaos::report::{Report, TimelineEntry};
 use hetsched_chaos::{check, FaultKind, PlannedFault, Scenario};
-use hetsched_common::protocol::{ClientRequest, ClientResponse, FaultSpec, ListFilter};
+use hetsched_common::protocol::{BugSpec, ClientRequest, ClientResponse, FaultSpec, ListFilter};
 use hetsched_common::rng::SplitMix64;
 use hetsched_common::{ClientRequestId, JobSpec, MasterId, ResourceRequest};
 use std::collections::BTreeMap;
@@ -52,6 +52,10 @@ pub struct RunArgs {
     /// Keep the run directory also when the run is clean.
     #[arg(long)]
     pub keep: bool,
+    /// Switch on a deliberate bug in every master (admin port) to see the checker catch it:
+    /// `ack-before-commit` (acknowledge submits that never commit: `acked-lost`).
+    #[arg(long, value_name = "BUG", value_parser = ["ack-before-commit"])]
+    pub bug: Option<String>,
     /// Print the report as one JSON line.
     #[arg(long)]
     pub json: bool,
@@ -657,6 +661,21 @@ async fn drive(a: &RunArgs, sc: &Scenario, seed: u64, dir: &Path) -> anyhow::Res
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    if let Some(bug) = &a.bug {
+        let spec = BugSpec {
+            ack_before_commit: bug == "ack-before-commit",
+        };
+        for admin in &nemesis.cluster.admin_addrs {
+            call(
+                std::slice::from_ref(admin),
+                ClientRequest::SetBugs(spec.clone()),
+                true,
+            )
+            .await
+            .with_context(|| format!("cannot switch on the deliberate bug at {admin}"))?;
+        }
+        rec.note(format!("deliberate bug switched on: {bug}"));
+    }
     let schedule = sc.schedule(seed, a.duration);
     rec.note(format!(
         "start: {} masters, {} slaves, {} faults planned",
@@ -742,14 +761,18 @@ async fn drive(a: &RunArgs, sc: &Scenario, seed: u64, dir: &Path) -> anyhow::Res
     }
     // Settle: every acknowledged task finished.
     let settle_end = Instant::now() + a.settle;
-    let mut tasks;
+    let mut tasks = Vec::new();
     loop {
         observe(&masters, &rec, &mut last_seen).await;
-        tasks = final_tasks(&masters).await.unwrap_or_default();
-        let done = !tasks.is_empty()
-            && tasks
-                .iter()
-                .all(|t| matches!(t.state.as_str(), "succeeded" | "failed" | "cancelled"));
+        let done = match final_tasks(&masters).await {
+            Ok(t) => {
+                tasks = t;
+                tasks
+                    .iter()
+                    .all(|t| matches!(t.state.as_str(), "succeeded" | "failed" | "cancelled"))
+            }
+            Err(_) => false,
+        };
         if done || Instant::now() > settle_end {
             break;
         }
