@@ -159,8 +159,11 @@ impl Nemesis {
     }
     async fn set_faults(&self, master: usize, spec: FaultSpec) {
         let addr = [self.cluster.admin_addrs[master].clone()];
-        if let Err(e) = call(&addr, ClientRequest::SetFaults(spec), true).await {
-            tracing::warn!("set faults on master-{}: {e}", master + 1);
+        let req = call(&addr, ClientRequest::SetFaults(spec), true);
+        match tokio::time::timeout(Duration::from_secs(2), req).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!("set faults on master-{}: {e}", master + 1),
+            Err(_) => tracing::warn!("set faults on master-{}: no answer in 2 s", master + 1),
         }
     }
     async fn clear_faults(&self) {
@@ -325,16 +328,32 @@ impl Nemesis {
     }
 }
 
+/// One master's own status, or `None` if it does not answer within 1.5 s (killed, paused).
+async fn status_of(addr: &str) -> Option<hetsched_common::protocol::StatusInfo> {
+    let addrs = [addr.to_string()];
+    let req = call(&addrs, ClientRequest::Status { stale: true }, true);
+    match tokio::time::timeout(Duration::from_millis(1500), req).await {
+        Ok(Ok(ClientResponse::Status(s))) => Some(s),
+        _ => None,
+    }
+}
+
+/// `call`, bounded by `limit` (a stalled call must not hold up the nemesis).
+async fn call_within(
+    masters: &[String],
+    req: ClientRequest,
+    limit: Duration,
+) -> Option<ClientResponse> {
+    match tokio::time::timeout(limit, call(masters, req, false)).await {
+        Ok(Ok(r)) => Some(r),
+        _ => None,
+    }
+}
+
 /// The current leader's index, as any master answering says.
 async fn leader_index(masters: &[String]) -> Option<usize> {
     for addr in masters {
-        if let Ok(ClientResponse::Status(s)) = call(
-            std::slice::from_ref(addr),
-            ClientRequest::Status { stale: true },
-            true,
-        )
-        .await
-        {
+        if let Some(s) = status_of(addr).await {
             if let Some(l) = s.leader {
                 return (l.0 as usize).checked_sub(1).filter(|i| *i < masters.len());
             }
@@ -359,13 +378,7 @@ async fn wait_leader(masters: &[String], limit: Duration) -> Option<usize> {
 /// Samples every master's view (leadership claims) and the leader's tasks and node usage.
 async fn observe(masters: &[String], rec: &Recorder, last: &mut BTreeMap<u64, (String, u32)>) {
     for addr in masters {
-        if let Ok(ClientResponse::Status(s)) = call(
-            std::slice::from_ref(addr),
-            ClientRequest::Status { stale: true },
-            true,
-        )
-        .await
-        {
+        if let Some(s) = status_of(addr).await {
             if s.role == "leader" {
                 rec.push(Event::Leader {
                     t_ms: rec.now_ms(),
@@ -375,17 +388,13 @@ async fn observe(masters: &[String], rec: &Recorder, last: &mut BTreeMap<u64, (S
             }
         }
     }
-    if let Ok(ClientResponse::Tasks(tasks)) = call(
-        masters,
-        ClientRequest::Tasks {
-            stale: false,
-            job: None,
-            filter: ListFilter::default(),
-        },
-        false,
-    )
-    .await
-    {
+    let tasks_req = ClientRequest::Tasks {
+        stale: false,
+        job: None,
+        filter: ListFilter::default(),
+    };
+    let limit = Duration::from_secs(3);
+    if let Some(ClientResponse::Tasks(tasks)) = call_within(masters, tasks_req, limit).await {
         for t in tasks {
             let state = task_state(&t.state);
             let now = (state.clone(), t.attempt);
@@ -401,8 +410,8 @@ async fn observe(masters: &[String], rec: &Recorder, last: &mut BTreeMap<u64, (S
             }
         }
     }
-    if let Ok(ClientResponse::Nodes(nodes)) =
-        call(masters, ClientRequest::Nodes { stale: false }, false).await
+    if let Some(ClientResponse::Nodes(nodes)) =
+        call_within(masters, ClientRequest::Nodes { stale: false }, limit).await
     {
         for n in nodes {
             rec.push(Event::Usage {
@@ -508,13 +517,7 @@ async fn master_views(masters: &[String], limit: Duration) -> Vec<MasterView> {
     loop {
         let mut views = Vec::new();
         for addr in masters {
-            if let Ok(ClientResponse::Status(s)) = call(
-                std::slice::from_ref(addr),
-                ClientRequest::Status { stale: true },
-                true,
-            )
-            .await
-            {
+            if let Some(s) = status_of(addr).await {
                 views.push(MasterView {
                     master: s.master_id.0,
                     applied_index: s.applied_index,
