@@ -80,6 +80,9 @@ enum Command {
     Profile(cmd::programs::ProfileArgs),
     /// Show every slave's selection table and the task-engine relation (S0.1, S0.5).
     Profiles(cmd::programs::ProfilesArgs),
+    /// Fault injection: run a scenario on a local cluster and check the history.
+    #[command(subcommand)]
+    Chaos(cmd::chaos::ChaosCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -171,6 +174,7 @@ fn main() -> ExitCode {
         Command::Calls(a) => cmd::programs::calls(&masters, a),
         Command::Profile(a) => cmd::programs::profile(a),
         Command::Profiles(a) => cmd::programs::profiles(&masters, a),
+        Command::Chaos(c) => cmd::chaos::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

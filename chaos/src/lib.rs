@@ -1,3 +1,15 @@
-//! hetsched chaos tool — **stub**. It will launch a local cluster, inject faults (kill, pause,
-//! partition), record a history and check that no task was lost. Nothing is implemented yet;
-//! the fault-injection tests of issue 2 and 3 live in the root package's `tests/` for now.
+//! hetsched chaos tool, the pure part: the history format ([`history`]), the checker with its
+//! named rules ([`checker`]), scenarios and their seeded fault schedules ([`scenario`]), and
+//! the run report ([`report`]). Nothing here does I/O or reads a clock: the `hetsched chaos`
+//! command (src/cmd/chaos.rs) launches the cluster, drives the workload and nemeses, records
+//! the history and hands it here.
+
+pub mod checker;
+pub mod history;
+pub mod report;
+pub mod scenario;
+
+pub use checker::{check, Rule, Violation};
+pub use history::{Event, FinalState, FinalTask, MasterView};
+pub use report::Report;
+pub use scenario::{FaultKind, PlannedFault, Scenario, ScenarioError};

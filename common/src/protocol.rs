@@ -266,6 +266,9 @@ pub enum ClientRequest {
         #[serde(default)]
         stale: bool,
     },
+    /// Deliberate bugs switched on or off at run time (admin listener only; `hetsched chaos`
+    /// tests that its checker sees them). Local to the addressed master; never replicated.
+    SetBugs(BugSpec),
 }
 
 /// Which jobs or tasks a listing returns. Listings are newest first.
@@ -303,6 +306,14 @@ pub struct FaultSpec {
     /// Cut from every master.
     #[serde(default)]
     pub isolated: bool,
+}
+
+/// Deliberate bugs a master can be told to have (chaos tests: the checker must see them).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BugSpec {
+    /// Acknowledge a submit without committing it (the job never exists): `acked-lost`.
+    #[serde(default)]
+    pub ack_before_commit: bool,
 }
 
 /// Answers to [`ClientRequest`].

@@ -49,6 +49,11 @@ impl LocalProc {
         Ok(())
     }
 
+    /// The process id while it runs.
+    pub fn pid(&self) -> Option<i32> {
+        self.child.as_ref().map(|c| c.id() as i32)
+    }
+
     /// SIGKILL, as a crash.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -137,6 +142,16 @@ fn free_port() -> anyhow::Result<u16> {
 impl LocalCluster {
     /// Starts `n_masters` masters and the given slaves under `dir`.
     pub fn start(dir: &Path, n_masters: u32, slaves: &[SlaveSpec]) -> anyhow::Result<Self> {
+        Self::start_with(dir, n_masters, &[], slaves)
+    }
+
+    /// As [`start`](Self::start), with more `hetsched master` flags (`--job-gc-after off`).
+    pub fn start_with(
+        dir: &Path,
+        n_masters: u32,
+        master_extra_args: &[String],
+        slaves: &[SlaveSpec],
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let mut master_addrs = Vec::new();
         let mut admin_addrs = Vec::new();
@@ -180,6 +195,8 @@ impl LocalCluster {
                 "--http".into(),
                 master_http[i].clone(),
             ];
+            let mut args = args;
+            args.extend(master_extra_args.iter().cloned());
             let log = dir.join(format!("{name}.log"));
             cluster.masters.push(LocalProc::start(name, args, log)?);
         }

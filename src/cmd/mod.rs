@@ -3,6 +3,7 @@
 pub mod bench_e2e;
 pub mod bench_placement;
 pub mod bench_raft;
+pub mod chaos;
 pub mod client;
 pub mod config;
 pub mod exit;

@@ -188,6 +188,8 @@ pub struct Master {
     digest: Arc<std::sync::Mutex<Option<StateDigest>>>,
     /// Admission back-pressure (leader-local).
     admission: Arc<std::sync::Mutex<crate::admission::Admission>>,
+    /// Deliberate bugs switched on through the admin listener (chaos tests).
+    bugs: Arc<std::sync::Mutex<hetsched_common::protocol::BugSpec>>,
 }
 
 /// The state hash and serialised size at one applied index.
@@ -217,6 +219,7 @@ fn admin_only(req: &ClientRequest) -> Option<&'static str> {
             Some("benchmark requests")
         }
         ClientRequest::SetFaults(_) => Some("fault-injection requests"),
+        ClientRequest::SetBugs(_) => Some("deliberate-bug switches"),
         _ => None,
     }
 }
@@ -298,6 +301,7 @@ impl Master {
             cpu_policy: cfg.cpu_policy,
             preemption: cfg.preemption,
             digest: Arc::new(std::sync::Mutex::new(None)),
+            bugs: Arc::default(),
             admission: Arc::new(std::sync::Mutex::new(crate::admission::Admission::new(
                 cfg.admission,
             ))),
@@ -453,6 +457,16 @@ impl Master {
                     ));
                 }
                 self.admit(request, &spec)?;
+                if self.bugs.lock().is_ok_and(|b| b.ack_before_commit) {
+                    // Deliberate bug: acknowledged, never committed.
+                    let base = u64::MAX / 2 + (request.0 >> 16);
+                    return Ok(ClientResponse::Submitted {
+                        job: hetsched_common::JobId(base),
+                        tasks: (0..u64::from(spec.count))
+                            .map(|i| hetsched_common::TaskId(base + i))
+                            .collect(),
+                    });
+                }
                 match self
                     .propose(Command::SubmitJob { spec }, Some(request))
                     .await?
@@ -613,6 +627,13 @@ impl Master {
                     cut: f.cut.iter().map(|m| m.0).collect(),
                     isolated: f.isolated,
                 });
+                Ok(ClientResponse::Done)
+            }
+            ClientRequest::SetBugs(b) => {
+                tracing::warn!(bugs = ?b, "deliberate bugs changed");
+                if let Ok(mut cur) = self.bugs.lock() {
+                    *cur = b;
+                }
                 Ok(ClientResponse::Done)
             }
             ClientRequest::CancelTask { request, task } => {
