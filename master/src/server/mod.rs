@@ -792,6 +792,7 @@ impl Master {
             nodes: s.node_counts(),
             jobs: s.jobs.len() as u64,
             tasks: s.task_counts(),
+            queues: s.queue_counts(),
             state_bytes: digest.bytes,
             snapshot_bytes: std::fs::metadata(&self.snapshot_file).map_or(0, |m| m.len()),
             raft: {
