@@ -105,6 +105,17 @@ impl IndexedScheduler {
         self
     }
 
+    /// The same with the master's S3 settings: the queue order, and reserved CPU pools
+    /// under `pipeline`.
+    pub fn with_queueing(self, cfg: super::multiqueue::QueueingConfig) -> Self {
+        let s = self.with_ordering(cfg.ordering);
+        if cfg.ordering == Ordering::Pipeline {
+            s.with_reserved_pools(ReserveHistory::new(cfg.reserve_start_milli_per_gpu))
+        } else {
+            s
+        }
+    }
+
     /// The same with S3 reserved CPU pools on GPU nodes, sized from `history`.
     pub fn with_reserved_pools(mut self, history: ReserveHistory) -> Self {
         self.pools = Some(history);

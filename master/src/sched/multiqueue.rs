@@ -116,7 +116,11 @@ pub struct DrfEntry {
 /// DRF order of `entries` (given in submission order): repeatedly the user with the lowest
 /// dominant share (ties: the earliest head task) gives its next task, and is charged that
 /// task's demand. `usage` is what users hold now.
-pub fn drf_order(entries: &[DrfEntry], usage: &BTreeMap<String, Usage>, capacity: &Usage) -> Vec<TaskId> {
+pub fn drf_order(
+    entries: &[DrfEntry],
+    usage: &BTreeMap<String, Usage>,
+    capacity: &Usage,
+) -> Vec<TaskId> {
     let mut queues: BTreeMap<&str, VecDeque<&DrfEntry>> = BTreeMap::new();
     for e in entries {
         queues.entry(e.user.as_str()).or_default().push_back(e);
@@ -134,7 +138,9 @@ pub fn drf_order(entries: &[DrfEntry], usage: &BTreeMap<String, Usage>, capacity
         .collect();
     let mut out = Vec::with_capacity(entries.len());
     while let Some(Reverse((_, _, user))) = heap.pop() {
-        let Some(q) = queues.get_mut(user) else { continue };
+        let Some(q) = queues.get_mut(user) else {
+            continue;
+        };
         let Some(e) = q.pop_front() else { continue };
         out.push(e.task);
         let h = held.entry(user).or_default();
@@ -188,6 +194,38 @@ pub enum Ordering {
     Pipeline,
 }
 
+impl std::str::FromStr for Ordering {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fifo" => Ok(Ordering::Submission),
+            "drf" => Ok(Ordering::Drf),
+            "pipeline" => Ok(Ordering::Pipeline),
+            _ => Err(format!(
+                "unknown queueing {s:?}: expected fifo, drf or pipeline"
+            )),
+        }
+    }
+}
+
+/// The master's S3 settings: queue order and, under `pipeline`, the reserve's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueingConfig {
+    /// Queue order (`--queueing`).
+    pub ordering: Ordering,
+    /// Reserved CPU thousandths per GPU until a GPU task is seen (`--gpu-cpu-reserve`).
+    pub reserve_start_milli_per_gpu: u64,
+}
+
+impl Default for QueueingConfig {
+    fn default() -> Self {
+        Self {
+            ordering: Ordering::Submission,
+            reserve_start_milli_per_gpu: ReserveHistory::DEFAULT_START_MILLI,
+        }
+    }
+}
+
 /// Pending tasks of `view` in the order `ordering` gives.
 pub fn ordered(view: &ClusterState, ordering: Ordering) -> Vec<TaskId> {
     if ordering == Ordering::Submission {
@@ -196,13 +234,18 @@ pub fn ordered(view: &ClusterState, ordering: Ordering) -> Vec<TaskId> {
     // (priority, queue rank, taken back first) → entries in submission order.
     let mut groups: BTreeMap<(Reverse<i64>, u8, bool), Vec<DrfEntry>> = BTreeMap::new();
     for id in &view.pending {
-        let Some(t) = view.tasks.get(id) else { continue };
-        let Some(job) = view.jobs.get(&t.job) else { continue };
+        let Some(t) = view.tasks.get(id) else {
+            continue;
+        };
+        let Some(job) = view.jobs.get(&t.job) else {
+            continue;
+        };
         let req = &job.spec.resources;
         let (rank, head) = match ordering {
             Ordering::Pipeline => {
                 let q = QueueKind::of(req);
-                let taken_back = q == QueueKind::Cpu && t.status.reason == Some(TaskReason::Preempted);
+                let taken_back =
+                    q == QueueKind::Cpu && t.status.reason == Some(TaskReason::Preempted);
                 (q as u8, !taken_back)
             }
             _ => (0, true),

@@ -72,7 +72,11 @@ fn drf_orders_two_users_with_different_dominant_resources() {
 #[test]
 fn the_reserve_follows_the_history() {
     let mut h = ReserveHistory::new(4000);
-    assert_eq!(h.per_gpu_milli(), 4000, "the start value before any GPU task");
+    assert_eq!(
+        h.per_gpu_milli(),
+        4000,
+        "the start value before any GPU task"
+    );
     assert_eq!(h.reserve_on(2, 32_000), 8000);
     h.observe(&ResourceRequest {
         cpu_milli: 16_000,
@@ -233,7 +237,12 @@ fn cpu_tasks_borrow_the_reserve_and_a_gpu_task_takes_it_back_to_the_head_of_the_
     assert_eq!(plan.assignments.len(), 4, "{plan:?}");
     assert!(plan.assignments.iter().all(|a| a.task.0 >= 2));
     // The GPU queue empties (the impossible task is cancelled): CPU tasks borrow the rest.
-    l.apply(&mut sched, Command::CancelJob { job: hetsched_common::JobId(1) });
+    l.apply(
+        &mut sched,
+        Command::CancelJob {
+            job: hetsched_common::JobId(1),
+        },
+    );
     let plan = l.round(&mut sched);
     assert_eq!(plan.assignments.len(), 4, "borrowers: {plan:?}");
     assert!((2..=9).all(|t| state_of(&l, t) == TaskState::Running));
@@ -247,7 +256,11 @@ fn cpu_tasks_borrow_the_reserve_and_a_gpu_task_takes_it_back_to_the_head_of_the_
     let p = &plan.preempt[0];
     assert!(p.take_back);
     let victims: Vec<u64> = p.victims.iter().map(|v| v.task.0).collect();
-    assert_eq!(victims, vec![9, 8, 7], "newest borrowers first, just enough CPUs");
+    assert_eq!(
+        victims,
+        vec![9, 8, 7],
+        "newest borrowers first, just enough CPUs"
+    );
     for v in &victims {
         let t = &l.s.tasks[&TaskId(*v)];
         assert_eq!(t.status.state, TaskState::Pending);

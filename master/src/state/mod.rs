@@ -775,10 +775,7 @@ impl ClusterState {
             return None;
         }
         // S3 take-back: a GPU preemptor may stop CPU tasks of its own priority or lower.
-        let gpu_task = |job| {
-            self.job_resources(job)
-                .is_some_and(|r| !r.gpu.is_none())
-        };
+        let gpu_task = |job| self.job_resources(job).is_some_and(|r| !r.gpu.is_none());
         let take_back = p.take_back && gpu_task(pre.job);
         let valid = p.victims.iter().all(|v| {
             v.node == p.node
@@ -1334,7 +1331,11 @@ impl ClusterState {
             calls: t.calls,
             queue: self
                 .job_resources(t.job)
-                .map(|r| crate::sched::multiqueue::QueueKind::of(r).name().to_string())
+                .map(|r| {
+                    crate::sched::multiqueue::QueueKind::of(r)
+                        .name()
+                        .to_string()
+                })
                 .unwrap_or_default(),
         }
     }
