@@ -505,6 +505,9 @@ pub struct StatusInfo {
     /// Size of the answering master's last snapshot file, bytes (0: none yet).
     #[serde(default)]
     pub snapshot_bytes: u64,
+    /// S3: pending tasks per queue (`cpu`, `gpu-single`, `gpu-multi`; every queue present).
+    #[serde(default)]
+    pub queues: BTreeMap<String, u64>,
 }
 
 /// Log-work counters of one master (for benchmarks and operators).
@@ -610,6 +613,9 @@ pub struct TaskInfo {
     /// A program task's calls in brief (once its slave reported them).
     #[serde(default)]
     pub calls: Option<CallSummary>,
+    /// S3 queue: `cpu`, `gpu-single` (< 4 GPUs) or `gpu-multi`.
+    #[serde(default)]
+    pub queue: String,
 }
 
 /// One node as listed.

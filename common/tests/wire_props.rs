@@ -199,6 +199,7 @@ fn message() -> impl Strategy<Value = Message> {
                     },
                     state_bytes: m,
                     snapshot_bytes: 7,
+                    queues: Default::default(),
                 }))
             }),
         (any::<u64>(), "\\PC{0,8}").prop_map(|(id, name)| Message::ClientReply(
@@ -231,6 +232,7 @@ fn message() -> impl Strategy<Value = Message> {
                 reason: hetsched_common::TaskReason::of_exit_code(exit_code.unwrap_or(0)),
                 cpus: 1.5,
                 calls: None,
+                queue: "cpu".into(),
             }]))
         }),
         (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(

@@ -42,6 +42,15 @@ pub struct Args {
     /// to CPU-only nodes first (chosen by this policy), then where they strand fewest GPUs.
     #[arg(long, default_value = "least-fit")]
     pub cpu_policy: hetsched_master::sched::index::PolicyKind,
+    /// Queue order (S3): fifo (priority, then submission), drf (priority, then users by
+    /// dominant share) or pipeline (cpu / gpu-single / gpu-multi queues, DRF within each,
+    /// CPUs reserved for GPU tasks on GPU nodes with borrowing and take-back).
+    #[arg(long, default_value = "fifo")]
+    pub queueing: hetsched_master::sched::multiqueue::Ordering,
+    /// Under --queueing pipeline: CPUs reserved per GPU on GPU nodes until a GPU task's
+    /// demand is seen (then the highest CPUs per GPU seen).
+    #[arg(long, default_value_t = 4.0)]
+    pub gpu_cpu_reserve: f64,
     /// Silence after which the leader declares a slave down, ms.
     #[arg(long, default_value_t = 5000)]
     pub node_timeout_ms: u64,
@@ -117,6 +126,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         snapshot_entries: a.snapshot_entries,
         policy: a.policy,
         cpu_policy: a.cpu_policy,
+        queueing: hetsched_master::sched::multiqueue::QueueingConfig {
+            ordering: a.queueing,
+            reserve_start_milli_per_gpu: cpus_to_milli(a.gpu_cpu_reserve)?,
+        },
         preemption: hetsched_master::sched::preemption::PreemptionConfig {
             max_preemptions: a.max_preemptions,
             ..Default::default()
@@ -135,4 +148,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let system = actix::System::new();
     system.block_on(server::run(cfg)).context("master stopped")
+}
+
+/// `--gpu-cpu-reserve`: cores (a finite, non-negative number, at most a million) to
+/// thousandths.
+fn cpus_to_milli(cpus: f64) -> anyhow::Result<u64> {
+    if !cpus.is_finite() || !(0.0..=1e6).contains(&cpus) {
+        anyhow::bail!("--gpu-cpu-reserve must be a number of CPUs from 0 to 1000000, got {cpus}");
+    }
+    Ok((cpus * 1000.0).round() as u64)
 }

@@ -18,10 +18,10 @@
 use super::index::{
     AnyPolicy, Candidates, FragPlacer, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind,
 };
+use super::multiqueue::{ordered, Ordering, QueueKind, ReserveHistory};
 use super::preemption::{plan_preemption, PreemptionConfig};
-use super::queue::queue_order;
 use super::Scheduler;
-use crate::state::{partition_of, Assign, ClusterState, Plan};
+use crate::state::{partition_of, Assign, ClusterState, Plan, Preemption, TaskRef};
 use hetsched_common::{JobId, NodeId, ResourceRequest, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -47,6 +47,12 @@ pub struct IndexedScheduler {
     pub preemption: PreemptionConfig,
     /// Nodes holding a reservation for a preemptor (S1 × S4.5).
     reserved: BTreeSet<NodeId>,
+    /// The queue stage's order (S1 submission, S3 DRF or the S3 pipeline).
+    ordering: Ordering,
+    /// S3 reserved CPU pools on GPU nodes, with borrowing and take-back; `None`: off.
+    pools: Option<ReserveHistory>,
+    /// The highest task id the reserve history has seen.
+    pool_seen: TaskId,
 }
 
 /// Feasibility by partition: the up nodes serving each partition, as a locality
@@ -87,7 +93,177 @@ impl IndexedScheduler {
             max_per_plan: 4096,
             preemption: PreemptionConfig::default(),
             reserved: BTreeSet::new(),
+            ordering: Ordering::Submission,
+            pools: None,
+            pool_seen: TaskId(0),
         }
+    }
+
+    /// The same with this queue order (S3 DRF or pipeline).
+    pub fn with_ordering(mut self, ordering: Ordering) -> Self {
+        self.ordering = ordering;
+        self
+    }
+
+    /// The same with the master's S3 settings: the queue order, and reserved CPU pools
+    /// under `pipeline`.
+    pub fn with_queueing(self, cfg: super::multiqueue::QueueingConfig) -> Self {
+        let s = self.with_ordering(cfg.ordering);
+        if cfg.ordering == Ordering::Pipeline {
+            s.with_reserved_pools(ReserveHistory::new(cfg.reserve_start_milli_per_gpu))
+        } else {
+            s
+        }
+    }
+
+    /// The same with S3 reserved CPU pools on GPU nodes, sized from `history`.
+    pub fn with_reserved_pools(mut self, history: ReserveHistory) -> Self {
+        self.pools = Some(history);
+        self
+    }
+
+    /// CPU thousandths per GPU the reserved pools hold now (`None`: pools off).
+    pub fn reserve_per_gpu_milli(&self) -> Option<u64> {
+        self.pools.map(|p| p.per_gpu_milli())
+    }
+
+    /// Teaches the reserve history the tasks submitted since the last plan.
+    fn observe_reserve(&mut self, view: &ClusterState) {
+        let Some(pools) = &mut self.pools else { return };
+        let from = TaskId(self.pool_seen.0.saturating_add(1));
+        for (id, t) in view.tasks.range(from..) {
+            if let Some(req) = view.job_resources(t.job) {
+                pools.observe(req);
+            }
+            self.pool_seen = *id;
+        }
+    }
+
+    /// The reserved CPUs of each GPU node taking work not yet used by GPU tasks.
+    fn outstanding_reserves(&self, view: &ClusterState) -> BTreeMap<NodeId, u64> {
+        let Some(pools) = &self.pools else {
+            return BTreeMap::new();
+        };
+        view.nodes
+            .values()
+            .filter(|n| n.takes_work() && !n.capacity.gpus.is_empty())
+            .map(|n| {
+                let reserve = pools.reserve_on(n.capacity.gpus.len(), n.capacity.cpu_milli);
+                let used: u64 = n
+                    .tasks
+                    .iter()
+                    .filter_map(|t| view.tasks.get(t).and_then(|t| view.job_resources(t.job)))
+                    .filter(|r| !r.gpu.is_none())
+                    .map(|r| r.cpu_milli)
+                    .sum();
+                (n.id, reserve.saturating_sub(used))
+            })
+            .collect()
+    }
+
+    /// Hides the outstanding reserves from the index (CPU tasks must not see them);
+    /// returns what was taken, to give back with [`unhide`](Self::unhide).
+    fn hide(&mut self, outstanding: &BTreeMap<NodeId, u64>) -> Vec<(NodeId, u64)> {
+        let mut hidden = Vec::new();
+        for (node, amount) in outstanding {
+            let Some(free) = self.index.free(*node) else {
+                continue;
+            };
+            let take = (*amount).min(free.cpu_milli);
+            if take == 0 {
+                continue;
+            }
+            let mut less = free.clone();
+            less.cpu_milli -= take;
+            self.index.upsert_node(*node, &less);
+            hidden.push((*node, take));
+        }
+        hidden
+    }
+
+    fn unhide(&mut self, hidden: Vec<(NodeId, u64)>) {
+        for (node, amount) in hidden {
+            if let Some(free) = self.index.free(node) {
+                let mut more = free.clone();
+                more.cpu_milli = more.cpu_milli.saturating_add(amount);
+                self.index.upsert_node(node, &more);
+            }
+        }
+    }
+
+    /// S3 take-back: a GPU node where `req` fits once CPU tasks borrowing its reserved
+    /// CPUs stop; those borrowers (newest first) as victims.
+    fn take_back(
+        &self,
+        view: &ClusterState,
+        task: TaskId,
+        req: &ResourceRequest,
+        allowed: Option<&Candidates>,
+        taken: &BTreeSet<TaskId>,
+    ) -> Option<Preemption> {
+        let pools = self.pools.as_ref()?;
+        let priority = view.tasks.get(&task)?.priority;
+        for n in view.nodes.values() {
+            if !n.takes_work() || n.capacity.gpus.is_empty() || self.reserved.contains(&n.id) {
+                continue;
+            }
+            if allowed.is_some_and(|c| !c.contains(n.id)) {
+                continue;
+            }
+            let Some(free) = self.index.free(n.id) else {
+                continue;
+            };
+            if free.cpu_milli >= req.cpu_milli {
+                continue; // CPUs are not what is short here
+            }
+            let mut with_cpus = free.clone();
+            with_cpus.cpu_milli = req.cpu_milli;
+            if !with_cpus.fits(req) {
+                continue;
+            }
+            // The CPU tasks there, newest first; what they hold beyond the CPU pool's
+            // share of the node is borrowed.
+            let mut cpu_tasks: Vec<(TaskId, &hetsched_common::ResourceRequest, _)> = n
+                .tasks
+                .iter()
+                .filter_map(|id| {
+                    let t = view.tasks.get(id)?;
+                    let r = view.job_resources(t.job)?;
+                    r.gpu.is_none().then_some((*id, r, t))
+                })
+                .collect();
+            let held: u64 = cpu_tasks.iter().map(|c| c.1.cpu_milli).sum();
+            let reserve = pools.reserve_on(n.capacity.gpus.len(), n.capacity.cpu_milli);
+            let mut borrowed = held.saturating_sub(n.capacity.cpu_milli.saturating_sub(reserve));
+            cpu_tasks.sort_by_key(|c| std::cmp::Reverse(c.0));
+            let mut short = req.cpu_milli - free.cpu_milli;
+            let mut victims = Vec::new();
+            for (id, r, t) in cpu_tasks {
+                if short == 0 || borrowed == 0 {
+                    break;
+                }
+                if taken.contains(&id) || t.priority > priority || t.protected {
+                    continue;
+                }
+                let Some(node) = t.status.node else { continue };
+                victims.push(TaskRef {
+                    task: id,
+                    node,
+                    attempt: t.status.attempt,
+                });
+                short = short.saturating_sub(r.cpu_milli);
+                borrowed = borrowed.saturating_sub(r.cpu_milli);
+            }
+            if short == 0 && !victims.is_empty() {
+                return Some(Preemption {
+                    preemptor: task,
+                    node: n.id,
+                    victims,
+                    take_back: true,
+                });
+            }
+        }
+        None
     }
 
     /// Keeps one index reservation per preemptor waiting for its victims to stop, on the
@@ -215,6 +391,7 @@ impl Scheduler for IndexedScheduler {
 
     fn plan_at(&mut self, view: &ClusterState, now_ms: u64) -> Plan {
         self.observe_arrivals(view);
+        self.observe_reserve(view);
         let mut plan = Plan::default();
         self.sync_reservations(view);
         let partitions = partition_candidates(view);
@@ -226,7 +403,23 @@ impl Scheduler for IndexedScheduler {
         // a plan: once one fits nowhere (and cannot preempt), skip the rest, so a queue
         // where nothing fits costs one probe per job, not one per task.
         let mut stuck: BTreeSet<(JobId, i64)> = BTreeSet::new();
-        for task in queue_order(view) {
+        let order = ordered(view, self.ordering);
+        // S3 pools: GPU tasks still waiting keep CPU tasks off the reserved CPUs.
+        let mut outstanding = self.outstanding_reserves(view);
+        let mut gpu_waiting = if self.pools.is_some() {
+            order
+                .iter()
+                .filter_map(|t| view.tasks.get(t))
+                .filter(|t| {
+                    view.job_resources(t.job)
+                        .is_some_and(|r| QueueKind::of(r).is_gpu())
+                })
+                .count()
+        } else {
+            0
+        };
+        let mut hidden: Vec<(NodeId, u64)> = Vec::new();
+        for task in order {
             if plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 break;
             }
@@ -243,6 +436,17 @@ impl Scheduler for IndexedScheduler {
                 continue;
             };
             let req = &job.spec.resources;
+            let is_gpu = !req.gpu.is_none();
+            if self.pools.is_some() {
+                if is_gpu && !hidden.is_empty() {
+                    self.unhide(std::mem::take(&mut hidden));
+                } else if !is_gpu && gpu_waiting > 0 && hidden.is_empty() {
+                    hidden = self.hide(&outstanding);
+                } else if !is_gpu && gpu_waiting == 0 && !hidden.is_empty() {
+                    // The GPU queues are empty: CPU tasks may borrow.
+                    self.unhide(std::mem::take(&mut hidden));
+                }
+            }
             let partition = partitions.get(partition_of(&job.spec));
             if !job.candidates.is_empty() && !localities.contains_key(&job.id) {
                 let within: Candidates = job
@@ -269,8 +473,30 @@ impl Scheduler for IndexedScheduler {
                 // Tentative: later tasks of this plan see the node without what this took.
                 if self.index.take(node, req).is_some() {
                     plan.assignments.push(Assign { task, node });
+                    if is_gpu && self.pools.is_some() {
+                        gpu_waiting = gpu_waiting.saturating_sub(1);
+                        if let Some(o) = outstanding.get_mut(&node) {
+                            *o = o.saturating_sub(req.cpu_milli);
+                        }
+                    }
                 }
                 continue;
+            }
+            if is_gpu
+                && self.pools.is_some()
+                && !view.awaiting.contains_key(&task)
+                && plan.preempt.len() < self.preemption.max_per_plan
+            {
+                let allowed = match (locality, partition) {
+                    (Some(c), _) | (None, Some(Some(c))) => Some(c),
+                    (None, Some(None)) => None,
+                    (None, None) => Some(&empty),
+                };
+                if let Some(p) = self.take_back(view, task, req, allowed, &victims_taken) {
+                    victims_taken.extend(p.victims.iter().map(|v| v.task));
+                    plan.preempt.push(p);
+                    continue;
+                }
             }
             let p = (plan.preempt.len() < self.preemption.max_per_plan)
                 .then(|| plan_preemption(view, task, locality, &victims_taken, &self.preemption))
@@ -285,6 +511,7 @@ impl Scheduler for IndexedScheduler {
                 }
             }
         }
+        self.unhide(hidden);
         plan
     }
 

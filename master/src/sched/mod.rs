@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod index;
 mod indexed;
+pub mod multiqueue;
 pub mod preemption;
 pub mod queue;
 

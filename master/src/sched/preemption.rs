@@ -97,6 +97,7 @@ pub fn plan_preemption(
                     preemptor,
                     node: node.id,
                     victims,
+                    take_back: false,
                 },
             ));
         }

@@ -75,6 +75,8 @@ pub struct MasterConfig {
     pub cpu_policy: PolicyKind,
     /// Admission back-pressure: pending cap and per-user submit rate.
     pub admission: crate::admission::AdmissionConfig,
+    /// S3 queue order and reserved CPU pools.
+    pub queueing: crate::sched::multiqueue::QueueingConfig,
 }
 
 /// Parses `ID=HOST:PORT,...`.
@@ -183,6 +185,7 @@ pub struct Master {
     policy: PolicyKind,
     cpu_policy: PolicyKind,
     preemption: PreemptionConfig,
+    queueing: crate::sched::multiqueue::QueueingConfig,
     /// State hash and size, cached per applied index: `status` serialises the whole state
     /// only when something applied since the last one asked.
     digest: Arc<std::sync::Mutex<Option<StateDigest>>>,
@@ -257,7 +260,8 @@ impl Master {
             Box::new(
                 IndexedScheduler::new(cfg.policy, cfg.id)
                     .with_cpu_policy(cfg.cpu_policy, cfg.id)
-                    .with_preemption(cfg.preemption),
+                    .with_preemption(cfg.preemption)
+                    .with_queueing(cfg.queueing),
             ),
             cfg.duties,
         )
@@ -300,6 +304,7 @@ impl Master {
             policy: cfg.policy,
             cpu_policy: cfg.cpu_policy,
             preemption: cfg.preemption,
+            queueing: cfg.queueing,
             digest: Arc::new(std::sync::Mutex::new(None)),
             bugs: Arc::default(),
             admission: Arc::new(std::sync::Mutex::new(crate::admission::Admission::new(
@@ -750,7 +755,8 @@ impl Master {
         };
         let mut sched = IndexedScheduler::new(self.policy, self.shared.id.0)
             .with_cpu_policy(self.cpu_policy, self.shared.id.0)
-            .with_preemption(self.preemption);
+            .with_preemption(self.preemption)
+            .with_queueing(self.queueing);
         sched.max_per_plan = usize::MAX;
         sched.reset(&copy);
         let plan = sched.plan(&copy);
@@ -813,6 +819,7 @@ impl Master {
             nodes: s.node_counts(),
             jobs: s.jobs.len() as u64,
             tasks: s.task_counts(),
+            queues: s.queue_counts(),
             state_bytes: digest.bytes,
             snapshot_bytes: std::fs::metadata(&self.snapshot_file).map_or(0, |m| m.len()),
             raft: {

@@ -19,8 +19,8 @@
 //!
 //! Queueing is pluggable: a policy name is `<queueing>-<placement>` and [`Queueing`] builds
 //! the scheduler; `fifo` is the master's own behaviour (pending tasks in submission order,
-//! each placed if something fits, the rest wait). Later stages (`drf`, `pipeline`) add
-//! variants there.
+//! each placed if something fits, the rest wait); `drf` orders users by dominant share in
+//! one queue and `pipeline` runs every S3 stage (`sched::multiqueue`).
 
 pub mod gen;
 pub mod plot;
@@ -28,6 +28,7 @@ pub mod scenario;
 
 use crate::sched::index::trace::TracePod;
 use crate::sched::index::PolicyKind;
+use crate::sched::multiqueue::{Ordering, ReserveHistory};
 use crate::sched::{IndexedScheduler, Scheduler};
 use crate::state::{command_nodes, touched_nodes, ClusterState, Command, CommandEnvelope, Outcome};
 use hetsched_common::rng::SplitMix64;
@@ -41,8 +42,8 @@ use std::collections::{BTreeMap, BinaryHeap};
 pub enum SimError {
     /// A policy name that is not `<queueing>-<placement>`.
     #[error(
-        "unknown policy {0:?}: expected [fifo-]PLACEMENT with PLACEMENT one of least-fit, \
-         best-fit, first-fit, next-fit, random, frag"
+        "unknown policy {0:?}: expected [QUEUEING-]PLACEMENT with QUEUEING one of fifo, drf, \
+         pipeline and PLACEMENT one of least-fit, best-fit, first-fit, next-fit, random, frag"
     )]
     UnknownPolicy(String),
     /// Timed mode asked of a pod list without times.
@@ -58,16 +59,23 @@ pub enum SimError {
 pub enum Queueing {
     /// Submission order; every pending task that fits is placed (the master's behaviour).
     Fifo,
+    /// S3.5: one queue, users in DRF order (then submission).
+    Drf,
+    /// S3 all stages: `cpu`/`gpu-single`/`gpu-multi` queues (GPU queues first), DRF within
+    /// each, reserved CPU pools on GPU nodes with borrowing and take-back.
+    Pipeline,
 }
 
 impl Queueing {
     /// Every queueing discipline.
-    pub const ALL: [Queueing; 1] = [Queueing::Fifo];
+    pub const ALL: [Queueing; 3] = [Queueing::Fifo, Queueing::Drf, Queueing::Pipeline];
 
     /// The name in policy names.
     pub fn name(self) -> &'static str {
         match self {
             Queueing::Fifo => "fifo",
+            Queueing::Drf => "drf",
+            Queueing::Pipeline => "pipeline",
         }
     }
 
@@ -75,6 +83,14 @@ impl Queueing {
     pub fn build(self, placement: PolicyKind, seed: u64) -> Box<dyn Scheduler> {
         match self {
             Queueing::Fifo => Box::new(IndexedScheduler::new(placement, seed)),
+            Queueing::Drf => {
+                Box::new(IndexedScheduler::new(placement, seed).with_ordering(Ordering::Drf))
+            }
+            Queueing::Pipeline => Box::new(
+                IndexedScheduler::new(placement, seed)
+                    .with_ordering(Ordering::Pipeline)
+                    .with_reserved_pools(ReserveHistory::default()),
+            ),
         }
     }
 }
@@ -278,6 +294,8 @@ struct Driver {
     index: u64,
     now_ms: u64,
     preemptions: u64,
+    /// Attempts stopped by preemption (their emulated slaves reported them stopped).
+    stopped: Vec<crate::state::TaskRef>,
 }
 
 impl Driver {
@@ -301,6 +319,8 @@ impl Driver {
     /// is started by its emulated slave. Returns the started tasks.
     fn schedule(&mut self) -> Vec<(TaskId, hetsched_common::NodeId, u32)> {
         let mut started = Vec::new();
+        // Rounds in a row that only stopped victims (bounds replanning after stops).
+        let mut stop_rounds = 0;
         loop {
             let plan = self.sched.plan(&self.state);
             if plan.is_empty() {
@@ -315,9 +335,27 @@ impl Driver {
                 break;
             };
             self.preemptions += preempted.len() as u64;
-            if accepted.is_empty() {
-                break;
+            let stopped_now = !preempted.is_empty();
+            // Each victim's emulated slave stops it at once and says so.
+            for v in preempted {
+                self.apply(Command::TaskFinished {
+                    node: v.node,
+                    task: v.task,
+                    attempt: v.attempt,
+                    exit_code: -1,
+                    reason: Some(hetsched_common::TaskReason::Preempted),
+                });
+                self.stopped.push(v);
             }
+            if accepted.is_empty() {
+                // Stopped victims free room: plan again (a preemptor places next round).
+                if !stopped_now || stop_rounds >= 2 {
+                    break;
+                }
+                stop_rounds += 1;
+                continue;
+            }
+            stop_rounds = 0;
             for r in accepted {
                 self.apply(Command::TaskStarted {
                     node: r.node,
@@ -360,6 +398,7 @@ fn start(nodes: &[SimNode], placement: PolicyKind, queueing: Queueing, seed: u64
         index: 0,
         now_ms: 0,
         preemptions: 0,
+        stopped: Vec::new(),
     };
     for (i, n) in nodes.iter().enumerate() {
         d.apply(Command::RegisterNode {
@@ -458,7 +497,7 @@ fn arrival_only(
 /// Timed events, in (time, kind, sequence) order: finishes before arrivals at one instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    Finish { task: TaskId },
+    Finish { task: TaskId, attempt: u32 },
     EndOfTrace,
     Arrive { task: usize },
 }
@@ -484,7 +523,9 @@ fn timed(
     }
     events.push(Reverse((trace_end, Event::EndOfTrace)));
     let mut by_id: BTreeMap<TaskId, usize> = BTreeMap::new();
-    let mut running: BTreeMap<TaskId, (hetsched_common::NodeId, u32)> = BTreeMap::new();
+    // Running attempts: node, GPU thousandths, attempt.
+    let mut running: BTreeMap<TaskId, (hetsched_common::NodeId, u32, u32)> = BTreeMap::new();
+    let mut started_once: std::collections::BTreeSet<TaskId> = Default::default();
     let mut waits_cpu: Vec<u64> = Vec::new();
     let mut waits_gpu: Vec<u64> = Vec::new();
     let (mut allocated, mut placed, mut arrived) = (0u64, 0u64, 0usize);
@@ -500,14 +541,12 @@ fn timed(
             }
             events.pop();
             match ev {
-                Event::Finish { task } => {
-                    if let Some((node, milli)) = running.remove(&task) {
-                        let attempt = d
-                            .state
-                            .tasks
-                            .get(&task)
-                            .map(|t| t.status.attempt)
-                            .unwrap_or_default();
+                Event::Finish { task, attempt } => {
+                    // A finish of an attempt since preempted is stale.
+                    if running.get(&task).is_some_and(|r| r.2 == attempt) {
+                        let Some((node, milli, _)) = running.remove(&task) else {
+                            continue;
+                        };
                         d.apply(Command::TaskFinished {
                             node,
                             task,
@@ -531,7 +570,8 @@ fn timed(
                         .copied()
                         .collect();
                     for task in open {
-                        events.push(Reverse((now, Event::Finish { task })));
+                        let attempt = running.get(&task).map_or(0, |r| r.2);
+                        events.push(Reverse((now, Event::Finish { task, attempt })));
                     }
                 }
                 Event::Arrive { task } => {
@@ -542,19 +582,32 @@ fn timed(
                 }
             }
         }
-        for (id, node, milli) in d.schedule() {
+        let started = d.schedule();
+        // Preempted attempts stopped (before any restart of theirs below).
+        for v in std::mem::take(&mut d.stopped) {
+            if running.get(&v.task).is_some_and(|r| r.2 == v.attempt) {
+                if let Some((_, milli, _)) = running.remove(&v.task) {
+                    allocated -= milli as u64;
+                }
+            }
+        }
+        for (id, node, milli) in started {
             let Some(i) = by_id.get(&id).copied() else {
                 continue;
             };
             let t = &tasks[i];
-            placed += 1;
+            let attempt = d.state.tasks.get(&id).map_or(0, |t| t.status.attempt);
             allocated += milli as u64;
-            running.insert(id, (node, milli));
-            let wait = now.saturating_sub(t.arrival_ms);
-            if t.request.gpu.is_none() {
-                waits_cpu.push(wait);
-            } else {
-                waits_gpu.push(wait);
+            running.insert(id, (node, milli, attempt));
+            // A restart after preemption waited already: its first wait counts.
+            if started_once.insert(id) {
+                placed += 1;
+                let wait = now.saturating_sub(t.arrival_ms);
+                if t.request.gpu.is_none() {
+                    waits_cpu.push(wait);
+                } else {
+                    waits_gpu.push(wait);
+                }
             }
             let end = match t.duration_ms {
                 Some(dur) => Some(now + dur),
@@ -562,7 +615,7 @@ fn timed(
                 None => None,
             };
             if let Some(end) = end {
-                events.push(Reverse((end, Event::Finish { task: id })));
+                events.push(Reverse((end, Event::Finish { task: id, attempt })));
             }
         }
         for _ in 0..arrivals_now {

@@ -53,6 +53,13 @@ fn policy_names_take_an_optional_queueing_prefix() {
         (p.queueing, p.placement, p.given.as_str()),
         (Queueing::Fifo, PolicyKind::Frag, "frag")
     );
+    let p: PolicyName = "drf-best-fit".parse().expect("name");
+    assert_eq!(p.queueing, Queueing::Drf);
+    let p: PolicyName = "pipeline-frag".parse().expect("name");
+    assert_eq!(
+        (p.queueing, p.placement),
+        (Queueing::Pipeline, PolicyKind::Frag)
+    );
     assert!("drf-worst-fit".parse::<PolicyName>().is_err());
     assert!("fifo-".parse::<PolicyName>().is_err());
 }

@@ -243,6 +243,10 @@ pub struct Preemption {
     pub node: NodeId,
     /// The attempts to stop there.
     pub victims: Vec<TaskRef>,
+    /// S3 take-back: a GPU task reclaims a GPU node's reserved CPUs from CPU tasks that
+    /// borrowed them; victims may then be of the preemptor's priority (CPU tasks only).
+    #[serde(default)]
+    pub take_back: bool,
 }
 
 impl Plan {

@@ -774,6 +774,9 @@ impl ClusterState {
         if !node.takes_work() {
             return None;
         }
+        // S3 take-back: a GPU preemptor may stop CPU tasks of its own priority or lower.
+        let gpu_task = |job| self.job_resources(job).is_some_and(|r| !r.gpu.is_none());
+        let take_back = p.take_back && gpu_task(pre.job);
         let valid = p.victims.iter().all(|v| {
             v.node == p.node
                 && node.tasks.contains(&v.task)
@@ -781,7 +784,8 @@ impl ClusterState {
                     t.status.attempt == v.attempt
                         && t.status.node == Some(p.node)
                         && !t.status.state.is_final()
-                        && t.priority < prio
+                        && (t.priority < prio
+                            || (take_back && t.priority <= prio && !gpu_task(t.job)))
                         && !t.protected
                 })
         });
@@ -1325,7 +1329,30 @@ impl ClusterState {
                 .map(|j| j.spec.resources.cpu_milli as f64 / 1000.0)
                 .unwrap_or(0.0),
             calls: t.calls,
+            queue: self
+                .job_resources(t.job)
+                .map(|r| {
+                    crate::sched::multiqueue::QueueKind::of(r)
+                        .name()
+                        .to_string()
+                })
+                .unwrap_or_default(),
         }
+    }
+
+    /// S3: pending tasks per queue (every queue present).
+    pub fn queue_counts(&self) -> BTreeMap<String, u64> {
+        use crate::sched::multiqueue::QueueKind;
+        let mut m: BTreeMap<String, u64> = QueueKind::ALL
+            .iter()
+            .map(|q| (q.name().to_string(), 0))
+            .collect();
+        for t in &self.pending {
+            if let Some(r) = self.tasks.get(t).and_then(|t| self.job_resources(t.job)) {
+                *m.entry(QueueKind::of(r).name().to_string()).or_insert(0) += 1;
+            }
+        }
+        m
     }
 
     /// Job listing.

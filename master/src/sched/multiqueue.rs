@@ -1,0 +1,323 @@
+//! S3 — multi-queue scheduling for CPU+GPU clusters (SEEDS.md §S3.1, §S3.3, §S3.5).
+//!
+//! Pure stages, no I/O and no clock:
+//! - [`QueueKind::of`] classifies a task: `cpu`, `gpu-single` (< 4 GPUs) or `gpu-multi`.
+//! - [`drf_order`] orders tasks within a group by the users' dominant shares (DRF),
+//!   progressively: each pick charges the user its task's demand. Ties go to submission.
+//! - [`ordered`] is the queue stage of the pipeline: priority first (S1), then — under
+//!   [`Ordering::Pipeline`] — GPU queues before the CPU queue, tasks taken back from a
+//!   borrowed reserve at the head of the CPU queue, then DRF.
+//! - [`ReserveHistory`] sizes the reserved CPU pool of GPU nodes (§S3.3) from the highest
+//!   CPU demand per GPU seen among GPU tasks.
+
+use crate::state::ClusterState;
+use hetsched_common::{ResourceRequest, TaskId, TaskReason, GPU_MILLI_PER_DEVICE};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+
+/// GPU tasks asking this many GPUs or more queue in `gpu-multi`.
+pub const MULTI_GPU_THRESHOLD: u32 = 4;
+
+/// The queue a task waits in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum QueueKind {
+    /// GPU tasks asking [`MULTI_GPU_THRESHOLD`] GPUs or more.
+    GpuMulti,
+    /// GPU tasks asking fewer.
+    GpuSingle,
+    /// Tasks asking no GPU.
+    Cpu,
+}
+
+impl QueueKind {
+    /// Every queue, in the order the pipeline serves them.
+    pub const ALL: [QueueKind; 3] = [QueueKind::GpuMulti, QueueKind::GpuSingle, QueueKind::Cpu];
+
+    /// The queue of a task asking `req`.
+    pub fn of(req: &ResourceRequest) -> Self {
+        if req.gpu.is_none() {
+            QueueKind::Cpu
+        } else if req.gpu.count >= MULTI_GPU_THRESHOLD {
+            QueueKind::GpuMulti
+        } else {
+            QueueKind::GpuSingle
+        }
+    }
+
+    /// The name in `tasks --json` (`"queue"`) and `status --json` (`"queues"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueKind::Cpu => "cpu",
+            QueueKind::GpuSingle => "gpu-single",
+            QueueKind::GpuMulti => "gpu-multi",
+        }
+    }
+
+    /// Whether this is a GPU queue.
+    pub fn is_gpu(self) -> bool {
+        self != QueueKind::Cpu
+    }
+}
+
+/// Amounts in the three DRF dimensions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// CPU thousandths.
+    pub cpu_milli: u64,
+    /// Memory, MiB.
+    pub mem_mib: u64,
+    /// GPU thousandths.
+    pub gpu_milli: u64,
+}
+
+impl Usage {
+    /// What a task asking `req` uses.
+    pub fn of(req: &ResourceRequest) -> Self {
+        Self {
+            cpu_milli: req.cpu_milli,
+            mem_mib: req.mem_mib,
+            gpu_milli: req.gpu.total_milli(),
+        }
+    }
+
+    fn add(&mut self, o: &Usage) {
+        self.cpu_milli = self.cpu_milli.saturating_add(o.cpu_milli);
+        self.mem_mib = self.mem_mib.saturating_add(o.mem_mib);
+        self.gpu_milli = self.gpu_milli.saturating_add(o.gpu_milli);
+    }
+
+    /// The dominant share of this usage in `capacity`, in parts per billion (dimensions
+    /// the cluster lacks count for nothing).
+    pub fn dominant_share(&self, capacity: &Usage) -> u64 {
+        let part = |u: u64, c: u64| {
+            if c == 0 {
+                0
+            } else {
+                (u as u128 * 1_000_000_000 / c as u128).min(u64::MAX as u128) as u64
+            }
+        };
+        part(self.cpu_milli, capacity.cpu_milli)
+            .max(part(self.mem_mib, capacity.mem_mib))
+            .max(part(self.gpu_milli, capacity.gpu_milli))
+    }
+}
+
+/// One task to order by DRF.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrfEntry {
+    /// The task (a lower id was submitted earlier).
+    pub task: TaskId,
+    /// Its user.
+    pub user: String,
+    /// What it asks.
+    pub demand: Usage,
+}
+
+/// DRF order of `entries` (given in submission order): repeatedly the user with the lowest
+/// dominant share (ties: the earliest head task) gives its next task, and is charged that
+/// task's demand. `usage` is what users hold now.
+pub fn drf_order(
+    entries: &[DrfEntry],
+    usage: &BTreeMap<String, Usage>,
+    capacity: &Usage,
+) -> Vec<TaskId> {
+    let mut queues: BTreeMap<&str, VecDeque<&DrfEntry>> = BTreeMap::new();
+    for e in entries {
+        queues.entry(e.user.as_str()).or_default().push_back(e);
+    }
+    let mut held: BTreeMap<&str, Usage> = queues
+        .keys()
+        .map(|u| (*u, usage.get(*u).copied().unwrap_or_default()))
+        .collect();
+    let mut heap: BinaryHeap<Reverse<(u64, TaskId, &str)>> = queues
+        .iter()
+        .filter_map(|(u, q)| {
+            let head = q.front()?;
+            Some(Reverse((held[u].dominant_share(capacity), head.task, *u)))
+        })
+        .collect();
+    let mut out = Vec::with_capacity(entries.len());
+    while let Some(Reverse((_, _, user))) = heap.pop() {
+        let Some(q) = queues.get_mut(user) else {
+            continue;
+        };
+        let Some(e) = q.pop_front() else { continue };
+        out.push(e.task);
+        let h = held.entry(user).or_default();
+        h.add(&e.demand);
+        if let Some(next) = q.front() {
+            heap.push(Reverse((h.dominant_share(capacity), next.task, user)));
+        }
+    }
+    out
+}
+
+/// What each user's assigned and running tasks hold now.
+pub fn user_usage(view: &ClusterState) -> BTreeMap<String, Usage> {
+    let mut out: BTreeMap<String, Usage> = BTreeMap::new();
+    for n in view.nodes.values() {
+        for t in &n.tasks {
+            let Some(job) = view.tasks.get(t).and_then(|t| view.jobs.get(&t.job)) else {
+                continue;
+            };
+            out.entry(job.spec.user.clone())
+                .or_default()
+                .add(&Usage::of(&job.spec.resources));
+        }
+    }
+    out
+}
+
+/// The capacity of the nodes taking work.
+pub fn cluster_capacity(view: &ClusterState) -> Usage {
+    let mut c = Usage::default();
+    for n in view.nodes.values().filter(|n| n.takes_work()) {
+        c.add(&Usage {
+            cpu_milli: n.capacity.cpu_milli,
+            mem_mib: n.capacity.mem_mib,
+            gpu_milli: n.capacity.gpu_free_milli(),
+        });
+    }
+    c
+}
+
+/// How the queue stage orders pending tasks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Ordering {
+    /// Priority, then submission (S1; the master's default).
+    #[default]
+    Submission,
+    /// Priority, then DRF between users in one queue.
+    Drf,
+    /// Priority, then queue (GPU queues first; tasks taken back from a borrowed reserve at
+    /// the head of the CPU queue), then DRF within each.
+    Pipeline,
+}
+
+impl std::str::FromStr for Ordering {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fifo" => Ok(Ordering::Submission),
+            "drf" => Ok(Ordering::Drf),
+            "pipeline" => Ok(Ordering::Pipeline),
+            _ => Err(format!(
+                "unknown queueing {s:?}: expected fifo, drf or pipeline"
+            )),
+        }
+    }
+}
+
+/// The master's S3 settings: queue order and, under `pipeline`, the reserve's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueingConfig {
+    /// Queue order (`--queueing`).
+    pub ordering: Ordering,
+    /// Reserved CPU thousandths per GPU until a GPU task is seen (`--gpu-cpu-reserve`).
+    pub reserve_start_milli_per_gpu: u64,
+}
+
+impl Default for QueueingConfig {
+    fn default() -> Self {
+        Self {
+            ordering: Ordering::Submission,
+            reserve_start_milli_per_gpu: ReserveHistory::DEFAULT_START_MILLI,
+        }
+    }
+}
+
+/// Pending tasks of `view` in the order `ordering` gives.
+pub fn ordered(view: &ClusterState, ordering: Ordering) -> Vec<TaskId> {
+    if ordering == Ordering::Submission {
+        return super::queue::queue_order(view);
+    }
+    // (priority, queue rank, taken back first) → entries in submission order.
+    let mut groups: BTreeMap<(Reverse<i64>, u8, bool), Vec<DrfEntry>> = BTreeMap::new();
+    for id in &view.pending {
+        let Some(t) = view.tasks.get(id) else {
+            continue;
+        };
+        let Some(job) = view.jobs.get(&t.job) else {
+            continue;
+        };
+        let req = &job.spec.resources;
+        let (rank, head) = match ordering {
+            Ordering::Pipeline => {
+                let q = QueueKind::of(req);
+                let taken_back =
+                    q == QueueKind::Cpu && t.status.reason == Some(TaskReason::Preempted);
+                (q as u8, !taken_back)
+            }
+            _ => (0, true),
+        };
+        groups
+            .entry((Reverse(t.priority), rank, head))
+            .or_default()
+            .push(DrfEntry {
+                task: *id,
+                user: job.spec.user.clone(),
+                demand: Usage::of(req),
+            });
+    }
+    let usage = user_usage(view);
+    let capacity = cluster_capacity(view);
+    groups
+        .values()
+        .flat_map(|g| drf_order(g, &usage, &capacity))
+        .collect()
+}
+
+/// The reserved CPU pool's size per GPU (§S3.3): the highest CPU demand per GPU seen among
+/// GPU tasks, `start_milli_per_gpu` until one is seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReserveHistory {
+    start_milli_per_gpu: u64,
+    highest: Option<u64>,
+}
+
+impl ReserveHistory {
+    /// Default start: 4 CPUs per GPU (`--gpu-cpu-reserve`).
+    pub const DEFAULT_START_MILLI: u64 = 4000;
+
+    /// A history starting at `start_milli_per_gpu`.
+    pub fn new(start_milli_per_gpu: u64) -> Self {
+        Self {
+            start_milli_per_gpu,
+            highest: None,
+        }
+    }
+
+    /// Learns one submitted task's request (CPU tasks teach nothing).
+    pub fn observe(&mut self, req: &ResourceRequest) {
+        let gpu_milli = req.gpu.total_milli();
+        if gpu_milli == 0 {
+            return;
+        }
+        // CPU per whole GPU: a half-GPU task with 2 CPUs wants 4 per GPU.
+        let per_gpu = (req.cpu_milli as u128 * GPU_MILLI_PER_DEVICE as u128 / gpu_milli as u128)
+            .min(u64::MAX as u128) as u64;
+        self.highest = Some(self.highest.map_or(per_gpu, |h| h.max(per_gpu)));
+    }
+
+    /// CPU thousandths reserved per GPU now.
+    pub fn per_gpu_milli(&self) -> u64 {
+        self.highest.unwrap_or(self.start_milli_per_gpu)
+    }
+
+    /// CPU thousandths reserved on a node with `gpus` devices and `cpu_milli` CPUs.
+    pub fn reserve_on(&self, gpus: usize, cpu_milli: u64) -> u64 {
+        self.per_gpu_milli()
+            .saturating_mul(gpus as u64)
+            .min(cpu_milli)
+    }
+}
+
+impl Default for ReserveHistory {
+    fn default() -> Self {
+        Self::new(Self::DEFAULT_START_MILLI)
+    }
+}
+
+#[cfg(test)]
+#[path = "multiqueue_tests.rs"]
+mod tests;
