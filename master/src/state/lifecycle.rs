@@ -52,12 +52,6 @@ impl ClusterState {
         Ok(ids)
     }
 
-    pub(super) fn set_reason(&mut self, task: TaskId, reason: Option<TaskReason>) {
-        if let Some(t) = self.tasks.get_mut(&task) {
-            t.status.reason = reason;
-        }
-    }
-
     pub(super) fn drain_node(
         &mut self,
         node: NodeId,
@@ -109,14 +103,7 @@ impl ClusterState {
         if n.drain.is_none() {
             return Outcome::Ignored(format!("{node} is not draining"));
         }
-        let held: Vec<TaskId> = n.tasks.iter().copied().collect();
-        let mut requeued = Vec::new();
-        for t in held {
-            if let Some(r) = self.requeue(t) {
-                self.set_reason(t, Some(TaskReason::Drained));
-                requeued.push(r);
-            }
-        }
+        let requeued = self.requeue_node(node, TaskReason::Drained);
         Outcome::Drained { node, requeued }
     }
 

@@ -555,17 +555,10 @@ impl ClusterState {
         n.liveness = NodeLiveness::Down;
         let stopping: Vec<(TaskId, Attempt)> =
             n.stopping.iter().map(|s| (s.task, s.attempt)).collect();
-        let lost: Vec<TaskId> = n.tasks.iter().copied().collect();
         for (t, a) in stopping {
             self.release_stopping(node, t, a);
         }
-        let mut requeued = Vec::new();
-        for t in lost {
-            if let Some(r) = self.requeue(t) {
-                self.set_reason(t, Some(TaskReason::Lost));
-                requeued.push(r);
-            }
-        }
+        let requeued = self.requeue_node(node, TaskReason::Lost);
         Outcome::NodeDown { node, requeued }
     }
 
@@ -582,11 +575,11 @@ impl ClusterState {
 
     /// Takes a task off its node (releasing its grant) and puts it back in the queue.
     /// Returns the attempt that was lost.
-    fn requeue(&mut self, task: TaskId) -> Option<TaskRef> {
+    fn requeue(&mut self, task: TaskId, reason: TaskReason) -> Option<TaskRef> {
         let t = self.tasks.get_mut(&task)?;
         let node = t.status.node?;
         let attempt = t.status.attempt;
-        t.status.requeue().ok()?;
+        t.status.requeue_because(reason).ok()?;
         let gpus = std::mem::take(&mut t.gpus);
         let job = t.job;
         self.release(node, task, job, &gpus);
@@ -596,6 +589,19 @@ impl ClusterState {
             node,
             attempt,
         })
+    }
+
+    /// Re-queues every task on `node` (node lost, drain deadline); returns the attempts
+    /// that ended.
+    fn requeue_node(&mut self, node: NodeId, reason: TaskReason) -> Vec<TaskRef> {
+        let held: Vec<TaskId> = self
+            .nodes
+            .get(&node)
+            .map(|n| n.tasks.iter().copied().collect())
+            .unwrap_or_default();
+        held.into_iter()
+            .filter_map(|t| self.requeue(t, reason))
+            .collect()
     }
 
     fn release(&mut self, node: NodeId, task: TaskId, job: JobId, gpus: &GpuAlloc) {
@@ -795,9 +801,8 @@ impl ClusterState {
         for v in &p.victims {
             let t = self.tasks.get_mut(&v.task)?;
             let gpus = std::mem::take(&mut t.gpus);
-            t.status.requeue().ok()?;
+            t.status.requeue_because(TaskReason::Preempted).ok()?;
             t.preemptions += 1;
-            t.status.reason = Some(TaskReason::Preempted);
             t.started_ms = None;
             let job = t.job;
             if let Some(n) = self.nodes.get_mut(&p.node) {
@@ -1150,11 +1155,8 @@ impl ClusterState {
         if let Err(o) = self.current(node, task, attempt) {
             return o;
         }
-        match self.requeue(task) {
-            Some(_) => {
-                self.set_reason(task, Some(TaskReason::Lost));
-                Outcome::TaskUpdated
-            }
+        match self.requeue(task, TaskReason::Lost) {
+            Some(_) => Outcome::TaskUpdated,
             None => Outcome::Ignored(format!("{task} was not assigned or running")),
         }
     }
