@@ -8,7 +8,7 @@
 
 use super::client::{block_on, call};
 use super::exit;
-use super::local::{LocalCluster, SlaveSpec};
+use super::local::{kill_tasks_under, LocalCluster, SlaveSpec};
 use anyhow::Context;
 use hetsched_chaos::history::{parse_side_effects, Event, FinalState, FinalTask, MasterView};
 use hetsched_chaos::report::{Report, TimelineEntry};
@@ -536,33 +536,6 @@ async fn master_views(masters: &[String], limit: Duration) -> Vec<MasterView> {
     }
 }
 
-/// Pids of live processes whose environment mentions `dir` (the run's task processes, which
-/// outlive their slaves by design).
-fn processes_under(dir: &Path) -> Vec<i32> {
-    let needle = dir.display().to_string().into_bytes();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let me = std::process::id() as i32;
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| *pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_slice()))
-        })
-        .collect()
-}
-
-fn kill_tasks(dir: &Path) {
-    for pid in processes_under(dir) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-}
-
 fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
     let sc = load_scenario(&a.scenario)?;
     if a.duration.is_zero() {
@@ -592,7 +565,7 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
         std::env::set_var("HETSCHED_CLIENT_TIMEOUT_MS", "8000");
     }
     let report = block_on(drive(&a, &sc, seed, &dir))??;
-    kill_tasks(&dir);
+    kill_tasks_under(&dir);
     let replay = format!(
         "hetsched chaos run --scenario {} --seed {seed} --duration {}",
         a.scenario,
@@ -784,7 +757,7 @@ async fn drive(a: &RunArgs, sc: &Scenario, seed: u64, dir: &Path) -> anyhow::Res
     rec.note("settled".into());
     let views = master_views(&masters, Duration::from_secs(20)).await;
     // Tasks outlive their slaves by design: stop the run's before reading the side effects.
-    kill_tasks(dir);
+    kill_tasks_under(dir);
     let text = std::fs::read_to_string(&effects).unwrap_or_default();
     let side_effects =
         parse_side_effects(&text).map_err(|e| anyhow::anyhow!("{}: {e}", effects.display()))?;

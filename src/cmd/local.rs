@@ -134,6 +134,18 @@ fn processes_under(dir: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// Kills the task processes of the cluster in `dir` (they outlive their slave agents by
+/// design).
+pub fn kill_tasks_under(dir: &Path) {
+    let me = std::process::id() as i32;
+    for pid in processes_under(dir).into_iter().filter(|p| *p != me) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
 fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
     Ok(l.local_addr()?.port())
@@ -240,12 +252,7 @@ impl LocalCluster {
         for p in self.slaves.iter_mut().chain(self.masters.iter_mut()) {
             p.terminate(Duration::from_secs(3));
         }
-        for pid in processes_under(&self.dir) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+        kill_tasks_under(&self.dir);
     }
 }
 
