@@ -180,6 +180,8 @@ pub enum DutyEvent {
 }
 
 /// What the executor must do.
+// Effects live for one event; boxing the proposed command would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
     /// Propose a command; report the result as [`DutyEvent::Proposed`] with `tag`.
@@ -188,15 +190,6 @@ pub enum Effect {
         tag: ProposalTag,
         /// The command.
         command: Command,
-    },
-    /// Send an assignment to a slave; report the answer as [`DutyEvent::Delivered`].
-    Dispatch {
-        /// Node.
-        node: NodeId,
-        /// Its address.
-        addr: String,
-        /// The work.
-        assignment: Assignment,
     },
     /// Tell a slave to stop an attempt (fire and forget: reconciliation repeats it).
     Stop {

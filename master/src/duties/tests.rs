@@ -164,16 +164,13 @@ fn proposals(fx: &[Effect]) -> Vec<&Command> {
 fn dispatched(fx: &[Effect]) -> Vec<(NodeId, TaskId, Attempt)> {
     fx.iter()
         .filter_map(|e| match e {
-            Effect::Dispatch {
-                node, assignment, ..
-            } => Some(vec![(*node, assignment.task, assignment.attempt)]),
             Effect::DispatchBatch {
                 node, assignments, ..
             } => Some(
                 assignments
                     .iter()
                     .map(|a| (*node, a.task, a.attempt))
-                    .collect(),
+                    .collect::<Vec<_>>(),
             ),
             _ => None,
         })
@@ -761,13 +758,9 @@ fn ten_thousand_tasks_cost_at_most_half_a_log_entry_each() {
     let mut rounds = 0;
     loop {
         for e in &fx {
-            match e {
-                Effect::DispatchBatch { assignments, .. } => {
-                    batches += 1;
-                    dispatched_tasks += assignments.len();
-                }
-                Effect::Dispatch { .. } => panic!("single dispatch where a batch was due"),
-                _ => {}
+            if let Effect::DispatchBatch { assignments, .. } = e {
+                batches += 1;
+                dispatched_tasks += assignments.len();
             }
         }
         if proposals(&fx).is_empty() {

@@ -91,15 +91,6 @@ impl LeaderDuties {
                         me.do_send(DutiesMsg::Proposed { tag, ok: r.is_ok() });
                     });
                 }
-                Effect::Dispatch {
-                    node,
-                    addr,
-                    assignment,
-                } => {
-                    metrics::counter!("hetsched_master_dispatches_total").increment(1);
-                    self.senders
-                        .send(node, &addr, Outgoing::Dispatch(assignment));
-                }
                 Effect::Stop {
                     node,
                     addr,

@@ -17,8 +17,6 @@ use tokio::sync::mpsc;
 /// A message for one slave.
 #[derive(Clone, Debug)]
 pub enum Outgoing {
-    /// Run this task; the answer is reported.
-    Dispatch(Assignment),
     /// Stop this attempt (fire and forget: reconciliation repeats it).
     Stop {
         /// Task.
@@ -128,7 +126,6 @@ impl SlaveSenders {
 
 fn fail(results: &mpsc::UnboundedSender<DispatchResult>, node: NodeId, msg: &Outgoing) {
     let tasks = match msg {
-        Outgoing::Dispatch(a) => vec![(a.task, a.attempt)],
         Outgoing::DispatchBatch(b) => b.iter().map(|a| (a.task, a.attempt)).collect(),
         Outgoing::Stop { .. } => return,
     };
@@ -184,21 +181,6 @@ async fn run_sender(
         let timeout = timing.call_timeout;
         tokio::spawn(async move {
             match msg {
-                Outgoing::Dispatch(a) => {
-                    let (task, attempt) = (a.task, a.attempt);
-                    let r = c
-                        .call(Message::ToSlave(SlaveCommand::Assign(a)), timeout)
-                        .await;
-                    let ok = matches!(r, Ok(Message::ToSlaveReply(SlaveCommandReply::Accepted)));
-                    if !ok {
-                        tracing::debug!(%node, %task, attempt, reply = ?r, "dispatch not acknowledged; will retry");
-                    }
-                    let _ = results.send(DispatchResult {
-                        node,
-                        tasks: vec![(task, attempt)],
-                        ok,
-                    });
-                }
                 Outgoing::DispatchBatch(batch) => {
                     let tasks: Vec<(TaskId, Attempt)> =
                         batch.iter().map(|a| (a.task, a.attempt)).collect();
