@@ -443,6 +443,19 @@ impl Master {
     }
 
     pub(crate) async fn client(&self, req: ClientRequest) -> Result<ClientResponse, ErrorReply> {
+        // Writes check what they name (a job, a task, a node) against the applied state
+        // before proposing: only the leader's is current for that. A follower's may lag
+        // behind a submit the leader already acknowledged, so it redirects instead.
+        if matches!(
+            req,
+            ClientRequest::Submit { .. }
+                | ClientRequest::Cancel { .. }
+                | ClientRequest::CancelTask { .. }
+                | ClientRequest::Drain { .. }
+                | ClientRequest::Undrain { .. }
+        ) {
+            self.require_leader()?;
+        }
         match req {
             ClientRequest::Submit { request, spec } => {
                 spec.validate()
