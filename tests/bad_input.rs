@@ -9,22 +9,52 @@ use std::net::TcpStream;
 use std::time::Duration;
 use support::*;
 
-fn send_and_drain(addr: &str, bytes: &[u8]) {
-    let Ok(mut s) = TcpStream::connect(addr) else {
-        panic!("cannot connect to {addr}");
-    };
+/// Sends `bytes` on a fresh connection and reads until the server closes. `Err` carries the
+/// connect error.
+fn send_and_drain(addr: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let mut s = TcpStream::connect(addr)?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let _ = s.write_all(bytes);
     // The server answers with an error frame (where it can) and closes.
     let mut buf = Vec::new();
     let _ = s.read_to_end(&mut buf);
+    Ok(())
+}
+
+/// Panics with what the process behind `addr` was doing: whether it still runs, and its log.
+fn fail_unreachable(c: &mut Cluster, addr: &str, err: std::io::Error) -> ! {
+    let idx = c
+        .master_addrs
+        .iter()
+        .chain(&c.slave_addrs)
+        .position(|a| a == addr);
+    let n_masters = c.masters.len();
+    let p = match idx {
+        Some(i) if i < n_masters => &mut c.masters[i],
+        Some(i) => &mut c.slaves[i - n_masters],
+        None => panic!("cannot connect to {addr}: {err}"),
+    };
+    let running = p.is_running();
+    let log = p.log_text();
+    panic!(
+        "cannot connect to {addr} ({}, running: {running}): {err}\nlast log lines:\n{}",
+        p.name,
+        log.lines()
+            .rev()
+            .take(30)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 #[test]
 fn garbage_and_oversized_frames_are_rejected_and_serving_goes_on() {
     let seed = seed_from_env("HETSCHED_TEST_SEED");
     eprintln!("seed: {seed} (set HETSCHED_TEST_SEED to replay)");
-    let c = Cluster::start("badinput", 3, 1, 2);
+    let mut c = Cluster::start("badinput", 3, 1, 2);
     c.wait_leader(Duration::from_secs(30));
     c.wait_nodes_up(1, Duration::from_secs(30));
 
@@ -37,9 +67,11 @@ fn garbage_and_oversized_frames_are_rejected_and_serving_goes_on() {
         .collect();
     for addr in &ports {
         // Oversized: a length prefix of 1 GiB.
-        send_and_drain(addr, &[0x40, 0, 0, 0, 1, 2, 3]);
-        // A frame whose payload is not an envelope.
-        send_and_drain(addr, &[0, 0, 0, 4, 0xc1, 0xff, 0x00, 0x13]);
+        let mut frames = vec![
+            vec![0x40, 0, 0, 0, 1, 2, 3],
+            // A frame whose payload is not an envelope.
+            vec![0, 0, 0, 4, 0xc1, 0xff, 0x00, 0x13],
+        ];
         // Random bytes.
         for _ in 0..5 {
             // At least a full length prefix, so the server never waits for the rest of a frame.
@@ -50,12 +82,16 @@ fn garbage_and_oversized_frames_are_rejected_and_serving_goes_on() {
                 let len = (bytes.len() - 4) as u32;
                 bytes[..4].copy_from_slice(&len.to_be_bytes());
             }
-            send_and_drain(addr, &bytes);
+            frames.push(bytes);
+        }
+        for bytes in &frames {
+            if let Err(e) = send_and_drain(addr, bytes) {
+                fail_unreachable(&mut c, addr, e);
+            }
         }
     }
 
     // Every process still runs and the cluster still serves.
-    let mut c = c;
     for p in c.masters.iter_mut().chain(c.slaves.iter_mut()) {
         assert!(p.is_running(), "{} died on bad input", p.name);
     }

@@ -7,6 +7,7 @@
 mod error;
 mod ids;
 pub mod jobfile;
+pub mod ports;
 pub mod priority;
 pub mod program;
 pub mod protocol;

@@ -146,9 +146,10 @@ pub fn kill_tasks_under(dir: &Path) {
     }
 }
 
+/// A loopback port below the ephemeral range (see `hetsched_common::ports` for why).
 fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(l.local_addr()?.port())
+    hetsched_common::ports::pick_local_port()
+        .context("cannot find a free loopback port in 20000-32699")
 }
 
 impl LocalCluster {

@@ -41,11 +41,9 @@ impl Drop for Scratch {
     }
 }
 
+/// A loopback port below the ephemeral range (see `hetsched_common::ports` for why).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    hetsched_common::ports::pick_local_port().expect("free port")
 }
 
 /// Polls `f` until it returns `Some` or `timeout` passes.
