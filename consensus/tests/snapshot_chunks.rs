@@ -32,6 +32,12 @@ fn a_20_mib_snapshot_crosses_in_chunks() {
                 |c| {
                     c.snapshot_entries = 40;
                     c.snapshot_tail = 5;
+                    // Taking, encoding and sending a 20 MiB snapshot stalls a debug build's
+                    // raft thread for about a second on a loaded 2-core machine; with the
+                    // default 0.5–1 s election timeout the other follower then campaigns,
+                    // and each new leader starts the transfer over (seen in CI). This test is
+                    // about chunking, not timing: give elections 2–4 s.
+                    c.election_ticks = 20;
                 },
             )
         })
