@@ -125,6 +125,42 @@ pub struct Opened {
     pub state: Option<Vec<u8>>,
 }
 
+/// How long [`open_db`] waits for sled's directory lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Opens the sled database in `dir`, waiting up to [`LOCK_WAIT`] for its lock.
+///
+/// Why wait: sled releases the lock only when its last background thread lets go of a
+/// dropped `Db`, a moment after the drop, so reopening a store in the same process (a member
+/// restarted in place) can find it still held. A lock held longer than that belongs to another
+/// process: a second master on the same data directory, reported as such.
+fn open_db(dir: &Path) -> Result<sled::Db, Error> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        let opened = sled::Config::new()
+            .path(dir)
+            // The node flushes explicitly (off the Raft thread); sled's own periodic flush
+            // would only add unsynchronised fsyncs.
+            .flush_every_ms(None)
+            .open();
+        match opened {
+            Ok(db) => return Ok(db),
+            // sled reports a held lock as an `Other` I/O error naming it.
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(Error::Storage(format!(
+                        "open {}: the data directory is locked by another process \
+                         (is another master running on it?)",
+                        dir.display()
+                    )));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(Error::Storage(format!("open {}: {e}", dir.display()))),
+        }
+    }
+}
+
 impl SledStorage {
     /// Opens (or creates) the store in `dir`. An empty store is bootstrapped with `voters` as
     /// its configuration (unless `voters` is `None`: a joining member waits for the cluster),
@@ -134,13 +170,7 @@ impl SledStorage {
         voters: Option<&[u64]>,
         addrs: &BTreeMap<u64, String>,
     ) -> Result<Opened, Error> {
-        let db = sled::Config::new()
-            .path(dir)
-            // The node flushes explicitly (off the Raft thread); sled's own periodic flush
-            // would only add unsynchronised fsyncs.
-            .flush_every_ms(None)
-            .open()
-            .map_err(|e| Error::Storage(format!("open {}: {e}", dir.display())))?;
+        let db = open_db(dir)?;
         let tree = db
             .open_tree(TREE)
             .map_err(|e| Error::Storage(format!("open tree: {e}")))?;
@@ -796,6 +826,22 @@ mod tests {
         assert_eq!((s.first_index_now(), s.last_index_now()), (41, 40));
         assert_eq!(s.hard_state().commit, 40);
         assert_eq!(s.term(40).unwrap(), 3);
+    }
+
+    #[test]
+    fn a_store_held_open_elsewhere_is_reported_as_locked() {
+        let dir = Dir::new("locked");
+        let held = SledStorage::open(&dir.0, Some(&[1]), &BTreeMap::new()).expect("open");
+        let Err(e) = SledStorage::open(&dir.0, Some(&[1]), &BTreeMap::new()) else {
+            panic!("a second open of a held store succeeded");
+        };
+        assert!(
+            e.to_string().contains("locked by another process"),
+            "unexpected error: {e}"
+        );
+        drop(held);
+        // Released: the store opens again (waiting out sled's background threads).
+        SledStorage::open(&dir.0, Some(&[1]), &BTreeMap::new()).expect("reopen after release");
     }
 
     #[test]
