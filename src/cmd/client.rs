@@ -75,6 +75,22 @@ pub struct SubmitArgs {
     /// call runs on the best available engine of the task's node (see `hetsched calls`).
     #[arg(long, value_name = "FILE", conflicts_with = "command")]
     pub program: Option<std::path::PathBuf>,
+    /// S3.2, GPU tasks: the task's class. Its best CPU count is searched while it runs
+    /// (starting from the class's recorded best, else --cpus) and recorded for the class.
+    #[arg(long, value_name = "image|speech|nlp|other", value_parser = parse_class)]
+    pub class: Option<hetsched_common::TaskClass>,
+    /// S3.2 hint (needs --class): the task pipelines its input; the search starts one CPU
+    /// lower.
+    #[arg(long)]
+    pub pipelined: bool,
+    /// S3.2 hint (needs --class): the model's weights are heavy; the search starts one CPU
+    /// lower.
+    #[arg(long)]
+    pub heavy_weights: bool,
+    /// S3.2 hint (needs --class): the task's CPU side is heavy; the search starts one CPU
+    /// higher.
+    #[arg(long)]
+    pub cpu_heavy: bool,
     /// The command each task runs (overrides the file's `command`).
     #[arg(last = true, value_name = "CMD", conflicts_with = "program")]
     pub command: Vec<String>,
@@ -362,6 +378,12 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
     if !a.command.is_empty() {
         f.command = Some(a.command.clone());
     }
+    if let Some(c) = a.class {
+        f.class = Some(c);
+    }
+    f.pipelined |= a.pipelined;
+    f.heavy_weights |= a.heavy_weights;
+    f.cpu_heavy |= a.cpu_heavy;
     // An API program (S0): `--program FILE`, else the spec file's `program = "prog.toml"`
     // (relative to the spec file).
     let program_path = match (&a.program, &f.program, &a.file) {
@@ -411,6 +433,11 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
             spec.no_preempt |= a.no_preempt;
             spec
         })
+}
+
+/// `--class`: `image`, `speech`, `nlp` or `other`.
+fn parse_class(s: &str) -> Result<hetsched_common::TaskClass, String> {
+    s.parse()
 }
 
 /// `submit`.
