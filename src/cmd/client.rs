@@ -661,9 +661,15 @@ pub fn tasks(masters: &[String], a: TasksArgs) -> anyhow::Result<()> {
                 return super::print_json(&tasks);
             }
             let mut t = table::new(&[
-                "ID", "JOB", "INDEX", "USER", "STATE", "NODE", "ATTEMPT", "EXIT", "REASON",
+                "ID", "JOB", "INDEX", "USER", "STATE", "NODE", "ATTEMPT", "EXIT", "REASON", "CPUS",
             ]);
             for x in tasks {
+                // S3: the current cores, with what changed them live.
+                let cpus = match (x.compressed, x.cpu_search.as_deref()) {
+                    (true, _) => format!("{} (compressed)", x.cpus),
+                    (false, Some(phase)) => format!("{} (search {phase})", x.cpus),
+                    (false, None) => x.cpus.to_string(),
+                };
                 t.add_row(vec![
                     x.id.to_string(),
                     x.job_id.to_string(),
@@ -674,6 +680,7 @@ pub fn tasks(masters: &[String], a: TasksArgs) -> anyhow::Result<()> {
                     x.attempt.to_string(),
                     x.exit_code.map_or("-".into(), |c| c.to_string()),
                     x.reason.map_or("-".into(), |r| r.to_string()),
+                    cpus,
                 ]);
             }
             table::print(&t)
@@ -701,6 +708,7 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                 "GPUS",
                 "TASKS",
                 "ENGINES (free/count)",
+                "PROBES (gpu, membw)",
             ]);
             for n in nodes {
                 let gpus = if n.capacity.gpus.is_empty() {
@@ -729,12 +737,25 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                     gpus,
                     n.tasks.to_string(),
                     engines_text(&n.engines),
+                    probes_text(&n.probes),
                 ]);
             }
             table::print(&t)
         }
         other => Err(anyhow!("unexpected answer: {}", short(&other))),
     }
+}
+
+/// A node's probes as `EMULATED, resctrl` (emulated ones in capitals, CONTRACT.md).
+fn probes_text(p: &hetsched_common::protocol::ProbesInfo) -> String {
+    let show = |name: &str| {
+        if name == "emulated" {
+            "EMULATED".to_string()
+        } else {
+            name.to_string()
+        }
+    };
+    format!("{}, {}", show(&p.gpu), show(&p.membw))
 }
 
 /// The engines of a node beyond its CPU, as `gpu 1/2 EMULATED, npu 2/2` (`-`: none).
