@@ -91,6 +91,9 @@ pub enum AgentMsg {
     },
     /// The attempts whose processes run now, for the probes.
     Running {
+        /// Whether to list their processes (real probes need them; reading `/proc` for
+        /// each task every second is wasted on emulated ones).
+        with_pids: bool,
         /// Where the answer goes.
         reply: oneshot::Sender<Vec<RunningAttempt>>,
     },
@@ -440,8 +443,8 @@ impl Agent {
             AgentMsg::Held { reply } => {
                 let _ = reply.send(self.queue.held());
             }
-            AgentMsg::Running { reply } => {
-                let _ = reply.send(self.running_attempts());
+            AgentMsg::Running { with_pids, reply } => {
+                let _ = reply.send(self.running_attempts(with_pids));
             }
             AgentMsg::SetCpus {
                 task,
@@ -455,7 +458,7 @@ impl Agent {
     }
 
     /// Attempts with a process running (program tasks run in-process and are left out).
-    fn running_attempts(&self) -> Vec<RunningAttempt> {
+    fn running_attempts(&self, with_pids: bool) -> Vec<RunningAttempt> {
         self.queue
             .running()
             .into_iter()
@@ -464,8 +467,11 @@ impl Agent {
             .map(|a| {
                 let name = exec::attempt_name(a.task, a.attempt);
                 let dir = self.launcher.attempt_dir(a.task, a.attempt);
-                let mut pids = self.launcher.cgroups.attempt(&name).pids();
-                if pids.is_empty() {
+                let mut pids = BTreeSet::new();
+                if with_pids {
+                    pids = self.launcher.cgroups.attempt(&name).pids();
+                }
+                if with_pids && pids.is_empty() {
                     // No cgroup: the processes marked with this attempt.
                     pids.extend(exec::marked_processes(a.task, a.attempt, &dir));
                 }

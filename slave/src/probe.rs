@@ -288,7 +288,14 @@ pub async fn run_sampler(
     loop {
         tick.tick().await;
         let (tx, rx) = oneshot::channel();
-        if agent.send(AgentMsg::Running { reply: tx }).is_err() {
+        let with_pids = !(probes.gpu.emulated() && probes.membw.emulated());
+        if agent
+            .send(AgentMsg::Running {
+                with_pids,
+                reply: tx,
+            })
+            .is_err()
+        {
             return;
         }
         let Ok(running) = rx.await else {
