@@ -97,3 +97,107 @@ fn help_and_version_succeed() {
     assert_eq!(code, 0);
     assert!(out.starts_with("hetsched "));
 }
+
+/// S3.2/S3.6 flags (issue 15): bad values are usage errors (exit 2) with one line, checked
+/// before any master is contacted.
+#[test]
+fn bad_cpu_search_and_contention_flags() {
+    let m = "127.0.0.1:1";
+    for args in [
+        vec![
+            "--masters",
+            m,
+            "submit",
+            "--gpus",
+            "1",
+            "--class",
+            "video",
+            "--",
+            "true",
+        ],
+        vec!["--masters", m, "submit", "--class", "image", "--", "true"],
+        vec![
+            "--masters",
+            m,
+            "submit",
+            "--gpus",
+            "1",
+            "--pipelined",
+            "--",
+            "true",
+        ],
+        vec![
+            "--masters",
+            m,
+            "submit",
+            "--gpus",
+            "1",
+            "--cpus",
+            "1.5",
+            "--class",
+            "nlp",
+            "--",
+            "true",
+        ],
+        vec![
+            "slave",
+            "--listen",
+            "127.0.0.1:1",
+            "--masters",
+            m,
+            "--data-dir",
+            "/tmp/x",
+            "--cpus",
+            "1",
+            "--mem",
+            "1",
+            "--membw-threshold",
+            "150%",
+        ],
+        vec![
+            "slave",
+            "--listen",
+            "127.0.0.1:1",
+            "--masters",
+            m,
+            "--data-dir",
+            "/tmp/x",
+            "--cpus",
+            "1",
+            "--mem",
+            "1",
+            "--membw-total",
+            "-5",
+        ],
+        vec![
+            "master",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:1",
+            "--peers",
+            "1=127.0.0.1:1",
+            "--data-dir",
+            "/tmp/x",
+            "--util-epsilon",
+            "much",
+        ],
+        vec![
+            "master",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:1",
+            "--peers",
+            "1=127.0.0.1:1",
+            "--data-dir",
+            "/tmp/x",
+            "--probe-period",
+            "soon",
+        ],
+    ] {
+        assert_one_line_error(&args);
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+    }
+}

@@ -72,6 +72,19 @@ pub struct JobFile {
     /// file): read by the CLI with [`crate::program::read_program`].
     #[serde(default)]
     pub program: Option<String>,
+    /// S3.2: a GPU task's class (`image`, `speech`, `nlp`, `other`); its best CPU count is
+    /// searched while it runs (`submit --class`).
+    #[serde(default)]
+    pub class: Option<crate::TaskClass>,
+    /// S3.2 hint: the task pipelines its input (`--pipelined`: start one CPU lower).
+    #[serde(default)]
+    pub pipelined: bool,
+    /// S3.2 hint: heavy model weights (`--heavy-weights`: start one CPU lower).
+    #[serde(default)]
+    pub heavy_weights: bool,
+    /// S3.2 hint: heavy CPU-side work (`--cpu-heavy`: start one CPU higher).
+    #[serde(default)]
+    pub cpu_heavy: bool,
 }
 
 /// The `[resources]` table.
@@ -148,9 +161,32 @@ impl JobFile {
             timeout_ms: self.timeout,
             no_preempt: self.no_preempt,
             program,
+            cpu_search: self.cpu_search()?,
         };
         spec.validate()?;
         Ok(spec)
+    }
+}
+
+impl JobFile {
+    /// The S3.2 search the file asks for: none without `class` (the hints alone are an
+    /// error, so that a forgotten `--class` does not pass silently).
+    fn cpu_search(&self) -> crate::Result<Option<crate::CpuSearchSpec>> {
+        match self.class {
+            Some(class) => Ok(Some(crate::CpuSearchSpec {
+                class,
+                pipelined: self.pipelined,
+                heavy_weights: self.heavy_weights,
+                cpu_heavy: self.cpu_heavy,
+            })),
+            None if self.pipelined || self.heavy_weights || self.cpu_heavy => {
+                Err(crate::Error::Invalid {
+                    what: "job spec",
+                    why: "--pipelined, --heavy-weights and --cpu-heavy need --class".into(),
+                })
+            }
+            None => Ok(None),
+        }
     }
 }
 

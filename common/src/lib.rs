@@ -26,5 +26,6 @@ pub use resources::{
     GPU_MILLI_PER_DEVICE,
 };
 pub use spec::{
-    parse_host_port, JobSpec, TaskState, TaskStatus, TransitionError, MAX_BACKOFF_MS, MAX_RETRIES,
+    parse_host_port, CpuSearchSpec, JobSpec, TaskClass, TaskState, TaskStatus, TransitionError,
+    MAX_BACKOFF_MS, MAX_RETRIES,
 };

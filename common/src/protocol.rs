@@ -472,7 +472,7 @@ pub struct MemberInfo {
 }
 
 /// `hetsched status`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StatusInfo {
     /// Master that answered.
     pub master_id: MasterId,
@@ -508,6 +508,10 @@ pub struct StatusInfo {
     /// S3: pending tasks per queue (`cpu`, `gpu-single`, `gpu-multi`; every queue present).
     #[serde(default)]
     pub queues: BTreeMap<String, u64>,
+    /// S3.2 class history: each task class's best CPU count as last recorded (cores; only
+    /// classes with a record).
+    #[serde(default)]
+    pub cpu_config: BTreeMap<String, f64>,
 }
 
 /// Log-work counters of one master (for benchmarks and operators).
@@ -607,9 +611,17 @@ pub struct TaskInfo {
     /// Pending for a retry: not started before this leader time, ms since the Unix epoch.
     #[serde(default)]
     pub not_before_ms: Option<u64>,
-    /// Cores the task asks for (float, as users write them).
+    /// Cores the task holds now (float, as users write them): what it asked for, unless
+    /// the CPU-count search (S3.2) or compression (S3.6) changed it live.
     #[serde(default)]
     pub cpus: f64,
+    /// S3.2 CPU-count search of a GPU task: `probing` while it runs, `done` once its count
+    /// is recorded for its class; `None` for tasks without `--class`.
+    #[serde(default)]
+    pub cpu_search: Option<String>,
+    /// S3.6: the task's cores were halved because it contended with a GPU task.
+    #[serde(default)]
+    pub compressed: bool,
     /// A program task's calls in brief (once its slave reported them).
     #[serde(default)]
     pub calls: Option<CallSummary>,
@@ -652,7 +664,35 @@ pub struct NodeInfo {
     /// Its engines: CPU and GPU always listed, others when declared.
     #[serde(default)]
     pub engines: Vec<EngineInfo>,
+    /// Which probes its slave samples with (`nodes --json` `"probes"`).
+    #[serde(default)]
+    pub probes: ProbesInfo,
 }
+
+/// The probes a slave samples its tasks with: `gpu` `"nvml"` or `"emulated"`, `membw`
+/// `"resctrl"` or `"emulated"` (`"none"` from slaves that predate the probes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbesInfo {
+    /// GPU utilisation probe.
+    pub gpu: String,
+    /// Memory-bandwidth probe.
+    pub membw: String,
+}
+
+impl Default for ProbesInfo {
+    fn default() -> Self {
+        Self {
+            gpu: "none".into(),
+            membw: "none".into(),
+        }
+    }
+}
+
+/// Node label naming a slave's GPU utilisation probe (`nvml`, `emulated`).
+pub const PROBE_GPU_LABEL: &str = "hetsched.probe.gpu";
+
+/// Node label naming a slave's memory-bandwidth probe (`resctrl`, `emulated`).
+pub const PROBE_MEMBW_LABEL: &str = "hetsched.probe.membw";
 
 fn cgroup_none() -> String {
     "none".into()
@@ -722,6 +762,10 @@ pub enum SlaveRequest {
         /// What it holds.
         #[serde(default)]
         held: Vec<HeldTask>,
+        /// Probe samples (GPU utilisation, memory bandwidth) taken since the last
+        /// heartbeat, oldest first (S3.2: the leader's CPU-count search reads them).
+        #[serde(default)]
+        samples: Vec<ProbeSample>,
     },
     /// A task's process started.
     TaskStarted {
@@ -780,6 +824,30 @@ pub enum SlaveRequest {
     },
 }
 
+/// One probe sample of a running attempt (taken by the slave once a second).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProbeSample {
+    /// Task.
+    pub task: TaskId,
+    /// Attempt.
+    pub attempt: Attempt,
+    /// The attempt's CPU allocation when sampled, millicores (a sample belongs to the CPU
+    /// count it was taken under).
+    pub cpu_milli: u64,
+    /// GPU utilisation, 0–100 (GPU tasks only; `None` when not measured).
+    #[serde(default)]
+    pub gpu_util: Option<f64>,
+    /// Whether `gpu_util` came from the emulated probe (`HETSCHED_GPU_UTIL_FILE`).
+    #[serde(default)]
+    pub gpu_emulated: bool,
+    /// Memory bandwidth, MB/s (`None` when not measured).
+    #[serde(default)]
+    pub membw_mbps: Option<f64>,
+    /// Whether `membw_mbps` came from the emulated probe (`HETSCHED_MEMBW_FILE`).
+    #[serde(default)]
+    pub membw_emulated: bool,
+}
+
 /// One task report inside [`SlaveRequest::TaskReports`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskReport {
@@ -801,6 +869,18 @@ pub enum TaskReport {
         /// Why it ended, as the slave saw it (`oom`, `cannot-start`, `lost`, …).
         #[serde(default)]
         reason: Option<crate::TaskReason>,
+    },
+    /// S3.6: the slave halved a CPU task's cores (already applied live) because it
+    /// contends for memory bandwidth with a GPU task on the node.
+    Compressed {
+        /// The CPU task.
+        task: TaskId,
+        /// Its attempt.
+        attempt: Attempt,
+        /// Its new allocation, millicores.
+        cpu_milli: u64,
+        /// The GPU task that suffered: the freed cores are held for it until it ends.
+        gpu_task: TaskId,
     },
 }
 
@@ -884,6 +964,17 @@ pub enum SlaveCommand {
     /// Run these tasks: all of one slave's new assignments in one message. Answered with
     /// `Accepted` once every one is persisted in the local queue (or already held).
     AssignBatch(Vec<Assignment>),
+    /// Change a running attempt's CPU allocation live (S3.2 CPU-count search): its cgroup
+    /// quota and its `HETSCHED_CPUS_FILE`. Answered with `Accepted` (also when the attempt
+    /// no longer runs: nothing is left to change).
+    SetCpus {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// The new allocation, millicores.
+        cpu_milli: u64,
+    },
 }
 
 /// Slave → master answers to commands.

@@ -56,6 +56,97 @@ pub struct JobSpec {
     /// The command is then empty: [`JobSpec::carry_program`] fills the marker argv.
     #[serde(default)]
     pub program: Option<crate::program::Program>,
+    /// S3.2: a GPU task's class and CPU-side hints (`submit --class ...`); the leader then
+    /// searches the task's best CPU count while it runs. `None`: no search.
+    #[serde(default)]
+    pub cpu_search: Option<CpuSearchSpec>,
+}
+
+/// A GPU task's class (S3.2): the CPU-count history is kept per class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskClass {
+    /// Image models.
+    Image,
+    /// Speech models.
+    Speech,
+    /// Language models.
+    Nlp,
+    /// Anything else.
+    Other,
+}
+
+impl TaskClass {
+    /// Every class, in display order.
+    pub const ALL: [TaskClass; 4] = [
+        TaskClass::Image,
+        TaskClass::Speech,
+        TaskClass::Nlp,
+        TaskClass::Other,
+    ];
+
+    /// The name users write (`image`, `speech`, `nlp`, `other`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskClass::Image => "image",
+            TaskClass::Speech => "speech",
+            TaskClass::Nlp => "nlp",
+            TaskClass::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for TaskClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for TaskClass {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        TaskClass::ALL
+            .into_iter()
+            .find(|c| c.as_str().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| {
+                format!("unknown task class {s:?}: expected image, speech, nlp or other")
+            })
+    }
+}
+
+/// What `submit --class C [--pipelined] [--heavy-weights] [--cpu-heavy]` declares (S3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuSearchSpec {
+    /// The class whose recorded best count is the start point.
+    pub class: TaskClass,
+    /// The task pipelines its input (start one CPU lower).
+    #[serde(default)]
+    pub pipelined: bool,
+    /// The model has heavy weights (start one CPU lower).
+    #[serde(default)]
+    pub heavy_weights: bool,
+    /// The CPU side of the task is heavy (start one CPU higher).
+    #[serde(default)]
+    pub cpu_heavy: bool,
+}
+
+impl CpuSearchSpec {
+    /// The search's start point in whole CPUs: `base` (the class's recorded best, else the
+    /// task's own count), −1 pipelined, −1 heavy weights, +1 CPU-heavy, then kept within
+    /// `[1, max]`.
+    pub fn start(&self, base: u32, max: u32) -> u32 {
+        let mut c = i64::from(base);
+        if self.pipelined {
+            c -= 1;
+        }
+        if self.heavy_weights {
+            c -= 1;
+        }
+        if self.cpu_heavy {
+            c += 1;
+        }
+        c.clamp(1, i64::from(max.max(1))) as u32
+    }
 }
 
 /// Largest delay between re-runs of a failed task (5 minutes).
@@ -106,6 +197,16 @@ impl JobSpec {
         }
         if let Some(n) = self.nodes.iter().find(|n| n.trim().is_empty()) {
             return Err(bad(format!("node name {n:?} is empty")));
+        }
+        if self.cpu_search.is_some() && self.resources.gpu.is_none() {
+            return Err(bad(
+                "--class (the CPU-count search, S3.2) applies to GPU tasks only; add --gpus".into(),
+            ));
+        }
+        if self.cpu_search.is_some() && !self.resources.cpu_milli.is_multiple_of(1000) {
+            return Err(bad(
+                "--class searches whole CPUs: --cpus must be a whole number".into(),
+            ));
         }
         self.resources.validate()
     }

@@ -200,6 +200,7 @@ fn message() -> impl Strategy<Value = Message> {
                     state_bytes: m,
                     snapshot_bytes: 7,
                     queues: Default::default(),
+                    cpu_config: BTreeMap::from([("image".to_string(), 2.0)]),
                 }))
             }),
         (any::<u64>(), "\\PC{0,8}").prop_map(|(id, name)| Message::ClientReply(
@@ -231,6 +232,8 @@ fn message() -> impl Strategy<Value = Message> {
                 not_before_ms: None,
                 reason: hetsched_common::TaskReason::of_exit_code(exit_code.unwrap_or(0)),
                 cpus: 1.5,
+                cpu_search: Some("probing".into()),
+                compressed: a % 2 == 0,
                 calls: None,
                 queue: "cpu".into(),
             }]))
@@ -250,6 +253,10 @@ fn message() -> impl Strategy<Value = Message> {
                 drain_deadline_ms: None,
                 cgroup: "v1".into(),
                 engines: vec![],
+                probes: hetsched_common::protocol::ProbesInfo {
+                    gpu: "emulated".into(),
+                    membw: "resctrl".into(),
+                },
             }])
         )),
         (
@@ -273,7 +280,16 @@ fn message() -> impl Strategy<Value = Message> {
         (any::<u64>(), prop::collection::vec(held(), 0..6)).prop_map(|(n, held)| Message::Slave(
             SlaveRequest::Heartbeat {
                 node: NodeId(n),
-                held
+                held,
+                samples: vec![hetsched_common::protocol::ProbeSample {
+                    task: TaskId(n),
+                    attempt: 1,
+                    cpu_milli: 2000,
+                    gpu_util: Some(55.5),
+                    gpu_emulated: true,
+                    membw_mbps: None,
+                    membw_emulated: false,
+                }],
             }
         )),
         ids.prop_map(|(n, t, a)| Message::Slave(SlaveRequest::TaskStarted {

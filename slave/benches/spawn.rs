@@ -82,6 +82,7 @@ async fn supervised(n: usize, supervisor: Vec<OsString>, cgroups: Cgroups) -> St
         attempts_dir: dir.path().join("attempts"),
         log_dir: dir.path().join("logs"),
         cgroups,
+        probe_files: Default::default(),
     };
     std::fs::create_dir_all(&launcher.log_dir).expect("log dir");
     let mut s = Stats {
@@ -115,6 +116,7 @@ async fn burst(n: usize, supervisor: Option<Vec<OsString>>, cgroups: Cgroups) ->
         attempts_dir: dir.path().join("attempts"),
         log_dir: dir.path().join("logs"),
         cgroups,
+        probe_files: Default::default(),
     };
     std::fs::create_dir_all(&launcher.log_dir).expect("log dir");
     let t0 = Instant::now();

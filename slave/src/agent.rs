@@ -89,6 +89,39 @@ pub enum AgentMsg {
         /// Where the answer goes.
         reply: oneshot::Sender<Vec<HeldTask>>,
     },
+    /// The attempts whose processes run now, for the probes.
+    Running {
+        /// Whether to list their processes (real probes need them; reading `/proc` for
+        /// each task every second is wasted on emulated ones).
+        with_pids: bool,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Vec<RunningAttempt>>,
+    },
+    /// Change a running attempt's CPUs live (S3.2 search from the master, S3.6 compression
+    /// from the contention rule): its cgroup quota and its `HETSCHED_CPUS_FILE`.
+    SetCpus {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// New allocation, millicores.
+        cpu_milli: u64,
+        /// Whether it ran and was changed.
+        reply: oneshot::Sender<bool>,
+    },
+}
+
+/// A running attempt as the probes see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunningAttempt {
+    /// Task.
+    pub task: TaskId,
+    /// Attempt.
+    pub attempt: Attempt,
+    /// Its CPU allocation now, millicores.
+    pub cpu_milli: u64,
+    /// Its name, directory, processes and GPUs.
+    pub target: crate::probe::ProbeTarget,
 }
 
 /// A report for the masters, delivered by the link.
@@ -111,6 +144,17 @@ pub enum Report {
         exit_code: i32,
         /// Why (`None`: a normal exit; `lost`: the attempt vanished, to be run again).
         reason: Option<TaskReason>,
+    },
+    /// S3.6: the contention rule halved a CPU task's cores (already applied live).
+    Compressed {
+        /// The CPU task.
+        task: TaskId,
+        /// Its attempt.
+        attempt: Attempt,
+        /// Its new allocation, millicores.
+        cpu_milli: u64,
+        /// The GPU task that suffered.
+        gpu_task: TaskId,
     },
 }
 
@@ -398,6 +442,82 @@ impl Agent {
             }
             AgentMsg::Held { reply } => {
                 let _ = reply.send(self.queue.held());
+            }
+            AgentMsg::Running { with_pids, reply } => {
+                let _ = reply.send(self.running_attempts(with_pids));
+            }
+            AgentMsg::SetCpus {
+                task,
+                attempt,
+                cpu_milli,
+                reply,
+            } => {
+                let _ = reply.send(self.set_cpus(task, attempt, cpu_milli));
+            }
+        }
+    }
+
+    /// Attempts with a process running (program tasks run in-process and are left out).
+    fn running_attempts(&self, with_pids: bool) -> Vec<RunningAttempt> {
+        self.queue
+            .running()
+            .into_iter()
+            .filter(|a| self.running.contains_key(&(a.task, a.attempt)))
+            .filter(|a| a.command != [hetsched_common::program::PROGRAM_COMMAND])
+            .map(|a| {
+                let name = exec::attempt_name(a.task, a.attempt);
+                let dir = self.launcher.attempt_dir(a.task, a.attempt);
+                let mut pids = BTreeSet::new();
+                if with_pids {
+                    pids = self.launcher.cgroups.attempt(&name).pids();
+                }
+                if with_pids && pids.is_empty() {
+                    // No cgroup: the processes marked with this attempt.
+                    pids.extend(exec::marked_processes(a.task, a.attempt, &dir));
+                }
+                RunningAttempt {
+                    task: a.task,
+                    attempt: a.attempt,
+                    cpu_milli: a.resources.cpu_milli,
+                    target: crate::probe::ProbeTarget {
+                        name,
+                        dir,
+                        pids,
+                        gpus: a.gpus.iter().map(|(d, _)| *d).collect(),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// Applies a live CPU change to a running attempt; false when it does not run here.
+    fn set_cpus(&mut self, task: TaskId, attempt: Attempt, cpu_milli: u64) -> bool {
+        if cpu_milli == 0 || !self.running.contains_key(&(task, attempt)) {
+            return false;
+        }
+        let Some(old) = self
+            .queue
+            .get(task)
+            .filter(|e| e.assignment.attempt == attempt)
+            .map(|e| e.assignment.resources.cpu_milli)
+        else {
+            return false;
+        };
+        if !self.queue.set_cpus(task, attempt, cpu_milli) {
+            return false;
+        }
+        let name = exec::attempt_name(task, attempt);
+        let dir = self.launcher.attempt_dir(task, attempt);
+        match exec::set_cpus(&dir, &self.launcher.cgroups.attempt(&name), cpu_milli) {
+            Ok(()) => {
+                if old != cpu_milli {
+                    tracing::info!(task = %task, attempt, from_milli = old, to_milli = cpu_milli, "CPU allocation changed live");
+                }
+                true
+            }
+            Err(e) => {
+                tracing::warn!(task = %task, attempt, error = %e, "cannot change the CPU allocation live");
+                false
             }
         }
     }

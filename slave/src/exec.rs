@@ -136,7 +136,25 @@ pub struct Launcher {
     pub log_dir: PathBuf,
     /// The slave's cgroups.
     pub cgroups: Cgroups,
+    /// Which emulated-probe files tasks get (S3 probes).
+    pub probe_files: ProbeFiles,
 }
+
+/// The files through which tasks report to the slave's emulated probes: named in the
+/// task's environment only where that probe is the emulated one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeFiles {
+    /// GPU tasks get `HETSCHED_GPU_UTIL_FILE` (the node's GPUs are emulated).
+    pub gpu_util: bool,
+    /// Every task gets `HETSCHED_MEMBW_FILE` (no resctrl on the node).
+    pub membw: bool,
+}
+
+/// Name of the emulated GPU-utilisation file in an attempt's directory.
+pub const GPU_UTIL_FILE: &str = "gpu_util";
+
+/// Name of the emulated memory-bandwidth file in an attempt's directory.
+pub const MEMBW_FILE: &str = "membw";
 
 /// A started supervisor.
 #[derive(Debug)]
@@ -199,6 +217,18 @@ impl Launcher {
         .map_err(io(&cpus_file))?;
         let (stdout, stderr) = log_paths(&self.log_dir, a);
         let mut env = task_env(a, Some(&cpus_file));
+        if self.probe_files.gpu_util && !a.gpus.is_empty() {
+            env.push((
+                "HETSCHED_GPU_UTIL_FILE".into(),
+                dir.join(GPU_UTIL_FILE).display().to_string(),
+            ));
+        }
+        if self.probe_files.membw {
+            env.push((
+                "HETSCHED_MEMBW_FILE".into(),
+                dir.join(MEMBW_FILE).display().to_string(),
+            ));
+        }
         env.extend(a.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         let spec = Spec {
             version: FORMAT_VERSION,

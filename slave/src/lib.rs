@@ -10,6 +10,9 @@
 //! - [`agent`] — the task that owns queue and store and does their I/O;
 //! - [`link`] — registration, heartbeats, report delivery, leader following;
 //! - [`gpu`] — GPU probes (NVML, emulated);
+//! - [`probe`] — per-task GPU-utilisation and memory-bandwidth probes (NVML, resctrl,
+//!   emulated) and the sampling loop (S3);
+//! - [`contention`] — the S3.6 contention rule (pure): which CPU tasks to compress;
 //! - [`engine`] — engines (S0): the engines file, built-in kernels, plug-ins, the profiler
 //!   and the selection table (S0.5);
 //! - [`program`] — API-program tasks, run in-process call by call on the best available
@@ -32,12 +35,14 @@
 pub mod agent;
 pub mod announce;
 pub mod cgroup;
+pub mod contention;
 pub mod engine;
 pub mod exec;
 pub mod gpu;
 pub mod http;
 pub mod link;
 pub mod logs;
+pub mod probe;
 pub mod program;
 pub mod queue;
 pub mod store;
@@ -80,6 +85,31 @@ pub struct SlaveConfig {
     /// Root of the cgroup filesystem (normally `/sys/fs/cgroup`); `None` runs tasks without
     /// cgroups.
     pub cgroup_root: Option<PathBuf>,
+    /// Probes and the contention rule (S3).
+    pub probes: ProbeOptions,
+}
+
+/// Probes and contention elimination (S3): `slave --membw-total --membw-threshold
+/// --util-drop --resctrl-root`.
+#[derive(Clone, Debug)]
+pub struct ProbeOptions {
+    /// Where resctrl is mounted (normally `/sys/fs/resctrl`); without monitoring there the
+    /// bandwidth probe is the emulated one.
+    pub resctrl_root: PathBuf,
+    /// The contention rule's thresholds.
+    pub contention: contention::ContentionConfig,
+    /// How often every running task is sampled.
+    pub period: Duration,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        Self {
+            resctrl_root: PathBuf::from("/sys/fs/resctrl"),
+            contention: contention::ContentionConfig::default(),
+            period: Duration::from_secs(1),
+        }
+    }
 }
 
 /// Timings, separate from [`SlaveConfig`] so tests can shorten them.
@@ -243,16 +273,32 @@ pub async fn run_with_engines(
         }
         None => cgroup::Cgroups::none(),
     };
+    let real_gpus = capacity.gpus.iter().any(|g| !g.emulated);
+    let probes = probe::Probes::detect(real_gpus, &cfg.probes.resctrl_root);
+    let probe_files = exec::ProbeFiles {
+        gpu_util: probes.gpu.emulated(),
+        membw: probes.membw.emulated(),
+    };
     let me = link::Identity {
         key,
         name: cfg.name.clone().unwrap_or_else(|| addr.clone()),
         addr: addr.clone(),
         capacity: capacity.clone(),
         partitions: cfg.partitions.clone(),
-        labels: [(
-            hetsched_common::protocol::CGROUP_LABEL.to_string(),
-            cgroups.mode().as_str().to_string(),
-        )]
+        labels: [
+            (
+                hetsched_common::protocol::CGROUP_LABEL.to_string(),
+                cgroups.mode().as_str().to_string(),
+            ),
+            (
+                hetsched_common::protocol::PROBE_GPU_LABEL.to_string(),
+                probes.gpu.name().to_string(),
+            ),
+            (
+                hetsched_common::protocol::PROBE_MEMBW_LABEL.to_string(),
+                probes.membw.name().to_string(),
+            ),
+        ]
         .into(),
     };
     tracing::info!(
@@ -260,6 +306,9 @@ pub async fn run_with_engines(
         node = ?store.node().ok().flatten(), cpus = cfg.cpus, mem_mib = cfg.mem_mib,
         gpus = capacity.gpus.len(), data_dir = %cfg.data_dir.display(),
         cgroup = cgroups.mode().as_str(),
+        gpu_probe = if probes.gpu.emulated() { "EMULATED" } else { probes.gpu.name() },
+        membw_probe = if probes.membw.emulated() { "EMULATED" } else { probes.membw.name() },
+        membw_total_mbps = ?cfg.probes.contention.membw_total_mbps,
         "slave starting"
     );
 
@@ -279,6 +328,7 @@ pub async fn run_with_engines(
         attempts_dir: cfg.data_dir.join("attempts"),
         log_dir: log_dir.clone(),
         cgroups,
+        probe_files,
     };
     let agent = agent::Agent::restore(
         store.clone(),
@@ -286,13 +336,22 @@ pub async fn run_with_engines(
         launcher,
         tuning.stop_grace,
         agent_tx.clone(),
-        report_tx,
+        report_tx.clone(),
     )?
     .with_programs(agent::ProgramHooks {
         runtime: programs,
         announce: announce_tx,
     });
     tokio::spawn(agent.run(agent_rx));
+    let (sample_tx, sample_rx) = mpsc::unbounded_channel();
+    tokio::spawn(probe::run_sampler(
+        probes,
+        contention::Contention::new(cfg.probes.contention),
+        cfg.probes.period,
+        agent_tx.clone(),
+        report_tx,
+        sample_tx,
+    ));
     let link = link::Link::new(
         cfg.masters.clone(),
         me,
@@ -304,7 +363,8 @@ pub async fn run_with_engines(
         },
         store,
         agent_tx.clone(),
-    );
+    )
+    .with_samples(sample_rx);
     tokio::spawn(link.run(report_rx));
 
     wire::serve(listener, FrameLimits::default(), handler(agent_tx, log_dir))
@@ -453,6 +513,28 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                     assignment,
                     reply: tx,
                 },
+                Message::ToSlave(SlaveCommand::SetCpus {
+                    task,
+                    attempt,
+                    cpu_milli,
+                }) => {
+                    let (done_tx, done_rx) = oneshot::channel();
+                    let m = agent::AgentMsg::SetCpus {
+                        task,
+                        attempt,
+                        cpu_milli,
+                        reply: done_tx,
+                    };
+                    if agent.send(m).is_err() {
+                        return Some(Message::Error(ErrorReply::new(
+                            ErrorKind::Unavailable,
+                            "slave is shutting down",
+                        )));
+                    }
+                    // Not running (any more) is no error: nothing is left to change.
+                    let _ = done_rx.await;
+                    return Some(Message::ToSlaveReply(SlaveCommandReply::Accepted));
+                }
                 // A preemption's grace period comes with the request; otherwise the
                 // slave's own `stop_grace` applies.
                 Message::ToSlave(SlaveCommand::StopTask {
@@ -469,7 +551,7 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                     tracing::debug!(%peer, message = ?other, "unsupported request");
                     return Some(Message::Error(ErrorReply::new(
                         ErrorKind::Unsupported,
-                        "a slave serves only Assign, AssignBatch, StopTask, ReadLog and Calls",
+                        "a slave serves only Assign, AssignBatch, StopTask, SetCpus, ReadLog and Calls",
                     )));
                 }
             };

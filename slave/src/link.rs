@@ -13,7 +13,7 @@
 use crate::agent::{AgentMsg, Report};
 use crate::store::Store;
 use hetsched_common::protocol::{
-    ErrorKind, ErrorReply, Message, SlaveRequest, SlaveResponse, TaskReport,
+    ErrorKind, ErrorReply, Message, ProbeSample, SlaveRequest, SlaveResponse, TaskReport,
 };
 use hetsched_common::wire::{CallError, Connection};
 use hetsched_common::{NodeId, NodeResources};
@@ -97,6 +97,8 @@ pub struct Link {
     /// Whether the masters take [`SlaveRequest::TaskReports`] (cleared when one answers that
     /// it does not: an older master; reports then go one by one).
     batches: bool,
+    /// Probe samples from the sampler, sent with the next heartbeat.
+    samples: Option<mpsc::UnboundedReceiver<ProbeSample>>,
 }
 
 /// Most reports in one [`SlaveRequest::TaskReports`] (keeps one log entry well under the
@@ -131,7 +133,30 @@ impl Link {
             agent,
             pending: VecDeque::new(),
             batches: true,
+            samples: None,
         }
+    }
+
+    /// Sends the probe samples arriving on `rx` with the heartbeats.
+    pub fn with_samples(mut self, rx: mpsc::UnboundedReceiver<ProbeSample>) -> Self {
+        self.samples = Some(rx);
+        self
+    }
+
+    /// The samples waiting for a heartbeat, oldest first (the newest
+    /// [`MAX_PENDING_SAMPLES`](crate::probe::MAX_PENDING_SAMPLES) at most).
+    fn take_samples(&mut self) -> Vec<ProbeSample> {
+        let mut out = Vec::new();
+        if let Some(rx) = &mut self.samples {
+            while let Ok(s) = rx.try_recv() {
+                out.push(s);
+            }
+        }
+        let max = crate::probe::MAX_PENDING_SAMPLES;
+        if out.len() > max {
+            out.drain(..out.len() - max);
+        }
+        out
     }
 
     /// Runs until the agent is gone.
@@ -231,7 +256,17 @@ impl Link {
             return Err(LinkError::UnknownNode);
         };
         let held = self.held().await?;
-        match self.call(SlaveRequest::Heartbeat { node, held }).await? {
+        // Samples are measurements, not results: lost with a failed heartbeat, they are
+        // replaced by the next second's.
+        let samples = self.take_samples();
+        match self
+            .call(SlaveRequest::Heartbeat {
+                node,
+                held,
+                samples,
+            })
+            .await?
+        {
             SlaveResponse::HeartbeatAck { .. } | SlaveResponse::Ack => Ok(()),
             other => Err(LinkError::Retry(format!(
                 "unexpected answer to Heartbeat: {other:?}"
@@ -264,6 +299,17 @@ impl Link {
                         attempt,
                         exit_code,
                         reason,
+                    },
+                    Report::Compressed {
+                        task,
+                        attempt,
+                        cpu_milli,
+                        gpu_task,
+                    } => TaskReport::Compressed {
+                        task,
+                        attempt,
+                        cpu_milli,
+                        gpu_task,
                     },
                 })
                 .collect();
@@ -311,6 +357,12 @@ impl Link {
                 break;
             };
             let req = match report {
+                Report::Compressed { task, .. } => {
+                    // Only batches carry compressions; a master that predates batches does
+                    // not know them either (the task keeps running at its halved size).
+                    tracing::warn!(task = %task, "masters do not take compression reports; dropped");
+                    continue;
+                }
                 Report::Started { task, attempt } => SlaveRequest::TaskStarted {
                     node,
                     task,

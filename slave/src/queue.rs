@@ -311,6 +311,32 @@ impl LocalQueue {
     pub fn cpu_running_milli(&self) -> u64 {
         self.cpu_running_milli
     }
+
+    /// A running attempt's allocation changed live (S3 CPU search, compression): its cores
+    /// are counted at the new size. Returns false when (task, attempt) does not run.
+    pub fn set_cpus(&mut self, task: TaskId, attempt: Attempt, cpu_milli: u64) -> bool {
+        match self.entries.get_mut(&task) {
+            Some(e) if e.assignment.attempt == attempt && e.phase == Phase::Running => {
+                let old = e.assignment.resources.cpu_milli;
+                e.assignment.resources.cpu_milli = cpu_milli;
+                self.cpu_running_milli = self
+                    .cpu_running_milli
+                    .saturating_sub(old)
+                    .saturating_add(cpu_milli);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The running attempts, in task order.
+    pub fn running(&self) -> Vec<&Assignment> {
+        self.entries
+            .values()
+            .filter(|e| e.phase == Phase::Running)
+            .map(|e| &e.assignment)
+            .collect()
+    }
 }
 
 /// Acknowledged attempts remembered (the most recent task ids), to refuse duplicates.

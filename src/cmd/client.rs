@@ -75,6 +75,22 @@ pub struct SubmitArgs {
     /// call runs on the best available engine of the task's node (see `hetsched calls`).
     #[arg(long, value_name = "FILE", conflicts_with = "command")]
     pub program: Option<std::path::PathBuf>,
+    /// S3.2, GPU tasks: the task's class. Its best CPU count is searched while it runs
+    /// (starting from the class's recorded best, else --cpus) and recorded for the class.
+    #[arg(long, value_name = "image|speech|nlp|other", value_parser = parse_class)]
+    pub class: Option<hetsched_common::TaskClass>,
+    /// S3.2 hint (needs --class): the task pipelines its input; the search starts one CPU
+    /// lower.
+    #[arg(long)]
+    pub pipelined: bool,
+    /// S3.2 hint (needs --class): the model's weights are heavy; the search starts one CPU
+    /// lower.
+    #[arg(long)]
+    pub heavy_weights: bool,
+    /// S3.2 hint (needs --class): the task's CPU side is heavy; the search starts one CPU
+    /// higher.
+    #[arg(long)]
+    pub cpu_heavy: bool,
     /// The command each task runs (overrides the file's `command`).
     #[arg(last = true, value_name = "CMD", conflicts_with = "program")]
     pub command: Vec<String>,
@@ -362,6 +378,12 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
     if !a.command.is_empty() {
         f.command = Some(a.command.clone());
     }
+    if let Some(c) = a.class {
+        f.class = Some(c);
+    }
+    f.pipelined |= a.pipelined;
+    f.heavy_weights |= a.heavy_weights;
+    f.cpu_heavy |= a.cpu_heavy;
     // An API program (S0): `--program FILE`, else the spec file's `program = "prog.toml"`
     // (relative to the spec file).
     let program_path = match (&a.program, &f.program, &a.file) {
@@ -411,6 +433,11 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
             spec.no_preempt |= a.no_preempt;
             spec
         })
+}
+
+/// `--class`: `image`, `speech`, `nlp` or `other`.
+fn parse_class(s: &str) -> Result<hetsched_common::TaskClass, String> {
+    s.parse()
 }
 
 /// `submit`.
@@ -634,9 +661,15 @@ pub fn tasks(masters: &[String], a: TasksArgs) -> anyhow::Result<()> {
                 return super::print_json(&tasks);
             }
             let mut t = table::new(&[
-                "ID", "JOB", "INDEX", "USER", "STATE", "NODE", "ATTEMPT", "EXIT", "REASON",
+                "ID", "JOB", "INDEX", "USER", "STATE", "NODE", "ATTEMPT", "EXIT", "REASON", "CPUS",
             ]);
             for x in tasks {
+                // S3: the current cores, with what changed them live.
+                let cpus = match (x.compressed, x.cpu_search.as_deref()) {
+                    (true, _) => format!("{} (compressed)", x.cpus),
+                    (false, Some(phase)) => format!("{} (search {phase})", x.cpus),
+                    (false, None) => x.cpus.to_string(),
+                };
                 t.add_row(vec![
                     x.id.to_string(),
                     x.job_id.to_string(),
@@ -647,6 +680,7 @@ pub fn tasks(masters: &[String], a: TasksArgs) -> anyhow::Result<()> {
                     x.attempt.to_string(),
                     x.exit_code.map_or("-".into(), |c| c.to_string()),
                     x.reason.map_or("-".into(), |r| r.to_string()),
+                    cpus,
                 ]);
             }
             table::print(&t)
@@ -674,6 +708,7 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                 "GPUS",
                 "TASKS",
                 "ENGINES (free/count)",
+                "PROBES (gpu, membw)",
             ]);
             for n in nodes {
                 let gpus = if n.capacity.gpus.is_empty() {
@@ -702,12 +737,25 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                     gpus,
                     n.tasks.to_string(),
                     engines_text(&n.engines),
+                    probes_text(&n.probes),
                 ]);
             }
             table::print(&t)
         }
         other => Err(anyhow!("unexpected answer: {}", short(&other))),
     }
+}
+
+/// A node's probes as `EMULATED, resctrl` (emulated ones in capitals, CONTRACT.md).
+fn probes_text(p: &hetsched_common::protocol::ProbesInfo) -> String {
+    let show = |name: &str| {
+        if name == "emulated" {
+            "EMULATED".to_string()
+        } else {
+            name.to_string()
+        }
+    };
+    format!("{}, {}", show(&p.gpu), show(&p.membw))
 }
 
 /// The engines of a node beyond its CPU, as `gpu 1/2 EMULATED, npu 2/2` (`-`: none).

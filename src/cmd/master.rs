@@ -69,6 +69,14 @@ pub struct Args {
     /// Time a preempted task gets between SIGTERM and SIGKILL (S1).
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub preempt_grace: std::time::Duration,
+    /// S3.2: how long each CPU count of a GPU task's search (`submit --class`) is measured
+    /// before the next step.
+    #[arg(long, default_value = "90s", value_name = "DURATION", value_parser = parse_duration)]
+    pub probe_period: std::time::Duration,
+    /// S3.2: a step of the CPU-count search counts only when the mean GPU utilisation
+    /// improves by more than this many percentage points.
+    #[arg(long, default_value_t = 1.0, value_name = "POINTS", value_parser = parse_epsilon)]
+    pub util_epsilon: f64,
     /// A task preempted this many times is not chosen as a victim again (S1).
     #[arg(long, default_value_t = 3)]
     pub max_preemptions: u32,
@@ -139,6 +147,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             job_gc_after_ms: a.job_gc_after.0.map(|d| d.as_millis() as u64),
             request_retention_ms: a.request_retention.as_millis() as u64,
             preempt_grace_ms: a.preempt_grace.as_millis() as u64,
+            probe_period_ms: (a.probe_period.as_millis() as u64).max(1),
+            util_epsilon: a.util_epsilon,
             ..DutiesConfig::default()
         },
         admission: hetsched_master::admission::AdmissionConfig {
@@ -157,4 +167,14 @@ fn cpus_to_milli(cpus: f64) -> anyhow::Result<u64> {
         anyhow::bail!("--gpu-cpu-reserve must be a number of CPUs from 0 to 1000000, got {cpus}");
     }
     Ok((cpus * 1000.0).round() as u64)
+}
+
+/// `--util-epsilon`: percentage points, 0–100.
+fn parse_epsilon(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a utilisation difference in points within 0..=100 (e.g. 1 or 2.5)"
+        )),
+    }
 }

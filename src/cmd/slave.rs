@@ -70,6 +70,47 @@ pub struct Args {
     /// Optional HTTP address for /metrics and /healthz.
     #[arg(long, value_name = "HOST:PORT")]
     pub http: Option<String>,
+    /// The node's memory bandwidth, MB/s. Compression of CPU tasks that contend with GPU
+    /// tasks (S3.6) is off without it.
+    #[arg(long, value_name = "MB/S", value_parser = parse_mbps)]
+    pub membw_total: Option<f64>,
+    /// S3.6: a CPU task using at least this share of --membw-total counts as contending
+    /// (percent; `75` or `75%`).
+    #[arg(long, value_name = "PERCENT", default_value = "75%", value_parser = parse_percent)]
+    pub membw_threshold: f64,
+    /// S3.6: a GPU task suffers when its utilisation is at least this much below its
+    /// baseline (the mean of its first 5 samples), relative (percent; `10` or `10%`).
+    #[arg(long, value_name = "PERCENT", default_value = "10%", value_parser = parse_percent)]
+    pub util_drop: f64,
+    /// Where resctrl (Intel RDT) is mounted; without memory-bandwidth monitoring there,
+    /// tasks report their bandwidth through HETSCHED_MEMBW_FILE (emulated).
+    #[arg(long, value_name = "DIR", default_value = "/sys/fs/resctrl")]
+    pub resctrl_root: PathBuf,
+}
+
+/// A percentage, `75` or `75%`, as a share (0.75); within (0, 100].
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let v: f64 = t
+        .strip_suffix('%')
+        .unwrap_or(t)
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a percentage (expected e.g. 75 or 75%)"))?;
+    if !(v > 0.0 && v <= 100.0) {
+        return Err(format!("{s:?} is outside (0, 100] percent"));
+    }
+    Ok(v / 100.0)
+}
+
+/// A bandwidth in MB/s, above 0.
+fn parse_mbps(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a bandwidth in MB/s above 0 (e.g. 20000)"
+        )),
+    }
 }
 
 /// Runs a slave until stopped.
@@ -114,6 +155,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "supervise".into(),
         ],
         cgroup_root: (!a.no_cgroups).then_some(a.cgroup_root),
+        probes: hetsched_slave::ProbeOptions {
+            resctrl_root: a.resctrl_root,
+            contention: hetsched_slave::contention::ContentionConfig {
+                membw_threshold: a.membw_threshold,
+                util_drop: a.util_drop,
+                membw_total_mbps: a.membw_total,
+            },
+            ..Default::default()
+        },
     };
     let system = actix::System::new();
     system

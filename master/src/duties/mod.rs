@@ -28,6 +28,7 @@ use hetsched_common::protocol::{Assignment, HeldPhase, HeldTask};
 use hetsched_common::{Attempt, NodeId, TaskId, TaskState};
 use std::collections::{BTreeMap, BTreeSet};
 
+mod cpus;
 #[cfg(test)]
 mod tests;
 
@@ -46,7 +47,7 @@ pub struct Now {
 }
 
 /// Timing and retention knobs of the leader duties.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DutiesConfig {
     /// Silence after which a node is declared down.
     pub node_timeout_ms: u64,
@@ -66,6 +67,11 @@ pub struct DutiesConfig {
     pub gc_period_ms: u64,
     /// Time a preempted task gets between SIGTERM and SIGKILL (`--preempt-grace`).
     pub preempt_grace_ms: u64,
+    /// S3.2: how long each CPU count of a GPU task's search is measured (`--probe-period`).
+    pub probe_period_ms: u64,
+    /// S3.2: utilisation must improve by more than this many points for a step to count
+    /// (`--util-epsilon`).
+    pub util_epsilon: f64,
 }
 
 impl Default for DutiesConfig {
@@ -80,6 +86,8 @@ impl Default for DutiesConfig {
             request_retention_ms: 600_000,
             gc_period_ms: 1_000,
             preempt_grace_ms: 10_000,
+            probe_period_ms: 90_000,
+            util_epsilon: 1.0,
         }
     }
 }
@@ -115,6 +123,13 @@ pub enum ProposalTag {
     Gc,
     /// A deadline that passed: a drain's (re-queue what still runs) or an attempt's timeout.
     Deadline(DeadlineKey),
+    /// A CPU-count search's change or record (S3.2).
+    CpuSearch {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
 }
 
 /// What a deadline proposal is about, so that each is proposed once while in flight.
@@ -167,6 +182,13 @@ pub enum DutyEvent {
     },
     /// Time passed.
     Tick,
+    /// A slave's probe samples (they come with its heartbeats; S3.2).
+    Samples {
+        /// Node.
+        node: NodeId,
+        /// The samples, oldest first.
+        samples: Vec<hetsched_common::protocol::ProbeSample>,
+    },
     /// A slave answered a batch dispatch (ok) or the send failed or timed out (not ok):
     /// as [`DutyEvent::Delivered`] for each of `tasks`.
     DeliveredBatch {
@@ -213,6 +235,20 @@ pub enum Effect {
         addr: String,
         /// The work, in task order.
         assignments: Vec<Assignment>,
+    },
+    /// Tell a slave to change a running attempt's CPUs live (fire and forget: sent again
+    /// while its samples show another count).
+    SetCpus {
+        /// Node.
+        node: NodeId,
+        /// Its address.
+        addr: String,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// New allocation, millicores.
+        cpu_milli: u64,
     },
 }
 
@@ -281,6 +317,8 @@ struct Leading {
     next_gc: u64,
     /// Deadline proposals in flight.
     deadlines: BTreeSet<DeadlineKey>,
+    /// S3.2 CPU-count searches of running GPU tasks.
+    searches: BTreeMap<(TaskId, Attempt), cpus::SearchRun>,
 }
 
 /// The duties' role. One enum, so no combination of flags can be inconsistent.
@@ -376,6 +414,9 @@ impl DutiesCore {
             } => {
                 self.delivered(&[(task, attempt)], ok, now);
                 self.dispatch(now, view, &mut fx);
+            }
+            DutyEvent::Samples { node, samples } => {
+                self.samples(node, &samples, now, view, &mut fx)
             }
             DutyEvent::DeliveredBatch { node: _, tasks, ok } => {
                 self.delivered(&tasks, ok, now);
@@ -486,6 +527,7 @@ impl DutiesCore {
             gc_in_flight: false,
             next_gc: now.mono_ms + self.cfg.gc_period_ms,
             deadlines: BTreeSet::new(),
+            searches: BTreeMap::new(),
         }));
     }
 
@@ -551,6 +593,13 @@ impl DutiesCore {
                     l.deadlines.remove(&key);
                 }
             }
+            ProposalTag::CpuSearch { task, attempt } => {
+                if let Role::Leading(l) = &mut self.role {
+                    if let Some(run) = l.searches.get_mut(&(task, attempt)) {
+                        run.proposing = false;
+                    }
+                }
+            }
         }
     }
 
@@ -602,6 +651,10 @@ impl DutiesCore {
             }
             Outcome::TimedOut { stop, .. } => {
                 stop_effects(&[stop], None, view, fx);
+                wake = true;
+            }
+            Outcome::CpusSet { attempt, cpu_milli } => {
+                cpus::set_cpus_effect(l, attempt, cpu_milli, now, view, fx);
                 wake = true;
             }
             // New work or freed resources can make a placement possible.

@@ -825,3 +825,109 @@ fn ten_thousand_tasks_cost_at_most_half_a_log_entry_each() {
     // Nothing left to place and nothing changed: a tick does not scan the queue again.
     assert!(h.on(DutyEvent::Tick).is_empty());
 }
+
+/// S3.2 through the core: a GPU task with a class is searched from its slave's samples; the
+/// slave is simulated (it applies each `SetCpus` and samples a curve peaking at 2 CPUs).
+#[test]
+fn the_cpu_search_steps_from_samples_and_records_the_best_count() {
+    let mut h = Harness::with(DutiesConfig {
+        probe_period_ms: 2_000,
+        util_epsilon: 1.0,
+        ..DutiesConfig::default()
+    });
+    h.lead();
+    let node = match h
+        .apply(Command::RegisterNode {
+            key: 1,
+            node: None,
+            name: "g".into(),
+            addr: "127.0.0.1:9001".into(),
+            capacity: NodeResources {
+                cpu_milli: 8000,
+                mem_mib: 4096,
+                gpus: vec![hetsched_common::GpuDevice {
+                    model: "T4".into(),
+                    free_milli: 1000,
+                    emulated: true,
+                }],
+                engines: Default::default(),
+            },
+            labels: Default::default(),
+            partitions: Vec::new(),
+        })
+        .0
+    {
+        Outcome::Registered { node } => node,
+        o => panic!("{o:?}"),
+    };
+    let spec = JobSpec {
+        resources: ResourceRequest {
+            cpu_milli: 4000,
+            mem_mib: 64,
+            gpu: GpuRequest::whole(1),
+            engines: Default::default(),
+        },
+        count: 1,
+        command: vec!["true".into()],
+        cpu_search: Some(hetsched_common::CpuSearchSpec {
+            class: hetsched_common::TaskClass::Speech,
+            pipelined: false,
+            heavy_weights: false,
+            cpu_heavy: false,
+        }),
+        ..Default::default()
+    };
+    let (o, fx) = h.apply(Command::SubmitJob { spec });
+    let Outcome::Submitted { tasks, .. } = o else {
+        panic!("{o:?}");
+    };
+    let task = tasks[0];
+    h.commit(&fx);
+    assert_eq!(h.state.tasks[&task].status.node, Some(node));
+    h.apply(Command::TaskStarted {
+        node,
+        task,
+        attempt: 1,
+    });
+    let curve = |cpus: u64| 90.0 - 10.0 * ((cpus as f64 / 1000.0) - 2.0).abs();
+    let mut slave_cpus = 4000u64;
+    let mut applied = vec![slave_cpus];
+    for _ in 0..200 {
+        if h.state.tasks[&task].cpu_search == Some(crate::state::CpuSearchPhase::Done)
+            && slave_cpus == h.state.task_cpu_milli(task).unwrap_or(0)
+        {
+            break;
+        }
+        h.advance(500);
+        let fx = h.on(DutyEvent::Samples {
+            node,
+            samples: vec![hetsched_common::protocol::ProbeSample {
+                task,
+                attempt: 1,
+                cpu_milli: slave_cpus,
+                gpu_util: Some(curve(slave_cpus)),
+                gpu_emulated: true,
+                membw_mbps: None,
+                membw_emulated: false,
+            }],
+        });
+        let mut all = fx.clone();
+        all.extend(h.commit(&fx));
+        for e in all {
+            if let Effect::SetCpus { cpu_milli, .. } = e {
+                slave_cpus = cpu_milli;
+                if applied.last() != Some(&cpu_milli) {
+                    applied.push(cpu_milli);
+                }
+            }
+        }
+    }
+    assert_eq!(applied, vec![4000, 3000, 2000, 1000, 2000]);
+    assert_eq!(h.state.task_cpu_milli(task), Some(2000));
+    assert_eq!(
+        h.state.cpu_history[&hetsched_common::TaskClass::Speech],
+        2000
+    );
+    // 8 − 2 CPUs free on the node.
+    assert_eq!(h.state.nodes[&node].free.cpu_milli, 6000);
+}

@@ -5,6 +5,7 @@
 //! Nomad's plan applier). One plan is in flight at a time, so a plan never races itself.
 
 pub mod admission;
+pub mod cpu_search;
 pub mod index;
 mod indexed;
 pub mod multiqueue;

@@ -117,6 +117,21 @@ impl LeaderDuties {
                     self.senders
                         .send(node, &addr, Outgoing::DispatchBatch(assignments));
                 }
+                Effect::SetCpus {
+                    node,
+                    addr,
+                    task,
+                    attempt,
+                    cpu_milli,
+                } => self.senders.send(
+                    node,
+                    &addr,
+                    Outgoing::SetCpus {
+                        task,
+                        attempt,
+                        cpu_milli,
+                    },
+                ),
             }
         }
         metrics::gauge!("hetsched_master_undelivered_assignments")
@@ -216,6 +231,8 @@ pub struct Heartbeat {
     pub node: NodeId,
     /// What it holds.
     pub held: Vec<HeldTask>,
+    /// Probe samples since its last heartbeat.
+    pub samples: Vec<hetsched_common::protocol::ProbeSample>,
 }
 
 impl Handler<Heartbeat> for LeaderDuties {
@@ -235,6 +252,15 @@ impl Handler<Heartbeat> for LeaderDuties {
                     },
                     ctx,
                 );
+                if !hb.samples.is_empty() {
+                    self.feed(
+                        DutyEvent::Samples {
+                            node: hb.node,
+                            samples: hb.samples,
+                        },
+                        ctx,
+                    );
+                }
                 Ok(self.shared.id)
             }
             HeartbeatVerdict::NotLeader => Err(self.shared.not_leader(self.raft.status().leader)),

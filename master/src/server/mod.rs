@@ -833,6 +833,11 @@ impl Master {
             jobs: s.jobs.len() as u64,
             tasks: s.task_counts(),
             queues: s.queue_counts(),
+            cpu_config: s
+                .cpu_history
+                .iter()
+                .map(|(class, milli)| (class.as_str().to_string(), *milli as f64 / 1000.0))
+                .collect(),
             state_bytes: digest.bytes,
             snapshot_bytes: std::fs::metadata(&self.snapshot_file).map_or(0, |m| m.len()),
             raft: {
@@ -876,15 +881,34 @@ impl Master {
                 match self.propose(cmd, None).await? {
                     Outcome::Registered { node } => {
                         // Registration doubles as the first heartbeat.
-                        let _ = self.duties.send(Heartbeat { node, held }).await;
+                        let _ = self
+                            .duties
+                            .send(Heartbeat {
+                                node,
+                                held,
+                                samples: Vec::new(),
+                            })
+                            .await;
                         Ok(SlaveResponse::Registered { node })
                     }
                     Outcome::Rejected(why) => Err(ErrorReply::new(ErrorKind::Invalid, why)),
                     o => Err(unexpected(o)),
                 }
             }
-            SlaveRequest::Heartbeat { node, held } => {
-                match self.duties.send(Heartbeat { node, held }).await {
+            SlaveRequest::Heartbeat {
+                node,
+                held,
+                samples,
+            } => {
+                match self
+                    .duties
+                    .send(Heartbeat {
+                        node,
+                        held,
+                        samples,
+                    })
+                    .await
+                {
                     Ok(Ok(leader)) => Ok(SlaveResponse::HeartbeatAck { leader }),
                     Ok(Err(e)) => Err(e),
                     Err(e) => Err(ErrorReply::new(ErrorKind::Unavailable, e.to_string())),
@@ -989,9 +1013,39 @@ impl Master {
                             _ => None,
                         })
                         .collect();
+                    // S3.6 compressions are entries of their own (`CompressTask`), counted
+                    // once here, by the leader that proposed them.
+                    let (compressions, reports): (Vec<_>, Vec<_>) =
+                        reports.into_iter().partition(|r| {
+                            matches!(r, hetsched_common::protocol::TaskReport::Compressed { .. })
+                        });
+                    for c in compressions {
+                        if let hetsched_common::protocol::TaskReport::Compressed {
+                            task,
+                            attempt,
+                            cpu_milli,
+                            gpu_task,
+                        } = c
+                        {
+                            let cmd = Command::CompressTask {
+                                node,
+                                task,
+                                attempt,
+                                cpu_milli,
+                                gpu_task,
+                            };
+                            if self.propose(cmd, None).await? == Outcome::TaskUpdated {
+                                metrics::counter!("hetsched_master_compressions_total")
+                                    .increment(1);
+                                tracing::info!(%task, %gpu_task, cpu_milli, "CPU task compressed");
+                            }
+                        }
+                    }
                     // One entry for the whole batch; stale reports in it are ignored at apply.
-                    self.propose(Command::TaskReports { node, reports }, None)
-                        .await?;
+                    if !reports.is_empty() {
+                        self.propose(Command::TaskReports { node, reports }, None)
+                            .await?;
+                    }
                     let s = self.shared.read_state();
                     for (task, attempt) in finishing {
                         task_outcome_metric(&s, task, attempt);

@@ -28,6 +28,16 @@ pub enum Outgoing {
     },
     /// Run these tasks (one message; a slave that predates batches gets them one by one).
     DispatchBatch(Vec<Assignment>),
+    /// Change a running attempt's CPUs live (S3.2; fire and forget: the duties send it
+    /// again while the slave's samples show the old count).
+    SetCpus {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// New allocation, millicores.
+        cpu_milli: u64,
+    },
 }
 
 /// The answer to one dispatch message (one or many assignments), reported to the duties.
@@ -127,7 +137,7 @@ impl SlaveSenders {
 fn fail(results: &mpsc::UnboundedSender<DispatchResult>, node: NodeId, msg: &Outgoing) {
     let tasks = match msg {
         Outgoing::DispatchBatch(b) => b.iter().map(|a| (a.task, a.attempt)).collect(),
-        Outgoing::Stop { .. } => return,
+        Outgoing::Stop { .. } | Outgoing::SetCpus { .. } => return,
     };
     let _ = results.send(DispatchResult {
         node,
@@ -226,6 +236,25 @@ async fn run_sender(
                         .await;
                     if let Err(e) = r {
                         tracing::debug!(%node, %task, error = %e, "stop not delivered; reconciliation will retry");
+                    }
+                }
+                Outgoing::SetCpus {
+                    task,
+                    attempt,
+                    cpu_milli,
+                } => {
+                    let r = c
+                        .call(
+                            Message::ToSlave(SlaveCommand::SetCpus {
+                                task,
+                                attempt,
+                                cpu_milli,
+                            }),
+                            timeout,
+                        )
+                        .await;
+                    if !matches!(r, Ok(Message::ToSlaveReply(SlaveCommandReply::Accepted))) {
+                        tracing::debug!(%node, %task, reply = ?r, "CPU change not applied; the search will send it again");
                     }
                 }
             }

@@ -198,6 +198,42 @@ pub enum Command {
         /// Summary.
         summary: CallSummary,
     },
+    /// S3.2: the leader's CPU-count search changes a running GPU task's allocation (the
+    /// node's free CPUs change by the difference; an increase must fit).
+    SetTaskCpus {
+        /// Node.
+        node: NodeId,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// The new allocation, millicores.
+        cpu_milli: u64,
+    },
+    /// S3.2: a GPU task's search ended at `cpu_milli`: recorded as its class's best count
+    /// (the start point of later searches of the class).
+    RecordCpuConfig {
+        /// The task whose search ended.
+        task: TaskId,
+        /// Its class.
+        class: hetsched_common::TaskClass,
+        /// The best count, millicores.
+        cpu_milli: u64,
+    },
+    /// S3.6: a slave halved a CPU task's cores (applied live already) because it contended
+    /// with `gpu_task`; the freed cores stay held on the node for `gpu_task` until it ends.
+    CompressTask {
+        /// Node.
+        node: NodeId,
+        /// The CPU task.
+        task: TaskId,
+        /// Its attempt.
+        attempt: Attempt,
+        /// Its new allocation, millicores.
+        cpu_milli: u64,
+        /// The GPU task the freed cores are held for.
+        gpu_task: TaskId,
+    },
     /// A batch of one slave's task reports, applied in order as `TaskStarted` /
     /// `TaskFinished` would be (each fenced by its attempt): one log entry for many tasks.
     TaskReports {
@@ -342,6 +378,13 @@ pub enum Outcome {
         node: NodeId,
         /// The attempts that were re-queued.
         requeued: Vec<TaskRef>,
+    },
+    /// A running attempt's CPU allocation changed (S3.2): its slave must apply it.
+    CpusSet {
+        /// The attempt.
+        attempt: TaskRef,
+        /// The new allocation, millicores.
+        cpu_milli: u64,
     },
     /// An attempt timed out; its slave must stop it.
     TimedOut {

@@ -5,11 +5,13 @@
 //! "Submitted later" means "a higher log index": ids are handed out in apply order.
 
 mod command;
+mod cpus;
 mod hash;
 mod lifecycle;
 mod listing;
 
 pub use command::{Assign, Command, CommandEnvelope, Outcome, Plan, Preemption, TaskRef};
+pub use cpus::{CompressReserve, CpuSearchPhase};
 pub use hash::fnv1a64;
 pub use lifecycle::Drain;
 pub use listing::ListError;
@@ -26,13 +28,18 @@ pub fn command_nodes(command: &Command) -> BTreeSet<NodeId> {
         | Command::DrainNode { node, .. }
         | Command::UndrainNode { node }
         | Command::RequeueDrained { node }
-        | Command::TimeoutTask { node, .. } => {
+        | Command::TimeoutTask { node, .. }
+        | Command::SetTaskCpus { node, .. }
+        | Command::CompressTask { node, .. } => {
             nodes.insert(*node);
         }
         Command::TaskReports { node, reports }
-            if reports
-                .iter()
-                .any(|r| matches!(r, TaskReport::Finished { .. })) =>
+            if reports.iter().any(|r| {
+                matches!(
+                    r,
+                    TaskReport::Finished { .. } | TaskReport::Compressed { .. }
+                )
+            }) =>
         {
             nodes.insert(*node);
         }
@@ -133,6 +140,16 @@ pub struct Task {
     /// A program task's calls in brief, as its slave reported them.
     #[serde(default)]
     pub calls: Option<CallSummary>,
+    /// The current attempt's CPU allocation when changed live (S3.2 search, S3.6
+    /// compression), millicores; `None`: what the job asks for.
+    #[serde(default)]
+    pub cpu_milli: Option<u64>,
+    /// S3.2: where the current attempt's CPU-count search is (`None`: no `--class`).
+    #[serde(default)]
+    pub cpu_search: Option<CpuSearchPhase>,
+    /// S3.6: the current attempt's cores were halved.
+    #[serde(default)]
+    pub compressed: bool,
 }
 
 /// Liveness of a node as committed in the log (heartbeats themselves are not logged).
@@ -176,6 +193,9 @@ pub struct Node {
     /// Set while the node is draining (takes no new tasks).
     #[serde(default)]
     pub drain: Option<Drain>,
+    /// S3.6: cores freed by compressions, held (not `free`) for a GPU task until it ends.
+    #[serde(default)]
+    pub compress_reserves: Vec<CompressReserve>,
 }
 
 /// A preempted attempt that has not stopped yet, and what it holds.
@@ -189,6 +209,9 @@ pub struct Stopping {
     pub job: JobId,
     /// Its GPU devices.
     pub gpus: GpuAlloc,
+    /// Its CPU allocation when changed live (`None`: the job's).
+    #[serde(default)]
+    pub cpu_milli: Option<u64>,
 }
 
 /// The partition a job names, `default` when it names none.
@@ -368,6 +391,9 @@ pub struct ClusterState {
     /// total time ascending, built from all slaves' tables.
     #[serde(default)]
     pub relations: BTreeMap<TaskKind, Vec<EngineTotal>>,
+    /// S3.2 class history: each class's best CPU count as last recorded, millicores.
+    #[serde(default)]
+    pub cpu_history: BTreeMap<hetsched_common::TaskClass, u64>,
     /// Last applied log index.
     pub last_index: u64,
     /// Leader's clock of the last applied command.
@@ -463,6 +489,24 @@ impl ClusterState {
                 summary,
             } => self.record_calls(node, task, attempt, summary),
             Command::TaskReports { node, reports } => self.task_reports(node, reports, env.at_ms),
+            Command::SetTaskCpus {
+                node,
+                task,
+                attempt,
+                cpu_milli,
+            } => self.set_task_cpus(node, task, attempt, cpu_milli),
+            Command::RecordCpuConfig {
+                task,
+                class,
+                cpu_milli,
+            } => self.record_cpu_config(task, class, cpu_milli),
+            Command::CompressTask {
+                node,
+                task,
+                attempt,
+                cpu_milli,
+                gpu_task,
+            } => self.compress_task(node, task, attempt, cpu_milli, gpu_task),
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {
@@ -538,6 +582,7 @@ impl ClusterState {
                         partitions,
                         stopping: Vec::new(),
                         drain: None,
+                        compress_reserves: Vec::new(),
                     },
                 );
                 Outcome::Registered { node: id }
@@ -605,14 +650,18 @@ impl ClusterState {
     }
 
     fn release(&mut self, node: NodeId, task: TaskId, job: JobId, gpus: &GpuAlloc) {
-        let Some(req) = self.jobs.get(&job).map(|j| j.spec.resources.clone()) else {
+        let Some(mut req) = self.jobs.get(&job).map(|j| j.spec.resources.clone()) else {
             return;
         };
+        if let Some(c) = self.tasks.get(&task).and_then(|t| t.cpu_milli) {
+            req.cpu_milli = c;
+        }
         if let Some(n) = self.nodes.get_mut(&node) {
             if n.tasks.remove(&task) {
                 n.free.give_back(&req, gpus, &n.capacity);
             }
         }
+        self.end_reserves_for(node, task);
     }
 
     fn submit(&mut self, index: u64, at_ms: u64, mut spec: JobSpec) -> Outcome {
@@ -680,6 +729,9 @@ impl ClusterState {
                     started_ms: None,
                     attempt_nodes: BTreeMap::new(),
                     calls: None,
+                    cpu_milli: None,
+                    cpu_search: None,
+                    compressed: false,
                 },
             );
             self.pending.insert(tid);
@@ -805,6 +857,7 @@ impl ClusterState {
             t.preemptions += 1;
             t.started_ms = None;
             let job = t.job;
+            let cpu_milli = t.cpu_milli;
             if let Some(n) = self.nodes.get_mut(&p.node) {
                 n.tasks.remove(&v.task);
                 n.stopping.push(Stopping {
@@ -812,6 +865,7 @@ impl ClusterState {
                     attempt: v.attempt,
                     job,
                     gpus,
+                    cpu_milli,
                 });
             }
             self.pending.insert(v.task);
@@ -835,11 +889,15 @@ impl ClusterState {
             return false;
         };
         let s = n.stopping.remove(i);
-        if let Some(req) = self.jobs.get(&s.job).map(|j| j.spec.resources.clone()) {
+        if let Some(mut req) = self.jobs.get(&s.job).map(|j| j.spec.resources.clone()) {
+            if let Some(c) = s.cpu_milli {
+                req.cpu_milli = c;
+            }
             if let Some(n) = self.nodes.get_mut(&node) {
                 n.free.give_back(&req, &s.gpus, &n.capacity);
             }
         }
+        self.end_reserves_for(node, task);
         true
     }
 
@@ -877,6 +935,7 @@ impl ClusterState {
             return None;
         }
         let req = &job.spec.resources;
+        let searched = job.spec.cpu_search.is_some();
         let node = self.nodes.get_mut(&a.node)?;
         if !node.takes_work() {
             return None;
@@ -890,6 +949,10 @@ impl ClusterState {
         let task = self.tasks.get_mut(&a.task)?;
         let attempt = task.status.assign(a.node).ok()?;
         task.gpus = gpus;
+        // A new attempt starts at what the job asks for; its search (if any) starts over.
+        task.cpu_milli = None;
+        task.compressed = false;
+        task.cpu_search = searched.then_some(CpuSearchPhase::Probing);
         task.not_before_ms = None;
         task.started_ms = None;
         task.attempt_nodes.insert(attempt, a.node);
@@ -1007,6 +1070,12 @@ impl ClusterState {
                     exit_code,
                     reason,
                 } => self.task_finished(node, task, attempt, exit_code, reason, at_ms),
+                TaskReport::Compressed {
+                    task,
+                    attempt,
+                    cpu_milli,
+                    gpu_task,
+                } => self.compress_task(node, task, attempt, cpu_milli, gpu_task),
             };
             if o == Outcome::TaskUpdated {
                 updated += 1;
@@ -1325,11 +1394,13 @@ impl ClusterState {
             preemptions: t.preemptions,
             failures: t.failures,
             not_before_ms: t.not_before_ms,
-            cpus: self
-                .jobs
-                .get(&t.job)
-                .map(|j| j.spec.resources.cpu_milli as f64 / 1000.0)
-                .unwrap_or(0.0),
+            cpus: t
+                .cpu_milli
+                .or_else(|| self.jobs.get(&t.job).map(|j| j.spec.resources.cpu_milli))
+                .unwrap_or(0) as f64
+                / 1000.0,
+            cpu_search: t.cpu_search.map(|p| p.as_str().to_string()),
+            compressed: t.compressed,
             calls: t.calls,
             queue: self
                 .job_resources(t.job)
@@ -1421,6 +1492,18 @@ impl ClusterState {
                 .cloned()
                 .unwrap_or_else(|| "none".into()),
             engines: self.engine_info(n),
+            probes: hetsched_common::protocol::ProbesInfo {
+                gpu: n
+                    .labels
+                    .get(hetsched_common::protocol::PROBE_GPU_LABEL)
+                    .cloned()
+                    .unwrap_or_else(|| "none".into()),
+                membw: n
+                    .labels
+                    .get(hetsched_common::protocol::PROBE_MEMBW_LABEL)
+                    .cloned()
+                    .unwrap_or_else(|| "none".into()),
+            },
         }
     }
 
