@@ -261,6 +261,14 @@ pub fn three_peers() -> (BTreeMap<u64, String>, Vec<std::net::TcpListener>) {
 
 /// Starts a fresh 3-member cluster in `dirs`.
 pub fn start_cluster(name: &str) -> (BTreeMap<u64, String>, Vec<TempDir>, Vec<Member>) {
+    start_cluster_with(name, |_| {})
+}
+
+/// [`start_cluster`] with each member's configuration adjusted by `tune`.
+pub fn start_cluster_with(
+    name: &str,
+    tune: impl Fn(&mut RaftConfig) + Copy,
+) -> (BTreeMap<u64, String>, Vec<TempDir>, Vec<Member>) {
     let (peers, listeners) = three_peers();
     let dirs: Vec<TempDir> = (1..=3)
         .map(|id| TempDir::new(&format!("{name}-{id}")))
@@ -268,7 +276,9 @@ pub fn start_cluster(name: &str) -> (BTreeMap<u64, String>, Vec<TempDir>, Vec<Me
     let members = listeners
         .into_iter()
         .zip(1u64..)
-        .map(|(l, id)| start_member(id, &peers, dirs[(id - 1) as usize].0.clone(), Some(l)))
+        .map(|(l, id)| {
+            start_member_with(id, &peers, dirs[(id - 1) as usize].0.clone(), Some(l), tune)
+        })
         .collect();
     (peers, dirs, members)
 }
