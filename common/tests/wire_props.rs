@@ -250,6 +250,9 @@ fn message() -> impl Strategy<Value = Message> {
                 drain_deadline_ms: None,
                 cgroup: "v1".into(),
                 engines: vec![],
+                queued: 2,
+                steals_in: 3,
+                steals_out: 0,
             }])
         )),
         (

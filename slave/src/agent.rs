@@ -89,6 +89,20 @@ pub enum AgentMsg {
         /// Where the answer goes.
         reply: oneshot::Sender<Vec<HeldTask>>,
     },
+    /// S0.4: a master's `ReleaseQueued` (another slave steals the task).
+    Release {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Where the answer goes.
+        reply: ReplyTx,
+    },
+    /// S0.4: whether the slave should ask for work to steal.
+    WantsWork {
+        /// Where the answer goes.
+        reply: oneshot::Sender<bool>,
+    },
 }
 
 /// A report for the masters, delivered by the link.
@@ -398,6 +412,31 @@ impl Agent {
             }
             AgentMsg::Held { reply } => {
                 let _ = reply.send(self.queue.held());
+            }
+            AgentMsg::Release {
+                task,
+                attempt,
+                reply,
+            } => {
+                let released = self.queue.release(task, attempt);
+                if released {
+                    tracing::info!(task = %task, attempt, "queued task released to a thief");
+                    // The queue no longer holds it: a restart must not bring it back.
+                    let r = async {
+                        self.store.remove_task(task)?;
+                        self.store.flush().await
+                    }
+                    .await;
+                    if let Err(e) = r {
+                        tracing::error!(task = %task, attempt, error = %e, "cannot forget released task");
+                    }
+                }
+                let _ = reply.send(Message::ToSlaveReply(SlaveCommandReply::Released {
+                    released,
+                }));
+            }
+            AgentMsg::WantsWork { reply } => {
+                let _ = reply.send(self.queue.wants_work());
             }
         }
     }

@@ -453,6 +453,13 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                     assignment,
                     reply: tx,
                 },
+                Message::ToSlave(SlaveCommand::ReleaseQueued { task, attempt }) => {
+                    agent::AgentMsg::Release {
+                        task,
+                        attempt,
+                        reply: tx,
+                    }
+                }
                 // A preemption's grace period comes with the request; otherwise the
                 // slave's own `stop_grace` applies.
                 Message::ToSlave(SlaveCommand::StopTask {
@@ -469,7 +476,7 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                     tracing::debug!(%peer, message = ?other, "unsupported request");
                     return Some(Message::Error(ErrorReply::new(
                         ErrorKind::Unsupported,
-                        "a slave serves only Assign, AssignBatch, StopTask, ReadLog and Calls",
+                        "a slave serves only Assign, AssignBatch, StopTask, ReleaseQueued, ReadLog and Calls",
                     )));
                 }
             };

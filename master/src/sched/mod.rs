@@ -5,11 +5,15 @@
 //! Nomad's plan applier). One plan is in flight at a time, so a plan never races itself.
 
 pub mod admission;
+pub mod engine_choice;
+#[cfg(test)]
+mod engine_overflow_tests;
 pub mod index;
 mod indexed;
 pub mod multiqueue;
 pub mod preemption;
 pub mod queue;
+pub mod steal;
 
 pub use indexed::IndexedScheduler;
 
