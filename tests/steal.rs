@@ -8,6 +8,7 @@
 //! task's line appears exactly once, so no task ran on both.
 
 mod support;
+mod support_http;
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -16,8 +17,9 @@ use support::{wait_for, Cluster, Proc};
 
 #[test]
 fn idle_slave_steals_queued_tasks_and_every_task_runs_exactly_once() {
-    let c = Cluster::start_with("steal", 1, 1, 1, &["--queue-depth", "20"]);
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(&c)));
+    let http = format!("127.0.0.1:{}", support::free_port());
+    let c = Cluster::start_with("steal", 1, 1, 1, &["--queue-depth", "20", "--http", &http]);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(&c, &http)));
     if let Err(p) = result {
         c.dump_logs();
         std::panic::resume_unwind(p);
@@ -28,7 +30,7 @@ fn node<'a>(nodes: &'a [Value], name: &str) -> Option<&'a Value> {
     nodes.iter().find(|n| n["name"] == name)
 }
 
-fn scenario(c: &Cluster) {
+fn scenario(c: &Cluster, http: &str) {
     c.wait_leader(Duration::from_secs(30));
     c.wait_nodes_up(1, Duration::from_secs(30));
     let runs = c.dir.path().join("runs");
@@ -118,4 +120,12 @@ fn scenario(c: &Cluster) {
     // A stolen task ran under attempt 2 (the victim's attempt 1 never started).
     let second_attempts = done.iter().filter(|t| t["attempt"] == 2).count() as u64;
     assert_eq!(second_attempts, stolen);
+    // The leader counted each committed steal once.
+    let metrics = support_http::get(http, "/metrics").expect("metrics").text();
+    let counted = metrics
+        .lines()
+        .find(|l| l.starts_with("hetsched_master_steals_total"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse::<f64>().ok());
+    assert_eq!(counted, Some(stolen as f64), "{metrics}");
 }
