@@ -54,11 +54,11 @@ pub struct Args {
     /// S0.1: an API-program task's target engine kinds are the fastest in its task–engine
     /// relation and any whose efficiency (fastest total time / its total time) is at least
     /// this. In (0, 1]; 1.0: the fastest kind only.
-    #[arg(long, default_value_t = 1.0, value_name = "RATIO")]
+    #[arg(long, default_value_t = 1.0, value_name = "RATIO", value_parser = parse_ratio)]
     pub engine_efficiency_bound: f64,
     /// S0.2: slaves whose load rate of the target engine kind (busy engines / engines,
     /// queued tasks counted) is at or above this are passed over. In (0, 1].
-    #[arg(long, default_value_t = 0.8, value_name = "RATIO")]
+    #[arg(long, default_value_t = 0.8, value_name = "RATIO", value_parser = parse_ratio)]
     pub load_bound: f64,
     /// S0.3: tasks the master may assign to a slave beyond its free resources; they wait in
     /// the slave's local queue (idle slaves steal them, S0.4). 0: no slave queues.
@@ -101,6 +101,15 @@ pub struct GcAfter(pub Option<std::time::Duration>);
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("{s:?} is not a duration like 30s, 5m, 1h: {e}"))
+}
+
+/// A ratio in (0, 1] (`--engine-efficiency-bound`, `--load-bound`).
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        Ok(v) => Err(format!("{v} is outside (0, 1]")),
+        Err(_) => Err(format!("{s:?} is not a number in (0, 1]")),
+    }
 }
 
 fn parse_gc_after(s: &str) -> Result<GcAfter, String> {
