@@ -549,7 +549,9 @@ impl Scheduler for IndexedScheduler {
                     let mut placed = None;
                     if !choice.waiting {
                         for &(node, kind) in &choice.ranked {
-                            let fits = self.index.free(node).is_some_and(|f| f.fits(req));
+                            // A node held for a waiting preemptor is not this task's to take.
+                            let held = self.index.reservation(node).is_some_and(|r| r.task != task);
+                            let fits = !held && self.index.free(node).is_some_and(|f| f.fits(req));
                             if fits && self.index.take(node, req).is_some() {
                                 placed = Some((node, kind, false));
                                 break;
