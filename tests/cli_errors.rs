@@ -81,6 +81,33 @@ fn malformed_command_lines() {
 }
 
 #[test]
+fn engine_choice_bounds_outside_zero_to_one_are_usage_errors() {
+    for (flag, value) in [
+        ("--load-bound", "1.5"),
+        ("--load-bound", "0"),
+        ("--engine-efficiency-bound", "abc"),
+    ] {
+        let args = [
+            "master",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:1",
+            "--peers",
+            "1=127.0.0.1:1",
+            "--data-dir",
+            "/tmp/x",
+            flag,
+            value,
+        ];
+        assert_one_line_error(&args);
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(flag), "{err}");
+    }
+}
+
+#[test]
 fn unreachable_masters() {
     // Port 1 on loopback refuses connections.
     assert_one_line_error(&["--masters", "127.0.0.1:1,127.0.0.1:2", "status"]);

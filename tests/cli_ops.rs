@@ -274,7 +274,10 @@ fn watch_exits_1_for_a_job_with_a_failing_task() {
 
 #[test]
 fn drain_sends_no_new_tasks_and_requeues_at_the_deadline() {
-    let c = start("cli-drain", 2, 2);
+    // No slave queues (S0.3): the tasks that do not fit must stay pending here.
+    let c = Cluster::start_with("cli-drain", 1, 2, 2, &["--queue-depth", "0"]);
+    c.wait_leader(WAIT);
+    c.wait_nodes_up(2, WAIT);
     let nodes = c.json(&["nodes"]).expect("nodes");
     let id_of = |name: &str| {
         nodes

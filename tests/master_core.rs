@@ -107,7 +107,15 @@ fn time_to_finish(c: &Cluster, job: u64, skip_node: Option<u64>, n: usize) -> Du
 #[test]
 fn a_sigstopped_slave_delays_only_its_own_tasks() {
     // A long node timeout: the stopped slave stays "up", so the leader keeps trying it.
-    let c = Cluster::start_with("sigstop", 3, 3, 2, &["--node-timeout-ms", "120000"]);
+    // No slave queues (S0.3): with them the stopped slave would also be given queued tasks
+    // beyond its free room, which it cannot release to thieves while stopped.
+    let c = Cluster::start_with(
+        "sigstop",
+        3,
+        3,
+        2,
+        &["--node-timeout-ms", "120000", "--queue-depth", "0"],
+    );
     guarded(&c, || {
         c.wait_leader(Duration::from_secs(30));
         c.wait_nodes_up(3, Duration::from_secs(30));

@@ -24,6 +24,9 @@ fn a_gpu_task_takes_back_reserved_cpus_from_a_cpu_burst_and_the_borrowers_rerun_
             "1",
             "--preempt-grace",
             "2s",
+            // No slave queues (S0.3): tasks that do not fit stay in the master's queues.
+            "--queue-depth",
+            "0",
         ],
         &["--gpus", "2"],
     );

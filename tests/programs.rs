@@ -151,6 +151,12 @@ fn scenario(c: &Cluster) {
     );
     assert_eq!(relations[0]["engines"][0]["engine"], "cpu", "{profiles}");
     assert!(relations[0]["engines"][0]["total_us"].as_u64() > Some(0));
+    // `submit --dry-run` shows the engine kind engine choice picks (S0.1): the CPU here.
+    let dry = c
+        .json(&["submit", "--dry-run", "--program", &prog_arg])
+        .expect("dry run");
+    assert_eq!(dry["tasks"][0]["engine"], "cpu", "{dry}");
+    assert!(dry["tasks"][0]["node"].as_u64().is_some(), "{dry}");
 
     // A job spec file may name the program (relative to the file).
     let spec_file = c.dir.path().join("job.toml");

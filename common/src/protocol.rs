@@ -407,6 +407,13 @@ pub struct DryRunTask {
     pub node: Option<NodeId>,
     /// Running tasks it would preempt.
     pub preempts: Vec<TaskId>,
+    /// S0.1–2: the engine kind chosen for a program task (`None`: not a program task, or
+    /// no profile knows its kind yet).
+    #[serde(default)]
+    pub engine: Option<EngineKind>,
+    /// S0.3: it would wait in the node's local queue (beyond the node's free resources).
+    #[serde(default)]
+    pub queued: bool,
 }
 
 /// `hetsched profiles`: every slave's selection table (S0.5) and the task–engine relation
@@ -667,6 +674,15 @@ pub struct NodeInfo {
     /// Which probes its slave samples with (`nodes --json` `"probes"`).
     #[serde(default)]
     pub probes: ProbesInfo,
+    /// Tasks assigned beyond its free resources, waiting in its local queue (S0.3).
+    #[serde(default)]
+    pub queued: u32,
+    /// Tasks it took from other slaves' queues (S0.4 work stealing).
+    #[serde(default)]
+    pub steals_in: u64,
+    /// Tasks other slaves took from its queue.
+    #[serde(default)]
+    pub steals_out: u64,
 }
 
 /// The probes a slave samples its tasks with: `gpu` `"nvml"` or `"emulated"`, `membw`
@@ -822,6 +838,13 @@ pub enum SlaveRequest {
         /// The reports, oldest first.
         reports: Vec<TaskReport>,
     },
+    /// S0.4: the slave's local queue is empty and it has free resources: the leader may
+    /// move a queued task of another slave here. Answered with `Ack` (the stolen task, if
+    /// any, arrives later as an ordinary assignment).
+    StealRequest {
+        /// The idle node (the thief).
+        node: NodeId,
+    },
 }
 
 /// One probe sample of a running attempt (taken by the slave once a second).
@@ -975,6 +998,15 @@ pub enum SlaveCommand {
         /// The new allocation, millicores.
         cpu_milli: u64,
     },
+    /// S0.4: give up this attempt if it is still only queued here (not started), because
+    /// another slave steals it. Answered with `Released { released }`; a released attempt
+    /// never starts on this slave, even if its assignment arrives again.
+    ReleaseQueued {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
 }
 
 /// Slave → master answers to commands.
@@ -995,4 +1027,10 @@ pub enum SlaveCommandReply {
     },
     /// Call records, in call order (empty while none has finished).
     Calls(Vec<CallRecord>),
+    /// The answer to `ReleaseQueued`: true when the attempt was queued and is now dropped;
+    /// false when it started (or is not held under that attempt).
+    Released {
+        /// Whether it was released.
+        released: bool,
+    },
 }

@@ -257,6 +257,9 @@ fn message() -> impl Strategy<Value = Message> {
                     gpu: "emulated".into(),
                     membw: "resctrl".into(),
                 },
+                queued: 2,
+                steals_in: 3,
+                steals_out: 0,
             }])
         )),
         (

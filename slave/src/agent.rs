@@ -109,6 +109,20 @@ pub enum AgentMsg {
         /// Whether it ran and was changed.
         reply: oneshot::Sender<bool>,
     },
+    /// S0.4: a master's `ReleaseQueued` (another slave steals the task).
+    Release {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Where the answer goes.
+        reply: ReplyTx,
+    },
+    /// S0.4: whether the slave should ask for work to steal.
+    WantsWork {
+        /// Where the answer goes.
+        reply: oneshot::Sender<bool>,
+    },
 }
 
 /// A running attempt as the probes see it.
@@ -453,6 +467,31 @@ impl Agent {
                 reply,
             } => {
                 let _ = reply.send(self.set_cpus(task, attempt, cpu_milli));
+            }
+            AgentMsg::Release {
+                task,
+                attempt,
+                reply,
+            } => {
+                let released = self.queue.release(task, attempt);
+                if released {
+                    tracing::info!(task = %task, attempt, "queued task released to a thief");
+                    // The queue no longer holds it: a restart must not bring it back.
+                    let r = async {
+                        self.store.remove_task(task)?;
+                        self.store.flush().await
+                    }
+                    .await;
+                    if let Err(e) = r {
+                        tracing::error!(task = %task, attempt, error = %e, "cannot forget released task");
+                    }
+                }
+                let _ = reply.send(Message::ToSlaveReply(SlaveCommandReply::Released {
+                    released,
+                }));
+            }
+            AgentMsg::WantsWork { reply } => {
+                let _ = reply.send(self.queue.wants_work());
             }
         }
     }

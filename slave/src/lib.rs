@@ -535,6 +535,13 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                     let _ = done_rx.await;
                     return Some(Message::ToSlaveReply(SlaveCommandReply::Accepted));
                 }
+                Message::ToSlave(SlaveCommand::ReleaseQueued { task, attempt }) => {
+                    agent::AgentMsg::Release {
+                        task,
+                        attempt,
+                        reply: tx,
+                    }
+                }
                 // A preemption's grace period comes with the request; otherwise the
                 // slave's own `stop_grace` applies.
                 Message::ToSlave(SlaveCommand::StopTask {
@@ -551,7 +558,7 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                     tracing::debug!(%peer, message = ?other, "unsupported request");
                     return Some(Message::Error(ErrorReply::new(
                         ErrorKind::Unsupported,
-                        "a slave serves only Assign, AssignBatch, StopTask, SetCpus, ReadLog and Calls",
+                        "a slave serves only Assign, AssignBatch, StopTask, SetCpus, ReleaseQueued, ReadLog and Calls",
                     )));
                 }
             };

@@ -202,6 +202,7 @@ impl Link {
                 self.registered = false;
             }
             r?;
+            self.ask_to_steal().await?;
         }
         let r = self.deliver().await;
         if let Err(LinkError::UnknownNode) = r {
@@ -249,6 +250,26 @@ impl Link {
                 "unexpected answer to Register: {other:?}"
             ))),
         }
+    }
+
+    /// S0.4: with an empty queue and free cores, ask the leader for queued work of other
+    /// slaves (at most once per heartbeat). A refusal (an older master, a leader catching
+    /// up) only means no steal this time.
+    async fn ask_to_steal(&mut self) -> Result<(), LinkError> {
+        let Some(node) = self.node else {
+            return Ok(());
+        };
+        let (tx, rx) = oneshot::channel();
+        self.agent
+            .send(AgentMsg::WantsWork { reply: tx })
+            .map_err(|_| LinkError::AgentGone)?;
+        if !rx.await.map_err(|_| LinkError::AgentGone)? {
+            return Ok(());
+        }
+        if let Err(e) = self.call(SlaveRequest::StealRequest { node }).await {
+            tracing::debug!(error = %e, "steal request not taken");
+        }
+        Ok(())
     }
 
     async fn heartbeat(&mut self) -> Result<(), LinkError> {

@@ -285,6 +285,25 @@ impl LocalQueue {
         }
     }
 
+    /// S0.4: gives up (task, attempt) for another slave to steal, only if it is still
+    /// queued (never once started). Returns whether it was released.
+    pub fn release(&mut self, task: TaskId, attempt: Attempt) -> bool {
+        match self.entries.get(&task) {
+            Some(e) if e.assignment.attempt == attempt && e.phase == Phase::Queued => {
+                self.entries.remove(&task);
+                self.order.retain(|t| *t != task);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// S0.4: whether this slave should ask the leader for work to steal: nothing waits in
+    /// its queue and some of its cores are free.
+    pub fn wants_work(&self) -> bool {
+        self.order.is_empty() && self.cpu_running_milli < self.cpu_capacity_milli
+    }
+
     /// The entry of `task`, if held.
     pub fn get(&self, task: TaskId) -> Option<&Entry> {
         self.entries.get(&task)
@@ -507,5 +526,26 @@ mod tests {
         assert_eq!(q.offer(asg(4, 2, 100)), Offer::Duplicate);
         assert_eq!(q.offer(asg(4, 1, 100)), Offer::Stale { held: 2 });
         assert!(q.acked(TaskId(2), 1));
+    }
+
+    #[test]
+    fn only_a_queued_attempt_is_released_and_an_idle_queue_wants_work() {
+        let mut q = LocalQueue::new(2000);
+        assert!(q.wants_work(), "empty with free cores");
+        q.offer(asg(1, 1, 1000));
+        q.offer(asg(2, 1, 1000));
+        q.offer(asg(3, 1, 1000));
+        assert_eq!(q.start_next().map(|a| a.task), Some(TaskId(1)));
+        assert_eq!(q.start_next().map(|a| a.task), Some(TaskId(2)));
+        assert!(!q.wants_work(), "task 3 waits");
+        assert!(!q.release(TaskId(1), 1), "started: never released");
+        assert!(!q.release(TaskId(3), 2), "another attempt");
+        assert!(q.release(TaskId(3), 1));
+        assert!(q.get(TaskId(3)).is_none());
+        assert_eq!(q.queued_len(), 0);
+        assert!(!q.wants_work(), "no free core");
+        assert!(q.finished(TaskId(1), 1, 0));
+        assert!(q.wants_work());
+        assert_eq!(q.start_next(), None, "the released task never starts here");
     }
 }

@@ -707,6 +707,8 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                 "MEM MiB (free/total)",
                 "GPUS",
                 "TASKS",
+                "QUEUED",
+                "STEALS (in/out)",
                 "ENGINES (free/count)",
                 "PROBES (gpu, membw)",
             ]);
@@ -736,6 +738,8 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                     format!("{}/{}", n.free.mem_mib, n.capacity.mem_mib),
                     gpus,
                     n.tasks.to_string(),
+                    n.queued.to_string(),
+                    format!("{}/{}", n.steals_in, n.steals_out),
                     engines_text(&n.engines),
                     probes_text(&n.probes),
                 ]);

@@ -160,14 +160,19 @@ pub fn dry_run(masters: &[String], spec: JobSpec, json: bool) -> anyhow::Result<
                 return super::print_json(&serde_json::json!({ "tasks": tasks }));
             }
             println!("dry run: nothing was submitted");
-            println!("{:>6} {:>9} {:<10} preempts", "INDEX", "PRIORITY", "NODE");
+            println!(
+                "{:>6} {:>9} {:<10} {:<7} {:<6} preempts",
+                "INDEX", "PRIORITY", "NODE", "ENGINE", "QUEUED"
+            );
             for t in tasks {
                 let preempts: Vec<String> = t.preempts.iter().map(|p| p.to_string()).collect();
                 println!(
-                    "{:>6} {:>9} {:<10} {}",
+                    "{:>6} {:>9} {:<10} {:<7} {:<6} {}",
                     t.index,
                     t.priority,
                     t.node.map_or("-".to_string(), |n| n.to_string()),
+                    t.engine.map_or("-".to_string(), |e| e.to_string()),
+                    if t.queued { "yes" } else { "-" },
                     if preempts.is_empty() {
                         "-".to_string()
                     } else {

@@ -51,6 +51,19 @@ pub struct Args {
     /// demand is seen (then the highest CPUs per GPU seen).
     #[arg(long, default_value_t = 4.0)]
     pub gpu_cpu_reserve: f64,
+    /// S0.1: an API-program task's target engine kinds are the fastest in its task–engine
+    /// relation and any whose efficiency (fastest total time / its total time) is at least
+    /// this. In (0, 1]; 1.0: the fastest kind only.
+    #[arg(long, default_value_t = 1.0, value_name = "RATIO", value_parser = parse_ratio)]
+    pub engine_efficiency_bound: f64,
+    /// S0.2: slaves whose load rate of the target engine kind (busy engines / engines,
+    /// queued tasks counted) is at or above this are passed over. In (0, 1].
+    #[arg(long, default_value_t = 0.8, value_name = "RATIO", value_parser = parse_ratio)]
+    pub load_bound: f64,
+    /// S0.3: tasks the master may assign to a slave beyond its free resources; they wait in
+    /// the slave's local queue (idle slaves steal them, S0.4). 0: no slave queues.
+    #[arg(long, default_value_t = 4, value_name = "TASKS")]
+    pub queue_depth: u32,
     /// Silence after which the leader declares a slave down, ms.
     #[arg(long, default_value_t = 5000)]
     pub node_timeout_ms: u64,
@@ -98,6 +111,15 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         .map_err(|e| format!("{s:?} is not a duration like 30s, 5m, 1h: {e}"))
 }
 
+/// A ratio in (0, 1] (`--engine-efficiency-bound`, `--load-bound`).
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        Ok(v) => Err(format!("{v} is outside (0, 1]")),
+        Err(_) => Err(format!("{s:?} is not a number in (0, 1]")),
+    }
+}
+
 fn parse_gc_after(s: &str) -> Result<GcAfter, String> {
     match s {
         "off" | "never" => Ok(GcAfter(None)),
@@ -120,6 +142,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.submit_rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
         anyhow::bail!("--submit-rate must be a positive number of tasks per second");
     }
+    let engine_choice = hetsched_master::sched::engine_choice::EngineChoiceConfig {
+        efficiency_bound: a.engine_efficiency_bound,
+        load_bound: a.load_bound,
+    };
+    engine_choice.validate().map_err(anyhow::Error::msg)?;
     let peers = server::parse_peers(&a.peers)?;
     std::fs::create_dir_all(&a.data_dir)
         .with_context(|| format!("cannot create data dir {}", a.data_dir.display()))?;
@@ -134,6 +161,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         snapshot_entries: a.snapshot_entries,
         policy: a.policy,
         cpu_policy: a.cpu_policy,
+        engine_choice,
+        queue_depth: a.queue_depth,
         queueing: hetsched_master::sched::multiqueue::QueueingConfig {
             ordering: a.queueing,
             reserve_start_milli_per_gpu: cpus_to_milli(a.gpu_cpu_reserve)?,

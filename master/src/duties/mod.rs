@@ -7,10 +7,19 @@
 //!   applied entries ─┐                        ┌─▶ Propose(command)       ─▶ Raft
 //!   role changes    ─┤                        ├─▶ Dispatch(assignment)   ─▶ slave sender
 //!   heartbeats      ─┼─▶ DutiesCore::on(ev) ──┼─▶ Stop(task, attempt)    ─▶ slave sender
-//!   proposal results─┤      (pure)            └─▶ (nothing)
-//!   slave replies   ─┤
+//!   proposal results─┤      (pure)            ├─▶ Release(task, attempt) ─▶ victim's sender
+//!   slave replies   ─┤                        └─▶ (nothing)
+//!   steal requests  ─┤
 //!   ticks           ─┘
 //! ```
+//!
+//! Work stealing (S0.4): a `StealRequest` from an idle slave picks a victim
+//! (`sched::steal`, pure) and emits `Release`; the victim's `Released` answer (true only if
+//! the attempt had not started) becomes a `StealTask` proposal; its `Stolen` outcome is
+//! dispatched to the thief like a placement. While a steal is under way the task is left
+//! out of reconciliation, so the victim is never sent the attempt it just dropped; a steal
+//! that does not commit leaves the task queued on the victim in the log, and
+//! reconciliation then sends it back there.
 //!
 //! Duties: liveness from heartbeats (only up/down transitions are logged); the scheduling
 //! loop with one plan in flight; dispatch of committed assignments until the slave
@@ -130,6 +139,11 @@ pub enum ProposalTag {
         /// Attempt.
         attempt: Attempt,
     },
+    /// S0.4: moving a released queued task to its thief.
+    Steal {
+        /// Task.
+        task: TaskId,
+    },
 }
 
 /// What a deadline proposal is about, so that each is proposed once while in flight.
@@ -199,6 +213,25 @@ pub enum DutyEvent {
         /// Whether the slave accepted them.
         ok: bool,
     },
+    /// S0.4: a slave with an empty queue and free resources asks for work.
+    StealRequest {
+        /// The thief.
+        thief: NodeId,
+    },
+    /// S0.4: the victim answered [`Effect::Release`] (`released`: it dropped the queued
+    /// attempt; false: it had started it, or the message failed).
+    Released {
+        /// The task.
+        task: TaskId,
+        /// The attempt asked for.
+        attempt: Attempt,
+        /// The victim.
+        from: NodeId,
+        /// The thief.
+        to: NodeId,
+        /// Whether the victim released it.
+        released: bool,
+    },
 }
 
 /// What the executor must do.
@@ -225,6 +258,20 @@ pub enum Effect {
         attempt: Attempt,
         /// Time between SIGTERM and SIGKILL (`None`: the slave's default).
         grace_ms: Option<u64>,
+    },
+    /// S0.4: ask the victim to release a queued attempt; report the answer as
+    /// [`DutyEvent::Released`].
+    Release {
+        /// The victim.
+        node: NodeId,
+        /// Its address.
+        addr: String,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// The thief (carried back in the answer).
+        to: NodeId,
     },
     /// Send all of one slave's due assignments in one message; report the answer as
     /// [`DutyEvent::DeliveredBatch`]. The core emits at most one per slave per event.
@@ -319,6 +366,19 @@ struct Leading {
     deadlines: BTreeSet<DeadlineKey>,
     /// S3.2 CPU-count searches of running GPU tasks.
     searches: BTreeMap<(TaskId, Attempt), cpus::SearchRun>,
+    /// S0.4 steals under way (release asked, or the move proposed): task → (victim, thief,
+    /// attempt, whether the victim released it). A task here is not re-sent to its victim
+    /// by reconciliation: the victim may just have dropped it on purpose.
+    steals: BTreeMap<TaskId, StealInFlight>,
+}
+
+/// One steal under way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StealInFlight {
+    from: NodeId,
+    to: NodeId,
+    attempt: Attempt,
+    released: bool,
 }
 
 /// The duties' role. One enum, so no combination of flags can be inconsistent.
@@ -422,6 +482,14 @@ impl DutiesCore {
                 self.delivered(&tasks, ok, now);
                 self.dispatch(now, view, &mut fx);
             }
+            DutyEvent::StealRequest { thief } => self.steal_request(thief, view, &mut fx),
+            DutyEvent::Released {
+                task,
+                attempt,
+                from,
+                to,
+                released,
+            } => self.released(task, attempt, from, to, released, &mut fx),
             DutyEvent::Tick => {
                 if let Role::CatchingUp {
                     epoch,
@@ -528,6 +596,7 @@ impl DutiesCore {
             next_gc: now.mono_ms + self.cfg.gc_period_ms,
             deadlines: BTreeSet::new(),
             searches: BTreeMap::new(),
+            steals: BTreeMap::new(),
         }));
     }
 
@@ -600,7 +669,78 @@ impl DutiesCore {
                     }
                 }
             }
+            ProposalTag::Steal { task } => {
+                let Role::Leading(l) = &mut self.role else {
+                    return;
+                };
+                // Applied or not, the steal is over. Not applied: the log still queues the
+                // attempt on the victim, which dropped it, so reconciliation (no longer held
+                // back by the steal) sends it there again and it runs there, once.
+                let _ = ok;
+                l.steals.remove(&task);
+            }
         }
+    }
+
+    /// S0.4: an idle slave asks for work: pick the victim and ask it to release the task.
+    fn steal_request(&mut self, thief: NodeId, view: &ClusterState, fx: &mut Vec<Effect>) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        // One steal per thief at a time: its free resources are what the pick relied on.
+        if l.steals.values().any(|s| s.to == thief) {
+            return;
+        }
+        let busy: BTreeSet<TaskId> = l.steals.keys().copied().collect();
+        let Some(pick) = crate::sched::steal::pick_victim(view, thief, &busy) else {
+            return;
+        };
+        let Some(victim) = view.nodes.get(&pick.from) else {
+            return;
+        };
+        l.steals.insert(
+            pick.task,
+            StealInFlight {
+                from: pick.from,
+                to: thief,
+                attempt: pick.attempt,
+                released: false,
+            },
+        );
+        fx.push(Effect::Release {
+            node: pick.from,
+            addr: victim.addr.clone(),
+            task: pick.task,
+            attempt: pick.attempt,
+            to: thief,
+        });
+    }
+
+    /// S0.4: the victim answered: released ⇒ commit the move; refused ⇒ forget the steal.
+    fn released(
+        &mut self,
+        task: TaskId,
+        attempt: Attempt,
+        from: NodeId,
+        to: NodeId,
+        released: bool,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        let Some(s) = l.steals.get_mut(&task) else {
+            return;
+        };
+        if s.attempt != attempt || s.from != from || s.to != to {
+            return;
+        }
+        if !released {
+            l.steals.remove(&task);
+            return;
+        }
+        s.released = true;
+        fx.push(steal_command(task, *s));
     }
 
     fn applied(
@@ -656,6 +796,23 @@ impl DutiesCore {
             Outcome::CpusSet { attempt, cpu_milli } => {
                 cpus::set_cpus_effect(l, attempt, cpu_milli, now, view, fx);
                 wake = true;
+            }
+            Outcome::Stolen { from, assigned } => {
+                l.steals.remove(&from.task);
+                match assigned {
+                    Some(r) => {
+                        l.undelivered.insert(
+                            (r.task, r.attempt),
+                            Dispatch {
+                                node: r.node,
+                                state: DispatchState::Due { at: 0 },
+                                failures: 0,
+                            },
+                        );
+                        self.dispatch(now, view, fx);
+                    }
+                    None => wake = true,
+                }
             }
             // New work or freed resources can make a placement possible.
             Outcome::Submitted { .. }
@@ -818,11 +975,15 @@ impl DutiesCore {
                 });
             }
         }
-        for tid in &n.tasks {
+        for tid in n.tasks.iter().chain(n.queued.iter()) {
             let Some(t) = view.tasks.get(tid) else {
                 continue;
             };
             let key = (t.id, t.status.attempt);
+            // A task being stolen may have been released by this node on purpose.
+            if l.steals.contains_key(tid) {
+                continue;
+            }
             if held_keys.contains(&key) {
                 l.missing_since.remove(&key);
                 continue;
@@ -916,6 +1077,19 @@ impl DutiesCore {
                 },
             });
         }
+    }
+}
+
+/// The proposal that commits a released steal.
+fn steal_command(task: TaskId, s: StealInFlight) -> Effect {
+    Effect::Propose {
+        tag: ProposalTag::Steal { task },
+        command: Command::StealTask {
+            task,
+            attempt: s.attempt,
+            from: s.from,
+            to: s.to,
+        },
     }
 }
 

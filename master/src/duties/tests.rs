@@ -931,3 +931,95 @@ fn the_cpu_search_steps_from_samples_and_records_the_best_count() {
     // 8 − 2 CPUs free on the node.
     assert_eq!(h.state.nodes[&node].free.cpu_milli, 6000);
 }
+
+#[test]
+fn a_steal_is_released_by_the_victim_then_committed_with_the_next_attempt() {
+    let mut h = Harness::new();
+    h.core = DutiesCore::new(
+        1,
+        DutiesConfig::default(),
+        Box::new(IndexedScheduler::new(PolicyKind::FirstFit, 1).with_queue_depth(4)),
+    );
+    h.lead();
+    let a = h.register(1, 1);
+    let (_, fx) = h.submit(3, 1);
+    let Some(Command::ApplyPlan(plan)) = proposals(&fx).first().map(|c| (*c).clone()) else {
+        panic!("a plan: {fx:?}")
+    };
+    assert_eq!(plan.queue_depth, 4);
+    assert_eq!(
+        plan.assignments.iter().filter(|x| x.queued).count(),
+        2,
+        "one runs on the only core, two queue: {plan:?}"
+    );
+    h.commit(&fx);
+    let ids: Vec<TaskId> = h.state.nodes[&a].queued.clone();
+    assert_eq!(ids.len(), 2);
+    let b = h.register(2, 1);
+    let held = |tasks: &[TaskId]| -> Vec<HeldTask> {
+        tasks
+            .iter()
+            .map(|t| HeldTask {
+                task: *t,
+                attempt: 1,
+                phase: HeldPhase::Queued,
+            })
+            .collect()
+    };
+
+    // The idle slave asks: the victim is asked to release the tail of its queue.
+    let fx = h.on(DutyEvent::StealRequest { thief: b });
+    let want = ids[1];
+    assert_eq!(
+        fx,
+        vec![Effect::Release {
+            node: a,
+            addr: "127.0.0.1:9001".into(),
+            task: want,
+            attempt: 1,
+            to: b,
+        }]
+    );
+    // One steal per thief at a time.
+    assert!(h.on(DutyEvent::StealRequest { thief: b }).is_empty());
+    // The victim dropped it: reconciliation must not send it back there meanwhile.
+    let fx = h.heartbeat(a, held(&ids[..1]));
+    assert!(
+        dispatched(&fx).iter().all(|d| d.1 != want),
+        "re-sent the released attempt: {fx:?}"
+    );
+    // Released: the move is proposed, committed with attempt 2 and dispatched to the thief.
+    let fx = h.on(DutyEvent::Released {
+        task: want,
+        attempt: 1,
+        from: a,
+        to: b,
+        released: true,
+    });
+    assert_eq!(
+        proposals(&fx),
+        vec![&Command::StealTask {
+            task: want,
+            attempt: 1,
+            from: a,
+            to: b
+        }]
+    );
+    let fx = h.commit(&fx);
+    assert_eq!(dispatched(&fx), vec![(b, want, 2)]);
+    assert_eq!(h.state.tasks[&want].status.node, Some(b));
+
+    // A refused release (it had started) changes nothing.
+    let c = h.register(3, 1);
+    let fx = h.on(DutyEvent::StealRequest { thief: c });
+    assert!(matches!(fx.as_slice(), [Effect::Release { task, .. }] if *task == ids[0]));
+    let fx = h.on(DutyEvent::Released {
+        task: ids[0],
+        attempt: 1,
+        from: a,
+        to: c,
+        released: false,
+    });
+    assert!(proposals(&fx).is_empty());
+    assert_eq!(h.state.tasks[&ids[0]].status.node, Some(a));
+}

@@ -3,9 +3,16 @@
 //! ```text
 //! admission (at apply: S1 priority, sched::admission)
 //!   → queue (S1 order: priority, then submission; sched::queue)
+//!   → engine choice for program tasks (S0.1–2, sched::engine_choice: target kind, load
+//!     bound, second-best kind when the target is scarce) — the nodes it ranks are tried
+//!     in its order
 //!   → feasibility (S4 index: resources, GPU model, partition as candidate nodes)
 //!   → selection (S4 policy: least-fit, best-fit, ...)
 //!   → when nothing fits: preemption (S1, sched::preemption)
+//!   → when nothing can be preempted: the slave queue (S0.3, `--queue-depth`): the node
+//!     with the shortest queue among those the task may use takes it as a queued
+//!     assignment, beyond its free resources; idle slaves steal from long queues
+//!     (S0.4, sched::steal)
 //! ```
 //!
 //! Why a cache beside the replicated state rather than in it: the index is derived data
@@ -15,6 +22,7 @@
 //! snapshot restore). Within one plan, decisions are taken out of the index tentatively;
 //! once the plan is applied or refused, the touched nodes are re-read from the state.
 
+use super::engine_choice::{self, EngineChoiceConfig, EngineLoad};
 use super::index::{
     AnyPolicy, Candidates, FragPlacer, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind,
 };
@@ -53,6 +61,10 @@ pub struct IndexedScheduler {
     pools: Option<ReserveHistory>,
     /// The highest task id the reserve history has seen.
     pool_seen: TaskId,
+    /// S0.1–2 engine choice for program tasks.
+    engine_choice: EngineChoiceConfig,
+    /// S0.3: most queued assignments per node (0: no slave queues).
+    queue_depth: u32,
 }
 
 /// Feasibility by partition: the up nodes serving each partition, as a locality
@@ -96,7 +108,48 @@ impl IndexedScheduler {
             ordering: Ordering::Submission,
             pools: None,
             pool_seen: TaskId(0),
+            engine_choice: EngineChoiceConfig::default(),
+            queue_depth: 0,
         }
+    }
+
+    /// The same with these engine-choice bounds (S0.1–2).
+    pub fn with_engine_choice(mut self, cfg: EngineChoiceConfig) -> Self {
+        self.engine_choice = cfg;
+        self
+    }
+
+    /// The same with slave queues of `depth` tasks beyond free resources (S0.3; 0: off).
+    pub fn with_queue_depth(mut self, depth: u32) -> Self {
+        self.queue_depth = depth;
+        self
+    }
+
+    /// S0.3: the node where `req` may wait in the local queue: one the task may use, that
+    /// could run it at all, with room in its queue; the shortest queue first, ties to the
+    /// lower id. Only tasks that ask no devices or engine counts queue (devices are granted
+    /// at assignment). `among`: restrict to these nodes.
+    fn queue_node(
+        &self,
+        view: &ClusterState,
+        req: &ResourceRequest,
+        allowed: &dyn Fn(NodeId) -> bool,
+        queued_now: &BTreeMap<NodeId, u32>,
+        among: Option<&[NodeId]>,
+    ) -> Option<NodeId> {
+        if self.queue_depth == 0 || !req.gpu.is_none() || !req.engines.is_empty() {
+            return None;
+        }
+        let depth = self.queue_depth as usize;
+        let len = |n: &crate::state::Node| {
+            n.queued.len() + queued_now.get(&n.id).copied().unwrap_or(0) as usize
+        };
+        view.nodes
+            .values()
+            .filter(|n| among.is_none_or(|a| a.contains(&n.id)))
+            .filter(|n| n.takes_work() && allowed(n.id) && n.capacity.fits(req) && len(n) < depth)
+            .min_by_key(|n| (len(n), n.id))
+            .map(|n| n.id)
     }
 
     /// The same with this queue order (S3 DRF or pipeline).
@@ -419,6 +472,12 @@ impl Scheduler for IndexedScheduler {
             0
         };
         let mut hidden: Vec<(NodeId, u64)> = Vec::new();
+        // S0.1–2: engine use per node, built at the first program task of the plan.
+        let mut engine_load: Option<EngineLoad> = None;
+        let mut relations: BTreeMap<JobId, Option<&[hetsched_common::program::EngineTotal]>> =
+            BTreeMap::new();
+        // S0.3: queued assignments this plan made, per node.
+        let mut queued_now: BTreeMap<NodeId, u32> = BTreeMap::new();
         for task in order {
             if plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 break;
@@ -469,10 +528,80 @@ impl Scheduler for IndexedScheduler {
                 // No up node serves the partition.
                 (None, None) => q = q.with_candidates(&empty),
             }
+            let allowed = |n: NodeId| match (locality, partition) {
+                (Some(c), _) | (None, Some(Some(c))) => c.contains(n),
+                (None, Some(None)) => true,
+                (None, None) => false,
+            };
+            let relation = *relations.entry(job.id).or_insert_with(|| {
+                job.spec
+                    .program
+                    .as_ref()
+                    .and_then(|p| view.relations.get(&p.kind()))
+                    .map(Vec::as_slice)
+                    .filter(|r| !r.is_empty())
+            });
+            if let Some(relation) = relation {
+                let load = engine_load.get_or_insert_with(|| EngineLoad::of(view));
+                if let Some(choice) =
+                    engine_choice::choose(&self.engine_choice, relation, load, allowed)
+                {
+                    let mut placed = None;
+                    if !choice.waiting {
+                        for &(node, kind) in &choice.ranked {
+                            // A node held for a waiting preemptor is not this task's to take.
+                            let held = self.index.reservation(node).is_some_and(|r| r.task != task);
+                            let fits = !held && self.index.free(node).is_some_and(|f| f.fits(req));
+                            if fits && self.index.take(node, req).is_some() {
+                                placed = Some((node, kind, false));
+                                break;
+                            }
+                        }
+                    }
+                    if placed.is_none() {
+                        if let Some(&(_, kind)) = choice.ranked.first() {
+                            load.wait(kind);
+                        }
+                        // Wait on a target engine: in the least loaded target slave's queue.
+                        let targets: Vec<NodeId> = choice.ranked.iter().map(|r| r.0).collect();
+                        let (_, second) =
+                            engine_choice::targets(relation, self.engine_choice.efficiency_bound);
+                        if !choice.overflow || second.is_none() {
+                            if let Some(node) =
+                                self.queue_node(view, req, &allowed, &queued_now, Some(&targets))
+                            {
+                                let kind = choice
+                                    .ranked
+                                    .iter()
+                                    .find(|r| r.0 == node)
+                                    .map(|r| r.1)
+                                    .unwrap_or(hetsched_common::EngineKind::Cpu);
+                                *queued_now.entry(node).or_insert(0) += 1;
+                                placed = Some((node, kind, true));
+                            }
+                        }
+                    }
+                    match placed {
+                        Some((node, kind, queued)) => {
+                            load.add(node, kind);
+                            plan.assignments.push(Assign {
+                                task,
+                                node,
+                                queued,
+                                engine: Some(kind),
+                            });
+                        }
+                        None => {
+                            stuck.insert((t.job, t.priority));
+                        }
+                    }
+                    continue;
+                }
+            }
             if let Some(node) = self.place(&q, req) {
                 // Tentative: later tasks of this plan see the node without what this took.
                 if self.index.take(node, req).is_some() {
-                    plan.assignments.push(Assign { task, node });
+                    plan.assignments.push(Assign::to(task, node));
                     if is_gpu && self.pools.is_some() {
                         gpu_waiting = gpu_waiting.saturating_sub(1);
                         if let Some(o) = outstanding.get_mut(&node) {
@@ -506,12 +635,24 @@ impl Scheduler for IndexedScheduler {
                     victims_taken.extend(p.victims.iter().map(|v| v.task));
                     plan.preempt.push(p);
                 }
-                None => {
-                    stuck.insert((t.job, t.priority));
-                }
+                None => match self.queue_node(view, req, &allowed, &queued_now, None) {
+                    Some(node) => {
+                        *queued_now.entry(node).or_insert(0) += 1;
+                        plan.assignments.push(Assign {
+                            task,
+                            node,
+                            queued: true,
+                            engine: None,
+                        });
+                    }
+                    None => {
+                        stuck.insert((t.job, t.priority));
+                    }
+                },
             }
         }
         self.unhide(hidden);
+        plan.queue_depth = self.queue_depth;
         plan
     }
 

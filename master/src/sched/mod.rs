@@ -6,11 +6,15 @@
 
 pub mod admission;
 pub mod cpu_search;
+pub mod engine_choice;
+#[cfg(test)]
+mod engine_overflow_tests;
 pub mod index;
 mod indexed;
 pub mod multiqueue;
 pub mod preemption;
 pub mod queue;
+pub mod steal;
 
 pub use indexed::IndexedScheduler;
 

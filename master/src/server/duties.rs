@@ -5,7 +5,7 @@
 //! messages through one sender per slave. No decision is taken here.
 
 use super::replicated::Applied;
-use super::senders::{DispatchResult, Outgoing, SenderTiming, SlaveSenders};
+use super::senders::{DispatchResult, Outgoing, SenderResult, SenderTiming, SlaveSenders};
 use super::{now_ms, MasterShared, Replicated};
 use crate::duties::{
     DutiesConfig, DutiesCore, DutyEvent, Effect, HeartbeatVerdict, Now, ProposalTag,
@@ -27,7 +27,7 @@ pub struct LeaderDuties {
     raft: Consensus<Replicated>,
     core: DutiesCore,
     senders: SlaveSenders,
-    results: Option<tokio::sync::mpsc::UnboundedReceiver<DispatchResult>>,
+    results: Option<tokio::sync::mpsc::UnboundedReceiver<SenderResult>>,
     started: Instant,
 }
 
@@ -106,6 +106,15 @@ impl LeaderDuties {
                         grace_ms,
                     },
                 ),
+                Effect::Release {
+                    node,
+                    addr,
+                    task,
+                    attempt,
+                    to,
+                } => self
+                    .senders
+                    .send(node, &addr, Outgoing::Release { task, attempt, to }),
                 Effect::DispatchBatch {
                     node,
                     addr,
@@ -148,7 +157,22 @@ impl Actor for LeaderDuties {
             let me = ctx.address();
             tokio::spawn(async move {
                 while let Some(r) = rx.recv().await {
-                    me.do_send(DutiesMsg::Delivered(r));
+                    match r {
+                        SenderResult::Dispatch(d) => me.do_send(DutiesMsg::Delivered(d)),
+                        SenderResult::Released {
+                            node,
+                            task,
+                            attempt,
+                            to,
+                            released,
+                        } => me.do_send(DutiesMsg::Released {
+                            task,
+                            attempt,
+                            from: node,
+                            to,
+                            released,
+                        }),
+                    }
                 }
             });
         }
@@ -173,6 +197,19 @@ pub enum DutiesMsg {
     },
     /// A slave answered a dispatch, or the send failed.
     Delivered(DispatchResult),
+    /// S0.4: a victim answered a release (or the send failed: not released).
+    Released {
+        /// Task.
+        task: hetsched_common::TaskId,
+        /// Attempt.
+        attempt: hetsched_common::Attempt,
+        /// The victim.
+        from: NodeId,
+        /// The thief.
+        to: NodeId,
+        /// Whether it was released.
+        released: bool,
+    },
 }
 
 impl Handler<DutiesMsg> for LeaderDuties {
@@ -205,6 +242,13 @@ impl Handler<DutiesMsg> for LeaderDuties {
                 }
                 if self.core.is_leading() {
                     outcome_metrics(&a.outcome);
+                    if let Outcome::Stolen {
+                        assigned: Some(_), ..
+                    } = &a.outcome
+                    {
+                        // Counted once, by the leader that proposed the move (CONTRACT.md).
+                        metrics::counter!("hetsched_master_steals_total").increment(1);
+                    }
                 }
                 DutyEvent::Applied {
                     index: a.index,
@@ -217,6 +261,19 @@ impl Handler<DutiesMsg> for LeaderDuties {
                 node: r.node,
                 tasks: r.tasks,
                 ok: r.ok,
+            },
+            DutiesMsg::Released {
+                task,
+                attempt,
+                from,
+                to,
+                released,
+            } => DutyEvent::Released {
+                task,
+                attempt,
+                from,
+                to,
+                released,
             },
         };
         self.feed(ev, ctx);
@@ -300,4 +357,21 @@ fn outcome_metrics(o: &Outcome) {
     };
     metrics::counter!("hetsched_master_task_outcomes_total", "state" => state, "reason" => reason)
         .increment(n);
+}
+
+/// S0.4: an idle slave asks the leader for work (answered at once; a stolen task arrives
+/// as an ordinary assignment).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StealRequest {
+    /// The thief.
+    pub thief: NodeId,
+}
+
+impl Handler<StealRequest> for LeaderDuties {
+    type Result = ();
+
+    fn handle(&mut self, m: StealRequest, ctx: &mut Self::Context) {
+        self.feed(DutyEvent::StealRequest { thief: m.thief }, ctx);
+    }
 }

@@ -77,6 +77,10 @@ pub struct MasterConfig {
     pub admission: crate::admission::AdmissionConfig,
     /// S3 queue order and reserved CPU pools.
     pub queueing: crate::sched::multiqueue::QueueingConfig,
+    /// S0.1–2 engine choice bounds (`--engine-efficiency-bound`, `--load-bound`).
+    pub engine_choice: crate::sched::engine_choice::EngineChoiceConfig,
+    /// S0.3 slave queue depth beyond free resources (`--queue-depth`; 0: off).
+    pub queue_depth: u32,
 }
 
 /// Parses `ID=HOST:PORT,...`.
@@ -186,6 +190,8 @@ pub struct Master {
     cpu_policy: PolicyKind,
     preemption: PreemptionConfig,
     queueing: crate::sched::multiqueue::QueueingConfig,
+    engine_choice: crate::sched::engine_choice::EngineChoiceConfig,
+    queue_depth: u32,
     /// State hash and size, cached per applied index: `status` serialises the whole state
     /// only when something applied since the last one asked.
     digest: Arc<std::sync::Mutex<Option<StateDigest>>>,
@@ -261,7 +267,9 @@ impl Master {
                 IndexedScheduler::new(cfg.policy, cfg.id)
                     .with_cpu_policy(cfg.cpu_policy, cfg.id)
                     .with_preemption(cfg.preemption)
-                    .with_queueing(cfg.queueing),
+                    .with_queueing(cfg.queueing)
+                    .with_engine_choice(cfg.engine_choice)
+                    .with_queue_depth(cfg.queue_depth),
             ),
             cfg.duties,
         )
@@ -305,6 +313,8 @@ impl Master {
             cpu_policy: cfg.cpu_policy,
             preemption: cfg.preemption,
             queueing: cfg.queueing,
+            engine_choice: cfg.engine_choice,
+            queue_depth: cfg.queue_depth,
             digest: Arc::new(std::sync::Mutex::new(None)),
             bugs: Arc::default(),
             admission: Arc::new(std::sync::Mutex::new(crate::admission::Admission::new(
@@ -769,7 +779,9 @@ impl Master {
         let mut sched = IndexedScheduler::new(self.policy, self.shared.id.0)
             .with_cpu_policy(self.cpu_policy, self.shared.id.0)
             .with_preemption(self.preemption)
-            .with_queueing(self.queueing);
+            .with_queueing(self.queueing)
+            .with_engine_choice(self.engine_choice)
+            .with_queue_depth(self.queue_depth);
         sched.max_per_plan = usize::MAX;
         sched.reset(&copy);
         let plan = sched.plan(&copy);
@@ -784,6 +796,12 @@ impl Master {
                     .iter()
                     .find(|a| a.task == t.id)
                     .map(|a| a.node),
+                engine: plan
+                    .assignments
+                    .iter()
+                    .find(|a| a.task == t.id)
+                    .and_then(|a| a.engine),
+                queued: plan.assignments.iter().any(|a| a.task == t.id && a.queued),
                 preempts: plan
                     .preempt
                     .iter()
@@ -997,6 +1015,14 @@ impl Master {
                     summary,
                 };
                 self.propose(cmd, None).await?;
+                Ok(SlaveResponse::Ack)
+            }
+            SlaveRequest::StealRequest { node } => {
+                self.require_leader()?;
+                self.duties
+                    .send(duties::StealRequest { thief: node })
+                    .await
+                    .map_err(|e| ErrorReply::new(ErrorKind::Unavailable, e.to_string()))?;
                 Ok(SlaveResponse::Ack)
             }
             SlaveRequest::TaskReports { node, reports } => {

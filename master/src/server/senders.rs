@@ -38,6 +38,35 @@ pub enum Outgoing {
         /// New allocation, millicores.
         cpu_milli: u64,
     },
+    /// S0.4: release this queued attempt for `to` (answered as [`SenderResult::Released`]).
+    Release {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// The thief.
+        to: NodeId,
+    },
+}
+
+/// What a sender reports back to the duties.
+#[derive(Clone, Debug)]
+pub enum SenderResult {
+    /// A dispatch message was answered (or failed).
+    Dispatch(DispatchResult),
+    /// A release was answered; `released` is false when refused or undelivered.
+    Released {
+        /// The victim.
+        node: NodeId,
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// The thief.
+        to: NodeId,
+        /// Whether the victim dropped the queued attempt.
+        released: bool,
+    },
 }
 
 /// The answer to one dispatch message (one or many assignments), reported to the duties.
@@ -84,12 +113,12 @@ struct Handle {
 pub struct SlaveSenders {
     senders: HashMap<NodeId, Handle>,
     timing: SenderTiming,
-    results: mpsc::UnboundedSender<DispatchResult>,
+    results: mpsc::UnboundedSender<SenderResult>,
 }
 
 impl SlaveSenders {
     /// Senders whose dispatch results go to `results`.
-    pub fn new(timing: SenderTiming, results: mpsc::UnboundedSender<DispatchResult>) -> Self {
+    pub fn new(timing: SenderTiming, results: mpsc::UnboundedSender<SenderResult>) -> Self {
         Self {
             senders: HashMap::new(),
             timing,
@@ -134,16 +163,26 @@ impl SlaveSenders {
     }
 }
 
-fn fail(results: &mpsc::UnboundedSender<DispatchResult>, node: NodeId, msg: &Outgoing) {
+fn fail(results: &mpsc::UnboundedSender<SenderResult>, node: NodeId, msg: &Outgoing) {
     let tasks = match msg {
         Outgoing::DispatchBatch(b) => b.iter().map(|a| (a.task, a.attempt)).collect(),
         Outgoing::Stop { .. } | Outgoing::SetCpus { .. } => return,
+        Outgoing::Release { task, attempt, to } => {
+            let _ = results.send(SenderResult::Released {
+                node,
+                task: *task,
+                attempt: *attempt,
+                to: *to,
+                released: false,
+            });
+            return;
+        }
     };
-    let _ = results.send(DispatchResult {
+    let _ = results.send(SenderResult::Dispatch(DispatchResult {
         node,
         tasks,
         ok: false,
-    });
+    }));
 }
 
 /// Whether an answer means the peer does not speak `AssignBatch` (a slave of an older
@@ -160,7 +199,7 @@ async fn run_sender(
     addr: String,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     timing: SenderTiming,
-    results: mpsc::UnboundedSender<DispatchResult>,
+    results: mpsc::UnboundedSender<SenderResult>,
 ) {
     let mut conn: Option<Connection> = None;
     let mut backoff = timing.backoff_min;
@@ -217,7 +256,8 @@ async fn run_sender(
                     if !ok {
                         tracing::debug!(%node, tasks = tasks.len(), reply = ?r, "batch dispatch not acknowledged; will retry");
                     }
-                    let _ = results.send(DispatchResult { node, tasks, ok });
+                    let _ =
+                        results.send(SenderResult::Dispatch(DispatchResult { node, tasks, ok }));
                 }
                 Outgoing::Stop {
                     task,
@@ -256,6 +296,27 @@ async fn run_sender(
                     if !matches!(r, Ok(Message::ToSlaveReply(SlaveCommandReply::Accepted))) {
                         tracing::debug!(%node, %task, reply = ?r, "CPU change not applied; the search will send it again");
                     }
+                }
+                Outgoing::Release { task, attempt, to } => {
+                    let r = c
+                        .call(
+                            Message::ToSlave(SlaveCommand::ReleaseQueued { task, attempt }),
+                            timeout,
+                        )
+                        .await;
+                    let released = matches!(
+                        r,
+                        Ok(Message::ToSlaveReply(SlaveCommandReply::Released {
+                            released: true
+                        }))
+                    );
+                    let _ = results.send(SenderResult::Released {
+                        node,
+                        task,
+                        attempt,
+                        to,
+                        released,
+                    });
                 }
             }
         });

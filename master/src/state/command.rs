@@ -3,7 +3,7 @@
 use hetsched_common::program::{CallSummary, EngineDecl, SelectionTable};
 use hetsched_common::protocol::TaskReport;
 use hetsched_common::{
-    Attempt, ClientRequestId, JobId, JobSpec, NodeId, NodeResources, TaskId, TaskReason,
+    Attempt, ClientRequestId, EngineKind, JobId, JobSpec, NodeId, NodeResources, TaskId, TaskReason,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -242,6 +242,19 @@ pub enum Command {
         /// The reports, oldest first.
         reports: Vec<TaskReport>,
     },
+    /// S0.4 work stealing: `from` released the queued attempt `attempt` of `task` (it had not
+    /// started); move the task to `to` with attempt + 1. Proposed by the leader only after the
+    /// victim confirmed the release, so the task never runs on both.
+    StealTask {
+        /// Task.
+        task: TaskId,
+        /// Attempt released by the victim.
+        attempt: Attempt,
+        /// The victim.
+        from: NodeId,
+        /// The thief.
+        to: NodeId,
+    },
 }
 
 /// One placement decision.
@@ -251,6 +264,26 @@ pub struct Assign {
     pub task: TaskId,
     /// Node.
     pub node: NodeId,
+    /// S0.3: the task waits in the node's local queue, counted against the node's queued
+    /// allowance (`Plan::queue_depth`) instead of its free resources.
+    #[serde(default)]
+    pub queued: bool,
+    /// S0.1–2: the engine kind chosen for an API-program task (its target, or the
+    /// second-best kind when the target is scarce).
+    #[serde(default)]
+    pub engine: Option<EngineKind>,
+}
+
+impl Assign {
+    /// An assignment that takes the node's free resources, with no engine choice.
+    pub fn to(task: TaskId, node: NodeId) -> Self {
+        Self {
+            task,
+            node,
+            queued: false,
+            engine: None,
+        }
+    }
 }
 
 /// The scheduler's output for one round. `preemptions` and `moves` are filled by the
@@ -268,6 +301,10 @@ pub struct Plan {
     /// S1 preemptions: for each, the task that needs room and the victims on its node.
     #[serde(default)]
     pub preempt: Vec<Preemption>,
+    /// S0.3: most queued assignments a node may hold (`--queue-depth` of the leader that
+    /// planned; carried so that every replica re-checks queued assignments alike).
+    #[serde(default)]
+    pub queue_depth: u32,
 }
 
 /// One preemption decision: stop `victims` on `node` so that `preemptor` can run there.
@@ -385,6 +422,14 @@ pub enum Outcome {
         attempt: TaskRef,
         /// The new allocation, millicores.
         cpu_milli: u64,
+    },
+    /// S0.4: a queued task left its node. `assigned`: its new attempt on the thief (to
+    /// dispatch); `None` when the thief could no longer take it and it went back to pending.
+    Stolen {
+        /// The released attempt.
+        from: TaskRef,
+        /// The new attempt, if placed on the thief.
+        assigned: Option<TaskRef>,
     },
     /// An attempt timed out; its slave must stop it.
     TimedOut {

@@ -269,7 +269,12 @@ mod tests {
                     o => panic!("{o:?}"),
                 };
                 let o = l.apply(Command::ApplyPlan(Plan {
-                    assignments: vec![Assign { task, node }],
+                    assignments: vec![Assign {
+                        task,
+                        node,
+                        queued: false,
+                        engine: None,
+                    }],
                     ..Default::default()
                 }));
                 assert!(
@@ -418,7 +423,12 @@ mod tests {
         assert_eq!(l.state.tasks[&cpu].cpu_milli, Some(4000));
         l.apply(Command::NodeUp { node: n });
         l.apply(Command::ApplyPlan(Plan {
-            assignments: vec![Assign { task: cpu, node: n }],
+            assignments: vec![Assign {
+                task: cpu,
+                node: n,
+                queued: false,
+                engine: None,
+            }],
             ..Default::default()
         }));
         assert_eq!(l.state.tasks[&cpu].cpu_milli, None);

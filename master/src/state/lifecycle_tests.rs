@@ -153,10 +153,7 @@ fn a_draining_node_gets_no_new_tasks_and_undrain_restores_it() {
     match l.apply_at(
         21,
         Command::ApplyPlan(Plan {
-            assignments: vec![Assign {
-                task: pending,
-                node: a,
-            }],
+            assignments: vec![Assign::to(pending, a)],
             ..Default::default()
         }),
     ) {
@@ -261,10 +258,7 @@ fn a_failed_task_with_retries_waits_out_a_doubling_backoff_then_fails_for_good()
     match l.apply_at(
         500,
         Command::ApplyPlan(Plan {
-            assignments: vec![Assign {
-                task: t,
-                node: r1.node,
-            }],
+            assignments: vec![Assign::to(t, r1.node)],
             ..Default::default()
         }),
     ) {

@@ -44,6 +44,7 @@ pub fn command_nodes(command: &Command) -> BTreeSet<NodeId> {
             nodes.insert(*node);
         }
         Command::ApplyPlan(plan) => nodes.extend(plan.assignments.iter().map(|a| a.node)),
+        Command::StealTask { from, to, .. } => nodes.extend([*from, *to]),
         _ => {}
     }
     nodes
@@ -150,6 +151,10 @@ pub struct Task {
     /// S3.6: the current attempt's cores were halved.
     #[serde(default)]
     pub compressed: bool,
+    /// S0.1–2: the engine kind the scheduler chose for the current attempt of a program
+    /// task (its load counts against that kind on its node).
+    #[serde(default)]
+    pub engine: Option<EngineKind>,
 }
 
 /// Liveness of a node as committed in the log (heartbeats themselves are not logged).
@@ -196,6 +201,17 @@ pub struct Node {
     /// S3.6: cores freed by compressions, held (not `free`) for a GPU task until it ends.
     #[serde(default)]
     pub compress_reserves: Vec<CompressReserve>,
+    /// S0.3: tasks assigned beyond its free resources, in arrival order. They hold nothing
+    /// of `free` (so running tasks never exceed capacity) and are not in `tasks`; the head
+    /// moves into `tasks` when its resources free up or when the slave reports it started.
+    #[serde(default)]
+    pub queued: Vec<TaskId>,
+    /// S0.4: tasks stolen from other nodes' queues by this node.
+    #[serde(default)]
+    pub steals_in: u64,
+    /// S0.4: tasks other nodes stole from this node's queue.
+    #[serde(default)]
+    pub steals_out: u64,
 }
 
 /// A preempted attempt that has not stopped yet, and what it holds.
@@ -507,6 +523,12 @@ impl ClusterState {
                 cpu_milli,
                 gpu_task,
             } => self.compress_task(node, task, attempt, cpu_milli, gpu_task),
+            Command::StealTask {
+                task,
+                attempt,
+                from,
+                to,
+            } => self.steal_task(task, attempt, from, to),
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {
@@ -557,7 +579,7 @@ impl ClusterState {
                 n.liveness = NodeLiveness::Up;
                 // A node's capacity can only change while it holds nothing: its free vector
                 // is capacity minus its tasks' grants and must stay consistent.
-                if n.tasks.is_empty() {
+                if n.tasks.is_empty() && n.queued.is_empty() {
                     n.free = capacity.clone();
                     n.capacity = capacity;
                 }
@@ -583,6 +605,9 @@ impl ClusterState {
                         stopping: Vec::new(),
                         drain: None,
                         compress_reserves: Vec::new(),
+                        queued: Vec::new(),
+                        steals_in: 0,
+                        steals_out: 0,
                     },
                 );
                 Outcome::Registered { node: id }
@@ -642,7 +667,7 @@ impl ClusterState {
         let held: Vec<TaskId> = self
             .nodes
             .get(&node)
-            .map(|n| n.tasks.iter().copied().collect())
+            .map(|n| n.tasks.iter().chain(n.queued.iter()).copied().collect())
             .unwrap_or_default();
         held.into_iter()
             .filter_map(|t| self.requeue(t, reason))
@@ -659,9 +684,160 @@ impl ClusterState {
         if let Some(n) = self.nodes.get_mut(&node) {
             if n.tasks.remove(&task) {
                 n.free.give_back(&req, gpus, &n.capacity);
+                self.promote_queued(node);
+            } else {
+                n.queued.retain(|t| *t != task);
             }
         }
         self.end_reserves_for(node, task);
+    }
+
+    /// S0.3: queued tasks of `node` whose resources are free now take them, head first (the
+    /// head blocks those behind it, as in the slave's own queue).
+    fn promote_queued(&mut self, node: NodeId) {
+        loop {
+            let Some(n) = self.nodes.get(&node) else {
+                return;
+            };
+            let Some(&head) = n.queued.first() else {
+                return;
+            };
+            let req = self
+                .tasks
+                .get(&head)
+                .and_then(|t| self.jobs.get(&t.job))
+                .map(|j| j.spec.resources.clone());
+            let Some(n) = self.nodes.get_mut(&node) else {
+                return;
+            };
+            let Some(req) = req else {
+                n.queued.remove(0);
+                continue;
+            };
+            let Some(gpus) = n.free.take(&req) else {
+                return;
+            };
+            n.queued.remove(0);
+            n.tasks.insert(head);
+            if let Some(t) = self.tasks.get_mut(&head) {
+                t.gpus = gpus;
+            }
+        }
+    }
+
+    /// A queued task of `node` started on its slave before its turn here (the slave's
+    /// queue order can differ from the log's): it takes its resources now. The slave only
+    /// starts what fits its cores, so where this state's vector disagrees the grant is
+    /// taken as far as it goes rather than refused.
+    fn start_queued(&mut self, node: NodeId, task: TaskId) {
+        let req = self
+            .tasks
+            .get(&task)
+            .and_then(|t| self.jobs.get(&t.job))
+            .map(|j| j.spec.resources.clone());
+        let Some(n) = self.nodes.get_mut(&node) else {
+            return;
+        };
+        let Some(pos) = n.queued.iter().position(|t| *t == task) else {
+            return;
+        };
+        n.queued.remove(pos);
+        n.tasks.insert(task);
+        let Some(req) = req else { return };
+        match n.free.take(&req) {
+            Some(gpus) => {
+                if let Some(t) = self.tasks.get_mut(&task) {
+                    t.gpus = gpus;
+                }
+            }
+            None => {
+                n.free.cpu_milli = n.free.cpu_milli.saturating_sub(req.cpu_milli);
+                n.free.mem_mib = n.free.mem_mib.saturating_sub(req.mem_mib);
+            }
+        }
+    }
+
+    /// S0.4: `from` released the queued `attempt` of `task`; it moves to `to` with the next
+    /// attempt. Stale (the task is no longer that queued attempt on `from`): ignored, the victim's
+    /// release changed nothing the log holds. A thief that can no longer take it (gone,
+    /// draining, full, wrong partition): the task goes back to pending with attempt + 1, so
+    /// the released attempt is never the one that runs.
+    fn steal_task(&mut self, task: TaskId, attempt: Attempt, from: NodeId, to: NodeId) -> Outcome {
+        let queued_there = self
+            .nodes
+            .get(&from)
+            .is_some_and(|n| n.queued.contains(&task));
+        let Some(t) = self.tasks.get(&task) else {
+            return Outcome::Rejected(format!("unknown {task}"));
+        };
+        if !queued_there
+            || t.status.state != TaskState::Assigned
+            || t.status.attempt != attempt
+            || t.status.node != Some(from)
+        {
+            return Outcome::Ignored(format!("stale steal: {task} is no longer queued on {from}"));
+        }
+        let job = t.job;
+        let Some(j) = self.jobs.get(&job) else {
+            return Outcome::Rejected(format!("unknown {job}"));
+        };
+        let req = j.spec.resources.clone();
+        let partition = partition_of(&j.spec).to_string();
+        let allowed = j.candidates.is_empty() || j.candidates.contains(&to);
+        if let Some(n) = self.nodes.get_mut(&from) {
+            n.queued.retain(|x| *x != task);
+        }
+        let released = TaskRef {
+            task,
+            node: from,
+            attempt,
+        };
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return Outcome::Rejected(format!("unknown {task}"));
+        };
+        if let Err(e) = t.status.requeue_because(TaskReason::Lost) {
+            return Outcome::Ignored(e.to_string());
+        }
+        t.started_ms = None;
+        let fits = self.nodes.get(&to).is_some_and(|n| {
+            n.id != from && n.takes_work() && n.serves(&partition) && n.free.fits(&req)
+        });
+        let grant = if fits && allowed {
+            self.nodes.get_mut(&to).and_then(|n| n.free.take(&req))
+        } else {
+            None
+        };
+        let Some(gpus) = grant else {
+            self.pending.insert(task);
+            return Outcome::Stolen {
+                from: released,
+                assigned: None,
+            };
+        };
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return Outcome::Rejected(format!("unknown {task}"));
+        };
+        let new_attempt = match t.status.assign(to) {
+            Ok(a) => a,
+            Err(e) => return Outcome::Ignored(e.to_string()),
+        };
+        t.gpus = gpus;
+        t.attempt_nodes.insert(new_attempt, to);
+        if let Some(n) = self.nodes.get_mut(&to) {
+            n.tasks.insert(task);
+            n.steals_in += 1;
+        }
+        if let Some(n) = self.nodes.get_mut(&from) {
+            n.steals_out += 1;
+        }
+        Outcome::Stolen {
+            from: released,
+            assigned: Some(TaskRef {
+                task,
+                node: to,
+                attempt: new_attempt,
+            }),
+        }
     }
 
     fn submit(&mut self, index: u64, at_ms: u64, mut spec: JobSpec) -> Outcome {
@@ -732,6 +908,7 @@ impl ClusterState {
                     cpu_milli: None,
                     cpu_search: None,
                     compressed: false,
+                    engine: None,
                 },
             );
             self.pending.insert(tid);
@@ -799,7 +976,7 @@ impl ClusterState {
         let mut accepted = Vec::new();
         let mut rejected = 0u32;
         for a in plan.assignments {
-            match self.try_assign(&a, at_ms) {
+            match self.try_assign(&a, plan.queue_depth, at_ms) {
                 Some(r) => accepted.push(r),
                 None => rejected += 1,
             }
@@ -904,10 +1081,11 @@ impl ClusterState {
     /// What `who`'s non-final tasks holding its quota use in `partition`.
     fn quota_usage(&self, who: &Principal, partition: &str) -> Usage {
         let mut used = Usage::default();
-        let live = self
-            .pending
-            .iter()
-            .chain(self.nodes.values().flat_map(|n| n.tasks.iter()));
+        let live = self.pending.iter().chain(
+            self.nodes
+                .values()
+                .flat_map(|n| n.tasks.iter().chain(n.queued.iter())),
+        );
         for tid in live {
             let Some(t) = self.tasks.get(tid) else {
                 continue;
@@ -924,7 +1102,7 @@ impl ClusterState {
         used
     }
 
-    fn try_assign(&mut self, a: &Assign, at_ms: u64) -> Option<TaskRef> {
+    fn try_assign(&mut self, a: &Assign, queue_depth: u32, at_ms: u64) -> Option<TaskRef> {
         let task = self.tasks.get(&a.task)?;
         if task.status.state != TaskState::Pending || task.not_before_ms.is_some_and(|t| t > at_ms)
         {
@@ -944,8 +1122,23 @@ impl ClusterState {
         if !node.serves(&partition) {
             return None;
         }
-        let gpus = node.free.take(req)?;
-        node.tasks.insert(a.task);
+        let gpus = if a.queued {
+            // S0.3: beyond the free resources, within the queued allowance; only what can
+            // ever run there and holds no devices (devices are granted at assignment).
+            if node.queued.len() >= queue_depth as usize
+                || !req.gpu.is_none()
+                || !req.engines.is_empty()
+                || !node.capacity.fits(req)
+            {
+                return None;
+            }
+            node.queued.push(a.task);
+            Vec::new()
+        } else {
+            let gpus = node.free.take(req)?;
+            node.tasks.insert(a.task);
+            gpus
+        };
         let task = self.tasks.get_mut(&a.task)?;
         let attempt = task.status.assign(a.node).ok()?;
         task.gpus = gpus;
@@ -953,6 +1146,7 @@ impl ClusterState {
         task.cpu_milli = None;
         task.compressed = false;
         task.cpu_search = searched.then_some(CpuSearchPhase::Probing);
+        task.engine = a.engine;
         task.not_before_ms = None;
         task.started_ms = None;
         task.attempt_nodes.insert(attempt, a.node);
@@ -999,6 +1193,7 @@ impl ClusterState {
                 if !was_running || t.started_ms.is_none() {
                     t.started_ms = Some(at_ms);
                 }
+                self.start_queued(node, task);
                 Outcome::TaskUpdated
             }
             Err(e) => Outcome::Ignored(e.to_string()),
@@ -1504,6 +1699,9 @@ impl ClusterState {
                     .cloned()
                     .unwrap_or_else(|| "none".into()),
             },
+            queued: n.queued.len() as u32,
+            steals_in: n.steals_in,
+            steals_out: n.steals_out,
         }
     }
 

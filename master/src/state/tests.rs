@@ -81,7 +81,7 @@ impl Log {
     }
     fn assign(&mut self, task: TaskId, node: NodeId) -> Outcome {
         self.apply(Command::ApplyPlan(Plan {
-            assignments: vec![Assign { task, node }],
+            assignments: vec![Assign::to(task, node)],
             ..Default::default()
         }))
     }
@@ -175,16 +175,7 @@ fn stale_plan_entries_are_rejected() {
     let t = l.submit(2, 1000);
     // The first fits; the second no longer fits once the first holds the only core.
     match l.apply(Command::ApplyPlan(Plan {
-        assignments: vec![
-            Assign {
-                task: t[0],
-                node: n,
-            },
-            Assign {
-                task: t[1],
-                node: n,
-            },
-        ],
+        assignments: vec![Assign::to(t[0], n), Assign::to(t[1], n)],
         ..Default::default()
     })) {
         Outcome::PlanApplied {
