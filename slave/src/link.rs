@@ -97,6 +97,8 @@ pub struct Link {
     /// Whether the masters take [`SlaveRequest::TaskReports`] (cleared when one answers that
     /// it does not: an older master; reports then go one by one).
     batches: bool,
+    /// The engines whose load heartbeats carry (S0.6 forwarding queries use it).
+    engines: Option<std::sync::Arc<crate::engine::EngineSet>>,
 }
 
 /// Most reports in one [`SlaveRequest::TaskReports`] (keeps one log entry well under the
@@ -131,7 +133,14 @@ impl Link {
             agent,
             pending: VecDeque::new(),
             batches: true,
+            engines: None,
         }
+    }
+
+    /// Heartbeats carry these engines' load.
+    pub fn with_engines(mut self, engines: std::sync::Arc<crate::engine::EngineSet>) -> Self {
+        self.engines = Some(engines);
+        self
     }
 
     /// Runs until the agent is gone.
@@ -231,7 +240,13 @@ impl Link {
             return Err(LinkError::UnknownNode);
         };
         let held = self.held().await?;
-        match self.call(SlaveRequest::Heartbeat { node, held }).await? {
+        let engine_load = self.engines.as_ref().map(|e| e.loads()).unwrap_or_default();
+        let beat = SlaveRequest::Heartbeat {
+            node,
+            held,
+            engine_load,
+        };
+        match self.call(beat).await? {
             SlaveResponse::HeartbeatAck { .. } | SlaveResponse::Ack => Ok(()),
             other => Err(LinkError::Retry(format!(
                 "unexpected answer to Heartbeat: {other:?}"

@@ -414,6 +414,7 @@ async fn heartbeat(
     let hb = Message::Slave(SlaveRequest::Heartbeat {
         node,
         held: held_now(slave),
+        engine_load: Vec::new(),
     });
     *last_beat = Instant::now();
     !matches!(
