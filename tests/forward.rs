@@ -262,3 +262,32 @@ fn forward_target_killed_mid_program_remaining_calls_run_locally_once_each() {
         std::panic::resume_unwind(panic);
     }
 }
+
+#[test]
+fn forward_margin_must_be_a_non_negative_fraction() {
+    let dir = Scratch::new("forward-margin");
+    for bad in ["-1", "NaN", "inf", "lots"] {
+        let out = std::process::Command::new(BIN)
+            .args([
+                "slave",
+                "--listen",
+                "127.0.0.1:1",
+                "--masters",
+                "127.0.0.1:2",
+                "--data-dir",
+                &dir.path().join("s").display().to_string(),
+                "--cpus",
+                "1",
+                "--mem",
+                "64",
+                &format!("--forward-margin={bad}"),
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run hetsched");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains("forward-margin"), "{bad}: {err}");
+        assert!(!err.contains("panicked"), "{bad}: {err}");
+    }
+}

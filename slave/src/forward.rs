@@ -240,8 +240,16 @@ impl Forwarder {
     }
 
     /// Offers `call` (position `index` in its program) to a peer able to run it on one of
-    /// `kinds`. Blocking: called from the program's thread.
-    pub fn forward(&self, index: u32, call: &ApiCall, kinds: Vec<EngineKind>) -> Forwarded {
+    /// `kinds`. With `beat` set (µs), only a peer whose execution time plus forwarding cost,
+    /// as the leader estimates them, is below it gets the call. Blocking: called from the
+    /// program's thread.
+    pub fn forward(
+        &self,
+        index: u32,
+        call: &ApiCall,
+        kinds: Vec<EngineKind>,
+        beat: Option<u64>,
+    ) -> Forwarded {
         let Some(me) = self.store.node().ok().flatten() else {
             return Forwarded::Local(Some("not registered yet".into()));
         };
@@ -265,6 +273,13 @@ impl Forwarder {
                     return Forwarded::Local(why);
                 }
             };
+            if let Some(local_us) = beat {
+                let remote_us = target.exec_us.saturating_add(target.cost_us);
+                if remote_us >= local_us {
+                    tracing::debug!(peer = %target.name, remote_us, local_us, "forwarding would not pay off");
+                    return Forwarded::Local(why);
+                }
+            }
             match self
                 .handle
                 .block_on(self.send(me, &target, call, kinds.clone()))

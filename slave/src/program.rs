@@ -144,7 +144,10 @@ impl ProgramRuntime {
             if !kinds.is_empty() {
                 // The local unit is not held while the call is away.
                 drop(unit);
-                match fwd.forward(index, call, kinds) {
+                // With the best local engine free, a peer is worth it only if its time plus
+                // the forwarding cost beats the local time.
+                let beat = if top_free { local_us } else { None };
+                match fwd.forward(index, call, kinds, beat) {
                     crate::forward::Forwarded::Ran(record) => return record,
                     crate::forward::Forwarded::Local(why) => forward_error = why,
                 }

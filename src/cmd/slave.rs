@@ -102,10 +102,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         None => Default::default(),
     };
     if !(a.forward_margin.is_finite() && a.forward_margin >= 0.0) {
-        anyhow::bail!(
+        return Err(super::exit::bad_input(format!(
             "--forward-margin must be a number ≥ 0 (a fraction: 0.5 means more than 1.5× as fast), not {}",
             a.forward_margin
-        );
+        )));
     }
     let engine_opts = hetsched_slave::EngineOptions {
         engines,
