@@ -447,7 +447,7 @@ pub struct CallRecord {
     pub node: String,
     /// Duration, ms (modelled for an emulated engine).
     pub duration_ms: f64,
-    /// True when the call ran on another node (S0.6; not done by this slave yet).
+    /// True when the call was forwarded to and ran on another node (S0.6; `node` names it).
     pub forwarded: bool,
     /// True when the engine is emulated.
     pub emulated: bool,

@@ -4,7 +4,9 @@
 //! added after version 1, so a newer peer's extra fields are ignored and an older peer's
 //! missing ones take their defaults.
 
-use crate::program::{CallRecord, CallSummary, EngineDecl, EngineTotal, SelectionTable, TaskKind};
+use crate::program::{
+    Api, ApiCall, CallRecord, CallSummary, EngineDecl, EngineTotal, SelectionTable, TaskKind,
+};
 use crate::{
     Attempt, ClientRequestId, EngineKind, GpuAlloc, JobId, JobSpec, MasterId, NodeId,
     NodeResources, ResourceRequest, TaskId, TaskReason, TaskState,
@@ -37,6 +39,10 @@ pub enum Message {
     ToSlaveReply(SlaveCommandReply),
     /// Any request may be answered with an error.
     Error(ErrorReply),
+    /// Slave → slave: one API call forwarded to a peer (S0.6).
+    Peer(PeerRequest),
+    /// Slave → slave, replying to a [`PeerRequest`].
+    PeerReply(PeerReply),
 }
 
 /// An error answer.
@@ -782,6 +788,10 @@ pub enum SlaveRequest {
         /// heartbeat, oldest first (S3.2: the leader's CPU-count search reads them).
         #[serde(default)]
         samples: Vec<ProbeSample>,
+        /// Its engines' load now (S0.6: the leader answers forwarding queries from it; empty
+        /// from older slaves).
+        #[serde(default)]
+        engine_load: Vec<EngineLoad>,
     },
     /// A task's process started.
     TaskStarted {
@@ -829,6 +839,9 @@ pub enum SlaveRequest {
         /// Summary.
         summary: CallSummary,
     },
+    /// S0.6: which slave should run this call instead (answered by the leader from the
+    /// engine load of recent heartbeats, never logged).
+    ForwardQuery(ForwardQuery),
     /// Many tasks' started/finished reports in one message, in the order they happened
     /// (a short task's start and finish may travel together). Committed by the leader as
     /// one log entry; answered with `Ack` once committed.
@@ -922,6 +935,104 @@ pub enum SlaveResponse {
     },
     /// A report is committed (or was stale and ignored): the slave may forget it.
     Ack,
+    /// The answer to a [`SlaveRequest::ForwardQuery`]: the peer to send the call to, if any.
+    ForwardTarget(Option<ForwardTarget>),
+}
+
+/// One engine kind's load on a slave, as its heartbeat reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineLoad {
+    /// Kind.
+    pub kind: EngineKind,
+    /// Units.
+    pub count: u32,
+    /// Units not running a call (or a task) now.
+    pub free: u32,
+    /// Calls waiting for a unit of this kind.
+    #[serde(default)]
+    pub waiting: u32,
+}
+
+/// A slave's measurement of its link to a peer (from its forwarded calls).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkEstimate {
+    /// The peer.
+    pub node: NodeId,
+    /// Round trip, µs (a forwarded call's time less the peer's execution time).
+    pub rtt_us: u64,
+    /// Bandwidth, bytes per second (0: not measured).
+    #[serde(default)]
+    pub bytes_per_s: u64,
+}
+
+/// S0.6: a slave asks the leader for a peer to run one call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardQuery {
+    /// The asking slave.
+    pub node: NodeId,
+    /// API of the call.
+    pub api: Api,
+    /// Its parameter scale (argument bytes).
+    pub arg_bytes: u64,
+    /// Engine kinds acceptable for it, best first (the asker's bar).
+    pub kinds: Vec<EngineKind>,
+    /// Peers not to answer with (they refused or failed this call).
+    #[serde(default)]
+    pub exclude: Vec<NodeId>,
+    /// The asker's measured links (peers not listed: the leader's defaults).
+    #[serde(default)]
+    pub links: Vec<LinkEstimate>,
+}
+
+/// The leader's answer to a [`ForwardQuery`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardTarget {
+    /// The peer.
+    pub node: NodeId,
+    /// Its name.
+    pub name: String,
+    /// Its address (the slave listener).
+    pub addr: String,
+    /// The engine kind expected to run the call there.
+    pub engine: EngineKind,
+    /// The estimated cost of forwarding there (transfer + round trip + queue wait), µs.
+    pub cost_us: u64,
+    /// The estimated execution time there, µs (from its selection table; 0: unknown).
+    #[serde(default)]
+    pub exec_us: u64,
+}
+
+/// Slave → slave requests (S0.6).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PeerRequest {
+    /// Run one API call on one of `kinds` here and send the result back. Never forwarded
+    /// again; refused when no unit of those kinds is free.
+    ForwardedCall {
+        /// The sending node.
+        from: NodeId,
+        /// The call.
+        call: ApiCall,
+        /// Acceptable engine kinds, best first.
+        kinds: Vec<EngineKind>,
+    },
+}
+
+/// Slave → slave answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PeerReply {
+    /// The call ran here.
+    Done {
+        /// Its record (node and engine are this slave's).
+        record: CallRecord,
+        /// Time from receiving the call to answering, µs (the asker subtracts it from its
+        /// round trip to measure the link).
+        served_us: u64,
+    },
+    /// Not run: no unit of the acceptable kinds is free (or forwarding is off here).
+    Refused {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// One task placed on a slave.

@@ -293,6 +293,12 @@ fn message() -> impl Strategy<Value = Message> {
                     membw_mbps: None,
                     membw_emulated: false,
                 }],
+                engine_load: vec![EngineLoad {
+                    kind: EngineKind::Gpu,
+                    count: 1,
+                    free: (n % 2) as u32,
+                    waiting: (n % 5) as u32,
+                }],
             }
         )),
         ids.prop_map(|(n, t, a)| Message::Slave(SlaveRequest::TaskStarted {
@@ -354,7 +360,7 @@ fn message() -> impl Strategy<Value = Message> {
                     emulated: true,
                 },
             );
-            match seed % 3 {
+            match seed % 8 {
                 0 => Message::Slave(SlaveRequest::RecordProfile {
                     node: NodeId(n),
                     engines: vec![],
@@ -369,19 +375,57 @@ fn message() -> impl Strategy<Value = Message> {
                         ..Default::default()
                     },
                 }),
-                _ => Message::ToSlaveReply(SlaveCommandReply::Calls(vec![CallRecord {
-                    index: a,
+                3 => Message::Slave(SlaveRequest::ForwardQuery(ForwardQuery {
+                    node: NodeId(n),
                     api: call.api,
-                    engine: EngineKind::Cpu,
-                    node: "n".into(),
-                    duration_ms: size as f64 / 7.0,
-                    forwarded: false,
-                    emulated: false,
-                    digest: "00".into(),
-                    scale_bytes: call.scale(),
-                    fallback_from: Some(EngineKind::Dsp),
-                    error: None,
-                }])),
+                    arg_bytes: call.scale(),
+                    kinds: vec![EngineKind::Gpu, EngineKind::Npu],
+                    exclude: vec![NodeId(t)],
+                    links: vec![LinkEstimate {
+                        node: NodeId(t),
+                        rtt_us: size,
+                        bytes_per_s: seed,
+                    }],
+                })),
+                4 => Message::SlaveReply(SlaveResponse::ForwardTarget(Some(ForwardTarget {
+                    node: NodeId(t),
+                    name: "peer".into(),
+                    addr: "127.0.0.1:9".into(),
+                    engine: EngineKind::Gpu,
+                    cost_us: size,
+                    exec_us: seed,
+                }))),
+                5 => Message::Peer(PeerRequest::ForwardedCall {
+                    from: NodeId(n),
+                    call: call.clone(),
+                    kinds: vec![EngineKind::Gpu],
+                }),
+                6 => Message::PeerReply(PeerReply::Refused {
+                    reason: format!("busy {seed}"),
+                }),
+                _ => {
+                    let record = CallRecord {
+                        index: a,
+                        api: call.api,
+                        engine: EngineKind::Cpu,
+                        node: "n".into(),
+                        duration_ms: size as f64 / 7.0,
+                        forwarded: seed % 2 == 0,
+                        emulated: false,
+                        digest: "00".into(),
+                        scale_bytes: call.scale(),
+                        fallback_from: Some(EngineKind::Dsp),
+                        error: None,
+                    };
+                    if seed % 2 == 0 {
+                        Message::PeerReply(PeerReply::Done {
+                            record,
+                            served_us: size,
+                        })
+                    } else {
+                        Message::ToSlaveReply(SlaveCommandReply::Calls(vec![record]))
+                    }
+                }
             }
         }),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Members { stale })),

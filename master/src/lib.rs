@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod duties;
+pub mod forward;
 pub mod plan;
 pub mod sched;
 pub mod server;

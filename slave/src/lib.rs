@@ -17,7 +17,9 @@
 //!   and the selection table (S0.5);
 //! - [`program`] — API-program tasks, run in-process call by call on the best available
 //!   engine;
-//! - [`announce`] — delivery of the profile and program call summaries to the masters.
+//! - [`announce`] — delivery of the profile and program call summaries to the masters;
+//! - [`forward`] — S0.6 forwarding of single calls to peers (query the leader, send the
+//!   call to the peer it names) and serving peers' forwarded calls.
 //!
 //! # Restart semantics (each attempt runs at most once)
 //! Everything accepted is in sled before the master hears `Accepted`; every result is in sled
@@ -38,6 +40,7 @@ pub mod cgroup;
 pub mod contention;
 pub mod engine;
 pub mod exec;
+pub mod forward;
 pub mod gpu;
 pub mod http;
 pub mod link;
@@ -48,7 +51,9 @@ pub mod queue;
 pub mod store;
 pub mod supervisor;
 
-use hetsched_common::protocol::{ErrorKind, ErrorReply, Message, SlaveCommand, SlaveCommandReply};
+use hetsched_common::protocol::{
+    ErrorKind, ErrorReply, Message, PeerRequest, SlaveCommand, SlaveCommandReply,
+};
 use hetsched_common::wire::{self, FrameLimits, Handler};
 use hetsched_common::NodeResources;
 use std::path::PathBuf;
@@ -151,6 +156,8 @@ pub struct EngineOptions {
     pub profile_budget: Duration,
     /// Deadline of one plug-in call.
     pub call_timeout: Duration,
+    /// S0.6 forwarding of calls to peers.
+    pub forward: forward::ForwardOptions,
 }
 
 impl Default for EngineOptions {
@@ -160,6 +167,7 @@ impl Default for EngineOptions {
             profile: false,
             profile_budget: Duration::from_secs(10),
             call_timeout: Duration::from_secs(60),
+            forward: forward::ForwardOptions::default(),
         }
     }
 }
@@ -319,7 +327,24 @@ pub async fn run_with_engines(
         tuning.call_timeout,
         announce_rx,
     ));
-    let programs = start_engines(&cfg, &me.name, engines, &engine_opts, announce_tx.clone());
+    let forwarder = engine_opts.forward.enabled.then(|| {
+        let f = forward::Forwarder::new(
+            engine_opts.forward,
+            cfg.masters.clone(),
+            store.clone(),
+            tokio::runtime::Handle::current(),
+        );
+        tokio::spawn(f.clone().refresh());
+        f
+    });
+    let programs = start_engines(
+        &cfg,
+        &me.name,
+        engines,
+        &engine_opts,
+        forwarder,
+        announce_tx.clone(),
+    );
     reannounce_calls(&store, &log_dir, &announce_tx);
     let (agent_tx, agent_rx) = mpsc::unbounded_channel();
     let (report_tx, report_rx) = mpsc::unbounded_channel();
@@ -339,7 +364,7 @@ pub async fn run_with_engines(
         report_tx.clone(),
     )?
     .with_programs(agent::ProgramHooks {
-        runtime: programs,
+        runtime: programs.clone(),
         announce: announce_tx,
     });
     tokio::spawn(agent.run(agent_rx));
@@ -364,12 +389,17 @@ pub async fn run_with_engines(
         store,
         agent_tx.clone(),
     )
-    .with_samples(sample_rx);
+    .with_samples(sample_rx)
+    .with_engines(programs.engines.clone());
     tokio::spawn(link.run(report_rx));
 
-    wire::serve(listener, FrameLimits::default(), handler(agent_tx, log_dir))
-        .await
-        .map_err(|e| Error::Serve(e.to_string()))
+    wire::serve(
+        listener,
+        FrameLimits::default(),
+        handler(agent_tx, log_dir, programs),
+    )
+    .await
+    .map_err(|e| Error::Serve(e.to_string()))
 }
 
 /// Sets up the program runtime: the persisted selection table, then (with `--profile`) a
@@ -380,6 +410,7 @@ fn start_engines(
     node_name: &str,
     engines: engine::EngineSet,
     opts: &EngineOptions,
+    forwarder: Option<Arc<forward::Forwarder>>,
     announce: mpsc::UnboundedSender<announce::Announcement>,
 ) -> Arc<program::ProgramRuntime> {
     let path = engine::profile::table_path(&cfg.data_dir);
@@ -389,6 +420,7 @@ fn start_engines(
         table: Arc::new(std::sync::RwLock::new(table.clone())),
         node: node_name.to_string(),
         call_timeout: opts.call_timeout,
+        forwarder,
     });
     let decls = runtime.engines.decls();
     tracing::info!(engines = ?decls, "engines");
@@ -465,15 +497,32 @@ fn reannounce_calls(
 }
 
 /// The listener's handler: masters' commands go to the agent (call records are read from
-/// the log dir); anything else is refused.
-fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> Handler {
+/// the log dir); peers' forwarded calls run on the engines (S0.6); anything else is refused.
+fn handler(
+    agent: mpsc::UnboundedSender<agent::AgentMsg>,
+    log_dir: PathBuf,
+    programs: Arc<program::ProgramRuntime>,
+) -> Handler {
     Arc::new(move |msg, peer| {
         let agent = agent.clone();
         let log_dir = log_dir.clone();
+        let programs = programs.clone();
         Box::pin(async move {
             let msg = match msg {
                 Message::ToSlave(SlaveCommand::AssignBatch(batch)) => {
                     return Some(assign_batch(&agent, batch).await)
+                }
+                Message::Peer(PeerRequest::ForwardedCall { from, call, kinds }) => {
+                    let run = tokio::task::spawn_blocking(move || {
+                        forward::serve(&programs, from, &call, &kinds)
+                    });
+                    return Some(match run.await {
+                        Ok(reply) => Message::PeerReply(reply),
+                        Err(e) => Message::Error(ErrorReply::new(
+                            ErrorKind::Internal,
+                            format!("forwarded call failed: {e}"),
+                        )),
+                    });
                 }
                 other => other,
             };
@@ -558,7 +607,7 @@ fn handler(agent: mpsc::UnboundedSender<agent::AgentMsg>, log_dir: PathBuf) -> H
                     tracing::debug!(%peer, message = ?other, "unsupported request");
                     return Some(Message::Error(ErrorReply::new(
                         ErrorKind::Unsupported,
-                        "a slave serves only Assign, AssignBatch, StopTask, SetCpus, ReleaseQueued, ReadLog and Calls",
+                        "a slave serves only Assign, AssignBatch, StopTask, SetCpus, ReleaseQueued, ReadLog, Calls and peers' ForwardedCall",
                     )));
                 }
             };

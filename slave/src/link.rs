@@ -99,6 +99,8 @@ pub struct Link {
     batches: bool,
     /// Probe samples from the sampler, sent with the next heartbeat.
     samples: Option<mpsc::UnboundedReceiver<ProbeSample>>,
+    /// The engines whose load heartbeats carry (S0.6 forwarding queries use it).
+    engines: Option<std::sync::Arc<crate::engine::EngineSet>>,
 }
 
 /// Most reports in one [`SlaveRequest::TaskReports`] (keeps one log entry well under the
@@ -134,6 +136,7 @@ impl Link {
             pending: VecDeque::new(),
             batches: true,
             samples: None,
+            engines: None,
         }
     }
 
@@ -157,6 +160,12 @@ impl Link {
             out.drain(..out.len() - max);
         }
         out
+    }
+
+    /// Heartbeats carry these engines' load.
+    pub fn with_engines(mut self, engines: std::sync::Arc<crate::engine::EngineSet>) -> Self {
+        self.engines = Some(engines);
+        self
     }
 
     /// Runs until the agent is gone.
@@ -280,14 +289,14 @@ impl Link {
         // Samples are measurements, not results: lost with a failed heartbeat, they are
         // replaced by the next second's.
         let samples = self.take_samples();
-        match self
-            .call(SlaveRequest::Heartbeat {
-                node,
-                held,
-                samples,
-            })
-            .await?
-        {
+        let engine_load = self.engines.as_ref().map(|e| e.loads()).unwrap_or_default();
+        let beat = SlaveRequest::Heartbeat {
+            node,
+            held,
+            samples,
+            engine_load,
+        };
+        match self.call(beat).await? {
             SlaveResponse::HeartbeatAck { .. } | SlaveResponse::Ack => Ok(()),
             other => Err(LinkError::Retry(format!(
                 "unexpected answer to Heartbeat: {other:?}"

@@ -7,12 +7,16 @@
 //! (when none is free, the call waits for the first-ranked). Without a table row the ranking
 //! is: plug-in engines, emulated engines faster than the CPU (fastest first), the CPU, the
 //! rest. A plug-in that fails or times out falls back to the CPU kernel, recorded as such.
+//! When the best local engine is busy, or a peer's engine kind is faster by more than the
+//! forwarding margin, the call is offered to a peer ([`crate::forward`], S0.6); it comes
+//! back as one record naming the peer's node and engine, or runs here if the peer refuses,
+//! fails or times out.
 //!
 //! Call records are written next to the task's output files as
 //! `task-<id>-<attempt>.calls.json` (after every call), and a line per call goes to the
 //! `.out` log.
 
-use crate::engine::{kernels, plugin, EngineSet, Implementation};
+use crate::engine::{kernels, plugin, EngineSet, EngineUnit, Implementation};
 use hetsched_common::program::{
     Api, ApiCall, CallRecord, Program, SelectionTable, PROGRAM_COMMAND, PROGRAM_ENV,
 };
@@ -40,6 +44,8 @@ pub struct ProgramRuntime {
     pub node: String,
     /// Deadline of one plug-in call.
     pub call_timeout: Duration,
+    /// S0.6: forwards calls to peers with better or free engines (`None`: never).
+    pub forwarder: Option<Arc<crate::forward::Forwarder>>,
 }
 
 /// The program an assignment carries, if it is a program task. `Err` when it claims to be
@@ -101,14 +107,66 @@ impl ProgramRuntime {
         out
     }
 
-    /// Runs one call: picks the engine, runs it, falls back to the CPU when a plug-in fails.
+    /// `kind`'s time for `call` by this node's selection table, µs.
+    fn local_time(&self, call: &ApiCall, kind: EngineKind) -> Option<u64> {
+        let table = match self.table.read() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        };
+        table
+            .lookup(call.api, call.bucket())?
+            .ranked
+            .iter()
+            .find(|e| e.engine == kind)
+            .map(|e| e.time_us)
+    }
+
+    /// Runs one call: picks the engine (or a peer's, S0.6), runs it, falls back to the CPU
+    /// when a plug-in fails and to the best local engine when forwarding fails.
     pub fn run_call(&self, index: u32, call: &ApiCall) -> CallRecord {
         let ranking = self.ranking(call);
-        let unit = ranking
-            .iter()
-            .find_map(|k| self.engines.try_acquire(*k))
+        let mut unit = ranking.iter().find_map(|k| self.engines.try_acquire(*k));
+        let mut forward_error = None;
+        if let Some(fwd) = &self.forwarder {
+            let top = ranking[0];
+            let top_free = unit.as_ref().is_some_and(|u| u.kind == top);
+            let remote = fwd.remote_times(call);
+            let local_us = self
+                .local_time(call, top)
+                .or_else(|| remote.get(&top).copied());
+            let kinds = crate::forward::wanted_kinds(
+                top,
+                top_free,
+                local_us,
+                &remote,
+                fwd.options().margin,
+            );
+            if !kinds.is_empty() {
+                // The local unit is not held while the call is away.
+                drop(unit);
+                // With the best local engine free, a peer is worth it only if its time plus
+                // the forwarding cost beats the local time.
+                let beat = if top_free { local_us } else { None };
+                match fwd.forward(index, call, kinds, beat) {
+                    crate::forward::Forwarded::Ran(record) => return record,
+                    crate::forward::Forwarded::Local(why) => forward_error = why,
+                }
+                unit = ranking.iter().find_map(|k| self.engines.try_acquire(*k));
+            }
+        }
+        let unit = unit
             .or_else(|| self.engines.acquire(ranking[0]))
             .or_else(|| self.engines.acquire(EngineKind::Cpu));
+        let mut record = self.execute(index, call, unit);
+        if record.error.is_none() {
+            record.error = forward_error;
+        }
+        record
+    }
+
+    /// Runs one call on the engine unit given (the CPU when none), falling back to the CPU
+    /// kernel when a plug-in fails.
+    pub fn execute(&self, index: u32, call: &ApiCall, unit: Option<EngineUnit<'_>>) -> CallRecord {
         let kind = unit.as_ref().map_or(EngineKind::Cpu, |u| u.kind);
         let imp = self
             .engines
@@ -207,12 +265,17 @@ impl ProgramRuntime {
             if let Some(f) = out.as_mut() {
                 let _ = writeln!(
                     f,
-                    "call {} {} scale {} B on {}{}{} {:.3} ms digest {}",
+                    "call {} {} scale {} B on {}{}{}{} {:.3} ms digest {}",
                     r.index,
                     r.api,
                     r.scale_bytes,
                     r.engine,
                     if r.emulated { " (EMULATED)" } else { "" },
+                    if r.forwarded {
+                        format!(" of {} (forwarded)", r.node)
+                    } else {
+                        String::new()
+                    },
                     r.fallback_from
                         .map(|k| format!(" (fallback from {k})"))
                         .unwrap_or_default(),
@@ -271,6 +334,7 @@ mod tests {
             table: Arc::new(RwLock::new(table)),
             node: "n1".into(),
             call_timeout: Duration::from_secs(2),
+            forwarder: None,
         }
     }
 

@@ -415,6 +415,7 @@ async fn heartbeat(
         node,
         held: held_now(slave),
         samples: Vec::new(),
+        engine_load: Vec::new(),
     });
     *last_beat = Instant::now();
     !matches!(

@@ -67,6 +67,18 @@ pub struct Args {
     /// Deadline of one plug-in call; a late or failed plug-in call falls back to the CPU.
     #[arg(long, default_value = "60s", value_parser = super::programs::parse_duration)]
     pub call_timeout: std::time::Duration,
+    /// S0.6: forward a program's call to a peer when a peer's engine kind is faster than the
+    /// best local one by more than this fraction (0.5: more than 1.5× as fast by the
+    /// selection tables), or when the best local engine is busy.
+    #[arg(long, default_value_t = hetsched_slave::forward::DEFAULT_FORWARD_MARGIN, value_name = "FRACTION")]
+    pub forward_margin: f64,
+    /// Deadline of one forwarded call (sent, run on the peer, result back); a late or failed
+    /// one runs here instead.
+    #[arg(long, default_value = "60s", value_parser = super::programs::parse_duration)]
+    pub forward_timeout: std::time::Duration,
+    /// Never forward calls to peers (this slave still runs calls peers forward to it).
+    #[arg(long)]
+    pub no_forward: bool,
     /// Optional HTTP address for /metrics and /healthz.
     #[arg(long, value_name = "HOST:PORT")]
     pub http: Option<String>,
@@ -130,11 +142,22 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         Some(p) => hetsched_slave::engine::EnginesFile::read(p)?,
         None => Default::default(),
     };
+    if !(a.forward_margin.is_finite() && a.forward_margin >= 0.0) {
+        return Err(super::exit::bad_input(format!(
+            "--forward-margin must be a number ≥ 0 (a fraction: 0.5 means more than 1.5× as fast), not {}",
+            a.forward_margin
+        )));
+    }
     let engine_opts = hetsched_slave::EngineOptions {
         engines,
         profile: a.profile,
         profile_budget: a.profile_budget,
         call_timeout: a.call_timeout,
+        forward: hetsched_slave::forward::ForwardOptions {
+            enabled: !a.no_forward,
+            margin: a.forward_margin,
+            timeout: a.forward_timeout,
+        },
     };
     let http = a.http.clone();
     let cfg = hetsched_slave::SlaveConfig {

@@ -2,6 +2,7 @@
 //! the leader duties. Everything here does I/O; the decisions live in `state` and `sched`.
 
 mod duties;
+mod forwarding;
 mod http;
 mod logs;
 mod programs;
@@ -199,6 +200,8 @@ pub struct Master {
     admission: Arc<std::sync::Mutex<crate::admission::Admission>>,
     /// Deliberate bugs switched on through the admin listener (chaos tests).
     bugs: Arc<std::sync::Mutex<hetsched_common::protocol::BugSpec>>,
+    /// S0.6: the slaves' engine load from their heartbeats (leader-local).
+    engine_loads: Arc<forwarding::EngineLoads>,
 }
 
 /// The state hash and serialised size at one applied index.
@@ -317,6 +320,7 @@ impl Master {
             queue_depth: cfg.queue_depth,
             digest: Arc::new(std::sync::Mutex::new(None)),
             bugs: Arc::default(),
+            engine_loads: Arc::default(),
             admission: Arc::new(std::sync::Mutex::new(crate::admission::Admission::new(
                 cfg.admission,
             ))),
@@ -917,7 +921,9 @@ impl Master {
                 node,
                 held,
                 samples,
+                engine_load,
             } => {
+                self.engine_loads.record(node, engine_load);
                 match self
                     .duties
                     .send(Heartbeat {
@@ -1024,6 +1030,17 @@ impl Master {
                     .await
                     .map_err(|e| ErrorReply::new(ErrorKind::Unavailable, e.to_string()))?;
                 Ok(SlaveResponse::Ack)
+            }
+            SlaveRequest::ForwardQuery(q) => {
+                self.require_leader()?;
+                let target = self.engine_loads.answer(&self.shared.read_state(), &q);
+                match &target {
+                    Some(t) => {
+                        tracing::debug!(asker = %q.node, api = %q.api, target = %t.node, engine = %t.engine, cost_us = t.cost_us, "forwarding target")
+                    }
+                    None => tracing::debug!(asker = %q.node, api = %q.api, "no forwarding target"),
+                }
+                Ok(SlaveResponse::ForwardTarget(target))
             }
             SlaveRequest::TaskReports { node, reports } => {
                 self.require_leader()?;
@@ -1142,6 +1159,8 @@ fn message_name(m: &Message) -> &'static str {
         Message::ToSlave(_) => "slave commands",
         Message::ToSlaveReply(_) => "slave command replies",
         Message::Error(_) => "error replies",
+        Message::Peer(_) => "slave-to-slave requests",
+        Message::PeerReply(_) => "slave-to-slave replies",
     }
 }
 

@@ -118,6 +118,8 @@ pub struct EngineSet {
     engines: Vec<Engine>,
     free: Mutex<BTreeMap<EngineKind, u32>>,
     freed: Condvar,
+    /// Calls blocked in [`EngineSet::acquire`], by kind (reported to the leader, S0.6).
+    waiting: Mutex<BTreeMap<EngineKind, u32>>,
 }
 
 impl EngineSet {
@@ -231,6 +233,7 @@ impl EngineSet {
             engines,
             free: Mutex::new(free),
             freed: Condvar::new(),
+            waiting: Mutex::default(),
         })
     }
 
@@ -249,6 +252,7 @@ impl EngineSet {
             free: Mutex::new(BTreeMap::from([(EngineKind::Cpu, cpu.count)])),
             engines: vec![cpu],
             freed: Condvar::new(),
+            waiting: Mutex::default(),
         }
     }
 
@@ -309,6 +313,25 @@ impl EngineSet {
 
     /// Takes one unit of `kind`, waiting until one is free (`None` if the node has none).
     pub fn acquire(&self, kind: EngineKind) -> Option<EngineUnit<'_>> {
+        if let Some(u) = self.try_acquire(kind) {
+            return Some(u);
+        }
+        self.count_waiting(kind, true);
+        let unit = self.acquire_waiting(kind);
+        self.count_waiting(kind, false);
+        unit
+    }
+
+    fn count_waiting(&self, kind: EngineKind, add: bool) {
+        let mut w = match self.waiting.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let n = w.entry(kind).or_insert(0);
+        *n = if add { *n + 1 } else { n.saturating_sub(1) };
+    }
+
+    fn acquire_waiting(&self, kind: EngineKind) -> Option<EngineUnit<'_>> {
         let mut free = self.lock();
         loop {
             match free.get_mut(&kind) {
@@ -330,6 +353,24 @@ impl EngineSet {
     /// Free units of `kind` now.
     pub fn free(&self, kind: EngineKind) -> u32 {
         self.lock().get(&kind).copied().unwrap_or(0)
+    }
+
+    /// Every kind's units, free units and waiting calls now (heartbeats carry it, S0.6).
+    pub fn loads(&self) -> Vec<hetsched_common::protocol::EngineLoad> {
+        let free = self.lock().clone();
+        let waiting = match self.waiting.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        self.engines
+            .iter()
+            .map(|e| hetsched_common::protocol::EngineLoad {
+                kind: e.kind,
+                count: e.count,
+                free: free.get(&e.kind).copied().unwrap_or(0),
+                waiting: waiting.get(&e.kind).copied().unwrap_or(0),
+            })
+            .collect()
     }
 }
 

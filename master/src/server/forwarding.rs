@@ -1,0 +1,70 @@
+//! S0.6 on the leader: the engine load the slaves' heartbeats report (kept in memory, never
+//! logged, like liveness) and the answer to a slave's `ForwardQuery`, decided by the pure
+//! [`crate::forward::choose`].
+
+use crate::forward::{choose, Candidate};
+use crate::state::{ClusterState, NodeLiveness};
+use hetsched_common::protocol::{EngineLoad, ForwardQuery, ForwardTarget};
+use hetsched_common::NodeId;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A load report older than this is not used (the node may be gone; its heartbeats come
+/// every few hundred ms).
+const LOAD_FRESH_FOR: Duration = Duration::from_secs(3);
+
+/// The last engine load each slave reported.
+#[derive(Debug, Default)]
+pub struct EngineLoads {
+    by_node: Mutex<HashMap<NodeId, (Instant, Vec<EngineLoad>)>>,
+}
+
+impl EngineLoads {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, (Instant, Vec<EngineLoad>)>> {
+        match self.by_node.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Records a heartbeat's report (an empty one, from an older slave, is ignored).
+    pub fn record(&self, node: NodeId, load: Vec<EngineLoad>) {
+        if load.is_empty() {
+            return;
+        }
+        self.lock().insert(node, (Instant::now(), load));
+    }
+
+    /// Answers a query from the applied state and the fresh load reports. The chosen
+    /// engine's unit is counted as taken until the peer's next heartbeat, so that askers
+    /// within one heartbeat period are spread over the free units instead of piling onto
+    /// one.
+    pub fn answer(&self, s: &ClusterState, q: &ForwardQuery) -> Option<ForwardTarget> {
+        let mut loads = self.lock();
+        let now = Instant::now();
+        loads.retain(|_, (at, _)| now.duration_since(*at) < LOAD_FRESH_FOR);
+        let candidates: Vec<Candidate<'_>> = s
+            .nodes
+            .values()
+            .map(|n| Candidate {
+                node: n.id,
+                name: &n.name,
+                addr: &n.addr,
+                eligible: n.liveness == NodeLiveness::Up && n.drain.is_none(),
+                load: loads.get(&n.id).map(|(_, l)| l.as_slice()),
+                table: s.profiles.get(&n.id).map(|p| &p.table),
+            })
+            .collect();
+        let target = choose(q, &candidates);
+        drop(candidates);
+        let target = target?;
+        if let Some(l) = loads
+            .get_mut(&target.node)
+            .and_then(|(_, l)| l.iter_mut().find(|l| l.kind == target.engine))
+        {
+            l.free = l.free.saturating_sub(1);
+        }
+        Some(target)
+    }
+}
