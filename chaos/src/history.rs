@@ -28,6 +28,9 @@ pub enum Event {
         job: u64,
         /// Its tasks.
         tasks: Vec<u64>,
+        /// An API program job: its tasks run in the slave and leave no side effect.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        program: bool,
     },
     /// The operation failed or its outcome is unknown (timeout).
     Fail {
@@ -130,6 +133,9 @@ pub struct FinalState {
     pub side_effects: Vec<(u64, u32)>,
     /// The settle period, for messages.
     pub settle_s: u64,
+    /// Each master's exported log, replayed (`over-commit` at every index).
+    #[serde(default)]
+    pub replays: Vec<crate::replay::Replayed>,
 }
 
 /// A malformed line in a history or side-effect file.
@@ -201,6 +207,7 @@ mod tests {
                 op: 1,
                 job: 1,
                 tasks: vec![1, 2],
+                program: false,
             },
             Event::Leader {
                 t_ms: 3,
