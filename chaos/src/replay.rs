@@ -51,7 +51,7 @@ pub struct Replayed {
     pub commands: u64,
     /// Snapshots restored.
     pub snapshots: u64,
-    /// Index of the last item.
+    /// The replayed state's applied index (its last command's).
     pub last_index: u64,
     /// Hash of the replayed state (as `status` prints it).
     pub state_hash: String,
@@ -193,6 +193,9 @@ pub fn replay(log: &MasterLog, view: Option<&MasterView>) -> Replayed {
             }
         }
     }
+    // The state's own last index (its last command; a snapshot's or the log's tail of no-ops
+    // does not move it) is what a master's status reports as its applied index.
+    r.last_index = state.last_index;
     r.state_hash = format!("{:016x}", fnv1a64(&state.to_bytes()));
     if let Some(v) = view.filter(|v| v.applied_index == r.last_index && r.last_index > 0) {
         if v.state_hash != r.state_hash {
