@@ -1,5 +1,5 @@
 //! The history of a chaos run: every client operation (invoked / acknowledged / failed), every
-//! observed task transition, leadership observation, node usage sample and injected fault,
+//! observed task transition, leadership observation and injected fault,
 //! timestamped in ms since the run started. Written as JSON lines (`history.jsonl` in the run
 //! directory), one [`Event`] a line, tagged by `"kind"`.
 
@@ -63,7 +63,9 @@ pub enum Event {
         /// Its term.
         term: u64,
     },
-    /// A node's use and capacity, as the leader reported it.
+    /// A node's use and capacity, as the leader reported it. Only in histories of earlier
+    /// builds: a sample of `capacity - free` can never exceed the capacity, so `over-commit`
+    /// now replays the masters' logs instead (see [`crate::replay`]).
     Usage {
         /// ms since the run started.
         t_ms: u64,

@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 /// `hetsched chaos` subcommands.
 #[derive(clap::Subcommand, Debug)]
 pub enum ChaosCommand {
-    /// Run a scenario against a fresh local cluster and check the history.
+    /// Run a scenario against a fresh local cluster (or running masters: --attach) and check
+    /// the history and every master's committed log.
     Run(RunArgs),
     /// List the built-in scenarios.
     Scenarios,
