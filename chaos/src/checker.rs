@@ -272,6 +272,7 @@ mod tests {
             job: 1,
             state: "succeeded".into(),
             attempt,
+            preemptions: 0,
         }
     }
 

@@ -111,6 +111,9 @@ pub struct FinalTask {
     pub state: String,
     /// Final attempt.
     pub attempt: u32,
+    /// How many times it was preempted (S1).
+    #[serde(default)]
+    pub preemptions: u32,
 }
 
 /// What one master said at the end.

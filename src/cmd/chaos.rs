@@ -658,6 +658,7 @@ async fn final_tasks(masters: &[String]) -> anyhow::Result<Vec<FinalTask>> {
                 job: t.job_id.0,
                 state: task_state(&t.state),
                 attempt: t.attempt,
+                preemptions: t.preemptions,
             })
             .collect()),
         other => anyhow::bail!("unexpected answer: {}", super::client::short(&other)),
@@ -1072,7 +1073,12 @@ async fn drive(a: &RunArgs, sc: &Scenario, seed: u64, dir: &Path) -> anyhow::Res
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    rec.note("settled".into());
+    rec.note(format!(
+        "settled: {} tasks, {} re-run (attempt > 1), {} preemptions",
+        tasks.len(),
+        tasks.iter().filter(|t| t.attempt > 1).count(),
+        tasks.iter().map(|t| u64::from(t.preemptions)).sum::<u64>()
+    ));
     let views = master_views(&masters, Duration::from_secs(20)).await;
     // Every master's committed log, replayed index by index (`over-commit`), and its state
     // hash compared with the master's own at the same index where they met.
