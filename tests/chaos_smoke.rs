@@ -158,6 +158,27 @@ fn chaos_attach_runs_request_faults_against_running_masters() {
         &[slave.clone(), slave],
     )
     .expect("start a local cluster");
+    // The masters answer (a leader is elected) before the tool attaches.
+    let cluster_addrs = cluster.master_addrs.join(",");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = hetsched()
+            .args(["--masters", &cluster_addrs, "status", "--json"])
+            .output()
+            .expect("run hetsched status");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let status: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().unwrap_or_default())
+                .unwrap_or(serde_json::Value::Null);
+        if !status["leader"].is_null() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no leader within 60 s: {status}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     let scenario = dir.join("attach.toml");
     std::fs::write(
         &scenario,

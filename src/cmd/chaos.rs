@@ -836,12 +836,20 @@ async fn local_masters(sc: &Scenario, dir: &Path) -> anyhow::Result<Masters> {
 /// requests name masters by id and address them by position.
 async fn attached_masters(addrs: &[String]) -> anyhow::Result<Masters> {
     let mut by_id = BTreeMap::new();
+    // Masters that were just started may not listen yet: ask each for up to 15 s.
+    let deadline = Instant::now() + Duration::from_secs(15);
     for a in addrs {
-        let Some(s) = status_of(a).await else {
-            return Err(exit::unavailable(format!(
-                "--masters: {a} does not answer a status request (is it a master's admin \
-                 listener, `master --admin HOST:PORT`?)"
-            )));
+        let s = loop {
+            if let Some(s) = status_of(a).await {
+                break s;
+            }
+            if Instant::now() > deadline {
+                return Err(exit::unavailable(format!(
+                    "--masters: {a} does not answer a status request (is it a master's admin \
+                     listener, `master --admin HOST:PORT`?)"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
         };
         if by_id.insert(s.master_id.0, a.clone()).is_some() {
             return Err(exit::bad_input(format!(
@@ -1039,6 +1047,23 @@ async fn drive(a: &RunArgs, sc: &Scenario, seed: u64, dir: &Path) -> anyhow::Res
     }
     nemesis.clear_faults().await;
     rec.note("heal: every fault healed".into());
+    if a.bug.is_some() {
+        // An attached cluster outlives the run: it must not keep the deliberate bug.
+        for admin in &nemesis.admin_addrs {
+            let req = call(
+                std::slice::from_ref(admin),
+                ClientRequest::SetBugs(BugSpec::default()),
+                true,
+            );
+            if !matches!(
+                tokio::time::timeout(Duration::from_secs(5), req).await,
+                Ok(Ok(_))
+            ) {
+                tracing::warn!("could not switch the deliberate bug off at {admin}");
+            }
+        }
+        rec.note("deliberate bug switched off".into());
+    }
     for s in submits {
         let _ = s.await;
     }
