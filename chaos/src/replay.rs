@@ -384,6 +384,68 @@ mod tests {
         assert!(r.violations[0].detail.contains("3000 of 2000"), "{r:?}");
     }
 
+    /// Found by `chaos run --scenario mixed --seed 7`: a slave agent killed and restarted while
+    /// preempted attempts were still stopping on its node re-registered; the registration reset
+    /// the node's free resources to its capacity although those attempts still held theirs, and
+    /// the next plan placed tasks on top of them. The replay names the index.
+    #[test]
+    fn a_reregistration_does_not_forget_stopping_attempts() {
+        use hetsched_common::priority::{Principal, PriorityConfig, PriorityEntry, Quota};
+        use hetsched_master::state::{Preemption, TaskRef};
+        let priorities = Command::SetPriorityConfig {
+            config: PriorityConfig {
+                entries: vec![PriorityEntry {
+                    who: Principal::User("alice".into()),
+                    partition: "default".into(),
+                    priority: 10,
+                    quota: Quota::default(),
+                }],
+                ..Default::default()
+            },
+        };
+        let mut low = submit(1, 2000);
+        if let Command::SubmitJob { spec } = &mut low {
+            spec.user = "bob".into();
+        }
+        let high = submit(1, 2000);
+        let preempt = Command::ApplyPlan(Plan {
+            preempt: vec![Preemption {
+                preemptor: TaskId(2),
+                node: NodeId(1),
+                victims: vec![TaskRef {
+                    task: TaskId(1),
+                    node: NodeId(1),
+                    attempt: 1,
+                }],
+                take_back: false,
+            }],
+            ..Default::default()
+        });
+        let mut again = register(2000);
+        if let Command::RegisterNode { node, .. } = &mut again {
+            *node = Some(NodeId(1));
+        }
+        let items: Vec<LogItem> = [
+            priorities,
+            register(2000),
+            low,
+            assign(&[1]),
+            high,
+            preempt,
+            again,
+            assign(&[2]),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| LogItem::Command {
+            index: i as u64 + 2,
+            bytes: cmd(c),
+        })
+        .collect();
+        let r = replay(&MasterLog { master: 1, items }, None);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+    }
+
     #[test]
     fn an_undecodable_snapshot_is_a_violation_not_a_panic() {
         let r = replay(
