@@ -276,4 +276,15 @@ fn chaos_netns_and_attach_arguments_are_checked() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{err}");
     assert!(err.contains("127.0.0.1:1"), "{err}");
+    // Nothing is left behind: the fresh run directory it named is gone.
+    let run_dir = err
+        .split("run directory ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap_or_default();
+    assert!(!run_dir.is_empty(), "{err}");
+    assert!(
+        !std::path::Path::new(run_dir).exists(),
+        "{run_dir} left behind"
+    );
 }

@@ -731,7 +731,16 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
     if std::env::var_os("HETSCHED_CLIENT_TIMEOUT_MS").is_none() {
         std::env::set_var("HETSCHED_CLIENT_TIMEOUT_MS", "8000");
     }
-    let report = block_on(drive(&a, &sc, seed, &dir))??;
+    let report = match block_on(drive(&a, &sc, seed, &dir))? {
+        Ok(r) => r,
+        Err(e) => {
+            // Attached, a fresh run directory holds no cluster logs worth keeping.
+            if a.attach && fresh {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            return Err(e);
+        }
+    };
     if !a.attach {
         kill_tasks_under(&dir);
     }
