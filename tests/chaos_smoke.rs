@@ -129,3 +129,162 @@ fn chaos_deliberate_bug_is_reported_as_acked_lost() {
     assert!(dir.join("history.jsonl").exists(), "{run_dir}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--attach`: the workload and the request-based faults against masters this tool did not
+/// start (a cluster from the shared launcher, `hetsched::local`); process faults are skipped
+/// and counted, and the attached cluster's processes are left running.
+#[test]
+fn chaos_attach_runs_request_faults_against_running_masters() {
+    use hetsched::local::{LocalCluster, SlaveSpec};
+    let dir = std::env::temp_dir().join(format!(
+        "hetsched-test-chaos-attach-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    let slave = SlaveSpec {
+        cpus: 4,
+        mem_mib: 4096,
+        gpus: 0,
+        extra_args: Vec::new(),
+    };
+    let mut cluster = LocalCluster::start_exe(
+        std::path::Path::new(env!("CARGO_BIN_EXE_hetsched")),
+        &dir.join("cluster"),
+        3,
+        &["--job-gc-after".to_string(), "off".to_string()],
+        &[slave.clone(), slave],
+    )
+    .expect("start a local cluster");
+    // The masters answer (a leader is elected) before the tool attaches.
+    let cluster_addrs = cluster.master_addrs.join(",");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = hetsched()
+            .args(["--masters", &cluster_addrs, "status", "--json"])
+            .output()
+            .expect("run hetsched status");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let status: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().unwrap_or_default())
+                .unwrap_or(serde_json::Value::Null);
+        if !status["leader"].is_null() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no leader within 60 s: {status}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let scenario = dir.join("attach.toml");
+    std::fs::write(
+        &scenario,
+        "name = \"attach\"\nfaults = [\"kill-leader\", \"partition-leader\", \"delay\", \"pause-slave\"]\n\
+         interval = \"1500ms\"\nhold = \"1s\"\njobs_per_s = 2.0\ntask_time = \"500ms\"\n",
+    )
+    .expect("write scenario");
+    let seed = 5;
+    let out = hetsched()
+        .args(["chaos", "run", "--scenario"])
+        .arg(&scenario)
+        .args([
+            "--seed",
+            &seed.to_string(),
+            "--duration",
+            "10s",
+            "--settle",
+            "60s",
+            "--json",
+            "--attach",
+            "--masters",
+            &cluster.admin_addrs.join(","),
+            "--data-dir",
+        ])
+        .arg(dir.join("run"))
+        .output()
+        .expect("run hetsched chaos");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "seed {seed}: stdout {stdout} stderr {stderr}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("one JSON line");
+    assert_eq!(v["violations"], serde_json::json!([]), "{v}");
+    let injected = v["faults_injected"].as_u64().unwrap_or(0);
+    let skipped = v["faults_skipped"].as_u64().unwrap_or(0);
+    assert!(injected >= 1 && skipped >= 1, "seed {seed}: {v}");
+    assert!(v["tasks_completed"].as_u64().unwrap_or(0) >= 1, "{v}");
+    let timeline = v["timeline"].to_string();
+    assert!(timeline.contains("skipped (attached"), "{timeline}");
+    assert!(
+        timeline.contains("log of master-1"),
+        "the log export: {timeline}"
+    );
+    assert!(!timeline.contains("not exported"), "{timeline}");
+    // Nothing was killed or paused: every master and slave still runs.
+    for p in cluster.masters.iter_mut().chain(cluster.slaves.iter_mut()) {
+        assert!(p.is_running(), "{} stopped", p.name);
+    }
+    cluster.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn chaos_netns_and_attach_arguments_are_checked() {
+    // --netns: a clear reason and exit 2 (never a half-made partition).
+    let out = hetsched()
+        .args(["chaos", "run", "--scenario", "mixed", "--netns"])
+        .output()
+        .expect("run hetsched chaos");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--netns"), "{err}");
+    // --attach needs --masters; --masters without --attach is a usage error.
+    for args in [
+        &["chaos", "run", "--scenario", "mixed", "--attach"][..],
+        &[
+            "chaos",
+            "run",
+            "--scenario",
+            "mixed",
+            "--masters",
+            "127.0.0.1:1",
+        ][..],
+    ] {
+        let out = hetsched().args(args).output().expect("run hetsched chaos");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    // A master that does not answer: unavailable (exit 5), named.
+    let out = hetsched()
+        .args([
+            "chaos",
+            "run",
+            "--scenario",
+            "mixed",
+            "--attach",
+            "--masters",
+            "127.0.0.1:1",
+        ])
+        .output()
+        .expect("run hetsched chaos");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("127.0.0.1:1"), "{err}");
+    // Nothing is left behind: the fresh run directory it named is gone.
+    let run_dir = err
+        .split("run directory ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap_or_default();
+    assert!(!run_dir.is_empty(), "{err}");
+    assert!(
+        !std::path::Path::new(run_dir).exists(),
+        "{run_dir} left behind"
+    );
+}

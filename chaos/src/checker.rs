@@ -2,15 +2,17 @@
 //! why. Pure: it reads a history and a final state and returns violations.
 //!
 //! Rules:
-//! - `acked-lost`: an acknowledged job's task is missing from the final state, or ended
-//!   `succeeded` without ever leaving its side effect.
+//! - `acked-lost`: an acknowledged job's task is missing from the final state, or (a command
+//!   task) ended `succeeded` without ever leaving its side effect.
 //! - `duplicate-attempt`: the side-effect file holds one `(task, attempt)` twice: the task ran
 //!   twice under one attempt (attempt fencing broken).
 //! - `double-success`: one task was observed `succeeded` under two different attempts.
 //! - `two-leaders`: two masters said they lead in one term.
 //! - `state-diverged`: after heal, two masters at the same applied index hash their states
 //!   differently.
-//! - `over-commit`: a node's running tasks asked for more CPU than it has.
+//! - `over-commit`: at some index of a master's committed log, a node's assigned and running
+//!   tasks held more than its capacity ([`crate::replay`] replays each master's exported log
+//!   through `ClusterState::apply`; [`check`] adds its findings).
 //! - `stuck`: a task was not finished when the settle period after heal ran out.
 
 use crate::history::{Event, FinalState};
@@ -81,7 +83,22 @@ pub fn check(history: &[Event], end: &FinalState) -> Vec<Violation> {
     out.extend(double_success(history, end));
     out.extend(two_leaders(history));
     out.extend(state_diverged(end));
-    out.extend(over_commit(history));
+    for r in &end.replays {
+        out.extend(
+            r.violations
+                .iter()
+                .filter(|v| v.rule == Rule::StateDiverged)
+                .cloned(),
+        );
+    }
+    for r in &end.replays {
+        out.extend(
+            r.violations
+                .iter()
+                .filter(|v| v.rule == Rule::OverCommit)
+                .cloned(),
+        );
+    }
     out.extend(stuck(end));
     out
 }
@@ -92,7 +109,14 @@ fn acked_lost(history: &[Event], end: &FinalState) -> Vec<Violation> {
     let effects: BTreeSet<u64> = end.side_effects.iter().map(|(t, _)| *t).collect();
     let mut out = Vec::new();
     for e in history {
-        let Event::Ack { job, tasks, op, .. } = e else {
+        let Event::Ack {
+            job,
+            tasks,
+            op,
+            program,
+            ..
+        } = e
+        else {
             continue;
         };
         for task in tasks {
@@ -101,7 +125,7 @@ fn acked_lost(history: &[Event], end: &FinalState) -> Vec<Violation> {
                     Rule::AckedLost,
                     format!("task-{task} of job-{job} (op {op}) was acknowledged but is not in the final state"),
                 )),
-                Some(t) if t.state == "succeeded" && !effects.contains(task) => out.push(violation(
+                Some(t) if t.state == "succeeded" && !program && !effects.contains(task) => out.push(violation(
                     Rule::AckedLost,
                     format!("task-{task} of job-{job} succeeded (attempt {}) but never left its side effect", t.attempt),
                 )),
@@ -200,28 +224,6 @@ fn state_diverged(end: &FinalState) -> Vec<Violation> {
         .collect()
 }
 
-fn over_commit(history: &[Event]) -> Vec<Violation> {
-    let mut flagged = BTreeSet::new();
-    let mut out = Vec::new();
-    for e in history {
-        if let Event::Usage {
-            t_ms,
-            node,
-            cpu_milli_used,
-            cpu_milli_capacity,
-        } = e
-        {
-            if cpu_milli_used > cpu_milli_capacity && flagged.insert(*node) {
-                out.push(violation(
-                    Rule::OverCommit,
-                    format!("node-{node} ran {cpu_milli_used} milli-cores of tasks on {cpu_milli_capacity} at {t_ms} ms"),
-                ));
-            }
-        }
-    }
-    out
-}
-
 fn stuck(end: &FinalState) -> Vec<Violation> {
     let unfinished: Vec<String> = end
         .tasks
@@ -260,6 +262,7 @@ mod tests {
             op: job,
             job,
             tasks: tasks.to_vec(),
+            program: false,
         }
     }
 
@@ -269,6 +272,7 @@ mod tests {
             job: 1,
             state: "succeeded".into(),
             attempt,
+            preemptions: 0,
         }
     }
 
@@ -322,6 +326,7 @@ mod tests {
             ],
             side_effects: vec![(1, 1), (2, 1), (2, 2)],
             settle_s: 60,
+            replays: Vec::new(),
         };
         (history, end)
     }
@@ -349,6 +354,22 @@ mod tests {
     fn acked_lost_catches_a_success_without_side_effect() {
         let (h, mut e) = clean();
         e.side_effects.retain(|(t, _)| *t != 1);
+        assert_eq!(rules(&check(&h, &e)), vec![Rule::AckedLost]);
+    }
+
+    #[test]
+    fn a_program_task_needs_no_side_effect_but_must_not_be_lost() {
+        let (mut h, mut e) = clean();
+        h.push(Event::Ack {
+            t_ms: 12,
+            op: 9,
+            job: 9,
+            tasks: vec![90],
+            program: true,
+        });
+        e.tasks.push(done(90, 1));
+        assert!(check(&h, &e).is_empty(), "programs run in the slave");
+        e.tasks.retain(|t| t.task != 90);
         assert_eq!(rules(&check(&h, &e)), vec![Rule::AckedLost]);
     }
 
@@ -395,15 +416,20 @@ mod tests {
     }
 
     #[test]
-    fn over_commit_catches_a_node_over_capacity() {
-        let (mut h, e) = clean();
-        h.push(Event::Usage {
-            t_ms: 60,
-            node: 1,
-            cpu_milli_used: 1500,
-            cpu_milli_capacity: 1000,
+    fn over_commit_reports_what_the_log_replay_found() {
+        let (h, mut e) = clean();
+        e.replays.push(crate::replay::Replayed {
+            master: 2,
+            last_index: 40,
+            violations: vec![violation(
+                Rule::OverCommit,
+                "master-2's log at index 17: node-1 holds 1500 of 1000 milli-cores".into(),
+            )],
+            ..Default::default()
         });
-        assert_eq!(rules(&check(&h, &e)), vec![Rule::OverCommit]);
+        let v = check(&h, &e);
+        assert_eq!(rules(&v), vec![Rule::OverCommit]);
+        assert!(v[0].detail.contains("index 17"), "{v:?}");
     }
 
     #[test]

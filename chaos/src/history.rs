@@ -1,5 +1,5 @@
 //! The history of a chaos run: every client operation (invoked / acknowledged / failed), every
-//! observed task transition, leadership observation, node usage sample and injected fault,
+//! observed task transition, leadership observation and injected fault,
 //! timestamped in ms since the run started. Written as JSON lines (`history.jsonl` in the run
 //! directory), one [`Event`] a line, tagged by `"kind"`.
 
@@ -28,6 +28,9 @@ pub enum Event {
         job: u64,
         /// Its tasks.
         tasks: Vec<u64>,
+        /// An API program job: its tasks run in the slave and leave no side effect.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        program: bool,
     },
     /// The operation failed or its outcome is unknown (timeout).
     Fail {
@@ -60,7 +63,9 @@ pub enum Event {
         /// Its term.
         term: u64,
     },
-    /// A node's use and capacity, as the leader reported it.
+    /// A node's use and capacity, as the leader reported it. Only in histories of earlier
+    /// builds: a sample of `capacity - free` can never exceed the capacity, so `over-commit`
+    /// now replays the masters' logs instead (see [`crate::replay`]).
     Usage {
         /// ms since the run started.
         t_ms: u64,
@@ -106,6 +111,9 @@ pub struct FinalTask {
     pub state: String,
     /// Final attempt.
     pub attempt: u32,
+    /// How many times it was preempted (S1).
+    #[serde(default)]
+    pub preemptions: u32,
 }
 
 /// What one master said at the end.
@@ -130,6 +138,9 @@ pub struct FinalState {
     pub side_effects: Vec<(u64, u32)>,
     /// The settle period, for messages.
     pub settle_s: u64,
+    /// Each master's exported log, replayed (`over-commit` at every index).
+    #[serde(default)]
+    pub replays: Vec<crate::replay::Replayed>,
 }
 
 /// A malformed line in a history or side-effect file.
@@ -201,6 +212,7 @@ mod tests {
                 op: 1,
                 job: 1,
                 tasks: vec![1, 2],
+                program: false,
             },
             Event::Leader {
                 t_ms: 3,

@@ -24,6 +24,9 @@ pub struct Report {
     pub duration_s: f64,
     /// Faults injected.
     pub faults_injected: u64,
+    /// Faults of the schedule not injected: process faults under `--attach`.
+    #[serde(default)]
+    pub faults_skipped: u64,
     /// Client operations invoked.
     pub ops: u64,
     /// Tasks that succeeded.
@@ -39,8 +42,16 @@ pub struct Report {
 impl Report {
     /// Human-readable form; `replay` is the command that replays the run.
     pub fn text(&self, replay: &str) -> String {
+        let skipped = if self.faults_skipped > 0 {
+            format!(
+                " ({} process faults skipped: attached)",
+                self.faults_skipped
+            )
+        } else {
+            String::new()
+        };
         let mut s = format!(
-            "chaos {}: seed {}, {:.0} s, {} faults injected, {} ops, {} tasks completed\n",
+            "chaos {}: seed {}, {:.0} s, {} faults injected{skipped}, {} ops, {} tasks completed\n",
             self.scenario,
             self.seed,
             self.duration_s,

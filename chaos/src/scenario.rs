@@ -62,6 +62,18 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Whether the fault acts on processes (signals, kill and restart): only a local cluster
+    /// the tool started can take those; `--attach` skips them.
+    pub fn is_process_fault(self) -> bool {
+        !matches!(
+            self,
+            FaultKind::PartitionLeader
+                | FaultKind::PartitionMinority
+                | FaultKind::PartitionLink
+                | FaultKind::Delay
+        )
+    }
+
     /// The name scenarios use.
     pub fn name(self) -> String {
         serde_json::to_value(self)
@@ -106,6 +118,10 @@ pub struct Scenario {
     /// How long each task runs (`1500ms`).
     #[serde(default = "default_task_time", with = "humantime_serde_str")]
     pub task_time: Duration,
+    /// Share of jobs that run an API program (sha256 and sort calls in the slave) instead of
+    /// a command, 0..=1.
+    #[serde(default = "default_program_share")]
+    pub program_share: f64,
 }
 
 fn default_masters() -> u32 {
@@ -128,6 +144,9 @@ fn default_rate() -> f64 {
 }
 fn default_tasks() -> u32 {
     3
+}
+fn default_program_share() -> f64 {
+    0.2
 }
 fn default_task_time() -> Duration {
     Duration::from_millis(1500)
@@ -181,6 +200,9 @@ impl Scenario {
         }
         if !(s.jobs_per_s > 0.0 && s.jobs_per_s <= 100.0) {
             return Err(invalid("field `jobs_per_s`: between 0 and 100".into()));
+        }
+        if !(0.0..=1.0).contains(&s.program_share) {
+            return Err(invalid("field `program_share`: between 0 and 1".into()));
         }
         if s.max_tasks_per_job == 0 || s.interval.is_zero() {
             return Err(invalid(

@@ -275,6 +275,17 @@ pub enum ClientRequest {
     /// Deliberate bugs switched on or off at run time (admin listener only; `hetsched chaos`
     /// tests that its checker sees them). Local to the addressed master; never replicated.
     SetBugs(BugSpec),
+    /// One page of the addressed master's applied Raft log (admin listener only; `hetsched
+    /// chaos` replays every master's log to check each index). Pages follow with
+    /// `from = next` until `next > applied`.
+    ExportLog {
+        /// First index wanted (1: from the start; a compacted start comes as the snapshot).
+        from: u64,
+        /// Most entry bytes in the page (0: the default, 1 MiB; capped at 4 MiB). At least one
+        /// entry is always returned.
+        #[serde(default)]
+        max_bytes: u64,
+    },
 }
 
 /// Which jobs or tasks a listing returns. Listings are newest first.
@@ -381,6 +392,44 @@ pub enum ClientResponse {
     },
     /// Selection tables and the task–engine relation.
     Profiles(ProfilesInfo),
+    /// One page of a master's applied log.
+    LogPage(LogPage),
+}
+
+/// One page of a master's applied Raft log ([`ClientRequest::ExportLog`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogPage {
+    /// The master that read it.
+    pub master: MasterId,
+    /// Set when the page starts in the compacted part of the log: the snapshot standing for
+    /// everything up to its index.
+    #[serde(default)]
+    pub snapshot: Option<LogSnapshot>,
+    /// Commands in index order (no-ops and configuration changes left out).
+    #[serde(default)]
+    pub entries: Vec<LogEntry>,
+    /// Where the next page starts.
+    pub next: u64,
+    /// The master's applied index when read: complete once `next > applied`.
+    pub applied: u64,
+}
+
+/// The state machine snapshot at the start of an exported log.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogSnapshot {
+    /// Its log index.
+    pub index: u64,
+    /// The serialised replicated state (the master's `ClusterState` bytes).
+    pub state: serde_bytes::ByteBuf,
+}
+
+/// One committed command of an exported log.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// Its log index.
+    pub index: u64,
+    /// The encoded command (the master's `CommandEnvelope` bytes).
+    pub command: serde_bytes::ByteBuf,
 }
 
 /// Part of a task attempt's output file.

@@ -285,6 +285,22 @@ pub struct ConsensusStats {
     pub snapshots_received: u64,
 }
 
+/// One page of a member's applied log, as [`Consensus::export_log`] reads it (the chaos
+/// tool replays it to check every index).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogPage {
+    /// Set when the page starts in the compacted part of the log: the snapshot's index and
+    /// its [`StateMachine::snapshot`] bytes, standing for everything up to that index.
+    pub snapshot: Option<(u64, Vec<u8>)>,
+    /// Commands in index order, `(index, bytes)`; no-ops and configuration changes left out.
+    pub entries: Vec<(u64, Vec<u8>)>,
+    /// Where the next page starts (one past the last index this page covers).
+    pub next: u64,
+    /// The member's applied index when the page was read: the export is complete once
+    /// `next > applied`.
+    pub applied: u64,
+}
+
 /// Errors of starting or running the Raft node.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -650,6 +666,23 @@ impl<S: StateMachine> Consensus<S> {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Reads one page of this member's applied log from index `from` (at most `max_bytes` of
+    /// entries, at least one), on the Raft thread so the log and snapshot are consistent.
+    /// Starts with the snapshot's state when `from` lies in the compacted part.
+    pub async fn export_log(&self, from: u64, max_bytes: u64) -> Result<LogPage> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .control
+            .send(Input::ExportLog {
+                from,
+                max_bytes,
+                reply,
+            })
+            .map_err(|_| Error::Raft("the node has stopped".into()))?;
+        rx.await
+            .unwrap_or_else(|_| Err(Error::Raft("the node has stopped".into())))
     }
 
     /// Replaces the injected faults (see [`FaultConfig`]); `FaultConfig::default()` heals.

@@ -97,6 +97,14 @@ pub(crate) struct Shared {
 /// away from the state machine.
 const CONF_CTX: u8 = b'c';
 
+/// Whether a committed entry is a command for the state machine: a new leader's empty no-op
+/// (no data, no proposal id), or a conf change raft-rs refused (emptied, context kept), is not.
+pub(crate) fn is_command(e: &Entry) -> bool {
+    e.get_entry_type() == EntryType::EntryNormal
+        && !(e.data.is_empty() && e.context.is_empty())
+        && e.context.first() != Some(&CONF_CTX)
+}
+
 fn conf_ctx(id: u64) -> Vec<u8> {
     let mut v = vec![CONF_CTX];
     v.extend_from_slice(&id.to_be_bytes());
@@ -147,6 +155,12 @@ pub(crate) enum Input<O> {
     SnapshotSent { to: u64, ok: bool },
     /// The snapshot thread made a local snapshot durable (`Err`: it could not).
     SnapshotWritten(Result<(Snapshot, u64), String>),
+    /// Export one page of the applied log (see [`crate::Consensus::export_log`]).
+    ExportLog {
+        from: u64,
+        max_bytes: u64,
+        reply: oneshot::Sender<Result<crate::LogPage, crate::Error>>,
+    },
     /// Stop the node.
     Stop,
 }
@@ -908,14 +922,10 @@ impl<S: StateMachine> RaftNode<S> {
             self.bytes_since_snapshot += e.data.len() as u64;
             let applied = match e.get_entry_type() {
                 EntryType::EntryNormal => {
-                    // A new leader's empty no-op (no data, no proposal id), or a conf change
-                    // raft-rs refused (emptied, context kept), is not a command.
-                    if (e.data.is_empty() && e.context.is_empty())
-                        || e.context.first() == Some(&CONF_CTX)
-                    {
-                        Applied::Nothing
-                    } else {
+                    if is_command(&e) {
                         Applied::Command(self.sm.apply(index, &e.data))
+                    } else {
+                        Applied::Nothing
                     }
                 }
                 EntryType::EntryConfChange => {
@@ -1205,6 +1215,17 @@ impl<S: StateMachine> StreamHandler<Vec<Input<S::Output>>> for RaftNode<S> {
                 Input::Step(msgs) => self.step(msgs),
                 Input::ReadIndex(reply) => self.read_index(reply),
                 Input::Admin(op, reply) => self.admin(op, reply),
+                Input::ExportLog {
+                    from,
+                    max_bytes,
+                    reply,
+                } => {
+                    let page = self
+                        .raw
+                        .store()
+                        .export(from, self.applied, max_bytes, is_command);
+                    let _ = reply.send(page);
+                }
                 Input::SnapshotWritten(written) => {
                     if let Err(e) = self.on_snapshot_written(written) {
                         tracing::error!(member = self.id, error = %e, "compaction failed; stopping the node");

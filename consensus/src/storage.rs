@@ -507,6 +507,61 @@ impl SledStorage {
     }
 }
 
+impl SledStorage {
+    /// One page of the log up to `upto` (the applied index) from `from`, for export: when
+    /// `from` lies in the compacted part, the stored snapshot's state stands for everything up
+    /// to its index and the page goes on after it. At most `max_bytes` of entries (at least
+    /// one); entries `is_command` refuses (no-ops, configuration changes) are left out but
+    /// still move `next`.
+    pub fn export(
+        &self,
+        from: u64,
+        upto: u64,
+        max_bytes: u64,
+        is_command: impl Fn(&Entry) -> bool,
+    ) -> Result<crate::LogPage, Error> {
+        let mut low = from.max(1);
+        let mut page = crate::LogPage {
+            applied: upto,
+            next: low,
+            ..Default::default()
+        };
+        if low < self.first_index {
+            let meta = self.snapshot.get_metadata();
+            if self.snapshot_has_state {
+                let data = SnapshotData::decode(&self.snapshot.data)
+                    .map_err(|e| Error::Storage(format!("stored snapshot: {e}")))?;
+                if let Some(state) = data.state {
+                    page.snapshot = Some((meta.index, state));
+                }
+            }
+            // With a state, the snapshot covers everything up to its index (the log may keep
+            // a tail before it); without one (the bootstrap snapshot) nothing was compacted
+            // that held a command.
+            low = if page.snapshot.is_some() {
+                meta.index + 1
+            } else {
+                self.first_index
+            };
+        }
+        let high = upto.min(self.last_index_now()) + 1;
+        if low >= high {
+            page.next = low;
+            return Ok(page);
+        }
+        let entries =
+            raft::Storage::entries(self, low, high, max_bytes, GetEntriesContext::empty(false))
+                .map_err(|e| Error::Storage(format!("read log [{low}, {high}): {e}")))?;
+        page.next = entries.last().map_or(low, |e| e.index + 1);
+        page.entries = entries
+            .into_iter()
+            .filter(|e| is_command(e))
+            .map(|e| (e.index, e.data.to_vec()))
+            .collect();
+        Ok(page)
+    }
+}
+
 /// The snapshot file. Writes are serialised and never go backwards, so a local snapshot
 /// written in the background cannot replace a newer one installed from the leader meanwhile.
 pub struct SnapshotFile {
@@ -842,6 +897,61 @@ mod tests {
         drop(held);
         // Released: the store opens again (waiting out sled's background threads).
         SledStorage::open(&dir.0, Some(&[1]), &BTreeMap::new()).expect("reopen after release");
+    }
+
+    #[test]
+    fn export_pages_the_applied_log_and_starts_from_the_snapshot_once_compacted() {
+        let dir = Dir::new("export");
+        let addrs: BTreeMap<u64, String> = [(1, "a:1".to_string())].into();
+        let mut s = SledStorage::open(&dir.0, Some(&[1]), &addrs)
+            .expect("open")
+            .storage;
+        // Index 2 is a leader's empty no-op: not a command.
+        let mut ents = vec![entry(2, 1, b"")];
+        ents.extend((3..=20).map(|i| entry(i, 1, &[i as u8; 10])));
+        s.append(&ents, None).expect("append");
+        let all = |e: &Entry| !e.data.is_empty();
+        // Nothing compacted yet: from 1 (the bootstrap snapshot holds no state).
+        let p = s.export(1, 12, u64::MAX, all).expect("export");
+        assert_eq!(p.snapshot, None);
+        assert_eq!(p.entries.first().map(|e| e.0), Some(3));
+        assert_eq!(
+            p.entries.last().map(|e| e.0),
+            Some(12),
+            "only up to applied"
+        );
+        assert_eq!((p.next, p.applied), (13, 12));
+        // Paged by size: at least one entry per page, and the pages join up.
+        let p = s.export(13, 20, 1, all).expect("page");
+        assert_eq!((p.entries.len(), p.next), (1, 14));
+        // Compacted to 10 with a snapshot at 15: the snapshot stands for 1..=15.
+        let mut snap = Snapshot {
+            data: SnapshotData {
+                members: addrs.clone(),
+                state: Some(b"state@15".to_vec()),
+            }
+            .encode()
+            .expect("encode")
+            .into(),
+            ..Default::default()
+        };
+        snap.mut_metadata().index = 15;
+        snap.mut_metadata().term = 1;
+        snap.mut_metadata().set_conf_state(s.conf_state().clone());
+        s.store_snapshot(snap, 10).expect("store");
+        let p = s.export(4, 20, u64::MAX, all).expect("export");
+        assert_eq!(p.snapshot, Some((15, b"state@15".to_vec())));
+        let idx: Vec<u64> = p.entries.iter().map(|e| e.0).collect();
+        assert_eq!(idx, (16..=20).collect::<Vec<_>>());
+        assert_eq!(p.next, 21);
+        // Still in the log: no snapshot needed.
+        let p = s.export(12, 20, u64::MAX, all).expect("export");
+        assert_eq!(p.snapshot, None);
+        assert_eq!(p.entries.first().map(|e| e.0), Some(12));
+        // Past the applied index: an empty page.
+        let p = s.export(21, 20, u64::MAX, all).expect("export");
+        assert!(p.entries.is_empty() && p.snapshot.is_none());
+        assert_eq!(p.next, 21);
     }
 
     #[test]

@@ -232,6 +232,7 @@ fn admin_only(req: &ClientRequest) -> Option<&'static str> {
         }
         ClientRequest::SetFaults(_) => Some("fault-injection requests"),
         ClientRequest::SetBugs(_) => Some("deliberate-bug switches"),
+        ClientRequest::ExportLog { .. } => Some("log exports"),
         _ => None,
     }
 }
@@ -667,6 +668,39 @@ impl Master {
                     *cur = b;
                 }
                 Ok(ClientResponse::Done)
+            }
+            ClientRequest::ExportLog { from, max_bytes } => {
+                // Bounded so that one page (plus a small cluster's snapshot) stays far inside
+                // a frame.
+                const DEFAULT_PAGE: u64 = 1024 * 1024;
+                const MAX_PAGE: u64 = 4 * 1024 * 1024;
+                let max_bytes = match max_bytes {
+                    0 => DEFAULT_PAGE,
+                    n => n.min(MAX_PAGE),
+                };
+                let page = self
+                    .raft
+                    .export_log(from, max_bytes)
+                    .await
+                    .map_err(|e| ErrorReply::new(ErrorKind::Unavailable, e.to_string()))?;
+                use hetsched_common::protocol::{LogEntry, LogPage, LogSnapshot};
+                Ok(ClientResponse::LogPage(LogPage {
+                    master: hetsched_common::MasterId(self.raft.id()),
+                    snapshot: page.snapshot.map(|(index, state)| LogSnapshot {
+                        index,
+                        state: serde_bytes::ByteBuf::from(state),
+                    }),
+                    entries: page
+                        .entries
+                        .into_iter()
+                        .map(|(index, command)| LogEntry {
+                            index,
+                            command: serde_bytes::ByteBuf::from(command),
+                        })
+                        .collect(),
+                    next: page.next,
+                    applied: page.applied,
+                }))
             }
             ClientRequest::CancelTask { request, task } => {
                 if !self.shared.read_state().tasks.contains_key(&task) {

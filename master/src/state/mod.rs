@@ -578,8 +578,10 @@ impl ClusterState {
                 n.partitions = partitions;
                 n.liveness = NodeLiveness::Up;
                 // A node's capacity can only change while it holds nothing: its free vector
-                // is capacity minus its tasks' grants and must stay consistent.
-                if n.tasks.is_empty() && n.queued.is_empty() {
+                // is capacity minus its tasks' grants and its stopping (preempted) attempts'
+                // holdings, and must stay consistent. A slave agent restarted while
+                // preempted attempts still stop there holds no tasks but still those.
+                if n.tasks.is_empty() && n.queued.is_empty() && n.stopping.is_empty() {
                     n.free = capacity.clone();
                     n.capacity = capacity;
                 }

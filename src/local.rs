@@ -1,24 +1,58 @@
-//! A local cluster of real `hetsched` processes on free loopback ports: what `hetsched up`
-//! and the benchmarks run. Each process logs to a file in the data dir.
+//! A local cluster of real `hetsched` processes on free loopback ports: what `hetsched up`,
+//! the benchmarks, `hetsched chaos run` and the integration tests run. Each process logs to a
+//! file in the data dir.
 
-use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// Why a local cluster could not start (or a process restart).
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The `hetsched` executable to run was not found.
+    #[error("cannot find the hetsched executable: {0}")]
+    Exe(std::io::Error),
+    /// A directory or log file could not be made.
+    #[error("cannot create {path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A process could not be started.
+    #[error("cannot start {name}: {source}")]
+    Spawn {
+        /// `master-1`, `slave-2`.
+        name: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// No loopback port was free.
+    #[error("cannot find a free loopback port in 20000-32699")]
+    NoPort,
+}
 
 /// One child process that can be killed and restarted with the same arguments.
 pub struct LocalProc {
     /// Name (`master-1`, `slave-2`).
     pub name: String,
+    exe: PathBuf,
     args: Vec<String>,
     log: PathBuf,
     child: Option<Child>,
 }
 
 impl LocalProc {
-    fn start(name: String, args: Vec<String>, log: PathBuf) -> anyhow::Result<Self> {
+    fn start(
+        exe: &Path,
+        name: String,
+        args: Vec<String>,
+        log: PathBuf,
+    ) -> Result<Self, LaunchError> {
         let mut p = Self {
             name,
+            exe: exe.to_path_buf(),
             args,
             log,
             child: None,
@@ -28,25 +62,37 @@ impl LocalProc {
     }
 
     /// Starts the process again (after [`kill9`](Self::kill9)); appends to its log.
-    pub fn restart(&mut self) -> anyhow::Result<()> {
+    pub fn restart(&mut self) -> Result<(), LaunchError> {
         if self.child.is_some() {
             return Ok(());
         }
-        let exe = std::env::current_exe().context("cannot find this executable")?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
-            .with_context(|| format!("cannot open {}", self.log.display()))?;
-        let child = Command::new(exe)
+            .map_err(|source| LaunchError::Io {
+                path: self.log.display().to_string(),
+                source,
+            })?;
+        let child = Command::new(&self.exe)
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .with_context(|| format!("cannot start {}", self.name))?;
+            .map_err(|source| LaunchError::Spawn {
+                name: self.name.clone(),
+                source,
+            })?;
         self.child = Some(child);
         Ok(())
+    }
+
+    /// Whether the process runs (started and not exited).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// The process id while it runs.
@@ -147,14 +193,14 @@ pub fn kill_tasks_under(dir: &Path) {
 }
 
 /// A loopback port below the ephemeral range (see `hetsched_common::ports` for why).
-fn free_port() -> anyhow::Result<u16> {
-    hetsched_common::ports::pick_local_port()
-        .context("cannot find a free loopback port in 20000-32699")
+fn free_port() -> Result<u16, LaunchError> {
+    hetsched_common::ports::pick_local_port().ok_or(LaunchError::NoPort)
 }
 
 impl LocalCluster {
-    /// Starts `n_masters` masters and the given slaves under `dir`.
-    pub fn start(dir: &Path, n_masters: u32, slaves: &[SlaveSpec]) -> anyhow::Result<Self> {
+    /// Starts `n_masters` masters and the given slaves under `dir`, running this executable
+    /// (the `hetsched` binary itself).
+    pub fn start(dir: &Path, n_masters: u32, slaves: &[SlaveSpec]) -> Result<Self, LaunchError> {
         Self::start_with(dir, n_masters, &[], slaves)
     }
 
@@ -164,8 +210,24 @@ impl LocalCluster {
         n_masters: u32,
         master_extra_args: &[String],
         slaves: &[SlaveSpec],
-    ) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    ) -> Result<Self, LaunchError> {
+        let exe = std::env::current_exe().map_err(LaunchError::Exe)?;
+        Self::start_exe(&exe, dir, n_masters, master_extra_args, slaves)
+    }
+
+    /// As [`start_with`](Self::start_with), running the `hetsched` binary at `exe` (tests
+    /// pass `env!("CARGO_BIN_EXE_hetsched")`).
+    pub fn start_exe(
+        exe: &Path,
+        dir: &Path,
+        n_masters: u32,
+        master_extra_args: &[String],
+        slaves: &[SlaveSpec],
+    ) -> Result<Self, LaunchError> {
+        std::fs::create_dir_all(dir).map_err(|source| LaunchError::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
         let mut master_addrs = Vec::new();
         let mut admin_addrs = Vec::new();
         let mut master_http = Vec::new();
@@ -211,7 +273,9 @@ impl LocalCluster {
             let mut args = args;
             args.extend(master_extra_args.iter().cloned());
             let log = dir.join(format!("{name}.log"));
-            cluster.masters.push(LocalProc::start(name, args, log)?);
+            cluster
+                .masters
+                .push(LocalProc::start(exe, name, args, log)?);
         }
         for (i, s) in slaves.iter().enumerate() {
             let name = format!("slave-{}", i + 1);
@@ -240,7 +304,7 @@ impl LocalCluster {
             }
             args.extend(s.extra_args.iter().cloned());
             let log = dir.join(format!("{name}.log"));
-            cluster.slaves.push(LocalProc::start(name, args, log)?);
+            cluster.slaves.push(LocalProc::start(exe, name, args, log)?);
         }
         Ok(cluster)
     }
