@@ -233,6 +233,7 @@ fn message() -> impl Strategy<Value = Message> {
                 cpus: 1.5,
                 calls: None,
                 queue: "cpu".into(),
+                borrowed: a % 2 == 0,
             }]))
         }),
         (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(
@@ -250,6 +251,7 @@ fn message() -> impl Strategy<Value = Message> {
                 drain_deadline_ms: None,
                 cgroup: "v1".into(),
                 engines: vec![],
+                gpu_pool: Some("multi".into()),
             }])
         )),
         (

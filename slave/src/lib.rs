@@ -46,6 +46,7 @@ pub mod supervisor;
 use hetsched_common::protocol::{ErrorKind, ErrorReply, Message, SlaveCommand, SlaveCommandReply};
 use hetsched_common::wire::{self, FrameLimits, Handler};
 use hetsched_common::NodeResources;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,6 +81,8 @@ pub struct SlaveConfig {
     /// Root of the cgroup filesystem (normally `/sys/fs/cgroup`); `None` runs tasks without
     /// cgroups.
     pub cgroup_root: Option<PathBuf>,
+    /// S3 GPU pool to announce (`None`: by GPU count, multi with 8 or more).
+    pub gpu_pool: Option<hetsched_common::protocol::GpuPool>,
 }
 
 /// Timings, separate from [`SlaveConfig`] so tests can shorten them.
@@ -243,23 +246,32 @@ pub async fn run_with_engines(
         }
         None => cgroup::Cgroups::none(),
     };
+    let mut labels: BTreeMap<String, String> = [(
+        hetsched_common::protocol::CGROUP_LABEL.to_string(),
+        cgroups.mode().as_str().to_string(),
+    )]
+    .into();
+    let gpu_pool = hetsched_common::protocol::GpuPool::of_node(capacity.gpus.len(), cfg.gpu_pool);
+    if let Some(pool) = gpu_pool {
+        labels.insert(
+            hetsched_common::protocol::GPU_POOL_LABEL.to_string(),
+            pool.name().to_string(),
+        );
+    }
     let me = link::Identity {
         key,
         name: cfg.name.clone().unwrap_or_else(|| addr.clone()),
         addr: addr.clone(),
         capacity: capacity.clone(),
         partitions: cfg.partitions.clone(),
-        labels: [(
-            hetsched_common::protocol::CGROUP_LABEL.to_string(),
-            cgroups.mode().as_str().to_string(),
-        )]
-        .into(),
+        labels,
     };
     tracing::info!(
         listen = %cfg.listen, advertise = %addr, key = format_args!("{key:016x}"),
         node = ?store.node().ok().flatten(), cpus = cfg.cpus, mem_mib = cfg.mem_mib,
         gpus = capacity.gpus.len(), data_dir = %cfg.data_dir.display(),
         cgroup = cgroups.mode().as_str(),
+        gpu_pool = gpu_pool.map_or("-", |p| p.name()),
         "slave starting"
     );
 

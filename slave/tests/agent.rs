@@ -182,6 +182,7 @@ impl Slave {
             partitions: Vec::new(),
             supervisor: vec![env!("CARGO_BIN_EXE_hetsched-supervise").into()],
             cgroup_root: Some("/sys/fs/cgroup".into()),
+            gpu_pool: None,
         };
         let tuning = Tuning {
             heartbeat: Duration::from_millis(100),

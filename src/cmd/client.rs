@@ -672,6 +672,7 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                 "CPU (free/total)",
                 "MEM MiB (free/total)",
                 "GPUS",
+                "GPU POOL",
                 "TASKS",
                 "ENGINES (free/count)",
             ]);
@@ -700,6 +701,7 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
                     ),
                     format!("{}/{}", n.free.mem_mib, n.capacity.mem_mib),
                     gpus,
+                    n.gpu_pool.unwrap_or_else(|| "-".into()),
                     n.tasks.to_string(),
                     engines_text(&n.engines),
                 ]);

@@ -67,9 +67,28 @@ pub struct Args {
     /// Deadline of one plug-in call; a late or failed plug-in call falls back to the CPU.
     #[arg(long, default_value = "60s", value_parser = super::programs::parse_duration)]
     pub call_timeout: std::time::Duration,
+    /// S3 GPU pool of this node's GPUs: `single` (serves tasks asking fewer than 4 GPUs
+    /// first), `multi` (serves tasks asking 4 or more first), or `auto`: multi with 8 GPUs
+    /// or more, else single.
+    #[arg(long, value_name = "auto|single|multi", default_value = "auto", value_parser = parse_gpu_pool)]
+    pub gpu_pool: GpuPoolChoice,
     /// Optional HTTP address for /metrics and /healthz.
     #[arg(long, value_name = "HOST:PORT")]
     pub http: Option<String>,
+}
+
+/// `--gpu-pool`: a pool, or `None` for `auto`.
+#[derive(Clone, Copy, Debug)]
+pub struct GpuPoolChoice(pub Option<hetsched_common::protocol::GpuPool>);
+
+fn parse_gpu_pool(s: &str) -> Result<GpuPoolChoice, String> {
+    match s {
+        "auto" => Ok(GpuPoolChoice(None)),
+        _ => s
+            .parse()
+            .map(|p| GpuPoolChoice(Some(p)))
+            .map_err(|_| format!("unknown GPU pool {s:?}: expected auto, single or multi")),
+    }
 }
 
 /// Runs a slave until stopped.
@@ -114,6 +133,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "supervise".into(),
         ],
         cgroup_root: (!a.no_cgroups).then_some(a.cgroup_root),
+        gpu_pool: a.gpu_pool.0,
     };
     let system = actix::System::new();
     system

@@ -18,7 +18,9 @@
 use super::index::{
     AnyPolicy, Candidates, FragPlacer, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind,
 };
-use super::multiqueue::{ordered, Ordering, QueueKind, ReserveHistory};
+use super::loads::Loads;
+use super::multiqueue::{ordered_with, Ordering, QueueKind, ReserveHistory};
+use super::pools::{pool_of_queue, within, PoolPlan};
 use super::preemption::{plan_preemption, PreemptionConfig};
 use super::Scheduler;
 use crate::state::{partition_of, Assign, ClusterState, Plan, Preemption, TaskRef};
@@ -53,6 +55,9 @@ pub struct IndexedScheduler {
     pools: Option<ReserveHistory>,
     /// The highest task id the reserve history has seen.
     pool_seen: TaskId,
+    /// Users' holdings, capacity, GPU tasks' CPUs and GPU pools per node, kept in step like
+    /// the index (`None` under plain submission order without pools: nothing reads them).
+    loads: Option<Loads>,
 }
 
 /// Feasibility by partition: the up nodes serving each partition, as a locality
@@ -96,12 +101,16 @@ impl IndexedScheduler {
             ordering: Ordering::Submission,
             pools: None,
             pool_seen: TaskId(0),
+            loads: None,
         }
     }
 
     /// The same with this queue order (S3 DRF or pipeline).
     pub fn with_ordering(mut self, ordering: Ordering) -> Self {
         self.ordering = ordering;
+        if ordering != Ordering::Submission {
+            self.loads.get_or_insert_with(Loads::default);
+        }
         self
     }
 
@@ -119,7 +128,13 @@ impl IndexedScheduler {
     /// The same with S3 reserved CPU pools on GPU nodes, sized from `history`.
     pub fn with_reserved_pools(mut self, history: ReserveHistory) -> Self {
         self.pools = Some(history);
+        self.loads.get_or_insert_with(Loads::default);
         self
+    }
+
+    /// The S3 loads this scheduler keeps (`None`: not kept), for tests.
+    pub fn loads(&self) -> Option<&Loads> {
+        self.loads.as_ref()
     }
 
     /// CPU thousandths per GPU the reserved pools hold now (`None`: pools off).
@@ -136,58 +151,6 @@ impl IndexedScheduler {
                 pools.observe(req);
             }
             self.pool_seen = *id;
-        }
-    }
-
-    /// The reserved CPUs of each GPU node taking work not yet used by GPU tasks.
-    fn outstanding_reserves(&self, view: &ClusterState) -> BTreeMap<NodeId, u64> {
-        let Some(pools) = &self.pools else {
-            return BTreeMap::new();
-        };
-        view.nodes
-            .values()
-            .filter(|n| n.takes_work() && !n.capacity.gpus.is_empty())
-            .map(|n| {
-                let reserve = pools.reserve_on(n.capacity.gpus.len(), n.capacity.cpu_milli);
-                let used: u64 = n
-                    .tasks
-                    .iter()
-                    .filter_map(|t| view.tasks.get(t).and_then(|t| view.job_resources(t.job)))
-                    .filter(|r| !r.gpu.is_none())
-                    .map(|r| r.cpu_milli)
-                    .sum();
-                (n.id, reserve.saturating_sub(used))
-            })
-            .collect()
-    }
-
-    /// Hides the outstanding reserves from the index (CPU tasks must not see them);
-    /// returns what was taken, to give back with [`unhide`](Self::unhide).
-    fn hide(&mut self, outstanding: &BTreeMap<NodeId, u64>) -> Vec<(NodeId, u64)> {
-        let mut hidden = Vec::new();
-        for (node, amount) in outstanding {
-            let Some(free) = self.index.free(*node) else {
-                continue;
-            };
-            let take = (*amount).min(free.cpu_milli);
-            if take == 0 {
-                continue;
-            }
-            let mut less = free.clone();
-            less.cpu_milli -= take;
-            self.index.upsert_node(*node, &less);
-            hidden.push((*node, take));
-        }
-        hidden
-    }
-
-    fn unhide(&mut self, hidden: Vec<(NodeId, u64)>) {
-        for (node, amount) in hidden {
-            if let Some(free) = self.index.free(node) {
-                let mut more = free.clone();
-                more.cpu_milli = more.cpu_milli.saturating_add(amount);
-                self.index.upsert_node(node, &more);
-            }
         }
     }
 
@@ -403,22 +366,19 @@ impl Scheduler for IndexedScheduler {
         // a plan: once one fits nowhere (and cannot preempt), skip the rest, so a queue
         // where nothing fits costs one probe per job, not one per task.
         let mut stuck: BTreeSet<(JobId, i64)> = BTreeSet::new();
-        let order = ordered(view, self.ordering);
-        // S3 pools: GPU tasks still waiting keep CPU tasks off the reserved CPUs.
-        let mut outstanding = self.outstanding_reserves(view);
-        let mut gpu_waiting = if self.pools.is_some() {
-            order
-                .iter()
-                .filter_map(|t| view.tasks.get(t))
-                .filter(|t| {
-                    view.job_resources(t.job)
-                        .is_some_and(|r| QueueKind::of(r).is_gpu())
-                })
-                .count()
-        } else {
-            0
+        // Derived S3 loads: out of `self` for the plan (the index and policies are borrowed
+        // mutably below); put back before returning.
+        let loads = self.loads.take();
+        let order = match &loads {
+            Some(l) => ordered_with(view, self.ordering, l.users(), &l.capacity()),
+            None => ordered_with(view, self.ordering, &BTreeMap::new(), &Default::default()),
         };
-        let mut hidden: Vec<(NodeId, u64)> = Vec::new();
+        // S3 pools (reserve, CPU pool, GPU pools): who may use which capacity.
+        let history = self.pools;
+        let mut pool_plan = match (&loads, history) {
+            (Some(_), Some(_)) => Some(PoolPlan::new(view, &order)),
+            _ => None,
+        };
         for task in order {
             if plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 break;
@@ -436,17 +396,15 @@ impl Scheduler for IndexedScheduler {
                 continue;
             };
             let req = &job.spec.resources;
-            let is_gpu = !req.gpu.is_none();
-            if self.pools.is_some() {
-                if is_gpu && !hidden.is_empty() {
-                    self.unhide(std::mem::take(&mut hidden));
-                } else if !is_gpu && gpu_waiting > 0 && hidden.is_empty() {
-                    hidden = self.hide(&outstanding);
-                } else if !is_gpu && gpu_waiting == 0 && !hidden.is_empty() {
-                    // The GPU queues are empty: CPU tasks may borrow.
-                    self.unhide(std::mem::take(&mut hidden));
+            let queue = QueueKind::of(req);
+            let is_gpu = queue.is_gpu();
+            let pooled = match (&mut pool_plan, &loads, &history) {
+                (Some(pp), Some(l), Some(h)) => {
+                    pp.before(&mut self.index, l, h, queue);
+                    Some((l, h))
                 }
-            }
+                _ => None,
+            };
             let partition = partitions.get(partition_of(&job.spec));
             if !job.candidates.is_empty() && !localities.contains_key(&job.id) {
                 let within: Candidates = job
@@ -462,37 +420,59 @@ impl Scheduler for IndexedScheduler {
                 localities.insert(job.id, within);
             }
             let locality = localities.get(&job.id);
-            let mut q = PlacementQuery::new(req).for_task(task);
-            match (locality, partition) {
-                (Some(c), _) | (None, Some(Some(c))) => q = q.with_candidates(c),
-                (None, Some(None)) => {}
+            let allowed = match (locality, partition) {
+                (Some(c), _) | (None, Some(Some(c))) => Some(c),
+                (None, Some(None)) => None,
                 // No up node serves the partition.
-                (None, None) => q = q.with_candidates(&empty),
-            }
-            if let Some(node) = self.place(&q, req) {
+                (None, None) => Some(&empty),
+            };
+            let (placed, lent) = match (&pool_plan, pooled) {
+                // S3 pools decide where a GPU task may go (its GPU pool, then the other's).
+                (Some(pp), Some((l, h))) if is_gpu => {
+                    let mut select = |q: &PlacementQuery<'_>| self.place(q, req);
+                    match pp.place_gpu(l, h, task, req, queue, allowed, &mut select) {
+                        Some((node, lent)) => (Some(node), lent),
+                        None => (None, false),
+                    }
+                }
+                _ => {
+                    let mut q = PlacementQuery::new(req).for_task(task);
+                    if let Some(c) = allowed {
+                        q = q.with_candidates(c);
+                    }
+                    (self.place(&q, req), false)
+                }
+            };
+            if let Some(node) = placed {
                 // Tentative: later tasks of this plan see the node without what this took.
                 if self.index.take(node, req).is_some() {
-                    plan.assignments.push(Assign { task, node });
-                    if is_gpu && self.pools.is_some() {
-                        gpu_waiting = gpu_waiting.saturating_sub(1);
-                        if let Some(o) = outstanding.get_mut(&node) {
-                            *o = o.saturating_sub(req.cpu_milli);
+                    let borrowed = match (&mut pool_plan, pooled) {
+                        (Some(pp), Some((l, h))) => {
+                            pp.placed(&self.index, l, h, node, req, queue, lent)
                         }
-                    }
+                        _ => false,
+                    };
+                    plan.assignments.push(Assign {
+                        task,
+                        node,
+                        borrowed,
+                    });
                 }
                 continue;
             }
             if is_gpu
-                && self.pools.is_some()
+                && pooled.is_some()
                 && !view.awaiting.contains_key(&task)
                 && plan.preempt.len() < self.preemption.max_per_plan
             {
-                let allowed = match (locality, partition) {
-                    (Some(c), _) | (None, Some(Some(c))) => Some(c),
-                    (None, Some(None)) => None,
-                    (None, None) => Some(&empty),
-                };
-                if let Some(p) = self.take_back(view, task, req, allowed, &victims_taken) {
+                // Take-back within its own GPU pool (where it has first claim).
+                let own = pooled.and_then(|(l, _)| {
+                    let own = pool_of_queue(queue)?;
+                    (!l.pool_nodes(own.other()).is_empty())
+                        .then(|| within(l.pool_nodes(own), allowed))
+                });
+                let here = own.as_deref().or(allowed);
+                if let Some(p) = self.take_back(view, task, req, here, &victims_taken) {
                     victims_taken.extend(p.victims.iter().map(|v| v.task));
                     plan.preempt.push(p);
                     continue;
@@ -511,19 +491,28 @@ impl Scheduler for IndexedScheduler {
                 }
             }
         }
-        self.unhide(hidden);
+        if let Some(pp) = &mut pool_plan {
+            pp.unhide(&mut self.index);
+        }
+        self.loads = loads;
         plan
     }
 
     fn nodes_changed(&mut self, view: &ClusterState, nodes: &[NodeId]) {
         for n in nodes {
             self.sync(view, *n);
+            if let Some(l) = &mut self.loads {
+                l.sync(view, *n);
+            }
         }
     }
 
     fn reset(&mut self, view: &ClusterState) {
         // Rebuilding drops every reservation; the next plan restores them.
         self.reserved.clear();
+        if let Some(l) = &mut self.loads {
+            l.rebuild(view);
+        }
         self.index.rebuild(
             view.nodes
                 .values()

@@ -7,7 +7,9 @@
 pub mod admission;
 pub mod index;
 mod indexed;
+pub mod loads;
 pub mod multiqueue;
+pub mod pools;
 pub mod preemption;
 pub mod queue;
 

@@ -215,6 +215,11 @@ pub struct Assign {
     pub task: TaskId,
     /// Node.
     pub node: NodeId,
+    /// S3: the task runs there on borrowed capacity (a CPU task on a GPU node's reserved
+    /// CPUs, a GPU task on CPU-pool CPUs or on the other GPU pool). Decided by the scheduler
+    /// so that replicas agree; older logs lack it.
+    #[serde(default)]
+    pub borrowed: bool,
 }
 
 /// The scheduler's output for one round. `preemptions` and `moves` are filled by the

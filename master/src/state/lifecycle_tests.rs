@@ -156,6 +156,7 @@ fn a_draining_node_gets_no_new_tasks_and_undrain_restores_it() {
             assignments: vec![Assign {
                 task: pending,
                 node: a,
+                borrowed: false,
             }],
             ..Default::default()
         }),
@@ -264,6 +265,7 @@ fn a_failed_task_with_retries_waits_out_a_doubling_backoff_then_fails_for_good()
             assignments: vec![Assign {
                 task: t,
                 node: r1.node,
+                borrowed: false,
             }],
             ..Default::default()
         }),

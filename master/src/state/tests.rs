@@ -81,7 +81,11 @@ impl Log {
     }
     fn assign(&mut self, task: TaskId, node: NodeId) -> Outcome {
         self.apply(Command::ApplyPlan(Plan {
-            assignments: vec![Assign { task, node }],
+            assignments: vec![Assign {
+                task,
+                node,
+                borrowed: false,
+            }],
             ..Default::default()
         }))
     }
@@ -179,10 +183,12 @@ fn stale_plan_entries_are_rejected() {
             Assign {
                 task: t[0],
                 node: n,
+                borrowed: false,
             },
             Assign {
                 task: t[1],
                 node: n,
+                borrowed: false,
             },
         ],
         ..Default::default()
