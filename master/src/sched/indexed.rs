@@ -20,7 +20,7 @@ use super::index::{
 };
 use super::loads::Loads;
 use super::multiqueue::{ordered_with, Ordering, QueueKind, ReserveHistory};
-use super::pools::{pool_of_queue, within, PoolPlan};
+use super::pools::{separated_pool, within, PoolPlan};
 use super::preemption::{plan_preemption, PreemptionConfig};
 use super::Scheduler;
 use crate::state::{partition_of, Assign, ClusterState, Plan, Preemption, TaskRef};
@@ -467,9 +467,7 @@ impl Scheduler for IndexedScheduler {
             {
                 // Take-back within its own GPU pool (where it has first claim).
                 let own = pooled.and_then(|(l, _)| {
-                    let own = pool_of_queue(queue)?;
-                    (!l.pool_nodes(own.other()).is_empty())
-                        .then(|| within(l.pool_nodes(own), allowed))
+                    separated_pool(l, queue).map(|own| within(l.pool_nodes(own), allowed))
                 });
                 let here = own.as_deref().or(allowed);
                 if let Some(p) = self.take_back(view, task, req, here, &victims_taken) {

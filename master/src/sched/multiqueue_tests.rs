@@ -509,3 +509,21 @@ fn cpu_borrowers_are_marked_borrowed_and_the_loads_stay_exact() {
         Some(cluster_capacity(&l.s))
     );
 }
+
+#[test]
+fn with_one_gpu_pool_in_the_cluster_every_gpu_task_uses_it() {
+    let mut sched = pipeline();
+    let mut l = Log {
+        s: ClusterState::new(),
+        i: 0,
+    };
+    // Only single-pool nodes: a four-GPU task (gpu-multi) is not held back waiting for a
+    // multi pool that does not exist, even with one-GPU tasks queued.
+    l.apply(&mut sched, gpu_node_keyed(1, 16, 4, None));
+    l.apply(&mut sched, submit(1, 64, 1)); // task 1: gpu-single, fits nowhere
+    l.apply(&mut sched, submit(1, 4, 4)); // task 2: gpu-multi
+    let plan = l.round(&mut sched);
+    assert_eq!(plan.assignments.len(), 1, "{plan:?}");
+    assert_eq!(plan.assignments[0].task, TaskId(2));
+    assert!(!plan.assignments[0].borrowed);
+}

@@ -34,6 +34,13 @@ pub fn pool_of_queue(q: QueueKind) -> Option<GpuPool> {
     }
 }
 
+/// The GPU pool a task of queue `q` is kept to first, when the cluster has both pools
+/// (with one, or none, there is nothing to separate: `None`).
+pub fn separated_pool(loads: &Loads, q: QueueKind) -> Option<GpuPool> {
+    pool_of_queue(q)
+        .filter(|p| !loads.pool_nodes(*p).is_empty() && !loads.pool_nodes(p.other()).is_empty())
+}
+
 /// The queue whose tasks a pool serves first.
 pub fn queue_of_pool(p: GpuPool) -> QueueKind {
     match p {
@@ -154,9 +161,7 @@ impl PoolPlan {
         allowed: Option<&Candidates>,
         place: &mut dyn FnMut(&PlacementQuery<'_>) -> Option<NodeId>,
     ) -> Option<(NodeId, bool)> {
-        // With one pool in the cluster there is nothing to separate.
-        let own = pool_of_queue(q).filter(|p| !loads.pool_nodes(p.other()).is_empty());
-        let Some(own) = own else {
+        let Some(own) = separated_pool(loads, q) else {
             return self
                 .place_within(loads, history, task, req, allowed, place)
                 .map(|n| (n, false));
