@@ -1,7 +1,8 @@
 //! Done when (issue 12), on real processes: a CPU burst borrows a GPU node's reserved CPUs;
 //! a GPU task arrives; the borrowers are stopped (reason `preempted`) and re-run before CPU
-//! tasks that queued earlier; the GPU task runs within 15 s. Also `"queue"` in
-//! `tasks --json` and `"queues"` in `status --json`.
+//! tasks that queued earlier; the GPU task runs within 15 s. Also `"queue"` and
+//! `"borrowed"` in `tasks --json`, `"queues"` in `status --json`, and the slave's
+//! `--gpu-pool` as `"gpu_pool"` in `nodes --json`.
 
 mod support;
 
@@ -11,7 +12,9 @@ use support::*;
 
 #[test]
 fn a_gpu_task_takes_back_reserved_cpus_from_a_cpu_burst_and_the_borrowers_rerun_first() {
-    // One slave: 4 CPUs, 2 (emulated) GPUs; 1 CPU per GPU reserved to start with.
+    // One slave: 4 CPUs, 2 (emulated) GPUs; 1 CPU per GPU reserved to start with. It
+    // announces the multi-GPU pool (by count it would be single); with one pool in the
+    // cluster the pools do not separate, so the one-GPU task below still runs there.
     let c = Cluster::start_full(
         "multiqueue",
         1,
@@ -28,7 +31,7 @@ fn a_gpu_task_takes_back_reserved_cpus_from_a_cpu_burst_and_the_borrowers_rerun_
             "--queue-depth",
             "0",
         ],
-        &["--gpus", "2"],
+        &["--gpus", "2", "--gpu-pool", "multi"],
     );
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(&c)));
     if let Err(p) = result {
@@ -72,6 +75,16 @@ fn scenario(c: &Cluster) {
         })
     });
     assert!(tasks_of(burst).iter().all(|t| t["queue"] == "cpu"));
+    let nodes = c.json(&["nodes"]).expect("nodes --json");
+    assert_eq!(nodes[0]["gpu_pool"], "multi", "{nodes}");
+    // The first two took the CPU pool's 2 CPUs; the two newest hold the reserve.
+    let mut borrowed: Vec<u64> = tasks_of(burst)
+        .iter()
+        .filter(|t| t["borrowed"] == true)
+        .filter_map(|t| t["id"].as_u64())
+        .collect();
+    borrowed.sort_unstable();
+    assert_eq!(borrowed, vec![burst_ids[2], burst_ids[3]], "borrowers");
 
     // Two more CPU tasks queue behind the burst.
     let s = script(1);
@@ -97,6 +110,11 @@ fn scenario(c: &Cluster) {
             .then_some(())
     });
     eprintln!("GPU task running {:?} after submit", submitted.elapsed());
+    assert_eq!(
+        tasks_of(gpu)[0]["borrowed"],
+        false,
+        "it runs on its reserve"
+    );
     let mut preempted: Vec<u64> = tasks_of(burst)
         .iter()
         .filter(|t| t["preemptions"] == 1)

@@ -281,6 +281,7 @@ mod tests {
                     node: NodeId(1),
                     queued: false,
                     engine: None,
+                    borrowed: false,
                 })
                 .collect(),
             ..Default::default()
@@ -335,6 +336,7 @@ mod tests {
                     node: NodeId(1),
                     queued: t > 1,
                     engine: None,
+                    borrowed: false,
                 })
                 .collect(),
             queue_depth: 4,

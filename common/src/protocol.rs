@@ -690,6 +690,10 @@ pub struct TaskInfo {
     /// S3 queue: `cpu`, `gpu-single` (< 4 GPUs) or `gpu-multi`.
     #[serde(default)]
     pub queue: String,
+    /// S3: the current (or last) attempt runs on borrowed capacity: a CPU task on a GPU
+    /// node's reserved CPUs, a GPU task on CPU-pool CPUs or on the other GPU pool's GPUs.
+    #[serde(default)]
+    pub borrowed: bool,
 }
 
 /// One node as listed.
@@ -738,6 +742,9 @@ pub struct NodeInfo {
     /// Tasks other slaves took from its queue.
     #[serde(default)]
     pub steals_out: u64,
+    /// S3 GPU pool of its GPUs: `single` or `multi` (`None`: no GPUs).
+    #[serde(default)]
+    pub gpu_pool: Option<String>,
 }
 
 /// The probes a slave samples its tasks with: `gpu` `"nvml"` or `"emulated"`, `membw`
@@ -772,6 +779,72 @@ fn cgroup_none() -> String {
 /// The node label a slave sets to say how its tasks are isolated (`v1`, `v2`, `none`); the
 /// master shows it as [`NodeInfo::cgroup`].
 pub const CGROUP_LABEL: &str = "hetsched.cgroup";
+
+/// The node label a slave sets to announce its GPUs' pool (`single` or `multi`, from
+/// `slave --gpu-pool`); a node without it (an older slave) is pooled by its GPU count
+/// ([`GpuPool::of_node`]).
+pub const GPU_POOL_LABEL: &str = "hetsched.gpu-pool";
+
+/// S3 GPU pools: which GPU tasks a GPU node's GPUs serve first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuPool {
+    /// Serves the `gpu-single` queue (tasks asking fewer than 4 GPUs).
+    Single,
+    /// Serves the `gpu-multi` queue.
+    Multi,
+}
+
+impl GpuPool {
+    /// Nodes with this many GPUs or more are in the multi-GPU pool unless they say otherwise.
+    pub const MULTI_NODE_GPUS: usize = 8;
+
+    /// The name in `nodes --json` (`"gpu_pool"`) and in [`GPU_POOL_LABEL`].
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuPool::Single => "single",
+            GpuPool::Multi => "multi",
+        }
+    }
+
+    /// The pool of a node with `gpus` GPUs whose slave announced `announced` (`None`: by
+    /// GPU count); `None` for a node without GPUs.
+    pub fn of_node(gpus: usize, announced: Option<GpuPool>) -> Option<GpuPool> {
+        if gpus == 0 {
+            return None;
+        }
+        Some(announced.unwrap_or(if gpus >= Self::MULTI_NODE_GPUS {
+            GpuPool::Multi
+        } else {
+            GpuPool::Single
+        }))
+    }
+
+    /// The other pool (the one this pool's tasks may borrow from).
+    pub fn other(self) -> GpuPool {
+        match self {
+            GpuPool::Single => GpuPool::Multi,
+            GpuPool::Multi => GpuPool::Single,
+        }
+    }
+}
+
+impl std::fmt::Display for GpuPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for GpuPool {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "single" => Ok(GpuPool::Single),
+            "multi" => Ok(GpuPool::Multi),
+            _ => Err(format!("unknown GPU pool {s:?}: expected single or multi")),
+        }
+    }
+}
 
 /// What a slave holds of one task, reported on registration and in heartbeats so that a new
 /// leader can reconcile.

@@ -236,6 +236,7 @@ fn message() -> impl Strategy<Value = Message> {
                 compressed: a % 2 == 0,
                 calls: None,
                 queue: "cpu".into(),
+                borrowed: a % 2 == 0,
             }]))
         }),
         (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(
@@ -260,6 +261,7 @@ fn message() -> impl Strategy<Value = Message> {
                 queued: 2,
                 steals_in: 3,
                 steals_out: 0,
+                gpu_pool: Some("multi".into()),
             }])
         )),
         (

@@ -56,6 +56,7 @@ use hetsched_common::protocol::{
 };
 use hetsched_common::wire::{self, FrameLimits, Handler};
 use hetsched_common::NodeResources;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,6 +93,8 @@ pub struct SlaveConfig {
     pub cgroup_root: Option<PathBuf>,
     /// Probes and the contention rule (S3).
     pub probes: ProbeOptions,
+    /// S3 GPU pool to announce (`None`: by GPU count, multi with 8 or more).
+    pub gpu_pool: Option<hetsched_common::protocol::GpuPool>,
 }
 
 /// Probes and contention elimination (S3): `slave --membw-total --membw-threshold
@@ -287,27 +290,33 @@ pub async fn run_with_engines(
         gpu_util: probes.gpu.emulated(),
         membw: probes.membw.emulated(),
     };
+    let mut labels: BTreeMap<String, String> = [(
+        hetsched_common::protocol::CGROUP_LABEL.to_string(),
+        cgroups.mode().as_str().to_string(),
+    )]
+    .into();
+    labels.insert(
+        hetsched_common::protocol::PROBE_GPU_LABEL.to_string(),
+        probes.gpu.name().to_string(),
+    );
+    labels.insert(
+        hetsched_common::protocol::PROBE_MEMBW_LABEL.to_string(),
+        probes.membw.name().to_string(),
+    );
+    let gpu_pool = hetsched_common::protocol::GpuPool::of_node(capacity.gpus.len(), cfg.gpu_pool);
+    if let Some(pool) = gpu_pool {
+        labels.insert(
+            hetsched_common::protocol::GPU_POOL_LABEL.to_string(),
+            pool.name().to_string(),
+        );
+    }
     let me = link::Identity {
         key,
         name: cfg.name.clone().unwrap_or_else(|| addr.clone()),
         addr: addr.clone(),
         capacity: capacity.clone(),
         partitions: cfg.partitions.clone(),
-        labels: [
-            (
-                hetsched_common::protocol::CGROUP_LABEL.to_string(),
-                cgroups.mode().as_str().to_string(),
-            ),
-            (
-                hetsched_common::protocol::PROBE_GPU_LABEL.to_string(),
-                probes.gpu.name().to_string(),
-            ),
-            (
-                hetsched_common::protocol::PROBE_MEMBW_LABEL.to_string(),
-                probes.membw.name().to_string(),
-            ),
-        ]
-        .into(),
+        labels,
     };
     tracing::info!(
         listen = %cfg.listen, advertise = %addr, key = format_args!("{key:016x}"),
@@ -317,6 +326,7 @@ pub async fn run_with_engines(
         gpu_probe = if probes.gpu.emulated() { "EMULATED" } else { probes.gpu.name() },
         membw_probe = if probes.membw.emulated() { "EMULATED" } else { probes.membw.name() },
         membw_total_mbps = ?cfg.probes.contention.membw_total_mbps,
+        gpu_pool = gpu_pool.map_or("-", |p| p.name()),
         "slave starting"
     );
 

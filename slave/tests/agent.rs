@@ -185,6 +185,7 @@ impl Slave {
             supervisor: vec![env!("CARGO_BIN_EXE_hetsched-supervise").into()],
             cgroup_root: Some("/sys/fs/cgroup".into()),
             probes: Default::default(),
+            gpu_pool: None,
         };
         let tuning = Tuning {
             heartbeat: Duration::from_millis(100),

@@ -79,6 +79,11 @@ pub struct Args {
     /// Never forward calls to peers (this slave still runs calls peers forward to it).
     #[arg(long)]
     pub no_forward: bool,
+    /// S3 GPU pool of this node's GPUs: `single` (serves tasks asking fewer than 4 GPUs
+    /// first), `multi` (serves tasks asking 4 or more first), or `auto`: multi with 8 GPUs
+    /// or more, else single.
+    #[arg(long, value_name = "auto|single|multi", default_value = "auto", value_parser = parse_gpu_pool)]
+    pub gpu_pool: GpuPoolChoice,
     /// Optional HTTP address for /metrics and /healthz.
     #[arg(long, value_name = "HOST:PORT")]
     pub http: Option<String>,
@@ -122,6 +127,20 @@ fn parse_mbps(s: &str) -> Result<f64, String> {
         _ => Err(format!(
             "{s:?} is not a bandwidth in MB/s above 0 (e.g. 20000)"
         )),
+    }
+}
+
+/// `--gpu-pool`: a pool, or `None` for `auto`.
+#[derive(Clone, Copy, Debug)]
+pub struct GpuPoolChoice(pub Option<hetsched_common::protocol::GpuPool>);
+
+fn parse_gpu_pool(s: &str) -> Result<GpuPoolChoice, String> {
+    match s {
+        "auto" => Ok(GpuPoolChoice(None)),
+        _ => s
+            .parse()
+            .map(|p| GpuPoolChoice(Some(p)))
+            .map_err(|_| format!("unknown GPU pool {s:?}: expected auto, single or multi")),
     }
 }
 
@@ -187,6 +206,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             },
             ..Default::default()
         },
+        gpu_pool: a.gpu_pool.0,
     };
     let system = actix::System::new();
     system

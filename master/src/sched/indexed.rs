@@ -26,7 +26,9 @@ use super::engine_choice::{self, EngineChoiceConfig, EngineLoad};
 use super::index::{
     AnyPolicy, Candidates, FragPlacer, IndexConfig, PlacementIndex, PlacementQuery, PolicyKind,
 };
-use super::multiqueue::{ordered, Ordering, QueueKind, ReserveHistory};
+use super::loads::Loads;
+use super::multiqueue::{ordered_with, Ordering, QueueKind, ReserveHistory};
+use super::pools::{separated_pool, within, PoolPlan};
 use super::preemption::{plan_preemption, PreemptionConfig};
 use super::Scheduler;
 use crate::state::{partition_of, Assign, ClusterState, Plan, Preemption, TaskRef};
@@ -61,6 +63,9 @@ pub struct IndexedScheduler {
     pools: Option<ReserveHistory>,
     /// The highest task id the reserve history has seen.
     pool_seen: TaskId,
+    /// Users' holdings, capacity, GPU tasks' CPUs and GPU pools per node, kept in step like
+    /// the index (`None` under plain submission order without pools: nothing reads them).
+    loads: Option<Loads>,
     /// S0.1–2 engine choice for program tasks.
     engine_choice: EngineChoiceConfig,
     /// S0.3: most queued assignments per node (0: no slave queues).
@@ -108,9 +113,37 @@ impl IndexedScheduler {
             ordering: Ordering::Submission,
             pools: None,
             pool_seen: TaskId(0),
+            loads: None,
             engine_choice: EngineChoiceConfig::default(),
             queue_depth: 0,
         }
+    }
+
+    /// The same with this queue order (S3 DRF or pipeline).
+    pub fn with_ordering(mut self, ordering: Ordering) -> Self {
+        self.ordering = ordering;
+        if ordering != Ordering::Submission {
+            self.loads.get_or_insert_with(Loads::default);
+        }
+        self
+    }
+
+    /// The same with the master's S3 settings: the queue order, and reserved CPU pools
+    /// under `pipeline`.
+    pub fn with_queueing(self, cfg: super::multiqueue::QueueingConfig) -> Self {
+        let s = self.with_ordering(cfg.ordering);
+        if cfg.ordering == Ordering::Pipeline {
+            s.with_reserved_pools(ReserveHistory::new(cfg.reserve_start_milli_per_gpu))
+        } else {
+            s
+        }
+    }
+
+    /// The same with S3 reserved CPU pools on GPU nodes, sized from `history`.
+    pub fn with_reserved_pools(mut self, history: ReserveHistory) -> Self {
+        self.pools = Some(history);
+        self.loads.get_or_insert_with(Loads::default);
+        self
     }
 
     /// The same with these engine-choice bounds (S0.1–2).
@@ -152,27 +185,9 @@ impl IndexedScheduler {
             .map(|n| n.id)
     }
 
-    /// The same with this queue order (S3 DRF or pipeline).
-    pub fn with_ordering(mut self, ordering: Ordering) -> Self {
-        self.ordering = ordering;
-        self
-    }
-
-    /// The same with the master's S3 settings: the queue order, and reserved CPU pools
-    /// under `pipeline`.
-    pub fn with_queueing(self, cfg: super::multiqueue::QueueingConfig) -> Self {
-        let s = self.with_ordering(cfg.ordering);
-        if cfg.ordering == Ordering::Pipeline {
-            s.with_reserved_pools(ReserveHistory::new(cfg.reserve_start_milli_per_gpu))
-        } else {
-            s
-        }
-    }
-
-    /// The same with S3 reserved CPU pools on GPU nodes, sized from `history`.
-    pub fn with_reserved_pools(mut self, history: ReserveHistory) -> Self {
-        self.pools = Some(history);
-        self
+    /// The S3 loads this scheduler keeps (`None`: not kept), for tests.
+    pub fn loads(&self) -> Option<&Loads> {
+        self.loads.as_ref()
     }
 
     /// CPU thousandths per GPU the reserved pools hold now (`None`: pools off).
@@ -189,58 +204,6 @@ impl IndexedScheduler {
                 pools.observe(req);
             }
             self.pool_seen = *id;
-        }
-    }
-
-    /// The reserved CPUs of each GPU node taking work not yet used by GPU tasks.
-    fn outstanding_reserves(&self, view: &ClusterState) -> BTreeMap<NodeId, u64> {
-        let Some(pools) = &self.pools else {
-            return BTreeMap::new();
-        };
-        view.nodes
-            .values()
-            .filter(|n| n.takes_work() && !n.capacity.gpus.is_empty())
-            .map(|n| {
-                let reserve = pools.reserve_on(n.capacity.gpus.len(), n.capacity.cpu_milli);
-                let used: u64 = n
-                    .tasks
-                    .iter()
-                    .filter_map(|t| view.tasks.get(t).and_then(|t| view.job_resources(t.job)))
-                    .filter(|r| !r.gpu.is_none())
-                    .map(|r| r.cpu_milli)
-                    .sum();
-                (n.id, reserve.saturating_sub(used))
-            })
-            .collect()
-    }
-
-    /// Hides the outstanding reserves from the index (CPU tasks must not see them);
-    /// returns what was taken, to give back with [`unhide`](Self::unhide).
-    fn hide(&mut self, outstanding: &BTreeMap<NodeId, u64>) -> Vec<(NodeId, u64)> {
-        let mut hidden = Vec::new();
-        for (node, amount) in outstanding {
-            let Some(free) = self.index.free(*node) else {
-                continue;
-            };
-            let take = (*amount).min(free.cpu_milli);
-            if take == 0 {
-                continue;
-            }
-            let mut less = free.clone();
-            less.cpu_milli -= take;
-            self.index.upsert_node(*node, &less);
-            hidden.push((*node, take));
-        }
-        hidden
-    }
-
-    fn unhide(&mut self, hidden: Vec<(NodeId, u64)>) {
-        for (node, amount) in hidden {
-            if let Some(free) = self.index.free(node) {
-                let mut more = free.clone();
-                more.cpu_milli = more.cpu_milli.saturating_add(amount);
-                self.index.upsert_node(node, &more);
-            }
         }
     }
 
@@ -456,22 +419,19 @@ impl Scheduler for IndexedScheduler {
         // a plan: once one fits nowhere (and cannot preempt), skip the rest, so a queue
         // where nothing fits costs one probe per job, not one per task.
         let mut stuck: BTreeSet<(JobId, i64)> = BTreeSet::new();
-        let order = ordered(view, self.ordering);
-        // S3 pools: GPU tasks still waiting keep CPU tasks off the reserved CPUs.
-        let mut outstanding = self.outstanding_reserves(view);
-        let mut gpu_waiting = if self.pools.is_some() {
-            order
-                .iter()
-                .filter_map(|t| view.tasks.get(t))
-                .filter(|t| {
-                    view.job_resources(t.job)
-                        .is_some_and(|r| QueueKind::of(r).is_gpu())
-                })
-                .count()
-        } else {
-            0
+        // Derived S3 loads: out of `self` for the plan (the index and policies are borrowed
+        // mutably below); put back before returning.
+        let loads = self.loads.take();
+        let order = match &loads {
+            Some(l) => ordered_with(view, self.ordering, l.users(), &l.capacity()),
+            None => ordered_with(view, self.ordering, &BTreeMap::new(), &Default::default()),
         };
-        let mut hidden: Vec<(NodeId, u64)> = Vec::new();
+        // S3 pools (reserve, CPU pool, GPU pools): who may use which capacity.
+        let history = self.pools;
+        let mut pool_plan = match (&loads, history) {
+            (Some(_), Some(_)) => Some(PoolPlan::new(view, &order)),
+            _ => None,
+        };
         // S0.1–2: engine use per node, built at the first program task of the plan.
         let mut engine_load: Option<EngineLoad> = None;
         let mut relations: BTreeMap<JobId, Option<&[hetsched_common::program::EngineTotal]>> =
@@ -495,17 +455,15 @@ impl Scheduler for IndexedScheduler {
                 continue;
             };
             let req = &job.spec.resources;
-            let is_gpu = !req.gpu.is_none();
-            if self.pools.is_some() {
-                if is_gpu && !hidden.is_empty() {
-                    self.unhide(std::mem::take(&mut hidden));
-                } else if !is_gpu && gpu_waiting > 0 && hidden.is_empty() {
-                    hidden = self.hide(&outstanding);
-                } else if !is_gpu && gpu_waiting == 0 && !hidden.is_empty() {
-                    // The GPU queues are empty: CPU tasks may borrow.
-                    self.unhide(std::mem::take(&mut hidden));
+            let queue = QueueKind::of(req);
+            let is_gpu = queue.is_gpu();
+            let pooled = match (&mut pool_plan, &loads, &history) {
+                (Some(pp), Some(l), Some(h)) => {
+                    pp.before(&mut self.index, l, h, queue);
+                    Some((l, h))
                 }
-            }
+                _ => None,
+            };
             let partition = partitions.get(partition_of(&job.spec));
             if !job.candidates.is_empty() && !localities.contains_key(&job.id) {
                 let within: Candidates = job
@@ -521,14 +479,13 @@ impl Scheduler for IndexedScheduler {
                 localities.insert(job.id, within);
             }
             let locality = localities.get(&job.id);
-            let mut q = PlacementQuery::new(req).for_task(task);
-            match (locality, partition) {
-                (Some(c), _) | (None, Some(Some(c))) => q = q.with_candidates(c),
-                (None, Some(None)) => {}
+            let allowed = match (locality, partition) {
+                (Some(c), _) | (None, Some(Some(c))) => Some(c),
+                (None, Some(None)) => None,
                 // No up node serves the partition.
-                (None, None) => q = q.with_candidates(&empty),
-            }
-            let allowed = |n: NodeId| match (locality, partition) {
+                (None, None) => Some(&empty),
+            };
+            let may_use = |n: NodeId| match (locality, partition) {
                 (Some(c), _) | (None, Some(Some(c))) => c.contains(n),
                 (None, Some(None)) => true,
                 (None, None) => false,
@@ -544,7 +501,7 @@ impl Scheduler for IndexedScheduler {
             if let Some(relation) = relation {
                 let load = engine_load.get_or_insert_with(|| EngineLoad::of(view));
                 if let Some(choice) =
-                    engine_choice::choose(&self.engine_choice, relation, load, allowed)
+                    engine_choice::choose(&self.engine_choice, relation, load, may_use)
                 {
                     let mut placed = None;
                     if !choice.waiting {
@@ -568,7 +525,7 @@ impl Scheduler for IndexedScheduler {
                             engine_choice::targets(relation, self.engine_choice.efficiency_bound);
                         if !choice.overflow || second.is_none() {
                             if let Some(node) =
-                                self.queue_node(view, req, &allowed, &queued_now, Some(&targets))
+                                self.queue_node(view, req, &may_use, &queued_now, Some(&targets))
                             {
                                 let kind = choice
                                     .ranked
@@ -589,6 +546,7 @@ impl Scheduler for IndexedScheduler {
                                 node,
                                 queued,
                                 engine: Some(kind),
+                                borrowed: false,
                             });
                         }
                         None => {
@@ -598,30 +556,53 @@ impl Scheduler for IndexedScheduler {
                     continue;
                 }
             }
-            if let Some(node) = self.place(&q, req) {
+            let (placed, lent) = match (&pool_plan, pooled) {
+                // S3 pools decide where a GPU task may go (its GPU pool, then the other's).
+                (Some(pp), Some((l, h))) if is_gpu => {
+                    let mut select = |q: &PlacementQuery<'_>| self.place(q, req);
+                    match pp.place_gpu(l, h, task, req, queue, allowed, &mut select) {
+                        Some((node, lent)) => (Some(node), lent),
+                        None => (None, false),
+                    }
+                }
+                _ => {
+                    let mut q = PlacementQuery::new(req).for_task(task);
+                    if let Some(c) = allowed {
+                        q = q.with_candidates(c);
+                    }
+                    (self.place(&q, req), false)
+                }
+            };
+            if let Some(node) = placed {
                 // Tentative: later tasks of this plan see the node without what this took.
                 if self.index.take(node, req).is_some() {
-                    plan.assignments.push(Assign::to(task, node));
-                    if is_gpu && self.pools.is_some() {
-                        gpu_waiting = gpu_waiting.saturating_sub(1);
-                        if let Some(o) = outstanding.get_mut(&node) {
-                            *o = o.saturating_sub(req.cpu_milli);
+                    let borrowed = match (&mut pool_plan, pooled) {
+                        (Some(pp), Some((l, h))) => {
+                            pp.placed(&self.index, l, h, node, req, queue, lent)
                         }
-                    }
+                        _ => false,
+                    };
+                    plan.assignments.push(Assign {
+                        task,
+                        node,
+                        queued: false,
+                        engine: None,
+                        borrowed,
+                    });
                 }
                 continue;
             }
             if is_gpu
-                && self.pools.is_some()
+                && pooled.is_some()
                 && !view.awaiting.contains_key(&task)
                 && plan.preempt.len() < self.preemption.max_per_plan
             {
-                let allowed = match (locality, partition) {
-                    (Some(c), _) | (None, Some(Some(c))) => Some(c),
-                    (None, Some(None)) => None,
-                    (None, None) => Some(&empty),
-                };
-                if let Some(p) = self.take_back(view, task, req, allowed, &victims_taken) {
+                // Take-back within its own GPU pool (where it has first claim).
+                let own = pooled.and_then(|(l, _)| {
+                    separated_pool(l, queue).map(|own| within(l.pool_nodes(own), allowed))
+                });
+                let here = own.as_deref().or(allowed);
+                if let Some(p) = self.take_back(view, task, req, here, &victims_taken) {
                     victims_taken.extend(p.victims.iter().map(|v| v.task));
                     plan.preempt.push(p);
                     continue;
@@ -635,7 +616,7 @@ impl Scheduler for IndexedScheduler {
                     victims_taken.extend(p.victims.iter().map(|v| v.task));
                     plan.preempt.push(p);
                 }
-                None => match self.queue_node(view, req, &allowed, &queued_now, None) {
+                None => match self.queue_node(view, req, &may_use, &queued_now, None) {
                     Some(node) => {
                         *queued_now.entry(node).or_insert(0) += 1;
                         plan.assignments.push(Assign {
@@ -643,6 +624,7 @@ impl Scheduler for IndexedScheduler {
                             node,
                             queued: true,
                             engine: None,
+                            borrowed: false,
                         });
                     }
                     None => {
@@ -651,7 +633,10 @@ impl Scheduler for IndexedScheduler {
                 },
             }
         }
-        self.unhide(hidden);
+        if let Some(pp) = &mut pool_plan {
+            pp.unhide(&mut self.index);
+        }
+        self.loads = loads;
         plan.queue_depth = self.queue_depth;
         plan
     }
@@ -659,12 +644,18 @@ impl Scheduler for IndexedScheduler {
     fn nodes_changed(&mut self, view: &ClusterState, nodes: &[NodeId]) {
         for n in nodes {
             self.sync(view, *n);
+            if let Some(l) = &mut self.loads {
+                l.sync(view, *n);
+            }
         }
     }
 
     fn reset(&mut self, view: &ClusterState) {
         // Rebuilding drops every reservation; the next plan restores them.
         self.reserved.clear();
+        if let Some(l) = &mut self.loads {
+            l.rebuild(view);
+        }
         self.index.rebuild(
             view.nodes
                 .values()

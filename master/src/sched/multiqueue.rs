@@ -80,10 +80,16 @@ impl Usage {
         }
     }
 
-    fn add(&mut self, o: &Usage) {
+    pub(crate) fn add(&mut self, o: &Usage) {
         self.cpu_milli = self.cpu_milli.saturating_add(o.cpu_milli);
         self.mem_mib = self.mem_mib.saturating_add(o.mem_mib);
         self.gpu_milli = self.gpu_milli.saturating_add(o.gpu_milli);
+    }
+
+    pub(crate) fn sub(&mut self, o: &Usage) {
+        self.cpu_milli = self.cpu_milli.saturating_sub(o.cpu_milli);
+        self.mem_mib = self.mem_mib.saturating_sub(o.mem_mib);
+        self.gpu_milli = self.gpu_milli.saturating_sub(o.gpu_milli);
     }
 
     /// The dominant share of this usage in `capacity`, in parts per billion (dimensions
@@ -104,11 +110,11 @@ impl Usage {
 
 /// One task to order by DRF.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DrfEntry {
+pub struct DrfEntry<'a> {
     /// The task (a lower id was submitted earlier).
     pub task: TaskId,
     /// Its user.
-    pub user: String,
+    pub user: &'a str,
     /// What it asks.
     pub demand: Usage,
 }
@@ -117,13 +123,17 @@ pub struct DrfEntry {
 /// dominant share (ties: the earliest head task) gives its next task, and is charged that
 /// task's demand. `usage` is what users hold now.
 pub fn drf_order(
-    entries: &[DrfEntry],
+    entries: &[DrfEntry<'_>],
     usage: &BTreeMap<String, Usage>,
     capacity: &Usage,
 ) -> Vec<TaskId> {
+    // One user (the common case while little queues): submission order, nothing to weigh.
+    if entries.windows(2).all(|w| w[0].user == w[1].user) {
+        return entries.iter().map(|e| e.task).collect();
+    }
     let mut queues: BTreeMap<&str, VecDeque<&DrfEntry>> = BTreeMap::new();
     for e in entries {
-        queues.entry(e.user.as_str()).or_default().push_back(e);
+        queues.entry(e.user).or_default().push_back(e);
     }
     let mut held: BTreeMap<&str, Usage> = queues
         .keys()
@@ -226,8 +236,19 @@ impl Default for QueueingConfig {
     }
 }
 
-/// Pending tasks of `view` in the order `ordering` gives.
+/// Pending tasks of `view` in the order `ordering` gives (users' holdings and the capacity
+/// computed afresh; the scheduler keeps them in [`Loads`](super::loads::Loads)).
 pub fn ordered(view: &ClusterState, ordering: Ordering) -> Vec<TaskId> {
+    ordered_with(view, ordering, &user_usage(view), &cluster_capacity(view))
+}
+
+/// [`ordered`] with what users hold now (`usage`) and the capacity taking work.
+pub fn ordered_with(
+    view: &ClusterState,
+    ordering: Ordering,
+    usage: &BTreeMap<String, Usage>,
+    capacity: &Usage,
+) -> Vec<TaskId> {
     if ordering == Ordering::Submission {
         return super::queue::queue_order(view);
     }
@@ -255,15 +276,13 @@ pub fn ordered(view: &ClusterState, ordering: Ordering) -> Vec<TaskId> {
             .or_default()
             .push(DrfEntry {
                 task: *id,
-                user: job.spec.user.clone(),
+                user: &job.spec.user,
                 demand: Usage::of(req),
             });
     }
-    let usage = user_usage(view);
-    let capacity = cluster_capacity(view);
     groups
         .values()
-        .flat_map(|g| drf_order(g, &usage, &capacity))
+        .flat_map(|g| drf_order(g, usage, capacity))
         .collect()
 }
 
@@ -293,8 +312,10 @@ impl ReserveHistory {
         if gpu_milli == 0 {
             return;
         }
-        // CPU per whole GPU: a half-GPU task with 2 CPUs wants 4 per GPU.
-        let per_gpu = (req.cpu_milli as u128 * GPU_MILLI_PER_DEVICE as u128 / gpu_milli as u128)
+        // CPU per whole GPU: a half-GPU task with 2 CPUs wants 4 per GPU. Rounded up, so
+        // that a reserve of this per GPU always covers the task (1 CPU over 3 GPUs).
+        let per_gpu = (req.cpu_milli as u128 * GPU_MILLI_PER_DEVICE as u128)
+            .div_ceil(gpu_milli as u128)
             .min(u64::MAX as u128) as u64;
         self.highest = Some(self.highest.map_or(per_gpu, |h| h.max(per_gpu)));
     }

@@ -4,10 +4,10 @@ use crate::sched::{IndexedScheduler, Scheduler};
 use crate::state::{command_nodes, touched_nodes, Command, CommandEnvelope, Outcome, Plan};
 use hetsched_common::{GpuDevice, GpuRequest, JobSpec, NodeId, NodeResources, TaskState};
 
-fn entry(task: u64, user: &str, cpu: u64, gpu: u64) -> DrfEntry {
+fn entry(task: u64, user: &str, cpu: u64, gpu: u64) -> DrfEntry<'_> {
     DrfEntry {
         task: TaskId(task),
-        user: user.into(),
+        user,
         demand: Usage {
             cpu_milli: cpu,
             mem_mib: 0,
@@ -289,4 +289,241 @@ fn without_pools_cpu_tasks_take_every_core() {
     l.apply(&mut sched, submit(8, 1, 0));
     assert_eq!(l.round(&mut sched).assignments.len(), 8);
     assert_eq!(l.s.nodes[&NodeId(1)].free.cpu_milli, 0);
+}
+
+fn gpu_node_keyed(key: u64, cpus: u64, gpus: usize, pool: Option<&str>) -> Command {
+    let mut c = gpu_node(cpus, gpus);
+    if let Command::RegisterNode {
+        key: k,
+        name,
+        labels,
+        ..
+    } = &mut c
+    {
+        *k = key;
+        *name = format!("g{key}");
+        if let Some(p) = pool {
+            labels.insert(
+                hetsched_common::protocol::GPU_POOL_LABEL.to_string(),
+                p.to_string(),
+            );
+        }
+    }
+    c
+}
+
+#[test]
+fn gpu_pools_lend_only_when_the_other_queue_is_empty() {
+    use hetsched_common::protocol::GpuPool;
+    let mut sched = pipeline();
+    let mut l = Log {
+        s: ClusterState::new(),
+        i: 0,
+    };
+    // Node 1: 4 GPUs (single pool by count); node 2: 8 GPUs (multi by count); node 3: 4
+    // GPUs its slave put in the multi pool.
+    l.apply(&mut sched, gpu_node_keyed(1, 16, 4, None));
+    l.apply(&mut sched, gpu_node_keyed(2, 32, 8, None));
+    l.apply(&mut sched, gpu_node_keyed(3, 16, 4, Some("multi")));
+    let pool = |l: &Log, n: u64| l.s.nodes[&NodeId(n)].gpu_pool();
+    assert_eq!(pool(&l, 1), Some(GpuPool::Single));
+    assert_eq!(pool(&l, 2), Some(GpuPool::Multi));
+    assert_eq!(pool(&l, 3), Some(GpuPool::Multi));
+    assert_eq!(
+        l.s.node_info(&l.s.nodes[&NodeId(3)]).gpu_pool.as_deref(),
+        Some("multi")
+    );
+    // Four one-GPU tasks fill the single pool's node, not the multi pool's.
+    l.apply(&mut sched, submit(4, 2, 1)); // tasks 1..=4
+    let plan = l.round(&mut sched);
+    assert_eq!(plan.assignments.len(), 4, "{plan:?}");
+    assert!(plan
+        .assignments
+        .iter()
+        .all(|a| a.node == NodeId(1) && !a.borrowed));
+    // A multi-GPU task that fits nowhere waits in gpu-multi (task 5), and a fifth one-GPU
+    // task arrives (task 6): its pool is exhausted and the multi pool has room, but the
+    // gpu-multi queue is not empty, so it waits.
+    l.apply(&mut sched, submit(1, 2, 16));
+    l.apply(&mut sched, submit(1, 2, 1));
+    let plan = l.round(&mut sched);
+    assert!(plan.assignments.is_empty(), "{plan:?}");
+    assert_eq!(state_of(&l, 6), TaskState::Pending);
+    // The gpu-multi queue empties: the one-GPU task takes a multi-pool GPU, borrowed.
+    l.apply(
+        &mut sched,
+        Command::CancelJob {
+            job: hetsched_common::JobId(2),
+        },
+    );
+    let plan = l.round(&mut sched);
+    assert_eq!(plan.assignments.len(), 1, "{plan:?}");
+    let a = &plan.assignments[0];
+    assert_eq!(a.task, TaskId(6));
+    assert_eq!(pool(&l, a.node.0), Some(GpuPool::Multi));
+    assert!(a.borrowed);
+    assert!(l.s.tasks[&TaskId(6)].borrowed);
+    assert!(l.s.task_info(&l.s.tasks[&TaskId(6)]).borrowed);
+    assert!(!l.s.task_info(&l.s.tasks[&TaskId(1)]).borrowed);
+    // The other way round. Two four-GPU tasks (7, 8) take the multi pool's room (node 2
+    // has 3 GPUs left after them, node 3 none), and node 1's one-GPU tasks end.
+    l.apply(&mut sched, submit(2, 4, 4)); // tasks 7, 8
+    let plan = l.round(&mut sched);
+    assert_eq!(plan.assignments.len(), 2, "{plan:?}");
+    assert!(plan
+        .assignments
+        .iter()
+        .all(|a| pool(&l, a.node.0) == Some(GpuPool::Multi) && !a.borrowed));
+    for t in 1..=4 {
+        l.apply(
+            &mut sched,
+            Command::TaskFinished {
+                node: NodeId(1),
+                task: TaskId(t),
+                attempt: 1,
+                exit_code: 0,
+                reason: None,
+            },
+        );
+    }
+    // A third four-GPU task (9) fits only node 1 (single pool); a one-GPU task that fits
+    // nowhere (10) is in gpu-single: task 9 may not borrow.
+    l.apply(&mut sched, submit(1, 4, 4)); // task 9
+    l.apply(&mut sched, submit(1, 64, 1)); // task 10
+    let plan = l.round(&mut sched);
+    assert!(plan.assignments.is_empty(), "{plan:?}");
+    l.apply(
+        &mut sched,
+        Command::CancelJob {
+            job: hetsched_common::JobId(6),
+        },
+    );
+    let plan = l.round(&mut sched);
+    assert_eq!(plan.assignments.len(), 1, "{plan:?}");
+    assert_eq!(plan.assignments[0].task, TaskId(9));
+    assert_eq!(plan.assignments[0].node, NodeId(1));
+    assert!(plan.assignments[0].borrowed);
+}
+
+#[test]
+fn a_gpu_task_borrows_cpu_pool_cpus_only_when_the_cpu_queue_is_empty() {
+    use crate::sched::index::{IndexConfig, PlacementIndex};
+    use crate::sched::loads::Loads;
+    use crate::sched::pools::PoolPlan;
+    // The stage alone, with a reserve that stays at 1 CPU per GPU (no history learned): a
+    // node of 8 CPUs and 2 GPUs keeps 2 CPUs for GPU tasks; a GPU task asking 4 CPUs
+    // would take 2 of the CPU pool's.
+    let mut l = Log {
+        s: ClusterState::new(),
+        i: 0,
+    };
+    let mut sched = IndexedScheduler::new(PolicyKind::BestFit, 0);
+    l.apply(&mut sched, gpu_node(8, 2));
+    l.apply(&mut sched, submit(1, 4, 1)); // task 1: GPU
+    l.apply(&mut sched, submit(1, 1, 0)); // task 2: CPU
+    let history = ReserveHistory::new(1000);
+    let loads = Loads::of(&l.s);
+    let mut index = PlacementIndex::new(IndexConfig::default());
+    index.upsert_node(NodeId(1), &l.s.nodes[&NodeId(1)].free);
+    let mut policy = PolicyKind::BestFit.build(0);
+    let req =
+        l.s.job_resources(hetsched_common::JobId(1))
+            .cloned()
+            .unwrap();
+    let try_place = |order: &[TaskId], index: &mut PlacementIndex, policy: &mut _| {
+        let pp = PoolPlan::new(&l.s, order);
+        let mut select = |q: &crate::sched::index::PlacementQuery<'_>| index.place(q, policy);
+        let placed = pp.place_gpu(
+            &loads,
+            &history,
+            TaskId(1),
+            &req,
+            QueueKind::GpuSingle,
+            None,
+            &mut select,
+        );
+        (pp, placed)
+    };
+    // A CPU task waits: the GPU task waits too.
+    let (_, placed) = try_place(&[TaskId(1), TaskId(2)], &mut index, &mut policy);
+    assert_eq!(placed, None);
+    // The CPU queue is empty: it borrows, and is marked so.
+    let (mut pp, placed) = try_place(&[TaskId(1)], &mut index, &mut policy);
+    assert_eq!(placed, Some((NodeId(1), false)));
+    index.take(NodeId(1), &req).unwrap();
+    assert!(pp.placed(
+        &index,
+        &loads,
+        &history,
+        NodeId(1),
+        &req,
+        QueueKind::GpuSingle,
+        false
+    ));
+}
+
+#[test]
+fn cpu_borrowers_are_marked_borrowed_and_the_loads_stay_exact() {
+    let mut sched = pipeline();
+    let mut l = Log {
+        s: ClusterState::new(),
+        i: 0,
+    };
+    l.apply(&mut sched, gpu_node(8, 2)); // reserve 4 of 8 CPUs
+    l.apply(&mut sched, submit(6, 1, 0)); // tasks 1..=6: the last 2 borrow
+    let plan = l.round(&mut sched);
+    let borrowed: Vec<(u64, bool)> = plan
+        .assignments
+        .iter()
+        .map(|a| (a.task.0, a.borrowed))
+        .collect();
+    assert_eq!(
+        borrowed,
+        vec![
+            (1, false),
+            (2, false),
+            (3, false),
+            (4, false),
+            (5, true),
+            (6, true)
+        ]
+    );
+    assert!(l.s.tasks[&TaskId(5)].borrowed);
+    // A GPU task takes the reserve back: victims stop, the GPU task runs, not borrowed.
+    l.apply(&mut sched, submit(1, 3, 2)); // task 7
+    l.round(&mut sched);
+    let plan = l.round(&mut sched);
+    assert!(
+        plan.assignments
+            .iter()
+            .any(|a| a.task == TaskId(7) && !a.borrowed),
+        "{plan:?}"
+    );
+    // The incrementally kept loads equal loads built from scratch.
+    assert_eq!(sched.loads(), Some(&crate::sched::loads::Loads::of(&l.s)));
+    let mut fresh_users = user_usage(&l.s);
+    fresh_users.retain(|_, u| *u != Usage::default());
+    assert_eq!(sched.loads().map(|x| x.users()), Some(&fresh_users));
+    assert_eq!(
+        sched.loads().map(|x| x.capacity()),
+        Some(cluster_capacity(&l.s))
+    );
+}
+
+#[test]
+fn with_one_gpu_pool_in_the_cluster_every_gpu_task_uses_it() {
+    let mut sched = pipeline();
+    let mut l = Log {
+        s: ClusterState::new(),
+        i: 0,
+    };
+    // Only single-pool nodes: a four-GPU task (gpu-multi) is not held back waiting for a
+    // multi pool that does not exist, even with one-GPU tasks queued.
+    l.apply(&mut sched, gpu_node_keyed(1, 16, 4, None));
+    l.apply(&mut sched, submit(1, 64, 1)); // task 1: gpu-single, fits nowhere
+    l.apply(&mut sched, submit(1, 4, 4)); // task 2: gpu-multi
+    let plan = l.round(&mut sched);
+    assert_eq!(plan.assignments.len(), 1, "{plan:?}");
+    assert_eq!(plan.assignments[0].task, TaskId(2));
+    assert!(!plan.assignments[0].borrowed);
 }

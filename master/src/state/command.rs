@@ -272,6 +272,11 @@ pub struct Assign {
     /// second-best kind when the target is scarce).
     #[serde(default)]
     pub engine: Option<EngineKind>,
+    /// S3: the task runs there on borrowed capacity (a CPU task on a GPU node's reserved
+    /// CPUs, a GPU task on CPU-pool CPUs or on the other GPU pool). Decided by the scheduler
+    /// so that replicas agree; older logs lack it.
+    #[serde(default)]
+    pub borrowed: bool,
 }
 
 impl Assign {
@@ -282,6 +287,7 @@ impl Assign {
             node,
             queued: false,
             engine: None,
+            borrowed: false,
         }
     }
 }

@@ -269,12 +269,7 @@ mod tests {
                     o => panic!("{o:?}"),
                 };
                 let o = l.apply(Command::ApplyPlan(Plan {
-                    assignments: vec![Assign {
-                        task,
-                        node,
-                        queued: false,
-                        engine: None,
-                    }],
+                    assignments: vec![Assign::to(task, node)],
                     ..Default::default()
                 }));
                 assert!(
@@ -423,12 +418,7 @@ mod tests {
         assert_eq!(l.state.tasks[&cpu].cpu_milli, Some(4000));
         l.apply(Command::NodeUp { node: n });
         l.apply(Command::ApplyPlan(Plan {
-            assignments: vec![Assign {
-                task: cpu,
-                node: n,
-                queued: false,
-                engine: None,
-            }],
+            assignments: vec![Assign::to(cpu, n)],
             ..Default::default()
         }));
         assert_eq!(l.state.tasks[&cpu].cpu_milli, None);

@@ -43,7 +43,16 @@ pub fn command_nodes(command: &Command) -> BTreeSet<NodeId> {
         {
             nodes.insert(*node);
         }
-        Command::ApplyPlan(plan) => nodes.extend(plan.assignments.iter().map(|a| a.node)),
+        Command::ApplyPlan(plan) => {
+            nodes.extend(plan.assignments.iter().map(|a| a.node));
+            // Victims leave their nodes' task sets (their resources stay held until they
+            // stop): caches of who holds what there (sched::loads) must re-read them.
+            nodes.extend(
+                plan.preempt
+                    .iter()
+                    .flat_map(|p| p.victims.iter().map(|v| v.node)),
+            );
+        }
         Command::StealTask { from, to, .. } => nodes.extend([*from, *to]),
         _ => {}
     }
@@ -155,6 +164,9 @@ pub struct Task {
     /// task (its load counts against that kind on its node).
     #[serde(default)]
     pub engine: Option<EngineKind>,
+    /// S3: the current (or last) attempt was placed on borrowed capacity.
+    #[serde(default)]
+    pub borrowed: bool,
 }
 
 /// Liveness of a node as committed in the log (heartbeats themselves are not logged).
@@ -257,6 +269,17 @@ impl Node {
     /// Whether new tasks may be placed here: up and not draining.
     pub fn takes_work(&self) -> bool {
         self.is_up() && self.drain.is_none()
+    }
+
+    /// S3: the GPU pool of the node's GPUs, as its slave announced it (label
+    /// [`GPU_POOL_LABEL`](hetsched_common::protocol::GPU_POOL_LABEL)) or else by GPU
+    /// count; `None` without GPUs.
+    pub fn gpu_pool(&self) -> Option<hetsched_common::protocol::GpuPool> {
+        let announced = self
+            .labels
+            .get(hetsched_common::protocol::GPU_POOL_LABEL)
+            .and_then(|l| l.parse().ok());
+        hetsched_common::protocol::GpuPool::of_node(self.capacity.gpus.len(), announced)
     }
 
     /// Whether every GPU on the node is emulated (and it has some).
@@ -911,6 +934,7 @@ impl ClusterState {
                     cpu_search: None,
                     compressed: false,
                     engine: None,
+                    borrowed: false,
                 },
             );
             self.pending.insert(tid);
@@ -1152,6 +1176,7 @@ impl ClusterState {
         task.not_before_ms = None;
         task.started_ms = None;
         task.attempt_nodes.insert(attempt, a.node);
+        task.borrowed = a.borrowed;
         self.pending.remove(&a.task);
         self.awaiting.remove(&a.task);
         Some(TaskRef {
@@ -1607,6 +1632,7 @@ impl ClusterState {
                         .to_string()
                 })
                 .unwrap_or_default(),
+            borrowed: t.borrowed,
         }
     }
 
@@ -1704,6 +1730,7 @@ impl ClusterState {
             queued: n.queued.len() as u32,
             steals_in: n.steals_in,
             steals_out: n.steals_out,
+            gpu_pool: n.gpu_pool().map(|p| p.name().to_string()),
         }
     }
 

@@ -1,0 +1,212 @@
+//! S3 — what the DRF and pool stages need of the cluster, kept incrementally.
+//!
+//! The queue stage orders users by dominant share (what each user's tasks hold over the
+//! capacity of the nodes taking work), and the pool stage needs, per GPU node, the CPUs its
+//! GPU tasks hold and its GPU pool. Recomputing these from every node's tasks at every plan
+//! made `drf` and `pipeline` an order of magnitude slower than `fifo` in the simulator
+//! (BENCHMARKS.md). Like the placement index, [`Loads`] is derived data the scheduler keeps
+//! in step through `nodes_changed` (each touched node's contribution is taken out and
+//! re-read) and rebuilds on `reset`. Pure: no I/O, no clock.
+
+use super::index::Candidates;
+use super::multiqueue::Usage;
+use crate::state::{ClusterState, Node};
+use hetsched_common::protocol::GpuPool;
+use hetsched_common::NodeId;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One node's contribution.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct NodeLoad {
+    /// What each user's tasks there hold.
+    users: Vec<(String, Usage)>,
+    /// CPU thousandths held by GPU tasks there (they use the node's reserved pool first).
+    gpu_task_cpu_milli: u64,
+    /// Its capacity, counted while it takes work.
+    capacity: Usage,
+    /// Its GPU pool while it takes work (`None`: no GPUs, or takes no work).
+    pool: Option<GpuPool>,
+    /// GPUs and CPU thousandths (for the reserve's size), while it takes work.
+    gpus: usize,
+    cpu_milli: u64,
+}
+
+impl NodeLoad {
+    fn of(view: &ClusterState, n: &Node) -> Self {
+        let mut users: Vec<(String, Usage)> = Vec::new();
+        let mut gpu_task_cpu_milli = 0u64;
+        for t in &n.tasks {
+            let Some(job) = view.tasks.get(t).and_then(|t| view.jobs.get(&t.job)) else {
+                continue;
+            };
+            let req = &job.spec.resources;
+            let used = Usage::of(req);
+            match users.iter_mut().find(|(u, _)| *u == job.spec.user) {
+                Some((_, u)) => u.add(&used),
+                None => users.push((job.spec.user.clone(), used)),
+            }
+            if !req.gpu.is_none() {
+                gpu_task_cpu_milli = gpu_task_cpu_milli.saturating_add(req.cpu_milli);
+            }
+        }
+        let working = n.takes_work();
+        Self {
+            users,
+            gpu_task_cpu_milli,
+            capacity: if working {
+                Usage {
+                    cpu_milli: n.capacity.cpu_milli,
+                    mem_mib: n.capacity.mem_mib,
+                    gpu_milli: n.capacity.gpu_free_milli(),
+                }
+            } else {
+                Usage::default()
+            },
+            pool: if working { n.gpu_pool() } else { None },
+            gpus: if working { n.capacity.gpus.len() } else { 0 },
+            cpu_milli: if working { n.capacity.cpu_milli } else { 0 },
+        }
+    }
+}
+
+/// Users' holdings, the capacity taking work, GPU tasks' CPUs per node and the GPU pools,
+/// as of the last `sync`/`rebuild`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Loads {
+    nodes: BTreeMap<NodeId, NodeLoad>,
+    users: BTreeMap<String, Usage>,
+    capacity: Usage,
+    members: BTreeMap<GpuPool, BTreeSet<NodeId>>,
+    /// `members` as index locality constraints (rebuilt when a pool's membership changes).
+    pools: BTreeMap<GpuPool, Candidates>,
+}
+
+impl Loads {
+    /// Built from scratch.
+    pub fn of(view: &ClusterState) -> Self {
+        let mut l = Self::default();
+        l.rebuild(view);
+        l
+    }
+
+    /// Re-reads every node.
+    pub fn rebuild(&mut self, view: &ClusterState) {
+        *self = Self::default();
+        for n in view.nodes.values() {
+            self.add(n.id, NodeLoad::of(view, n));
+        }
+        for pool in [GpuPool::Single, GpuPool::Multi] {
+            self.refresh_pool(pool);
+        }
+    }
+
+    /// Re-reads `node` (gone from `view`: its contribution is dropped).
+    pub fn sync(&mut self, view: &ClusterState, node: NodeId) {
+        let old_pool = self.remove(node);
+        let new_pool = view.nodes.get(&node).and_then(|n| {
+            let load = NodeLoad::of(view, n);
+            let pool = load.pool;
+            self.add(node, load);
+            pool
+        });
+        if old_pool != new_pool {
+            for pool in [old_pool, new_pool].into_iter().flatten() {
+                self.refresh_pool(pool);
+            }
+        }
+    }
+
+    fn add(&mut self, node: NodeId, load: NodeLoad) {
+        for (user, used) in &load.users {
+            if *used != Usage::default() {
+                self.users.entry(user.clone()).or_default().add(used);
+            }
+        }
+        self.capacity.add(&load.capacity);
+        if let Some(pool) = load.pool {
+            self.members.entry(pool).or_default().insert(node);
+        }
+        self.nodes.insert(node, load);
+    }
+
+    /// Takes `node`'s contribution out; returns the pool it was in.
+    fn remove(&mut self, node: NodeId) -> Option<GpuPool> {
+        let load = self.nodes.remove(&node)?;
+        for (user, used) in &load.users {
+            if let Some(u) = self.users.get_mut(user) {
+                u.sub(used);
+                if *u == Usage::default() {
+                    self.users.remove(user);
+                }
+            }
+        }
+        self.capacity.sub(&load.capacity);
+        let pool = load.pool?;
+        if let Some(m) = self.members.get_mut(&pool) {
+            m.remove(&node);
+            if m.is_empty() {
+                self.members.remove(&pool);
+            }
+        }
+        Some(pool)
+    }
+
+    fn refresh_pool(&mut self, pool: GpuPool) {
+        let c: Candidates = self
+            .members
+            .get(&pool)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        if c.is_empty() {
+            self.pools.remove(&pool);
+        } else {
+            self.pools.insert(pool, c);
+        }
+    }
+
+    /// What each user's assigned and running tasks hold (users holding nothing absent).
+    pub fn users(&self) -> &BTreeMap<String, Usage> {
+        &self.users
+    }
+
+    /// The capacity of the nodes taking work.
+    pub fn capacity(&self) -> Usage {
+        self.capacity
+    }
+
+    /// CPU thousandths GPU tasks hold on `node`.
+    pub fn gpu_task_cpu_milli(&self, node: NodeId) -> u64 {
+        self.nodes.get(&node).map_or(0, |l| l.gpu_task_cpu_milli)
+    }
+
+    /// The GPU pool of `node` (`None`: no GPUs or takes no work).
+    pub fn pool_of(&self, node: NodeId) -> Option<GpuPool> {
+        self.nodes.get(&node).and_then(|l| l.pool)
+    }
+
+    /// The nodes taking work in `pool`.
+    pub fn pool_nodes(&self, pool: GpuPool) -> &Candidates {
+        static EMPTY: std::sync::OnceLock<Candidates> = std::sync::OnceLock::new();
+        self.pools
+            .get(&pool)
+            .unwrap_or_else(|| EMPTY.get_or_init(Candidates::default))
+    }
+
+    /// A GPU node taking work: (GPUs, CPU thousandths).
+    pub fn gpu_node(&self, node: NodeId) -> Option<(usize, u64)> {
+        self.nodes
+            .get(&node)
+            .filter(|l| l.pool.is_some())
+            .map(|l| (l.gpus, l.cpu_milli))
+    }
+
+    /// GPU nodes taking work: (node, GPUs, CPU thousandths).
+    pub fn gpu_nodes(&self) -> impl Iterator<Item = (NodeId, usize, u64)> + '_ {
+        self.nodes
+            .iter()
+            .filter(|(_, l)| l.pool.is_some())
+            .map(|(id, l)| (*id, l.gpus, l.cpu_milli))
+    }
+}

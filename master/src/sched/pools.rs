@@ -1,0 +1,251 @@
+//! S3 — the pool stage of one plan (SEEDS.md §S3.3, §S3.4): who may use which capacity.
+//!
+//! - **Reserved CPU pool.** On each GPU node, [`ReserveHistory::reserve_on`] CPUs are kept
+//!   for GPU tasks. While a GPU task waits, CPU tasks do not see the part of it GPU tasks
+//!   do not use yet (it is hidden from the index); with the GPU queues empty they may
+//!   borrow it (taken back later by `IndexedScheduler::take_back`).
+//! - **GPU tasks borrowing CPU-pool CPUs.** A GPU task uses its node's unused reserve;
+//!   while CPU tasks wait it goes only where that covers its CPUs, and with the CPU queue
+//!   empty it may take the node's other CPUs (the CPU pool) too. (With the reserve sized
+//!   from the highest CPUs per GPU seen, this is rare: the reserve covers any mix of GPU
+//!   tasks seen unless it is capped at the node's CPUs.)
+//! - **GPU pools.** `gpu-single` tasks go to single-pool nodes, `gpu-multi` tasks to
+//!   multi-pool nodes; a task may take the other pool's GPUs only when no node of its own
+//!   pool fits it and the other pool's queue is empty.
+//!
+//! A placement on any of these borrowed capacities is marked `borrowed` in its `Assign`.
+//! Pure: the plan's order, the index and [`Loads`] in, decisions out.
+
+use super::index::{Candidates, PlacementIndex, PlacementQuery};
+use super::loads::Loads;
+use super::multiqueue::{QueueKind, ReserveHistory};
+use crate::state::ClusterState;
+use hetsched_common::protocol::GpuPool;
+use hetsched_common::{NodeId, ResourceRequest, TaskId};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+/// The GPU pool a queue's tasks belong to (`None`: the CPU queue).
+pub fn pool_of_queue(q: QueueKind) -> Option<GpuPool> {
+    match q {
+        QueueKind::GpuSingle => Some(GpuPool::Single),
+        QueueKind::GpuMulti => Some(GpuPool::Multi),
+        QueueKind::Cpu => None,
+    }
+}
+
+/// The GPU pool a task of queue `q` is kept to first, when the cluster has both pools
+/// (with one, or none, there is nothing to separate: `None`).
+pub fn separated_pool(loads: &Loads, q: QueueKind) -> Option<GpuPool> {
+    pool_of_queue(q)
+        .filter(|p| !loads.pool_nodes(*p).is_empty() && !loads.pool_nodes(p.other()).is_empty())
+}
+
+/// The queue whose tasks a pool serves first.
+pub fn queue_of_pool(p: GpuPool) -> QueueKind {
+    match p {
+        GpuPool::Single => QueueKind::GpuSingle,
+        GpuPool::Multi => QueueKind::GpuMulti,
+    }
+}
+
+/// `pool`'s nodes within `allowed` (`None`: no other constraint).
+pub fn within<'a>(pool: &'a Candidates, allowed: Option<&Candidates>) -> Cow<'a, Candidates> {
+    match allowed {
+        None => Cow::Borrowed(pool),
+        Some(a) => Cow::Owned(
+            pool.as_slice()
+                .iter()
+                .copied()
+                .filter(|n| a.contains(*n))
+                .collect(),
+        ),
+    }
+}
+
+/// The pool stage's bookkeeping during one plan.
+#[derive(Debug)]
+pub struct PoolPlan {
+    /// Tasks of each queue not placed yet in this plan (indexed by `QueueKind as usize`).
+    waiting: [usize; 3],
+    /// CPU thousandths GPU tasks took per node in this plan (tentatively).
+    planned_gpu_cpu: BTreeMap<NodeId, u64>,
+    /// Whether GPU nodes' unused reserves are hidden from the index (from CPU tasks, while
+    /// a GPU task waits), and what was taken out.
+    hiding: bool,
+    hidden: Vec<(NodeId, u64)>,
+}
+
+impl PoolPlan {
+    /// Counts the tasks of `order` per queue.
+    pub fn new(view: &ClusterState, order: &[TaskId]) -> Self {
+        let mut waiting = [0; 3];
+        for t in order {
+            if let Some(req) = view.tasks.get(t).and_then(|t| view.job_resources(t.job)) {
+                waiting[QueueKind::of(req) as usize] += 1;
+            }
+        }
+        Self {
+            waiting,
+            planned_gpu_cpu: BTreeMap::new(),
+            hiding: false,
+            hidden: Vec::new(),
+        }
+    }
+
+    /// Tasks of `q` still waiting in this plan.
+    pub fn waiting(&self, q: QueueKind) -> usize {
+        self.waiting[q as usize]
+    }
+
+    fn gpu_waiting(&self) -> usize {
+        self.waiting(QueueKind::GpuSingle) + self.waiting(QueueKind::GpuMulti)
+    }
+
+    /// The reserved CPUs of `node` GPU tasks do not use (this plan's placements included).
+    pub fn outstanding(&self, loads: &Loads, history: &ReserveHistory, node: NodeId) -> u64 {
+        let Some((gpus, cpu_milli)) = loads.gpu_node(node) else {
+            return 0;
+        };
+        history
+            .reserve_on(gpus, cpu_milli)
+            .saturating_sub(loads.gpu_task_cpu_milli(node))
+            .saturating_sub(self.planned_gpu_cpu.get(&node).copied().unwrap_or(0))
+    }
+
+    /// Before placing a task of queue `q`: hide from the index what it may not use now
+    /// (a CPU task, while a GPU task waits: the GPU nodes' unused reserves).
+    pub fn before(
+        &mut self,
+        index: &mut PlacementIndex,
+        loads: &Loads,
+        history: &ReserveHistory,
+        q: QueueKind,
+    ) {
+        let want = !q.is_gpu() && self.gpu_waiting() > 0;
+        if want == self.hiding {
+            return;
+        }
+        self.unhide(index);
+        if !want {
+            return;
+        }
+        self.hiding = true;
+        for (node, _, _) in loads.gpu_nodes() {
+            let Some(free) = index.free(node) else {
+                continue;
+            };
+            let take = self.outstanding(loads, history, node).min(free.cpu_milli);
+            if take == 0 {
+                continue;
+            }
+            let mut less = free.clone();
+            less.cpu_milli -= take;
+            index.upsert_node(node, &less);
+            self.hidden.push((node, take));
+        }
+    }
+
+    /// Where a GPU task of queue `q` asking `req` goes, within `allowed`: its own pool's
+    /// nodes, then (no node of its pool fitting it, the other pool's queue empty) the other
+    /// pool's; on a node whose unused reserve covers its CPUs unless the CPU queue is empty.
+    /// `place` is the selection stage. Returns the node and whether it is the other pool's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn place_gpu(
+        &self,
+        loads: &Loads,
+        history: &ReserveHistory,
+        task: TaskId,
+        req: &ResourceRequest,
+        q: QueueKind,
+        allowed: Option<&Candidates>,
+        place: &mut dyn FnMut(&PlacementQuery<'_>) -> Option<NodeId>,
+    ) -> Option<(NodeId, bool)> {
+        let Some(own) = separated_pool(loads, q) else {
+            return self
+                .place_within(loads, history, task, req, allowed, place)
+                .map(|n| (n, false));
+        };
+        let mine = within(loads.pool_nodes(own), allowed);
+        if let Some(n) = self.place_within(loads, history, task, req, Some(&mine), place) {
+            return Some((n, false));
+        }
+        if self.waiting(queue_of_pool(own.other())) > 0 {
+            return None;
+        }
+        let theirs = within(loads.pool_nodes(own.other()), allowed);
+        self.place_within(loads, history, task, req, Some(&theirs), place)
+            .map(|n| (n, true))
+    }
+
+    fn place_within(
+        &self,
+        loads: &Loads,
+        history: &ReserveHistory,
+        task: TaskId,
+        req: &ResourceRequest,
+        nodes: Option<&Candidates>,
+        place: &mut dyn FnMut(&PlacementQuery<'_>) -> Option<NodeId>,
+    ) -> Option<NodeId> {
+        let mut query = PlacementQuery::new(req).for_task(task);
+        if let Some(c) = nodes {
+            query = query.with_candidates(c);
+        }
+        let node = place(&query)?;
+        if self.waiting(QueueKind::Cpu) == 0
+            || self.outstanding(loads, history, node) >= req.cpu_milli
+        {
+            return Some(node);
+        }
+        // It would borrow CPU-pool CPUs while CPU tasks wait: only nodes whose unused
+        // reserve covers it.
+        let covered: Candidates = loads
+            .gpu_nodes()
+            .map(|(n, _, _)| n)
+            .filter(|n| nodes.is_none_or(|c| c.contains(*n)))
+            .filter(|n| self.outstanding(loads, history, *n) >= req.cpu_milli)
+            .collect();
+        place(
+            &PlacementQuery::new(req)
+                .for_task(task)
+                .with_candidates(&covered),
+        )
+    }
+
+    /// Gives back to the index what is hidden (at the end of the plan, and between kinds).
+    pub fn unhide(&mut self, index: &mut PlacementIndex) {
+        for (node, amount) in std::mem::take(&mut self.hidden) {
+            if let Some(free) = index.free(node) {
+                let mut more = free.clone();
+                more.cpu_milli = more.cpu_milli.saturating_add(amount);
+                index.upsert_node(node, &more);
+            }
+        }
+        self.hiding = false;
+    }
+
+    /// A task of queue `q` asking `req` was placed on `node` (already taken from `index`);
+    /// `lent`: on the other GPU pool. Returns whether it runs on borrowed capacity.
+    #[allow(clippy::too_many_arguments)]
+    pub fn placed(
+        &mut self,
+        index: &PlacementIndex,
+        loads: &Loads,
+        history: &ReserveHistory,
+        node: NodeId,
+        req: &ResourceRequest,
+        q: QueueKind,
+        lent: bool,
+    ) -> bool {
+        let outstanding = self.outstanding(loads, history, node);
+        self.waiting[q as usize] = self.waiting[q as usize].saturating_sub(1);
+        if q.is_gpu() {
+            *self.planned_gpu_cpu.entry(node).or_default() += req.cpu_milli;
+            // Beyond the node's unused reserve, its CPUs are the CPU pool's.
+            lent || req.cpu_milli > outstanding
+        } else {
+            // Free after it is below the unused reserve: it holds part of the reserve.
+            !self.hiding && index.free(node).is_some_and(|f| f.cpu_milli < outstanding)
+        }
+    }
+}
