@@ -6,9 +6,10 @@
 //! emulated NPUs: the overflow runs on the NPUs (the second-best kind) and the whole
 //! finishes sooner than on the same GPUs alone.
 
+use super::test_log::apply_tracked;
 use super::{IndexedScheduler, Scheduler};
 use crate::sched::index::PolicyKind;
-use crate::state::{command_nodes, touched_nodes, ClusterState, Command, CommandEnvelope, Outcome};
+use crate::state::{ClusterState, Command, Outcome};
 use hetsched_common::program::{Api, ApiCall, EngineDecl, EngineTime, Program, SelectionTable};
 use hetsched_common::{
     EngineKind, GpuDevice, JobSpec, NodeId, NodeResources, ResourceRequest, TaskId, TaskState,
@@ -30,18 +31,7 @@ struct Sim {
 impl Sim {
     fn apply(&mut self, command: Command) -> Outcome {
         self.i += 1;
-        let pre = command_nodes(&command);
-        let o = self.s.apply(
-            self.i,
-            CommandEnvelope {
-                at_ms: self.now_ms,
-                request: None,
-                command,
-            },
-        );
-        let touched = touched_nodes(pre, &o);
-        self.sched.nodes_changed(&self.s, &touched);
-        o
+        apply_tracked(&mut self.s, self.i, self.now_ms, &mut self.sched, command)
     }
 
     /// A slave with `gpus` emulated GPUs and `npus` emulated NPUs (and 8 cores), with the

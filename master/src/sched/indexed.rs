@@ -689,31 +689,9 @@ impl Scheduler for IndexedScheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{command_nodes, touched_nodes, Command, CommandEnvelope, Outcome};
+    use crate::sched::test_log::Log;
+    use crate::state::{Command, Outcome};
     use hetsched_common::{JobSpec, NodeResources, ResourceRequest};
-
-    struct Log {
-        s: ClusterState,
-        i: u64,
-    }
-
-    impl Log {
-        fn apply(&mut self, sched: &mut IndexedScheduler, c: Command) -> Outcome {
-            self.i += 1;
-            let pre = command_nodes(&c);
-            let o = self.s.apply(
-                self.i,
-                CommandEnvelope {
-                    at_ms: 0,
-                    request: None,
-                    command: c,
-                },
-            );
-            let touched = touched_nodes(pre, &o);
-            sched.nodes_changed(&self.s, &touched);
-            o
-        }
-    }
 
     fn register(cpus: u64, key: u64) -> Command {
         Command::RegisterNode {

@@ -17,6 +17,8 @@ pub mod pools;
 pub mod preemption;
 pub mod queue;
 pub mod steal;
+#[cfg(test)]
+mod test_log;
 
 pub use indexed::IndexedScheduler;
 

@@ -1,7 +1,8 @@
 use super::*;
 use crate::sched::index::PolicyKind;
+use crate::sched::test_log::Log;
 use crate::sched::{IndexedScheduler, Scheduler};
-use crate::state::{command_nodes, touched_nodes, Command, CommandEnvelope, Outcome, Plan};
+use crate::state::{Command, Outcome, Plan};
 use hetsched_common::{GpuDevice, GpuRequest, JobSpec, NodeId, NodeResources, TaskState};
 
 fn entry(task: u64, user: &str, cpu: u64, gpu: u64) -> DrfEntry<'_> {
@@ -104,28 +105,7 @@ fn the_reserve_follows_the_history() {
     assert_eq!(h.reserve_on(2, 8000), 8000, "capped at the node's CPUs");
 }
 
-struct Log {
-    s: ClusterState,
-    i: u64,
-}
-
 impl Log {
-    fn apply(&mut self, sched: &mut IndexedScheduler, c: Command) -> Outcome {
-        self.i += 1;
-        let pre = command_nodes(&c);
-        let o = self.s.apply(
-            self.i,
-            CommandEnvelope {
-                at_ms: 0,
-                request: None,
-                command: c,
-            },
-        );
-        let touched = touched_nodes(pre, &o);
-        sched.nodes_changed(&self.s, &touched);
-        o
-    }
-
     /// Plans, applies, starts what was accepted and stops what was preempted, as slaves do.
     fn round(&mut self, sched: &mut IndexedScheduler) -> Plan {
         let plan = sched.plan(&self.s);
