@@ -11,7 +11,7 @@
 use crate::checker::{Rule, Violation};
 use crate::history::MasterView;
 use hetsched_common::{NodeId, TaskState};
-use hetsched_master::state::{fnv1a64, ClusterState, CommandEnvelope};
+use hetsched_master_core::state::{fnv1a64, ClusterState, CommandEnvelope};
 use std::collections::BTreeMap;
 
 /// One item of an exported log, in index order.
@@ -228,7 +228,7 @@ pub fn replay(log: &MasterLog, view: Option<&MasterView>) -> Replayed {
 mod tests {
     use super::*;
     use hetsched_common::{JobSpec, NodeResources, ResourceRequest, TaskId};
-    use hetsched_master::state::{Assign, Command, Plan};
+    use hetsched_master_core::state::{Assign, Command, Plan};
 
     fn cmd(c: Command) -> Vec<u8> {
         CommandEnvelope {
@@ -447,7 +447,7 @@ mod tests {
     #[test]
     fn a_reregistration_does_not_forget_stopping_attempts() {
         use hetsched_common::priority::{Principal, PriorityConfig, PriorityEntry, Quota};
-        use hetsched_master::state::{Preemption, TaskRef};
+        use hetsched_master_core::state::{Preemption, TaskRef};
         let priorities = Command::SetPriorityConfig {
             config: PriorityConfig {
                 entries: vec![PriorityEntry {

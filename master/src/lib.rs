@@ -1,11 +1,7 @@
-//! hetsched master: the replicated cluster state (pure), the scheduling core (pure), and the
-//! actors that connect them to consensus, slaves and clients.
+//! hetsched master: the I/O shell around the pure core (`hetsched-master-core`): the server
+//! (client, slave and admin listeners, the HTTP API), the senders to slaves, the executor of
+//! the leader's duties, and back-pressure on admission. Everything that decides lives in the
+//! core crate; this crate owns sockets, timers, threads and the consensus node.
 
-pub mod admission;
-pub mod duties;
-pub mod forward;
-pub mod plan;
-pub mod sched;
+pub mod backpressure;
 pub mod server;
-pub mod sim;
-pub mod state;

@@ -19,7 +19,7 @@
 //! round trip to each peer is measured from the forwarded calls (the time less the peer's
 //! own service time) and sent with each query; arguments are regenerated from their seed on
 //! the peer, so no bulk transfer happens whose bandwidth could be measured: the leader
-//! assumes its default bandwidth (`hetsched_master::forward::DEFAULT_BYTES_PER_S`).
+//! assumes its default bandwidth (`hetsched_master_core::forward::DEFAULT_BYTES_PER_S`).
 
 use crate::program::ProgramRuntime;
 use crate::store::Store;

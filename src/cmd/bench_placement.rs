@@ -17,9 +17,9 @@
 
 use anyhow::Context;
 use hetsched_common::{GpuAlloc, NodeId, NodeResources, ResourceRequest};
-use hetsched_master::sched::index::trace::{self, TraceEvent};
-use hetsched_master::sched::index::workload::{self, Event, Workload};
-use hetsched_master::sched::index::{
+use hetsched_master_core::sched::index::trace::{self, TraceEvent};
+use hetsched_master_core::sched::index::workload::{self, Event, Workload};
+use hetsched_master_core::sched::index::{
     AnyPolicy, FragPlacer, Granularity, IndexConfig, LinearScan, PlacementIndex, PlacementQuery,
     PolicyKind,
 };

@@ -37,16 +37,16 @@ pub struct Args {
     /// Node selection for tasks that ask for GPUs: frag (fragmentation-aware packing),
     /// least-fit (spread), best-fit (pack), first-fit, next-fit, random.
     #[arg(long, default_value = "frag")]
-    pub policy: hetsched_master::sched::index::PolicyKind,
+    pub policy: hetsched_master_core::sched::index::PolicyKind,
     /// Node selection for tasks that ask no GPU (same names). Under --policy frag they go
     /// to CPU-only nodes first (chosen by this policy), then where they strand fewest GPUs.
     #[arg(long, default_value = "least-fit")]
-    pub cpu_policy: hetsched_master::sched::index::PolicyKind,
+    pub cpu_policy: hetsched_master_core::sched::index::PolicyKind,
     /// Queue order (S3): fifo (priority, then submission), drf (priority, then users by
     /// dominant share) or pipeline (cpu / gpu-single / gpu-multi queues, DRF within each,
     /// CPUs reserved for GPU tasks on GPU nodes with borrowing and take-back).
     #[arg(long, default_value = "fifo")]
-    pub queueing: hetsched_master::sched::multiqueue::Ordering,
+    pub queueing: hetsched_master_core::sched::multiqueue::Ordering,
     /// Under --queueing pipeline: CPUs reserved per GPU on GPU nodes until a GPU task's
     /// demand is seen (then the highest CPUs per GPU seen).
     #[arg(long, default_value_t = 4.0)]
@@ -146,7 +146,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.submit_rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
         anyhow::bail!("--submit-rate must be a positive number of tasks per second");
     }
-    let engine_choice = hetsched_master::sched::engine_choice::EngineChoiceConfig {
+    let engine_choice = hetsched_master_core::sched::engine_choice::EngineChoiceConfig {
         efficiency_bound: a.engine_efficiency_bound,
         load_bound: a.load_bound,
     };
@@ -167,11 +167,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         cpu_policy: a.cpu_policy,
         engine_choice,
         queue_depth: a.queue_depth,
-        queueing: hetsched_master::sched::multiqueue::QueueingConfig {
+        queueing: hetsched_master_core::sched::multiqueue::QueueingConfig {
             ordering: a.queueing,
             reserve_start_milli_per_gpu: cpus_to_milli(a.gpu_cpu_reserve)?,
         },
-        preemption: hetsched_master::sched::preemption::PreemptionConfig {
+        preemption: hetsched_master_core::sched::preemption::PreemptionConfig {
             max_preemptions: a.max_preemptions,
             ..Default::default()
         },
@@ -184,7 +184,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             util_epsilon: a.util_epsilon,
             ..DutiesConfig::default()
         },
-        admission: hetsched_master::admission::AdmissionConfig {
+        admission: hetsched_master::backpressure::AdmissionConfig {
             max_pending: (a.max_pending > 0).then_some(a.max_pending),
             submit_rate: a.submit_rate.filter(|r| *r > 0.0),
         },

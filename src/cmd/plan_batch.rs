@@ -3,7 +3,7 @@
 //! All I/O and the clock live here; the planner (`master::plan::makespan`) is pure.
 
 use anyhow::Context;
-use hetsched_master::plan::makespan::{self, Instance, Plan};
+use hetsched_master_core::plan::makespan::{self, Instance, Plan};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;

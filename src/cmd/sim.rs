@@ -1,13 +1,13 @@
 //! `hetsched sim` — the master's real state machine and scheduler on a virtual clock
-//! (`hetsched_master::sim`), fed from the Alibaba GPU trace; and `hetsched sim gen-trace`,
+//! (`hetsched_master_core::sim`), fed from the Alibaba GPU trace; and `hetsched sim gen-trace`,
 //! seeded trace variants after the FGD paper's recipes.
 //!
 //! Exit codes: 0 success, 2 bad input (the message names the file, line and column), 1 any
 //! other failure. With `--json` the last line of stdout is one compact JSON object; progress
 //! goes to stderr, as a bar only when stderr is a terminal.
 
-use hetsched_master::sched::index::trace::{self, TracePod};
-use hetsched_master::sim::{self, gen, Mode, Order, PolicyName, RunReport, SimNode};
+use hetsched_master_core::sched::index::trace::{self, TracePod};
+use hetsched_master_core::sim::{self, gen, Mode, Order, PolicyName, RunReport, SimNode};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -7,15 +7,15 @@
 use super::replicated::Applied;
 use super::senders::{DispatchResult, Outgoing, SenderResult, SenderTiming, SlaveSenders};
 use super::{now_ms, MasterShared, Replicated};
-use crate::duties::{
-    DutiesConfig, DutiesCore, DutyEvent, Effect, HeartbeatVerdict, Now, ProposalTag,
-};
-use crate::sched::Scheduler;
-use crate::state::{CommandEnvelope, Outcome};
 use actix::prelude::*;
 use hetsched_common::protocol::{ErrorKind, ErrorReply, HeldTask};
 use hetsched_common::{MasterId, NodeId};
 use hetsched_consensus::{Consensus, RaftStatus, Role};
+use hetsched_master_core::duties::{
+    DutiesConfig, DutiesCore, DutyEvent, Effect, HeartbeatVerdict, Now, ProposalTag,
+};
+use hetsched_master_core::sched::Scheduler;
+use hetsched_master_core::state::{CommandEnvelope, Outcome};
 use std::time::{Duration, Instant};
 
 /// How often the duties tick (liveness, retries, garbage collection).
@@ -335,7 +335,7 @@ impl Handler<Heartbeat> for LeaderDuties {
 
 impl LeaderDuties {
     /// Records submission-to-first-placement latency of first attempts just placed.
-    fn placement_latency(&self, accepted: &[crate::state::TaskRef]) {
+    fn placement_latency(&self, accepted: &[hetsched_master_core::state::TaskRef]) {
         let now = super::now_ms();
         let s = self.shared.read_state();
         for r in accepted.iter().filter(|r| r.attempt == 1) {

@@ -1,11 +1,11 @@
 //! S0.6 on the leader: the engine load the slaves' heartbeats report (kept in memory, never
 //! logged, like liveness) and the answer to a slave's `ForwardQuery`, decided by the pure
-//! [`crate::forward::choose`].
+//! [`hetsched_master_core::forward::choose`].
 
-use crate::forward::{choose, Candidate};
-use crate::state::{ClusterState, NodeLiveness};
 use hetsched_common::protocol::{EngineLoad, ForwardQuery, ForwardTarget};
 use hetsched_common::NodeId;
+use hetsched_master_core::forward::{choose, Candidate};
+use hetsched_master_core::state::{ClusterState, NodeLiveness};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -9,13 +9,9 @@ mod programs;
 mod replicated;
 mod senders;
 
-pub use crate::duties::DutiesConfig;
+pub use hetsched_master_core::duties::DutiesConfig;
 pub use replicated::{Applied, Replicated};
 
-use crate::sched::index::PolicyKind;
-use crate::sched::preemption::PreemptionConfig;
-use crate::sched::{IndexedScheduler, Scheduler};
-use crate::state::{ClusterState, Command, CommandEnvelope, Outcome};
 use actix::prelude::*;
 use duties::{DutiesMsg, Heartbeat, LeaderDuties};
 use hetsched_common::protocol::{
@@ -25,6 +21,10 @@ use hetsched_common::protocol::{
 use hetsched_common::wire::{self, FrameLimits, Handler};
 use hetsched_common::{ClientRequestId, MasterId};
 use hetsched_consensus::{Consensus, FaultConfig, ProposeError, RaftConfig, Role};
+use hetsched_master_core::sched::index::PolicyKind;
+use hetsched_master_core::sched::preemption::PreemptionConfig;
+use hetsched_master_core::sched::{IndexedScheduler, Scheduler};
+use hetsched_master_core::state::{ClusterState, Command, CommandEnvelope, Outcome};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -75,11 +75,11 @@ pub struct MasterConfig {
     /// Node selection policy for tasks that ask no GPU.
     pub cpu_policy: PolicyKind,
     /// Admission back-pressure: pending cap and per-user submit rate.
-    pub admission: crate::admission::AdmissionConfig,
+    pub admission: crate::backpressure::AdmissionConfig,
     /// S3 queue order and reserved CPU pools.
-    pub queueing: crate::sched::multiqueue::QueueingConfig,
+    pub queueing: hetsched_master_core::sched::multiqueue::QueueingConfig,
     /// S0.1–2 engine choice bounds (`--engine-efficiency-bound`, `--load-bound`).
-    pub engine_choice: crate::sched::engine_choice::EngineChoiceConfig,
+    pub engine_choice: hetsched_master_core::sched::engine_choice::EngineChoiceConfig,
     /// S0.3 slave queue depth beyond free resources (`--queue-depth`; 0: off).
     pub queue_depth: u32,
 }
@@ -190,14 +190,14 @@ pub struct Master {
     policy: PolicyKind,
     cpu_policy: PolicyKind,
     preemption: PreemptionConfig,
-    queueing: crate::sched::multiqueue::QueueingConfig,
-    engine_choice: crate::sched::engine_choice::EngineChoiceConfig,
+    queueing: hetsched_master_core::sched::multiqueue::QueueingConfig,
+    engine_choice: hetsched_master_core::sched::engine_choice::EngineChoiceConfig,
     queue_depth: u32,
     /// State hash and size, cached per applied index: `status` serialises the whole state
     /// only when something applied since the last one asked.
     digest: Arc<std::sync::Mutex<Option<StateDigest>>>,
     /// Admission back-pressure (leader-local).
-    admission: Arc<std::sync::Mutex<crate::admission::Admission>>,
+    admission: Arc<std::sync::Mutex<crate::backpressure::Admission>>,
     /// Deliberate bugs switched on through the admin listener (chaos tests).
     bugs: Arc<std::sync::Mutex<hetsched_common::protocol::BugSpec>>,
     /// S0.6: the slaves' engine load from their heartbeats (leader-local).
@@ -217,7 +217,7 @@ impl StateDigest {
         let bytes = s.to_bytes();
         Self {
             index: s.last_index,
-            hash: crate::state::fnv1a64(&bytes),
+            hash: hetsched_master_core::state::fnv1a64(&bytes),
             bytes: bytes.len() as u64,
         }
     }
@@ -322,7 +322,7 @@ impl Master {
             digest: Arc::new(std::sync::Mutex::new(None)),
             bugs: Arc::default(),
             engine_loads: Arc::default(),
-            admission: Arc::new(std::sync::Mutex::new(crate::admission::Admission::new(
+            admission: Arc::new(std::sync::Mutex::new(crate::backpressure::Admission::new(
                 cfg.admission,
             ))),
         })
@@ -1169,10 +1169,12 @@ fn not_found(message: String) -> ErrorReply {
     ErrorReply::new(ErrorKind::NotFound, message)
 }
 
-fn list_error(e: crate::state::ListError) -> ErrorReply {
+fn list_error(e: hetsched_master_core::state::ListError) -> ErrorReply {
     match e {
-        crate::state::ListError::NotFound(m) => not_found(m),
-        crate::state::ListError::Invalid(m) => ErrorReply::new(ErrorKind::Invalid, m),
+        hetsched_master_core::state::ListError::NotFound(m) => not_found(m),
+        hetsched_master_core::state::ListError::Invalid(m) => {
+            ErrorReply::new(ErrorKind::Invalid, m)
+        }
     }
 }
 

@@ -1,13 +1,13 @@
 //! Client and slave requests about API programs (S0): a task's call records, fetched from
 //! the slave that ran it, and the selection tables and task–engine relation of `profiles`.
 
-use crate::state::ClusterState;
 use hetsched_common::protocol::{
     ClientResponse, ErrorKind, ErrorReply, Message, NodeProfileInfo, ProfilesInfo, RelationInfo,
     SlaveCommand, SlaveCommandReply,
 };
 use hetsched_common::wire::Connection;
 use hetsched_common::TaskId;
+use hetsched_master_core::state::ClusterState;
 use std::time::Duration;
 
 /// Deadline of one call-records fetch from a slave.

@@ -1,9 +1,11 @@
 //! The bridge between consensus and [`ClusterState`]: decodes committed entries, applies
 //! them, and tells the leader-duties actor what changed.
 
-use crate::state::{command_nodes, touched_nodes, ClusterState, CommandEnvelope, Outcome};
 use hetsched_common::NodeId;
 use hetsched_consensus::StateMachine;
+use hetsched_master_core::state::{
+    command_nodes, touched_nodes, ClusterState, CommandEnvelope, Outcome,
+};
 use std::sync::{Arc, RwLock};
 use tokio::sync::mpsc;
 

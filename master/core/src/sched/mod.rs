@@ -4,7 +4,7 @@
 //! `ApplyPlan` command, and `apply` re-checks every decision (optimistic concurrency, as in
 //! Nomad's plan applier). One plan is in flight at a time, so a plan never races itself.
 
-pub mod admission;
+pub use crate::policy::quota as admission;
 pub mod cpu_search;
 pub mod engine_choice;
 #[cfg(test)]

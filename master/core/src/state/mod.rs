@@ -888,7 +888,7 @@ impl ClusterState {
                 }
             }
         }
-        let admitted = crate::sched::admission::admit(
+        let admitted = crate::policy::quota::admit(
             &self.priority,
             &spec.user,
             &partition,
@@ -1626,11 +1626,7 @@ impl ClusterState {
             calls: t.calls,
             queue: self
                 .job_resources(t.job)
-                .map(|r| {
-                    crate::sched::multiqueue::QueueKind::of(r)
-                        .name()
-                        .to_string()
-                })
+                .map(|r| crate::policy::QueueKind::of(r).name().to_string())
                 .unwrap_or_default(),
             borrowed: t.borrowed,
         }
@@ -1638,7 +1634,7 @@ impl ClusterState {
 
     /// S3: pending tasks per queue (every queue present).
     pub fn queue_counts(&self) -> BTreeMap<String, u64> {
-        use crate::sched::multiqueue::QueueKind;
+        use crate::policy::QueueKind;
         let mut m: BTreeMap<String, u64> = QueueKind::ALL
             .iter()
             .map(|q| (q.name().to_string(), 0))
