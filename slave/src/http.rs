@@ -1,5 +1,5 @@
 //! The slave's HTTP listener (`slave --http HOST:PORT`): `/metrics` (Prometheus, names
-//! `hetsched_slave_*` per CONTRACT.md) and `/healthz`.
+//! `hetsched_slave_*` per docs/CONTRACT.md) and `/healthz`.
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};

@@ -129,7 +129,7 @@ impl LocalQueue {
         self.entries.insert(task, Entry { assignment, phase });
     }
 
-    /// Drops the oldest records of acknowledged attempts beyond [`DONE_KEPT`] (CONTRACT.md,
+    /// Drops the oldest records of acknowledged attempts beyond [`DONE_KEPT`] (docs/CONTRACT.md,
     /// Retention: slaves drop acknowledged results); returns the tasks forgotten, for the
     /// store to forget too. A master never sends an attempt it has seen finish, so only a
     /// duplicate still in flight needs the record, and it arrives within seconds.

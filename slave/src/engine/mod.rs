@@ -1,5 +1,6 @@
-//! S0 — the slave's processing engines (SEEDS.md §S0): declaration (`slave --engines FILE`),
-//! the implementations of each API per engine kind, and local availability.
+//! S0 — the slave's processing engines (docs/DESIGN.md §S0): declaration
+//! (`slave --engines FILE`), the implementations of each API per engine kind, and local
+//! availability.
 //!
 //! - [`kernels`] — the built-in CPU kernels (real computation, deterministic data);
 //! - [`plugin`] — an external executable implementing one API on one engine kind;

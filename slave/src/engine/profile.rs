@@ -1,7 +1,8 @@
 //! S0.5 — the profiler: times every API on each engine at parameter scales in powers of
 //! two and builds the engine selection table `(api, scale bucket) → engines ranked`
-//! (SEEDS.md §S0.5). CPU kernels are timed for real; an emulated engine's time is modelled as
-//! CPU time / its speed; a plug-in is timed for real (a failing one is left out of that row).
+//! (docs/DESIGN.md §S0.5). CPU kernels are timed for real; an emulated engine's time is
+//! modelled as CPU time / its speed; a plug-in is timed for real (a failing one is left out of
+//! that row).
 //!
 //! Buckets run from small to large, every API at one bucket before the next, and a bucket is
 //! skipped once its estimated time (the last one times the growth of the kernel's cost)

@@ -1,0 +1,107 @@
+//! The end of an attempt: its exit recorded (persisted and flushed before it is reported),
+//! waiting `StopTask` answers released, and — once the master acknowledges the result — the
+//! attempt forgotten except for its done record.
+//!
+//! Kept together because these steps are the result's life cycle in the store: written
+//! `Finished`, reported until acknowledged, then completed.
+
+use super::{Agent, ReplyTx, Report};
+use crate::store::{StoredPhase, StoredTask};
+use hetsched_common::protocol::{Message, SlaveCommandReply};
+use hetsched_common::{Attempt, TaskId, TaskReason};
+
+impl Agent {
+    /// A watcher's (or a program task's) exit: the attempt no longer runs; its result is
+    /// recorded and the `StopTask` answers waiting for it go out.
+    pub(super) async fn exited(
+        &mut self,
+        task: TaskId,
+        attempt: Attempt,
+        exit_code: i32,
+        reason: Option<TaskReason>,
+        replies: Vec<ReplyTx>,
+    ) {
+        self.running.remove(&(task, attempt));
+        self.finished(task, attempt, exit_code, reason).await;
+        for r in replies {
+            let _ = r.send(Message::ToSlaveReply(SlaveCommandReply::Stopped));
+        }
+    }
+
+    /// The master acknowledged this result: it is completed in the store (its done record
+    /// keeps the attempt from running again) and its attempt directory removed.
+    pub(super) fn acked(&mut self, task: TaskId, attempt: Attempt) {
+        if !self.queue.acked(task, attempt) {
+            return;
+        }
+        let pruned = self.queue.prune_done();
+        let r = self
+            .store
+            .complete_task(task, attempt)
+            .and_then(|()| self.store.forget_done(&pruned));
+        // Losing this write only means the result is reported once more.
+        if let Err(e) = r {
+            tracing::error!(task = %task, attempt, error = %e, "cannot forget acknowledged result");
+        }
+        // The done record now keeps the attempt from running again; its directory (spec,
+        // status) has served. Output files stay in the log dir.
+        let dir = self.launcher.attempt_dir(task, attempt);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::debug!(dir = %dir.display(), error = %e, "cannot remove attempt directory");
+            }
+        }
+        tracing::debug!(task = %task, attempt, "result acknowledged");
+    }
+
+    /// Records an exit: persisted (flushed) before it is reported.
+    pub(super) async fn finished(
+        &mut self,
+        task: TaskId,
+        attempt: Attempt,
+        exit_code: i32,
+        reason: Option<TaskReason>,
+    ) {
+        if !self.queue.finished(task, attempt, exit_code) {
+            tracing::debug!(task = %task, attempt, exit_code, "exit of a superseded or unknown attempt");
+            return;
+        }
+        let Some(entry) = self.queue.get(task) else {
+            return;
+        };
+        let seq = self.store.get_task(task).ok().flatten().map(|t| t.seq);
+        let assignment = entry.assignment.clone();
+        let r = async {
+            let seq = match seq {
+                Some(s) => s,
+                None => self.store.next_seq()?,
+            };
+            self.store.put_task(&StoredTask {
+                seq,
+                assignment,
+                phase: StoredPhase::Finished { exit_code, reason },
+            })?;
+            self.store.flush().await
+        }
+        .await;
+        if let Err(e) = r {
+            // Report anyway: the master learning the result beats holding it back; the
+            // supervisor's status file still holds it for a restart.
+            tracing::error!(task = %task, attempt, error = %e, "cannot persist result");
+        }
+        let outcome = match reason {
+            None => "success",
+            Some(TaskReason::Lost) => "lost",
+            Some(TaskReason::Oom) => "oom",
+            Some(_) => "failure",
+        };
+        metrics::counter!("hetsched_slave_tasks_finished_total", "outcome" => outcome).increment(1);
+        tracing::info!(task = %task, attempt, exit_code, reason = ?reason, "task finished");
+        let _ = self.reports.send(Report::Finished {
+            task,
+            attempt,
+            exit_code,
+            reason,
+        });
+    }
+}

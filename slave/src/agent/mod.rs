@@ -1,0 +1,356 @@
+//! The agent: the one task that owns the local queue and the store, and turns their decisions
+//! into I/O (persist, spawn, kill, report).
+//!
+//! ```text
+//!  masters ──Assign/StopTask──▶ listener ─┐
+//!  supervisors ──Exited──────────────────┤  AgentMsg   ┌─────────┐   Report   ┌──────┐
+//!  link ──Acked / Held?──────────────────┴───────────▶ │  Agent  │ ─────────▶ │ Link │──▶ leader
+//!                                                      └─────────┘            └──────┘
+//! ```
+//!
+//! It is actor-shaped (one mailbox, state touched only here) but a plain tokio task: every
+//! message is handled to the end, flushes included, before the next, which keeps "persist
+//! before acknowledging" obvious.
+//!
+//! Each attempt runs under a supervisor *process* of its own ([`crate::supervisor`]) that
+//! outlives the agent. Here a small watcher task per attempt waits for that supervisor (as its
+//! child, or by polling `/proc` for one re-adopted after a restart), stops the task when asked,
+//! then reads the exit status the supervisor wrote and mails `Exited` back.
+//!
+//! # Restart: re-adopt, never run twice
+//! An attempt counts as started once its directory exists. On start every attempt the store
+//! holds as started is watched again: a live supervisor (same pid *and* start time) is
+//! re-adopted; one that ended while the agent was down has its recorded exit reported; one
+//! that is gone with no record has whatever is left of the attempt killed and is reported
+//! `lost`, which the master answers with a new attempt. Restarting the agent kills nothing.
+//!
+//! # Layout
+//! - this module — the actor: its messages, its state, the run loop that dispatches each
+//!   message, and the answers read straight off its state (running attempts, live CPUs);
+//! - `restore` — building the agent from the store and sweeping unheld attempts;
+//! - `assign` — a master's `Assign` and `ReleaseQueued`;
+//! - `stop` — a master's `StopTask` and the stop line to a running attempt;
+//! - `start` — the pump that starts what the queue lets start (processes and programs);
+//! - `watched` — one supervised attempt watched, stopped and collected;
+//! - `finish` — an exit recorded and reported, and forgotten once acknowledged.
+
+mod assign;
+mod finish;
+mod restore;
+mod start;
+mod stop;
+mod watched;
+
+pub use watched::outcome_of;
+
+use crate::exec::{self, Launcher};
+use crate::queue::LocalQueue;
+use crate::store::Store;
+use hetsched_common::protocol::{Assignment, HeldTask, Message};
+use hetsched_common::{Attempt, TaskId, TaskReason};
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+use stop::StopTx;
+use tokio::sync::{mpsc, oneshot};
+use watched::Watched;
+
+/// A reply to a master's command.
+pub type ReplyTx = oneshot::Sender<Message>;
+
+/// Messages to the agent.
+#[derive(Debug)]
+pub enum AgentMsg {
+    /// A master's `Assign`.
+    Assign {
+        /// The assignment.
+        assignment: Assignment,
+        /// Where the answer goes.
+        reply: ReplyTx,
+    },
+    /// A master's `StopTask`.
+    Stop {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Time between SIGTERM and SIGKILL (`None`: the slave's `stop_grace`); a
+        /// preemption carries the master's `--preempt-grace`.
+        grace: Option<Duration>,
+        /// Where the answer goes (after the process has exited).
+        reply: ReplyTx,
+    },
+    /// A task's process ended (or could not start, or was lost).
+    Exited {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Exit code, per [`exec`]'s convention.
+        exit_code: i32,
+        /// Why it ended (`None`: a normal exit).
+        reason: Option<TaskReason>,
+        /// `StopTask` answers waiting for this exit.
+        replies: Vec<ReplyTx>,
+    },
+    /// The master acknowledged this result.
+    Acked {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
+    /// What is held, for a heartbeat or registration.
+    Held {
+        /// Where the answer goes.
+        reply: oneshot::Sender<Vec<HeldTask>>,
+    },
+    /// The attempts whose processes run now, for the probes.
+    Running {
+        /// Whether to list their processes (real probes need them; reading `/proc` for
+        /// each task every second is wasted on emulated ones).
+        with_pids: bool,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Vec<RunningAttempt>>,
+    },
+    /// Change a running attempt's CPUs live (S3.2 search from the master, S3.6 compression
+    /// from the contention rule): its cgroup quota and its `HETSCHED_CPUS_FILE`.
+    SetCpus {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// New allocation, millicores.
+        cpu_milli: u64,
+        /// Whether it ran and was changed.
+        reply: oneshot::Sender<bool>,
+    },
+    /// S0.4: a master's `ReleaseQueued` (another slave steals the task).
+    Release {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Where the answer goes.
+        reply: ReplyTx,
+    },
+    /// S0.4: whether the slave should ask for work to steal.
+    WantsWork {
+        /// Where the answer goes.
+        reply: oneshot::Sender<bool>,
+    },
+}
+
+/// A running attempt as the probes see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunningAttempt {
+    /// Task.
+    pub task: TaskId,
+    /// Attempt.
+    pub attempt: Attempt,
+    /// Its CPU allocation now, millicores.
+    pub cpu_milli: u64,
+    /// Its name, directory, processes and GPUs.
+    pub target: crate::probe::ProbeTarget,
+}
+
+/// A report for the masters, delivered by the link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Report {
+    /// The process started (best effort: the finish report and heartbeats supersede it).
+    Started {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
+    /// The process ended; persisted, retried until acknowledged.
+    Finished {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+        /// Exit code.
+        exit_code: i32,
+        /// Why (`None`: a normal exit; `lost`: the attempt vanished, to be run again).
+        reason: Option<TaskReason>,
+    },
+    /// S3.6: the contention rule halved a CPU task's cores (already applied live).
+    Compressed {
+        /// The CPU task.
+        task: TaskId,
+        /// Its attempt.
+        attempt: Attempt,
+        /// Its new allocation, millicores.
+        cpu_milli: u64,
+        /// The GPU task that suffered.
+        gpu_task: TaskId,
+    },
+}
+
+/// What the agent needs to run API-program tasks (S0) in-process.
+#[derive(Clone, Debug)]
+pub struct ProgramHooks {
+    /// Engines, selection table, node name.
+    pub runtime: std::sync::Arc<crate::program::ProgramRuntime>,
+    /// Where call summaries go (to the masters).
+    pub announce: mpsc::UnboundedSender<crate::announce::Announcement>,
+}
+
+/// The agent's state.
+pub struct Agent {
+    queue: LocalQueue,
+    store: Store,
+    launcher: Launcher,
+    grace: Duration,
+    running: HashMap<(TaskId, Attempt), StopTx>,
+    /// Started attempts found at restore, watched once `run` starts.
+    adopt: Vec<Watched>,
+    mailbox: mpsc::UnboundedSender<AgentMsg>,
+    reports: mpsc::UnboundedSender<Report>,
+    programs: Option<ProgramHooks>,
+}
+
+impl Agent {
+    /// Runs API-program tasks in-process with these hooks (without them a program task's
+    /// marker command fails to start).
+    pub fn with_programs(mut self, hooks: ProgramHooks) -> Self {
+        self.programs = Some(hooks);
+        self
+    }
+
+    /// Handles messages until every sender is gone.
+    pub async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<AgentMsg>) {
+        for w in std::mem::take(&mut self.adopt) {
+            // Started before this agent: re-adopted, collected or reported lost.
+            metrics::counter!("hetsched_slave_attempts_recovered_total").increment(1);
+            tracing::info!(task = %w.task, attempt = w.attempt, supervisor = ?w.supervisor, "watching a task started before this agent");
+            self.watch(w);
+        }
+        self.pump().await;
+        self.gauges();
+        while let Some(msg) = inbox.recv().await {
+            self.handle(msg).await;
+            self.pump().await;
+            self.gauges();
+        }
+    }
+
+    fn gauges(&self) {
+        metrics::gauge!("hetsched_slave_tasks_queued").set(self.queue.queued_len() as f64);
+        metrics::gauge!("hetsched_slave_cpu_running_milli")
+            .set(self.queue.cpu_running_milli() as f64);
+    }
+
+    async fn handle(&mut self, msg: AgentMsg) {
+        match msg {
+            AgentMsg::Assign { assignment, reply } => {
+                let answer = self.assign(assignment).await;
+                let _ = reply.send(answer);
+            }
+            AgentMsg::Stop {
+                task,
+                attempt,
+                grace,
+                reply,
+            } => self.stop(task, attempt, grace, reply).await,
+            AgentMsg::Exited {
+                task,
+                attempt,
+                exit_code,
+                reason,
+                replies,
+            } => self.exited(task, attempt, exit_code, reason, replies).await,
+            AgentMsg::Acked { task, attempt } => self.acked(task, attempt),
+            AgentMsg::Held { reply } => {
+                let _ = reply.send(self.queue.held());
+            }
+            AgentMsg::Running { with_pids, reply } => {
+                let _ = reply.send(self.running_attempts(with_pids));
+            }
+            AgentMsg::SetCpus {
+                task,
+                attempt,
+                cpu_milli,
+                reply,
+            } => {
+                let _ = reply.send(self.set_cpus(task, attempt, cpu_milli));
+            }
+            AgentMsg::Release {
+                task,
+                attempt,
+                reply,
+            } => {
+                let answer = self.release(task, attempt).await;
+                let _ = reply.send(answer);
+            }
+            AgentMsg::WantsWork { reply } => {
+                let _ = reply.send(self.queue.wants_work());
+            }
+        }
+    }
+
+    /// Attempts with a process running (program tasks run in-process and are left out).
+    fn running_attempts(&self, with_pids: bool) -> Vec<RunningAttempt> {
+        self.queue
+            .running()
+            .into_iter()
+            .filter(|a| self.running.contains_key(&(a.task, a.attempt)))
+            .filter(|a| a.command != [hetsched_common::program::PROGRAM_COMMAND])
+            .map(|a| {
+                let name = exec::attempt_name(a.task, a.attempt);
+                let dir = self.launcher.attempt_dir(a.task, a.attempt);
+                let mut pids = BTreeSet::new();
+                if with_pids {
+                    pids = self.launcher.cgroups.attempt(&name).pids();
+                }
+                if with_pids && pids.is_empty() {
+                    // No cgroup: the processes marked with this attempt.
+                    pids.extend(exec::marked_processes(a.task, a.attempt, &dir));
+                }
+                RunningAttempt {
+                    task: a.task,
+                    attempt: a.attempt,
+                    cpu_milli: a.resources.cpu_milli,
+                    target: crate::probe::ProbeTarget {
+                        name,
+                        dir,
+                        pids,
+                        gpus: a.gpus.iter().map(|(d, _)| *d).collect(),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// Applies a live CPU change to a running attempt; false when it does not run here.
+    fn set_cpus(&mut self, task: TaskId, attempt: Attempt, cpu_milli: u64) -> bool {
+        if cpu_milli == 0 || !self.running.contains_key(&(task, attempt)) {
+            return false;
+        }
+        let Some(old) = self
+            .queue
+            .get(task)
+            .filter(|e| e.assignment.attempt == attempt)
+            .map(|e| e.assignment.resources.cpu_milli)
+        else {
+            return false;
+        };
+        if !self.queue.set_cpus(task, attempt, cpu_milli) {
+            return false;
+        }
+        let name = exec::attempt_name(task, attempt);
+        let dir = self.launcher.attempt_dir(task, attempt);
+        match exec::set_cpus(&dir, &self.launcher.cgroups.attempt(&name), cpu_milli) {
+            Ok(()) => {
+                if old != cpu_milli {
+                    tracing::info!(task = %task, attempt, from_milli = old, to_milli = cpu_milli, "CPU allocation changed live");
+                }
+                true
+            }
+            Err(e) => {
+                tracing::warn!(task = %task, attempt, error = %e, "cannot change the CPU allocation live");
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Starting work: the pump that starts every task the local queue lets start, each either
+//! as a process under its own supervisor (then watched, [`super::watched`]) or, for an
+//! API-program task (S0), in-process on a blocking thread.
+//!
+//! A started attempt is persisted as `Supervised` before it is reported `Started`; one whose
+//! directory already exists is watched instead of started again.
+
+use super::stop::StopRequest;
+use super::watched::Watched;
+use super::{Agent, AgentMsg, ProgramHooks, Report};
+use crate::exec::{self, SpawnError};
+use crate::store::{StoredPhase, StoredTask};
+use hetsched_common::protocol::Assignment;
+use hetsched_common::TaskReason;
+use tokio::sync::mpsc;
+
+impl Agent {
+    /// Starts every task the queue lets start.
+    pub(super) async fn pump(&mut self) {
+        while let Some(a) = self.queue.start_next() {
+            if let Some(hooks) = self.programs.clone() {
+                if let Some(program) = crate::program::carried(&a) {
+                    self.start_program(a, program, hooks).await;
+                    continue;
+                }
+            }
+            let (task, attempt) = (a.task, a.attempt);
+            match self.launcher.launch(&a) {
+                Ok(launched) => {
+                    let (pid, start_time) = (launched.pid, launched.start_time);
+                    let seq = self.store.get_task(task).ok().flatten().map(|t| t.seq);
+                    let r = async {
+                        let seq = match seq {
+                            Some(s) => s,
+                            None => self.store.next_seq()?,
+                        };
+                        self.store.put_task(&StoredTask {
+                            seq,
+                            assignment: a.clone(),
+                            phase: StoredPhase::Supervised { pid, start_time },
+                        })?;
+                        self.store.flush().await
+                    }
+                    .await;
+                    if let Err(e) = r {
+                        // The attempt directory still marks it started, and the supervisor
+                        // records itself there: a restart finds it all the same.
+                        tracing::error!(task = %task, attempt, error = %e, "cannot persist running state");
+                    }
+                    metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
+                    tracing::info!(task = %task, attempt, supervisor = pid, command = ?a.command, "task started");
+                    let _ = self.reports.send(Report::Started { task, attempt });
+                    let mut w = Watched::recovered(
+                        &self.launcher,
+                        task,
+                        attempt,
+                        Some((pid, start_time)),
+                        None,
+                    );
+                    w.child = Some(launched.child);
+                    self.watch(w);
+                }
+                Err(SpawnError::AlreadyStarted(dir)) => {
+                    // Never start an attempt twice: watch what is there instead.
+                    tracing::warn!(task = %task, attempt, dir = %dir.display(), "attempt was started before; watching it instead of starting it again");
+                    let w = Watched::recovered(&self.launcher, task, attempt, None, None);
+                    self.watch(w);
+                }
+                Err(e) => {
+                    tracing::error!(task = %task, attempt, error = %e, exit_code = exec::EXIT_CANNOT_START, "task cannot start");
+                    exec::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {e}"));
+                    self.finished(
+                        task,
+                        attempt,
+                        exec::EXIT_CANNOT_START,
+                        Some(TaskReason::CannotStart),
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+
+    /// Starts the watcher of an attempt.
+    pub(super) fn watch(&mut self, w: Watched) {
+        let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+        self.running.insert((w.task, w.attempt), stop_tx);
+        tokio::spawn(w.run(self.grace, stop_rx, self.mailbox.clone()));
+    }
+
+    /// between calls. Its store record stays `Queued`, so a slave restart runs it again.
+    async fn start_program(
+        &mut self,
+        a: Assignment,
+        program: Result<hetsched_common::program::Program, String>,
+        hooks: ProgramHooks,
+    ) {
+        let (task, attempt) = (a.task, a.attempt);
+        let program = match program {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::error!(task = %task, attempt, %why, "program task cannot start");
+                exec::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {why}"));
+                self.finished(
+                    task,
+                    attempt,
+                    crate::program::EXIT_BAD_PROGRAM,
+                    Some(TaskReason::CannotStart),
+                )
+                .await;
+                return;
+            }
+        };
+        metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
+        tracing::info!(task = %task, attempt, calls = program.calls.len(), "program task started");
+        let _ = self.reports.send(Report::Started { task, attempt });
+        let (stop_tx, mut stop_rx) = mpsc::unbounded_channel::<StopRequest>();
+        self.running.insert((task, attempt), stop_tx);
+        let (log_dir, mailbox) = (self.launcher.log_dir.clone(), self.mailbox.clone());
+        tokio::spawn(async move {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (flag, rt) = (stop.clone(), hooks.runtime.clone());
+            let mut job =
+                tokio::task::spawn_blocking(move || rt.run(&a, &program, &log_dir, &flag));
+            let mut replies = Vec::new();
+            let result = loop {
+                tokio::select! {
+                    r = &mut job => break r,
+                    Some(r) = stop_rx.recv() => {
+                        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                        replies.extend(r.reply);
+                    }
+                }
+            };
+            let (records, exit_code) = result.unwrap_or_else(|e| {
+                tracing::error!(task = %task, attempt, error = %e, "program runner failed");
+                (Vec::new(), crate::program::EXIT_BAD_PROGRAM)
+            });
+            if !records.is_empty() {
+                let summary = hetsched_common::program::CallSummary::of(&records);
+                let _ = hooks.announce.send(crate::announce::Announcement::Calls {
+                    task,
+                    attempt,
+                    summary,
+                });
+            }
+            while let Ok(r) = stop_rx.try_recv() {
+                replies.extend(r.reply);
+            }
+            let _ = mailbox.send(AgentMsg::Exited {
+                task,
+                attempt,
+                exit_code,
+                reason: TaskReason::of_exit_code(exit_code),
+                replies,
+            });
+        });
+    }
+}

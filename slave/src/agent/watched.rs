@@ -1,0 +1,195 @@
+//! Watching one started attempt: its supervisor process (a child of this agent, or one
+//! re-adopted after a restart and polled through `/proc`), stopping its task on request, and
+//! collecting the exit the supervisor recorded.
+//!
+//! Each watcher is a small tokio task of its own so the agent's mailbox never waits on a
+//! process; it ends by mailing [`AgentMsg::Exited`] back. An attempt whose supervisor is gone
+//! with no recorded exit has its leftovers killed and is reported `lost`.
+
+use super::stop::StopRequest;
+use super::AgentMsg;
+use crate::cgroup::AttemptCgroup;
+use crate::exec::{self, Launcher};
+use crate::supervisor::{self, ExitRecord, SupervisorRecord, STATUS_FILE, SUPERVISOR_FILE};
+use hetsched_common::{Attempt, TaskId, TaskReason};
+use nix::sys::signal::Signal;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How often a re-adopted supervisor (not a child of this agent) is checked.
+const ADOPTED_POLL: Duration = Duration::from_millis(100);
+
+/// One started attempt, watched until its supervisor is gone.
+#[derive(Debug)]
+pub(super) struct Watched {
+    pub(super) task: TaskId,
+    pub(super) attempt: Attempt,
+    dir: PathBuf,
+    cgroup: AttemptCgroup,
+    /// The supervisor's pid and start time, when known.
+    pub(super) supervisor: Option<(i32, u64)>,
+    /// The supervisor as a child of this agent (not after a restart).
+    pub(super) child: Option<tokio::process::Child>,
+    /// Process group of a task started by an agent without supervisors.
+    legacy_pgid: Option<i32>,
+}
+
+impl Watched {
+    /// The watch of (task, attempt) from what its directory and the store say.
+    pub(super) fn recovered(
+        launcher: &Launcher,
+        task: TaskId,
+        attempt: Attempt,
+        stored: Option<(i32, u64)>,
+        legacy_pgid: Option<i32>,
+    ) -> Self {
+        let dir = launcher.attempt_dir(task, attempt);
+        // The supervisor's own record wins: it is written by the process itself.
+        let recorded = supervisor::read_json::<SupervisorRecord>(&dir.join(SUPERVISOR_FILE))
+            .map(|r| (r.pid, r.start_time));
+        Self {
+            task,
+            attempt,
+            cgroup: launcher.cgroups.attempt(&exec::attempt_name(task, attempt)),
+            dir,
+            supervisor: recorded.or(stored),
+            child: None,
+            legacy_pgid,
+        }
+    }
+
+    fn supervisor_alive(&self) -> bool {
+        self.supervisor
+            .is_some_and(|(pid, start)| supervisor::is_alive(pid, start))
+    }
+
+    /// Waits until the supervisor has exited.
+    async fn supervisor_gone(&mut self) {
+        if let Some(child) = &mut self.child {
+            if let Err(e) = child.wait().await {
+                tracing::warn!(task = %self.task, error = %e, "cannot wait for the supervisor; polling it");
+            } else {
+                return;
+            }
+        }
+        while self.supervisor_alive() {
+            tokio::time::sleep(ADOPTED_POLL).await;
+        }
+    }
+
+    /// The task's process group, from the supervisor's record (it may take a moment to
+    /// appear after the start).
+    async fn task_pgid(&self) -> Option<i32> {
+        for _ in 0..100 {
+            if let Some(r) =
+                supervisor::read_json::<SupervisorRecord>(&self.dir.join(SUPERVISOR_FILE))
+            {
+                return Some(r.task_pid);
+            }
+            if !self.supervisor_alive() {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    /// Stops the task: SIGTERM to its process group, SIGKILL to the group and its cgroup after
+    /// `grace`. The supervisor sees the exit and records it.
+    async fn stop(&mut self, grace: Duration) {
+        let pgid = self.task_pgid().await;
+        if let Some(pgid) = pgid {
+            exec::signal_group(pgid, Signal::SIGTERM);
+        }
+        if tokio::time::timeout(grace, self.supervisor_gone())
+            .await
+            .is_err()
+        {
+            if let Some(pgid) = pgid {
+                exec::signal_group(pgid, Signal::SIGKILL);
+            }
+            let cg = self.cgroup.clone();
+            let _ = tokio::task::spawn_blocking(move || cg.kill_all()).await;
+        }
+    }
+
+    /// Watches until the supervisor is gone (stopping the task when asked), then mails the
+    /// attempt's result.
+    pub(super) async fn run(
+        mut self,
+        grace: Duration,
+        mut stop_rx: mpsc::UnboundedReceiver<StopRequest>,
+        mailbox: mpsc::UnboundedSender<AgentMsg>,
+    ) {
+        let mut replies = Vec::new();
+        let stop = tokio::select! {
+            _ = self.supervisor_gone() => None,
+            Some(r) = stop_rx.recv() => {
+                replies.extend(r.reply);
+                Some(r.grace.unwrap_or(grace))
+            }
+        };
+        if let Some(grace) = stop {
+            self.stop(grace).await;
+            self.supervisor_gone().await;
+        }
+        while let Ok(r) = stop_rx.try_recv() {
+            replies.extend(r.reply);
+        }
+        let (task, attempt) = (self.task, self.attempt);
+        let (exit_code, reason) = tokio::task::spawn_blocking(move || self.collect())
+            .await
+            .unwrap_or((exec::EXIT_LOST, Some(TaskReason::Lost)));
+        let _ = mailbox.send(AgentMsg::Exited {
+            task,
+            attempt,
+            exit_code,
+            reason,
+            replies,
+        });
+    }
+
+    /// After the supervisor is gone: the recorded exit, or — with no record — the attempt's
+    /// leftovers killed and the attempt reported lost. The attempt's cgroup is removed.
+    fn collect(self) -> (i32, Option<TaskReason>) {
+        let status = supervisor::read_json::<ExitRecord>(&self.dir.join(STATUS_FILE));
+        let result = match status {
+            Some(rec) => {
+                // Whatever outlived the task in its cgroup (the supervisor already killed its
+                // process group) goes with it.
+                self.cgroup.kill_all();
+                outcome_of(&rec)
+            }
+            None => {
+                let pgid =
+                    supervisor::read_json::<SupervisorRecord>(&self.dir.join(SUPERVISOR_FILE))
+                        .map(|r| r.task_pid)
+                        .or(self.legacy_pgid);
+                let found = exec::kill_attempt_leftovers(
+                    self.task,
+                    self.attempt,
+                    &self.dir,
+                    &self.cgroup,
+                    pgid,
+                );
+                tracing::warn!(task = %self.task, attempt = self.attempt, leftovers = found, "supervisor gone without an exit status; attempt lost");
+                (exec::EXIT_LOST, Some(TaskReason::Lost))
+            }
+        };
+        self.cgroup.remove();
+        result
+    }
+}
+
+/// The exit code and reason of a recorded exit.
+pub fn outcome_of(rec: &ExitRecord) -> (i32, Option<TaskReason>) {
+    let reason = if rec.cannot_start.is_some() {
+        Some(TaskReason::CannotStart)
+    } else if rec.oom_kills > 0 && rec.exit_code != 0 {
+        Some(TaskReason::Oom)
+    } else {
+        TaskReason::of_exit_code(rec.exit_code)
+    };
+    (rec.exit_code, reason)
+}
