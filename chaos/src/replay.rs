@@ -74,7 +74,7 @@ pub fn over_committed(s: &ClusterState) -> Vec<(NodeId, String)> {
     // `cpu_milli`: the attempt's CPUs when changed live (S3.2 search, S3.6 compression),
     // else what the job asks for.
     let mut add = |node: NodeId, job, task: u64, gpus: &[(u32, u32)], cpu_milli: Option<u64>| {
-        let Some(j) = s.jobs.get(&job) else {
+        let Some(j) = s.jobs().get(&job) else {
             return;
         };
         let h = held.entry(node).or_default();
@@ -85,24 +85,27 @@ pub fn over_committed(s: &ClusterState) -> Vec<(NodeId, String)> {
         }
         h.tasks.push(task);
     };
-    for t in s.tasks.values() {
+    for t in s.tasks().values() {
         if matches!(t.status.state, TaskState::Assigned | TaskState::Running) {
             if let Some(node) = t.status.node {
                 // S0.3: a task waiting in its slave's local queue holds nothing yet.
-                let queued = s.nodes.get(&node).is_some_and(|n| n.queued.contains(&t.id));
+                let queued = s
+                    .nodes()
+                    .get(&node)
+                    .is_some_and(|n| n.queued.contains(&t.id));
                 if !queued {
                     add(node, t.job, t.id.0, &t.gpus, t.cpu_milli);
                 }
             }
         }
     }
-    for n in s.nodes.values() {
+    for n in s.nodes().values() {
         for st in &n.stopping {
             add(n.id, st.job, st.task.0, &st.gpus, st.cpu_milli);
         }
     }
     // S3.6: cores a compression freed are held for the GPU task, out of anyone's reach.
-    for n in s.nodes.values() {
+    for n in s.nodes().values() {
         let reserved: u64 = n.compress_reserves.iter().map(|r| r.cpu_milli).sum();
         if reserved > 0 {
             held.entry(n.id).or_default().cpu_milli += reserved;
@@ -110,7 +113,7 @@ pub fn over_committed(s: &ClusterState) -> Vec<(NodeId, String)> {
     }
     let mut out = Vec::new();
     for (node, h) in held {
-        let Some(n) = s.nodes.get(&node) else {
+        let Some(n) = s.nodes().get(&node) else {
             out.push((
                 node,
                 format!(
@@ -181,7 +184,7 @@ pub fn replay(log: &MasterLog, view: Option<&MasterView>) -> Replayed {
                 *index
             }
             LogItem::Command { index, bytes } => {
-                if *index <= state.last_index {
+                if *index <= state.last_index() {
                     // A page re-read after a snapshot moved past it.
                     continue;
                 }
@@ -190,7 +193,7 @@ pub fn replay(log: &MasterLog, view: Option<&MasterView>) -> Replayed {
                     Ok(env) => {
                         state.apply(*index, env);
                     }
-                    Err(_) => state.last_index = *index,
+                    Err(_) => state.skip_undecodable(*index),
                 }
                 r.commands += 1;
                 *index
@@ -208,7 +211,7 @@ pub fn replay(log: &MasterLog, view: Option<&MasterView>) -> Replayed {
     }
     // The state's own last index (its last command; a snapshot's or the log's tail of no-ops
     // does not move it) is what a master's status reports as its applied index.
-    r.last_index = state.last_index;
+    r.last_index = state.last_index();
     r.state_hash = format!("{:016x}", fnv1a64(&state.to_bytes()));
     if let Some(v) = view.filter(|v| v.applied_index == r.last_index && r.last_index > 0) {
         if v.state_hash != r.state_hash {
@@ -352,13 +355,13 @@ mod tests {
             );
         }
         assert_eq!(
-            s.nodes[&NodeId(1)].queued.len(),
+            s.nodes()[&NodeId(1)].queued.len(),
             3,
             "three wait in the queue"
         );
         assert!(over_committed(&s).is_empty(), "{:?}", over_committed(&s));
         // Forged: the queue forgotten, the four now count as holding their cores.
-        if let Some(n) = s.nodes.get_mut(&NodeId(1)) {
+        if let Some(n) = s.forge_nodes_mut().get_mut(&NodeId(1)) {
             n.queued.clear();
         }
         assert_eq!(over_committed(&s).len(), 1);
@@ -375,7 +378,7 @@ mod tests {
             }
         }
         assert!(over_committed(&s).is_empty());
-        if let Some(n) = s.nodes.get_mut(&NodeId(1)) {
+        if let Some(n) = s.forge_nodes_mut().get_mut(&NodeId(1)) {
             n.capacity.cpu_milli = 1000;
         }
         let mut items = vec![LogItem::Snapshot {
@@ -422,7 +425,7 @@ mod tests {
                 s.apply(*index, CommandEnvelope::decode(bytes).expect("decode"));
             }
         }
-        if let Some(t) = s.tasks.get_mut(&TaskId(3)) {
+        if let Some(t) = s.forge_tasks_mut().get_mut(&TaskId(3)) {
             t.status.state = TaskState::Running;
             t.status.node = Some(NodeId(1));
         }

@@ -339,7 +339,7 @@ impl LeaderDuties {
         let now = super::now_ms();
         let s = self.shared.read_state();
         for r in accepted.iter().filter(|r| r.attempt == 1) {
-            if let Some(job) = s.tasks.get(&r.task).and_then(|t| s.jobs.get(&t.job)) {
+            if let Some(job) = s.tasks().get(&r.task).and_then(|t| s.jobs().get(&t.job)) {
                 let secs = now.saturating_sub(job.submitted_ms) as f64 / 1000.0;
                 metrics::histogram!("hetsched_master_placement_seconds").record(secs);
             }

@@ -45,7 +45,7 @@ impl EngineLoads {
         let now = Instant::now();
         loads.retain(|_, (at, _)| now.duration_since(*at) < LOAD_FRESH_FOR);
         let candidates: Vec<Candidate<'_>> = s
-            .nodes
+            .nodes()
             .values()
             .map(|n| Candidate {
                 node: n.id,
@@ -53,7 +53,7 @@ impl EngineLoads {
                 addr: &n.addr,
                 eligible: n.liveness == NodeLiveness::Up && n.drain.is_none(),
                 load: loads.get(&n.id).map(|(_, l)| l.as_slice()),
-                table: s.profiles.get(&n.id).map(|p| &p.table),
+                table: s.profiles().get(&n.id).map(|p| &p.table),
             })
             .collect();
         let target = choose(q, &candidates);

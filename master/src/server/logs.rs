@@ -35,7 +35,7 @@ pub async fn read(shared: &MasterShared, q: LogQuery) -> Result<ClientResponse, 
     let (attempt, node, addr, task_final, placed_not_started) = {
         let s = shared.read_state();
         let t = s
-            .tasks
+            .tasks()
             .get(&q.task)
             .ok_or_else(|| not_found(format!("no such task: {}", q.task)))?;
         let latest = t.status.attempt;
@@ -69,7 +69,7 @@ pub async fn read(shared: &MasterShared, q: LogQuery) -> Result<ClientResponse, 
                 ))
             })?;
         let addr = s
-            .nodes
+            .nodes()
             .get(&node)
             .map(|n| n.addr.clone())
             .ok_or_else(|| not_found(format!("{node} of {} is gone", q.task)))?;

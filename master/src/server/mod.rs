@@ -216,7 +216,7 @@ impl StateDigest {
     fn of(s: &ClusterState) -> Self {
         let bytes = s.to_bytes();
         Self {
-            index: s.last_index,
+            index: s.last_index(),
             hash: hetsched_master_core::state::fnv1a64(&bytes),
             bytes: bytes.len() as u64,
         }
@@ -419,7 +419,7 @@ impl Master {
             if s.request_applied(request) {
                 return Ok(());
             }
-            s.pending.len() as u64
+            s.pending().len() as u64
         };
         let mut a = match self.admission.lock() {
             Ok(g) => g,
@@ -513,7 +513,7 @@ impl Master {
             ClientRequest::Cancel { request, job } => {
                 {
                     let s = self.shared.read_state();
-                    if !s.jobs.contains_key(&job) {
+                    if !s.jobs().contains_key(&job) {
                         return Err(job_not_found(&s, job));
                     }
                 }
@@ -554,7 +554,7 @@ impl Master {
                 self.read_barrier(stale).await?;
                 let s = self.shared.read_state();
                 Ok(ClientResponse::Nodes(
-                    s.nodes.values().map(|n| s.node_info(n)).collect(),
+                    s.nodes().values().map(|n| s.node_info(n)).collect(),
                 ))
             }
             ClientRequest::Members { stale } => {
@@ -619,7 +619,7 @@ impl Master {
                 self.read_barrier(false).await?;
                 let s = self.shared.read_state();
                 let empty = Default::default();
-                let c = s.bench.get(&client).unwrap_or(&empty);
+                let c = s.bench().get(&client).unwrap_or(&empty);
                 Ok(ClientResponse::BenchChecked {
                     applied: c.recorded.len() as u64,
                     missing: acked
@@ -635,14 +635,14 @@ impl Master {
                 {
                     Outcome::Rejected(why) => Err(ErrorReply::new(ErrorKind::Invalid, why)),
                     _ => Ok(ClientResponse::PriorityConfig(
-                        self.shared.read_state().priority.clone(),
+                        self.shared.read_state().priority().clone(),
                     )),
                 }
             }
             ClientRequest::PriorityConfig { stale } => {
                 self.read_barrier(stale).await?;
                 Ok(ClientResponse::PriorityConfig(
-                    self.shared.read_state().priority.clone(),
+                    self.shared.read_state().priority().clone(),
                 ))
             }
             ClientRequest::DryRun { spec } => {
@@ -703,7 +703,7 @@ impl Master {
                 }))
             }
             ClientRequest::CancelTask { request, task } => {
-                if !self.shared.read_state().tasks.contains_key(&task) {
+                if !self.shared.read_state().tasks().contains_key(&task) {
                     return Err(not_found(format!("no such task: {task}")));
                 }
                 match self
@@ -785,7 +785,7 @@ impl Master {
         match self.propose(cmd, Some(request)).await? {
             Outcome::DrainChanged { node } => {
                 let s = self.shared.read_state();
-                s.nodes
+                s.nodes()
                     .get(&node)
                     .map(|n| ClientResponse::Node(s.node_info(n)))
                     .ok_or_else(|| not_found(format!("no such node: {id}")))
@@ -802,7 +802,7 @@ impl Master {
         spec: hetsched_common::JobSpec,
     ) -> Result<Vec<hetsched_common::protocol::DryRunTask>, ErrorReply> {
         let mut copy = self.shared.read_state().clone();
-        let index = copy.last_index + 1;
+        let index = copy.last_index() + 1;
         let tasks = match copy.apply(
             index,
             CommandEnvelope {
@@ -825,7 +825,7 @@ impl Master {
         let plan = sched.plan(&copy);
         Ok(tasks
             .iter()
-            .filter_map(|t| copy.tasks.get(t))
+            .filter_map(|t| copy.tasks().get(t))
             .map(|t| hetsched_common::protocol::DryRunTask {
                 index: t.index,
                 priority: t.priority,
@@ -857,7 +857,7 @@ impl Master {
             Err(p) => p.into_inner(),
         };
         match *cache {
-            Some(d) if d.index == s.last_index => d,
+            Some(d) if d.index == s.last_index() => d,
             _ => {
                 let d = StateDigest::of(s);
                 *cache = Some(d);
@@ -882,15 +882,15 @@ impl Master {
                 Role::PreCandidate => "pre-candidate",
             }
             .to_string(),
-            applied_index: s.last_index,
+            applied_index: s.last_index(),
             state_hash: format!("{:016x}", digest.hash),
             stale: stale || st.role != Role::Leader,
             nodes: s.node_counts(),
-            jobs: s.jobs.len() as u64,
+            jobs: s.jobs().len() as u64,
             tasks: s.task_counts(),
             queues: s.queue_counts(),
             cpu_config: s
-                .cpu_history
+                .cpu_history()
                 .iter()
                 .map(|(class, milli)| (class.as_str().to_string(), *milli as f64 / 1000.0))
                 .collect(),
@@ -1139,7 +1139,7 @@ impl Master {
     fn task_is_final(&self, task: hetsched_common::TaskId) -> bool {
         self.shared
             .read_state()
-            .tasks
+            .tasks()
             .get(&task)
             .is_none_or(|t| t.status.state.is_final())
     }
@@ -1149,7 +1149,9 @@ impl Master {
 /// state it ended in and its reason (CONTRACT.md, "Task states and reasons"). Ends the
 /// leader decides itself (cancel, timeout) are counted in the duties.
 fn task_outcome_metric(s: &ClusterState, task: hetsched_common::TaskId, attempt: u32) {
-    let Some(t) = s.tasks.get(&task) else { return };
+    let Some(t) = s.tasks().get(&task) else {
+        return;
+    };
     if t.status.attempt != attempt || !t.status.state.is_final() {
         return;
     }

@@ -18,7 +18,7 @@ pub fn locate(
     s: &ClusterState,
     task: TaskId,
 ) -> Result<(hetsched_common::NodeId, String, u32), ErrorReply> {
-    let t = s.tasks.get(&task).ok_or_else(|| {
+    let t = s.tasks().get(&task).ok_or_else(|| {
         let why = if s.task_was_collected(task) {
             format!("{task} was collected (finished jobs are kept for --job-gc-after)")
         } else {
@@ -33,7 +33,7 @@ pub fn locate(
         )
     })?;
     let addr = s
-        .nodes
+        .nodes()
         .get(&node)
         .map(|n| n.addr.clone())
         .ok_or_else(|| ErrorReply::new(ErrorKind::Internal, format!("unknown {node}")))?;
@@ -79,17 +79,21 @@ pub async fn fetch_calls(
 pub fn profiles_info(s: &ClusterState) -> ProfilesInfo {
     ProfilesInfo {
         nodes: s
-            .profiles
+            .profiles()
             .iter()
             .map(|(id, p)| NodeProfileInfo {
                 node: *id,
-                name: s.nodes.get(id).map(|n| n.name.clone()).unwrap_or_default(),
+                name: s
+                    .nodes()
+                    .get(id)
+                    .map(|n| n.name.clone())
+                    .unwrap_or_default(),
                 engines: p.engines.clone(),
                 table: p.table.clone(),
             })
             .collect(),
         relations: s
-            .relations
+            .relations()
             .iter()
             .map(|(k, r)| RelationInfo {
                 kind: k.to_string(),

@@ -54,7 +54,7 @@ impl StateMachine for Replicated {
             Err(e) => {
                 tracing::error!(index, error = %e, "undecodable log entry");
                 if let Ok(mut s) = self.state.write() {
-                    s.last_index = index;
+                    s.skip_undecodable(index);
                 }
                 Outcome::Rejected(e)
             }

@@ -39,7 +39,7 @@ pub(super) fn set_cpus_effect(
     view: &ClusterState,
     fx: &mut Vec<Effect>,
 ) {
-    let Some(n) = view.nodes.get(&attempt.node) else {
+    let Some(n) = view.nodes().get(&attempt.node) else {
         return;
     };
     if let Some(run) = l.searches.get_mut(&(attempt.task, attempt.attempt)) {
@@ -70,7 +70,7 @@ impl DutiesCore {
         };
         // Searches of attempts that no longer run are over.
         l.searches.retain(|(task, attempt), _| {
-            view.tasks.get(task).is_some_and(|t| {
+            view.tasks().get(task).is_some_and(|t| {
                 t.status.attempt == *attempt
                     && matches!(t.status.state, TaskState::Assigned | TaskState::Running)
             })
@@ -98,7 +98,7 @@ fn step_search(
     fx: &mut Vec<Effect>,
 ) {
     let (task, attempt) = (s.task, s.attempt);
-    let Some(t) = view.tasks.get(&task) else {
+    let Some(t) = view.tasks().get(&task) else {
         return;
     };
     if t.status.attempt != attempt
@@ -108,7 +108,7 @@ fn step_search(
     {
         return;
     }
-    let Some(spec) = view.jobs.get(&t.job).and_then(|j| j.spec.cpu_search) else {
+    let Some(spec) = view.jobs().get(&t.job).and_then(|j| j.spec.cpu_search) else {
         return;
     };
     let Some(committed) = view.task_cpu_milli(task) else {
@@ -124,10 +124,10 @@ fn step_search(
         if t.cpu_search != Some(CpuSearchPhase::Probing) {
             return;
         }
-        let free = view.nodes.get(&node).map_or(0, |n| n.free.cpu_milli);
+        let free = view.nodes().get(&node).map_or(0, |n| n.free.cpu_milli);
         let max = ((free + committed) / 1000) as u32;
         let base = view
-            .cpu_history
+            .cpu_history()
             .get(&spec.class)
             .copied()
             .unwrap_or(committed);

@@ -444,7 +444,7 @@ impl DutiesCore {
         match &self.role {
             Role::Follower => HeartbeatVerdict::NotLeader,
             Role::CatchingUp { .. } => HeartbeatVerdict::CatchingUp,
-            Role::Leading(_) if view.nodes.contains_key(&node) => HeartbeatVerdict::Accept,
+            Role::Leading(_) if view.nodes().contains_key(&node) => HeartbeatVerdict::Accept,
             Role::Leading(_) => HeartbeatVerdict::UnknownNode,
         }
     }
@@ -565,7 +565,7 @@ impl DutiesCore {
         // Every assignment the log says is not yet started may not have reached its slave:
         // send it again (slaves acknowledge duplicates without running twice).
         let undelivered = view
-            .tasks
+            .tasks()
             .values()
             .filter(|t| t.status.state == TaskState::Assigned)
             .filter_map(|t| {
@@ -695,7 +695,7 @@ impl DutiesCore {
         let Some(pick) = crate::sched::steal::pick_victim(view, thief, &busy) else {
             return;
         };
-        let Some(victim) = view.nodes.get(&pick.from) else {
+        let Some(victim) = view.nodes().get(&pick.from) else {
             return;
         };
         l.steals.insert(
@@ -831,7 +831,7 @@ impl DutiesCore {
         let Role::Leading(l) = &mut self.role else {
             return;
         };
-        for n in view.nodes.values().filter(|n| n.is_up()) {
+        for n in view.nodes().values().filter(|n| n.is_up()) {
             let since = l.last_seen.get(&n.id).copied().unwrap_or(0).max(l.since);
             if now.mono_ms.saturating_sub(since) > self.cfg.node_timeout_ms
                 && l.transitions.insert((n.id, false))
@@ -851,7 +851,7 @@ impl DutiesCore {
         let Role::Leading(l) = &mut self.role else {
             return;
         };
-        if l.plan != PlanSlot::Idle || view.pending.is_empty() || !l.sched_dirty {
+        if l.plan != PlanSlot::Idle || view.pending().is_empty() || !l.sched_dirty {
             return;
         }
         // The leader's clock goes in: tasks waiting out a retry back-off stay queued.
@@ -889,7 +889,7 @@ impl DutiesCore {
                 }
                 _ => continue,
             }
-            let Some(t) = view.tasks.get(&task) else {
+            let Some(t) = view.tasks().get(&task) else {
                 gone.push((task, attempt));
                 continue;
             };
@@ -898,7 +898,8 @@ impl DutiesCore {
                 gone.push((task, attempt));
                 continue;
             }
-            let (Some(job), Some(node)) = (view.jobs.get(&t.job), view.nodes.get(&d.node)) else {
+            let (Some(job), Some(node)) = (view.jobs().get(&t.job), view.nodes().get(&d.node))
+            else {
                 gone.push((task, attempt));
                 continue;
             };
@@ -946,7 +947,7 @@ impl DutiesCore {
         let Role::Leading(l) = &mut self.role else {
             return;
         };
-        let Some(n) = view.nodes.get(&node) else {
+        let Some(n) = view.nodes().get(&node) else {
             return;
         };
         l.last_seen.insert(node, now.mono_ms);
@@ -960,7 +961,7 @@ impl DutiesCore {
         let held_keys: BTreeSet<(TaskId, Attempt)> =
             held.iter().map(|h| (h.task, h.attempt)).collect();
         for h in held {
-            let current = view.tasks.get(&h.task).is_some_and(|t| {
+            let current = view.tasks().get(&h.task).is_some_and(|t| {
                 t.status.node == Some(node)
                     && t.status.attempt == h.attempt
                     && !t.status.state.is_final()
@@ -976,7 +977,7 @@ impl DutiesCore {
             }
         }
         for tid in n.tasks.iter().chain(n.queued.iter()) {
-            let Some(t) = view.tasks.get(tid) else {
+            let Some(t) = view.tasks().get(tid) else {
                 continue;
             };
             let key = (t.id, t.status.attempt);
@@ -1126,7 +1127,7 @@ fn stop_effects(
     fx: &mut Vec<Effect>,
 ) {
     for r in stops {
-        if let Some(n) = view.nodes.get(&r.node) {
+        if let Some(n) = view.nodes().get(&r.node) {
             fx.push(Effect::Stop {
                 node: r.node,
                 addr: n.addr.clone(),

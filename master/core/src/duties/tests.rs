@@ -309,11 +309,11 @@ fn a_silent_node_is_declared_down_and_its_tasks_are_requeued_elsewhere() {
     // Once applied, the lost attempts are pending again; b has room after its own finish.
     let fx = h.commit(&fx);
     for t in &on_a {
-        assert_eq!(h.state.tasks[t].status.state, TaskState::Pending);
-        assert_eq!(h.state.tasks[t].status.attempt, 1);
+        assert_eq!(h.state.tasks()[t].status.state, TaskState::Pending);
+        assert_eq!(h.state.tasks()[t].status.attempt, 1);
     }
     assert_eq!(plan_of(&fx), None, "b is full: nothing fits yet");
-    let b_task = *h.state.nodes[&b].tasks.iter().next().expect("b has work");
+    let b_task = *h.state.nodes()[&b].tasks.iter().next().expect("b has work");
     let (_, fx) = h.apply(Command::TaskFinished {
         node: b,
         task: b_task,
@@ -573,8 +573,8 @@ fn finished_jobs_are_collected_after_the_retention() {
     h.heartbeat(a, vec![]);
     assert!(proposals(&h.on(DutyEvent::Tick)).is_empty());
     h.commit(&fx);
-    assert!(h.state.jobs.is_empty());
-    assert!(h.state.tasks.is_empty());
+    assert!(h.state.jobs().is_empty());
+    assert!(h.state.tasks().is_empty());
     assert!(h.state.job_was_collected(hetsched_common::JobId(1)));
 }
 
@@ -601,7 +601,7 @@ fn job_gc_can_be_switched_off() {
         h.heartbeat(a, vec![]);
         assert!(proposals(&h.on(DutyEvent::Tick)).is_empty());
     }
-    assert_eq!(h.state.jobs.len(), 1);
+    assert_eq!(h.state.jobs().len(), 1);
 }
 
 #[test]
@@ -678,7 +678,7 @@ fn a_drain_deadline_requeues_and_stops_what_still_runs() {
     let (_, fx) = h.submit(1, 1);
     h.commit(&fx);
     let task = TaskId(1);
-    assert_eq!(h.state.tasks[&task].status.node, Some(a));
+    assert_eq!(h.state.tasks()[&task].status.node, Some(a));
     let deadline = WALL0 + h.mono + 2_000;
     h.apply(Command::DrainNode {
         node: a,
@@ -771,7 +771,7 @@ fn ten_thousand_tasks_cost_at_most_half_a_log_entry_each() {
         assert!(rounds < 1_000, "placement does not converge");
     }
     let placed_entries = h.index - first_entry;
-    assert!(h.state.pending.is_empty(), "every task placed");
+    assert!(h.state.pending().is_empty(), "every task placed");
     assert_eq!(
         dispatched_tasks, TASKS as usize,
         "every assignment dispatched once"
@@ -790,10 +790,10 @@ fn ten_thousand_tasks_cost_at_most_half_a_log_entry_each() {
     // Each slave reports its tasks started and finished together, 2,048 tasks a message.
     // A stale report (an attempt the log never gave) rides along and changes nothing.
     for n in &nodes {
-        let tasks: Vec<(TaskId, Attempt)> = h.state.nodes[n]
+        let tasks: Vec<(TaskId, Attempt)> = h.state.nodes()[n]
             .tasks
             .iter()
-            .map(|t| (*t, h.state.tasks[t].status.attempt))
+            .map(|t| (*t, h.state.tasks()[t].status.attempt))
             .collect();
         for chunk in tasks.chunks(2048) {
             let mut reports = vec![TaskReport::Finished {
@@ -883,7 +883,7 @@ fn the_cpu_search_steps_from_samples_and_records_the_best_count() {
     };
     let task = tasks[0];
     h.commit(&fx);
-    assert_eq!(h.state.tasks[&task].status.node, Some(node));
+    assert_eq!(h.state.tasks()[&task].status.node, Some(node));
     h.apply(Command::TaskStarted {
         node,
         task,
@@ -893,7 +893,7 @@ fn the_cpu_search_steps_from_samples_and_records_the_best_count() {
     let mut slave_cpus = 4000u64;
     let mut applied = vec![slave_cpus];
     for _ in 0..200 {
-        if h.state.tasks[&task].cpu_search == Some(crate::state::CpuSearchPhase::Done)
+        if h.state.tasks()[&task].cpu_search == Some(crate::state::CpuSearchPhase::Done)
             && slave_cpus == h.state.task_cpu_milli(task).unwrap_or(0)
         {
             break;
@@ -925,11 +925,11 @@ fn the_cpu_search_steps_from_samples_and_records_the_best_count() {
     assert_eq!(applied, vec![4000, 3000, 2000, 1000, 2000]);
     assert_eq!(h.state.task_cpu_milli(task), Some(2000));
     assert_eq!(
-        h.state.cpu_history[&hetsched_common::TaskClass::Speech],
+        h.state.cpu_history()[&hetsched_common::TaskClass::Speech],
         2000
     );
     // 8 − 2 CPUs free on the node.
-    assert_eq!(h.state.nodes[&node].free.cpu_milli, 6000);
+    assert_eq!(h.state.nodes()[&node].free.cpu_milli, 6000);
 }
 
 #[test]
@@ -953,7 +953,7 @@ fn a_steal_is_released_by_the_victim_then_committed_with_the_next_attempt() {
         "one runs on the only core, two queue: {plan:?}"
     );
     h.commit(&fx);
-    let ids: Vec<TaskId> = h.state.nodes[&a].queued.clone();
+    let ids: Vec<TaskId> = h.state.nodes()[&a].queued.clone();
     assert_eq!(ids.len(), 2);
     let b = h.register(2, 1);
     let held = |tasks: &[TaskId]| -> Vec<HeldTask> {
@@ -1007,7 +1007,7 @@ fn a_steal_is_released_by_the_victim_then_committed_with_the_next_attempt() {
     );
     let fx = h.commit(&fx);
     assert_eq!(dispatched(&fx), vec![(b, want, 2)]);
-    assert_eq!(h.state.tasks[&want].status.node, Some(b));
+    assert_eq!(h.state.tasks()[&want].status.node, Some(b));
 
     // A refused release (it had started) changes nothing.
     let c = h.register(3, 1);
@@ -1021,5 +1021,5 @@ fn a_steal_is_released_by_the_victim_then_committed_with_the_next_attempt() {
         released: false,
     });
     assert!(proposals(&fx).is_empty());
-    assert_eq!(h.state.tasks[&ids[0]].status.node, Some(a));
+    assert_eq!(h.state.tasks()[&ids[0]].status.node, Some(a));
 }

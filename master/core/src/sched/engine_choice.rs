@@ -92,7 +92,7 @@ impl EngineLoad {
     /// queued or running there with an engine chosen.
     pub fn of(view: &ClusterState) -> Self {
         let mut load = Self::default();
-        for n in view.nodes.values().filter(|n| n.takes_work()) {
+        for n in view.nodes().values().filter(|n| n.takes_work()) {
             for k in EngineKind::ALL {
                 let c = engine_count(&n.capacity, k);
                 if c > 0 {
@@ -100,7 +100,7 @@ impl EngineLoad {
                 }
             }
             for tid in n.tasks.iter().chain(n.queued.iter()) {
-                if let Some(k) = view.tasks.get(tid).and_then(|t| t.engine) {
+                if let Some(k) = view.tasks().get(tid).and_then(|t| t.engine) {
                     load.add(n.id, k);
                 }
             }

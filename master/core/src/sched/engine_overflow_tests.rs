@@ -157,7 +157,13 @@ fn run(gpu_slaves: u64, npu_slaves: u64) -> (u64, Vec<EngineKind>) {
         }
     }
     // The relation the master built: GPU fastest, NPU second.
-    let rel = sim.s.relations.values().next().expect("a relation").clone();
+    let rel = sim
+        .s
+        .relations()
+        .values()
+        .next()
+        .expect("a relation")
+        .clone();
     assert_eq!(
         rel.iter().map(|e| e.engine).collect::<Vec<_>>(),
         if npu_slaves > 0 {
@@ -179,7 +185,7 @@ fn run(gpu_slaves: u64, npu_slaves: u64) -> (u64, Vec<EngineKind>) {
                 panic!("{o:?}")
             };
             for r in accepted {
-                let kind = sim.s.tasks[&r.task].engine.expect("an engine chosen");
+                let kind = sim.s.tasks()[&r.task].engine.expect("an engine chosen");
                 ran_on.insert(r.task, kind);
                 sim.apply(Command::TaskStarted {
                     node: r.node,
@@ -210,7 +216,7 @@ fn run(gpu_slaves: u64, npu_slaves: u64) -> (u64, Vec<EngineKind>) {
         }
     }
     for t in &tasks {
-        assert_eq!(sim.s.tasks[t].status.state, TaskState::Succeeded, "{t}");
+        assert_eq!(sim.s.tasks()[t].status.state, TaskState::Succeeded, "{t}");
     }
     (sim.now_ms - 1, tasks.iter().map(|t| ran_on[t]).collect())
 }

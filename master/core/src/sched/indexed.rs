@@ -75,7 +75,7 @@ pub struct IndexedScheduler {
 /// Feasibility by partition: the up nodes serving each partition, as a locality
 /// constraint for the index; `None` where every up node serves it (no constraint).
 fn partition_candidates(view: &ClusterState) -> BTreeMap<String, Option<Candidates>> {
-    let up: Vec<&crate::state::Node> = view.nodes.values().filter(|n| n.takes_work()).collect();
+    let up: Vec<&crate::state::Node> = view.nodes().values().filter(|n| n.takes_work()).collect();
     let mut names: BTreeSet<&str> = BTreeSet::from(["default"]);
     for n in &up {
         names.extend(n.partitions.iter().map(String::as_str));
@@ -177,7 +177,7 @@ impl IndexedScheduler {
         let len = |n: &crate::state::Node| {
             n.queued.len() + queued_now.get(&n.id).copied().unwrap_or(0) as usize
         };
-        view.nodes
+        view.nodes()
             .values()
             .filter(|n| among.is_none_or(|a| a.contains(&n.id)))
             .filter(|n| n.takes_work() && allowed(n.id) && n.capacity.fits(req) && len(n) < depth)
@@ -199,7 +199,7 @@ impl IndexedScheduler {
     fn observe_reserve(&mut self, view: &ClusterState) {
         let Some(pools) = &mut self.pools else { return };
         let from = TaskId(self.pool_seen.0.saturating_add(1));
-        for (id, t) in view.tasks.range(from..) {
+        for (id, t) in view.tasks().range(from..) {
             if let Some(req) = view.job_resources(t.job) {
                 pools.observe(req);
             }
@@ -218,8 +218,8 @@ impl IndexedScheduler {
         taken: &BTreeSet<TaskId>,
     ) -> Option<Preemption> {
         let pools = self.pools.as_ref()?;
-        let priority = view.tasks.get(&task)?.priority;
-        for n in view.nodes.values() {
+        let priority = view.tasks().get(&task)?.priority;
+        for n in view.nodes().values() {
             if !n.takes_work() || n.capacity.gpus.is_empty() || self.reserved.contains(&n.id) {
                 continue;
             }
@@ -243,7 +243,7 @@ impl IndexedScheduler {
                 .tasks
                 .iter()
                 .filter_map(|id| {
-                    let t = view.tasks.get(id)?;
+                    let t = view.tasks().get(id)?;
                     let r = view.job_resources(t.job)?;
                     r.gpu.is_none().then_some((*id, r, t))
                 })
@@ -288,10 +288,10 @@ impl IndexedScheduler {
     /// take them first and set off another round of preemption.
     fn sync_reservations(&mut self, view: &ClusterState) {
         let desired: BTreeMap<NodeId, (TaskId, &hetsched_common::ResourceRequest)> = view
-            .awaiting
+            .awaiting()
             .iter()
             .filter_map(|(task, (node, _))| {
-                let t = view.tasks.get(task)?;
+                let t = view.tasks().get(task)?;
                 if t.status.state != hetsched_common::TaskState::Pending {
                     return None;
                 }
@@ -349,7 +349,7 @@ impl IndexedScheduler {
     }
 
     fn sync(&mut self, view: &ClusterState, node: NodeId) {
-        match view.nodes.get(&node) {
+        match view.nodes().get(&node) {
             // Draining nodes leave the index: they take no new tasks.
             Some(n) if n.takes_work() => {
                 self.index.upsert_node(node, &n.free);
@@ -370,7 +370,7 @@ impl IndexedScheduler {
     fn observe_arrivals(&mut self, view: &ClusterState) {
         let Some(frag) = &mut self.frag else { return };
         let from = TaskId(self.seen.0.saturating_add(1));
-        for (id, t) in view.tasks.range(from..) {
+        for (id, t) in view.tasks().range(from..) {
             if let Some(req) = view.job_resources(t.job) {
                 frag.observe(req);
             }
@@ -402,7 +402,7 @@ impl IndexedScheduler {
 
 impl Scheduler for IndexedScheduler {
     fn plan(&mut self, view: &ClusterState) -> Plan {
-        self.plan_at(view, view.last_ms)
+        self.plan_at(view, view.last_ms())
     }
 
     fn plan_at(&mut self, view: &ClusterState, now_ms: u64) -> Plan {
@@ -442,7 +442,7 @@ impl Scheduler for IndexedScheduler {
             if plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 break;
             }
-            let Some(t) = view.tasks.get(&task) else {
+            let Some(t) = view.tasks().get(&task) else {
                 continue;
             };
             if t.not_before_ms.is_some_and(|nb| nb > now_ms) {
@@ -451,7 +451,7 @@ impl Scheduler for IndexedScheduler {
             if stuck.contains(&(t.job, t.priority)) {
                 continue;
             }
-            let Some(job) = view.jobs.get(&t.job) else {
+            let Some(job) = view.jobs().get(&t.job) else {
                 continue;
             };
             let req = &job.spec.resources;
@@ -494,7 +494,7 @@ impl Scheduler for IndexedScheduler {
                 job.spec
                     .program
                     .as_ref()
-                    .and_then(|p| view.relations.get(&p.kind()))
+                    .and_then(|p| view.relations().get(&p.kind()))
                     .map(Vec::as_slice)
                     .filter(|r| !r.is_empty())
             });
@@ -594,7 +594,7 @@ impl Scheduler for IndexedScheduler {
             }
             if is_gpu
                 && pooled.is_some()
-                && !view.awaiting.contains_key(&task)
+                && !view.awaiting().contains_key(&task)
                 && plan.preempt.len() < self.preemption.max_per_plan
             {
                 // Take-back within its own GPU pool (where it has first claim).
@@ -657,27 +657,31 @@ impl Scheduler for IndexedScheduler {
             l.rebuild(view);
         }
         self.index.rebuild(
-            view.nodes
+            view.nodes()
                 .values()
                 .filter(|n| n.takes_work())
                 .map(|n| (n.id, n.free.clone())),
         );
         if let Some(f) = &mut self.frag {
             f.clear();
-            for n in view.nodes.values() {
+            for n in view.nodes().values() {
                 f.note_node(n.id, n.takes_work().then_some(&n.free));
             }
             // Relearn the mix from the most recent submissions.
             self.seen = TaskId(0);
             let recent: Vec<TaskId> = view
-                .tasks
+                .tasks()
                 .keys()
                 .rev()
                 .take(FragPlacer::WINDOW_ON_RESET)
                 .copied()
                 .collect();
             for id in recent.into_iter().rev() {
-                if let Some(req) = view.tasks.get(&id).and_then(|t| view.job_resources(t.job)) {
+                if let Some(req) = view
+                    .tasks()
+                    .get(&id)
+                    .and_then(|t| view.job_resources(t.job))
+                {
                     f.observe(req);
                 }
                 self.seen = id;
@@ -817,7 +821,7 @@ mod tests {
         assert_eq!(plan.assignments[0].node, plan.assignments[1].node);
         l.apply(&mut sched, Command::ApplyPlan(plan));
         let used: Vec<u32> =
-            l.s.nodes
+            l.s.nodes()
                 .values()
                 .flat_map(|n| n.free.gpus.iter().map(|g| g.free_milli))
                 .collect();

@@ -36,7 +36,7 @@ impl NodeLoad {
         let mut users: Vec<(String, Usage)> = Vec::new();
         let mut gpu_task_cpu_milli = 0u64;
         for t in &n.tasks {
-            let Some(job) = view.tasks.get(t).and_then(|t| view.jobs.get(&t.job)) else {
+            let Some(job) = view.tasks().get(t).and_then(|t| view.jobs().get(&t.job)) else {
                 continue;
             };
             let req = &job.spec.resources;
@@ -92,7 +92,7 @@ impl Loads {
     /// Re-reads every node.
     pub fn rebuild(&mut self, view: &ClusterState) {
         *self = Self::default();
-        for n in view.nodes.values() {
+        for n in view.nodes().values() {
             self.add(n.id, NodeLoad::of(view, n));
         }
         for pool in [GpuPool::Single, GpuPool::Multi] {
@@ -103,7 +103,7 @@ impl Loads {
     /// Re-reads `node` (gone from `view`: its contribution is dropped).
     pub fn sync(&mut self, view: &ClusterState, node: NodeId) {
         let old_pool = self.remove(node);
-        let new_pool = view.nodes.get(&node).and_then(|n| {
+        let new_pool = view.nodes().get(&node).and_then(|n| {
             let load = NodeLoad::of(view, n);
             let pool = load.pool;
             self.add(node, load);

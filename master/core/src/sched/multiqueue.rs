@@ -123,9 +123,9 @@ pub fn drf_order(
 /// What each user's assigned and running tasks hold now.
 pub fn user_usage(view: &ClusterState) -> BTreeMap<String, Usage> {
     let mut out: BTreeMap<String, Usage> = BTreeMap::new();
-    for n in view.nodes.values() {
+    for n in view.nodes().values() {
         for t in &n.tasks {
-            let Some(job) = view.tasks.get(t).and_then(|t| view.jobs.get(&t.job)) else {
+            let Some(job) = view.tasks().get(t).and_then(|t| view.jobs().get(&t.job)) else {
                 continue;
             };
             out.entry(job.spec.user.clone())
@@ -139,7 +139,7 @@ pub fn user_usage(view: &ClusterState) -> BTreeMap<String, Usage> {
 /// The capacity of the nodes taking work.
 pub fn cluster_capacity(view: &ClusterState) -> Usage {
     let mut c = Usage::default();
-    for n in view.nodes.values().filter(|n| n.takes_work()) {
+    for n in view.nodes().values().filter(|n| n.takes_work()) {
         c.add(&Usage {
             cpu_milli: n.capacity.cpu_milli,
             mem_mib: n.capacity.mem_mib,
@@ -212,11 +212,11 @@ pub fn ordered_with(
     }
     // (priority, queue rank, taken back first) → entries in submission order.
     let mut groups: BTreeMap<(Reverse<i64>, u8, bool), Vec<DrfEntry>> = BTreeMap::new();
-    for id in &view.pending {
-        let Some(t) = view.tasks.get(id) else {
+    for id in view.pending() {
+        let Some(t) = view.tasks().get(id) else {
             continue;
         };
-        let Some(job) = view.jobs.get(&t.job) else {
+        let Some(job) = view.jobs().get(&t.job) else {
             continue;
         };
         let req = &job.spec.resources;

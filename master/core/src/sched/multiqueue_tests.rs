@@ -195,7 +195,7 @@ fn pipeline() -> IndexedScheduler {
 }
 
 fn state_of(l: &Log, task: u64) -> TaskState {
-    l.s.tasks[&TaskId(task)].status.state
+    l.s.tasks()[&TaskId(task)].status.state
 }
 
 #[test]
@@ -242,7 +242,7 @@ fn cpu_tasks_borrow_the_reserve_and_a_gpu_task_takes_it_back_to_the_head_of_the_
         "newest borrowers first, just enough CPUs"
     );
     for v in &victims {
-        let t = &l.s.tasks[&TaskId(*v)];
+        let t = &l.s.tasks()[&TaskId(*v)];
         assert_eq!(t.status.state, TaskState::Pending);
         assert_eq!(t.status.reason, Some(TaskReason::Preempted));
     }
@@ -268,7 +268,7 @@ fn without_pools_cpu_tasks_take_every_core() {
     l.apply(&mut sched, submit(1, 1, 3));
     l.apply(&mut sched, submit(8, 1, 0));
     assert_eq!(l.round(&mut sched).assignments.len(), 8);
-    assert_eq!(l.s.nodes[&NodeId(1)].free.cpu_milli, 0);
+    assert_eq!(l.s.nodes()[&NodeId(1)].free.cpu_milli, 0);
 }
 
 fn gpu_node_keyed(key: u64, cpus: u64, gpus: usize, pool: Option<&str>) -> Command {
@@ -305,12 +305,12 @@ fn gpu_pools_lend_only_when_the_other_queue_is_empty() {
     l.apply(&mut sched, gpu_node_keyed(1, 16, 4, None));
     l.apply(&mut sched, gpu_node_keyed(2, 32, 8, None));
     l.apply(&mut sched, gpu_node_keyed(3, 16, 4, Some("multi")));
-    let pool = |l: &Log, n: u64| l.s.nodes[&NodeId(n)].gpu_pool();
+    let pool = |l: &Log, n: u64| l.s.nodes()[&NodeId(n)].gpu_pool();
     assert_eq!(pool(&l, 1), Some(GpuPool::Single));
     assert_eq!(pool(&l, 2), Some(GpuPool::Multi));
     assert_eq!(pool(&l, 3), Some(GpuPool::Multi));
     assert_eq!(
-        l.s.node_info(&l.s.nodes[&NodeId(3)]).gpu_pool.as_deref(),
+        l.s.node_info(&l.s.nodes()[&NodeId(3)]).gpu_pool.as_deref(),
         Some("multi")
     );
     // Four one-GPU tasks fill the single pool's node, not the multi pool's.
@@ -342,9 +342,9 @@ fn gpu_pools_lend_only_when_the_other_queue_is_empty() {
     assert_eq!(a.task, TaskId(6));
     assert_eq!(pool(&l, a.node.0), Some(GpuPool::Multi));
     assert!(a.borrowed);
-    assert!(l.s.tasks[&TaskId(6)].borrowed);
-    assert!(l.s.task_info(&l.s.tasks[&TaskId(6)]).borrowed);
-    assert!(!l.s.task_info(&l.s.tasks[&TaskId(1)]).borrowed);
+    assert!(l.s.tasks()[&TaskId(6)].borrowed);
+    assert!(l.s.task_info(&l.s.tasks()[&TaskId(6)]).borrowed);
+    assert!(!l.s.task_info(&l.s.tasks()[&TaskId(1)]).borrowed);
     // The other way round. Two four-GPU tasks (7, 8) take the multi pool's room (node 2
     // has 3 GPUs left after them, node 3 none), and node 1's one-GPU tasks end.
     l.apply(&mut sched, submit(2, 4, 4)); // tasks 7, 8
@@ -404,7 +404,7 @@ fn a_gpu_task_borrows_cpu_pool_cpus_only_when_the_cpu_queue_is_empty() {
     let history = ReserveHistory::new(1000);
     let loads = Loads::of(&l.s);
     let mut index = PlacementIndex::new(IndexConfig::default());
-    index.upsert_node(NodeId(1), &l.s.nodes[&NodeId(1)].free);
+    index.upsert_node(NodeId(1), &l.s.nodes()[&NodeId(1)].free);
     let mut policy = PolicyKind::BestFit.build(0);
     let req =
         l.s.job_resources(hetsched_common::JobId(1))
@@ -468,7 +468,7 @@ fn cpu_borrowers_are_marked_borrowed_and_the_loads_stay_exact() {
             (6, true)
         ]
     );
-    assert!(l.s.tasks[&TaskId(5)].borrowed);
+    assert!(l.s.tasks()[&TaskId(5)].borrowed);
     // A GPU task takes the reserve back: victims stop, the GPU task runs, not borrowed.
     l.apply(&mut sched, submit(1, 3, 2)); // task 7
     l.round(&mut sched);

@@ -81,7 +81,7 @@ impl PoolPlan {
     pub fn new(view: &ClusterState, order: &[TaskId]) -> Self {
         let mut waiting = [0; 3];
         for t in order {
-            if let Some(req) = view.tasks.get(t).and_then(|t| view.job_resources(t.job)) {
+            if let Some(req) = view.tasks().get(t).and_then(|t| view.job_resources(t.job)) {
                 waiting[QueueKind::of(req) as usize] += 1;
             }
         }

@@ -45,13 +45,13 @@ pub fn plan_preemption(
     taken: &BTreeSet<TaskId>,
     cfg: &PreemptionConfig,
 ) -> Option<Preemption> {
-    let t = view.tasks.get(&preemptor)?;
-    if t.priority <= view.priority.base_priority {
+    let t = view.tasks().get(&preemptor)?;
+    if t.priority <= view.priority().base_priority {
         return None;
     }
     // Waiting for earlier victims to stop: no new preemption until they have.
-    if let Some((node, victims)) = view.awaiting.get(&preemptor) {
-        let still = view.nodes.get(node).is_some_and(|n| {
+    if let Some((node, victims)) = view.awaiting().get(&preemptor) {
+        let still = view.nodes().get(node).is_some_and(|n| {
             victims.iter().any(|v| {
                 n.stopping
                     .iter()
@@ -62,24 +62,24 @@ pub fn plan_preemption(
             return None;
         }
     }
-    let job = view.jobs.get(&t.job)?;
+    let job = view.jobs().get(&t.job)?;
     let req = &job.spec.resources;
     let partition = partition_of(&job.spec);
     let mut best: Option<(Score, Preemption)> = None;
     // One waiting preemptor per node: a node whose freed room is promised already is not
     // asked for more.
     let promised: BTreeSet<hetsched_common::NodeId> = view
-        .awaiting
+        .awaiting()
         .iter()
         .filter(|(t, _)| **t != preemptor)
         .filter(|(t, _)| {
-            view.tasks
+            view.tasks()
                 .get(t)
                 .is_some_and(|t| t.status.state == hetsched_common::TaskState::Pending)
         })
         .map(|(_, (n, _))| *n)
         .collect();
-    for node in view.nodes.values() {
+    for node in view.nodes().values() {
         if !node.takes_work()
             || !node.serves(partition)
             || promised.contains(&node.id)
@@ -121,7 +121,7 @@ fn victims_on(
     let mut eligible: Vec<(i64, TaskId)> = node
         .tasks
         .iter()
-        .filter_map(|id| view.tasks.get(id))
+        .filter_map(|id| view.tasks().get(id))
         .filter(|v| {
             v.priority < priority
                 && !v.protected
@@ -140,7 +140,7 @@ fn victims_on(
         if free.fits(req) {
             break;
         }
-        let v = view.tasks.get(&id)?;
+        let v = view.tasks().get(&id)?;
         let vreq = view.job_resources(v.job)?;
         free.give_back(vreq, &v.gpus, &node.capacity);
         top = top.max(prio);
@@ -268,7 +268,7 @@ quota = { cpus = 8 }
         }
 
         fn prio(&self, t: TaskId) -> i64 {
-            self.s.tasks[&t].priority
+            self.s.tasks()[&t].priority
         }
     }
 
@@ -329,7 +329,7 @@ quota = { cpus = 8 }
         assert!(!victims(&plan).contains(&mid[0]));
         // Applied: victims pending again, counted once, their resources held until stopped.
         for v in [lo[2], lo[1]] {
-            let t = &w.s.tasks[&v];
+            let t = &w.s.tasks()[&v];
             assert_eq!((t.status.state, t.preemptions), (TaskState::Pending, 1));
         }
         // Nothing more happens until the victims stop: no new preemption, no placement.
@@ -366,7 +366,7 @@ quota = { cpus = 8 }
         assert_eq!(plan.assignments[0].task, hi);
         assert!(plan.preempt.is_empty());
         // The node is never over-committed.
-        assert_eq!(w.s.nodes[&n].free.cpu_milli, 0);
+        assert_eq!(w.s.nodes()[&n].free.cpu_milli, 0);
         // The victims run again under attempt 2 once room returns, counted once.
         w.apply(Command::TaskFinished {
             node: n,
@@ -378,7 +378,7 @@ quota = { cpus = 8 }
         let plan = w.round();
         assert_eq!(plan.assignments.len(), 2);
         for v in [lo[1], lo[2]] {
-            let t = &w.s.tasks[&v];
+            let t = &w.s.tasks()[&v];
             assert_eq!((t.status.attempt, t.preemptions), (2, 1));
         }
     }
@@ -429,12 +429,12 @@ quota = { cpus = 8 }
         let plan = w.round();
         for p in &plan.preempt {
             assert_ne!(
-                w.s.tasks[&p.preemptor].status.state,
+                w.s.tasks()[&p.preemptor].status.state,
                 TaskState::Running,
                 "{plan:?}"
             );
             assert!(
-                w.s.jobs[&w.s.tasks[&p.preemptor].job]
+                w.s.jobs()[&w.s.tasks()[&p.preemptor].job]
                     .spec
                     .resources
                     .cpu_milli
@@ -445,7 +445,7 @@ quota = { cpus = 8 }
         assert!(plan
             .preempt
             .iter()
-            .all(|p| w.s.jobs[&w.s.tasks[&p.preemptor].job]
+            .all(|p| w.s.jobs()[&w.s.tasks()[&p.preemptor].job]
                 .spec
                 .resources
                 .cpu_milli
@@ -495,9 +495,9 @@ quota = { cpus = 8 }
                 reason: None,
             });
             w.round(); // lo placed again
-            assert_eq!(w.s.tasks[&lo].status.attempt, round + 1);
+            assert_eq!(w.s.tasks()[&lo].status.attempt, round + 1);
         }
-        assert_eq!(w.s.tasks[&lo].preemptions, 3);
+        assert_eq!(w.s.tasks()[&lo].preemptions, 3);
         w.submit("hi", 1, 1);
         assert!(w.round().preempt.is_empty(), "the cap holds");
     }
@@ -557,7 +557,7 @@ quota = { cpus = 8 }
             panic!("mid may protect its job");
         };
         w.round();
-        assert_eq!(w.s.tasks[&tasks[0]].status.node, Some(n));
+        assert_eq!(w.s.tasks()[&tasks[0]].status.node, Some(n));
         w.submit("hi", 1, 1);
         assert!(
             w.round().preempt.is_empty(),

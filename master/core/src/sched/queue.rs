@@ -9,11 +9,11 @@ use std::cmp::Reverse;
 /// Pending tasks in the order the scheduler considers them.
 pub fn queue_order(view: &ClusterState) -> Vec<TaskId> {
     let mut keyed: Vec<(Reverse<i64>, TaskId)> = view
-        .pending
+        .pending()
         .iter()
         .map(|t| {
             (
-                Reverse(view.tasks.get(t).map_or(i64::MIN, |t| t.priority)),
+                Reverse(view.tasks().get(t).map_or(i64::MIN, |t| t.priority)),
                 *t,
             )
         })

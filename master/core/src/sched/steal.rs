@@ -31,13 +31,13 @@ pub struct StealPick {
 
 /// Whether `thief` could run the queued `task` now.
 fn runnable_on(view: &ClusterState, thief: NodeId, task: TaskId) -> bool {
-    let Some(th) = view.nodes.get(&thief) else {
+    let Some(th) = view.nodes().get(&thief) else {
         return false;
     };
-    let Some(t) = view.tasks.get(&task) else {
+    let Some(t) = view.tasks().get(&task) else {
         return false;
     };
-    let Some(job) = view.jobs.get(&t.job) else {
+    let Some(job) = view.jobs().get(&t.job) else {
         return false;
     };
     let req = &job.spec.resources;
@@ -58,12 +58,12 @@ pub fn pick_victim(
     thief: NodeId,
     busy: &BTreeSet<TaskId>,
 ) -> Option<StealPick> {
-    let th = view.nodes.get(&thief)?;
+    let th = view.nodes().get(&thief)?;
     if !th.takes_work() || !th.queued.is_empty() {
         return None;
     }
     let mut victims: Vec<&crate::state::Node> = view
-        .nodes
+        .nodes()
         .values()
         .filter(|n| n.id != thief && n.is_up() && !n.queued.is_empty())
         .collect();
@@ -74,7 +74,7 @@ pub fn pick_victim(
             if busy.contains(&task) || !runnable_on(view, thief, task) {
                 continue;
             }
-            let Some(t) = view.tasks.get(&task) else {
+            let Some(t) = view.tasks().get(&task) else {
                 continue;
             };
             if t.status.node != Some(v.id) {
@@ -186,9 +186,9 @@ mod tests {
         l.place(&on_a, a, 1); // 1 runs, 3 queued
         let on_c = l.submit(2, &[]);
         l.place(&on_c, c, 1); // 1 runs, 1 queued
-        assert_eq!(l.s.nodes[&a].queued.len(), 3);
+        assert_eq!(l.s.nodes()[&a].queued.len(), 3);
         // Queued tasks hold none of the node's free resources.
-        assert_eq!(l.s.nodes[&a].free.cpu_milli, 0);
+        assert_eq!(l.s.nodes()[&a].free.cpu_milli, 0);
         let none = BTreeSet::new();
         let pick = pick_victim(&l.s, thief, &none).expect("a victim");
         assert_eq!(pick.from, a, "longest queue");
@@ -251,13 +251,13 @@ mod tests {
             }
             o => panic!("{o:?}"),
         }
-        assert!(l.s.nodes[&a].queued.is_empty());
-        assert_eq!(l.s.nodes[&thief].free.cpu_milli, 0);
+        assert!(l.s.nodes()[&a].queued.is_empty());
+        assert_eq!(l.s.nodes()[&thief].free.cpu_milli, 0);
         assert_eq!(
-            (l.s.nodes[&a].steals_out, l.s.nodes[&thief].steals_in),
+            (l.s.nodes()[&a].steals_out, l.s.nodes()[&thief].steals_in),
             (1, 1)
         );
-        let info = l.s.node_info(&l.s.nodes[&a]);
+        let info = l.s.node_info(&l.s.nodes()[&a]);
         assert_eq!((info.queued, info.steals_out), (0, 1));
         // The same move again is stale: fenced by the attempt.
         let again = l.apply(Command::StealTask {
@@ -285,7 +285,7 @@ mod tests {
         let a = l.register(1, 1);
         let t = l.submit(2, &[]);
         l.place(&t, a, 1);
-        assert_eq!(l.s.node_info(&l.s.nodes[&a]).queued, 1);
+        assert_eq!(l.s.node_info(&l.s.nodes()[&a]).queued, 1);
         l.apply(Command::TaskFinished {
             node: a,
             task: t[0],
@@ -293,7 +293,7 @@ mod tests {
             exit_code: 0,
             reason: None,
         });
-        let n = &l.s.nodes[&a];
+        let n = &l.s.nodes()[&a];
         assert!(n.queued.is_empty());
         assert!(n.tasks.contains(&t[1]));
         assert_eq!(n.free.cpu_milli, 0, "the promoted task holds the core");
@@ -304,7 +304,7 @@ mod tests {
             exit_code: 0,
             reason: None,
         });
-        assert_eq!(l.s.nodes[&a].free.cpu_milli, 1000);
+        assert_eq!(l.s.nodes()[&a].free.cpu_milli, 1000);
         // A queued plan beyond the depth is refused at apply.
         let more = l.submit(3, &[]);
         let o = l.apply(Command::ApplyPlan(Plan {

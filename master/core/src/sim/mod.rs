@@ -364,7 +364,7 @@ impl Driver {
                 });
                 let milli = self
                     .state
-                    .tasks
+                    .tasks()
                     .get(&r.task)
                     .map(|t| t.gpus.iter().map(|(_, m)| *m).sum())
                     .unwrap_or(0);
@@ -463,12 +463,12 @@ fn arrival_only(
                 allocated += *milli as u64;
             }
             placed += started.len() as u64;
-            if d.state.pending.contains(&id) {
+            if d.state.pending().contains(&id) {
                 failed += 1;
                 if first_failure.is_none() {
                     first_failure = Some((i as u64, 1.0 - share(allocated, total)));
                 }
-                if let Some(job) = d.state.tasks.get(&id).map(|t| t.job) {
+                if let Some(job) = d.state.tasks().get(&id).map(|t| t.job) {
                     d.apply(Command::CancelJob { job });
                 }
             }
@@ -596,7 +596,7 @@ fn timed(
                 continue;
             };
             let t = &tasks[i];
-            let attempt = d.state.tasks.get(&id).map_or(0, |t| t.status.attempt);
+            let attempt = d.state.tasks().get(&id).map_or(0, |t| t.status.attempt);
             allocated += milli as u64;
             running.insert(id, (node, milli, attempt));
             // A restart after preemption waited already: its first wait counts.

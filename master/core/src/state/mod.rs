@@ -390,15 +390,15 @@ pub struct NodeProfile {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {
     /// Nodes by id.
-    pub nodes: BTreeMap<NodeId, Node>,
+    nodes: BTreeMap<NodeId, Node>,
     /// Registration key → node id.
     node_keys: BTreeMap<u64, NodeId>,
     /// Jobs by id.
-    pub jobs: BTreeMap<JobId, Job>,
+    jobs: BTreeMap<JobId, Job>,
     /// Tasks by id.
-    pub tasks: BTreeMap<TaskId, Task>,
+    tasks: BTreeMap<TaskId, Task>,
     /// Pending tasks in queue order (lower id = submitted earlier).
-    pub pending: BTreeSet<TaskId>,
+    pending: BTreeSet<TaskId>,
     /// Outcomes of client requests already applied, so a retried request applies once;
     /// forgotten by `GcJobs` after the retry window.
     requests: BTreeMap<ClientRequestId, RecentRequest>,
@@ -413,36 +413,132 @@ pub struct ClusterState {
     #[serde(skip)]
     finished_jobs: BTreeSet<(u64, JobId)>,
     /// Benchmark counters per benchmark client.
-    pub bench: BTreeMap<u64, BenchCounter>,
+    bench: BTreeMap<u64, BenchCounter>,
     /// The S1 priority configuration in force.
     #[serde(default)]
-    pub priority: PriorityConfig,
+    priority: PriorityConfig,
     /// Preemptors waiting for their victims to stop: node and victims.
     #[serde(default)]
-    pub awaiting: BTreeMap<TaskId, (NodeId, Vec<TaskRef>)>,
+    awaiting: BTreeMap<TaskId, (NodeId, Vec<TaskRef>)>,
     next_job: u64,
     next_task: u64,
     next_node: u64,
     /// Engines and selection tables by node (S0.5).
     #[serde(default)]
-    pub profiles: BTreeMap<NodeId, NodeProfile>,
+    profiles: BTreeMap<NodeId, NodeProfile>,
     /// The task–engine relation (S0.1): per task kind of every program submitted, engines by
     /// total time ascending, built from all slaves' tables.
     #[serde(default)]
-    pub relations: BTreeMap<TaskKind, Vec<EngineTotal>>,
+    relations: BTreeMap<TaskKind, Vec<EngineTotal>>,
     /// S3.2 class history: each class's best CPU count as last recorded, millicores.
     #[serde(default)]
-    pub cpu_history: BTreeMap<hetsched_common::TaskClass, u64>,
+    cpu_history: BTreeMap<hetsched_common::TaskClass, u64>,
     /// Last applied log index.
-    pub last_index: u64,
+    last_index: u64,
     /// Leader's clock of the last applied command.
-    pub last_ms: u64,
+    last_ms: u64,
 }
 
 impl ClusterState {
     /// An empty cluster.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Records that the entry at `index` could not be decoded: it changes nothing but the
+    /// applied index, identically on every replica, so the log keeps moving.
+    pub fn skip_undecodable(&mut self, index: u64) {
+        self.last_index = index;
+    }
+
+    /// Test hook, only with the `forge` feature: the nodes, mutable, so that a checker's
+    /// tests can forge a state no log could produce. Product code changes state through
+    /// [`apply`](Self::apply) alone.
+    #[cfg(feature = "forge")]
+    pub fn forge_nodes_mut(&mut self) -> &mut BTreeMap<NodeId, Node> {
+        &mut self.nodes
+    }
+
+    /// Test hook, only with the `forge` feature: the tasks, mutable (see
+    /// [`forge_nodes_mut`](Self::forge_nodes_mut)).
+    #[cfg(feature = "forge")]
+    pub fn forge_tasks_mut(&mut self) -> &mut BTreeMap<TaskId, Task> {
+        &mut self.tasks
+    }
+
+    /// Nodes by id.
+    pub fn nodes(&self) -> &BTreeMap<NodeId, Node> {
+        &self.nodes
+    }
+
+    /// One node.
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(&id)
+    }
+
+    /// Jobs by id.
+    pub fn jobs(&self) -> &BTreeMap<JobId, Job> {
+        &self.jobs
+    }
+
+    /// One job.
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    /// Tasks by id.
+    pub fn tasks(&self) -> &BTreeMap<TaskId, Task> {
+        &self.tasks
+    }
+
+    /// One task.
+    pub fn task(&self, id: TaskId) -> Option<&Task> {
+        self.tasks.get(&id)
+    }
+
+    /// Pending tasks in queue order (lower id = submitted earlier).
+    pub fn pending(&self) -> &BTreeSet<TaskId> {
+        &self.pending
+    }
+
+    /// Benchmark counters per benchmark client.
+    pub fn bench(&self) -> &BTreeMap<u64, BenchCounter> {
+        &self.bench
+    }
+
+    /// The S1 priority configuration in force.
+    pub fn priority(&self) -> &PriorityConfig {
+        &self.priority
+    }
+
+    /// Preemptors waiting for their victims to stop: node and victims.
+    pub fn awaiting(&self) -> &BTreeMap<TaskId, (NodeId, Vec<TaskRef>)> {
+        &self.awaiting
+    }
+
+    /// Engines and selection tables by node (S0.5).
+    pub fn profiles(&self) -> &BTreeMap<NodeId, NodeProfile> {
+        &self.profiles
+    }
+
+    /// The task–engine relation (S0.1) by task kind: engines by total time ascending.
+    pub fn relations(&self) -> &BTreeMap<TaskKind, Vec<EngineTotal>> {
+        &self.relations
+    }
+
+    /// S3.2 class history: each class's best CPU count as last recorded, millicores.
+    pub fn cpu_history(&self) -> &BTreeMap<hetsched_common::TaskClass, u64> {
+        &self.cpu_history
+    }
+
+    /// Last applied log index.
+    pub fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    /// The leader's clock of the last applied command, ms since the Unix epoch.
+    pub fn last_ms(&self) -> u64 {
+        self.last_ms
     }
 
     /// Applies one committed command at log `index`. Never panics on any command: stale or

@@ -126,7 +126,7 @@ fn tokio_gauges(master: Master) -> tokio::task::JoinHandle<()> {
             tick.tick().await;
             let (tasks, nodes, jobs) = {
                 let s = master.shared.read_state();
-                (s.task_counts(), s.node_counts(), s.jobs.len())
+                (s.task_counts(), s.node_counts(), s.jobs().len())
             };
             for (state, n) in tasks {
                 metrics::gauge!("hetsched_master_tasks", "state" => state).set(n as f64);
