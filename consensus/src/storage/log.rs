@@ -1,0 +1,152 @@
+//! The log: appending a Ready's entries and hard state in one sled batch, and the
+//! `raft::Storage` reads raft-rs makes (entries, terms from the in-memory index, the initial
+//! state, and which snapshot may be served).
+
+use super::{decode_index, entry_key, sled_err, store_err, SledStorage, KEY_HARD_STATE};
+use crate::Error;
+use protobuf::Message as _;
+use raft::eraftpb::{Entry, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState, StorageError};
+
+impl SledStorage {
+    /// Appends `entries` (overwriting any conflicting suffix) and records `hs`, in one atomic
+    /// sled batch. Written, not flushed: the caller flushes before acting on it.
+    pub fn append(&mut self, entries: &[Entry], hs: Option<&HardState>) -> Result<(), Error> {
+        let mut batch = sled::Batch::default();
+        if let Some(first) = entries.first() {
+            let first_new = first.index;
+            let last_old = self.last_index_now();
+            if first_new < self.first_index || first_new > last_old + 1 {
+                return Err(Error::Storage(format!(
+                    "append at {first_new} does not fit the log [{}, {last_old}]",
+                    self.first_index
+                )));
+            }
+            let last_new = first_new + entries.len() as u64 - 1;
+            // Entries past the new tail belong to a deposed leader's term: remove them.
+            for index in (last_new + 1)..=last_old {
+                batch.remove(&entry_key(index));
+            }
+            for e in entries {
+                let mut v = Vec::with_capacity(8 + e.compute_size() as usize);
+                v.extend_from_slice(&e.term.to_be_bytes());
+                e.write_to_vec(&mut v)
+                    .map_err(|err| Error::Storage(format!("encode entry: {err}")))?;
+                batch.insert(&entry_key(e.index), v);
+            }
+        }
+        if let Some(hs) = hs {
+            let bytes = hs
+                .write_to_bytes()
+                .map_err(|e| Error::Storage(format!("encode hard state: {e}")))?;
+            batch.insert(KEY_HARD_STATE, bytes);
+        }
+        self.tree.apply_batch(batch).map_err(sled_err)?;
+
+        // Memory follows only once sled accepted the batch.
+        if let Some(first) = entries.first() {
+            let keep = (first.index - self.first_index) as usize;
+            self.terms.truncate(keep);
+            self.terms.extend(entries.iter().map(|e| e.term));
+        }
+        if let Some(hs) = hs {
+            self.hard_state = hs.clone();
+        }
+        Ok(())
+    }
+}
+
+impl raft::Storage for SledStorage {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState::new(
+            self.hard_state.clone(),
+            self.conf_state.clone(),
+        ))
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        let max_size = max_size.into().unwrap_or(u64::MAX);
+        if low < self.first_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > self.last_index_now() + 1 {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        let mut out = Vec::with_capacity((high - low).min(1024) as usize);
+        let mut size = 0u64;
+        for kv in self.tree.range(entry_key(low)..entry_key(high)) {
+            let (k, v) = kv.map_err(store_err)?;
+            let index = decode_index(&k).ok_or_else(|| store_err("corrupt entry key"))?;
+            let body = v
+                .get(8..)
+                .ok_or_else(|| store_err(format!("corrupt entry at {index}")))?;
+            let e = Entry::parse_from_bytes(body)
+                .map_err(|err| store_err(format!("corrupt entry at {index}: {err}")))?;
+            if e.index != low + out.len() as u64 {
+                return Err(store_err(format!("log hole at {}", low + out.len() as u64)));
+            }
+            size += u64::from(e.compute_size());
+            // Like raft-rs's `limit_size`: always at least one entry.
+            if !out.is_empty() && size > max_size {
+                break;
+            }
+            out.push(e);
+        }
+        if out.is_empty() && high > low {
+            return Err(store_err(format!("entries [{low}, {high}) missing")));
+        }
+        Ok(out)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        let meta = self.snapshot.get_metadata();
+        if idx == meta.index {
+            // Index 0 is the empty snapshot before index 1 (term 0).
+            return Ok(meta.term);
+        }
+        if idx < self.first_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        self.terms
+            .get((idx - self.first_index) as usize)
+            .copied()
+            .ok_or(raft::Error::Store(StorageError::Unavailable))
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.first_index)
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.last_index_now())
+    }
+
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        // The stored snapshot serves only if it is recent enough, holds a state (the
+        // bootstrap one does not), and names the recipient in its configuration (raft-rs
+        // refuses a snapshot that does not: a member added after it was taken needs a newer
+        // one). Otherwise the node takes one after this Ready and raft-rs asks again.
+        let meta = self.snapshot.get_metadata();
+        let cs = meta.get_conf_state();
+        let names_to = cs
+            .get_voters()
+            .iter()
+            .chain(cs.get_learners())
+            .chain(cs.get_voters_outgoing())
+            .any(|&id| id == to);
+        if meta.index >= request_index && names_to && self.snapshot_has_state {
+            Ok(self.snapshot.clone())
+        } else {
+            self.snapshot_wanted.set(true);
+            Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ))
+        }
+    }
+}
