@@ -252,7 +252,3 @@ impl ClusterState {
         Outcome::TaskUpdated
     }
 }
-
-#[cfg(test)]
-#[path = "lifecycle_tests.rs"]
-mod tests;

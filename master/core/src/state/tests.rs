@@ -1,5 +1,5 @@
 use super::*;
-use hetsched_common::{GpuDevice, GpuRequest, ResourceRequest};
+use hetsched_common::{GpuDevice, GpuRequest, JobSpec, NodeResources, ResourceRequest, TaskState};
 
 fn env(at_ms: u64, command: Command) -> CommandEnvelope {
     CommandEnvelope {

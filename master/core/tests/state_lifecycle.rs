@@ -1,10 +1,14 @@
-//! Drain, cancel-one-task, timeout and retry/backoff, and listings: the pure parts.
+//! The state machine driven by the real scheduler over an applied log: drain, cancel one task,
+//! timeout, retry with back-off, and listings. An integration test of the crate, so it uses the
+//! public API only (and `state` never imports the scheduler, not even in tests).
 
-use super::super::*;
-use crate::sched::index::PolicyKind;
-use crate::sched::{IndexedScheduler, Scheduler};
 use hetsched_common::protocol::ListFilter;
-use hetsched_common::{JobSpec, ResourceRequest, TaskReason};
+use hetsched_common::{
+    JobId, JobSpec, NodeId, NodeResources, ResourceRequest, TaskId, TaskReason, TaskState,
+};
+use hetsched_master_core::sched::index::PolicyKind;
+use hetsched_master_core::sched::{IndexedScheduler, Scheduler};
+use hetsched_master_core::state::*;
 
 struct Log {
     state: ClusterState,
@@ -106,7 +110,7 @@ impl Log {
     }
 
     fn task(&self, t: TaskId) -> &Task {
-        &self.state.tasks[&t]
+        &self.state.tasks()[&t]
     }
 }
 
@@ -143,13 +147,13 @@ fn a_draining_node_gets_no_new_tasks_and_undrain_restores_it() {
         Outcome::DrainChanged { node: a }
     );
     assert_eq!(l.state.node_counts().draining, 1);
-    assert!(l.state.node_info(&l.state.nodes[&a]).draining);
+    assert!(l.state.node_info(&l.state.nodes()[&a]).draining);
     l.submit(spec(6));
     let placed = l.schedule(20);
     assert_eq!(placed.len(), 4, "only b's 4 cores");
     assert!(placed.iter().all(|r| r.node == b));
     // Even a plan naming the draining node is refused at apply.
-    let pending = *l.state.pending.iter().next().expect("a pending task");
+    let pending = *l.state.pending().iter().next().expect("a pending task");
     match l.apply_at(
         21,
         Command::ApplyPlan(Plan {
@@ -195,7 +199,7 @@ fn at_the_deadline_a_drained_nodes_tasks_are_requeued_with_reason_drained() {
         "not before the deadline"
     );
     assert_eq!(
-        l.state.tasks[&placed[0].task].status.state,
+        l.state.tasks()[&placed[0].task].status.state,
         TaskState::Running
     );
     assert_eq!(l.state.drains_due(1_000), vec![a]);
@@ -212,7 +216,7 @@ fn at_the_deadline_a_drained_nodes_tasks_are_requeued_with_reason_drained() {
         assert_eq!(l.task(*t).status.reason, Some(TaskReason::Drained));
         assert_eq!(l.task(*t).failures, 0, "a drain is not a failure");
     }
-    assert_eq!(l.state.nodes[&a].free.cpu_milli, 2000);
+    assert_eq!(l.state.nodes()[&a].free.cpu_milli, 2000);
     assert!(
         l.state.drains_due(5_000).is_empty(),
         "nothing left to re-queue"
@@ -279,7 +283,7 @@ fn a_failed_task_with_retries_waits_out_a_doubling_backoff_then_fails_for_good()
     assert_eq!(task.status.state, TaskState::Failed, "retries used up");
     assert_eq!(task.failures, 3);
     assert_eq!(task.status.exit_code, Some(1));
-    assert_eq!(l.state.nodes[&r3.node].free.cpu_milli, 1000);
+    assert_eq!(l.state.nodes()[&r3.node].free.cpu_milli, 1000);
     assert_eq!(task.attempt_nodes.len(), 3);
 }
 

@@ -1,0 +1,29 @@
+//! Benchmark traffic in the log: `Command::Bench` entries change only these counters, so
+//! `bench raft` measures consensus and apply without touching the product state. Kept apart
+//! from the product commands; old log entries stay decodable because the command keeps its
+//! variant.
+
+use super::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// What the state remembers of one benchmark client's proposals.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BenchCounter {
+    /// Proposals applied.
+    pub applied: u64,
+    /// Sequence numbers of the recorded ones.
+    pub recorded: BTreeSet<u64>,
+}
+
+impl ClusterState {
+    /// Applies one benchmark proposal: counts it, and remembers `seq` when `record`.
+    pub(super) fn apply_bench(&mut self, client: u64, seq: u64, record: bool) -> Outcome {
+        let c = self.bench.entry(client).or_default();
+        c.applied += 1;
+        if record {
+            c.recorded.insert(seq);
+        }
+        Outcome::Ignored(String::new())
+    }
+}

@@ -1,0 +1,123 @@
+//! Garbage collection of finished jobs and old request outcomes, with both cut-offs carried in
+//! the command so every replica removes the same things; the derived indexes rebuilt on
+//! restore.
+
+use super::*;
+use hetsched_common::{ClientRequestId, JobId, TaskId};
+
+impl ClusterState {
+    /// Removes finished jobs (with their tasks) that finished before `jobs_before`, and
+    /// client request outcomes older than `requests_before`.
+    pub(super) fn gc(&mut self, jobs_before: Option<u64>, requests_before: Option<u64>) -> Outcome {
+        let (mut jobs, mut tasks, mut requests) = (0u64, 0u64, 0u64);
+        if let Some(cut) = jobs_before {
+            let due: Vec<(u64, JobId)> = self
+                .finished_jobs
+                .range(..(cut, JobId(0)))
+                .copied()
+                .collect();
+            for key in due {
+                self.finished_jobs.remove(&key);
+                let Some(j) = self.jobs.get(&key.1) else {
+                    continue;
+                };
+                // The counter says finished; the tasks must agree before anything goes.
+                let all_final = j
+                    .tasks
+                    .iter()
+                    .all(|t| self.tasks.get(t).is_none_or(|t| t.status.state.is_final()));
+                if !all_final {
+                    continue;
+                }
+                if let Some(j) = self.jobs.remove(&key.1) {
+                    for t in &j.tasks {
+                        if self.tasks.remove(t).is_some() {
+                            tasks += 1;
+                        }
+                        self.pending.remove(t);
+                    }
+                    jobs += 1;
+                }
+            }
+        }
+        if let Some(cut) = requests_before {
+            let due: Vec<(u64, ClientRequestId)> = self
+                .requests_by_time
+                .range(..(cut, ClientRequestId(0)))
+                .copied()
+                .collect();
+            for key in due {
+                self.requests_by_time.remove(&key);
+                if self.requests.remove(&key.1).is_some() {
+                    requests += 1;
+                }
+            }
+        }
+        Outcome::Collected {
+            jobs,
+            tasks,
+            requests,
+        }
+    }
+
+    /// Whether a `GcJobs` with these cut-offs would remove anything (the leader asks before
+    /// proposing one).
+    pub fn gc_due(&self, jobs_before: Option<u64>, requests_before: Option<u64>) -> bool {
+        jobs_before.is_some_and(|cut| self.finished_jobs.first().is_some_and(|f| f.0 < cut))
+            || requests_before
+                .is_some_and(|cut| self.requests_by_time.first().is_some_and(|r| r.0 < cut))
+    }
+
+    /// Whether a client request id has applied (and its outcome is still remembered).
+    pub fn request_applied(&self, request: ClientRequestId) -> bool {
+        self.requests.contains_key(&request)
+    }
+
+    /// Whether `job` existed once and was garbage-collected (ids are never reused).
+    pub fn job_was_collected(&self, job: JobId) -> bool {
+        job.0 >= 1 && job.0 <= self.next_job && !self.jobs.contains_key(&job)
+    }
+
+    /// What to tell a client asking for a job that is not in the state.
+    pub fn job_missing_message(&self, job: JobId) -> String {
+        if self.job_was_collected(job) {
+            format!("{job} finished and was collected (finished jobs are kept for --job-gc-after)")
+        } else {
+            format!("no such job: {job}")
+        }
+    }
+
+    /// Whether `task` existed once and was garbage-collected with its job.
+    pub fn task_was_collected(&self, task: TaskId) -> bool {
+        task.0 >= 1 && task.0 <= self.next_task && !self.tasks.contains_key(&task)
+    }
+
+    /// Recomputes what is derived rather than serialised: open-task counters, the
+    /// finished-job and request orders; folds a legacy request map into the compact one.
+    pub(super) fn rebuild_derived(&mut self) {
+        let legacy = std::mem::take(&mut self.applied_requests);
+        for (req, o) in legacy {
+            self.requests.entry(req).or_insert(RecentRequest {
+                at_ms: self.last_ms,
+                outcome: RequestOutcome::compact(&o),
+            });
+        }
+        self.requests_by_time = self.requests.iter().map(|(r, v)| (v.at_ms, *r)).collect();
+        self.finished_jobs.clear();
+        let tasks = &self.tasks;
+        for j in self.jobs.values_mut() {
+            j.open = j
+                .tasks
+                .iter()
+                .filter(|t| tasks.get(t).is_some_and(|t| !t.status.state.is_final()))
+                .count() as u32;
+            if j.open == 0 && j.finished_ms.is_none() {
+                // Finished before retention was recorded: count from the snapshot's clock.
+                j.finished_ms = Some(self.last_ms);
+            }
+            if let (0, Some(f)) = (j.open, j.finished_ms) {
+                self.finished_jobs.insert((f, j.id));
+            }
+        }
+    }
+}

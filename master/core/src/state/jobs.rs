@@ -1,0 +1,153 @@
+//! Submitting and cancelling jobs: ids handed out in apply order, S1 admission of each task's
+//! priority, and a job's end once its last task is final.
+
+use super::*;
+use hetsched_common::program::relation;
+use hetsched_common::{JobId, JobSpec, TaskId, TaskReason, TaskState, TaskStatus};
+use std::collections::BTreeMap;
+
+impl ClusterState {
+    pub(super) fn submit(&mut self, index: u64, at_ms: u64, mut spec: JobSpec) -> Outcome {
+        if let Err(e) = spec.validate() {
+            return Outcome::Rejected(e.to_string());
+        }
+        let partition = partition_of(&spec).to_string();
+        if spec.no_preempt {
+            let p = self.priority.priority_of(&spec.user, &partition);
+            match self.priority.protect_min_priority {
+                Some(min) if p >= min => {}
+                Some(min) => {
+                    return Outcome::Rejected(format!(
+                        "--no-preempt needs priority {min} or more; user {:?} has {p} in partition {partition:?}",
+                        spec.user
+                    ))
+                }
+                None => {
+                    return Outcome::Rejected(
+                        "--no-preempt is not enabled (protect_min_priority is not configured)"
+                            .into(),
+                    )
+                }
+            }
+        }
+        let admitted = crate::policy::quota::admit(
+            &self.priority,
+            &spec.user,
+            &partition,
+            &spec.resources,
+            spec.count,
+            |who| self.quota_usage(who, &partition),
+        );
+        let candidates = match self.resolve_candidates(&spec.nodes) {
+            Ok(c) => c,
+            Err(why) => return Outcome::Rejected(why),
+        };
+        if let Some(p) = &spec.program {
+            let kind = p.kind();
+            let r = relation(&kind, self.profiles.values().map(|p| &p.table));
+            self.relations.insert(kind, r);
+            spec.carry_program();
+        }
+        self.next_job += 1;
+        let id = JobId(self.next_job);
+        let mut tasks = Vec::with_capacity(spec.count as usize);
+        for (index, adm) in (0..spec.count).zip(admitted) {
+            self.next_task += 1;
+            let tid = TaskId(self.next_task);
+            tasks.push(tid);
+            self.tasks.insert(
+                tid,
+                Task {
+                    id: tid,
+                    job: id,
+                    index,
+                    status: TaskStatus::new(),
+                    gpus: Vec::new(),
+                    protected: spec.no_preempt,
+                    priority: adm.priority,
+                    quota: adm.quota,
+                    preemptions: 0,
+                    failures: 0,
+                    not_before_ms: None,
+                    started_ms: None,
+                    attempt_nodes: BTreeMap::new(),
+                    calls: None,
+                    cpu_milli: None,
+                    cpu_search: None,
+                    compressed: false,
+                    engine: None,
+                    borrowed: false,
+                },
+            );
+            self.pending.insert(tid);
+        }
+        self.jobs.insert(
+            id,
+            Job {
+                id,
+                spec,
+                tasks: tasks.clone(),
+                submitted_ms: at_ms,
+                submitted_index: index,
+                finished_ms: None,
+                open: tasks.len() as u32,
+                candidates,
+            },
+        );
+        Outcome::Submitted { job: id, tasks }
+    }
+
+    pub(super) fn cancel(&mut self, job: JobId) -> Outcome {
+        let Some(j) = self.jobs.get(&job) else {
+            return Outcome::Rejected(format!("unknown {job}"));
+        };
+        let ids = j.tasks.clone();
+        let mut cancelled = 0u32;
+        let mut finals = 0u32;
+        let mut stop = Vec::new();
+        for t in ids {
+            let Some(task) = self.tasks.get_mut(&t) else {
+                continue;
+            };
+            let was = task.status.clone();
+            if task.status.cancel().is_err() {
+                continue;
+            }
+            cancelled += 1;
+            task.status.reason = Some(TaskReason::Cancelled);
+            task.not_before_ms = None;
+            self.pending.remove(&t);
+            self.awaiting.remove(&t);
+            finals += 1;
+            if let (TaskState::Assigned | TaskState::Running, Some(node)) = (was.state, was.node) {
+                let gpus = std::mem::take(&mut task.gpus);
+                self.release(node, t, job, &gpus);
+                stop.push(TaskRef {
+                    task: t,
+                    node,
+                    attempt: was.attempt,
+                });
+            }
+        }
+        self.tasks_became_final(job, finals);
+        Outcome::Cancelled {
+            job,
+            tasks: cancelled,
+            stop,
+        }
+    }
+
+    /// `n` tasks of `job` reached a final state: once none is left open, the job is
+    /// finished and its retention starts.
+    pub(super) fn tasks_became_final(&mut self, job: JobId, n: u32) {
+        let at = self.last_ms;
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        j.open = j.open.saturating_sub(n);
+        if j.open == 0 && j.finished_ms.is_none() {
+            j.finished_ms = Some(at);
+            self.finished_jobs.insert((at, job));
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The things the replicated state keeps: jobs, tasks, nodes (with their liveness, slave
+//! queue, stopping attempts and engine profiles), and the partition a job runs in.
+
+use super::*;
+use hetsched_common::priority::Principal;
+use hetsched_common::program::{CallSummary, EngineDecl, SelectionTable};
+use hetsched_common::{
+    Attempt, EngineKind, GpuAlloc, JobId, JobSpec, NodeId, NodeResources, TaskId, TaskStatus,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A job as the state machine keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    /// Id.
+    pub id: JobId,
+    /// What was submitted.
+    pub spec: JobSpec,
+    /// Its tasks in index order.
+    pub tasks: Vec<TaskId>,
+    /// Leader's clock at submission (ms since the Unix epoch).
+    pub submitted_ms: u64,
+    /// Log index of the submission.
+    pub submitted_index: u64,
+    /// Leader's clock when its last task reached a final state (retention counts from here).
+    #[serde(default)]
+    pub finished_ms: Option<u64>,
+    /// Tasks not yet in a final state. Derived (rebuilt on restore), not serialised.
+    #[serde(skip)]
+    pub open: u32,
+    /// Locality: `spec.nodes` resolved to ids at submission (empty: any node).
+    #[serde(default)]
+    pub candidates: Vec<NodeId>,
+}
+
+/// A task as the state machine keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    /// Id.
+    pub id: TaskId,
+    /// Its job.
+    pub job: JobId,
+    /// Index within the job.
+    pub index: u32,
+    /// State, node, attempt, exit code.
+    pub status: TaskStatus,
+    /// GPU devices held by the current attempt.
+    pub gpus: GpuAlloc,
+    /// S1 priority, decided at admission and never re-evaluated.
+    #[serde(default)]
+    pub priority: i64,
+    /// The principal whose quota this task holds (it got that entry's priority), if any.
+    #[serde(default)]
+    pub quota: Option<Principal>,
+    /// How many times it was preempted.
+    #[serde(default)]
+    pub preemptions: u32,
+    /// Never chosen as a preemption victim (`--no-preempt` at an allowed priority).
+    #[serde(default)]
+    pub protected: bool,
+    /// Failed attempts so far (each re-run consumes one of the job's retries).
+    #[serde(default)]
+    pub failures: u32,
+    /// A re-run waits in the queue until this leader time (ms since the Unix epoch).
+    #[serde(default)]
+    pub not_before_ms: Option<u64>,
+    /// Leader time at which the current attempt was reported started.
+    #[serde(default)]
+    pub started_ms: Option<u64>,
+    /// The node of every attempt so far (where its output files are).
+    #[serde(default)]
+    pub attempt_nodes: BTreeMap<Attempt, NodeId>,
+    /// A program task's calls in brief, as its slave reported them.
+    #[serde(default)]
+    pub calls: Option<CallSummary>,
+    /// The current attempt's CPU allocation when changed live (S3.2 search, S3.6
+    /// compression), millicores; `None`: what the job asks for.
+    #[serde(default)]
+    pub cpu_milli: Option<u64>,
+    /// S3.2: where the current attempt's CPU-count search is (`None`: no `--class`).
+    #[serde(default)]
+    pub cpu_search: Option<CpuSearchPhase>,
+    /// S3.6: the current attempt's cores were halved.
+    #[serde(default)]
+    pub compressed: bool,
+    /// S0.1–2: the engine kind the scheduler chose for the current attempt of a program
+    /// task (its load counts against that kind on its node).
+    #[serde(default)]
+    pub engine: Option<EngineKind>,
+    /// S3: the current (or last) attempt was placed on borrowed capacity.
+    #[serde(default)]
+    pub borrowed: bool,
+}
+
+/// Liveness of a node as committed in the log (heartbeats themselves are not logged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeLiveness {
+    /// Takes work.
+    Up,
+    /// Declared lost; its tasks went back to pending.
+    Down,
+}
+
+/// A slave node as the state machine keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// Id.
+    pub id: NodeId,
+    /// The slave's registration key (registration is idempotent on it).
+    pub key: u64,
+    /// Name.
+    pub name: String,
+    /// Address masters dispatch to.
+    pub addr: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Total resources.
+    pub capacity: NodeResources,
+    /// Free resources (capacity minus the tasks assigned or running there).
+    pub free: NodeResources,
+    /// Up or down.
+    pub liveness: NodeLiveness,
+    /// Tasks assigned or running there.
+    pub tasks: BTreeSet<TaskId>,
+    /// Partitions it serves (empty: only `default`).
+    #[serde(default)]
+    pub partitions: Vec<String>,
+    /// Preempted attempts still stopping there: their resources stay held (not `free`)
+    /// until the slave reports them ended, so the node is never over-committed.
+    #[serde(default)]
+    pub stopping: Vec<Stopping>,
+    /// Set while the node is draining (takes no new tasks).
+    #[serde(default)]
+    pub drain: Option<Drain>,
+    /// S3.6: cores freed by compressions, held (not `free`) for a GPU task until it ends.
+    #[serde(default)]
+    pub compress_reserves: Vec<CompressReserve>,
+    /// S0.3: tasks assigned beyond its free resources, in arrival order. They hold nothing
+    /// of `free` (so running tasks never exceed capacity) and are not in `tasks`; the head
+    /// moves into `tasks` when its resources free up or when the slave reports it started.
+    #[serde(default)]
+    pub queued: Vec<TaskId>,
+    /// S0.4: tasks stolen from other nodes' queues by this node.
+    #[serde(default)]
+    pub steals_in: u64,
+    /// S0.4: tasks other nodes stole from this node's queue.
+    #[serde(default)]
+    pub steals_out: u64,
+}
+
+/// A preempted attempt that has not stopped yet, and what it holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stopping {
+    /// The task.
+    pub task: TaskId,
+    /// Its attempt.
+    pub attempt: Attempt,
+    /// Its job (for its resources).
+    pub job: JobId,
+    /// Its GPU devices.
+    pub gpus: GpuAlloc,
+    /// Its CPU allocation when changed live (`None`: the job's).
+    #[serde(default)]
+    pub cpu_milli: Option<u64>,
+}
+
+/// The partition a job names, `default` when it names none.
+pub fn partition_of(spec: &JobSpec) -> &str {
+    if spec.partition.is_empty() {
+        "default"
+    } else {
+        &spec.partition
+    }
+}
+
+impl Node {
+    /// Whether the node serves `partition`.
+    pub fn serves(&self, partition: &str) -> bool {
+        if self.partitions.is_empty() {
+            partition == "default"
+        } else {
+            self.partitions.iter().any(|p| p == partition)
+        }
+    }
+
+    /// Whether the node takes work.
+    pub fn is_up(&self) -> bool {
+        self.liveness == NodeLiveness::Up
+    }
+
+    /// Whether new tasks may be placed here: up and not draining.
+    pub fn takes_work(&self) -> bool {
+        self.is_up() && self.drain.is_none()
+    }
+
+    /// S3: the GPU pool of the node's GPUs, as its slave announced it (label
+    /// [`GPU_POOL_LABEL`](hetsched_common::protocol::GPU_POOL_LABEL)) or else by GPU
+    /// count; `None` without GPUs.
+    pub fn gpu_pool(&self) -> Option<hetsched_common::protocol::GpuPool> {
+        let announced = self
+            .labels
+            .get(hetsched_common::protocol::GPU_POOL_LABEL)
+            .and_then(|l| l.parse().ok());
+        hetsched_common::protocol::GpuPool::of_node(self.capacity.gpus.len(), announced)
+    }
+
+    /// Whether every GPU on the node is emulated (and it has some).
+    pub fn gpus_emulated(&self) -> bool {
+        !self.capacity.gpus.is_empty() && self.capacity.gpus.iter().all(|g| g.emulated)
+    }
+}
+
+/// What a slave declared of its engines and measured of them (S0.5).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeProfile {
+    /// Engines.
+    pub engines: Vec<EngineDecl>,
+    /// Selection table.
+    pub table: SelectionTable,
+}

@@ -1,0 +1,142 @@
+//! Slaves' reports of attempts starting and finishing, fenced by attempt number so a stale
+//! report never counts.
+
+use super::*;
+use hetsched_common::protocol::TaskReport;
+use hetsched_common::{Attempt, NodeId, TaskId, TaskReason, TaskState};
+
+impl ClusterState {
+    /// The task's current attempt on `node`, if the report is about it (fencing).
+    pub(super) fn current(
+        &self,
+        node: NodeId,
+        task: TaskId,
+        attempt: Attempt,
+    ) -> Result<&Task, Outcome> {
+        let t = self
+            .tasks
+            .get(&task)
+            .ok_or_else(|| Outcome::Rejected(format!("unknown {task}")))?;
+        if t.status.attempt != attempt || t.status.node != Some(node) {
+            return Err(Outcome::Ignored(format!(
+                "stale report: {task} is at attempt {} on {:?}",
+                t.status.attempt, t.status.node
+            )));
+        }
+        Ok(t)
+    }
+
+    pub(super) fn task_started(
+        &mut self,
+        node: NodeId,
+        task: TaskId,
+        attempt: Attempt,
+        at_ms: u64,
+    ) -> Outcome {
+        if let Err(o) = self.current(node, task, attempt) {
+            return o;
+        }
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return Outcome::Rejected(format!("unknown {task}"));
+        };
+        let was_running = t.status.state == TaskState::Running;
+        match t.status.start(attempt) {
+            Ok(()) => {
+                if !was_running || t.started_ms.is_none() {
+                    t.started_ms = Some(at_ms);
+                }
+                self.start_queued(node, task);
+                Outcome::TaskUpdated
+            }
+            Err(e) => Outcome::Ignored(e.to_string()),
+        }
+    }
+
+    pub(super) fn task_finished(
+        &mut self,
+        node: NodeId,
+        task: TaskId,
+        attempt: Attempt,
+        exit_code: i32,
+        reason: Option<hetsched_common::TaskReason>,
+        at_ms: u64,
+    ) -> Outcome {
+        if self.release_stopping(node, task, attempt) {
+            return Outcome::TaskUpdated;
+        }
+        if let Err(o) = self.current(node, task, attempt) {
+            return o;
+        }
+        if exit_code != 0 {
+            // The slave's observation (oom, cannot-start) wins over what the code implies.
+            return self.attempt_failed(
+                task,
+                attempt,
+                reason.or(TaskReason::of_exit_code(exit_code)),
+                Some(exit_code),
+                at_ms,
+            );
+        }
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return Outcome::Rejected(format!("unknown {task}"));
+        };
+        if let Err(e) = t.status.finish_because(attempt, exit_code, reason) {
+            return Outcome::Ignored(e.to_string());
+        }
+        let gpus = std::mem::take(&mut t.gpus);
+        let job = t.job;
+        let now_final = t.status.state.is_final();
+        self.release(node, task, job, &gpus);
+        if now_final {
+            self.tasks_became_final(job, 1);
+        }
+        Outcome::TaskUpdated
+    }
+
+    /// Applies a slave's batch of reports in order; each is fenced as a single report is.
+    pub(super) fn task_reports(
+        &mut self,
+        node: NodeId,
+        reports: Vec<TaskReport>,
+        at_ms: u64,
+    ) -> Outcome {
+        if !self.nodes.contains_key(&node) {
+            return Outcome::Rejected(format!("unknown {node}"));
+        }
+        let mut updated = 0usize;
+        for r in reports {
+            let o = match r {
+                TaskReport::Started { task, attempt } => {
+                    self.task_started(node, task, attempt, at_ms)
+                }
+                // A supervisor gone without a status: the attempt is lost (attempt + 1).
+                TaskReport::Finished {
+                    task,
+                    attempt,
+                    reason: Some(TaskReason::Lost),
+                    ..
+                } => self.task_lost(node, task, attempt),
+                TaskReport::Finished {
+                    task,
+                    attempt,
+                    exit_code,
+                    reason,
+                } => self.task_finished(node, task, attempt, exit_code, reason, at_ms),
+                TaskReport::Compressed {
+                    task,
+                    attempt,
+                    cpu_milli,
+                    gpu_task,
+                } => self.compress_task(node, task, attempt, cpu_milli, gpu_task),
+            };
+            if o == Outcome::TaskUpdated {
+                updated += 1;
+            }
+        }
+        if updated > 0 {
+            Outcome::TaskUpdated
+        } else {
+            Outcome::Ignored("no report in the batch changed anything".into())
+        }
+    }
+}
