@@ -1,12 +1,14 @@
 //! A local cluster of real `hetsched` processes on free loopback ports: what `hetsched up`,
 //! the benchmarks, `hetsched chaos run` and the integration tests run. Each process logs to a
-//! file in the data dir.
+//! file in the data dir; each can be killed, paused, stopped and restarted with the same
+//! arguments, alone or with the whole cluster.
 
+use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Why a local cluster could not start (or a process restart).
+/// Why a local cluster could not start (or a process restart), or a process not be signalled.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     /// The `hetsched` executable to run was not found.
@@ -31,37 +33,59 @@ pub enum LaunchError {
     /// No loopback port was free.
     #[error("cannot find a free loopback port in 20000-32699")]
     NoPort,
+    /// The process to signal was not started (or was killed).
+    #[error("{name} is not running")]
+    NotRunning {
+        /// `master-1`, `slave-2`.
+        name: String,
+    },
+    /// A signal could not be sent.
+    #[error("cannot signal {name}: {source}")]
+    Signal {
+        /// `master-1`, `slave-2`.
+        name: String,
+        /// Why.
+        source: nix::errno::Errno,
+    },
 }
 
-/// One child process that can be killed and restarted with the same arguments.
+/// One child process that can be killed and restarted with the same arguments. Dropping it
+/// kills it (SIGKILL).
 pub struct LocalProc {
     /// Name (`master-1`, `slave-2`).
     pub name: String,
+    /// Its log file: stderr, appended to across restarts.
+    pub log: PathBuf,
     exe: PathBuf,
     args: Vec<String>,
-    log: PathBuf,
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
 impl LocalProc {
-    fn start(
+    /// Starts `exe args` as `name`, with `env` added to this process's environment, logging
+    /// to `log`.
+    pub fn spawn(
         exe: &Path,
-        name: String,
+        name: &str,
         args: Vec<String>,
         log: PathBuf,
+        env: &[(String, String)],
     ) -> Result<Self, LaunchError> {
         let mut p = Self {
-            name,
+            name: name.to_string(),
+            log,
             exe: exe.to_path_buf(),
             args,
-            log,
+            env: env.to_vec(),
             child: None,
         };
         p.restart()?;
         Ok(p)
     }
 
-    /// Starts the process again (after [`kill9`](Self::kill9)); appends to its log.
+    /// Starts the process again (after [`kill9`](Self::kill9) or [`stop`](Self::stop));
+    /// appends to its log. Nothing to do while it was not killed.
     pub fn restart(&mut self) -> Result<(), LaunchError> {
         if self.child.is_some() {
             return Ok(());
@@ -76,6 +100,7 @@ impl LocalProc {
             })?;
         let child = Command::new(&self.exe)
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -100,6 +125,11 @@ impl LocalProc {
         self.child.as_ref().map(|c| c.id() as i32)
     }
 
+    /// Its log so far (empty when it cannot be read).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// SIGKILL, as a crash.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -108,15 +138,34 @@ impl LocalProc {
         }
     }
 
+    /// SIGSTOP: the process hangs (its connections stay open) until [`resume`](Self::resume).
+    pub fn pause(&self) -> Result<(), LaunchError> {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    /// SIGCONT, after [`pause`](Self::pause).
+    pub fn resume(&self) -> Result<(), LaunchError> {
+        self.signal(Signal::SIGCONT)
+    }
+
+    fn signal(&self, sig: Signal) -> Result<(), LaunchError> {
+        let pid = self.pid().ok_or_else(|| LaunchError::NotRunning {
+            name: self.name.clone(),
+        })?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).map_err(|source| {
+            LaunchError::Signal {
+                name: self.name.clone(),
+                source,
+            }
+        })
+    }
+
     /// SIGTERM, then SIGKILL once `grace` has passed.
-    fn terminate(&mut self, grace: Duration) {
+    pub fn stop(&mut self, grace: Duration) {
         let Some(mut c) = self.child.take() else {
             return;
         };
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(c.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), Signal::SIGTERM);
         let deadline = Instant::now() + grace;
         loop {
             match c.try_wait() {
@@ -132,6 +181,12 @@ impl LocalProc {
     }
 }
 
+impl Drop for LocalProc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
 /// What one slave offers.
 #[derive(Clone, Debug)]
 pub struct SlaveSpec {
@@ -139,10 +194,63 @@ pub struct SlaveSpec {
     pub cpus: u32,
     /// Memory, MiB.
     pub mem_mib: u64,
-    /// Emulated GPUs.
+    /// Emulated GPUs (model T4).
     pub gpus: u32,
     /// More `hetsched slave` flags (engines, profiling).
     pub extra_args: Vec<String>,
+}
+
+/// What [`LocalCluster::launch`] starts.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// The `hetsched` binary to run; `None`: this executable (tests pass
+    /// `env!("CARGO_BIN_EXE_hetsched")`).
+    pub exe: Option<PathBuf>,
+    /// Masters, ids 1..=n.
+    pub masters: u32,
+    /// More `hetsched master` flags, for every master (`--job-gc-after off`).
+    pub master_args: Vec<String>,
+    /// Whether the masters serve HTTP (`--http`: the API, /metrics, the dashboard).
+    pub master_http: bool,
+    /// The slaves.
+    pub slaves: Vec<SlaveSpec>,
+    /// Whether the slaves serve HTTP (`--http`: /metrics).
+    pub slave_http: bool,
+    /// Variables added to every process's environment (`HETSCHED_LOG`).
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for ClusterSpec {
+    /// One master serving HTTP, no slaves, this executable.
+    fn default() -> Self {
+        Self {
+            exe: None,
+            masters: 1,
+            master_args: Vec::new(),
+            master_http: true,
+            slaves: Vec::new(),
+            slave_http: false,
+            env: Vec::new(),
+        }
+    }
+}
+
+impl ClusterSpec {
+    /// The masters (with `master_args`) and slaves of `LocalCluster::start_with`.
+    fn simple(
+        exe: Option<&Path>,
+        masters: u32,
+        master_args: &[String],
+        slaves: &[SlaveSpec],
+    ) -> Self {
+        Self {
+            exe: exe.map(Path::to_path_buf),
+            masters,
+            master_args: master_args.to_vec(),
+            slaves: slaves.to_vec(),
+            ..Self::default()
+        }
+    }
 }
 
 /// The running cluster. Dropping it stops every process.
@@ -155,15 +263,21 @@ pub struct LocalCluster {
     pub admin_addrs: Vec<String>,
     /// Slaves.
     pub slaves: Vec<LocalProc>,
-    /// Masters' HTTP addresses (API, /metrics, the dashboard at /ui), same order.
+    /// The slaves' listen addresses, same order.
+    pub slave_addrs: Vec<String>,
+    /// Masters' HTTP addresses (API, /metrics, the dashboard at /ui), same order; empty
+    /// unless [`ClusterSpec::master_http`].
     pub master_http: Vec<String>,
+    /// Slaves' HTTP addresses, same order; empty unless [`ClusterSpec::slave_http`].
+    pub slave_http: Vec<String>,
     /// Where the cluster's data and logs are.
     pub dir: std::path::PathBuf,
 }
 
 /// Pids of live processes whose environment mentions `dir` (a task's `HETSCHED_CPUS_FILE`
-/// lies under its slave's data dir).
-fn processes_under(dir: &Path) -> Vec<i32> {
+/// lies under its slave's data dir), optionally also carrying the variable `marker`
+/// (`HETSCHED_TASK_ID=3`): the processes of one cluster, not of another running beside it.
+pub fn processes_under(dir: &Path, marker: Option<&str>) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -173,8 +287,11 @@ fn processes_under(dir: &Path) -> Vec<i32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-                env.split(|b| *b == 0)
-                    .any(|kv| String::from_utf8_lossy(kv).contains(needle.as_str()))
+                let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+                let ours = vars
+                    .iter()
+                    .any(|kv| String::from_utf8_lossy(kv).contains(needle.as_str()));
+                ours && marker.is_none_or(|m| vars.contains(&m.as_bytes()))
             })
         })
         .collect()
@@ -184,17 +301,21 @@ fn processes_under(dir: &Path) -> Vec<i32> {
 /// design).
 pub fn kill_tasks_under(dir: &Path) {
     let me = std::process::id() as i32;
-    for pid in processes_under(dir).into_iter().filter(|p| *p != me) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+    for pid in processes_under(dir, None).into_iter().filter(|p| *p != me) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
     }
 }
 
-/// A loopback port below the ephemeral range (see `hetsched_common::ports` for why).
-fn free_port() -> Result<u16, LaunchError> {
-    hetsched_common::ports::pick_local_port().ok_or(LaunchError::NoPort)
+/// A loopback address on a port below the ephemeral range (see `hetsched_common::ports` for
+/// why).
+fn free_addr() -> Result<String, LaunchError> {
+    let port = hetsched_common::ports::pick_local_port().ok_or(LaunchError::NoPort)?;
+    Ok(format!("127.0.0.1:{port}"))
+}
+
+/// `n` free loopback addresses.
+fn free_addrs(n: usize) -> Result<Vec<String>, LaunchError> {
+    (0..n).map(|_| free_addr()).collect()
 }
 
 impl LocalCluster {
@@ -211,8 +332,8 @@ impl LocalCluster {
         master_extra_args: &[String],
         slaves: &[SlaveSpec],
     ) -> Result<Self, LaunchError> {
-        let exe = std::env::current_exe().map_err(LaunchError::Exe)?;
-        Self::start_exe(&exe, dir, n_masters, master_extra_args, slaves)
+        let spec = ClusterSpec::simple(None, n_masters, master_extra_args, slaves);
+        Self::launch(dir, &spec)
     }
 
     /// As [`start_with`](Self::start_with), running the `hetsched` binary at `exe` (tests
@@ -224,6 +345,17 @@ impl LocalCluster {
         master_extra_args: &[String],
         slaves: &[SlaveSpec],
     ) -> Result<Self, LaunchError> {
+        let spec = ClusterSpec::simple(Some(exe), n_masters, master_extra_args, slaves);
+        Self::launch(dir, &spec)
+    }
+
+    /// Starts the cluster `spec` describes under `dir`: `master-ID` and `slave-N` data dirs
+    /// and `NAME.log` files there, every master with an admin listener (loopback).
+    pub fn launch(dir: &Path, spec: &ClusterSpec) -> Result<Self, LaunchError> {
+        let exe = match &spec.exe {
+            Some(exe) => exe.clone(),
+            None => std::env::current_exe().map_err(LaunchError::Exe)?,
+        };
         std::fs::create_dir_all(dir).map_err(|source| LaunchError::Io {
             path: dir.display().to_string(),
             source,
@@ -231,11 +363,20 @@ impl LocalCluster {
         let mut master_addrs = Vec::new();
         let mut admin_addrs = Vec::new();
         let mut master_http = Vec::new();
-        for _ in 0..n_masters {
-            master_addrs.push(format!("127.0.0.1:{}", free_port()?));
-            admin_addrs.push(format!("127.0.0.1:{}", free_port()?));
-            master_http.push(format!("127.0.0.1:{}", free_port()?));
+        for _ in 0..spec.masters {
+            master_addrs.push(free_addr()?);
+            admin_addrs.push(free_addr()?);
+            if spec.master_http {
+                master_http.push(free_addr()?);
+            }
         }
+        let n_slaves = spec.slaves.len();
+        let slave_addrs = free_addrs(n_slaves)?;
+        let slave_http = if spec.slave_http {
+            free_addrs(n_slaves)?
+        } else {
+            Vec::new()
+        };
         let peers = master_addrs
             .iter()
             .enumerate()
@@ -247,13 +388,19 @@ impl LocalCluster {
             master_addrs: master_addrs.clone(),
             admin_addrs: admin_addrs.clone(),
             slaves: Vec::new(),
+            slave_addrs: slave_addrs.clone(),
             master_http: master_http.clone(),
+            slave_http: slave_http.clone(),
             dir: dir.to_path_buf(),
+        };
+        let start = |name: &str, args: Vec<String>| {
+            let log = dir.join(format!("{name}.log"));
+            LocalProc::spawn(&exe, name, args, log, &spec.env)
         };
         for (i, addr) in master_addrs.iter().enumerate() {
             let id = i + 1;
             let name = format!("master-{id}");
-            let args = vec![
+            let mut args = vec![
                 "master".into(),
                 "--id".into(),
                 id.to_string(),
@@ -267,22 +414,19 @@ impl LocalCluster {
                 // listener (loopback only) is on for them.
                 "--admin".into(),
                 admin_addrs[i].clone(),
-                "--http".into(),
-                master_http[i].clone(),
             ];
-            let mut args = args;
-            args.extend(master_extra_args.iter().cloned());
-            let log = dir.join(format!("{name}.log"));
-            cluster
-                .masters
-                .push(LocalProc::start(exe, name, args, log)?);
+            if let Some(http) = master_http.get(i) {
+                args.extend(["--http".into(), http.clone()]);
+            }
+            args.extend(spec.master_args.iter().cloned());
+            cluster.masters.push(start(&name, args)?);
         }
-        for (i, s) in slaves.iter().enumerate() {
+        for (i, s) in spec.slaves.iter().enumerate() {
             let name = format!("slave-{}", i + 1);
             let mut args = vec![
                 "slave".into(),
                 "--listen".into(),
-                format!("127.0.0.1:{}", free_port()?),
+                slave_addrs[i].clone(),
                 "--masters".into(),
                 master_addrs.join(","),
                 "--data-dir".into(),
@@ -302,11 +446,18 @@ impl LocalCluster {
                     "T4".into(),
                 ]);
             }
+            if let Some(http) = slave_http.get(i) {
+                args.extend(["--http".into(), http.clone()]);
+            }
             args.extend(s.extra_args.iter().cloned());
-            let log = dir.join(format!("{name}.log"));
-            cluster.slaves.push(LocalProc::start(exe, name, args, log)?);
+            cluster.slaves.push(start(&name, args)?);
         }
         Ok(cluster)
+    }
+
+    /// Every process, masters first (in id order), then slaves.
+    pub fn procs_mut(&mut self) -> impl Iterator<Item = &mut LocalProc> {
+        self.masters.iter_mut().chain(self.slaves.iter_mut())
     }
 
     /// Stops every process: SIGTERM, then SIGKILL after a grace period.
@@ -315,7 +466,16 @@ impl LocalCluster {
     /// killed too: a local cluster leaves nothing running.
     pub fn stop(&mut self) {
         for p in self.slaves.iter_mut().chain(self.masters.iter_mut()) {
-            p.terminate(Duration::from_secs(3));
+            p.stop(Duration::from_secs(3));
+        }
+        kill_tasks_under(&self.dir);
+    }
+
+    /// As [`stop`](Self::stop) with no grace period: SIGKILL every process, then the tasks
+    /// (the whole cluster crashes at once; tests tear down this way).
+    pub fn kill9(&mut self) {
+        for p in self.slaves.iter_mut().chain(self.masters.iter_mut()) {
+            p.kill9();
         }
         kill_tasks_under(&self.dir);
     }

@@ -92,7 +92,7 @@ fn garbage_and_oversized_frames_are_rejected_and_serving_goes_on() {
     }
 
     // Every process still runs and the cluster still serves.
-    for p in c.masters.iter_mut().chain(c.slaves.iter_mut()) {
+    for p in c.procs_mut() {
         assert!(p.is_running(), "{} died on bad input", p.name);
     }
     c.wait_nodes_up(1, Duration::from_secs(30));

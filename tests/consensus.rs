@@ -1,4 +1,4 @@
-//! Done when (issue 3), on real master processes steered through the fault harness:
+//! Done when, on real master processes steered through the fault harness:
 //! a minority cannot commit while the majority does and all converge after heal; a follower
 //! cut off past compaction catches up by snapshot; a deposed, partitioned leader never
 //! serves a linearizable read; masters are added and removed under load with no
@@ -184,7 +184,7 @@ fn follower_cut_off_past_compaction_catches_up_by_snapshot_and_restart_restores(
         p.kill9();
     }
     for p in c.masters.iter_mut() {
-        p.restart();
+        p.restart().expect("restart");
     }
     guarded(&c, || {
         c.wait_same_hash(Duration::from_secs(60));
@@ -203,7 +203,7 @@ fn add_and_remove_masters_under_load_loses_nothing() {
     let new_admin = format!("127.0.0.1:{}", free_port());
     register_admin(&new_addr, &new_admin);
     let new_dir = c.dir.path().join("master-4");
-    let mut m4 = Proc::start(
+    let mut m4 = start_proc(
         "master-4",
         vec![
             "master".into(),

@@ -1,4 +1,4 @@
-//! Done when (issue 2): 3 masters and 2 slaves; a job of 100 tasks that each append their task
+//! Done when: 3 masters and 2 slaves; a job of 100 tasks that each append their task
 //! id to a file; the leader is SIGKILLed while tasks run and restarted; then every task
 //! succeeded, each id is in the file exactly once, and every master has the same state hash.
 //! Then the whole cluster is stopped and restarted from its data dirs and still lists every
@@ -55,7 +55,7 @@ fn scenario(c: &mut Cluster) {
         (l != leader).then_some(l)
     });
     assert_ne!(new_leader, leader);
-    c.masters[idx].restart();
+    c.masters[idx].restart().expect("restart");
 
     let tasks = wait_for("all 100 tasks succeeded", Duration::from_secs(120), || {
         let t = c.tasks();
@@ -98,11 +98,11 @@ fn scenario(c: &mut Cluster) {
     // Whole-cluster restart from the data dirs.
     let before_tasks = normalise(c.tasks());
     let before_jobs = c.json(&["jobs"]).expect("jobs");
-    for p in c.masters.iter_mut().chain(c.slaves.iter_mut()) {
+    for p in c.procs_mut() {
         p.kill9();
     }
-    for p in c.masters.iter_mut().chain(c.slaves.iter_mut()) {
-        p.restart();
+    for p in c.procs_mut() {
+        p.restart().expect("restart");
     }
     c.wait_leader(Duration::from_secs(30));
     let after_tasks = wait_for(

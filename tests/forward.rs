@@ -1,4 +1,4 @@
-//! Done when (issue 14, S0.6): slave A has only CPU engines, slave B an emulated GPU with
+//! Done when (S0.6): slave A has only CPU engines, slave B an emulated GPU with
 //! speed 8 for gemm. A program of gemm calls pinned to A (`submit --nodes A`) has its calls
 //! run on B, and the results come back with the CPU digests; with B SIGKILLed mid-program
 //! the remaining calls complete on A, and every call is in the program's record once.
@@ -50,7 +50,7 @@ fn start_slave(c: &Cluster, name: &str, gpu: bool, http: Option<&str>) -> Proc {
     if let Some(h) = http {
         args.extend(["--http".into(), h.into()]);
     }
-    Proc::start(name, args, c.dir.path())
+    start_proc(name, args, c.dir.path())
 }
 
 /// A program of `calls` gemm calls of size `n`, each with its own seed.

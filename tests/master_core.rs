@@ -1,4 +1,4 @@
-//! Done when (issue 8), on real processes: a killed slave's tasks are re-queued and finish
+//! Done when, on real processes: a killed slave's tasks are re-queued and finish
 //! elsewhere; a SIGSTOPped slave (connections hang rather than fail) does not slow the
 //! others; finished jobs are garbage-collected and stay gone across a restart from
 //! snapshot; the cluster port refuses benchmark and fault requests.
@@ -125,7 +125,7 @@ fn a_sigstopped_slave_delays_only_its_own_tasks() {
         let baseline_job = submit(&c, &["--cpus", "1", "--count", &count, "--", "true"]);
         let baseline = time_to_finish(&c, baseline_job, None, n);
 
-        let pid = c.slaves[2].child.as_ref().expect("slave-3 runs").id() as i32;
+        let pid = c.slaves[2].pid().expect("slave-3 runs");
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGSTOP,
@@ -272,7 +272,7 @@ fn finished_jobs_are_collected_and_stay_collected_after_a_restart() {
             m.kill9();
         }
         for m in c.masters.iter_mut() {
-            m.restart();
+            m.restart().expect("restart");
         }
         c.wait_leader(Duration::from_secs(30));
         let jobs = wait_for("jobs after restart", Duration::from_secs(30), || {

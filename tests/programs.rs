@@ -1,4 +1,4 @@
-//! Done when (issue 13): a program of gemm, sort and sha256 calls on a slave with an emulated
+//! Done when: a program of gemm, sort and sha256 calls on a slave with an emulated
 //! GPU (speed 8 for gemm) runs gemm on the GPU engine and the others where the selection
 //! table says; `calls --json` digests equal those of the same calls run on the CPU; `tasks
 //! --json` summarises the calls; `nodes --json` lists the engines; `profiles --json` holds
@@ -35,7 +35,7 @@ fn program_runs_gemm_on_the_emulated_gpu_with_cpu_digests() {
         "[[engine]]\nkind = \"gpu\"\nemulated = true\nspeed = { gemm = 8.0 }\n",
     )
     .expect("write engines file");
-    let slave = Proc::start(
+    let slave = start_proc(
         "slave-gpu",
         vec![
             "slave".into(),

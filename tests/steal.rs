@@ -13,7 +13,7 @@ mod support_http;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use support::{wait_for, Cluster, Proc};
+use support::{wait_for, Cluster};
 
 #[test]
 fn idle_slave_steals_queued_tasks_and_every_task_runs_exactly_once() {
@@ -71,7 +71,7 @@ fn scenario(c: &Cluster, http: &str) {
         "--name".into(),
         "slave-b".into(),
     ];
-    let _b = Proc::start("slave-b", b_args, c.dir.path());
+    let _b = support::start_proc("slave-b", b_args, c.dir.path());
 
     let tasks_of = |job: u64| -> Vec<Value> {
         c.json(&["tasks", "--job", &job.to_string()])

@@ -110,7 +110,7 @@ fn task_survives_agent_kill_and_restart_and_runs_once() {
     let pid = read_pid(&pidfile);
     c.slaves[0].kill9();
     assert!(!is_gone(pid), "killing the agent did not kill the task");
-    c.slaves[0].restart();
+    c.slaves[0].restart().expect("restart");
     let t = wait_task(&c, job, "the task to succeed", |t| {
         t["state"] == "succeeded"
     });
@@ -139,7 +139,7 @@ fn task_ending_while_the_agent_is_down_reports_its_true_exit_code() {
     wait_for("the task to end while the agent is down", WAIT, || {
         is_gone(pid).then_some(())
     });
-    c.slaves[0].restart();
+    c.slaves[0].restart().expect("restart");
     let t = wait_task(&c, job, "the task to fail", |t| t["state"] == "failed");
     assert_eq!(t["attempt"], 1, "{t}");
     assert_eq!(t["exit_code"], 7, "the true exit code: {t}");
@@ -177,7 +177,7 @@ fn agent_and_supervisor_killed_together_run_again_as_attempt_2() {
     wait_for("the supervisor to die", WAIT, || {
         is_gone(supervisor).then_some(())
     });
-    c.slaves[0].restart();
+    c.slaves[0].restart().expect("restart");
     let t = wait_task(&c, job, "attempt 2 to succeed", |t| {
         t["state"] == "succeeded"
     });

@@ -1,11 +1,14 @@
-//! Test harness: real clusters of real `hetsched` processes on loopback, in temp dirs.
+//! Test harness: real clusters of real `hetsched` processes on loopback, in temp dirs,
+//! started by the launcher the CLI uses (`hetsched::local`); here only what tests add on top
+//! of it: scratch dirs, waits, running the CLI and parsing its JSON, wire requests.
 //! Every wait polls a condition with a deadline; nothing sleeps and hopes.
 
 #![allow(dead_code)]
 
+use hetsched::local::{ClusterSpec, LocalCluster, SlaveSpec};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
@@ -60,76 +63,44 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
     }
 }
 
-pub struct Proc {
-    pub name: String,
-    pub args: Vec<String>,
-    pub log: PathBuf,
-    pub child: Option<Child>,
+/// Pids of the processes (tasks) of a cluster's dir.
+#[allow(unused_imports)]
+pub use hetsched::local::processes_under;
+/// One `hetsched` process of a test: the launcher's, killed (SIGKILL) when dropped.
+pub use hetsched::local::LocalProc as Proc;
+
+/// The environment of every process a test starts: `info` logs, whatever the test run's
+/// `HETSCHED_LOG` or `RUST_LOG` say (tests read the logs).
+fn test_env() -> Vec<(String, String)> {
+    vec![("HETSCHED_LOG".into(), "info".into())]
 }
 
-impl Proc {
-    pub fn start(name: &str, args: Vec<String>, dir: &Path) -> Self {
-        let mut p = Proc {
-            name: name.into(),
-            args,
-            log: dir.join(format!("{name}.log")),
-            child: None,
-        };
-        p.restart();
-        p
-    }
-
-    pub fn restart(&mut self) {
-        assert!(self.child.is_none(), "{} is already running", self.name);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("open log");
-        let child = Command::new(BIN)
-            .args(&self.args)
-            .env("HETSCHED_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn hetsched");
-        self.child = Some(child);
-    }
-
-    pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        match &mut self.child {
-            Some(c) => matches!(c.try_wait(), Ok(None)),
-            None => false,
-        }
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
+/// Starts `hetsched ARGS` as `name` beside a cluster, logging to `dir/NAME.log`.
+pub fn start_proc(name: &str, args: Vec<String>, dir: &Path) -> Proc {
+    let log = dir.join(format!("{name}.log"));
+    Proc::spawn(Path::new(BIN), name, args, log, &test_env()).expect("spawn hetsched")
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
+/// A cluster of the launcher (`hetsched::local`) in a [`Scratch`] dir, with the client
+/// conveniences of the tests. Its fields (`masters`, `slave_addrs`, ...) are the launcher's,
+/// through `Deref`; `dir` is the scratch dir.
 pub struct Cluster {
+    /// The processes (dropped, and so stopped, before the scratch dir goes).
+    pub local: LocalCluster,
     pub dir: Scratch,
-    pub masters: Vec<Proc>,
-    pub master_addrs: Vec<String>,
-    /// Admin listeners of the masters (bench and fault requests), same order.
-    pub admin_addrs: Vec<String>,
-    pub slaves: Vec<Proc>,
-    pub slave_addrs: Vec<String>,
+}
+
+impl std::ops::Deref for Cluster {
+    type Target = LocalCluster;
+    fn deref(&self) -> &LocalCluster {
+        &self.local
+    }
+}
+
+impl std::ops::DerefMut for Cluster {
+    fn deref_mut(&mut self) -> &mut LocalCluster {
+        &mut self.local
+    }
 }
 
 impl Cluster {
@@ -158,82 +129,33 @@ impl Cluster {
         master_flags: &[&str],
         slave_flags: &[&str],
     ) -> Self {
+        let slave = SlaveSpec {
+            cpus,
+            mem_mib: 4096,
+            gpus: 0,
+            extra_args: strings(slave_flags),
+        };
+        Self::launch(
+            name,
+            ClusterSpec {
+                masters: n_masters as u32,
+                master_args: strings(master_flags),
+                master_http: false,
+                slaves: vec![slave; n_slaves],
+                ..test_spec()
+            },
+        )
+    }
+
+    /// Starts `spec` in a fresh scratch dir named after `name`; admin requests to its
+    /// masters are routed (see [`wire_call`]).
+    pub fn launch(name: &str, spec: ClusterSpec) -> Self {
         let dir = Scratch::new(name);
-        let master_addrs: Vec<String> = (0..n_masters)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
-        let admin_addrs: Vec<String> = (0..n_masters)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
-        for (c, a) in master_addrs.iter().zip(&admin_addrs) {
+        let local = LocalCluster::launch(dir.path(), &spec).expect("launch the cluster");
+        for (c, a) in local.master_addrs.iter().zip(&local.admin_addrs) {
             register_admin(c, a);
         }
-        let peers = master_addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
-        let masters = master_addrs
-            .iter()
-            .enumerate()
-            .map(|(i, addr)| {
-                let id = i + 1;
-                let mut args: Vec<String> = vec![
-                    "master".into(),
-                    "--id".into(),
-                    id.to_string(),
-                    "--listen".into(),
-                    addr.clone(),
-                    "--peers".into(),
-                    peers.clone(),
-                    "--data-dir".into(),
-                    dir.path()
-                        .join(format!("master-{id}"))
-                        .display()
-                        .to_string(),
-                    "--admin".into(),
-                    admin_addrs[i].clone(),
-                ];
-                args.extend(master_flags.iter().map(|f| f.to_string()));
-                Proc::start(&format!("master-{id}"), args, dir.path())
-            })
-            .collect();
-        let slave_addrs: Vec<String> = (0..n_slaves)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
-        let slaves = slave_addrs
-            .iter()
-            .enumerate()
-            .map(|(i, addr)| {
-                let n = i + 1;
-                let mut args: Vec<String> = vec![
-                    "slave".into(),
-                    "--listen".into(),
-                    addr.clone(),
-                    "--masters".into(),
-                    master_addrs.join(","),
-                    "--data-dir".into(),
-                    dir.path().join(format!("slave-{n}")).display().to_string(),
-                    "--cpus".into(),
-                    cpus.to_string(),
-                    "--mem".into(),
-                    "4096".into(),
-                    "--name".into(),
-                    format!("slave-{n}"),
-                ];
-                args.extend(slave_flags.iter().map(|f| f.to_string()));
-                Proc::start(&format!("slave-{n}"), args, dir.path())
-            })
-            .collect();
-        Cluster {
-            dir,
-            masters,
-            master_addrs,
-            admin_addrs,
-            slaves,
-            slave_addrs,
-        }
+        Cluster { local, dir }
     }
 
     pub fn masters_arg(&self) -> String {
@@ -304,43 +226,26 @@ impl Cluster {
     }
 }
 
-/// Pids of live processes whose environment mentions `dir` (tasks carry their attempt's
-/// `HETSCHED_CPUS_FILE` under their slave's data dir), optionally also carrying `marker`
-/// (`HETSCHED_TASK_ID=3`): the processes of one test cluster, not of another running beside it.
-pub fn processes_under(dir: &Path, marker: Option<&str>) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let dir = dir.display().to_string();
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-                let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
-                let ours = vars
-                    .iter()
-                    .any(|kv| String::from_utf8_lossy(kv).contains(dir.as_str()));
-                ours && marker.is_none_or(|m| vars.contains(&m.as_bytes()))
-            })
-        })
-        .collect()
+impl Drop for Cluster {
+    /// No grace period: every process and task is killed at once. Tasks outlive their
+    /// slave agents by design (supervised attempts); a test cluster's tasks must not
+    /// outlive the test.
+    fn drop(&mut self) {
+        self.local.kill9();
+    }
 }
 
-impl Drop for Cluster {
-    /// Tasks outlive their slave agents by design (supervised attempts); a test cluster's
-    /// tasks must not outlive the test.
-    fn drop(&mut self) {
-        for p in self.slaves.iter_mut() {
-            p.kill9();
-        }
-        for pid in processes_under(self.dir.path(), None) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+/// What every test cluster runs: the test build's `hetsched`, logging at `info`.
+pub fn test_spec() -> ClusterSpec {
+    ClusterSpec {
+        exe: Some(PathBuf::from(BIN)),
+        env: test_env(),
+        ..ClusterSpec::default()
     }
+}
+
+fn strings(flags: &[&str]) -> Vec<String> {
+    flags.iter().map(|f| f.to_string()).collect()
 }
 
 pub fn cli_with(masters: &str, args: &[&str]) -> Output {
@@ -382,7 +287,7 @@ pub fn register_admin(cluster: &str, admin: &str) {
 }
 
 /// Direct wire access to one process (for requests the CLI does not expose, like faults).
-/// Benchmark and fault requests go to the master's admin listener (CONTRACT.md): the
+/// Benchmark and fault requests go to the master's admin listener (docs/CONTRACT.md): the
 /// cluster port refuses them.
 pub fn wire_call(
     addr: &str,

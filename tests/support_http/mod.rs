@@ -3,7 +3,8 @@
 
 #![allow(dead_code)]
 
-use crate::support::{free_port, register_admin, Cluster, Proc, Scratch};
+use crate::support::{test_spec, Cluster};
+use hetsched::local::{ClusterSpec, SlaveSpec};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -17,89 +18,31 @@ pub struct HttpCluster {
     pub slave_http: Vec<String>,
 }
 
-fn addr() -> String {
-    format!("127.0.0.1:{}", free_port())
-}
-
 impl HttpCluster {
+    /// `n_masters` masters and `n_slaves` slaves (`cpus` cores, one emulated GPU each), all
+    /// serving HTTP.
     pub fn start(name: &str, n_masters: usize, n_slaves: usize, cpus: u32) -> Self {
-        let dir = Scratch::new(name);
-        let master_addrs: Vec<String> = (0..n_masters).map(|_| addr()).collect();
-        let admin_addrs: Vec<String> = (0..n_masters).map(|_| addr()).collect();
-        let master_http: Vec<String> = (0..n_masters).map(|_| addr()).collect();
-        let slave_addrs: Vec<String> = (0..n_slaves).map(|_| addr()).collect();
-        let slave_http: Vec<String> = (0..n_slaves).map(|_| addr()).collect();
-        for (c, a) in master_addrs.iter().zip(&admin_addrs) {
-            register_admin(c, a);
-        }
-        let peers = master_addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
-        let path = |n: String| dir.path().join(n).display().to_string();
-        let masters = (0..n_masters)
-            .map(|i| {
-                let id = i + 1;
-                let args = [
-                    "master",
-                    "--id",
-                    &id.to_string(),
-                    "--listen",
-                    &master_addrs[i],
-                    "--peers",
-                    &peers,
-                    "--data-dir",
-                    &path(format!("master-{id}")),
-                    "--admin",
-                    &admin_addrs[i],
-                    "--http",
-                    &master_http[i],
-                ]
-                .map(String::from)
-                .to_vec();
-                Proc::start(&format!("master-{id}"), args, dir.path())
-            })
-            .collect();
-        let slaves = (0..n_slaves)
-            .map(|i| {
-                let n = i + 1;
-                let args = [
-                    "slave",
-                    "--listen",
-                    &slave_addrs[i],
-                    "--masters",
-                    &master_addrs.join(","),
-                    "--data-dir",
-                    &path(format!("slave-{n}")),
-                    "--cpus",
-                    &cpus.to_string(),
-                    "--mem",
-                    "4096",
-                    "--gpus",
-                    "1",
-                    "--name",
-                    &format!("slave-{n}"),
-                    "--http",
-                    &slave_http[i],
-                ]
-                .map(String::from)
-                .to_vec();
-                Proc::start(&format!("slave-{n}"), args, dir.path())
-            })
-            .collect();
-        HttpCluster {
-            cluster: Cluster {
-                dir,
-                masters,
-                master_addrs,
-                admin_addrs,
-                slaves,
-                slave_addrs,
+        let slave = SlaveSpec {
+            cpus,
+            mem_mib: 4096,
+            // `--gpus 1` with the slave's default model, not the launcher's T4.
+            gpus: 0,
+            extra_args: vec!["--gpus".into(), "1".into()],
+        };
+        let cluster = Cluster::launch(
+            name,
+            ClusterSpec {
+                masters: n_masters as u32,
+                master_http: true,
+                slaves: vec![slave; n_slaves],
+                slave_http: true,
+                ..test_spec()
             },
-            master_http,
-            slave_http,
+        );
+        HttpCluster {
+            master_http: cluster.master_http.clone(),
+            slave_http: cluster.slave_http.clone(),
+            cluster,
         }
     }
 }

@@ -1,0 +1,127 @@
+//! The seeded workload: users of different priorities, the jobs they submit (command tasks
+//! that record each attempt in the side-effect file, and API programs), and the submit that
+//! records its invocation and outcome in the history.
+
+use super::super::client::{call, short};
+use super::observe::Recorder;
+use hetsched_chaos::history::Event;
+use hetsched_chaos::Scenario;
+use hetsched_common::protocol::{ClientRequest, ClientResponse};
+use hetsched_common::rng::SplitMix64;
+use hetsched_common::{ClientRequestId, JobSpec, ResourceRequest};
+use std::path::Path;
+
+/// The workload's users and the S1 priorities a local run configures for them (carol has no
+/// entry: the base priority 0), so that alice's jobs may preempt bob's and carol's.
+const USERS: [(&str, Option<i64>); 3] = [("alice", Some(10)), ("bob", Some(5)), ("carol", None)];
+
+/// The priority configuration of a local run's workload.
+pub(super) fn workload_priorities() -> hetsched_common::priority::PriorityConfig {
+    use hetsched_common::priority::{Principal, PriorityConfig, PriorityEntry, Quota};
+    PriorityConfig {
+        entries: USERS
+            .iter()
+            .filter_map(|(user, p)| {
+                p.map(|priority| PriorityEntry {
+                    who: Principal::User(user.to_string()),
+                    partition: "default".into(),
+                    priority,
+                    quota: Quota::default(),
+                })
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// One seeded job of the workload: a command job whose tasks append `TASK ATTEMPT` to the
+/// side-effect file, or (a `program_share` of them) an API program of sha256 and sort calls.
+/// Named `{tag}-{n}` so an attached run can tell its jobs from the cluster's others.
+pub(super) fn workload_job(
+    rng: &mut SplitMix64,
+    sc: &Scenario,
+    effects: &Path,
+    tag: &str,
+    n: u64,
+) -> JobSpec {
+    let count = 1 + rng.below(u64::from(sc.max_tasks_per_job)) as u32;
+    let user = USERS[rng.below(USERS.len() as u64) as usize].0;
+    let cpu_milli = 250 + 250 * rng.below(4);
+    // Draws in a fixed order whatever the job kind, so the seed replays the same workload.
+    let program_draw = rng.below(1000);
+    let data_seed = rng.next_u64();
+    let mut spec = JobSpec {
+        name: format!("{tag}-{n}"),
+        user: user.into(),
+        partition: "default".into(),
+        resources: ResourceRequest {
+            cpu_milli,
+            mem_mib: 32,
+            ..Default::default()
+        },
+        count,
+        ..Default::default()
+    };
+    if (program_draw as f64) < sc.program_share * 1000.0 {
+        use hetsched_common::program::{Api, ApiCall, Program};
+        spec.program = Some(Program {
+            calls: vec![
+                ApiCall::new(Api::Sha256, 1 << 16, data_seed),
+                ApiCall::new(Api::Sort, 1 << 12, data_seed),
+            ],
+        });
+    } else {
+        let secs = sc.task_time.as_secs_f64();
+        let script = format!(
+            "echo \"$HETSCHED_TASK_ID $HETSCHED_ATTEMPT\" >> '{}'; sleep {secs:.2}",
+            effects.display()
+        );
+        spec.command = vec!["sh".into(), "-c".into(), script];
+    }
+    spec
+}
+
+/// Submits one job as operation `op`, recording the invocation and its ack or failure.
+pub(super) async fn submit(
+    masters: Vec<String>,
+    rec: Recorder,
+    op: u64,
+    request: u64,
+    spec: JobSpec,
+) {
+    let program = spec.program.is_some();
+    rec.push(Event::Invoke {
+        t_ms: rec.now_ms(),
+        op,
+        what: format!(
+            "submit {} user={} count={}{}",
+            spec.name,
+            spec.user,
+            spec.count,
+            if program { " program" } else { "" }
+        ),
+    });
+    let req = ClientRequest::Submit {
+        request: ClientRequestId(request),
+        spec,
+    };
+    match call(&masters, req, false).await {
+        Ok(ClientResponse::Submitted { job, tasks }) => rec.push(Event::Ack {
+            t_ms: rec.now_ms(),
+            op,
+            job: job.0,
+            tasks: tasks.iter().map(|t| t.0).collect(),
+            program,
+        }),
+        Ok(other) => rec.push(Event::Fail {
+            t_ms: rec.now_ms(),
+            op,
+            error: short(&other),
+        }),
+        Err(e) => rec.push(Event::Fail {
+            t_ms: rec.now_ms(),
+            op,
+            error: e.to_string(),
+        }),
+    }
+}
