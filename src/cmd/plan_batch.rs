@@ -3,7 +3,7 @@
 //! All I/O and the clock live here; the planner (`master::plan::makespan`) is pure.
 
 use anyhow::Context;
-use hetsched_master_core::plan::makespan::{self, Instance, Plan};
+use hetsched_master_core::plan::makespan::{self, BatchPlan, Instance};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -89,7 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// One line per job: start, finish, and per core its blocks as `block@replica-host`.
-fn print_schedule(out: &mut impl Write, inst: &Instance, plan: &Plan) -> anyhow::Result<()> {
+fn print_schedule(out: &mut impl Write, inst: &Instance, plan: &BatchPlan) -> anyhow::Result<()> {
     let eval = makespan::validate(inst, &plan.schedule)?;
     writeln!(
         out,
@@ -125,7 +125,7 @@ fn print_schedule(out: &mut impl Write, inst: &Instance, plan: &Plan) -> anyhow:
 fn print_summary(
     out: &mut impl Write,
     inst: &Instance,
-    plan: &Plan,
+    plan: &BatchPlan,
     plan_ms: f64,
     compare: bool,
 ) -> std::io::Result<()> {

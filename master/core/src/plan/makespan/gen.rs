@@ -1,7 +1,7 @@
 //! Seeded random instances for the benchmark and the tests: heterogeneous hosts, replicated
 //! blocks, job speeds that differ. Deterministic in the seed.
 
-use super::model::{Block, Instance, InstanceError, Job};
+use super::model::{BatchJob, Block, Instance, InstanceError};
 use hetsched_common::rng::SplitMix64;
 
 /// Shape of a generated instance.
@@ -75,7 +75,7 @@ pub fn generate(p: &GenParams) -> Result<Instance, InstanceError> {
                     }
                 })
                 .collect();
-            Job { speed, blocks }
+            BatchJob { speed, blocks }
         })
         .collect();
     Instance::new(cores, p.transfer_speed, p.alpha, jobs)

@@ -24,7 +24,7 @@
 //!
 //! The format is told by the first non-blank character: `{` is JSON, anything else text.
 
-use super::model::{Block, Instance, InstanceError, Job, MAX_TOTAL_CORES};
+use super::model::{BatchJob, Block, Instance, InstanceError, MAX_TOTAL_CORES};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -110,7 +110,7 @@ pub fn parse_json(input: &str) -> Result<Instance, InputError> {
     let jobs = raw
         .jobs
         .into_iter()
-        .map(|j| Job {
+        .map(|j| BatchJob {
             speed: j.speed,
             blocks: j
                 .blocks
@@ -356,7 +356,7 @@ pub fn parse_text(input: &str) -> Result<Instance, InputError> {
                 replicas: vec![host],
             });
         }
-        job_list.push(Job {
+        job_list.push(BatchJob {
             speed: speeds[j],
             blocks,
         });

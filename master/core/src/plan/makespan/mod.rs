@@ -1,6 +1,6 @@
 //! S2 — makespan planner for data-local batch jobs; see SEEDS.md §S2 and issue 5.
 //!
-//! Pure: an [`Instance`] in, a [`Plan`] out — no I/O, no clock, deterministic.
+//! Pure: an [`Instance`] in, a [`BatchPlan`] out — no I/O, no clock, deterministic.
 //!
 //! ```text
 //!  Instance ──► lower_bound ─────────────────────────────┐
@@ -44,11 +44,11 @@ pub use bounds::{job_bound, lower_bound};
 pub use gen::{generate, GenParams};
 pub use input::{parse, parse_json, parse_text, to_json, InputError};
 pub use model::{
-    decay, Block, CoreRef, Instance, InstanceError, Job, MAX_CORES_PER_JOB, MAX_TOTAL_CORES,
+    decay, BatchJob, Block, CoreRef, Instance, InstanceError, MAX_CORES_PER_JOB, MAX_TOTAL_CORES,
 };
 pub use pack::{core_weight, DATA_EPSILON};
 pub use schedule::{validate, BlockRead, CoreWork, Evaluation, JobPlan, Schedule, ScheduleError};
-pub use search::{bisect, max_probes, Outcome, GRID_TICKS};
+pub use search::{bisect, max_probes, SearchOutcome, GRID_TICKS};
 
 use thiserror::Error;
 
@@ -85,7 +85,7 @@ pub struct Baselines {
 
 /// The planner's answer.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
+pub struct BatchPlan {
     /// The schedule returned: the best of the planner's and the baselines'.
     pub schedule: Schedule,
     /// Its makespan, as the validator computes it.
@@ -120,7 +120,7 @@ fn check(inst: &Instance, s: &Schedule, which: &'static str) -> Result<f64, Plan
 
 /// Plans `inst` (SEEDS.md §S2): binary search on the makespan between the lower bound and
 /// the best baseline, then returns the best schedule seen, the baselines included.
-pub fn plan(inst: &Instance) -> Result<Plan, PlanError> {
+pub fn plan(inst: &Instance) -> Result<BatchPlan, PlanError> {
     let lower = lower_bound(inst);
     let rr = round_robin(inst);
     let rr_ms = check(inst, &rr, "round-robin")?;
@@ -167,7 +167,7 @@ pub fn plan(inst: &Instance) -> Result<Plan, PlanError> {
             best = (s, ms, Chosen::Planner);
         }
     }
-    Ok(Plan {
+    Ok(BatchPlan {
         schedule: best.0,
         makespan: best.1,
         chosen: best.2,

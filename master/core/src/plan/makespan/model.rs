@@ -24,14 +24,14 @@ pub struct Block {
 
 /// One data-local batch job.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Job {
+pub struct BatchJob {
     /// Calculation speed of one undecayed core, MB/s (> 0).
     pub speed: f64,
     /// The job's blocks (at least one).
     pub blocks: Vec<Block>,
 }
 
-impl Job {
+impl BatchJob {
     /// Total data of the job, MB.
     pub fn data(&self) -> f64 {
         self.blocks.iter().map(|b| b.size).sum()
@@ -141,7 +141,7 @@ pub struct Instance {
     cores_per_host: Vec<usize>,
     transfer_speed: f64,
     alpha: f64,
-    jobs: Vec<Job>,
+    jobs: Vec<BatchJob>,
     /// Host of each global core id (cores numbered host by host).
     core_host: Vec<usize>,
     /// First global core id of each host.
@@ -156,7 +156,7 @@ impl Instance {
         cores_per_host: Vec<usize>,
         transfer_speed: f64,
         alpha: f64,
-        jobs: Vec<Job>,
+        jobs: Vec<BatchJob>,
     ) -> Result<Self, InstanceError> {
         let hosts = cores_per_host.len();
         if hosts == 0 {
@@ -272,7 +272,7 @@ impl Instance {
     }
 
     /// The jobs, in input order.
-    pub fn jobs(&self) -> &[Job] {
+    pub fn jobs(&self) -> &[BatchJob] {
         &self.jobs
     }
 

@@ -14,7 +14,7 @@ pub const GRID_TICKS: u64 = 1 << 14;
 
 /// What a search found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Outcome {
+pub struct SearchOutcome {
     /// The smallest tick the oracle accepted, if any.
     pub best: Option<u64>,
     /// How many probes the oracle was asked.
@@ -22,7 +22,11 @@ pub struct Outcome {
 }
 
 /// Binary search on ticks `lower..=upper` with the patent's stopping rule.
-pub fn bisect(mut lower: u64, mut upper: u64, mut feasible: impl FnMut(u64) -> bool) -> Outcome {
+pub fn bisect(
+    mut lower: u64,
+    mut upper: u64,
+    mut feasible: impl FnMut(u64) -> bool,
+) -> SearchOutcome {
     if lower > upper {
         std::mem::swap(&mut lower, &mut upper);
     }
@@ -44,7 +48,7 @@ pub fn bisect(mut lower: u64, mut upper: u64, mut feasible: impl FnMut(u64) -> b
             lower = mid;
         }
     }
-    Outcome { best, probes }
+    SearchOutcome { best, probes }
 }
 
 /// The most probes [`bisect`] makes on `lower..=upper`: `ceil(log2(d)) + 1`, `d = upper − lower`

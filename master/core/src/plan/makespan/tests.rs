@@ -19,8 +19,8 @@ fn block(size: f64, replicas: &[usize]) -> Block {
     }
 }
 
-fn job(speed: f64, blocks: Vec<Block>) -> Job {
-    Job { speed, blocks }
+fn job(speed: f64, blocks: Vec<Block>) -> BatchJob {
+    BatchJob { speed, blocks }
 }
 
 fn read(block: usize, replica: usize) -> BlockRead {
@@ -414,14 +414,14 @@ fn bisect_terminates_on_constant_oracles_and_degenerate_ranges() {
     // lower == upper: one probe, then the probe repeats.
     assert_eq!(
         bisect(7, 7, |_| true),
-        Outcome {
+        SearchOutcome {
             best: Some(7),
             probes: 1
         }
     );
     assert_eq!(
         bisect(7, 8, |_| false),
-        Outcome {
+        SearchOutcome {
             best: None,
             probes: 1
         }
