@@ -1,4 +1,4 @@
-//! Admission back-pressure (issue 18) on real masters: a submit that would take the pending
+//! Admission back-pressure on real masters: a submit that would take the pending
 //! queue past `--max-pending` is refused with "busy, retry" and exit 5, and the queue takes
 //! work again once it drains; another user's flood does not count against a rate it
 //! did not use.

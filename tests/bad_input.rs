@@ -1,4 +1,4 @@
-//! Done when (issue 2): random bytes and oversized frames sent to every listening port are
+//! What must hold: random bytes and oversized frames sent to every listening port are
 //! rejected with an error in the log, and the process keeps serving.
 
 mod support;

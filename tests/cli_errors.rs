@@ -1,4 +1,4 @@
-//! Done when (issue 2): a bad flag, an unreachable master list, or a malformed command line
+//! What must hold: a bad flag, an unreachable master list, or a malformed command line
 //! gives a one-line error and a non-zero exit code, not a panic.
 
 mod support;
@@ -125,7 +125,7 @@ fn help_and_version_succeed() {
     assert!(out.starts_with("hetsched "));
 }
 
-/// S3.2/S3.6 flags (issue 15): bad values are usage errors (exit 2) with one line, checked
+/// S3.2/S3.6 flags: bad values are usage errors (exit 2) with one line, checked
 /// before any master is contacted.
 #[test]
 fn bad_cpu_search_and_contention_flags() {

@@ -1,7 +1,7 @@
-//! Done when (issue 17), the parts that need no cluster: `--help` of every subcommand
+//! What must hold, the parts that need no cluster: `--help` of every subcommand
 //! (with the exit-code table), a malformed spec file names field, line and column and exits
 //! 2, bad input exits 2, and with no master reachable a command exits 5 within the client
-//! timeout. The exit codes are CONTRACT.md's.
+//! timeout. The exit codes are docs/CONTRACT.md's.
 
 mod support;
 

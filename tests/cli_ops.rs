@@ -1,4 +1,4 @@
-//! Done when (issue 17), against real clusters: `logs` returns what a task printed, also
+//! What must hold, against real clusters: `logs` returns what a task printed, also
 //! after it ended; `cancel` stops a running task on its slave; `watch` exits 1 for a job
 //! with a failing task (and 0 when all succeed, retries included); `drain` sends no new
 //! tasks to the node and re-queues its tasks at the deadline; `jobs 999999` exits 4. The

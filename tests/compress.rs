@@ -1,4 +1,4 @@
-//! Done when (issue 15, S3.6), on real processes: a GPU task on an emulated GPU whose
+//! What must hold (S3.6), on real processes: a GPU task on an emulated GPU whose
 //! utilisation falls while a CPU task on the same slave declares high memory bandwidth; the
 //! CPU task goes from 8 to 4 CPUs within a few samples, visible in `tasks --json` and in its
 //! `HETSCHED_CPUS_FILE` (and, as root on cgroup v1, in its cgroup's CPU quota); a new CPU

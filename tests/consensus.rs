@@ -1,4 +1,4 @@
-//! Done when, on real master processes steered through the fault harness:
+//! What must hold, on real master processes steered through the fault harness:
 //! a minority cannot commit while the majority does and all converge after heal; a follower
 //! cut off past compaction catches up by snapshot; a deposed, partitioned leader never
 //! serves a linearizable read; masters are added and removed under load with no

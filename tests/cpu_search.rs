@@ -1,4 +1,4 @@
-//! Done when (issue 15, S3.2), on real processes: a GPU task whose emulated utilisation is a
+//! What must hold (S3.2), on real processes: a GPU task whose emulated utilisation is a
 //! function of its CPU count (read from `HETSCHED_CPUS_FILE`) ends its search at the curve's
 //! best count, recorded for its class.
 

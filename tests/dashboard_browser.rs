@@ -1,4 +1,4 @@
-//! The dashboard in a real browser (issue 19): a cluster runs a job submitted through the
+//! The dashboard in a real browser: a cluster runs a job submitted through the
 //! API; headless Chromium loads `/ui` and the rendered DOM shows the job's name and state.
 //!
 //! Needs Debian's `chromium` (`.ci/run` installs it). Without it the test is skipped with

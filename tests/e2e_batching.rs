@@ -1,4 +1,4 @@
-//! Done when (issue 18): a 10,000-task job is placed — and run to completion — with at most
+//! What must hold: a 10,000-task job is placed — and run to completion — with at most
 //! 0.5 log entries per task (batched plans, dispatch and reports), measured by
 //! `hetsched bench e2e` on real master processes; and real slaves complete a workload through
 //! the batched report path.

@@ -1,4 +1,4 @@
-//! Done when (S0.6): slave A has only CPU engines, slave B an emulated GPU with
+//! What must hold (S0.6): slave A has only CPU engines, slave B an emulated GPU with
 //! speed 8 for gemm. A program of gemm calls pinned to A (`submit --nodes A`) has its calls
 //! run on B, and the results come back with the CPU digests; with B SIGKILLed mid-program
 //! the remaining calls complete on A, and every call is in the program's record once.

@@ -1,4 +1,4 @@
-//! The HTTP API end to end (issue 19): submit, poll until done, logs, cancel, drain, a 404,
+//! The HTTP API end to end: submit, poll until done, logs, cancel, drain, a 404,
 //! a 400 naming the field, a write sent to a follower; `/metrics` of a master and of a
 //! slave carry the named series.
 

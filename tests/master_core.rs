@@ -1,4 +1,4 @@
-//! Done when, on real processes: a killed slave's tasks are re-queued and finish
+//! What must hold, on real processes: a killed slave's tasks are re-queued and finish
 //! elsewhere; a SIGSTOPped slave (connections hang rather than fail) does not slow the
 //! others; finished jobs are garbage-collected and stay gone across a restart from
 //! snapshot; the cluster port refuses benchmark and fault requests.

@@ -1,4 +1,4 @@
-//! Done when (issue 12), on real processes: a CPU burst borrows a GPU node's reserved CPUs;
+//! What must hold, on real processes: a CPU burst borrows a GPU node's reserved CPUs;
 //! a GPU task arrives; the borrowers are stopped (reason `preempted`) and re-run before CPU
 //! tasks that queued earlier; the GPU task runs within 15 s. Also `"queue"` and
 //! `"borrowed"` in `tasks --json`, `"queues"` in `status --json`, and the slave's

@@ -1,4 +1,4 @@
-//! Done when (issue 11), on real processes: a high-priority user's task preempts the two
+//! What must hold, on real processes: a high-priority user's task preempts the two
 //! latest-submitted tasks of a low-priority user on a full slave, runs within 15 s, and
 //! every low task succeeds later, once per attempt. Also: `config apply|show`, a bad file's
 //! line and exit 2, and `submit --dry-run`.

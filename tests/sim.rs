@@ -1,4 +1,4 @@
-//! `hetsched sim` as a user runs it (issue 10): deterministic JSON, pod lists without time
+//! `hetsched sim` as a user runs it: deterministic JSON, pod lists without time
 //! columns, and bad input answered with exit 2 naming the file, line and column.
 
 mod support;

@@ -1,4 +1,4 @@
-//! `hetsched bench placement` — the S4 index against a linear scan (issue 4).
+//! `hetsched bench placement` — the S4 index against a linear scan.
 //!
 //! Random mode builds a seeded cluster and task stream (`sched::index::workload`) and runs
 //! it twice, through the index and through the linear scan, timing each pass as a whole:

@@ -1,4 +1,4 @@
-//! Exit codes of every command (CONTRACT.md, "Exit codes"): an error that carries its code,
+//! Exit codes of every command (docs/CONTRACT.md, "Exit codes"): an error that carries its code,
 //! and the table shown in `--help` and README.
 
 use std::fmt;

@@ -71,7 +71,7 @@ pub struct Args {
     /// Silence after which the leader declares a slave down, ms.
     #[arg(long, default_value_t = 5000)]
     pub node_timeout_ms: u64,
-    /// Admin listener for benchmark proposals and fault injection (CONTRACT.md). Off by
+    /// Admin listener for benchmark proposals and fault injection (docs/CONTRACT.md). Off by
     /// default; the cluster port refuses those requests. Bind it to loopback only.
     #[arg(long, value_name = "HOST:PORT")]
     pub admin: Option<String>,

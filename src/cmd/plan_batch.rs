@@ -1,4 +1,4 @@
-//! `hetsched plan-batch` — the S2 makespan planner on a file (issue 5).
+//! `hetsched plan-batch` — the S2 makespan planner on a file.
 //!
 //! All I/O and the clock live here; the planner (`master::plan::makespan`) is pure.
 
@@ -22,7 +22,7 @@ pub struct Args {
     pub compare: bool,
 }
 
-/// The `--json` line. The keys of issue 5 first; `schedule` lists one entry per job in
+/// The `--json` line. The documented keys first; `schedule` lists one entry per job in
 /// input order.
 #[derive(Serialize)]
 struct JsonOut<'a> {

@@ -1,5 +1,5 @@
 //! `calls`, `profile` and `profiles`: API programs' call records, the offline profiler and
-//! the cluster's selection tables and task–engine relation (S0, SEEDS.md §S0.1, §S0.5).
+//! the cluster's selection tables and task–engine relation (S0, docs/DESIGN.md §S0.1, §S0.5).
 
 use super::client::{block_on, call, ReadFlags};
 use super::exit;

@@ -1,4 +1,4 @@
-//! S0.6 — cross-node API forwarding by query and redirect (SEEDS.md §S0): the leader's
+//! S0.6 — cross-node API forwarding by query and redirect (docs/DESIGN.md §S0): the leader's
 //! choice of the peer that runs one call for a slave. Pure: the caller passes the engine
 //! load the slaves' heartbeats reported and their selection tables; nothing here reads a
 //! clock or does I/O.
@@ -29,7 +29,7 @@ pub const DEFAULT_BYTES_PER_S: u64 = 125_000_000;
 pub const DEFAULT_RTT_US: u64 = 1_000;
 
 /// The forwarding cost of one call, µs: `arg_bytes / bandwidth + round trip + queue wait`
-/// (SEEDS.md §S0 decision). A link without a measured bandwidth or round trip takes the
+/// (docs/DESIGN.md §S0 decision). A link without a measured bandwidth or round trip takes the
 /// defaults above. Saturates instead of overflowing.
 pub fn forward_cost(arg_bytes: u64, link: Option<&LinkEstimate>, queue_wait_us: u64) -> u64 {
     let bytes_per_s = link

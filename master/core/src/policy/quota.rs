@@ -1,6 +1,6 @@
 //! S1 — admission: the priority each task of a new job gets, from its user's entry in the
 //! priority configuration and what that user (or group) already holds against its quota
-//! in the partition (SEEDS.md §S1).
+//! in the partition (docs/DESIGN.md §S1).
 //!
 //! Tasks are admitted in submission order. A task whose demand still fits in the remaining
 //! quota (quota − the non-final tasks holding the entry's priority, floored at 0) gets the

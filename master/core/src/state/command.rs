@@ -127,7 +127,7 @@ pub enum Command {
         /// Attempt.
         attempt: Attempt,
     },
-    /// Garbage collection (CONTRACT.md, Retention), proposed by the leader: forget finished
+    /// Garbage collection (docs/CONTRACT.md, Retention), proposed by the leader: forget finished
     /// jobs (and their tasks) that finished before `jobs_finished_before_ms`, and client
     /// request outcomes recorded before `requests_before_ms`. The cut-offs travel in the
     /// command, so every replica removes exactly the same things.

@@ -5,7 +5,7 @@ use super::*;
 use hetsched_common::{JobId, TaskId};
 use serde::{Deserialize, Serialize};
 
-/// A client request's outcome, kept in compact form for retries (CONTRACT.md, Retention):
+/// A client request's outcome, kept in compact form for retries (docs/CONTRACT.md, Retention):
 /// a `Submitted` of 100,000 tasks is a job id, its first task id and a count, since a job's
 /// task ids are consecutive.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,4 +1,4 @@
-//! The baselines the planner must beat (SEEDS.md §S2, "Baselines"; the patent's 轮转法 and
+//! The baselines the planner must beat (docs/DESIGN.md §S2, "Baselines"; the patent's 轮转法 and
 //! 加权法). Both take the jobs in input order and start each job as soon as all its cores
 //! are free; neither searches.
 //!

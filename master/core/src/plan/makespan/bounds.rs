@@ -1,4 +1,4 @@
-//! The lower bound (SEEDS.md §S2; issue 5): no valid schedule finishes before it.
+//! The lower bound (docs/DESIGN.md §S2): no valid schedule finishes before it.
 //!
 //! `max( max over jobs of the job's best time on ≤ 10 cores, Σ over jobs of its work / T )`.
 //!

@@ -1,5 +1,5 @@
 //! Reading instances: our JSON (with replicas) and the course problem's plain text
-//! (SEEDS.md §S2, "Decisions"). Parsing works on a string; reading the file is the CLI's job.
+//! (docs/DESIGN.md §S2, "Decisions"). Parsing works on a string; reading the file is the CLI's job.
 //!
 //! **JSON** (unknown keys are errors):
 //! ```json

@@ -1,4 +1,4 @@
-//! S2 — makespan planner for data-local batch jobs; see SEEDS.md §S2 and issue 5.
+//! S2 — makespan planner for data-local batch jobs; see docs/DESIGN.md §S2.
 //!
 //! Pure: an [`Instance`] in, a [`BatchPlan`] out — no I/O, no clock, deterministic.
 //!
@@ -14,12 +14,12 @@
 //!            validate every candidate ──► the best of planner and baselines (`chosen`)
 //! ```
 //!
-//! The model (the course problem SEEDS.md adopts): a job on `e ≤ 10` cores runs each at
+//! The model (the course problem docs/DESIGN.md adopts): a job on `e ≤ 10` cores runs each at
 //! `speed · g(e)`, `g(e) = 1 − α(e − 1)`; a core's time is the transfers of its remote
 //! blocks plus the execution of all its blocks; a job's cores start together and are held
 //! until its longest core ends; the makespan is the last finish.
 //!
-//! Where we depart from the patent's steps (SEEDS.md §S2), following issue 5: the search
+//! Where we depart from the patent's steps (docs/DESIGN.md §S2): the search
 //! runs from our [`lower_bound`] to the best baseline's makespan rather than from "all
 //! cores" to "one core per job" (one core per job is no upper bound when jobs outnumber
 //! cores); it probes whole ticks of a grid so that it ends despite floating point
@@ -118,7 +118,7 @@ fn check(inst: &Instance, s: &Schedule, which: &'static str) -> Result<f64, Plan
         .map_err(|error| PlanError { which, error })
 }
 
-/// Plans `inst` (SEEDS.md §S2): binary search on the makespan between the lower bound and
+/// Plans `inst` (docs/DESIGN.md §S2): binary search on the makespan between the lower bound and
 /// the best baseline, then returns the best schedule seen, the baselines included.
 pub fn plan(inst: &Instance) -> Result<BatchPlan, PlanError> {
     let lower = lower_bound(inst);

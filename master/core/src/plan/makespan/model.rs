@@ -1,4 +1,4 @@
-//! The input of the planner and the arithmetic of the model (SEEDS.md §S2, "Decisions").
+//! The input of the planner and the arithmetic of the model (docs/DESIGN.md §S2, "Decisions").
 //!
 //! A job given `e` cores runs each of them at `speed · g(e)` with `g(e) = 1 − α·(e − 1)`; a
 //! core's time is `Σ remote block sizes / s_t + Σ its block sizes / (speed · g(e))`. Sizes are

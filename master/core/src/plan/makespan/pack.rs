@@ -1,4 +1,4 @@
-//! One probe of the binary search (SEEDS.md §S2 step 3): can the jobs be packed so that all
+//! One probe of the binary search (docs/DESIGN.md §S2 step 3): can the jobs be packed so that all
 //! finish by a given makespan `M`?
 //!
 //! Jobs go in order of estimated time, longest first. Each starts on one core; while it
@@ -20,10 +20,10 @@ use super::trim::trim;
 use super::work::{place_blocks, JobWork, Timeline};
 
 /// Share of a job's data that every host gets in β, so hosts without its data still rank
-/// by φ and t instead of all scoring zero (SEEDS.md's ε).
+/// by φ and t instead of all scoring zero (docs/DESIGN.md's ε).
 pub const DATA_EPSILON: f64 = 1e-3;
 
-/// The core weight λ = φ·β·t (SEEDS.md §S2, "Decisions"):
+/// The core weight λ = φ·β·t (docs/DESIGN.md §S2, "Decisions"):
 /// * φ = 1 − cores(i,k) / (cores_i + 1): hosts already holding many of this job's cores
 ///   score lower, which spreads a job over the hosts that hold its data;
 /// * β = (data(i,k) + ε) / data_i: the share of the job's data on the core's host;

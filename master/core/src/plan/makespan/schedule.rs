@@ -1,5 +1,5 @@
 //! Schedules and the validator, which recomputes a schedule's makespan from the model
-//! alone, so that the planner's own bookkeeping is never trusted (SEEDS.md §S2).
+//! alone, so that the planner's own bookkeeping is never trusted (docs/DESIGN.md §S2).
 
 use super::model::{CoreRef, Instance};
 use serde::Serialize;

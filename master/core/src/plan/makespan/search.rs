@@ -1,4 +1,4 @@
-//! The binary search on the makespan (SEEDS.md §S2 step 4), on a grid of whole ticks so
+//! The binary search on the makespan (docs/DESIGN.md §S2 step 4), on a grid of whole ticks so
 //! that it ends for certain despite floating point.
 //!
 //! As in the patent, the probe is `ceil((lower + upper) / 2)`; an infeasible probe raises

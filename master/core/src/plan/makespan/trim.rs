@@ -1,4 +1,4 @@
-//! Critical-path trimming (SEEDS.md §S2 step 5): within one job, move and swap blocks off
+//! Critical-path trimming (docs/DESIGN.md §S2 step 5): within one job, move and swap blocks off
 //! its critical core — the core with the longest time — onto the other cores.
 //!
 //! Every accepted step makes the critical core strictly shorter and leaves every core it

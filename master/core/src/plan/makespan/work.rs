@@ -75,7 +75,7 @@ impl JobWork {
 /// core where the core's time after it — transfer + execution added to what it already
 /// has — is least; on a tie, a core holding a local replica, then the less loaded core, then
 /// the first. Because a remote read adds its transfer time, local replicas win unless their
-/// cores are loaded (SEEDS.md §S2 step 3; the patent's "least impact on the job's time").
+/// cores are loaded (docs/DESIGN.md §S2 step 3; the patent's "least impact on the job's time").
 pub(crate) fn place_blocks(
     inst: &Instance,
     job: usize,
