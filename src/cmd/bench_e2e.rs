@@ -16,11 +16,12 @@
 
 use super::local::{LocalCluster, SlaveSpec};
 use anyhow::{bail, Context};
+use hetsched_common::leader::{self, LeaderError, LeaderOptions};
 use hetsched_common::protocol::{
     Assignment, ClientRequest, ClientResponse, ErrorKind, ErrorReply, HeldPhase, HeldTask, Message,
     SlaveCommand, SlaveCommandReply, SlaveRequest, SlaveResponse, StatusInfo, TaskReport,
 };
-use hetsched_common::wire::{self, Connection, FrameLimits, Handler};
+use hetsched_common::wire::{self, FrameLimits, Handler};
 use hetsched_common::{Attempt, ClientRequestId, JobId, NodeId, NodeResources, TaskId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -135,68 +136,38 @@ pub fn run(a: E2eArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Requests to whichever master leads, following `NotLeader` answers.
+/// Requests to whichever master leads: the common [`LeaderClient`], retrying everything
+/// that may pass (elections, `Busy`) every 50 ms; a refusal comes back as the error answer
+/// it was.
 struct LeaderClient {
-    masters: Vec<String>,
-    target: usize,
-    conn: Option<Connection>,
+    inner: leader::LeaderClient,
 }
 
 impl LeaderClient {
     fn new(masters: Vec<String>) -> Self {
+        let options = LeaderOptions {
+            connect_timeout: Duration::from_secs(1),
+            call_timeout: Duration::from_secs(10),
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(50),
+            retry_busy: true,
+            ..LeaderOptions::default()
+        };
         Self {
-            masters,
-            target: 0,
-            conn: None,
+            inner: leader::LeaderClient::new(masters).with_options(options),
         }
     }
 
     async fn call(&mut self, body: Message, deadline: Duration) -> anyhow::Result<Message> {
-        let start = Instant::now();
-        loop {
-            if start.elapsed() > deadline {
-                bail!("no answer from a leader within {deadline:?}");
+        match self.inner.request(body, deadline).await {
+            Ok(m) => Ok(m),
+            Err(LeaderError::Refused { kind, message, .. }) => {
+                Ok(Message::Error(ErrorReply { kind, message }))
             }
-            let addr = self.masters[self.target % self.masters.len()].clone();
-            let conn = match &self.conn {
-                Some(c) if !c.is_closed() && c.addr() == addr => c.clone(),
-                _ => match Connection::connect(&addr, Duration::from_secs(1)).await {
-                    Ok(c) => {
-                        self.conn = Some(c.clone());
-                        c
-                    }
-                    Err(_) => {
-                        self.next(None);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
-            match conn.call(body.clone(), Duration::from_secs(10)).await {
-                Ok(Message::Error(ErrorReply {
-                    kind: ErrorKind::NotLeader { leader_addr, .. },
-                    ..
-                })) => {
-                    self.next(leader_addr);
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Ok(Message::Error(ErrorReply {
-                    kind: ErrorKind::Unavailable | ErrorKind::Unknown | ErrorKind::Busy,
-                    ..
-                }))
-                | Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Ok(m) => return Ok(m),
+            Err(LeaderError::Deadline { .. }) => {
+                bail!("no answer from a leader within {deadline:?}")
             }
-        }
-    }
-
-    fn next(&mut self, leader_addr: Option<String>) {
-        self.conn = None;
-        match leader_addr.and_then(|a| self.masters.iter().position(|m| *m == a)) {
-            Some(i) => self.target = i,
-            None => self.target += 1,
+            Err(e) => Err(e.into()),
         }
     }
 

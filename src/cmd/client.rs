@@ -10,10 +10,10 @@ use super::exit;
 use super::table;
 use anyhow::{anyhow, Context};
 use hetsched_common::jobfile::{self, JobFile};
+use hetsched_common::leader::{LeaderClient, LeaderError, LeaderOptions};
 use hetsched_common::protocol::{ClientRequest, ClientResponse, ErrorKind, ListFilter, Message};
-use hetsched_common::wire::Connection;
 use hetsched_common::{ClientRequestId, JobId, JobSpec, TaskId};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Arguments of `hetsched submit`.
 #[derive(clap::Args, Debug)]
@@ -229,62 +229,39 @@ pub async fn call(
     for m in masters {
         hetsched_common::parse_host_port(m).map_err(|e| exit::bad_input(e.to_string()))?;
     }
-    let start = Instant::now();
     let limit = deadline();
-    let mut next = 0usize;
-    let mut redirect: Option<String> = None;
-    let mut last_err: String;
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let addr = match redirect.take() {
-            Some(a) => a,
-            None => {
-                let a = masters[next % masters.len()].clone();
-                next += 1;
-                a
-            }
-        };
-        // No single attempt may outlast the client timeout.
-        let left = limit
-            .saturating_sub(start.elapsed())
-            .max(Duration::from_millis(50));
-        let attempt = async {
-            let conn = Connection::connect(&addr, left.min(Duration::from_secs(1))).await?;
-            conn.call(
-                Message::Client(req.clone()),
-                left.min(Duration::from_secs(10)),
-            )
-            .await
-        };
-        match attempt.await {
-            Ok(Message::ClientReply(r)) => return Ok(r),
-            Ok(Message::Error(e)) => match e.kind {
-                ErrorKind::NotLeader { leader_addr, .. } if !local => {
-                    tracing::debug!(%addr, ?leader_addr, "not the leader");
-                    redirect = leader_addr.filter(|a| *a != addr);
-                    last_err = e.message;
-                }
-                ErrorKind::Unknown | ErrorKind::Unavailable | ErrorKind::NotLeader { .. } => {
-                    last_err = e.message;
-                }
-                kind => return Err(answer_error(&kind, &e.message)),
-            },
-            Ok(other) => return Err(anyhow!("unexpected answer from {addr}: {}", short(&other))),
-            Err(e) => last_err = format!("{addr}: {e}"),
-        }
-        if local {
-            return Err(exit::unavailable(last_err));
-        }
-        if start.elapsed() >= limit {
-            return Err(exit::unavailable(format!(
-                "no leader answered within {limit:?} (HETSCHED_CLIENT_TIMEOUT_MS): {last_err}"
-            )));
-        }
-        if redirect.is_none() && next.is_multiple_of(masters.len()) {
-            let left = limit.saturating_sub(start.elapsed());
-            tokio::time::sleep(backoff.min(left)).await;
-            backoff = (backoff * 2).min(Duration::from_millis(500));
-        }
+    // No single connect or call outlasts the client timeout.
+    let options = LeaderOptions {
+        connect_timeout: Duration::from_secs(1),
+        call_timeout: Duration::from_secs(10),
+        backoff_min: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(500),
+        ..LeaderOptions::default()
+    };
+    let msg = Message::Client(req);
+    let (client, answer) = if local {
+        let left = limit.max(Duration::from_millis(50));
+        let mut client = LeaderClient::new(vec![masters[0].clone()]).with_options(LeaderOptions {
+            connect_timeout: left.min(options.connect_timeout),
+            call_timeout: left.min(options.call_timeout),
+            max_redirects: 0,
+            ..options
+        });
+        let answer = client.attempt(msg).await;
+        (client, answer)
+    } else {
+        let mut client = LeaderClient::new(masters.to_vec()).with_options(options);
+        let answer = client.request(msg, limit).await;
+        (client, answer)
+    };
+    match answer {
+        Ok(Message::ClientReply(r)) => Ok(r),
+        Ok(other) => Err(anyhow!(LeaderError::unexpected(client.target(), &other))),
+        Err(LeaderError::Refused { kind, message, .. }) => Err(answer_error(&kind, &message)),
+        Err(LeaderError::Deadline { deadline, last }) => Err(exit::unavailable(format!(
+            "no leader answered within {deadline:?} (HETSCHED_CLIENT_TIMEOUT_MS): {last}"
+        ))),
+        Err(e) => Err(exit::unavailable(e.to_string())),
     }
 }
 
