@@ -2,11 +2,15 @@
 //! the task state machine, node info, the wire protocol, and telemetry setup.
 //!
 //! Everything here is plain data plus pure functions, so the master's replicated state
-//! machine, the slave and the CLI agree on one definition of each thing.
+//! machine, the slave and the CLI agree on one definition of each thing. The exceptions need
+//! sockets and sit behind the `net` feature (on by default): the async half of [`wire`] and
+//! [`leader`], the client that follows the leading master.
 
 mod error;
 mod ids;
 pub mod jobfile;
+#[cfg(feature = "net")]
+pub mod leader;
 pub mod ports;
 pub mod priority;
 pub mod program;

@@ -1,12 +1,13 @@
 //! Delivery of what the slave tells the masters about its engines (S0.5 `RecordProfile`)
 //! and its program tasks' calls (`RecordCalls`), apart from the link's task reports: each
-//! message is sent to the leader (following `NotLeader` redirects), retried with backoff
-//! until acknowledged, in order. It waits for the node id the link's registration stores.
+//! message is sent to the leader through a [`LeaderClient`] (following `NotLeader`
+//! redirects), retried with backoff until acknowledged, in order. It waits for the node id
+//! the link's registration stores.
 
 use crate::store::Store;
+use hetsched_common::leader::{LeaderClient, LeaderError, LeaderOptions};
 use hetsched_common::program::{CallSummary, EngineDecl, SelectionTable};
 use hetsched_common::protocol::{ErrorKind, Message, SlaveRequest, SlaveResponse};
-use hetsched_common::wire::Connection;
 use hetsched_common::{Attempt, TaskId};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -39,13 +40,13 @@ pub async fn run(
     call_timeout: Duration,
     mut inbox: mpsc::UnboundedReceiver<Announcement>,
 ) {
-    let mut target = store
-        .leader_hint()
-        .ok()
-        .flatten()
-        .or_else(|| masters.first().cloned())
-        .unwrap_or_default();
-    let mut next = 0usize;
+    let mut client = LeaderClient::new(masters)
+        .with_options(LeaderOptions {
+            connect_timeout: call_timeout,
+            call_timeout,
+            ..LeaderOptions::default()
+        })
+        .with_leader_hint(store.leader_hint().ok().flatten());
     while let Some(a) = inbox.recv().await {
         let mut backoff = Duration::from_millis(100);
         loop {
@@ -73,35 +74,23 @@ pub async fn run(
                     summary,
                 },
             };
-            let answer = async {
-                let conn = Connection::connect(&target, call_timeout).await?;
-                conn.call(Message::Slave(req), call_timeout).await
-            }
-            .await;
-            match answer {
+            match client.attempt(Message::Slave(req)).await {
                 Ok(Message::SlaveReply(SlaveResponse::Ack)) => break,
-                Ok(Message::Error(e)) => match e.kind {
-                    ErrorKind::NotLeader {
-                        leader_addr: Some(addr),
-                        ..
-                    } if addr != target => {
-                        target = addr;
-                        continue;
-                    }
-                    ErrorKind::Invalid => {
-                        tracing::warn!(announcement = ?a, error = %e.message, "master refused an announcement; dropped");
-                        break;
-                    }
-                    _ => tracing::debug!(error = %e.message, "announcement deferred"),
-                },
+                Err(LeaderError::Refused {
+                    kind: ErrorKind::Invalid,
+                    message,
+                    ..
+                }) => {
+                    tracing::warn!(announcement = ?a, error = %message, "master refused an announcement; dropped");
+                    break;
+                }
+                Err(e @ LeaderError::Unreachable { .. }) => {
+                    tracing::debug!(error = %e, "announcement not delivered")
+                }
+                Err(e) => tracing::debug!(error = %e, "announcement deferred"),
                 Ok(other) => {
                     tracing::debug!(answer = ?other, "unexpected answer to an announcement")
                 }
-                Err(e) => tracing::debug!(%target, error = %e, "announcement not delivered"),
-            }
-            if !masters.is_empty() {
-                target = masters[next % masters.len()].clone();
-                next += 1;
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(2));

@@ -1,4 +1,4 @@
-//! S0.6 — cross-node API forwarding by query and redirect, the slave's side (SEEDS.md §S0).
+//! S0.6 — cross-node API forwarding by query and redirect, the slave's side (docs/DESIGN.md, S0).
 //!
 //! ```text
 //!  program call ──▶ wanted_kinds (local ranking vs the peers' tables) ── empty ──▶ run here
@@ -23,10 +23,11 @@
 
 use crate::program::ProgramRuntime;
 use crate::store::Store;
+use hetsched_common::leader::{LeaderClient, LeaderOptions};
 use hetsched_common::program::{ApiCall, CallRecord, SelectionTable};
 use hetsched_common::protocol::{
-    ClientRequest, ClientResponse, ErrorKind, ForwardQuery, ForwardTarget, LinkEstimate, Message,
-    PeerReply, PeerRequest, SlaveRequest, SlaveResponse,
+    ClientRequest, ClientResponse, ForwardQuery, ForwardTarget, LinkEstimate, Message, PeerReply,
+    PeerRequest, SlaveRequest, SlaveResponse,
 };
 use hetsched_common::wire::Connection;
 use hetsched_common::{EngineKind, NodeId};
@@ -140,8 +141,9 @@ pub struct Forwarder {
     handle: tokio::runtime::Handle,
     directory: RwLock<Directory>,
     links: Mutex<BTreeMap<NodeId, LinkEstimate>>,
-    /// The master asked next (follows `NotLeader` answers).
-    target: Mutex<String>,
+    /// Asks the leader (its target follows `NotLeader` answers); each query works on a copy
+    /// and writes back where it ended.
+    leader: Mutex<LeaderClient>,
 }
 
 impl std::fmt::Debug for Forwarder {
@@ -168,12 +170,14 @@ impl Forwarder {
         store: Store,
         handle: tokio::runtime::Handle,
     ) -> Arc<Self> {
-        let target = store
-            .leader_hint()
-            .ok()
-            .flatten()
-            .or_else(|| masters.first().cloned())
-            .unwrap_or_default();
+        let leader = LeaderClient::new(masters.clone())
+            .with_options(LeaderOptions {
+                connect_timeout: QUERY_TIMEOUT,
+                call_timeout: QUERY_TIMEOUT,
+                max_redirects: 3,
+                ..LeaderOptions::default()
+            })
+            .with_leader_hint(store.leader_hint().ok().flatten());
         Arc::new(Self {
             opts,
             masters,
@@ -181,7 +185,7 @@ impl Forwarder {
             handle,
             directory: RwLock::default(),
             links: Mutex::default(),
-            target: Mutex::new(target),
+            leader: Mutex::new(leader),
         })
     }
 
@@ -311,56 +315,17 @@ impl Forwarder {
 
     /// One query to the leader, following `NotLeader` answers a few hops.
     async fn query(&self, q: ForwardQuery) -> Result<Option<ForwardTarget>, String> {
-        let mut target = lock(&self.target).clone();
-        for _ in 0..4 {
-            let answer = async {
-                let conn = Connection::connect(&target, QUERY_TIMEOUT).await?;
-                conn.call(
-                    Message::Slave(SlaveRequest::ForwardQuery(q.clone())),
-                    QUERY_TIMEOUT,
-                )
-                .await
-            }
+        let mut leader = lock(&self.leader).clone();
+        let answer = leader
+            .attempt(Message::Slave(SlaveRequest::ForwardQuery(q)))
             .await;
-            match answer {
-                Ok(Message::SlaveReply(SlaveResponse::ForwardTarget(t))) => {
-                    *lock(&self.target) = target;
-                    return Ok(t);
-                }
-                Ok(Message::Error(e)) => match e.kind {
-                    ErrorKind::NotLeader {
-                        leader_addr: Some(addr),
-                        ..
-                    } if addr != target => target = addr,
-                    _ => {
-                        self.next_master(&target);
-                        return Err(e.message);
-                    }
-                },
-                Ok(other) => {
-                    self.next_master(&target);
-                    return Err(format!("unexpected answer {other:?}"));
-                }
-                Err(e) => {
-                    self.next_master(&target);
-                    return Err(e.to_string());
-                }
-            }
+        // The leader that answered, or the master to ask after a failure.
+        *lock(&self.leader) = leader;
+        match answer {
+            Ok(Message::SlaveReply(SlaveResponse::ForwardTarget(t))) => Ok(t),
+            Ok(other) => Err(format!("unexpected answer {other:?}")),
+            Err(e) => Err(e.to_string()),
         }
-        Err("too many redirects".into())
-    }
-
-    /// After a failure at `failed`: ask the next configured master next time.
-    fn next_master(&self, failed: &str) {
-        if self.masters.is_empty() {
-            return;
-        }
-        let i = self
-            .masters
-            .iter()
-            .position(|m| m == failed)
-            .map_or(0, |i| (i + 1) % self.masters.len());
-        *lock(&self.target) = self.masters[i].clone();
     }
 
     /// Sends the call to the peer and waits for its answer; measures the round trip.

@@ -2,20 +2,20 @@
 //! leader acknowledges them.
 //!
 //! # Choosing the master
-//! Every request goes to one *target*: first the leader remembered from the last run (a hint
-//! kept in the store), else the configured masters in order. An answer
-//! `NotLeader { leader_addr: Some(a) }` moves the target to `a` and the request is repeated
-//! there at once (a few hops at most, so two confused masters cannot bounce it forever). A
-//! broken connection, a timeout, `NotLeader` without an address, or `Unavailable` moves the
-//! target to the next configured master and the request waits for the next round. Rounds
-//! back off exponentially while nothing answers; the slave never gives up.
+//! Requests go through a [`LeaderClient`]: first to the leader remembered from the last run
+//! (a hint kept in the store), else the configured masters in order; `NotLeader` redirects
+//! are followed at once (a few hops at most), and a broken connection, a timeout,
+//! `NotLeader` without an address, or `Unavailable` moves on to the next configured master,
+//! the request waiting for the next round. Rounds back off exponentially while nothing
+//! answers; the slave never gives up. The master that answers is remembered in the store.
 
 use crate::agent::{AgentMsg, Report};
 use crate::store::Store;
+use hetsched_common::leader::{LeaderClient, LeaderError, LeaderOptions};
 use hetsched_common::protocol::{
-    ErrorKind, ErrorReply, Message, ProbeSample, SlaveRequest, SlaveResponse, TaskReport,
+    ErrorKind, Message, ProbeSample, SlaveRequest, SlaveResponse, TaskReport,
 };
-use hetsched_common::wire::{CallError, Connection};
+use hetsched_common::wire::CallError;
 use hetsched_common::{NodeId, NodeResources};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -76,17 +76,10 @@ pub enum LinkError {
     AgentGone,
 }
 
-/// Most `NotLeader` redirects followed within one request.
-const MAX_REDIRECTS: usize = 4;
-
 /// The link's state.
 pub struct Link {
-    masters: Vec<String>,
-    /// Address requests go to now.
-    target: String,
-    /// Index in `masters` of the next fallback.
-    next_master: usize,
-    conn: Option<Connection>,
+    /// Follows the leader; its target is the address requests go to now.
+    client: LeaderClient,
     node: Option<NodeId>,
     registered: bool,
     me: Identity,
@@ -118,15 +111,15 @@ impl Link {
     ) -> Self {
         let hint = store.leader_hint().ok().flatten();
         let node = store.node().ok().flatten();
-        let (target, next_master) = match hint {
-            Some(h) => (h, 0),
-            None => (masters.first().cloned().unwrap_or_default(), 1),
-        };
+        let client = LeaderClient::new(masters)
+            .with_options(LeaderOptions {
+                connect_timeout: timing.call_timeout,
+                call_timeout: timing.call_timeout,
+                ..LeaderOptions::default()
+            })
+            .with_leader_hint(hint);
         Self {
-            masters,
-            target,
-            next_master,
-            conn: None,
+            client,
             node,
             registered: false,
             me,
@@ -189,8 +182,8 @@ impl Link {
                 Ok(()) => backoff = self.timing.backoff_min,
                 Err(LinkError::AgentGone) => return,
                 Err(e) => {
-                    // `target` has already moved on to the master tried next.
-                    tracing::warn!(error = %e, next = %self.target, retry_in = ?backoff, "masters not reachable; retrying");
+                    // The client's target has already moved on to the master tried next.
+                    tracing::warn!(error = %e, next = %self.client.target(), retry_in = ?backoff, "masters not reachable; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(self.timing.backoff_max);
                 }
@@ -252,7 +245,7 @@ impl Link {
                     self.node = Some(node);
                 }
                 self.registered = true;
-                tracing::info!(node = %node, master = %self.target, "registered");
+                tracing::info!(node = %node, master = %self.client.target(), "registered");
                 Ok(())
             }
             other => Err(LinkError::Retry(format!(
@@ -448,83 +441,37 @@ impl Link {
         Ok(())
     }
 
-    /// Moves the target to the next configured master.
-    fn rotate(&mut self) {
-        self.conn = None;
-        if self.masters.is_empty() {
-            return;
-        }
-        self.target = self.masters[self.next_master % self.masters.len()].clone();
-        self.next_master = (self.next_master + 1) % self.masters.len();
-    }
-
-    /// One request to the current target, following `NotLeader` redirects.
+    /// One request to the leader (see the module documentation).
     async fn call(&mut self, req: SlaveRequest) -> Result<SlaveResponse, LinkError> {
-        let mut redirects = 0;
-        loop {
-            let conn = match &self.conn {
-                Some(c) if !c.is_closed() && c.addr() == self.target => c.clone(),
-                _ => match Connection::connect(&self.target, self.timing.call_timeout).await {
-                    Ok(c) => {
-                        self.conn = Some(c.clone());
-                        c
-                    }
-                    Err(e) => {
-                        self.rotate();
-                        return Err(e.into());
-                    }
-                },
-            };
-            let answer = match conn
-                .call(Message::Slave(req.clone()), self.timing.call_timeout)
-                .await
-            {
-                Ok(a) => a,
-                Err(e) => {
-                    self.rotate();
-                    return Err(e.into());
-                }
-            };
-            match answer {
-                Message::SlaveReply(r) => {
-                    self.remember_leader();
-                    return Ok(r);
-                }
-                Message::Error(ErrorReply { kind, message }) => match kind {
-                    ErrorKind::NotLeader {
-                        leader_addr: Some(addr),
-                        ..
-                    } if redirects < MAX_REDIRECTS && addr != self.target => {
-                        tracing::info!(from = %self.target, to = %addr, "following the leader");
-                        redirects += 1;
-                        self.target = addr;
-                        self.conn = None;
-                    }
-                    ErrorKind::NotLeader { .. } => {
-                        self.rotate();
-                        return Err(LinkError::Retry(format!("no leader known: {message}")));
-                    }
-                    ErrorKind::UnknownNode => return Err(LinkError::UnknownNode),
-                    ErrorKind::Unavailable => {
-                        self.rotate();
-                        return Err(LinkError::Retry(message));
-                    }
-                    ErrorKind::Unknown => return Err(LinkError::Retry(message)),
-                    kind => return Err(LinkError::Refused { kind, message }),
-                },
-                other => {
-                    return Err(LinkError::Refused {
-                        kind: ErrorKind::Unsupported,
-                        message: format!("unexpected answer {other:?}"),
-                    })
-                }
+        match self.client.attempt(Message::Slave(req)).await {
+            Ok(Message::SlaveReply(r)) => {
+                self.remember_leader();
+                Ok(r)
             }
+            Ok(other) => Err(LinkError::Refused {
+                kind: ErrorKind::Unsupported,
+                message: format!("unexpected answer {other:?}"),
+            }),
+            Err(LeaderError::Unreachable { source, .. }) => Err(LinkError::Transport(source)),
+            Err(LeaderError::NoLeader { message, .. }) => {
+                Err(LinkError::Retry(format!("no leader known: {message}")))
+            }
+            Err(LeaderError::Unavailable { message, .. }) => Err(LinkError::Retry(message)),
+            Err(LeaderError::Refused {
+                kind: ErrorKind::UnknownNode,
+                ..
+            }) => Err(LinkError::UnknownNode),
+            Err(LeaderError::Refused { kind, message, .. }) => {
+                Err(LinkError::Refused { kind, message })
+            }
+            Err(e) => Err(LinkError::Retry(e.to_string())),
         }
     }
 
     fn remember_leader(&mut self) {
-        if self.store.leader_hint().ok().flatten().as_deref() != Some(self.target.as_str()) {
-            if let Err(e) = self.store.set_leader_hint(&self.target) {
+        let target = self.client.target();
+        if self.store.leader_hint().ok().flatten().as_deref() != Some(target) {
+            if let Err(e) = self.store.set_leader_hint(target) {
                 tracing::debug!(error = %e, "cannot remember the leader");
             }
         }

@@ -1,0 +1,25 @@
+//! Framing and connections.
+//!
+//! A frame is a big-endian `u32` length followed by that many bytes of a named-field
+//! MessagePack [`Envelope`]. The envelope carries the protocol version and a request id, so a
+//! connection carries many requests in flight and a reply finds its request (streamed replies
+//! set `more` on every part but the last).
+//!
+//! Bad input never panics: a frame over the cap, a partial frame that stalls, bytes that are
+//! not an envelope, or a foreign version each give a typed [`crate::Error`]; the server
+//! answers with an [`crate::protocol::ErrorReply`] where it can, logs, closes that
+//! connection, and keeps serving others.
+//!
+//! `codec.rs` is pure (always built); `io.rs` needs tokio and is built with the `net` feature
+//! (on by default).
+
+mod codec;
+#[cfg(feature = "net")]
+mod io;
+
+pub use codec::{
+    decode_payload, encode_frame, Envelope, FrameLimits, DEFAULT_MAX_FRAME,
+    DEFAULT_PARTIAL_FRAME_TIMEOUT, PROTOCOL_VERSION,
+};
+#[cfg(feature = "net")]
+pub use io::{read_frame, serve, write_frame, CallError, Connection, Handler};

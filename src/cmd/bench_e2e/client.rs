@@ -1,0 +1,60 @@
+//! The bench's requests to the leader: the common leader-following client, retrying what may
+//! pass, with refusals handed back as the error answers they were.
+
+use anyhow::bail;
+use hetsched_common::leader::{self, LeaderError, LeaderOptions};
+use hetsched_common::protocol::{ClientRequest, ClientResponse, ErrorReply, Message, StatusInfo};
+use std::time::Duration;
+
+/// Requests to whichever master leads: the common [`leader::LeaderClient`], retrying everything
+/// that may pass (elections, `Busy`) every 50 ms; a refusal comes back as the error answer
+/// it was.
+pub(super) struct BenchClient {
+    inner: leader::LeaderClient,
+}
+
+impl BenchClient {
+    pub(super) fn new(masters: Vec<String>) -> Self {
+        let options = LeaderOptions {
+            connect_timeout: Duration::from_secs(1),
+            call_timeout: Duration::from_secs(10),
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(50),
+            retry_busy: true,
+            ..LeaderOptions::default()
+        };
+        Self {
+            inner: leader::LeaderClient::new(masters).with_options(options),
+        }
+    }
+
+    pub(super) async fn call(
+        &mut self,
+        body: Message,
+        deadline: Duration,
+    ) -> anyhow::Result<Message> {
+        match self.inner.request(body, deadline).await {
+            Ok(m) => Ok(m),
+            Err(LeaderError::Refused { kind, message, .. }) => {
+                Ok(Message::Error(ErrorReply { kind, message }))
+            }
+            Err(LeaderError::Deadline { .. }) => {
+                bail!("no answer from a leader within {deadline:?}")
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(super) async fn status(&mut self) -> anyhow::Result<StatusInfo> {
+        match self
+            .call(
+                Message::Client(ClientRequest::Status { stale: false }),
+                Duration::from_secs(30),
+            )
+            .await?
+        {
+            Message::ClientReply(ClientResponse::Status(s)) => Ok(s),
+            other => bail!("unexpected answer to status: {other:?}"),
+        }
+    }
+}

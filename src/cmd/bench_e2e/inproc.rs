@@ -1,0 +1,269 @@
+//! `--in-process-slaves`: slaves inside the bench process that speak the real wire protocol
+//! (register, heartbeat with what they hold, accept assignments, report started and
+//! finished) but start no process; what they see is recorded for the measurements.
+
+use super::client::BenchClient;
+use anyhow::Context;
+use hetsched_common::protocol::{
+    Assignment, ErrorKind, ErrorReply, HeldPhase, HeldTask, Message, SlaveCommand,
+    SlaveCommandReply, SlaveRequest, SlaveResponse, TaskReport,
+};
+use hetsched_common::wire::{self, FrameLimits, Handler};
+use hetsched_common::{Attempt, NodeId, NodeResources, TaskId};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// What the in-process slaves record, shared by all of them.
+#[derive(Default)]
+pub(super) struct Seen {
+    /// First arrival of each task's assignment.
+    pub(super) running: HashMap<TaskId, Instant>,
+    /// Tasks whose finish report the leader acknowledged.
+    pub(super) completed: HashSet<TaskId>,
+    /// Arrival of the last new assignment.
+    pub(super) last_placed: Option<Instant>,
+    /// Assignment messages received (a batch counts once).
+    pub(super) dispatch_messages: u64,
+}
+
+pub(super) type SeenRef = Arc<Mutex<Seen>>;
+
+pub(super) fn lock(seen: &SeenRef) -> std::sync::MutexGuard<'_, Seen> {
+    match seen.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// One in-process slave: a listener for the masters' commands and a link task.
+struct InProcSlave {
+    reports: mpsc::UnboundedSender<(TaskId, Attempt)>,
+    held: Arc<Mutex<BTreeMap<(TaskId, Attempt), ()>>>,
+    seen: SeenRef,
+}
+
+impl InProcSlave {
+    /// Accepts an assignment (again, for a duplicate) and queues its reports.
+    fn accept(&self, a: &Assignment) {
+        let new = {
+            let mut held = match self.held.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            held.insert((a.task, a.attempt), ()).is_none()
+        };
+        if new {
+            let now = Instant::now();
+            let mut s = lock(&self.seen);
+            s.running.entry(a.task).or_insert(now);
+            s.last_placed = Some(now);
+            drop(s);
+            let _ = self.reports.send((a.task, a.attempt));
+        }
+    }
+}
+
+pub(super) async fn start_in_process_slave(
+    i: u32,
+    masters: Vec<String>,
+    cpus: u32,
+    seen: SeenRef,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("cannot bind an in-process slave")?;
+    let addr = listener.local_addr()?.to_string();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let slave = Arc::new(InProcSlave {
+        reports: tx,
+        held: Arc::new(Mutex::new(BTreeMap::new())),
+        seen: seen.clone(),
+    });
+    let s = slave.clone();
+    let handler: Handler = Arc::new(move |msg, _peer| {
+        let s = s.clone();
+        Box::pin(async move {
+            Some(match msg {
+                Message::ToSlave(SlaveCommand::Assign(a)) => {
+                    lock(&s.seen).dispatch_messages += 1;
+                    s.accept(&a);
+                    Message::ToSlaveReply(SlaveCommandReply::Accepted)
+                }
+                Message::ToSlave(SlaveCommand::AssignBatch(batch)) => {
+                    lock(&s.seen).dispatch_messages += 1;
+                    for a in &batch {
+                        s.accept(a);
+                    }
+                    Message::ToSlaveReply(SlaveCommandReply::Accepted)
+                }
+                Message::ToSlave(SlaveCommand::StopTask { .. }) => {
+                    Message::ToSlaveReply(SlaveCommandReply::Stopped)
+                }
+                _ => Message::Error(ErrorReply::new(
+                    ErrorKind::Unsupported,
+                    "an in-process bench slave serves assignments only",
+                )),
+            })
+        })
+    });
+    tokio::spawn(async move {
+        let _ = wire::serve(listener, FrameLimits::default(), handler).await;
+    });
+    tokio::spawn(slave_link(i, addr, masters, cpus, slave, rx));
+    Ok(())
+}
+
+/// Registers, heartbeats, and reports every accepted task as started and finished (exit 0).
+async fn slave_link(
+    i: u32,
+    addr: String,
+    masters: Vec<String>,
+    cpus: u32,
+    slave: Arc<InProcSlave>,
+    mut rx: mpsc::UnboundedReceiver<(TaskId, Attempt)>,
+) {
+    let mut client = BenchClient::new(masters);
+    let key = 0xE2E0_0000 + i as u64 + ((std::process::id() as u64) << 32);
+    let register = |held: Vec<HeldTask>| {
+        Message::Slave(SlaveRequest::Register {
+            key,
+            node: None,
+            name: format!("inproc-{}", i + 1),
+            addr: addr.clone(),
+            capacity: NodeResources {
+                cpu_milli: cpus as u64 * 1000,
+                mem_mib: 1 << 20,
+                ..Default::default()
+            },
+            labels: BTreeMap::new(),
+            held,
+            partitions: Vec::new(),
+        })
+    };
+    let mut node: Option<NodeId> = None;
+    let mut beat = tokio::time::interval(Duration::from_millis(400));
+    let mut last_beat = Instant::now();
+    let mut queue: Vec<(TaskId, Attempt)> = Vec::new();
+    loop {
+        if node.is_none() {
+            match client
+                .call(register(held_now(&slave)), Duration::from_secs(60))
+                .await
+            {
+                Ok(Message::SlaveReply(SlaveResponse::Registered { node: n })) => node = Some(n),
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            }
+        }
+        let Some(n) = node else { continue };
+        tokio::select! {
+            _ = beat.tick() => {
+                if !heartbeat(&mut client, &slave, n, &mut last_beat).await {
+                    node = None;
+                }
+            }
+            r = rx.recv() => match r {
+                Some(r) => queue.push(r),
+                None => return,
+            },
+        }
+        while let Ok(r) = rx.try_recv() {
+            queue.push(r);
+        }
+        let mut failed = Vec::new();
+        for chunk in std::mem::take(&mut queue).chunks(2048) {
+            if !deliver(&mut client, &slave, n, chunk).await {
+                failed.extend_from_slice(chunk);
+            }
+            // A long backlog must not starve liveness.
+            if last_beat.elapsed() > Duration::from_millis(400)
+                && !heartbeat(&mut client, &slave, n, &mut last_beat).await
+            {
+                node = None;
+            }
+        }
+        queue = failed;
+    }
+}
+
+/// What an in-process slave holds: everything accepted and not acknowledged finished.
+fn held_now(slave: &InProcSlave) -> Vec<HeldTask> {
+    let held = match slave.held.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    held.keys()
+        .map(|&(task, attempt)| HeldTask {
+            task,
+            attempt,
+            phase: HeldPhase::Running,
+        })
+        .collect()
+}
+
+/// One heartbeat; false when the leader does not know the node (register again).
+async fn heartbeat(
+    client: &mut BenchClient,
+    slave: &InProcSlave,
+    node: NodeId,
+    last_beat: &mut Instant,
+) -> bool {
+    let hb = Message::Slave(SlaveRequest::Heartbeat {
+        node,
+        held: held_now(slave),
+        samples: Vec::new(),
+        engine_load: Vec::new(),
+    });
+    *last_beat = Instant::now();
+    !matches!(
+        client.call(hb, Duration::from_secs(5)).await,
+        Ok(Message::Error(ErrorReply {
+            kind: ErrorKind::UnknownNode,
+            ..
+        }))
+    )
+}
+
+/// Reports the tasks as started and finished (exit 0), all in one message as a real
+/// slave's link batches them; what is not acknowledged is reconciled through heartbeats.
+async fn deliver(
+    client: &mut BenchClient,
+    slave: &InProcSlave,
+    node: NodeId,
+    tasks: &[(TaskId, Attempt)],
+) -> bool {
+    let reports = tasks
+        .iter()
+        .flat_map(|&(task, attempt)| {
+            [
+                TaskReport::Started { task, attempt },
+                TaskReport::Finished {
+                    task,
+                    attempt,
+                    exit_code: 0,
+                    reason: None,
+                },
+            ]
+        })
+        .collect();
+    let msg = Message::Slave(SlaveRequest::TaskReports { node, reports });
+    if let Ok(Message::SlaveReply(SlaveResponse::Ack)) =
+        client.call(msg, Duration::from_secs(30)).await
+    {
+        if let Ok(mut h) = slave.held.lock() {
+            for t in tasks {
+                h.remove(t);
+            }
+        }
+        lock(&slave.seen)
+            .completed
+            .extend(tasks.iter().map(|t| t.0));
+        true
+    } else {
+        false
+    }
+}

@@ -1,0 +1,25 @@
+//! Client commands: submit, cancel, status, jobs, tasks, nodes, members.
+//!
+//! Requests go to the masters in `--masters` order; a follower's `NotLeader` answer sends the
+//! client to the leader it names; unreachable masters and elections are retried until a
+//! deadline (`HETSCHED_CLIENT_TIMEOUT_MS`, default 15 s), after which the command exits 5. A
+//! submit keeps one client request id across retries, so it applies at most once. Every
+//! error carries its exit code ([`super::exit`]).
+//!
+//! `args.rs` holds the command lines, `call.rs` the requests (leader following itself is
+//! `hetsched_common::leader`), `spec.rs` the submitted spec, `actions.rs` the commands that
+//! change things and `listings.rs` the ones that read and print.
+
+mod actions;
+mod args;
+mod call;
+mod listings;
+mod spec;
+
+pub use actions::{cancel, members, submit};
+pub use args::{
+    CancelArgs, JobsArgs, ListArgs, MembersArgs, ReadFlags, StatusArgs, SubmitArgs, TasksArgs,
+};
+pub use call::{block_on, call, request_id, short};
+pub use listings::{jobs, nodes, status, tasks};
+pub use spec::read_job_file;

@@ -1,0 +1,129 @@
+//! The job spec of `submit`: a spec file (TOML or JSON), overridden by the flags, and an
+//! API program when the job runs one.
+
+use super::args::SubmitArgs;
+use crate::cmd::exit;
+use hetsched_common::jobfile::{self, JobFile};
+use hetsched_common::JobSpec;
+
+/// Reads and parses a spec file; every failure is bad input (exit 2) naming the file.
+pub fn read_job_file(path: &str) -> anyhow::Result<JobFile> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| exit::bad_input(format!("cannot read job spec file {path}: {e}")))?;
+    jobfile::parse_job_file(path, &text).map_err(|e| exit::bad_input(e.to_string()))
+}
+
+fn default_user() -> String {
+    std::env::var("USER").unwrap_or_else(|_| "anonymous".into())
+}
+
+/// Builds a job spec from an optional spec file and the submit flags (flags win).
+pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
+    let mut f = match &a.file {
+        Some(path) => read_job_file(path)?,
+        None => JobFile::default(),
+    };
+    let bad = |flag: &str, why: String| exit::bad_input(format!("--{flag}: {why}"));
+    if let Some(v) = &a.name {
+        f.name = Some(v.clone());
+    }
+    if let Some(v) = &a.user {
+        f.user = Some(v.clone());
+    }
+    if let Some(v) = &a.partition {
+        f.partition = Some(v.clone());
+    }
+    if let Some(v) = a.cpus {
+        f.resources.cpus = Some(jobfile::check_cpus(v).map_err(|e| bad("cpus", e))?);
+    }
+    if let Some(v) = a.mem {
+        f.resources.mem = Some(v);
+    }
+    if let Some(v) = a.gpus {
+        jobfile::gpu_request(v).map_err(|e| bad("gpus", e))?;
+        f.resources.gpus = Some(v);
+    }
+    if let Some(v) = &a.gpu_model {
+        f.resources.gpu_model = Some(v.clone());
+    }
+    if let Some(v) = a.count {
+        f.count = Some(v);
+    }
+    for kv in &a.env {
+        let (k, v) = kv
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| bad("env", format!("{kv:?} is not KEY=VALUE")))?;
+        f.env.insert(k.to_string(), v.to_string());
+    }
+    if let Some(v) = &a.nodes {
+        f.nodes = Some(v.clone());
+    }
+    if let Some(v) = a.retries {
+        f.retries = Some(v);
+    }
+    if let Some(v) = &a.backoff {
+        f.backoff = Some(jobfile::parse_duration_ms(v).map_err(|e| bad("backoff", e))?);
+    }
+    if let Some(v) = &a.timeout {
+        f.timeout = Some(jobfile::parse_duration_ms(v).map_err(|e| bad("timeout", e))?);
+    }
+    if !a.command.is_empty() {
+        f.command = Some(a.command.clone());
+    }
+    if let Some(c) = a.class {
+        f.class = Some(c);
+    }
+    f.pipelined |= a.pipelined;
+    f.heavy_weights |= a.heavy_weights;
+    f.cpu_heavy |= a.cpu_heavy;
+    // An API program (S0): `--program FILE`, else the spec file's `program = "prog.toml"`
+    // (relative to the spec file).
+    let program_path = match (&a.program, &f.program, &a.file) {
+        (Some(p), _, _) => Some(p.clone()),
+        (None, Some(p), Some(file)) => Some(
+            std::path::Path::new(file)
+                .parent()
+                .unwrap_or(std::path::Path::new(""))
+                .join(p),
+        ),
+        (None, Some(p), None) => Some(std::path::PathBuf::from(p)),
+        (None, None, _) => None,
+    };
+    if let Some(path) = program_path {
+        if !a.command.is_empty() || f.command.as_ref().is_some_and(|c| !c.is_empty()) {
+            return Err(exit::bad_input(
+                "a job runs either a command or a program (--program), not both",
+            ));
+        }
+        let program = hetsched_common::program::read_program(&path)
+            .map_err(|e| exit::bad_input(e.to_string()))?;
+        if f.name.is_none() {
+            f.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        }
+        return f
+            .to_spec_with(&default_user(), Some(program))
+            .map_err(|e| exit::bad_input(e.to_string()))
+            .map(|mut spec| {
+                spec.no_preempt |= a.no_preempt;
+                spec
+            });
+    }
+    if f.command.as_ref().is_none_or(|c| c.is_empty()) {
+        return Err(exit::bad_input(match &a.file {
+            Some(path) => {
+                format!("{path}: no command: give `command = [...]` in the file or -- CMD...")
+            }
+            None => {
+                "nothing to run: give a job spec FILE or -- CMD... (see hetsched submit --help)"
+                    .to_string()
+            }
+        }));
+    }
+    f.to_spec(&default_user())
+        .map_err(|e| exit::bad_input(e.to_string()))
+        .map(|mut spec| {
+            spec.no_preempt |= a.no_preempt;
+            spec
+        })
+}
