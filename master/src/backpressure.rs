@@ -1,4 +1,4 @@
-//! Admission back-pressure (issue 18): a cap on pending tasks and a per-user submit rate, so
+//! Admission back-pressure: a cap on pending tasks and a per-user submit rate, so
 //! a flood of submissions gets a clear "busy, retry" (exit 5) instead of unbounded memory.
 //!
 //! Pure: the caller passes the time and the current number of pending tasks. Leader-local

@@ -2,11 +2,15 @@
 //! the effects it returns. The state is a real `ClusterState`, changed only through `apply`,
 //! and the scheduler the real indexed one.
 
+use super::dispatch::backoff;
 use super::*;
 use crate::sched::index::PolicyKind;
 use crate::sched::IndexedScheduler;
 use crate::state::{command_nodes, touched_nodes, CommandEnvelope};
+use crate::state::{Command, Outcome};
 use hetsched_common::protocol::TaskReport;
+use hetsched_common::protocol::{HeldPhase, HeldTask};
+use hetsched_common::{Attempt, TaskId, TaskState};
 use hetsched_common::{GpuRequest, JobSpec, NodeResources, ResourceRequest};
 
 const WALL0: u64 = 1_700_000_000_000;

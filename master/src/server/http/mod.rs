@@ -175,7 +175,7 @@ impl ApiError {
     }
 }
 
-/// The status code of a master's answer: the CLI's exit codes (CONTRACT.md) as HTTP.
+/// The status code of a master's answer: the CLI's exit codes (docs/CONTRACT.md) as HTTP.
 impl From<ErrorReply> for ApiError {
     fn from(e: ErrorReply) -> Self {
         let (status, kind) = match e.kind {
@@ -243,7 +243,7 @@ impl Ctx {
                         "internal",
                         format!(
                             "unexpected answer from the leader: {}",
-                            super::message_name(&other)
+                            super::reply::message_name(&other)
                         ),
                     ))
                 }

@@ -235,7 +235,7 @@ impl Handler<DutiesMsg> for LeaderDuties {
                     },
                 ) = (self.core.is_leading(), &a.outcome)
                 {
-                    // Counted once, by the leader that proposed the plan (CONTRACT.md).
+                    // Counted once, by the leader that proposed the plan (docs/CONTRACT.md).
                     metrics::counter!("hetsched_master_preemptions_total")
                         .increment(preempted.len() as u64);
                     self.placement_latency(accepted);
@@ -246,7 +246,7 @@ impl Handler<DutiesMsg> for LeaderDuties {
                         assigned: Some(_), ..
                     } = &a.outcome
                     {
-                        // Counted once, by the leader that proposed the move (CONTRACT.md).
+                        // Counted once, by the leader that proposed the move (docs/CONTRACT.md).
                         metrics::counter!("hetsched_master_steals_total").increment(1);
                     }
                 }

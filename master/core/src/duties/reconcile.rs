@@ -1,0 +1,154 @@
+//! Liveness and reconciliation from heartbeats: a node silent too long is proposed down, a
+//! heartbeat from a down node proposes it up, and each slave's report of what it holds is
+//! compared with the log (stop what the log no longer gives it, re-send what it lacks,
+//! declare lost what stays missing).
+
+use super::dispatch::{Dispatch, DispatchState};
+use super::effects::stop_effects;
+use super::{DutiesConfig, DutiesCore, Effect, Leading, Now, ProposalTag, Role};
+use crate::state::{ClusterState, Command, TaskRef};
+use hetsched_common::protocol::{HeldPhase, HeldTask};
+use hetsched_common::{Attempt, NodeId, TaskId, TaskState};
+use std::collections::BTreeSet;
+
+impl DutiesCore {
+    /// Proposes down (once) every up node silent longer than `node_timeout_ms`, silence
+    /// counted from this leadership's start at the earliest.
+    pub(super) fn check_liveness(&mut self, now: Now, view: &ClusterState, fx: &mut Vec<Effect>) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        for n in view.nodes().values().filter(|n| n.is_up()) {
+            let since = l.last_seen.get(&n.id).copied().unwrap_or(0).max(l.since);
+            if now.mono_ms.saturating_sub(since) > self.cfg.node_timeout_ms
+                && l.transitions.insert((n.id, false))
+            {
+                fx.push(Effect::Propose {
+                    tag: ProposalTag::Liveness {
+                        node: n.id,
+                        up: false,
+                    },
+                    command: Command::NodeDown { node: n.id },
+                });
+            }
+        }
+    }
+
+    /// Compares a slave's report with the log: stops attempts the log no longer gives it,
+    /// re-sends assignments it lacks, and declares started tasks lost once they have been
+    /// missing for a while (a single report may predate a start).
+    pub(super) fn heartbeat(
+        &mut self,
+        node: NodeId,
+        held: &[HeldTask],
+        now: Now,
+        view: &ClusterState,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        let Some(n) = view.nodes().get(&node) else {
+            return;
+        };
+        l.last_seen.insert(node, now.mono_ms);
+        if !n.is_up() && l.transitions.insert((node, true)) {
+            fx.push(Effect::Propose {
+                tag: ProposalTag::Liveness { node, up: true },
+                command: Command::NodeUp { node },
+            });
+        }
+        let mut stops = Vec::new();
+        let held_keys: BTreeSet<(TaskId, Attempt)> =
+            held.iter().map(|h| (h.task, h.attempt)).collect();
+        for h in held {
+            let current = view.tasks().get(&h.task).is_some_and(|t| {
+                t.status.node == Some(node)
+                    && t.status.attempt == h.attempt
+                    && !t.status.state.is_final()
+            });
+            if current {
+                l.undelivered.remove(&(h.task, h.attempt));
+            } else if !matches!(h.phase, HeldPhase::Finished { .. }) {
+                stops.push(TaskRef {
+                    task: h.task,
+                    node,
+                    attempt: h.attempt,
+                });
+            }
+        }
+        for tid in n.tasks.iter().chain(n.queued.iter()) {
+            let Some(t) = view.tasks().get(tid) else {
+                continue;
+            };
+            let key = (t.id, t.status.attempt);
+            // A task being stolen may have been released by this node on purpose.
+            if l.steals.contains_key(tid) {
+                continue;
+            }
+            if held_keys.contains(&key) {
+                l.missing_since.remove(&key);
+                continue;
+            }
+            match t.status.state {
+                TaskState::Assigned => {
+                    l.undelivered.entry(key).or_insert(Dispatch {
+                        node,
+                        state: DispatchState::Due { at: 0 },
+                        failures: 0,
+                    });
+                }
+                TaskState::Running => {
+                    missing(l, &self.cfg, node, key, now, fx);
+                }
+                _ => {}
+            }
+        }
+        // A preempted attempt still stopping keeps its grace; anything else the log no longer
+        // gives the node is stopped at the slave's default.
+        let grace = self.cfg.preempt_grace_ms;
+        for r in stops {
+            let preempted = n
+                .stopping
+                .iter()
+                .any(|s| s.task == r.task && s.attempt == r.attempt);
+            stop_effects(&[r], preempted.then_some(grace), view, fx);
+        }
+        // A stopping attempt its slave no longer holds ended unreported: release it.
+        for st in &n.stopping {
+            let key = (st.task, st.attempt);
+            if held_keys.contains(&key) {
+                l.missing_since.remove(&key);
+                continue;
+            }
+            missing(l, &self.cfg, node, key, now, fx);
+        }
+        self.dispatch(now, view, fx);
+    }
+}
+
+/// An attempt the log places on `node` is missing from its slave's report: once missing for
+/// longer than `lost_after_ms`, propose it lost (once).
+fn missing(
+    l: &mut Leading,
+    cfg: &DutiesConfig,
+    node: NodeId,
+    key: (TaskId, Attempt),
+    now: Now,
+    fx: &mut Vec<Effect>,
+) {
+    let since = *l.missing_since.entry(key).or_insert(now.mono_ms);
+    if now.mono_ms.saturating_sub(since) > cfg.lost_after_ms && l.lost_proposed.insert(key) {
+        fx.push(Effect::Propose {
+            tag: ProposalTag::Lost {
+                task: key.0,
+                attempt: key.1,
+            },
+            command: Command::TaskLost {
+                node,
+                task: key.0,
+                attempt: key.1,
+            },
+        });
+    }
+}

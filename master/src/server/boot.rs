@@ -1,0 +1,169 @@
+//! Starting a master: consensus, the duties executor and the tasks that feed it applied
+//! entries and role changes; then binding the cluster, admin and HTTP listeners (retrying a
+//! port its previous incarnation still holds) and serving them.
+
+use super::duties_executor::{DutiesMsg, LeaderDuties};
+use super::{http, Error, Master, MasterConfig, MasterShared, Replicated};
+use actix::prelude::*;
+use hetsched_common::wire::{self, FrameLimits};
+use hetsched_common::MasterId;
+use hetsched_consensus::{Consensus, RaftConfig, Role};
+use hetsched_master_core::sched::IndexedScheduler;
+use hetsched_master_core::state::ClusterState;
+use std::sync::{Arc, RwLock};
+
+impl Master {
+    /// Starts consensus and the duties actor (inside an actix System).
+    pub fn start(cfg: &MasterConfig) -> Result<Self, Error> {
+        if !cfg.peers.contains_key(&cfg.id) {
+            return Err(Error::Config(format!(
+                "--peers must include this master (id {})",
+                cfg.id
+            )));
+        }
+        let state = Arc::new(RwLock::new(ClusterState::new()));
+        let (applied_tx, mut applied_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut raft_cfg = RaftConfig::new(cfg.id, cfg.peers.clone(), cfg.data_dir.join("raft"));
+        raft_cfg.join = cfg.join;
+        raft_cfg.snapshot_entries = cfg.snapshot_entries;
+        let raft = Consensus::start(raft_cfg, Replicated::new(state.clone(), applied_tx))?;
+        let shared = MasterShared {
+            id: MasterId(cfg.id),
+            peers: Arc::new(cfg.peers.clone()),
+            state,
+            raft: Arc::new(std::sync::OnceLock::new()),
+        };
+        let _ = shared.raft.set(raft.clone());
+        let duties = LeaderDuties::new(
+            shared.clone(),
+            raft.clone(),
+            Box::new(
+                IndexedScheduler::new(cfg.policy, cfg.id)
+                    .with_cpu_policy(cfg.cpu_policy, cfg.id)
+                    .with_preemption(cfg.preemption)
+                    .with_queueing(cfg.queueing)
+                    .with_engine_choice(cfg.engine_choice)
+                    .with_queue_depth(cfg.queue_depth),
+            ),
+            cfg.duties,
+        )
+        .start();
+        let d = duties.clone();
+        tokio::spawn(async move {
+            while let Some(a) = applied_rx.recv().await {
+                d.do_send(DutiesMsg::Applied(a));
+            }
+        });
+        watch_role(&raft, duties.clone());
+        Ok(Self {
+            shared,
+            raft,
+            duties,
+            snapshot_file: cfg.data_dir.join("raft").join("raft-snapshot.bin"),
+            policy: cfg.policy,
+            cpu_policy: cfg.cpu_policy,
+            preemption: cfg.preemption,
+            queueing: cfg.queueing,
+            engine_choice: cfg.engine_choice,
+            queue_depth: cfg.queue_depth,
+            digest: Arc::new(std::sync::Mutex::new(None)),
+            bugs: Arc::default(),
+            engine_loads: Arc::default(),
+            admission: Arc::new(std::sync::Mutex::new(crate::backpressure::Admission::new(
+                cfg.admission,
+            ))),
+        })
+    }
+}
+
+/// Follows Raft's role: leader-change, term and is-leader metrics, and each change of
+/// role, leader or term handed to the duties executor.
+fn watch_role(raft: &Consensus<Replicated>, duties: Addr<LeaderDuties>) {
+    let mut watch = raft.watch();
+    tokio::spawn(async move {
+        let mut last_role = None;
+        loop {
+            let st = watch.borrow_and_update().clone();
+            if last_role.is_some_and(|(_, leader, _)| leader != st.leader) {
+                metrics::counter!("hetsched_master_leader_changes_total").increment(1);
+            }
+            metrics::gauge!("hetsched_master_term").set(st.term as f64);
+            if last_role != Some((st.role, st.leader, st.term)) {
+                last_role = Some((st.role, st.leader, st.term));
+                metrics::gauge!("hetsched_master_is_leader").set(if st.role == Role::Leader {
+                    1.0
+                } else {
+                    0.0
+                });
+                duties.do_send(DutiesMsg::Raft(st));
+            }
+            if watch.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// How long a master keeps trying to bind a listener whose port is still held (by its own
+/// previous incarnation, typically) before giving up.
+const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Binds `addr`, retrying while the address is in use for up to [`BIND_RETRY`].
+async fn bind_with_retry(what: &str, addr: &str) -> Result<tokio::net::TcpListener, Error> {
+    let start = std::time::Instant::now();
+    let mut delay = std::time::Duration::from_millis(50);
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && start.elapsed() < BIND_RETRY => {
+                tracing::warn!(%addr, error = %e, "{what} address in use; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_millis(500));
+            }
+            Err(e) => {
+                return Err(Error::Config(format!(
+                    "cannot listen on {addr} ({what}): {e}"
+                )))
+            }
+        }
+    }
+}
+
+/// Runs a master until the process is stopped: binds the cluster port (and the admin port
+/// when configured), starts consensus and the duties, and serves.
+pub async fn run(cfg: MasterConfig) -> Result<(), Error> {
+    let listener = bind_with_retry("cluster", &cfg.listen).await?;
+    let admin = match &cfg.admin {
+        Some(a) => Some(bind_with_retry("admin", a).await?),
+        None => None,
+    };
+    // The recorder first, so that every series from the start is recorded.
+    let http = match &cfg.http {
+        Some(a) => Some((
+            bind_with_retry("http", a).await?,
+            http::install_recorder().map_err(Error::Metrics)?,
+        )),
+        None => None,
+    };
+    let master = Master::start(&cfg)?;
+    tracing::info!(id = cfg.id, listen = %cfg.listen, admin = ?cfg.admin, "master started");
+    if let Some((listener, prometheus)) = http {
+        let m = master.clone();
+        tokio::spawn(async move {
+            if let Err(e) = http::serve(listener, m, prometheus).await {
+                tracing::error!(error = %e, "http listener stopped");
+            }
+        });
+    }
+    if let Some(admin) = admin {
+        let handler = master.handler(true);
+        tokio::spawn(async move {
+            if let Err(e) = wire::serve(admin, FrameLimits::default(), handler).await {
+                tracing::error!(error = %e, "admin listener stopped");
+            }
+        });
+    }
+    wire::serve(listener, FrameLimits::default(), master.handler(false))
+        .await
+        .map_err(|e| Error::Config(e.to_string()))
+}

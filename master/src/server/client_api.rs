@@ -1,0 +1,264 @@
+//! The client API: [`Master::client`] routes each request to its handler (one per request,
+//! grouped by family in `client_api` for writes, `client_queries` for reads, `membership`
+//! and `admin`), and the writes live here: submit (with admission back-pressure), cancel,
+//! drain and undrain, and the priority configuration.
+
+use super::reply::{job_not_found, not_found, unexpected};
+use super::{logs, now_ms, Master};
+use hetsched_common::priority::PriorityConfig;
+use hetsched_common::protocol::{ClientRequest, ClientResponse, ErrorKind, ErrorReply};
+use hetsched_common::{ClientRequestId, JobId, JobSpec, NodeId, TaskId};
+use hetsched_consensus::Role;
+use hetsched_master_core::state::{Command, Outcome};
+
+impl Master {
+    /// Answers one client request (the cluster port, the admin port and the HTTP API all
+    /// come through here).
+    pub(crate) async fn client(&self, req: ClientRequest) -> Result<ClientResponse, ErrorReply> {
+        // Writes check what they name (a job, a task, a node) against the applied state
+        // before proposing: only the leader's is current for that. A follower's may lag
+        // behind a submit the leader already acknowledged, so it redirects instead.
+        if matches!(
+            req,
+            ClientRequest::Submit { .. }
+                | ClientRequest::Cancel { .. }
+                | ClientRequest::CancelTask { .. }
+                | ClientRequest::Drain { .. }
+                | ClientRequest::Undrain { .. }
+        ) {
+            self.require_leader()?;
+        }
+        use ClientRequest as R;
+        match req {
+            R::Submit { request, spec } => self.submit(request, spec).await,
+            R::Cancel { request, job } => self.cancel_job(request, job).await,
+            R::CancelTask { request, task } => self.cancel_task(request, task).await,
+            R::Drain {
+                request,
+                node,
+                deadline_after_ms,
+            } => self.drain(request, &node, deadline_after_ms).await,
+            R::Undrain { request, node } => self.undrain(request, &node).await,
+            R::SetPriorityConfig { request, config } => {
+                self.set_priority_config(request, config).await
+            }
+            R::Status { stale } => self.status(stale).await,
+            R::Jobs { stale, filter } => self.jobs(stale, filter).await,
+            R::Tasks { stale, job, filter } => self.tasks(stale, job, filter).await,
+            R::Nodes { stale } => self.nodes(stale).await,
+            R::PriorityConfig { stale } => self.priority_config(stale).await,
+            R::DryRun { spec } => self.dry_run_request(spec).await,
+            R::Logs {
+                task,
+                attempt,
+                stderr,
+                offset,
+                max_bytes,
+            } => {
+                let q = logs::LogQuery {
+                    task,
+                    attempt,
+                    stderr,
+                    offset,
+                    max_bytes,
+                };
+                logs::read(&self.shared, q).await
+            }
+            R::Calls { task } => self.calls(task).await,
+            R::Profiles { stale } => self.profiles(stale).await,
+            R::Members { stale } => self.members(stale).await,
+            R::AddMember { id, addr } => self.add_member(id, addr).await,
+            R::RemoveMember { id } => self.remove_member(id).await,
+            R::TransferLeader { id } => self.transfer_leader(id).await,
+            R::BenchPropose {
+                client,
+                seq,
+                record,
+                payload,
+            } => {
+                let cmd = Command::Bench {
+                    client,
+                    seq,
+                    record,
+                    payload,
+                };
+                self.bench_propose(cmd).await
+            }
+            R::BenchCheck { client, acked } => self.bench_check(client, acked).await,
+            R::SetFaults(f) => Ok(self.set_faults(f)),
+            R::SetBugs(b) => Ok(self.set_bugs(b)),
+            R::ExportLog { from, max_bytes } => self.export_log(from, max_bytes).await,
+        }
+    }
+
+    /// A job submission: validated, its locality candidates checked, admitted, proposed.
+    async fn submit(
+        &self,
+        request: ClientRequestId,
+        spec: JobSpec,
+    ) -> Result<ClientResponse, ErrorReply> {
+        spec.validate()
+            .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
+        if let Some(n) = {
+            let s = self.shared.read_state();
+            spec.nodes
+                .iter()
+                .find(|n| s.resolve_node(n).is_none())
+                .cloned()
+        } {
+            return Err(ErrorReply::new(
+                ErrorKind::NotFound,
+                format!("no such node: {n:?} (locality candidates must be registered nodes)"),
+            ));
+        }
+        self.admit(request, &spec)?;
+        if let Some(fake) = self.ack_before_commit_bug(request, &spec) {
+            return Ok(fake);
+        }
+        match self
+            .propose(Command::SubmitJob { spec }, Some(request))
+            .await?
+        {
+            Outcome::Submitted { job, tasks } => Ok(ClientResponse::Submitted { job, tasks }),
+            o => Err(unexpected(o)),
+        }
+    }
+
+    /// Admission back-pressure on the leader (a follower's submit is redirected anyway):
+    /// refuses with `Busy` "busy, retry" (exit 5) when the pending queue is at its
+    /// cap or the user is over the submit rate. A retried request that already applied is
+    /// never refused (its answer is in the state).
+    fn admit(&self, request: ClientRequestId, spec: &JobSpec) -> Result<(), ErrorReply> {
+        if self.raft.status().role != Role::Leader {
+            return Ok(());
+        }
+        let pending = {
+            let s = self.shared.read_state();
+            if s.request_applied(request) {
+                return Ok(());
+            }
+            s.pending().len() as u64
+        };
+        let mut a = match self.admission.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let now = now_ms();
+        a.forget_idle(now);
+        a.admit(&spec.user, u64::from(spec.count), pending, now)
+            .map_err(|busy| {
+                metrics::counter!("hetsched_master_submits_refused_busy_total").increment(1);
+                ErrorReply::new(ErrorKind::Busy, busy.to_string())
+            })
+    }
+
+    /// Cancels a whole job.
+    async fn cancel_job(
+        &self,
+        request: ClientRequestId,
+        job: JobId,
+    ) -> Result<ClientResponse, ErrorReply> {
+        {
+            let s = self.shared.read_state();
+            if !s.jobs().contains_key(&job) {
+                return Err(job_not_found(&s, job));
+            }
+        }
+        match self
+            .propose(Command::CancelJob { job }, Some(request))
+            .await?
+        {
+            Outcome::Cancelled { job, tasks, .. } => Ok(ClientResponse::Cancelled { job, tasks }),
+            o => Err(unexpected(o)),
+        }
+    }
+
+    /// Cancels one task of a job.
+    async fn cancel_task(
+        &self,
+        request: ClientRequestId,
+        task: TaskId,
+    ) -> Result<ClientResponse, ErrorReply> {
+        if !self.shared.read_state().tasks().contains_key(&task) {
+            return Err(not_found(format!("no such task: {task}")));
+        }
+        match self
+            .propose(Command::CancelTask { task }, Some(request))
+            .await?
+        {
+            Outcome::Cancelled { job, tasks, .. } => Ok(ClientResponse::Cancelled { job, tasks }),
+            o => Err(unexpected(o)),
+        }
+    }
+
+    /// Drains a node, with a deadline after which what still runs there is re-queued.
+    async fn drain(
+        &self,
+        request: ClientRequestId,
+        node: &str,
+        deadline_after_ms: Option<u64>,
+    ) -> Result<ClientResponse, ErrorReply> {
+        let id = self.node_named(node)?;
+        let deadline_ms = deadline_after_ms.map(|d| now_ms().saturating_add(d));
+        let cmd = Command::DrainNode {
+            node: id,
+            deadline_ms,
+        };
+        self.node_change(cmd, request, id).await
+    }
+
+    /// Lifts a node's drain.
+    async fn undrain(
+        &self,
+        request: ClientRequestId,
+        node: &str,
+    ) -> Result<ClientResponse, ErrorReply> {
+        let id = self.node_named(node)?;
+        self.node_change(Command::UndrainNode { node: id }, request, id)
+            .await
+    }
+
+    /// The node a client names (name, id or `node-N`), or a not-found answer.
+    fn node_named(&self, name: &str) -> Result<NodeId, ErrorReply> {
+        self.shared
+            .read_state()
+            .resolve_node(name)
+            .ok_or_else(|| not_found(format!("no such node: {name:?}")))
+    }
+
+    /// Proposes a drain change and answers with the node as it is after it applied.
+    async fn node_change(
+        &self,
+        cmd: Command,
+        request: ClientRequestId,
+        id: NodeId,
+    ) -> Result<ClientResponse, ErrorReply> {
+        match self.propose(cmd, Some(request)).await? {
+            Outcome::DrainChanged { node } => {
+                let s = self.shared.read_state();
+                s.nodes()
+                    .get(&node)
+                    .map(|n| ClientResponse::Node(s.node_info(n)))
+                    .ok_or_else(|| not_found(format!("no such node: {id}")))
+            }
+            o => Err(unexpected(o)),
+        }
+    }
+
+    /// Replaces the priority configuration; answers with the one in force after it applied.
+    async fn set_priority_config(
+        &self,
+        request: ClientRequestId,
+        config: PriorityConfig,
+    ) -> Result<ClientResponse, ErrorReply> {
+        match self
+            .propose(Command::SetPriorityConfig { config }, Some(request))
+            .await?
+        {
+            Outcome::Rejected(why) => Err(ErrorReply::new(ErrorKind::Invalid, why)),
+            _ => Ok(ClientResponse::PriorityConfig(
+                self.shared.read_state().priority().clone(),
+            )),
+        }
+    }
+}
