@@ -1,5 +1,5 @@
 //! Chaos smoke: `hetsched chaos run` on a real local cluster with a seeded mix of faults finds
-//! no violation on a healthy build, and reports with the JSON fields; bad arguments
+//! no violation on a healthy build, and reports with the documented JSON fields; bad arguments
 //! exit 2.
 
 use std::process::Command;

@@ -442,7 +442,7 @@ mod tests {
     }
 
     #[test]
-    fn rule_names_are_the_issues() {
+    fn rule_names_are_the_documented_ones() {
         let names: Vec<String> = [
             Rule::AckedLost,
             Rule::DuplicateAttempt,

@@ -1,4 +1,4 @@
-//! The report of a chaos run: `--json` prints it as one line with the field names; the
+//! The report of a chaos run: `--json` prints it as one line with the documented field names; the
 //! text form is [`Report::text`].
 
 use crate::checker::Violation;

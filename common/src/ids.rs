@@ -23,7 +23,7 @@ macro_rules! id_type {
             }
         }
 
-        /// A bare number (`5`) or the display form (`job-5`), as CONTRACT.md allows.
+        /// A bare number (`5`) or the display form (`job-5`), as docs/CONTRACT.md allows.
         impl std::str::FromStr for $name {
             type Err = crate::Error;
             fn from_str(s: &str) -> crate::Result<Self> {

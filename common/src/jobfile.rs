@@ -425,7 +425,7 @@ gpu_model = "T4"
 "#;
 
     #[test]
-    fn the_issue_example_parses_into_the_expected_spec() {
+    fn the_documented_example_parses_into_the_expected_spec() {
         let f = parse_job_file("train.toml", FULL).expect("parse");
         let s = f.to_spec("nobody").expect("spec");
         assert_eq!(s.name, "train");

@@ -1,5 +1,5 @@
 //! S1 — the priority configuration: users and groups, their priority and quota per
-//! partition (SEEDS.md §S1). Parsed from TOML by `hetsched config apply`, replicated as
+//! partition (docs/DESIGN.md §S1). Parsed from TOML by `hetsched config apply`, replicated as
 //! `SetPriorityConfig`, read by the admission stage.
 //!
 //! ```toml

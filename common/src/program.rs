@@ -1,5 +1,5 @@
 //! S0 — API programs, parameter scale, the engine selection table (S0.5) and the
-//! task–engine relation (S0.1); see `SEEDS.md` §S0.
+//! task–engine relation (S0.1); see `docs/DESIGN.md` §S0.
 //!
 //! A heterogeneous application is a sequence of API calls ([`Program`]); each call has one
 //! interface and an implementation per engine kind. Everything here is plain data and pure

@@ -304,7 +304,7 @@ pub struct TaskStatus {
     pub attempt: Attempt,
     /// Exit code once finished.
     pub exit_code: Option<i32>,
-    /// Why the last attempt ended (`None` for a normal exit or while it runs): CONTRACT.md's
+    /// Why the last attempt ended (`None` for a normal exit or while it runs): docs/CONTRACT.md's
     /// vocabulary. Kept while a lost or preempted task waits for its next attempt.
     #[serde(default)]
     pub reason: Option<TaskReason>,

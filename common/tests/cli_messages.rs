@@ -1,4 +1,4 @@
-//! The messages of the operator's CLI (issue 17) survive the wire, and messages of an older
+//! The messages of the operator's CLI survive the wire, and messages of an older
 //! peer without the fields added for it still decode.
 
 use hetsched_common::protocol::*;

@@ -28,7 +28,7 @@ fn answer_error(kind: &ErrorKind, message: &str) -> anyhow::Error {
         | ErrorKind::NotLeader { .. }
         | ErrorKind::WrongVersion
         | ErrorKind::Busy => exit::unavailable(message),
-        // Permission denied (CONTRACT.md exit 3): an admin request on the cluster port.
+        // Permission denied (docs/CONTRACT.md exit 3): an admin request on the cluster port.
         ErrorKind::Forbidden => exit::forbidden(message),
         ErrorKind::Unsupported | ErrorKind::UnknownNode | ErrorKind::Internal => {
             anyhow!("{message}")

@@ -238,7 +238,7 @@ pub fn nodes(masters: &[String], a: ListArgs) -> anyhow::Result<()> {
     }
 }
 
-/// A node's probes as `EMULATED, resctrl` (emulated ones in capitals, CONTRACT.md).
+/// A node's probes as `EMULATED, resctrl` (emulated ones in capitals, docs/CONTRACT.md).
 fn probes_text(p: &hetsched_common::protocol::ProbesInfo) -> String {
     let show = |name: &str| {
         if name == "emulated" {

@@ -708,7 +708,7 @@ fn a_drain_deadline_requeues_and_stops_what_still_runs() {
     assert_eq!(dispatched(&fx), vec![(b, task, 2)]);
 }
 
-/// Issue 18: a job of 10,000 tasks is placed, dispatched and reported with far fewer log
+/// A job of 10,000 tasks is placed, dispatched and reported with far fewer log
 /// entries than tasks — plans carry many assignments, each slave gets its new assignments
 /// in one message per plan, and its started/finished reports travel in batches.
 #[test]

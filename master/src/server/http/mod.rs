@@ -7,7 +7,7 @@
 //! A follower answers a request it cannot serve itself (a write, a linearizable read) by
 //! sending it on to the leader's cluster port, so a client may talk to any master.
 //!
-//! The API is unauthenticated until the security issue lands: `run` warns at start.
+//! The API is unauthenticated until secure-by-default (TLS, tokens) is built: `run` warns at start.
 
 mod api;
 

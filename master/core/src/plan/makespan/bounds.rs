@@ -9,7 +9,7 @@
 //! on several of them), so at least the rest crosses the network once. Its longest core
 //! carries at least an `e`-th of that, and at least its largest block. The work term uses
 //! the least total busy time over `e`, which is at least `data / speed` (g ≤ 1): with all
-//! transfers free it is the issue's `Σ data / speed / T`, and otherwise larger, never
+//! transfers free it is the naive `Σ data / speed / T`, and otherwise larger, never
 //! smaller. The cores of T together can only be busy T times as long as the makespan.
 
 use super::model::Instance;

@@ -360,7 +360,7 @@ fn lower_bound_by_hand() {
 fn lower_bound_counts_transfers_no_placement_avoids() {
     // Host 1 stores the data but has no cores, so every block crosses the network.
     // One core (T = 1): job 0 reads 100 MB at s_t = 10 and runs it at 10 MB/s: 10 + 10 = 20 s.
-    // The plain Σ data / speed / T would say 10; the tight bound is exact here.
+    // The naive Σ data / speed / T would say 10; the tight bound is exact here.
     let inst = Instance::new(
         vec![1, 0],
         10.0,
