@@ -10,9 +10,9 @@ pub mod engine_choice;
 #[cfg(test)]
 mod engine_overflow_tests;
 pub mod index;
-mod pipeline;
 pub mod loads;
 pub mod multiqueue;
+mod pipeline;
 pub mod pools;
 pub mod preemption;
 pub mod queue;

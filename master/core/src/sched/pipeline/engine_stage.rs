@@ -71,7 +71,16 @@ impl EngineChoiceStage {
         let choice = engine_choice::choose(&self.cfg, relation, load, may_use)?;
         let placed = match Self::take_ranked(index, &choice, head) {
             Some(p) => Some(p),
-            None => self.wait(load, relation, &choice, slave_queue, queued_now, view, head, scope),
+            None => self.wait(
+                load,
+                relation,
+                &choice,
+                slave_queue,
+                queued_now,
+                view,
+                head,
+                scope,
+            ),
         };
         Some(match placed {
             Some((node, kind, queued)) => {

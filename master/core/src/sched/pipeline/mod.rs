@@ -24,8 +24,7 @@
 //!
 //! Each stage is a type in a file of its own (`*_stage.rs`), with its tests beside it
 //! (`*_stage_tests.rs`); the scheduler holds the configured stages (as Nomad's
-//! `GenericStack` holds its iterators) and [`IndexedScheduler::decide`] runs one task
-//! through them.
+//! `GenericStack` holds its iterators), and its `decide` runs one task through them.
 //!
 //! Why a cache beside the replicated state rather than in it: the index is derived data
 //! (rebuildable from the nodes' free vectors at any time), so it stays out of the log and
@@ -205,13 +204,16 @@ impl IndexedScheduler {
         let view = ctx.view;
         PoolBorrowStage::before(&mut self.index, &mut ctx.pools, head.queue);
         let scope = ctx.feasibility.scope(head.job);
-        let queued_now = &ctx.decided.queued_now;
-        let engines = &mut ctx.engines;
-        let (index, slave_queue) = (&mut self.index, &self.slave_queue);
-        if let Some(d) =
-            self.engine_choice
-                .decide(index, engines, slave_queue, queued_now, view, head, &scope)
-        {
+        let decided = &ctx.decided;
+        if let Some(d) = self.engine_choice.decide(
+            &mut self.index,
+            &mut ctx.engines,
+            &self.slave_queue,
+            &decided.queued_now,
+            view,
+            head,
+            &scope,
+        ) {
             return d;
         }
         let pools = ctx.pools.active();
@@ -223,15 +225,14 @@ impl IndexedScheduler {
             reserved: &self.reserved,
             cfg: &self.preemption,
         };
-        if let Some(d) = take_back.decide(ctx.pools.active(), &ctx.decided, view, head, &scope) {
+        if let Some(d) = take_back.decide(ctx.pools.active(), decided, view, head, &scope) {
             return d;
         }
-        if let Some(d) = PreemptionStage::decide(&self.preemption, &ctx.decided, view, head, &scope)
-        {
+        if let Some(d) = PreemptionStage::decide(&self.preemption, decided, view, head, &scope) {
             return d;
         }
         self.slave_queue
-            .decide(view, head, &scope, &ctx.decided.queued_now)
+            .decide(view, head, &scope, &decided.queued_now)
     }
 }
 

@@ -15,7 +15,11 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Brings `index`'s reservations in line with `view`'s waiting preemptors: drops those
 /// whose preemptor no longer waits (or waits elsewhere), adds the missing ones. `reserved`:
 /// the nodes holding one, kept in step.
-pub(super) fn sync(index: &mut PlacementIndex, reserved: &mut BTreeSet<NodeId>, view: &ClusterState) {
+pub(super) fn sync(
+    index: &mut PlacementIndex,
+    reserved: &mut BTreeSet<NodeId>,
+    view: &ClusterState,
+) {
     let desired: BTreeMap<NodeId, (TaskId, &ResourceRequest)> = view
         .awaiting()
         .iter()

@@ -39,8 +39,7 @@ impl SlaveQueueStage {
             return None;
         }
         let depth = self.depth as usize;
-        let len =
-            |n: &Node| n.queued.len() + queued_now.get(&n.id).copied().unwrap_or(0) as usize;
+        let len = |n: &Node| n.queued.len() + queued_now.get(&n.id).copied().unwrap_or(0) as usize;
         view.nodes()
             .values()
             .filter(|n| among.is_none_or(|a| a.contains(&n.id)))

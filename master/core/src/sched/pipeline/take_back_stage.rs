@@ -54,7 +54,14 @@ impl TakeBackStage<'_> {
         let own = separated_pool(pools.loads, head.queue)
             .map(|own| within(pools.loads.pool_nodes(own), allowed));
         let here = own.as_deref().or(allowed);
-        let p = self.take_back(pools.history, view, head.task, head.req, here, &decided.victims)?;
+        let p = self.take_back(
+            pools.history,
+            view,
+            head.task,
+            head.req,
+            here,
+            &decided.victims,
+        )?;
         Some(Decision::Preempt(p))
     }
 
