@@ -1,4 +1,4 @@
-//! S0.1–2 — engine choice for API-program tasks; see `SEEDS.md` §S0.
+//! S0.1–2 — engine choice for API-program tasks; see `docs/DESIGN.md` §S0.
 //!
 //! A pure stage between the queue and feasibility. For a program task:
 //!

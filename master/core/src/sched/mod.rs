@@ -10,9 +10,9 @@ pub mod engine_choice;
 #[cfg(test)]
 mod engine_overflow_tests;
 pub mod index;
-mod indexed;
 pub mod loads;
 pub mod multiqueue;
+mod pipeline;
 pub mod pools;
 pub mod preemption;
 pub mod queue;
@@ -20,7 +20,7 @@ pub mod steal;
 #[cfg(test)]
 mod test_log;
 
-pub use indexed::IndexedScheduler;
+pub use pipeline::IndexedScheduler;
 
 use crate::state::{ClusterState, Plan};
 use hetsched_common::NodeId;

@@ -1,4 +1,4 @@
-//! S3 — multi-queue scheduling for CPU+GPU clusters (SEEDS.md §S3.1, §S3.3, §S3.5).
+//! S3 — multi-queue scheduling for CPU+GPU clusters (docs/DESIGN.md §S3.1, §S3.3, §S3.5).
 //!
 //! Pure stages, no I/O and no clock:
 //! - [`QueueKind::of`] classifies a task: `cpu`, `gpu-single` (< 4 GPUs) or `gpu-multi`.

@@ -1,9 +1,10 @@
-//! S3 — the pool stage of one plan (SEEDS.md §S3.3, §S3.4): who may use which capacity.
+//! S3 — the pools' bookkeeping during one plan (docs/DESIGN.md §S3.3, §S3.4): who may use
+//! which capacity.
 //!
 //! - **Reserved CPU pool.** On each GPU node, [`ReserveHistory::reserve_on`] CPUs are kept
 //!   for GPU tasks. While a GPU task waits, CPU tasks do not see the part of it GPU tasks
 //!   do not use yet (it is hidden from the index); with the GPU queues empty they may
-//!   borrow it (taken back later by `IndexedScheduler::take_back`).
+//!   borrow it (taken back later by the pipeline's take-back stage).
 //! - **GPU tasks borrowing CPU-pool CPUs.** A GPU task uses its node's unused reserve;
 //!   while CPU tasks wait it goes only where that covers its CPUs, and with the CPU queue
 //!   empty it may take the node's other CPUs (the CPU pool) too. (With the reserve sized

@@ -1,7 +1,8 @@
 //! S1 — preemption: when a task fits nowhere, find a node where idle resources plus those of
 //! running lower-priority tasks cover it, and the fewest, least important victims there
-//! (SEEDS.md §S1). Runs last in the pipeline, only for tasks that feasibility and selection
-//! could not place, because stopping work is the most expensive decision the scheduler takes.
+//! (docs/DESIGN.md §S1). Runs late in the scheduler's pipeline (its preemption stage), only
+//! for tasks that feasibility and selection could not place, because stopping work is the
+//! most expensive decision the scheduler takes.
 //!
 //! Node choice, in order: the highest priority among the victims needed is lowest; fewest
 //! victims; least resources freed beyond the need (cpu, then memory, then GPU); lowest node

@@ -1,4 +1,4 @@
-//! S0.4 — work stealing between slave queues: the victim choice; see `SEEDS.md` §S0.
+//! S0.4 — work stealing between slave queues: the victim choice; see `docs/DESIGN.md` §S0.
 //!
 //! ```text
 //! thief: a slave with an empty queue and free resources asks the leader (StealRequest)

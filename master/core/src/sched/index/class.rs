@@ -1,4 +1,4 @@
-//! Categorical attributes (SEEDS.md §S4.3 constraints): the GPU models a node carries and
+//! Categorical attributes (docs/DESIGN.md §S4.3 constraints): the GPU models a node carries and
 //! the engine kinds it has. They are not ordered, so they are not coordinates; instead
 //! nodes with equal attributes form a *class*, a leaf groups its nodes by class, and each
 //! bucket keeps a bitmask of the classes below it, so a search for `V100M32` never walks a

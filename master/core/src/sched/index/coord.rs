@@ -1,4 +1,4 @@
-//! Coordinates (SEEDS.md §S4.1): what a node offers and what a task asks, as integer vectors
+//! Coordinates (docs/DESIGN.md §S4.1): what a node offers and what a task asks, as integer vectors
 //! over the index's dimensions, divided by the granularity θ and rounded **up** on both
 //! sides so that a node that fits is never outside the task's fit region.
 //!
@@ -35,7 +35,7 @@ impl Dim {
 }
 
 /// The order in which a search compares dimensions (lexicographic, most significant first).
-/// A task may prefer memory before CPU (SEEDS.md §S4.3); each order in use gets its own
+/// A task may prefer memory before CPU (docs/DESIGN.md §S4.3); each order in use gets its own
 /// bucket tree, because a tree can only enumerate the order its levels were built in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DimOrder([Dim; DIMS]);
@@ -111,7 +111,7 @@ impl DimOrder {
 /// Granularity θ per dimension (canonical order), each at least 1. θ = 1 everywhere makes
 /// the index exact: it returns what the linear scan returns. Larger θ means fewer buckets
 /// and faster searches, at the price that the first hit may not be the best node
-/// (SEEDS.md §S4.6) — never a node that does not fit, because the leaf check is exact.
+/// (docs/DESIGN.md §S4.6) — never a node that does not fit, because the leaf check is exact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Granularity([u64; DIMS]);
 

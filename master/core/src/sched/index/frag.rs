@@ -1,6 +1,6 @@
 //! `frag` — fragmentation-aware GPU placement, after FGD (Weng et al., "Beware of
 //! Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent",
-//! USENIX ATC 2023), over the S4 index's fit set (SEEDS.md §S4.3: the candidates are the
+//! USENIX ATC 2023), over the S4 index's fit set (docs/DESIGN.md §S4.3: the candidates are the
 //! nodes the index says fit; this module only ranks them).
 //!
 //! **Fragment.** For one task class `m` (CPU, memory, GPU count and share, accepted models), a

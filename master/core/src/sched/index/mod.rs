@@ -1,4 +1,4 @@
-//! S4 — DistBuckets: a multi-dimensional node index for fast placement; see SEEDS.md §S4.
+//! S4 — DistBuckets: a multi-dimensional node index for fast placement; see docs/DESIGN.md §S4.
 //!
 //! Pure: no I/O, no clock; every structure is ordered or seeded, so equal inputs give equal
 //! answers. The master keeps one [`PlacementIndex`] beside its replicated state, follows
@@ -28,7 +28,7 @@
 //! policy but Random, whose draws come from each structure's own node list (the property
 //! tests check it); with θ > 1 it returns a node that fits, and, as the
 //! scan with the same θ does, the first in *coarse* order — not necessarily the best node
-//! (SEEDS.md §S4.6).
+//! (docs/DESIGN.md §S4.6).
 //!
 //! GPUs: indexed as what one task can get from a node — wholly free devices and the largest
 //! free share of one device (`coord.rs`); GPU models and engine kinds are categorical
@@ -110,8 +110,8 @@ pub struct PlacementIndex {
     classes: Classes,
     /// One tree per dimension order in use; the first is canonical.
     trees: Vec<Tree>,
-    /// Task → the nodes reserved for it (the second index of SEEDS.md §S4.5: tiny, so it is
-    /// evaluated directly).
+    /// Task → the nodes reserved for it (the second index of docs/DESIGN.md §S4.5: tiny, so
+    /// it is evaluated directly).
     reserved: BTreeMap<TaskId, BTreeSet<NodeId>>,
 }
 
@@ -243,7 +243,7 @@ impl PlacementIndex {
         true
     }
 
-    /// Holds `amount` of `node` for `task` ("LeastFit with reservation", SEEDS.md §S4.5):
+    /// Holds `amount` of `node` for `task` ("LeastFit with reservation", docs/DESIGN.md §S4.5):
     /// every other task sees the node minus `amount`, `task` sees it whole. A node holds at
     /// most one reservation; reserving again for the same task replaces the amount.
     pub fn reserve(
@@ -336,7 +336,7 @@ impl PlacementIndex {
         policy.select(&mut space).map(|p| p.node)
     }
 
-    /// Every node that fits `q`, in `dir` order (the iterator of SEEDS.md §S4.3, collected).
+    /// Every node that fits `q`, in `dir` order (the iterator of docs/DESIGN.md §S4.3, collected).
     pub fn ordered_fits(&mut self, q: &PlacementQuery<'_>, dir: Dir) -> Vec<NodeId> {
         let t = self.tree_for(q.order);
         let elig = self.classes.eligible(q.request);

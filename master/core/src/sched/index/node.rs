@@ -1,6 +1,6 @@
 //! One node as both the index and the reference scan see it: what is free, the reservation it
-//! may hold (SEEDS.md §S4.5), and the two views derived from them — the *public* view (free
-//! minus the reservation, what every other task sees) and the *full* view (what the
+//! may hold (docs/DESIGN.md §S4.5), and the two views derived from them — the *public* view
+//! (free minus the reservation, what every other task sees) and the *full* view (what the
 //! reservation's owner sees) — with their coordinates cached, so a search never recomputes
 //! them.
 

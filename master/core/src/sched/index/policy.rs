@@ -1,4 +1,4 @@
-//! Selection policies (SEEDS.md §S4.3), each a small type over one abstraction: the
+//! Selection policies (docs/DESIGN.md §S4.3), each a small type over one abstraction: the
 //! [`FitSpace`] of a query — the nodes that fit it, ordered by (coordinate, node id). The
 //! bucket tree and the reference linear scan both implement `FitSpace`, so a policy means the
 //! same thing on both by construction; the tests then check that the two spaces agree.

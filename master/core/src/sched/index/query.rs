@@ -1,4 +1,4 @@
-//! What a search is asked: a task's request plus its constraints (SEEDS.md §S4.3–5).
+//! What a search is asked: a task's request plus its constraints (docs/DESIGN.md §S4.3–5).
 
 use super::coord::DimOrder;
 use hetsched_common::{NodeId, ResourceRequest, TaskId};

@@ -1,4 +1,4 @@
-//! The bucket tree of SEEDS.md §S4.2 for one dimension order, with the levels below the
+//! The bucket tree of docs/DESIGN.md §S4.2 for one dimension order, with the levels below the
 //! first folded into sorted, chunked vectors.
 //!
 //! The root's children fix the order's first coordinate (`(x0,*,*,*)`): a sorted vector of

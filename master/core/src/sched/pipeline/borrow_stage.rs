@@ -1,0 +1,97 @@
+//! PoolBorrowStage — S3 pools (docs/DESIGN.md, S3.3–S3.4): before a task is placed,
+//! the index shows it only the capacity its pool may use now.
+//!
+//! While a GPU task waits, a CPU task must not see the part of a GPU node's reserved CPU
+//! pool that GPU tasks do not use yet: that part is hidden from the index before the CPU
+//! task goes on, and shown again before a GPU task (or at the end of the plan). It sits
+//! after feasibility and before engine choice and selection, because both of those read
+//! the index's free vectors, and must read them as this task may use them. The rest of
+//! the pools' rules (GPU pools, borrowing by GPU tasks) acts inside selection through
+//! [`PoolPlan`]; taking a borrowed reserve back is the take-back stage.
+
+use crate::sched::index::PlacementIndex;
+use crate::sched::loads::Loads;
+use crate::sched::multiqueue::{QueueKind, ReserveHistory};
+use crate::sched::pools::PoolPlan;
+use crate::state::ClusterState;
+use hetsched_common::TaskId;
+
+/// The pools' part of one plan: the S3 loads (out of the scheduler for the plan), the
+/// reserve history and this plan's pool bookkeeping.
+#[derive(Debug)]
+pub(super) struct PoolRound {
+    loads: Option<Loads>,
+    history: Option<ReserveHistory>,
+    /// Present when pools are on (both loads and a history).
+    plan: Option<PoolPlan>,
+}
+
+/// The pools in use in this plan, as the stages read them.
+#[derive(Debug)]
+pub(super) struct Pools<'a> {
+    /// This plan's pool bookkeeping.
+    pub plan: &'a mut PoolPlan,
+    /// Holdings and GPU pools per node.
+    pub loads: &'a Loads,
+    /// The reserve's size.
+    pub history: &'a ReserveHistory,
+}
+
+impl PoolRound {
+    /// The pools of a plan over `view` whose tasks come in `order` (off unless both
+    /// `loads` and `history` are given).
+    pub fn new(
+        view: &ClusterState,
+        loads: Option<Loads>,
+        history: Option<ReserveHistory>,
+        order: &[TaskId],
+    ) -> Self {
+        let plan = match (&loads, history) {
+            (Some(_), Some(_)) => Some(PoolPlan::new(view, order)),
+            _ => None,
+        };
+        Self {
+            loads,
+            history,
+            plan,
+        }
+    }
+
+    /// The pools, when on.
+    pub fn active(&mut self) -> Option<Pools<'_>> {
+        match (&mut self.plan, &self.loads, &self.history) {
+            (Some(plan), Some(loads), Some(history)) => Some(Pools {
+                plan,
+                loads,
+                history,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Ends the plan: shows `index` what is hidden, and returns the loads.
+    pub fn finish(mut self, index: &mut PlacementIndex) -> Option<Loads> {
+        if let Some(pp) = &mut self.plan {
+            pp.unhide(index);
+        }
+        self.loads
+    }
+}
+
+/// The pool stage before placement.
+pub(super) struct PoolBorrowStage;
+
+impl PoolBorrowStage {
+    /// Before a task of `queue` goes on: hides from `index` what it may not use now (a CPU
+    /// task, while a GPU task waits: the GPU nodes' unused reserves), or shows again what
+    /// was hidden for an earlier task. Nothing with pools off.
+    pub fn before(index: &mut PlacementIndex, round: &mut PoolRound, queue: QueueKind) {
+        if let Some(p) = round.active() {
+            p.plan.before(index, p.loads, p.history, queue);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "borrow_stage_tests.rs"]
+mod tests;

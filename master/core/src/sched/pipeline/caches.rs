@@ -1,0 +1,53 @@
+//! The scheduler's derived data kept in step with the replicated state: the placement
+//! index, the `frag` placer's node set and workload mix, the S3 loads and the reserve
+//! history. Followed change by change ([`Scheduler::nodes_changed`](crate::sched::Scheduler))
+//! and rebuilt on reset; none of it is in the log or the state hash.
+
+use super::IndexedScheduler;
+use crate::state::ClusterState;
+use hetsched_common::{NodeId, TaskId};
+
+impl IndexedScheduler {
+    /// Re-reads `node` from `view` into the index and the `frag` placer.
+    pub(super) fn sync(&mut self, view: &ClusterState, node: NodeId) {
+        match view.nodes().get(&node) {
+            // Draining nodes leave the index: they take no new tasks.
+            Some(n) if n.takes_work() => {
+                self.index.upsert_node(node, &n.free);
+                self.selection.note_node(node, Some(&n.free));
+            }
+            _ => {
+                self.index.remove_node(node);
+                self.selection.note_node(node, None);
+            }
+        }
+    }
+
+    /// Teaches the reserve history the tasks submitted since the last plan.
+    pub(super) fn observe_reserve(&mut self, view: &ClusterState) {
+        let Some(pools) = &mut self.pools else { return };
+        let from = TaskId(self.pool_seen.0.saturating_add(1));
+        for (id, t) in view.tasks().range(from..) {
+            if let Some(req) = view.job_resources(t.job) {
+                pools.observe(req);
+            }
+            self.pool_seen = *id;
+        }
+    }
+
+    /// Rebuilds everything derived from `view` (new leadership, snapshot restore).
+    pub(super) fn rebuild(&mut self, view: &ClusterState) {
+        // Rebuilding drops every reservation; the next plan restores them.
+        self.reserved.clear();
+        if let Some(l) = &mut self.loads {
+            l.rebuild(view);
+        }
+        self.index.rebuild(
+            view.nodes()
+                .values()
+                .filter(|n| n.takes_work())
+                .map(|n| (n.id, n.free.clone())),
+        );
+        self.selection.rebuild(view);
+    }
+}

@@ -1,0 +1,126 @@
+//! The per-plan context: everything one plan carries from task to task, built at the start
+//! of a plan and dropped at its end.
+//!
+//! Grouped by the stage that owns each part (feasibility's partition and locality sets,
+//! the pools' bookkeeping, the engine use, what the plan decided so far), so that a stage
+//! borrows its own part mutably while it reads the others.
+
+use super::borrow_stage::PoolRound;
+use super::engine_stage::EngineRound;
+use super::feasibility_stage::Feasibility;
+use super::queue_stage::{PendingTask, QueueStage};
+use crate::sched::index::PlacementIndex;
+use crate::sched::loads::Loads;
+use crate::sched::multiqueue::ReserveHistory;
+use crate::state::{Assign, ClusterState, Plan, Preemption};
+use hetsched_common::{JobId, NodeId, TaskId};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What one stage decided for one task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Decision {
+    /// Placed on a node, or queued in a slave's local queue (`queued`).
+    Assign(Assign),
+    /// Room made on a node by stopping other tasks (S1 preemption or S3 take-back).
+    Preempt(Preemption),
+    /// Nothing for it this plan, nor for the rest of its job's tasks at its priority.
+    Stuck,
+    /// Nothing for it this plan (its chosen node could not be taken after all); the next
+    /// task of its job is still tried.
+    Skip,
+}
+
+/// What the plan decided so far: the plan itself and what later stages must not reuse.
+#[derive(Debug, Default)]
+pub(super) struct Decided {
+    /// The plan being built.
+    pub plan: Plan,
+    /// Victims a preemption of this plan chose already: no two preemptors share one.
+    pub victims: BTreeSet<TaskId>,
+    /// S0.3: queued assignments this plan made, per node.
+    pub queued_now: BTreeMap<NodeId, u32>,
+    /// A job's tasks at one priority ask for the same, and the index only shrinks within
+    /// a plan: once one fits nowhere (and cannot preempt), the rest are skipped, so a queue
+    /// where nothing fits costs one probe per job, not one per task.
+    pub stuck: BTreeSet<(JobId, i64)>,
+}
+
+impl Decided {
+    /// Whether the plan may hold one more preemption (both preemption and take-back count).
+    pub fn preempt_room(&self, max_per_plan: usize) -> bool {
+        self.plan.preempt.len() < max_per_plan
+    }
+
+    /// Adds `decision` for `head` to the plan.
+    pub fn record(&mut self, head: &PendingTask<'_>, decision: Decision) {
+        match decision {
+            Decision::Assign(a) => {
+                if a.queued {
+                    *self.queued_now.entry(a.node).or_insert(0) += 1;
+                }
+                self.plan.assignments.push(a);
+            }
+            Decision::Preempt(p) => {
+                self.victims.extend(p.victims.iter().map(|v| v.task));
+                self.plan.preempt.push(p);
+            }
+            Decision::Stuck => {
+                self.stuck.insert((head.t.job, head.t.priority));
+            }
+            Decision::Skip => {}
+        }
+    }
+}
+
+/// One plan's state, from the first task to the last.
+#[derive(Debug)]
+pub(super) struct PlanContext<'v> {
+    /// The applied state the plan is for.
+    pub view: &'v ClusterState,
+    /// Leader time of the plan (tasks backing off until later are left queued).
+    pub now_ms: u64,
+    /// The queue stage's order; taken by the driver when it starts.
+    pub order: Vec<TaskId>,
+    /// Feasibility: the nodes serving each partition, locality sets per job.
+    pub feasibility: Feasibility,
+    /// S3 pools: the loads, the reserve history and this plan's pool bookkeeping.
+    pub pools: PoolRound,
+    /// S0.1–2: engine use and the jobs' task–engine relations.
+    pub engines: EngineRound<'v>,
+    /// What the plan decided so far.
+    pub decided: Decided,
+}
+
+impl<'v> PlanContext<'v> {
+    /// The context of a plan over `view` at `now_ms`: the queue stage's order, and the
+    /// S3 `loads` (out of the scheduler for the plan) with the reserve `history`.
+    pub fn new(
+        view: &'v ClusterState,
+        now_ms: u64,
+        queue: &QueueStage,
+        loads: Option<Loads>,
+        history: Option<ReserveHistory>,
+    ) -> Self {
+        let order = queue.order(view, loads.as_ref());
+        let pools = PoolRound::new(view, loads, history, &order);
+        Self {
+            view,
+            now_ms,
+            order,
+            feasibility: Feasibility::new(view),
+            pools,
+            engines: EngineRound::default(),
+            decided: Decided::default(),
+        }
+    }
+
+    /// Ends the plan: gives back to `index` what the pool stage hid, and returns the plan
+    /// and the S3 loads (to go back into the scheduler).
+    pub fn finish(self, index: &mut PlacementIndex) -> (Plan, Option<Loads>) {
+        (self.decided.plan, self.pools.finish(index))
+    }
+}
+
+#[cfg(test)]
+#[path = "context_tests.rs"]
+mod tests;

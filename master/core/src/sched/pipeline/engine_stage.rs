@@ -1,0 +1,159 @@
+//! EngineChoiceStage — S0.1–2, API-program tasks (docs/DESIGN.md, S0.2): which engine kind
+//! and which slave.
+//!
+//! `sched::engine_choice` ranks the slaves with a free target engine (or, the target kind
+//! being scarce, a second-best one); this stage tries them in that order against the index,
+//! and when none can take the task, leaves it waiting for a target engine, in the least
+//! loaded target slave's queue where slave queues are on. It sits after feasibility (it
+//! ranks only the nodes the task may use) and before selection, because for a program task
+//! the engine ranking replaces the placement policy; a task whose relation is unknown, or
+//! whose permitted nodes have no engine of the relation, falls through to selection.
+
+use super::context::Decision;
+use super::feasibility_stage::Scope;
+use super::queue_stage::PendingTask;
+use super::slave_queue_stage::SlaveQueueStage;
+use crate::sched::engine_choice::{self, EngineChoice, EngineChoiceConfig, EngineLoad};
+use crate::sched::index::PlacementIndex;
+use crate::state::{Assign, ClusterState, Job};
+use hetsched_common::program::EngineTotal;
+use hetsched_common::{EngineKind, JobId, NodeId};
+use std::collections::BTreeMap;
+
+/// The engine-choice part of one plan.
+#[derive(Debug, Default)]
+pub(super) struct EngineRound<'v> {
+    /// Engine use per node, built at the first program task of the plan, then counting
+    /// this plan's decisions.
+    pub load: Option<EngineLoad>,
+    /// Each job's task–engine relation (`None`: not a program task, or none known).
+    relations: BTreeMap<JobId, Option<&'v [EngineTotal]>>,
+}
+
+impl<'v> EngineRound<'v> {
+    /// `job`'s relation (kinds by total time, fastest first), looked up once per plan.
+    pub fn relation(&mut self, view: &'v ClusterState, job: &'v Job) -> Option<&'v [EngineTotal]> {
+        *self.relations.entry(job.id).or_insert_with(|| {
+            job.spec
+                .program
+                .as_ref()
+                .and_then(|p| view.relations().get(&p.kind()))
+                .map(Vec::as_slice)
+                .filter(|r| !r.is_empty())
+        })
+    }
+}
+
+/// The engine-choice stage: its bounds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EngineChoiceStage {
+    /// `--engine-efficiency-bound` and `--load-bound`.
+    pub cfg: EngineChoiceConfig,
+}
+
+impl EngineChoiceStage {
+    /// A program task's decision: placed or queued with an engine kind, or stuck; `None`
+    /// for a task the stage does not decide (see the module docs).
+    #[allow(clippy::too_many_arguments)]
+    pub fn decide<'v>(
+        &self,
+        index: &mut PlacementIndex,
+        round: &mut EngineRound<'v>,
+        slave_queue: &SlaveQueueStage,
+        queued_now: &BTreeMap<NodeId, u32>,
+        view: &'v ClusterState,
+        head: &PendingTask<'v>,
+        scope: &Scope<'_>,
+    ) -> Option<Decision> {
+        let relation = round.relation(view, head.job)?;
+        let load = round.load.get_or_insert_with(|| EngineLoad::of(view));
+        let may_use = |n: NodeId| scope.may_use(n);
+        let choice = engine_choice::choose(&self.cfg, relation, load, may_use)?;
+        let placed = match Self::take_ranked(index, &choice, head) {
+            Some(p) => Some(p),
+            None => self.wait(
+                load,
+                relation,
+                &choice,
+                slave_queue,
+                queued_now,
+                view,
+                head,
+                scope,
+            ),
+        };
+        Some(match placed {
+            Some((node, kind, queued)) => {
+                load.add(node, kind);
+                Decision::Assign(Assign {
+                    task: head.task,
+                    node,
+                    queued,
+                    engine: Some(kind),
+                    borrowed: false,
+                })
+            }
+            None => Decision::Stuck,
+        })
+    }
+
+    /// The first ranked node whose index entry fits the task (and is not held for another
+    /// task's preemption), taken from `index`: `(node, kind, false)`.
+    fn take_ranked(
+        index: &mut PlacementIndex,
+        choice: &EngineChoice,
+        head: &PendingTask<'_>,
+    ) -> Option<(NodeId, EngineKind, bool)> {
+        if choice.waiting {
+            return None;
+        }
+        for &(node, kind) in &choice.ranked {
+            // A node held for a waiting preemptor is not this task's to take.
+            let held = index.reservation(node).is_some_and(|r| r.task != head.task);
+            let fits = !held && index.free(node).is_some_and(|f| f.fits(head.req));
+            if fits && index.take(node, head.req).is_some() {
+                return Some((node, kind, false));
+            }
+        }
+        None
+    }
+
+    /// No ranked engine could take it: it waits on a target engine (counted in `load`),
+    /// in the least loaded target slave's queue when there is room: `(node, kind, true)`.
+    /// An overflow to a second-best kind does not queue there (it would rather wait).
+    #[allow(clippy::too_many_arguments)]
+    fn wait(
+        &self,
+        load: &mut EngineLoad,
+        relation: &[EngineTotal],
+        choice: &EngineChoice,
+        slave_queue: &SlaveQueueStage,
+        queued_now: &BTreeMap<NodeId, u32>,
+        view: &ClusterState,
+        head: &PendingTask<'_>,
+        scope: &Scope<'_>,
+    ) -> Option<(NodeId, EngineKind, bool)> {
+        if let Some(&(_, kind)) = choice.ranked.first() {
+            load.wait(kind);
+        }
+        // Wait on a target engine: in the least loaded target slave's queue.
+        let targets: Vec<NodeId> = choice.ranked.iter().map(|r| r.0).collect();
+        let (_, second) = engine_choice::targets(relation, self.cfg.efficiency_bound);
+        if choice.overflow && second.is_some() {
+            return None;
+        }
+        let may_use = |n: NodeId| scope.may_use(n);
+        let node = slave_queue.node(view, head.req, &may_use, queued_now, Some(&targets))?;
+        let kind = choice
+            .ranked
+            .iter()
+            .find(|r| r.0 == node)
+            .map(|r| r.1)
+            .unwrap_or(EngineKind::Cpu);
+        Some((node, kind, true))
+    }
+}
+
+#[cfg(test)]
+#[path = "engine_stage_tests.rs"]
+mod tests;

@@ -1,0 +1,277 @@
+//! `IndexedScheduler` — the master's default scheduler: a chain of pure stages, driven once
+//! per plan over one [`PlanContext`](context::PlanContext).
+//!
+//! ```text
+//! admission (at apply: S1 priority, sched::admission)
+//! plan start: the workload mix and reserve history learn the new arrivals (caches.rs),
+//!             waiting preemptors' reservations are kept (reservations.rs), and the
+//!             PlanContext is built: the queue order, partitions, pools, engine use
+//! per task, in queue order, the first stage that decides wins:
+//!   → QueueStage         S1/S3 order; skips tasks backing off and jobs stuck this plan
+//!   → FeasibilityStage   the nodes its partition and locality permit (the index's
+//!                        candidate constraint; resources, GPU model are the index's part)
+//!   → PoolBorrowStage    S3: hides GPU nodes' unused reserves from CPU tasks while GPU
+//!                        tasks wait
+//!   → EngineChoiceStage  S0.1–2, program tasks: a ranked engine, or wait/queue on a target
+//!   → SelectionStage     S4 policy (least-fit, best-fit, frag, ...) among the nodes that
+//!                        fit; S3 pools decide where a GPU task may go
+//!   → TakeBackStage      S3: a GPU task stops CPU tasks borrowing its pool's reserve
+//!   → PreemptionStage    S1: stop lower-priority work (sched::preemption)
+//!   → SlaveQueueStage    S0.3 (`--queue-depth`): wait in the shortest slave queue; idle
+//!                        slaves steal from long queues (S0.4, sched::steal)
+//!   → nothing decided: the job is stuck at this priority for the rest of the plan
+//! ```
+//!
+//! Each stage is a type in a file of its own (`*_stage.rs`), with its tests beside it
+//! (`*_stage_tests.rs`); the scheduler holds the configured stages (as Nomad's
+//! `GenericStack` holds its iterators), and its `decide` runs one task through them.
+//!
+//! Why a cache beside the replicated state rather than in it: the index is derived data
+//! (rebuildable from the nodes' free vectors at any time), so it stays out of the log and
+//! the state hash. The leader keeps it in step with every applied change through
+//! [`Scheduler::nodes_changed`] and rebuilds it on [`Scheduler::reset`] (new leadership,
+//! snapshot restore). Within one plan, decisions are taken out of the index tentatively;
+//! once the plan is applied or refused, the touched nodes are re-read from the state.
+
+mod borrow_stage;
+mod caches;
+mod context;
+mod engine_stage;
+mod feasibility_stage;
+mod preemption_stage;
+mod queue_stage;
+mod reservations;
+mod selection_stage;
+mod slave_queue_stage;
+mod take_back_stage;
+
+#[cfg(test)]
+mod tests;
+
+use super::engine_choice::EngineChoiceConfig;
+use super::index::{IndexConfig, PlacementIndex, PolicyKind};
+use super::loads::Loads;
+use super::multiqueue::{Ordering, QueueingConfig, ReserveHistory};
+use super::preemption::PreemptionConfig;
+use super::Scheduler;
+use crate::state::{ClusterState, Plan};
+use borrow_stage::PoolBorrowStage;
+use context::{Decision, PlanContext};
+use engine_stage::EngineChoiceStage;
+use hetsched_common::{NodeId, TaskId};
+use preemption_stage::PreemptionStage;
+use queue_stage::{PendingTask, QueueStage};
+use selection_stage::SelectionStage;
+use slave_queue_stage::SlaveQueueStage;
+use std::collections::BTreeSet;
+use take_back_stage::TakeBackStage;
+
+/// Pending tasks in queue order, each to the node the policy picks among those that fit.
+///
+/// Two policies: one for tasks that ask for GPUs, one (the CPU policy) for the rest. With
+/// `frag` as the GPU policy, CPU-only tasks go to CPU-only nodes first (chosen by the CPU
+/// policy), then to the GPU node where they fragment least (`index::frag`).
+#[derive(Debug)]
+pub struct IndexedScheduler {
+    index: PlacementIndex,
+    /// The queue stage (S1 submission, S3 DRF or the S3 pipeline order).
+    queue: QueueStage,
+    /// The selection stage: the placement policies and the `frag` placer.
+    selection: SelectionStage,
+    /// The engine-choice stage (S0.1–2, program tasks).
+    engine_choice: EngineChoiceStage,
+    /// The slave-queue stage (S0.3).
+    slave_queue: SlaveQueueStage,
+    /// Most assignments per plan: bounds the size of one `ApplyPlan` entry.
+    pub max_per_plan: usize,
+    /// The preemption stage's limits.
+    pub preemption: PreemptionConfig,
+    /// Nodes holding a reservation for a preemptor (S1 × S4.5).
+    reserved: BTreeSet<NodeId>,
+    /// S3 reserved CPU pools on GPU nodes, with borrowing and take-back; `None`: off.
+    pools: Option<ReserveHistory>,
+    /// The highest task id the reserve history has seen.
+    pool_seen: TaskId,
+    /// Users' holdings, capacity, GPU tasks' CPUs and GPU pools per node, kept in step like
+    /// the index (`None` under plain submission order without pools: nothing reads them).
+    loads: Option<Loads>,
+}
+
+impl IndexedScheduler {
+    /// A scheduler with `policy` (seeded with `seed` where the policy is random) over an
+    /// exact index (θ = 1). CPU-only tasks use the same policy, except under `frag`, whose
+    /// CPU policy is `least-fit` (see [`with_cpu_policy`](Self::with_cpu_policy)).
+    pub fn new(policy: PolicyKind, seed: u64) -> Self {
+        Self {
+            index: PlacementIndex::new(IndexConfig::default()),
+            queue: QueueStage {
+                ordering: Ordering::Submission,
+            },
+            selection: SelectionStage::new(policy, seed),
+            engine_choice: EngineChoiceStage {
+                cfg: EngineChoiceConfig::default(),
+            },
+            slave_queue: SlaveQueueStage { depth: 0 },
+            max_per_plan: 4096,
+            preemption: PreemptionConfig::default(),
+            reserved: BTreeSet::new(),
+            pools: None,
+            pool_seen: TaskId(0),
+            loads: None,
+        }
+    }
+
+    /// The same with this queue order (S3 DRF or pipeline).
+    pub fn with_ordering(mut self, ordering: Ordering) -> Self {
+        self.queue.ordering = ordering;
+        if ordering != Ordering::Submission {
+            self.loads.get_or_insert_with(Loads::default);
+        }
+        self
+    }
+
+    /// The same with the master's S3 settings: the queue order, and reserved CPU pools
+    /// under `pipeline`.
+    pub fn with_queueing(self, cfg: QueueingConfig) -> Self {
+        let s = self.with_ordering(cfg.ordering);
+        if cfg.ordering == Ordering::Pipeline {
+            s.with_reserved_pools(ReserveHistory::new(cfg.reserve_start_milli_per_gpu))
+        } else {
+            s
+        }
+    }
+
+    /// The same with S3 reserved CPU pools on GPU nodes, sized from `history`.
+    pub fn with_reserved_pools(mut self, history: ReserveHistory) -> Self {
+        self.pools = Some(history);
+        self.loads.get_or_insert_with(Loads::default);
+        self
+    }
+
+    /// The same with these engine-choice bounds (S0.1–2).
+    pub fn with_engine_choice(mut self, cfg: EngineChoiceConfig) -> Self {
+        self.engine_choice.cfg = cfg;
+        self
+    }
+
+    /// The same with slave queues of `depth` tasks beyond free resources (S0.3; 0: off).
+    pub fn with_queue_depth(mut self, depth: u32) -> Self {
+        self.slave_queue.depth = depth;
+        self
+    }
+
+    /// The same with these preemption limits.
+    pub fn with_preemption(mut self, preemption: PreemptionConfig) -> Self {
+        self.preemption = preemption;
+        self
+    }
+
+    /// Uses `cpu` for tasks that ask no GPU (`frag` there means the same as for GPU tasks:
+    /// CPU-only nodes first under the GPU policy's tie order, then the least fragmenting).
+    pub fn with_cpu_policy(mut self, cpu: PolicyKind, seed: u64) -> Self {
+        self.selection.set_cpu_policy(cpu, seed);
+        self
+    }
+
+    /// The S3 loads this scheduler keeps (`None`: not kept), for tests.
+    pub fn loads(&self) -> Option<&Loads> {
+        self.loads.as_ref()
+    }
+
+    /// CPU thousandths per GPU the reserved pools hold now (`None`: pools off).
+    pub fn reserve_per_gpu_milli(&self) -> Option<u64> {
+        self.pools.map(|p| p.per_gpu_milli())
+    }
+
+    /// The policy in use for GPU tasks.
+    pub fn policy(&self) -> PolicyKind {
+        self.selection.kind()
+    }
+
+    /// The policy in use for tasks that ask no GPU.
+    pub fn cpu_policy(&self) -> PolicyKind {
+        self.selection.cpu_kind()
+    }
+
+    /// Nodes in the index.
+    pub fn indexed_nodes(&self) -> usize {
+        self.index.len()
+    }
+
+    /// One task through the chain after the queue stage: each stage either decides (the
+    /// task is placed, queued, preempts or is stuck) or hands it to the next.
+    fn decide<'v>(&mut self, ctx: &mut PlanContext<'v>, head: &PendingTask<'v>) -> Decision {
+        let view = ctx.view;
+        PoolBorrowStage::before(&mut self.index, &mut ctx.pools, head.queue);
+        let scope = ctx.feasibility.scope(head.job);
+        let decided = &ctx.decided;
+        if let Some(d) = self.engine_choice.decide(
+            &mut self.index,
+            &mut ctx.engines,
+            &self.slave_queue,
+            &decided.queued_now,
+            view,
+            head,
+            &scope,
+        ) {
+            return d;
+        }
+        let pools = ctx.pools.active();
+        if let Some(d) = self.selection.decide(&mut self.index, pools, head, &scope) {
+            return d;
+        }
+        let take_back = TakeBackStage {
+            index: &self.index,
+            reserved: &self.reserved,
+            cfg: &self.preemption,
+        };
+        if let Some(d) = take_back.decide(ctx.pools.active(), decided, view, head, &scope) {
+            return d;
+        }
+        if let Some(d) = PreemptionStage::decide(&self.preemption, decided, view, head, &scope) {
+            return d;
+        }
+        self.slave_queue
+            .decide(view, head, &scope, &decided.queued_now)
+    }
+}
+
+impl Scheduler for IndexedScheduler {
+    fn plan(&mut self, view: &ClusterState) -> Plan {
+        self.plan_at(view, view.last_ms())
+    }
+
+    fn plan_at(&mut self, view: &ClusterState, now_ms: u64) -> Plan {
+        self.selection.observe_arrivals(view);
+        self.observe_reserve(view);
+        reservations::sync(&mut self.index, &mut self.reserved, view);
+        let mut ctx = PlanContext::new(view, now_ms, &self.queue, self.loads.take(), self.pools);
+        for task in std::mem::take(&mut ctx.order) {
+            if ctx.decided.plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
+                break;
+            }
+            let Some(head) = QueueStage::admit(view, ctx.now_ms, &ctx.decided.stuck, task) else {
+                continue;
+            };
+            let decision = self.decide(&mut ctx, &head);
+            ctx.decided.record(&head, decision);
+        }
+        let (mut plan, loads) = ctx.finish(&mut self.index);
+        self.loads = loads;
+        plan.queue_depth = self.slave_queue.depth;
+        plan
+    }
+
+    fn nodes_changed(&mut self, view: &ClusterState, nodes: &[NodeId]) {
+        for n in nodes {
+            self.sync(view, *n);
+            if let Some(l) = &mut self.loads {
+                l.sync(view, *n);
+            }
+        }
+    }
+
+    fn reset(&mut self, view: &ClusterState) {
+        self.rebuild(view);
+    }
+}

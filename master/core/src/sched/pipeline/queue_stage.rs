@@ -1,0 +1,84 @@
+//! QueueStage — the head of the chain: which pending task comes next.
+//!
+//! At plan start it orders the pending tasks (S1: priority, then submission; S3: DRF between
+//! users, or the pipeline's queues — `sched::queue`, `sched::multiqueue`); per task it
+//! decides whether the task is considered in this plan at all. It comes first because the
+//! order is the policy: when room is short, the most important work is placed first and
+//! only it may preempt, and everything after it works on one task at a time.
+
+use crate::sched::loads::Loads;
+use crate::sched::multiqueue::{ordered_with, Ordering, QueueKind};
+use crate::state::{ClusterState, Job, Task};
+use hetsched_common::{JobId, ResourceRequest, TaskId};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The queue stage: the configured order.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QueueStage {
+    /// S1 submission, S3 DRF or the S3 pipeline order.
+    pub ordering: Ordering,
+}
+
+/// A task the queue stage let through, with what the later stages read of it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PendingTask<'v> {
+    /// Its id.
+    pub task: TaskId,
+    /// The task.
+    pub t: &'v Task,
+    /// Its job.
+    pub job: &'v Job,
+    /// What each of the job's tasks asks.
+    pub req: &'v ResourceRequest,
+    /// The S3 queue it belongs to (CPU, single-GPU or multi-GPU).
+    pub queue: QueueKind,
+}
+
+impl PendingTask<'_> {
+    /// Whether it asks for GPUs.
+    pub fn is_gpu(&self) -> bool {
+        self.queue.is_gpu()
+    }
+}
+
+impl QueueStage {
+    /// The pending tasks of `view` in the order this plan considers them; DRF reads what
+    /// users hold from `loads` (none kept: as if nobody held anything).
+    pub fn order(&self, view: &ClusterState, loads: Option<&Loads>) -> Vec<TaskId> {
+        match loads {
+            Some(l) => ordered_with(view, self.ordering, l.users(), &l.capacity()),
+            None => ordered_with(view, self.ordering, &BTreeMap::new(), &Default::default()),
+        }
+    }
+
+    /// `task` as the next stages see it, or `None` when this plan passes it over: gone, or
+    /// waiting out a retry backoff past `now_ms`, or of a job (at its priority) already
+    /// `stuck` in this plan.
+    pub fn admit<'v>(
+        view: &'v ClusterState,
+        now_ms: u64,
+        stuck: &BTreeSet<(JobId, i64)>,
+        task: TaskId,
+    ) -> Option<PendingTask<'v>> {
+        let t = view.tasks().get(&task)?;
+        if t.not_before_ms.is_some_and(|nb| nb > now_ms) {
+            return None; // waiting out a retry backoff
+        }
+        if stuck.contains(&(t.job, t.priority)) {
+            return None;
+        }
+        let job = view.jobs().get(&t.job)?;
+        let req = &job.spec.resources;
+        Some(PendingTask {
+            task,
+            t,
+            job,
+            req,
+            queue: QueueKind::of(req),
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "queue_stage_tests.rs"]
+mod tests;

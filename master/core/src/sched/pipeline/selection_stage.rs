@@ -1,0 +1,194 @@
+//! SelectionStage — S4 (docs/DESIGN.md, S4.3): the node the placement policy picks among
+//! those the index finds fit for the task, taken from the index at once.
+//!
+//! Two policies: one for GPU tasks, one for tasks that ask no GPU; under `frag` the
+//! `index::frag` placer ranks the fit set by the fragmentation a placement adds (and sends
+//! CPU tasks to CPU-only nodes first). With S3 pools on, a GPU task is offered its own GPU
+//! pool first ([`PoolPlan::place_gpu`](crate::sched::pools::PoolPlan::place_gpu)).
+//!
+//! It comes after engine choice (a program task with a known relation is placed by engine
+//! rank, not by policy) and before take-back and preemption: a task that fits somewhere
+//! as things stand never stops other work. The take is tentative: later tasks of the plan
+//! see the node without what this one took.
+
+use super::borrow_stage::Pools;
+use super::context::Decision;
+use super::feasibility_stage::Scope;
+use super::queue_stage::PendingTask;
+use crate::sched::index::{AnyPolicy, FragPlacer, PlacementIndex, PlacementQuery, PolicyKind};
+use crate::state::{Assign, ClusterState};
+use hetsched_common::{NodeId, NodeResources, ResourceRequest, TaskId};
+
+/// The selection stage: the policies and the `frag` placer.
+#[derive(Debug)]
+pub(crate) struct SelectionStage {
+    policy: AnyPolicy,
+    kind: PolicyKind,
+    cpu_policy: AnyPolicy,
+    cpu_kind: PolicyKind,
+    /// The `frag` placer (its workload mix and CPU-only node set), when a policy is `frag`.
+    frag: Option<FragPlacer>,
+    /// The highest task id the workload mix has seen (ids grow with submission order).
+    seen: TaskId,
+}
+
+impl SelectionStage {
+    /// `policy` for GPU tasks (seeded with `seed` where random); the same for CPU tasks,
+    /// except under `frag`, whose CPU policy is `least-fit`.
+    pub fn new(policy: PolicyKind, seed: u64) -> Self {
+        let cpu_kind = match policy {
+            PolicyKind::Frag => PolicyKind::LeastFit,
+            k => k,
+        };
+        Self {
+            policy: policy.build(seed),
+            kind: policy,
+            cpu_policy: cpu_kind.build(seed),
+            cpu_kind,
+            frag: (policy == PolicyKind::Frag).then(FragPlacer::default),
+            seen: TaskId(0),
+        }
+    }
+
+    /// Uses `cpu` for tasks that ask no GPU.
+    pub fn set_cpu_policy(&mut self, cpu: PolicyKind, seed: u64) {
+        self.cpu_kind = cpu;
+        self.cpu_policy = cpu.build(seed);
+        if cpu == PolicyKind::Frag && self.frag.is_none() {
+            self.frag = Some(FragPlacer::default());
+        }
+    }
+
+    /// The policy for GPU tasks.
+    pub fn kind(&self) -> PolicyKind {
+        self.kind
+    }
+
+    /// The policy for tasks that ask no GPU.
+    pub fn cpu_kind(&self) -> PolicyKind {
+        self.cpu_kind
+    }
+
+    /// The node the policy for this kind of task picks among those that fit `q`.
+    pub fn place(
+        &mut self,
+        index: &mut PlacementIndex,
+        q: &PlacementQuery<'_>,
+        req: &ResourceRequest,
+    ) -> Option<NodeId> {
+        let gpu = !req.gpu.is_none();
+        let kind = if gpu { self.kind } else { self.cpu_kind };
+        match (&mut self.frag, kind) {
+            (Some(frag), PolicyKind::Frag) => {
+                let tie = if gpu {
+                    &mut self.policy
+                } else {
+                    &mut self.cpu_policy
+                };
+                frag.place(index, q, tie)
+            }
+            (Some(frag), _) if !gpu && self.kind == PolicyKind::Frag => {
+                frag.place(index, q, &mut self.cpu_policy)
+            }
+            _ if gpu => index.place(q, &mut self.policy),
+            _ => index.place(q, &mut self.cpu_policy),
+        }
+    }
+
+    /// The task placed on the node selection picks within its `scope` (and, with `pools`
+    /// on, its GPU pool), taken from `index`; `None` when no node fits it now.
+    pub fn decide(
+        &mut self,
+        index: &mut PlacementIndex,
+        mut pools: Option<Pools<'_>>,
+        head: &PendingTask<'_>,
+        scope: &Scope<'_>,
+    ) -> Option<Decision> {
+        let (task, req, queue) = (head.task, head.req, head.queue);
+        let allowed = scope.allowed();
+        let (node, lent) = match &pools {
+            // S3 pools decide where a GPU task may go (its GPU pool, then the other's).
+            Some(p) if head.is_gpu() => {
+                let mut select = |q: &PlacementQuery<'_>| self.place(index, q, req);
+                p.plan
+                    .place_gpu(p.loads, p.history, task, req, queue, allowed, &mut select)?
+            }
+            _ => {
+                let mut q = PlacementQuery::new(req).for_task(task);
+                if let Some(c) = allowed {
+                    q = q.with_candidates(c);
+                }
+                (self.place(index, &q, req)?, false)
+            }
+        };
+        // Tentative: later tasks of this plan see the node without what this took.
+        if index.take(node, req).is_none() {
+            return Some(Decision::Skip);
+        }
+        let borrowed = match &mut pools {
+            Some(p) => p
+                .plan
+                .placed(index, p.loads, p.history, node, req, queue, lent),
+            None => false,
+        };
+        Some(Decision::Assign(Assign {
+            task,
+            node,
+            queued: false,
+            engine: None,
+            borrowed,
+        }))
+    }
+
+    /// Teaches the workload mix (under `frag`) the tasks submitted since the last plan.
+    pub fn observe_arrivals(&mut self, view: &ClusterState) {
+        let Some(frag) = &mut self.frag else { return };
+        let from = TaskId(self.seen.0.saturating_add(1));
+        for (id, t) in view.tasks().range(from..) {
+            if let Some(req) = view.job_resources(t.job) {
+                frag.observe(req);
+            }
+            self.seen = *id;
+        }
+    }
+
+    /// A node's free resources changed (`None`: it takes no work now).
+    pub fn note_node(&mut self, node: NodeId, free: Option<&NodeResources>) {
+        if let Some(f) = &mut self.frag {
+            f.note_node(node, free);
+        }
+    }
+
+    /// Rebuilds the `frag` placer from `view`: its nodes, and the mix relearnt from the
+    /// most recent submissions.
+    pub fn rebuild(&mut self, view: &ClusterState) {
+        let Some(f) = &mut self.frag else { return };
+        f.clear();
+        for n in view.nodes().values() {
+            f.note_node(n.id, n.takes_work().then_some(&n.free));
+        }
+        // Relearn the mix from the most recent submissions.
+        self.seen = TaskId(0);
+        let recent: Vec<TaskId> = view
+            .tasks()
+            .keys()
+            .rev()
+            .take(FragPlacer::WINDOW_ON_RESET)
+            .copied()
+            .collect();
+        for id in recent.into_iter().rev() {
+            if let Some(req) = view
+                .tasks()
+                .get(&id)
+                .and_then(|t| view.job_resources(t.job))
+            {
+                f.observe(req);
+            }
+            self.seen = id;
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "selection_stage_tests.rs"]
+mod tests;
