@@ -5,7 +5,7 @@
 //! thousandths free, of one of `models` (any model when empty). So whole GPUs
 //! (`{2, 1000, []}`), a shared fraction (`{1, 460, []}`) and model-constrained asks
 //! (`{1, 1000, ["V100M16", "V100M32"]}`) share one shape — the production trace in
-//! `shared/traces` has all three.
+//! the Alibaba GPU trace (cluster-trace-gpu-v2023) has all three.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

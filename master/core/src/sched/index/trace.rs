@@ -1,4 +1,4 @@
-//! The Alibaba GPU trace (`shared/traces`, cluster-trace-gpu-v2023) as plain data: parsing
+//! The Alibaba GPU trace (`alibaba/clusterdata`, cluster-trace-gpu-v2023) as plain data: parsing
 //! of the node and pod lists (by hand; no CSV crate), and the two event orders the
 //! benchmark replays. Pure: the caller reads the files.
 

@@ -1,5 +1,5 @@
 //! A seeded random cluster and task stream for the placement benchmark (pure: the timing is
-//! the CLI's). The shapes follow the production trace in `shared/traces` — CPU-only and
+//! the CLI's). The shapes follow the production GPU trace (cluster-trace-gpu-v2023) — CPU-only and
 //! GPU nodes of several models; tasks asking for no GPU, a share of one, or whole ones —
 //! with quantised amounts so that coordinates repeat, as they do in real clusters.
 
