@@ -25,3 +25,7 @@ pub mod policy;
 pub mod sched;
 pub mod sim;
 pub mod state;
+
+pub use duties::{DutiesCore, DutyEvent, Effect};
+pub use sched::{IndexedScheduler, Scheduler};
+pub use state::{ClusterState, Command, CommandEnvelope, Outcome};

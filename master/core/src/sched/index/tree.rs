@@ -132,6 +132,27 @@ struct Bucket {
     chunks: Vec<Chunk>,
 }
 
+impl Bucket {
+    /// A search let in by loose bounds found nothing: tighten the chunks it looked into
+    /// (`scanned`, a bit per chunk, the first 64), and the bucket from its chunks.
+    fn tighten_scanned(&mut self, scanned: u64) {
+        let mut hi = [0; REST];
+        let mut mask = 0u64;
+        for (ci, c) in self.chunks.iter_mut().enumerate() {
+            if c.loose && ci < 64 && scanned & (1 << ci) != 0 {
+                c.tighten();
+            }
+            for (h, r) in hi.iter_mut().zip(c.hi.iter()) {
+                *h = (*h).max(*r);
+            }
+            mask |= c.mask;
+        }
+        self.hi = hi;
+        self.mask = mask;
+        self.loose = false;
+    }
+}
+
 /// A run of at most [`CHUNK`] consecutive entries of a bucket, with bounds for pruning.
 #[derive(Clone, Debug, Default)]
 struct Chunk {
@@ -476,87 +497,11 @@ impl Tree {
         s: &Search<'_>,
         fits: &mut F,
     ) -> Option<Pos> {
-        let t = &s.task;
-        let emask = s.elig.mask;
         let chunks = &self.b[x as usize].chunks[..];
-        // Whether the coordinate `rest` is in the fit region (the first level is the
-        // walk's own bound).
-        let in_region = |rest: &Rest| rest[1] >= t[2] && rest[2] >= t[3];
-        let mut hit: Option<(NodeId, Rest)> = None;
-        // Chunks whose entries this search looked at (the first 64), to tighten if
-        // nothing fits.
-        let mut scanned = 0u64;
-        match s.dir {
-            Dir::Asc => {
-                // Entries before `low` are below the task on the second level, or not
-                // after the resume place.
-                let mut low: Rest = [t[1], 0, 0];
-                if let Some((r, _)) = tight {
-                    low = low.max(r);
-                }
-                let mut at = seek(chunks, |e| e.rest < low);
-                while let Some(e) = entry_at(chunks, &mut at) {
-                    if at.1 == 0 && !chunks[at.0].viable(t, emask) {
-                        at = (at.0 + 1, 0);
-                        continue;
-                    }
-                    scanned |= 1u64.checked_shl(at.0 as u32).unwrap_or(0);
-                    let rest = e.rest;
-                    if !in_region(&rest) {
-                        // Outside the fit region: so is the rest of its run, entry by entry.
-                        at.1 += 1;
-                        continue;
-                    }
-                    let resume = tight.filter(|r| r.0 == rest).map(|r| r.1);
-                    let (best, end) = run_best(chunks, at, s, resume, fits);
-                    if let Some(id) = best {
-                        hit = Some((id, rest));
-                        break;
-                    }
-                    at = end;
-                }
-            }
-            Dir::Desc => {
-                let mut at = match tight {
-                    Some((r, _)) => seek(chunks, |e| e.rest <= r),
-                    None => (chunks.len(), 0),
-                };
-                loop {
-                    if at.1 == 0 {
-                        // Entering the chunk before from its end.
-                        let Some(c) = at.0.checked_sub(1).map(|ci| &chunks[ci]) else {
-                            break;
-                        };
-                        if c.hi[0] < t[1] {
-                            // Every entry here and before is below the task's second level.
-                            break;
-                        }
-                        if !c.viable(t, emask) {
-                            at = (at.0 - 1, 0);
-                            continue;
-                        }
-                    }
-                    let Some(e) = step_back(chunks, &mut at) else {
-                        break;
-                    };
-                    if e.rest[0] < t[1] {
-                        break;
-                    }
-                    scanned |= 1u64.checked_shl(at.0 as u32).unwrap_or(0);
-                    let rest = e.rest;
-                    if !in_region(&rest) {
-                        continue;
-                    }
-                    let start = run_start(chunks, at);
-                    let resume = tight.filter(|r| r.0 == rest).map(|r| r.1);
-                    if let (Some(id), _) = run_best(chunks, start, s, resume, fits) {
-                        hit = Some((id, rest));
-                        break;
-                    }
-                    at = start;
-                }
-            }
-        }
+        let (hit, scanned) = match s.dir {
+            Dir::Asc => scan_ascending(chunks, tight, s, fits),
+            Dir::Desc => scan_descending(chunks, tight, s, fits),
+        };
         let bk = &mut self.b[x as usize];
         match hit {
             Some((node, rest)) => Some(Pos {
@@ -565,27 +510,110 @@ impl Tree {
             }),
             None => {
                 if bk.loose && scanned != 0 {
-                    // The bounds let this search in and nothing fit: tighten the chunks it
-                    // looked into, and the bucket from its chunks.
-                    let mut hi = [0; REST];
-                    let mut mask = 0u64;
-                    for (ci, c) in bk.chunks.iter_mut().enumerate() {
-                        if c.loose && ci < 64 && scanned & (1 << ci) != 0 {
-                            c.tighten();
-                        }
-                        for (h, r) in hi.iter_mut().zip(c.hi.iter()) {
-                            *h = (*h).max(*r);
-                        }
-                        mask |= c.mask;
-                    }
-                    bk.hi = hi;
-                    bk.mask = mask;
-                    bk.loose = false;
+                    bk.tighten_scanned(scanned);
                 }
                 None
             }
         }
     }
+}
+
+/// Whether `rest` is in the fit region of `s`'s task (the first level is the walk's bound).
+#[inline]
+fn in_region(s: &Search<'_>, rest: &Rest) -> bool {
+    rest[1] >= s.task[2] && rest[2] >= s.task[3]
+}
+
+/// `in_bucket`'s walk upwards: the first fitting node of the chunks at or after the resume
+/// place, and the chunks it looked at (the first 64, as a bit set).
+#[inline]
+fn scan_ascending<F: FnMut(u32, NodeId) -> bool>(
+    chunks: &[Chunk],
+    tight: Option<Resume>,
+    s: &Search<'_>,
+    fits: &mut F,
+) -> (Option<(NodeId, Rest)>, u64) {
+    let t = &s.task;
+    let emask = s.elig.mask;
+    let mut scanned = 0u64;
+    // Entries before `low` are below the task on the second level, or not after the
+    // resume place.
+    let mut low: Rest = [t[1], 0, 0];
+    if let Some((r, _)) = tight {
+        low = low.max(r);
+    }
+    let mut at = seek(chunks, |e| e.rest < low);
+    while let Some(e) = entry_at(chunks, &mut at) {
+        if at.1 == 0 && !chunks[at.0].viable(t, emask) {
+            at = (at.0 + 1, 0);
+            continue;
+        }
+        scanned |= 1u64.checked_shl(at.0 as u32).unwrap_or(0);
+        let rest = e.rest;
+        if !in_region(s, &rest) {
+            // Outside the fit region: so is the rest of its run, entry by entry.
+            at.1 += 1;
+            continue;
+        }
+        let resume = tight.filter(|r| r.0 == rest).map(|r| r.1);
+        let (best, end) = run_best(chunks, at, s, resume, fits);
+        if let Some(id) = best {
+            return (Some((id, rest)), scanned);
+        }
+        at = end;
+    }
+    (None, scanned)
+}
+
+/// `in_bucket`'s walk downwards: as [`scan_ascending`], from the resume place or the end.
+#[inline]
+fn scan_descending<F: FnMut(u32, NodeId) -> bool>(
+    chunks: &[Chunk],
+    tight: Option<Resume>,
+    s: &Search<'_>,
+    fits: &mut F,
+) -> (Option<(NodeId, Rest)>, u64) {
+    let t = &s.task;
+    let emask = s.elig.mask;
+    let mut scanned = 0u64;
+    let mut at = match tight {
+        Some((r, _)) => seek(chunks, |e| e.rest <= r),
+        None => (chunks.len(), 0),
+    };
+    loop {
+        if at.1 == 0 {
+            // Entering the chunk before from its end.
+            let Some(c) = at.0.checked_sub(1).map(|ci| &chunks[ci]) else {
+                break;
+            };
+            if c.hi[0] < t[1] {
+                // Every entry here and before is below the task's second level.
+                break;
+            }
+            if !c.viable(t, emask) {
+                at = (at.0 - 1, 0);
+                continue;
+            }
+        }
+        let Some(e) = step_back(chunks, &mut at) else {
+            break;
+        };
+        if e.rest[0] < t[1] {
+            break;
+        }
+        scanned |= 1u64.checked_shl(at.0 as u32).unwrap_or(0);
+        let rest = e.rest;
+        if !in_region(s, &rest) {
+            continue;
+        }
+        let start = run_start(chunks, at);
+        let resume = tight.filter(|r| r.0 == rest).map(|r| r.1);
+        if let (Some(id), _) = run_best(chunks, start, s, resume, fits) {
+            return (Some((id, rest)), scanned);
+        }
+        at = start;
+    }
+    (None, scanned)
 }
 
 /// The first place of the run of entries sharing the coordinate of the entry at `at`.
