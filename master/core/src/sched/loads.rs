@@ -9,7 +9,7 @@
 //! re-read) and rebuilds on `reset`. Pure: no I/O, no clock.
 
 use super::index::Candidates;
-use super::multiqueue::Usage;
+use super::multiqueue::DrfUsage;
 use crate::state::{ClusterState, Node};
 use hetsched_common::protocol::GpuPool;
 use hetsched_common::NodeId;
@@ -19,11 +19,11 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct NodeLoad {
     /// What each user's tasks there hold.
-    users: Vec<(String, Usage)>,
+    users: Vec<(String, DrfUsage)>,
     /// CPU thousandths held by GPU tasks there (they use the node's reserved pool first).
     gpu_task_cpu_milli: u64,
     /// Its capacity, counted while it takes work.
-    capacity: Usage,
+    capacity: DrfUsage,
     /// Its GPU pool while it takes work (`None`: no GPUs, or takes no work).
     pool: Option<GpuPool>,
     /// GPUs and CPU thousandths (for the reserve's size), while it takes work.
@@ -33,14 +33,14 @@ struct NodeLoad {
 
 impl NodeLoad {
     fn of(view: &ClusterState, n: &Node) -> Self {
-        let mut users: Vec<(String, Usage)> = Vec::new();
+        let mut users: Vec<(String, DrfUsage)> = Vec::new();
         let mut gpu_task_cpu_milli = 0u64;
         for t in &n.tasks {
             let Some(job) = view.tasks().get(t).and_then(|t| view.jobs().get(&t.job)) else {
                 continue;
             };
             let req = &job.spec.resources;
-            let used = Usage::of(req);
+            let used = DrfUsage::of(req);
             match users.iter_mut().find(|(u, _)| *u == job.spec.user) {
                 Some((_, u)) => u.add(&used),
                 None => users.push((job.spec.user.clone(), used)),
@@ -54,13 +54,13 @@ impl NodeLoad {
             users,
             gpu_task_cpu_milli,
             capacity: if working {
-                Usage {
+                DrfUsage {
                     cpu_milli: n.capacity.cpu_milli,
                     mem_mib: n.capacity.mem_mib,
                     gpu_milli: n.capacity.gpu_free_milli(),
                 }
             } else {
-                Usage::default()
+                DrfUsage::default()
             },
             pool: if working { n.gpu_pool() } else { None },
             gpus: if working { n.capacity.gpus.len() } else { 0 },
@@ -74,8 +74,8 @@ impl NodeLoad {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Loads {
     nodes: BTreeMap<NodeId, NodeLoad>,
-    users: BTreeMap<String, Usage>,
-    capacity: Usage,
+    users: BTreeMap<String, DrfUsage>,
+    capacity: DrfUsage,
     members: BTreeMap<GpuPool, BTreeSet<NodeId>>,
     /// `members` as index locality constraints (rebuilt when a pool's membership changes).
     pools: BTreeMap<GpuPool, Candidates>,
@@ -118,7 +118,7 @@ impl Loads {
 
     fn add(&mut self, node: NodeId, load: NodeLoad) {
         for (user, used) in &load.users {
-            if *used != Usage::default() {
+            if *used != DrfUsage::default() {
                 self.users.entry(user.clone()).or_default().add(used);
             }
         }
@@ -135,7 +135,7 @@ impl Loads {
         for (user, used) in &load.users {
             if let Some(u) = self.users.get_mut(user) {
                 u.sub(used);
-                if *u == Usage::default() {
+                if *u == DrfUsage::default() {
                     self.users.remove(user);
                 }
             }
@@ -167,12 +167,12 @@ impl Loads {
     }
 
     /// What each user's assigned and running tasks hold (users holding nothing absent).
-    pub fn users(&self) -> &BTreeMap<String, Usage> {
+    pub fn users(&self) -> &BTreeMap<String, DrfUsage> {
         &self.users
     }
 
     /// The capacity of the nodes taking work.
-    pub fn capacity(&self) -> Usage {
+    pub fn capacity(&self) -> DrfUsage {
         self.capacity
     }
 

@@ -19,7 +19,7 @@ pub use crate::policy::queue_kind::{QueueKind, MULTI_GPU_THRESHOLD};
 
 /// Amounts in the three DRF dimensions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Usage {
+pub struct DrfUsage {
     /// CPU thousandths.
     pub cpu_milli: u64,
     /// Memory, MiB.
@@ -28,7 +28,7 @@ pub struct Usage {
     pub gpu_milli: u64,
 }
 
-impl Usage {
+impl DrfUsage {
     /// What a task asking `req` uses.
     pub fn of(req: &ResourceRequest) -> Self {
         Self {
@@ -38,13 +38,13 @@ impl Usage {
         }
     }
 
-    pub(crate) fn add(&mut self, o: &Usage) {
+    pub(crate) fn add(&mut self, o: &DrfUsage) {
         self.cpu_milli = self.cpu_milli.saturating_add(o.cpu_milli);
         self.mem_mib = self.mem_mib.saturating_add(o.mem_mib);
         self.gpu_milli = self.gpu_milli.saturating_add(o.gpu_milli);
     }
 
-    pub(crate) fn sub(&mut self, o: &Usage) {
+    pub(crate) fn sub(&mut self, o: &DrfUsage) {
         self.cpu_milli = self.cpu_milli.saturating_sub(o.cpu_milli);
         self.mem_mib = self.mem_mib.saturating_sub(o.mem_mib);
         self.gpu_milli = self.gpu_milli.saturating_sub(o.gpu_milli);
@@ -52,7 +52,7 @@ impl Usage {
 
     /// The dominant share of this usage in `capacity`, in parts per billion (dimensions
     /// the cluster lacks count for nothing).
-    pub fn dominant_share(&self, capacity: &Usage) -> u64 {
+    pub fn dominant_share(&self, capacity: &DrfUsage) -> u64 {
         let part = |u: u64, c: u64| {
             if c == 0 {
                 0
@@ -74,7 +74,7 @@ pub struct DrfEntry<'a> {
     /// Its user.
     pub user: &'a str,
     /// What it asks.
-    pub demand: Usage,
+    pub demand: DrfUsage,
 }
 
 /// DRF order of `entries` (given in submission order): repeatedly the user with the lowest
@@ -82,8 +82,8 @@ pub struct DrfEntry<'a> {
 /// task's demand. `usage` is what users hold now.
 pub fn drf_order(
     entries: &[DrfEntry<'_>],
-    usage: &BTreeMap<String, Usage>,
-    capacity: &Usage,
+    usage: &BTreeMap<String, DrfUsage>,
+    capacity: &DrfUsage,
 ) -> Vec<TaskId> {
     // One user (the common case while little queues): submission order, nothing to weigh.
     if entries.windows(2).all(|w| w[0].user == w[1].user) {
@@ -93,7 +93,7 @@ pub fn drf_order(
     for e in entries {
         queues.entry(e.user).or_default().push_back(e);
     }
-    let mut held: BTreeMap<&str, Usage> = queues
+    let mut held: BTreeMap<&str, DrfUsage> = queues
         .keys()
         .map(|u| (*u, usage.get(*u).copied().unwrap_or_default()))
         .collect();
@@ -121,8 +121,8 @@ pub fn drf_order(
 }
 
 /// What each user's assigned and running tasks hold now.
-pub fn user_usage(view: &ClusterState) -> BTreeMap<String, Usage> {
-    let mut out: BTreeMap<String, Usage> = BTreeMap::new();
+pub fn user_usage(view: &ClusterState) -> BTreeMap<String, DrfUsage> {
+    let mut out: BTreeMap<String, DrfUsage> = BTreeMap::new();
     for n in view.nodes().values() {
         for t in &n.tasks {
             let Some(job) = view.tasks().get(t).and_then(|t| view.jobs().get(&t.job)) else {
@@ -130,17 +130,17 @@ pub fn user_usage(view: &ClusterState) -> BTreeMap<String, Usage> {
             };
             out.entry(job.spec.user.clone())
                 .or_default()
-                .add(&Usage::of(&job.spec.resources));
+                .add(&DrfUsage::of(&job.spec.resources));
         }
     }
     out
 }
 
 /// The capacity of the nodes taking work.
-pub fn cluster_capacity(view: &ClusterState) -> Usage {
-    let mut c = Usage::default();
+pub fn cluster_capacity(view: &ClusterState) -> DrfUsage {
+    let mut c = DrfUsage::default();
     for n in view.nodes().values().filter(|n| n.takes_work()) {
-        c.add(&Usage {
+        c.add(&DrfUsage {
             cpu_milli: n.capacity.cpu_milli,
             mem_mib: n.capacity.mem_mib,
             gpu_milli: n.capacity.gpu_free_milli(),
@@ -204,8 +204,8 @@ pub fn ordered(view: &ClusterState, ordering: Ordering) -> Vec<TaskId> {
 pub fn ordered_with(
     view: &ClusterState,
     ordering: Ordering,
-    usage: &BTreeMap<String, Usage>,
-    capacity: &Usage,
+    usage: &BTreeMap<String, DrfUsage>,
+    capacity: &DrfUsage,
 ) -> Vec<TaskId> {
     if ordering == Ordering::Submission {
         return super::queue::queue_order(view);
@@ -235,7 +235,7 @@ pub fn ordered_with(
             .push(DrfEntry {
                 task: *id,
                 user: &job.spec.user,
-                demand: Usage::of(req),
+                demand: DrfUsage::of(req),
             });
     }
     groups

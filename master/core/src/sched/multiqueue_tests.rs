@@ -9,7 +9,7 @@ fn entry(task: u64, user: &str, cpu: u64, gpu: u64) -> DrfEntry<'_> {
     DrfEntry {
         task: TaskId(task),
         user,
-        demand: Usage {
+        demand: DrfUsage {
             cpu_milli: cpu,
             mem_mib: 0,
             gpu_milli: gpu,
@@ -37,7 +37,7 @@ fn drf_orders_two_users_with_different_dominant_resources() {
     // 9 CPUs, 18 GPU thousandths... the classic DRF example: 9 CPUs and 18 GB, here CPU and
     // GPU. User a's tasks ask <1 CPU, 4 GPU units> (GPU-dominant: 4/18 > 1/9); b's ask
     // <3 CPU, 1 GPU unit> (CPU-dominant: 3/9 > 1/18).
-    let cap = Usage {
+    let cap = DrfUsage {
         cpu_milli: 9000,
         mem_mib: 0,
         gpu_milli: 18000,
@@ -57,7 +57,7 @@ fn drf_orders_two_users_with_different_dominant_resources() {
     // A user already holding much waits behind the other: b holds 6 CPUs (share 0.67).
     let held = BTreeMap::from([(
         "b".to_string(),
-        Usage {
+        DrfUsage {
             cpu_milli: 6000,
             ..Default::default()
         },
@@ -482,7 +482,7 @@ fn cpu_borrowers_are_marked_borrowed_and_the_loads_stay_exact() {
     // The incrementally kept loads equal loads built from scratch.
     assert_eq!(sched.loads(), Some(&crate::sched::loads::Loads::of(&l.s)));
     let mut fresh_users = user_usage(&l.s);
-    fresh_users.retain(|_, u| *u != Usage::default());
+    fresh_users.retain(|_, u| *u != DrfUsage::default());
     assert_eq!(sched.loads().map(|x| x.users()), Some(&fresh_users));
     assert_eq!(
         sched.loads().map(|x| x.capacity()),

@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// One task class of the workload mix and how many of the window's arrivals it holds.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct TaskClass {
+pub struct DemandShape {
     /// CPU asked, millicores.
     pub cpu_milli: u64,
     /// Memory asked, MiB.
@@ -47,7 +47,7 @@ pub struct TaskClass {
     pub models: Vec<String>,
 }
 
-impl TaskClass {
+impl DemandShape {
     /// The class of `req`, or `None` for a request of no GPU.
     pub fn of(req: &ResourceRequest) -> Option<Self> {
         if req.gpu.is_none() {
@@ -87,7 +87,7 @@ pub fn class_fragment(
     mem_mib: u64,
     devices: &[GpuDevice],
     free: &[u32],
-    class: &TaskClass,
+    class: &DemandShape,
 ) -> u64 {
     let total: u64 = free.iter().map(|f| *f as u64).sum();
     if total == 0 {
@@ -117,7 +117,7 @@ pub fn class_fragment(
 }
 
 /// A node's expected fragmentation under `mix`: `Σ weight · F(n, m)`.
-pub fn node_fragmentation(free: &NodeResources, mix: &[(TaskClass, u64)]) -> u64 {
+pub fn node_fragmentation(free: &NodeResources, mix: &[(DemandShape, u64)]) -> u64 {
     let f: Vec<u32> = free.gpus.iter().map(|d| d.free_milli).collect();
     fragmentation_of(free.cpu_milli, free.mem_mib, &free.gpus, &f, mix)
 }
@@ -127,7 +127,7 @@ fn fragmentation_of(
     mem_mib: u64,
     devices: &[GpuDevice],
     free: &[u32],
-    mix: &[(TaskClass, u64)],
+    mix: &[(DemandShape, u64)],
 ) -> u64 {
     if free.iter().all(|f| *f == 0) {
         return 0;
@@ -142,7 +142,7 @@ fn fragmentation_of(
 pub fn fragmentation_delta(
     free: &NodeResources,
     req: &ResourceRequest,
-    mix: &[(TaskClass, u64)],
+    mix: &[(DemandShape, u64)],
     scratch: &mut Vec<u32>,
 ) -> Option<i128> {
     if free.cpu_milli < req.cpu_milli || free.mem_mib < req.mem_mib {
@@ -172,10 +172,10 @@ pub fn fragmentation_delta(
 #[derive(Clone, Debug)]
 pub struct WorkloadMix {
     window: usize,
-    recent: VecDeque<Option<TaskClass>>,
-    counts: BTreeMap<TaskClass, u64>,
+    recent: VecDeque<Option<DemandShape>>,
+    counts: BTreeMap<DemandShape, u64>,
     /// The counts as a list, rebuilt when they changed.
-    snapshot: Vec<(TaskClass, u64)>,
+    snapshot: Vec<(DemandShape, u64)>,
     stale: bool,
 }
 
@@ -196,7 +196,7 @@ impl WorkloadMix {
 
     /// Notes one arrival.
     pub fn observe(&mut self, req: &ResourceRequest) {
-        let class = TaskClass::of(req);
+        let class = DemandShape::of(req);
         if let Some(c) = &class {
             *self.counts.entry(c.clone()).or_insert(0) += 1;
             self.stale = true;
@@ -225,7 +225,7 @@ impl WorkloadMix {
     /// proportion to the capacity it would take; weighting by popularity alone let the rare
     /// 8-GPU tasks strand whole nodes, 0.10 instead of 0.07 unallocated GPUs at the first
     /// failure on the default trace).
-    pub fn classes(&mut self) -> &[(TaskClass, u64)] {
+    pub fn classes(&mut self) -> &[(DemandShape, u64)] {
         if self.stale {
             self.snapshot = self
                 .counts
@@ -306,7 +306,7 @@ impl FragPlacer {
     }
 
     /// The mix learned so far.
-    pub fn mix(&mut self) -> &[(TaskClass, u64)] {
+    pub fn mix(&mut self) -> &[(DemandShape, u64)] {
         self.mix.classes()
     }
 
@@ -398,8 +398,8 @@ mod tests {
         }
     }
 
-    fn class(cpu: u64, count: u32, milli: u32) -> TaskClass {
-        TaskClass::of(&ResourceRequest {
+    fn class(cpu: u64, count: u32, milli: u32) -> DemandShape {
+        DemandShape::of(&ResourceRequest {
             cpu_milli: cpu,
             mem_mib: 100,
             gpu: GpuRequest {
@@ -412,7 +412,7 @@ mod tests {
         .expect("a GPU class")
     }
 
-    fn frag(n: &NodeResources, c: &TaskClass) -> u64 {
+    fn frag(n: &NodeResources, c: &DemandShape) -> u64 {
         let free: Vec<u32> = n.gpus.iter().map(|d| d.free_milli).collect();
         class_fragment(n.cpu_milli, n.mem_mib, &n.gpus, &free, c)
     }

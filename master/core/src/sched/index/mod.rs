@@ -53,7 +53,7 @@ mod tests;
 
 pub use coord::{node_vector, task_vector, Dim, DimOrder, Granularity, Key, DIMS};
 pub use error::IndexError;
-pub use frag::{FragPlacer, TaskClass, WorkloadMix};
+pub use frag::{DemandShape, FragPlacer, WorkloadMix};
 pub use node::Reservation;
 pub use policy::{
     AnyPolicy, BestFit, Dir, Draw, FirstFit, FitSpace, LeastFit, NextFit, Policy, PolicyKind, Pos,
