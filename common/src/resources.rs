@@ -14,6 +14,21 @@ use std::fmt;
 /// Capacity of one GPU device in thousandths.
 pub const GPU_MILLI_PER_DEVICE: u32 = 1000;
 
+// Limits of one task's request (docs/CONTRACT.md, "Resources"). No node holds more; a request
+// above them is a mistake (a unit slip, a `1e308`), refused as bad input rather than queued
+// for ever. They are generous on purpose: a large real machine stays far below each.
+
+/// Most cores one task may ask for.
+pub const MAX_CPUS_PER_TASK: u64 = 100_000;
+/// [`MAX_CPUS_PER_TASK`] in millicores (the unit of [`ResourceRequest::cpu_milli`]).
+pub const MAX_CPU_MILLI_PER_TASK: u64 = MAX_CPUS_PER_TASK * 1000;
+/// Most memory one task may ask for, MiB: 1 PiB.
+pub const MAX_MEM_MIB_PER_TASK: u64 = 1 << 30;
+/// Most GPU devices one task may ask for.
+pub const MAX_GPUS_PER_TASK: u32 = 1024;
+/// Most engines of one other kind (NPU, DSP, FPGA, IP) one task may ask for.
+pub const MAX_ENGINES_PER_TASK: u32 = 1024;
+
 /// Kinds of processing engine a node may hold (S0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -139,8 +154,17 @@ impl GpuRequest {
         self.models.is_empty() || self.models.iter().any(|m| m == model)
     }
 
-    /// Checks the request is well formed.
+    /// Checks the request is well formed and within [`MAX_GPUS_PER_TASK`].
     pub fn validate(&self) -> crate::Result<()> {
+        if self.count > MAX_GPUS_PER_TASK {
+            return Err(crate::Error::Invalid {
+                what: "gpu request",
+                why: format!(
+                    "gpus {} is above the limit of {MAX_GPUS_PER_TASK} per task",
+                    self.count
+                ),
+            });
+        }
         if self.milli > GPU_MILLI_PER_DEVICE {
             return Err(crate::Error::Invalid {
                 what: "gpu request",
@@ -176,15 +200,37 @@ pub struct ResourceRequest {
 }
 
 impl ResourceRequest {
-    /// Checks the request is well formed.
+    /// Checks the request is well formed and within the per-task limits
+    /// ([`MAX_CPU_MILLI_PER_TASK`], [`MAX_MEM_MIB_PER_TASK`], [`MAX_GPUS_PER_TASK`],
+    /// [`MAX_ENGINES_PER_TASK`]).
     pub fn validate(&self) -> crate::Result<()> {
+        let bad = |why: String| crate::Error::Invalid {
+            what: "resource request",
+            why,
+        };
+        if self.cpu_milli > MAX_CPU_MILLI_PER_TASK {
+            return Err(bad(format!(
+                "cpus {} is above the limit of {MAX_CPUS_PER_TASK} cores per task",
+                self.cpu_milli as f64 / 1000.0
+            )));
+        }
+        if self.mem_mib > MAX_MEM_MIB_PER_TASK {
+            return Err(bad(format!(
+                "mem {} MiB is above the limit of {MAX_MEM_MIB_PER_TASK} MiB (1 PiB) per task",
+                self.mem_mib
+            )));
+        }
         self.gpu.validate()?;
-        for k in self.engines.keys() {
+        for (k, n) in &self.engines {
             if matches!(k, EngineKind::Cpu | EngineKind::Gpu) {
-                return Err(crate::Error::Invalid {
-                    what: "resource request",
-                    why: format!("{k} is accounted by cpu_milli / gpu, not as an engine count"),
-                });
+                return Err(bad(format!(
+                    "{k} is accounted by cpu_milli / gpu, not as an engine count"
+                )));
+            }
+            if *n > MAX_ENGINES_PER_TASK {
+                return Err(bad(format!(
+                    "{k} {n} is above the limit of {MAX_ENGINES_PER_TASK} per task"
+                )));
             }
         }
         Ok(())
@@ -401,5 +447,31 @@ mod tests {
         };
         assert!(r.validate().is_err());
         assert!(GpuRequest::fraction(1001).validate().is_err());
+    }
+
+    #[test]
+    fn requests_above_the_per_task_limits_are_refused() {
+        let at_limits = ResourceRequest {
+            cpu_milli: MAX_CPU_MILLI_PER_TASK,
+            mem_mib: MAX_MEM_MIB_PER_TASK,
+            gpu: GpuRequest::whole(MAX_GPUS_PER_TASK),
+            engines: BTreeMap::from([(EngineKind::Npu, MAX_ENGINES_PER_TASK)]),
+        };
+        assert!(at_limits.validate().is_ok());
+        let over = |f: &dyn Fn(&mut ResourceRequest)| {
+            let mut r = at_limits.clone();
+            f(&mut r);
+            r.validate().expect_err("over a limit").to_string()
+        };
+        let e = over(&|r| r.cpu_milli = u64::MAX);
+        assert!(e.contains("cpus") && e.contains("100000 cores"), "{e}");
+        let e = over(&|r| r.mem_mib = MAX_MEM_MIB_PER_TASK + 1);
+        assert!(e.contains("mem 1073741825 MiB"), "{e}");
+        let e = over(&|r| r.gpu = GpuRequest::whole(MAX_GPUS_PER_TASK + 1));
+        assert!(e.contains("gpus 1025"), "{e}");
+        let e = over(&|r| {
+            r.engines.insert(EngineKind::Dsp, MAX_ENGINES_PER_TASK + 1);
+        });
+        assert!(e.contains("dsp 1025"), "{e}");
     }
 }
