@@ -5,8 +5,10 @@
 mod support;
 mod support_http;
 
+use hetsched_common::protocol::{ClientRequest, ErrorKind, Message};
+use hetsched_common::{ClientRequestId, JobSpec, ResourceRequest};
 use std::time::Duration;
-use support::wait_for;
+use support::{wait_for, wire_call};
 use support_http::{post, HttpCluster};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -66,6 +68,31 @@ fn run(c: &HttpCluster) {
         let out = c.cluster.cli(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    }
+
+    // A client that skips those checks: the leader holds the spec to the limits itself,
+    // even with `allow_unplaceable`.
+    let spec = JobSpec {
+        resources: ResourceRequest {
+            cpu_milli: u64::MAX,
+            mem_mib: 64,
+            ..Default::default()
+        },
+        count: 1,
+        command: vec!["true".into()],
+        ..Default::default()
+    };
+    let req = ClientRequest::Submit {
+        request: ClientRequestId(0xab5_0001),
+        spec,
+        allow_unplaceable: true,
+    };
+    match wire_call(&c.cluster.master_addrs[0], req, WAIT) {
+        Ok(Message::Error(e)) => {
+            assert_eq!(e.kind, ErrorKind::Invalid, "{e:?}");
+            assert!(e.message.contains("100000 cores per task"), "{e:?}");
+        }
+        other => panic!("an over-limit spec on the wire must be refused: {other:?}"),
     }
 
     // More cores than any node has: refused by the leader with why, exit 2.

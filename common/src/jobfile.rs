@@ -173,6 +173,7 @@ impl JobFile {
             cpu_search: self.cpu_search()?,
         };
         spec.validate()?;
+        spec.check_limits()?;
         Ok(spec)
     }
 }

@@ -16,7 +16,11 @@ pub const GPU_MILLI_PER_DEVICE: u32 = 1000;
 
 // Limits of one task's request (docs/CONTRACT.md, "Resources"). No node holds more; a request
 // above them is a mistake (a unit slip, a `1e308`), refused as bad input rather than queued
-// for ever. They are generous on purpose: a large real machine stays far below each.
+// for ever. They are generous on purpose: a large real machine stays far below each. They are
+// checked at the edge ([`ResourceRequest::check_limits`]: spec files, the CLI, the leader
+// before proposing), never in `validate`, which the replicated state runs in `apply`: an
+// entry an older build accepted must apply the same (docs/DESIGN.md, "How old entries stay
+// decodable").
 
 /// Most cores one task may ask for.
 pub const MAX_CPUS_PER_TASK: u64 = 100_000;
@@ -154,17 +158,8 @@ impl GpuRequest {
         self.models.is_empty() || self.models.iter().any(|m| m == model)
     }
 
-    /// Checks the request is well formed and within [`MAX_GPUS_PER_TASK`].
+    /// Checks the request is well formed.
     pub fn validate(&self) -> crate::Result<()> {
-        if self.count > MAX_GPUS_PER_TASK {
-            return Err(crate::Error::Invalid {
-                what: "gpu request",
-                why: format!(
-                    "gpus {} is above the limit of {MAX_GPUS_PER_TASK} per task",
-                    self.count
-                ),
-            });
-        }
         if self.milli > GPU_MILLI_PER_DEVICE {
             return Err(crate::Error::Invalid {
                 what: "gpu request",
@@ -200,10 +195,25 @@ pub struct ResourceRequest {
 }
 
 impl ResourceRequest {
-    /// Checks the request is well formed and within the per-task limits
-    /// ([`MAX_CPU_MILLI_PER_TASK`], [`MAX_MEM_MIB_PER_TASK`], [`MAX_GPUS_PER_TASK`],
-    /// [`MAX_ENGINES_PER_TASK`]).
+    /// Checks the request is well formed. Part of the replicated state's `apply` (through
+    /// [`JobSpec::validate`](crate::JobSpec::validate)): what it accepts must never shrink.
     pub fn validate(&self) -> crate::Result<()> {
+        self.gpu.validate()?;
+        for k in self.engines.keys() {
+            if matches!(k, EngineKind::Cpu | EngineKind::Gpu) {
+                return Err(crate::Error::Invalid {
+                    what: "resource request",
+                    why: format!("{k} is accounted by cpu_milli / gpu, not as an engine count"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the request stays within the per-task limits ([`MAX_CPU_MILLI_PER_TASK`],
+    /// [`MAX_MEM_MIB_PER_TASK`], [`MAX_GPUS_PER_TASK`], [`MAX_ENGINES_PER_TASK`]). At the
+    /// edge only (spec files, the CLI, the leader before proposing), never in `apply`.
+    pub fn check_limits(&self) -> crate::Result<()> {
         let bad = |why: String| crate::Error::Invalid {
             what: "resource request",
             why,
@@ -220,13 +230,13 @@ impl ResourceRequest {
                 self.mem_mib
             )));
         }
-        self.gpu.validate()?;
+        if self.gpu.count > MAX_GPUS_PER_TASK {
+            return Err(bad(format!(
+                "gpus {} is above the limit of {MAX_GPUS_PER_TASK} per task",
+                self.gpu.count
+            )));
+        }
         for (k, n) in &self.engines {
-            if matches!(k, EngineKind::Cpu | EngineKind::Gpu) {
-                return Err(bad(format!(
-                    "{k} is accounted by cpu_milli / gpu, not as an engine count"
-                )));
-            }
             if *n > MAX_ENGINES_PER_TASK {
                 return Err(bad(format!(
                     "{k} {n} is above the limit of {MAX_ENGINES_PER_TASK} per task"
@@ -457,11 +467,13 @@ mod tests {
             gpu: GpuRequest::whole(MAX_GPUS_PER_TASK),
             engines: BTreeMap::from([(EngineKind::Npu, MAX_ENGINES_PER_TASK)]),
         };
-        assert!(at_limits.validate().is_ok());
+        assert!(at_limits.check_limits().is_ok());
         let over = |f: &dyn Fn(&mut ResourceRequest)| {
             let mut r = at_limits.clone();
             f(&mut r);
-            r.validate().expect_err("over a limit").to_string()
+            // Well formed all the same: what `apply` checks accepts it, as it always did.
+            assert!(r.validate().is_ok());
+            r.check_limits().expect_err("over a limit").to_string()
         };
         let e = over(&|r| r.cpu_milli = u64::MAX);
         assert!(e.contains("cpus") && e.contains("100000 cores"), "{e}");

@@ -96,8 +96,9 @@ impl Master {
         }
     }
 
-    /// A job submission: validated, its locality candidates checked, refused when no
-    /// registered node could ever hold a task (unless `allow_unplaceable`), admitted, proposed.
+    /// A job submission: validated and held to the per-task limits, its locality candidates
+    /// checked, refused when no registered node could ever hold a task (unless
+    /// `allow_unplaceable`), admitted, proposed.
     async fn submit(
         &self,
         request: ClientRequestId,
@@ -105,6 +106,7 @@ impl Master {
         allow_unplaceable: bool,
     ) -> Result<ClientResponse, ErrorReply> {
         spec.validate()
+            .and_then(|()| spec.check_limits())
             .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
         if let Some(n) = {
             let s = self.shared.read_state();
