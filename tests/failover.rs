@@ -90,7 +90,16 @@ fn scenario(c: &mut Cluster) {
     // A job that cannot be placed stays pending: its state must survive the restart too.
     let waiting = c
         .json(&[
-            "submit", "--name", "too-big", "--cpus", "64", "--count", "2", "--", "true",
+            "submit",
+            "--name",
+            "too-big",
+            "--cpus",
+            "64",
+            "--count",
+            "2",
+            "--allow-unplaceable",
+            "--",
+            "true",
         ])
         .expect("submit too-big");
     assert!(waiting["job_id"].as_u64().is_some());

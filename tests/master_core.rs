@@ -185,6 +185,7 @@ fn submit_many(masters: &[String], n: u64) {
                     let req = ClientRequest::Submit {
                         request: hetsched_common::ClientRequestId(0x5eed_0000 + i),
                         spec: spec.clone(),
+                        allow_unplaceable: false,
                     };
                     let r = match Connection::connect(addr, Duration::from_secs(2)).await {
                         Ok(conn) => conn
@@ -265,7 +266,7 @@ fn finished_jobs_are_collected_and_stay_collected_after_a_restart() {
         assert_eq!(out.status.code(), Some(4), "{out:?}");
 
         // One live job (it can never fit), then every master restarts from its snapshot.
-        let live = submit(c, &["--cpus", "64", "--", "true"]);
+        let live = submit(c, &["--cpus", "64", "--allow-unplaceable", "--", "true"]);
         let st = c.json(&["status"]).expect("status");
         assert!(st["snapshot_bytes"].as_u64().unwrap_or(0) > 0, "{st}");
         for m in c.masters.iter_mut() {

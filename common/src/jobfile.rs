@@ -18,6 +18,10 @@
 //! gpu_model = "T4"
 //! ```
 //!
+//! Resources are checked against the per-task limits of [`crate::MAX_CPUS_PER_TASK`],
+//! [`crate::MAX_MEM_MIB_PER_TASK`] and [`crate::MAX_GPUS_PER_TASK`] while the file is read, so
+//! that an absurd value (`cpus = 1e308`, a negative `mem`) is reported at its field.
+//!
 //! Every field is optional in the file itself, so that command-line flags can fill or
 //! override any of them; the merged result is checked by [`JobSpec::validate`]. Unknown
 //! fields are refused (a typo must not pass silently). A bad value is reported with the
@@ -85,6 +89,11 @@ pub struct JobFile {
     /// S3.2 hint: heavy CPU-side work (`--cpu-heavy`: start one CPU higher).
     #[serde(default)]
     pub cpu_heavy: bool,
+    /// Submit even when no registered node could ever hold one task (nodes may join
+    /// later); without it the leader refuses such a job (`submit --allow-unplaceable`,
+    /// docs/CONTRACT.md). An option of the submission: not part of the job's spec.
+    #[serde(default)]
+    pub allow_unplaceable: bool,
 }
 
 /// The `[resources]` table.
@@ -95,7 +104,7 @@ pub struct FileResources {
     #[serde(default, deserialize_with = "de_cpus")]
     pub cpus: Option<f64>,
     /// Memory, MiB.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "de_mem")]
     pub mem: Option<u64>,
     /// Whole GPUs, or a fraction of one.
     #[serde(default, deserialize_with = "de_gpus")]
@@ -164,6 +173,7 @@ impl JobFile {
             cpu_search: self.cpu_search()?,
         };
         spec.validate()?;
+        spec.check_limits()?;
         Ok(spec)
     }
 }
@@ -201,12 +211,29 @@ pub fn default_job_name(command: &[String]) -> String {
         .unwrap_or_else(|| first.clone())
 }
 
-/// A GPU request from the user's number: 0 none, a whole number of devices, or a fraction
-/// below 1 of one device.
+/// A number as a user wrote it, short even when it is huge (`1e308`, not 309 digits).
+fn shown(v: f64) -> String {
+    if v.is_finite() && v.abs() < 1e15 {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
+/// A GPU request from the user's number: 0 none, a whole number of devices (at most
+/// [`crate::MAX_GPUS_PER_TASK`]), or a fraction below 1 of one device.
 pub fn gpu_request(gpus: f64) -> Result<GpuRequest, String> {
     if !(gpus >= 0.0 && gpus.is_finite()) {
         return Err(format!(
-            "gpus must be zero or a positive number (got {gpus})"
+            "gpus must be zero or a positive number (got {})",
+            shown(gpus)
+        ));
+    }
+    if gpus > f64::from(crate::MAX_GPUS_PER_TASK) {
+        return Err(format!(
+            "gpus {} is above the limit of {} per task",
+            shown(gpus),
+            crate::MAX_GPUS_PER_TASK
         ));
     }
     if gpus == 0.0 {
@@ -215,7 +242,7 @@ pub fn gpu_request(gpus: f64) -> Result<GpuRequest, String> {
         Ok(GpuRequest::fraction(
             ((gpus * 1000.0).round() as u32).max(1),
         ))
-    } else if gpus.fract() == 0.0 && gpus <= u32::MAX as f64 {
+    } else if gpus.fract() == 0.0 {
         Ok(GpuRequest::whole(gpus as u32))
     } else {
         Err(format!(
@@ -224,15 +251,39 @@ pub fn gpu_request(gpus: f64) -> Result<GpuRequest, String> {
     }
 }
 
-/// Checks a CPU count: a positive, finite number of cores.
+/// Checks a CPU count: a positive, finite number of cores, at most
+/// [`crate::MAX_CPUS_PER_TASK`].
 pub fn check_cpus(cpus: f64) -> Result<f64, String> {
-    if cpus > 0.0 && cpus.is_finite() && (cpus * 1000.0).round() >= 1.0 {
-        Ok(cpus)
-    } else {
+    if !(cpus > 0.0 && cpus.is_finite() && (cpus * 1000.0).round() >= 1.0) {
         Err(format!(
-            "cpus must be a positive number of cores (got {cpus})"
+            "cpus must be a positive number of cores (got {})",
+            shown(cpus)
         ))
+    } else if cpus > crate::MAX_CPUS_PER_TASK as f64 {
+        Err(format!(
+            "cpus {} is above the limit of {} cores per task",
+            shown(cpus),
+            crate::MAX_CPUS_PER_TASK
+        ))
+    } else {
+        Ok(cpus)
     }
+}
+
+/// Checks a memory size, MiB: at most [`crate::MAX_MEM_MIB_PER_TASK`] (1 PiB).
+pub fn check_mem(mib: u64) -> Result<u64, String> {
+    if mib > crate::MAX_MEM_MIB_PER_TASK {
+        Err(mem_over_limit(&mib.to_string()))
+    } else {
+        Ok(mib)
+    }
+}
+
+fn mem_over_limit(shown: &str) -> String {
+    format!(
+        "mem {shown} MiB is above the limit of {} MiB (1 PiB) per task",
+        crate::MAX_MEM_MIB_PER_TASK
+    )
 }
 
 /// A duration as users write it (`250ms`, `30s`, `5m`, `1h`), in ms.
@@ -252,6 +303,39 @@ fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error>
 fn de_cpus<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     let v = f64::deserialize(d)?;
     check_cpus(v).map(Some).map_err(serde::de::Error::custom)
+}
+
+/// `mem`: a whole number of MiB, written as an integer or (JSON) as a whole float; a
+/// negative, fractional or over-limit value names what is wrong with it.
+fn de_mem<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    struct Mib;
+    impl serde::de::Visitor<'_> for Mib {
+        type Value = u64;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a whole number of MiB")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<u64, E> {
+            check_mem(v).map_err(E::custom)
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v)
+                .map_err(|_| E::custom(format!("mem must not be negative (got {v})")))
+                .and_then(|v| self.visit_u64(v))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<u64, E> {
+            if v.is_finite() && v > crate::MAX_MEM_MIB_PER_TASK as f64 {
+                Err(E::custom(mem_over_limit(&shown(v))))
+            } else if v >= 0.0 && v.fract() == 0.0 {
+                self.visit_u64(v as u64)
+            } else {
+                Err(E::custom(format!(
+                    "mem must be a whole number of MiB, at least 0 (got {})",
+                    shown(v)
+                )))
+            }
+        }
+    }
+    d.deserialize_any(Mib).map(Some)
 }
 
 fn de_gpus<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
@@ -500,6 +584,73 @@ gpu_model = "T4"
     fn a_file_without_a_command_is_refused_when_made_into_a_spec() {
         let f = parse_job_file("a.toml", "count = 2\n").expect("parse");
         assert!(f.to_spec("u").is_err());
+    }
+
+    #[test]
+    fn absurd_resources_are_refused_at_their_field() {
+        for (text, field, says) in [
+            (
+                r#"{"resources": {"cpus": 1e308}}"#,
+                "resources.cpus",
+                "cpus 1e308 is above",
+            ),
+            (
+                r#"{"resources": {"cpus": -1}}"#,
+                "resources.cpus",
+                "positive",
+            ),
+            (
+                r#"{"resources": {"cpus": 100001}}"#,
+                "resources.cpus",
+                "100000 cores",
+            ),
+            (
+                r#"{"resources": {"mem": 1e300}}"#,
+                "resources.mem",
+                "mem 1e300 MiB",
+            ),
+            (r#"{"resources": {"mem": -1}}"#, "resources.mem", "negative"),
+            (
+                r#"{"resources": {"mem": 0.5}}"#,
+                "resources.mem",
+                "whole number",
+            ),
+            (r#"{"resources": {"mem": "lots"}}"#, "resources.mem", "MiB"),
+            (
+                r#"{"resources": {"mem": 1073741825}}"#,
+                "resources.mem",
+                "1 PiB",
+            ),
+            (
+                r#"{"resources": {"gpus": 1025}}"#,
+                "resources.gpus",
+                "1024 per task",
+            ),
+            (r#"{"resources": {"gpus": 1e999}}"#, "resources.gpus", ""),
+            (r#"{"count": 1e10}"#, "count", ""),
+        ] {
+            let e = parse_job_file("x.json", text).expect_err(text);
+            assert_eq!(e.field.as_deref(), Some(field), "{text}: {e}");
+            assert!(e.message.contains(says), "{text}: {e}");
+        }
+        let e = parse_job_file("x.toml", "[resources]\nmem = -5\n").expect_err("toml");
+        assert_eq!(e.field.as_deref(), Some("resources.mem"), "{e}");
+        assert_eq!(e.line, 2);
+    }
+
+    #[test]
+    fn resources_at_the_limits_are_accepted() {
+        let j = r#"{"command": ["true"], "allow_unplaceable": true,
+                    "resources": {"cpus": 100000, "mem": 1073741824.0, "gpus": 1024}}"#;
+        let f = parse_job_file("x.json", j).expect("parse");
+        assert!(f.allow_unplaceable);
+        let s = f.to_spec("u").expect("spec");
+        assert_eq!(s.resources.cpu_milli, crate::MAX_CPU_MILLI_PER_TASK);
+        assert_eq!(s.resources.mem_mib, crate::MAX_MEM_MIB_PER_TASK);
+        assert_eq!(s.resources.gpu.count, crate::MAX_GPUS_PER_TASK);
+        let f = parse_job_file("x.toml", "[resources]\nmem = 64\n").expect("toml");
+        assert_eq!(f.resources.mem, Some(64));
+        assert!(!f.allow_unplaceable);
     }
 
     #[test]

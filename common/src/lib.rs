@@ -27,7 +27,8 @@ pub use ids::{Attempt, ClientRequestId, JobId, MasterId, NodeId, TaskId};
 pub use reason::TaskReason;
 pub use resources::{
     allocate_gpus, EngineKind, GpuAlloc, GpuDevice, GpuRequest, NodeResources, ResourceRequest,
-    GPU_MILLI_PER_DEVICE,
+    GPU_MILLI_PER_DEVICE, MAX_CPUS_PER_TASK, MAX_CPU_MILLI_PER_TASK, MAX_ENGINES_PER_TASK,
+    MAX_GPUS_PER_TASK, MAX_MEM_MIB_PER_TASK,
 };
 pub use spec::{
     parse_host_port, CpuSearchSpec, JobSpec, TaskClass, TaskState, TaskStatus, TransitionError,

@@ -14,6 +14,25 @@ use std::fmt;
 /// Capacity of one GPU device in thousandths.
 pub const GPU_MILLI_PER_DEVICE: u32 = 1000;
 
+// Limits of one task's request (docs/CONTRACT.md, "Resources"). No node holds more; a request
+// above them is a mistake (a unit slip, a `1e308`), refused as bad input rather than queued
+// for ever. They are generous on purpose: a large real machine stays far below each. They are
+// checked at the edge ([`ResourceRequest::check_limits`]: spec files, the CLI, the leader
+// before proposing), never in `validate`, which the replicated state runs in `apply`: an
+// entry an older build accepted must apply the same (docs/DESIGN.md, "How old entries stay
+// decodable").
+
+/// Most cores one task may ask for.
+pub const MAX_CPUS_PER_TASK: u64 = 100_000;
+/// [`MAX_CPUS_PER_TASK`] in millicores (the unit of [`ResourceRequest::cpu_milli`]).
+pub const MAX_CPU_MILLI_PER_TASK: u64 = MAX_CPUS_PER_TASK * 1000;
+/// Most memory one task may ask for, MiB: 1 PiB.
+pub const MAX_MEM_MIB_PER_TASK: u64 = 1 << 30;
+/// Most GPU devices one task may ask for.
+pub const MAX_GPUS_PER_TASK: u32 = 1024;
+/// Most engines of one other kind (NPU, DSP, FPGA, IP) one task may ask for.
+pub const MAX_ENGINES_PER_TASK: u32 = 1024;
+
 /// Kinds of processing engine a node may hold (S0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -176,7 +195,8 @@ pub struct ResourceRequest {
 }
 
 impl ResourceRequest {
-    /// Checks the request is well formed.
+    /// Checks the request is well formed. Part of the replicated state's `apply` (through
+    /// [`JobSpec::validate`](crate::JobSpec::validate)): what it accepts must never shrink.
     pub fn validate(&self) -> crate::Result<()> {
         self.gpu.validate()?;
         for k in self.engines.keys() {
@@ -185,6 +205,42 @@ impl ResourceRequest {
                     what: "resource request",
                     why: format!("{k} is accounted by cpu_milli / gpu, not as an engine count"),
                 });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the request stays within the per-task limits ([`MAX_CPU_MILLI_PER_TASK`],
+    /// [`MAX_MEM_MIB_PER_TASK`], [`MAX_GPUS_PER_TASK`], [`MAX_ENGINES_PER_TASK`]). At the
+    /// edge only (spec files, the CLI, the leader before proposing), never in `apply`.
+    pub fn check_limits(&self) -> crate::Result<()> {
+        let bad = |why: String| crate::Error::Invalid {
+            what: "resource request",
+            why,
+        };
+        if self.cpu_milli > MAX_CPU_MILLI_PER_TASK {
+            return Err(bad(format!(
+                "cpus {} is above the limit of {MAX_CPUS_PER_TASK} cores per task",
+                self.cpu_milli as f64 / 1000.0
+            )));
+        }
+        if self.mem_mib > MAX_MEM_MIB_PER_TASK {
+            return Err(bad(format!(
+                "mem {} MiB is above the limit of {MAX_MEM_MIB_PER_TASK} MiB (1 PiB) per task",
+                self.mem_mib
+            )));
+        }
+        if self.gpu.count > MAX_GPUS_PER_TASK {
+            return Err(bad(format!(
+                "gpus {} is above the limit of {MAX_GPUS_PER_TASK} per task",
+                self.gpu.count
+            )));
+        }
+        for (k, n) in &self.engines {
+            if *n > MAX_ENGINES_PER_TASK {
+                return Err(bad(format!(
+                    "{k} {n} is above the limit of {MAX_ENGINES_PER_TASK} per task"
+                )));
             }
         }
         Ok(())
@@ -401,5 +457,33 @@ mod tests {
         };
         assert!(r.validate().is_err());
         assert!(GpuRequest::fraction(1001).validate().is_err());
+    }
+
+    #[test]
+    fn requests_above_the_per_task_limits_are_refused() {
+        let at_limits = ResourceRequest {
+            cpu_milli: MAX_CPU_MILLI_PER_TASK,
+            mem_mib: MAX_MEM_MIB_PER_TASK,
+            gpu: GpuRequest::whole(MAX_GPUS_PER_TASK),
+            engines: BTreeMap::from([(EngineKind::Npu, MAX_ENGINES_PER_TASK)]),
+        };
+        assert!(at_limits.check_limits().is_ok());
+        let over = |f: &dyn Fn(&mut ResourceRequest)| {
+            let mut r = at_limits.clone();
+            f(&mut r);
+            // Well formed all the same: what `apply` checks accepts it, as it always did.
+            assert!(r.validate().is_ok());
+            r.check_limits().expect_err("over a limit").to_string()
+        };
+        let e = over(&|r| r.cpu_milli = u64::MAX);
+        assert!(e.contains("cpus") && e.contains("100000 cores"), "{e}");
+        let e = over(&|r| r.mem_mib = MAX_MEM_MIB_PER_TASK + 1);
+        assert!(e.contains("mem 1073741825 MiB"), "{e}");
+        let e = over(&|r| r.gpu = GpuRequest::whole(MAX_GPUS_PER_TASK + 1));
+        assert!(e.contains("gpus 1025"), "{e}");
+        let e = over(&|r| {
+            r.engines.insert(EngineKind::Dsp, MAX_ENGINES_PER_TASK + 1);
+        });
+        assert!(e.contains("dsp 1025"), "{e}");
     }
 }

@@ -211,6 +211,13 @@ impl JobSpec {
         self.resources.validate()
     }
 
+    /// Checks the spec's resources against the per-task limits
+    /// ([`ResourceRequest::check_limits`]): at the edge, never in `apply`, so that a job an
+    /// older build accepted still applies the same.
+    pub fn check_limits(&self) -> crate::Result<()> {
+        self.resources.check_limits()
+    }
+
     /// How long a task waits before its re-run after its `failures`-th failure (≥ 1):
     /// `backoff_ms`, doubling per failure, capped at [`MAX_BACKOFF_MS`].
     pub fn retry_delay_ms(&self, failures: u32) -> u64 {
@@ -496,6 +503,24 @@ mod tests {
         s.count = 1;
         s.command.clear();
         assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn limits_are_checked_apart_from_what_apply_validates() {
+        let s = JobSpec {
+            resources: ResourceRequest {
+                cpu_milli: u64::MAX,
+                mem_mib: u64::MAX,
+                ..Default::default()
+            },
+            count: 1,
+            command: vec!["true".into()],
+            ..Default::default()
+        };
+        // An older build accepted this into the log: `apply` must still accept it.
+        assert!(s.validate().is_ok());
+        let e = s.check_limits().expect_err("over the limits").to_string();
+        assert!(e.contains("100000 cores per task"), "{e}");
     }
 
     #[test]

@@ -73,6 +73,7 @@ fn cli_requests_and_answers_round_trip() {
             timeout_ms: Some(3_600_000),
             ..Default::default()
         },
+        allow_unplaceable: true,
     }));
 }
 
@@ -106,4 +107,35 @@ fn older_peers_messages_still_decode() {
     assert_eq!(s.retries, 0);
     assert_eq!(s.timeout_ms, None);
     assert!(s.nodes.is_empty());
+}
+
+/// A submit from before `allow_unplaceable` decodes with the check on.
+#[test]
+fn an_older_submit_decodes_without_allow_unplaceable() {
+    #[derive(Serialize)]
+    enum OldRequest {
+        Submit {
+            request: ClientRequestId,
+            spec: JobSpec,
+        },
+    }
+    let spec = JobSpec {
+        count: 1,
+        command: vec!["true".into()],
+        ..Default::default()
+    };
+    let bytes = rmp_serde::to_vec_named(&OldRequest::Submit {
+        request: ClientRequestId(4),
+        spec: spec.clone(),
+    })
+    .expect("encode");
+    let r: ClientRequest = rmp_serde::from_slice(&bytes).expect("decode");
+    assert_eq!(
+        r,
+        ClientRequest::Submit {
+            request: ClientRequestId(4),
+            spec,
+            allow_unplaceable: false,
+        }
+    );
 }

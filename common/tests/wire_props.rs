@@ -132,10 +132,13 @@ fn message() -> impl Strategy<Value = Message> {
                 from: MasterId(f),
                 msgs: m.into_iter().map(serde_bytes::ByteBuf::from).collect()
             }),
-        (any::<u64>(), spec()).prop_map(|(r, spec)| Message::Client(ClientRequest::Submit {
-            request: ClientRequestId(r),
-            spec
-        })),
+        (any::<u64>(), spec(), any::<bool>()).prop_map(|(r, spec, allow_unplaceable)| {
+            Message::Client(ClientRequest::Submit {
+                request: ClientRequestId(r),
+                spec,
+                allow_unplaceable,
+            })
+        }),
         (any::<u64>(), any::<u64>()).prop_map(|(r, j)| Message::Client(ClientRequest::Cancel {
             request: ClientRequestId(r),
             job: JobId(j)

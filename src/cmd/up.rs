@@ -214,6 +214,7 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         let req = ClientRequest::Submit {
             request: request_id(),
             spec,
+            allow_unplaceable: false,
         };
         match call(addrs, req, false).await? {
             ClientResponse::Submitted { job, tasks } => {

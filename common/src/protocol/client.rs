@@ -17,6 +17,12 @@ pub enum ClientRequest {
         request: ClientRequestId,
         /// The job.
         spec: JobSpec,
+        /// Accept the job even when no registered node could ever hold one of its tasks
+        /// (nodes may join later); without it the leader refuses such a job as invalid
+        /// (`submit --allow-unplaceable`, docs/CONTRACT.md). Absent from an older client's
+        /// request: `false`.
+        #[serde(default)]
+        allow_unplaceable: bool,
     },
     /// Cancel every unfinished task of a job.
     Cancel {

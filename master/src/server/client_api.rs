@@ -9,6 +9,7 @@ use hetsched_common::priority::PriorityConfig;
 use hetsched_common::protocol::{ClientRequest, ClientResponse, ErrorKind, ErrorReply};
 use hetsched_common::{ClientRequestId, JobId, JobSpec, NodeId, TaskId};
 use hetsched_consensus::Role;
+use hetsched_master_core::policy::unplaceable;
 use hetsched_master_core::state::{Command, Outcome};
 
 impl Master {
@@ -30,7 +31,11 @@ impl Master {
         }
         use ClientRequest as R;
         match req {
-            R::Submit { request, spec } => self.submit(request, spec).await,
+            R::Submit {
+                request,
+                spec,
+                allow_unplaceable,
+            } => self.submit(request, spec, allow_unplaceable).await,
             R::Cancel { request, job } => self.cancel_job(request, job).await,
             R::CancelTask { request, task } => self.cancel_task(request, task).await,
             R::Drain {
@@ -91,13 +96,17 @@ impl Master {
         }
     }
 
-    /// A job submission: validated, its locality candidates checked, admitted, proposed.
+    /// A job submission: validated and held to the per-task limits, its locality candidates
+    /// checked, refused when no registered node could ever hold a task (unless
+    /// `allow_unplaceable`), admitted, proposed.
     async fn submit(
         &self,
         request: ClientRequestId,
         spec: JobSpec,
+        allow_unplaceable: bool,
     ) -> Result<ClientResponse, ErrorReply> {
         spec.validate()
+            .and_then(|()| spec.check_limits())
             .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
         if let Some(n) = {
             let s = self.shared.read_state();
@@ -111,6 +120,9 @@ impl Master {
                 format!("no such node: {n:?} (locality candidates must be registered nodes)"),
             ));
         }
+        if !allow_unplaceable {
+            self.check_placeable(request, &spec)?;
+        }
         self.admit(request, &spec)?;
         if let Some(fake) = self.ack_before_commit_bug(request, &spec) {
             return Ok(fake);
@@ -121,6 +133,32 @@ impl Master {
         {
             Outcome::Submitted { job, tasks } => Ok(ClientResponse::Submitted { job, tasks }),
             o => Err(unexpected(o)),
+        }
+    }
+
+    /// Refuses (as invalid: exit 2, HTTP 400) a job no registered node could ever hold,
+    /// saying why (`cpus 1000: no node has more than 2`). Advisory, at the edge: it reads
+    /// the applied state before proposing and never runs in `apply`. A retried request that
+    /// already applied is never refused.
+    fn check_placeable(&self, request: ClientRequestId, spec: &JobSpec) -> Result<(), ErrorReply> {
+        let s = self.shared.read_state();
+        if s.request_applied(request) {
+            return Ok(());
+        }
+        let capacities = s.nodes().values().map(|n| &n.capacity);
+        match unplaceable(&spec.resources, capacities) {
+            None => Ok(()),
+            Some(why) => {
+                metrics::counter!("hetsched_master_submits_refused_unplaceable_total").increment(1);
+                Err(ErrorReply::new(
+                    ErrorKind::Invalid,
+                    format!(
+                        "{why}; no registered node could ever run this job's tasks \
+                         (submit --allow-unplaceable, or \"allow_unplaceable\": true over \
+                         HTTP, to queue it for nodes that may join later)"
+                    ),
+                ))
+            }
         }
     }
 

@@ -102,6 +102,7 @@ pub(super) async fn bench(
         let req = Message::Client(ClientRequest::Submit {
             request: ClientRequestId(request_base + j + 1),
             spec,
+            allow_unplaceable: false,
         });
         let masters = masters.clone();
         let submitted = submitted.clone();

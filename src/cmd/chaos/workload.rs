@@ -104,6 +104,7 @@ pub(super) async fn submit(
     let req = ClientRequest::Submit {
         request: ClientRequestId(request),
         spec,
+        allow_unplaceable: false,
     };
     match call(&masters, req, false).await {
         Ok(ClientResponse::Submitted { job, tasks }) => rec.push(Event::Ack {

@@ -3,7 +3,7 @@
 
 use super::args::{CancelArgs, MembersAction, MembersArgs, SubmitArgs};
 use super::call::{block_on, call, request_id, short};
-use super::spec::spec_from;
+use super::spec::submission_from;
 use crate::cmd::{exit, table};
 use anyhow::anyhow;
 use hetsched_common::protocol::{ClientRequest, ClientResponse};
@@ -11,13 +11,14 @@ use hetsched_common::{JobId, TaskId};
 
 /// `submit`.
 pub fn submit(masters: &[String], a: SubmitArgs) -> anyhow::Result<()> {
-    let spec = spec_from(&a)?;
+    let submission = submission_from(&a)?;
     if a.dry_run {
-        return crate::cmd::config::dry_run(masters, spec, a.json);
+        return crate::cmd::config::dry_run(masters, submission.spec, a.json);
     }
     let req = ClientRequest::Submit {
         request: request_id(),
-        spec,
+        spec: submission.spec,
+        allow_unplaceable: submission.allow_unplaceable,
     };
     match block_on(call(masters, req, false))?? {
         ClientResponse::Submitted { job, tasks } => {

@@ -59,6 +59,10 @@ pub struct SubmitArgs {
     /// round would place it, and what it would preempt.
     #[arg(long)]
     pub dry_run: bool,
+    /// Submit even when no registered node could ever hold one task (nodes may join later);
+    /// without it the leader refuses such a job with why (exit 2).
+    #[arg(long)]
+    pub allow_unplaceable: bool,
     /// An API program (TOML, `[[call]]` tables) each task runs instead of a command: each
     /// call runs on the best available engine of the task's node (see `hetsched calls`).
     #[arg(long, value_name = "FILE", conflicts_with = "command")]

@@ -6,6 +6,15 @@ use crate::cmd::exit;
 use hetsched_common::jobfile::{self, JobFile};
 use hetsched_common::JobSpec;
 
+/// What `submit` sends: the job, and whether it may be queued when no registered node
+/// could hold it (`--allow-unplaceable`, or the file's `allow_unplaceable`).
+pub struct Submission {
+    /// The job.
+    pub spec: JobSpec,
+    /// Skip the leader's "could any node ever hold this" check.
+    pub allow_unplaceable: bool,
+}
+
 /// Reads and parses a spec file; every failure is bad input (exit 2) naming the file.
 pub fn read_job_file(path: &str) -> anyhow::Result<JobFile> {
     let text = std::fs::read_to_string(path)
@@ -17,8 +26,19 @@ fn default_user() -> String {
     std::env::var("USER").unwrap_or_else(|_| "anonymous".into())
 }
 
-/// Builds a job spec from an optional spec file and the submit flags (flags win).
-pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
+/// Builds the submission from an optional spec file and the submit flags (flags win).
+pub fn submission_from(a: &SubmitArgs) -> anyhow::Result<Submission> {
+    let mut allow_unplaceable = a.allow_unplaceable;
+    let spec = spec_from(a, &mut allow_unplaceable)?;
+    Ok(Submission {
+        spec,
+        allow_unplaceable,
+    })
+}
+
+/// Builds a job spec from an optional spec file and the submit flags (flags win); sets
+/// `allow_unplaceable` when the file asks for it.
+fn spec_from(a: &SubmitArgs, allow_unplaceable: &mut bool) -> anyhow::Result<JobSpec> {
     let mut f = match &a.file {
         Some(path) => read_job_file(path)?,
         None => JobFile::default(),
@@ -37,7 +57,7 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
         f.resources.cpus = Some(jobfile::check_cpus(v).map_err(|e| bad("cpus", e))?);
     }
     if let Some(v) = a.mem {
-        f.resources.mem = Some(v);
+        f.resources.mem = Some(jobfile::check_mem(v).map_err(|e| bad("mem", e))?);
     }
     if let Some(v) = a.gpus {
         jobfile::gpu_request(v).map_err(|e| bad("gpus", e))?;
@@ -77,6 +97,7 @@ pub fn spec_from(a: &SubmitArgs) -> anyhow::Result<JobSpec> {
     f.pipelined |= a.pipelined;
     f.heavy_weights |= a.heavy_weights;
     f.cpu_heavy |= a.cpu_heavy;
+    *allow_unplaceable |= f.allow_unplaceable;
     // An API program (S0): `--program FILE`, else the spec file's `program = "prog.toml"`
     // (relative to the spec file).
     let program_path = match (&a.program, &f.program, &a.file) {

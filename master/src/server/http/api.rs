@@ -115,7 +115,8 @@ fn query<T>(q: Result<Query<T>, axum::extract::rejection::QueryRejection>) -> Re
         .map_err(|e| ApiError::bad_input(e.body_text(), None))
 }
 
-/// `POST /v1/jobs`: a job spec file's schema in JSON (README, "Job spec files").
+/// `POST /v1/jobs`: a job spec file's schema in JSON (README, "Job spec files"), whose
+/// `allow_unplaceable` is the CLI's `submit --allow-unplaceable`.
 async fn submit(
     State(ctx): State<Ctx>,
     headers: HeaderMap,
@@ -144,7 +145,13 @@ async fn submit(
         .to_spec("anonymous")
         .map_err(|e| ApiError::bad_input(format!("invalid job spec: {e}"), None))?;
     let request = request_id(&headers)?;
-    let r = ctx.ask(ClientRequest::Submit { request, spec }).await;
+    let r = ctx
+        .ask(ClientRequest::Submit {
+            request,
+            spec,
+            allow_unplaceable: file.allow_unplaceable,
+        })
+        .await;
     metrics::histogram!("hetsched_master_submit_seconds", "via" => "http")
         .record(started.elapsed());
     match r? {
