@@ -39,6 +39,7 @@ pub fn uniform_lpt(inst: &Instance) -> Schedule {
 }
 
 /// The baseline's schedule for one `k` (1 ≤ k ≤ `max_cores`), and its makespan.
+#[cfg(test)]
 pub(crate) fn uniform_lpt_with(inst: &Instance, k: usize) -> (Schedule, f64) {
     Prepared::new(inst).with_cores(k)
 }
