@@ -5,7 +5,8 @@
 //! ```text
 //!  Instance ──► lower_bound ─────────────────────────────┐
 //!     │                                                   ▼
-//!     ├──► round_robin, weighted ──► best baseline = upper end of the search
+//!     ├──► round_robin, weighted ──► best of them = upper end of the search
+//!     ├──► uniform_lpt (a yardstick only: not the search's upper end)
 //!     │                                                   │
 //!     └──► bisect(lower, upper): probe M ──► pack(M) ─────┤  jobs longest first; per job
 //!                    ▲  feasible / not        │           │  add cores by λ = φ·β·t,
@@ -13,6 +14,9 @@
 //!                                                         ▼
 //!            validate every candidate ──► the best of planner and baselines (`chosen`)
 //! ```
+//!
+//! The planner's own schedule is kept beside the chosen one (`planner_schedule`), so that it
+//! can be measured against the baselines on its own.
 //!
 //! The model (the course problem docs/DESIGN.md adopts): a job on `e ≤ 10` cores runs each at
 //! `speed · g(e)`, `g(e) = 1 − α(e − 1)`; a core's time is the transfers of its remote
@@ -34,6 +38,7 @@ mod pack;
 mod schedule;
 mod search;
 mod trim;
+mod uniform;
 mod work;
 
 #[cfg(test)]
@@ -49,6 +54,7 @@ pub use model::{
 pub use pack::{core_weight, DATA_EPSILON};
 pub use schedule::{validate, BlockRead, CoreWork, Evaluation, JobPlan, Schedule, ScheduleError};
 pub use search::{bisect, max_probes, SearchOutcome, GRID_TICKS};
+pub use uniform::uniform_lpt;
 
 use thiserror::Error;
 
@@ -61,15 +67,18 @@ pub enum Chosen {
     RoundRobin,
     /// The capacity-weighted baseline (the planner found nothing better).
     Weighted,
+    /// The uniform-cores LPT baseline (the planner found nothing better).
+    UniformLpt,
 }
 
 impl Chosen {
-    /// The name used in output: `planner`, `round_robin`, `weighted`.
+    /// The name used in output: `planner`, `round_robin`, `weighted`, `uniform_lpt`.
     pub fn as_str(self) -> &'static str {
         match self {
             Chosen::Planner => "planner",
             Chosen::RoundRobin => "round_robin",
             Chosen::Weighted => "weighted",
+            Chosen::UniformLpt => "uniform_lpt",
         }
     }
 }
@@ -81,6 +90,8 @@ pub struct Baselines {
     pub round_robin: f64,
     /// Capacity-weighted.
     pub weighted: f64,
+    /// Uniform cores, longest job first, best k (not the search's upper end).
+    pub uniform_lpt: f64,
 }
 
 /// The planner's answer.
@@ -98,6 +109,9 @@ pub struct BatchPlan {
     pub baselines: Baselines,
     /// The planner's own makespan, if any probe of the search was feasible.
     pub planner_makespan: Option<f64>,
+    /// The planner's own schedule (the one `planner_makespan` measures), whether or not it
+    /// was chosen.
+    pub planner_schedule: Option<Schedule>,
     /// Probes of the binary search.
     pub probes: u32,
 }
@@ -119,13 +133,17 @@ fn check(inst: &Instance, s: &Schedule, which: &'static str) -> Result<f64, Plan
 }
 
 /// Plans `inst` (docs/DESIGN.md §S2): binary search on the makespan between the lower bound and
-/// the best baseline, then returns the best schedule seen, the baselines included.
+/// the better of round-robin and weighted, then returns the best schedule seen, every
+/// baseline included. The uniform-LPT baseline is a candidate but not the search's upper end,
+/// so the planner's own schedule is the same with or without it.
 pub fn plan(inst: &Instance) -> Result<BatchPlan, PlanError> {
     let lower = lower_bound(inst);
     let rr = round_robin(inst);
     let rr_ms = check(inst, &rr, "round-robin")?;
     let w = weighted(inst);
     let w_ms = check(inst, &w, "weighted")?;
+    let lpt = uniform_lpt(inst);
+    let lpt_ms = check(inst, &lpt, "uniform-LPT")?;
     let upper = rr_ms.min(w_ms);
 
     // Ticks of upper / GRID_TICKS: the grid ends at the upper bound, starts at or below the
@@ -157,10 +175,14 @@ pub fn plan(inst: &Instance) -> Result<BatchPlan, PlanError> {
     }
 
     let planner_makespan = own.as_ref().map(|(_, ms)| *ms);
+    let planner_schedule = own.as_ref().map(|(s, _)| s.clone());
     // The planner wins ties: its schedule uses the fewest cores that meet the makespan.
     let mut best = (rr, rr_ms, Chosen::RoundRobin);
     if w_ms < best.1 {
         best = (w, w_ms, Chosen::Weighted);
+    }
+    if lpt_ms < best.1 {
+        best = (lpt, lpt_ms, Chosen::UniformLpt);
     }
     if let Some((s, ms)) = own {
         if ms <= best.1 {
@@ -175,8 +197,10 @@ pub fn plan(inst: &Instance) -> Result<BatchPlan, PlanError> {
         baselines: Baselines {
             round_robin: rr_ms,
             weighted: w_ms,
+            uniform_lpt: lpt_ms,
         },
         planner_makespan,
+        planner_schedule,
         probes: outcome.probes,
     })
 }

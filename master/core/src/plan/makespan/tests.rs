@@ -3,6 +3,7 @@
 
 use super::pack::Packer;
 use super::trim::{threshold, trim, trim_step, Step};
+use super::uniform::uniform_lpt_with;
 use super::work::{place_blocks, JobWork, Slot, Timeline};
 use super::*;
 use proptest::prelude::*;
@@ -893,6 +894,115 @@ proptest! {
                 packer.pick_core(&timeline, job, &chosen, &per_host, m),
                 best.map(|(_, _, c)| c)
             );
+        }
+    }
+}
+
+// ---------------------------------------------------------------- uniform-LPT baseline
+
+#[test]
+fn uniform_lpt_by_hand_with_transfers() {
+    let inst = two_hosts();
+    // Estimates: job 0 (100 + 50) / 20 = 7.5 s, job 1 30 / 10 = 3 s: job 0 goes first.
+    // k = 1, g = 1. Job 0 takes the earliest free core, (0,0) (all free at 0; host 0 first):
+    //   block 0 (100 MB, local): 100 / 20 = 5; block 1 (50 MB, on host 1): 50/50 + 50/20 = 3.5.
+    //   Its one core takes 8.5 s. Job 1 takes core (1,0), free at 0, and reads block 0 from
+    //   host 0: 30/50 + 30/10 = 3.6. Makespan 8.5.
+    let (one, ms1) = uniform_lpt_with(&inst, 1);
+    assert!(close(ms1, 8.5), "k = 1: {ms1}");
+    let expected_one = Schedule {
+        jobs: vec![
+            JobPlan {
+                start: 0.0,
+                cores: vec![core(0, 0, vec![read(0, 0), read(1, 1)])],
+            },
+            JobPlan {
+                start: 0.0,
+                cores: vec![core(1, 0, vec![read(0, 0)])],
+            },
+        ],
+    };
+    assert_eq!(one, expected_one);
+    // k = 2, g(2) = 0.9 (18 MB/s). Job 0 on (0,0) and (1,0): block 0 costs 100/18 = 5.56 on
+    //   host 0, 2 + 5.56 on host 1 → host 0; block 1 costs 5.56 + 1 + 50/18 = 9.33 on host 0,
+    //   50/18 = 2.78 on host 1 → host 1. Job 0 holds both until 100/18.
+    //   Job 1 has one block, so one core: both are free at 100/18, host 0's first; it reads
+    //   locally, 3 s. Makespan 100/18 + 3 = 8.56 > 8.5, so k = 1 is kept.
+    let (two, ms2) = uniform_lpt_with(&inst, 2);
+    assert!(close(ms2, 100.0 / 18.0 + 3.0), "k = 2: {ms2}");
+    assert_eq!(two.jobs[1].cores, vec![core(0, 0, vec![read(0, 0)])]);
+    assert!(close(two.jobs[1].start, 100.0 / 18.0));
+    assert_eq!(inst.max_cores(), 2);
+    for s in [&one, &two] {
+        validate(&inst, s).expect("each k's schedule validates");
+    }
+    let best = uniform_lpt(&inst);
+    assert_eq!(best, expected_one);
+    assert!(close(validate(&inst, &best).expect("valid").makespan, 8.5));
+    assert!(close(plan(&inst).expect("plan").baselines.uniform_lpt, 8.5));
+}
+
+#[test]
+fn uniform_lpt_goes_longest_first_and_caps_cores_at_blocks() {
+    // One host, 2 cores, α = 0.1. Job 0: speed 10, one block of 10 MB (estimate 1 s);
+    // job 1: speed 10, blocks 40 and 40 (estimate 8 s). Job 1 goes first despite its index.
+    let inst = Instance::new(
+        vec![2],
+        f64::INFINITY,
+        0.1,
+        vec![
+            job(10.0, vec![block(10.0, &[0])]),
+            job(10.0, vec![block(40.0, &[0]), block(40.0, &[0])]),
+        ],
+    )
+    .expect("valid");
+    // k = 1: job 1 on (0,0), 80/10 = 8 s; job 0 on (0,1) at 0, 1 s. Makespan 8.
+    let (_, ms1) = uniform_lpt_with(&inst, 1);
+    assert!(close(ms1, 8.0));
+    // k = 2: job 1 on both cores at 9 MB/s, 40/9 each. Job 0 has one block, so one core
+    // (not two at g(2)): (0,0), free at 40/9 like (0,1) but first; 10/10 = 1 s. Makespan
+    // 40/9 + 1 = 5.44 < 8, so k = 2 is kept.
+    let s = uniform_lpt(&inst);
+    let eval = validate(&inst, &s).expect("valid");
+    assert!(close(eval.makespan, 40.0 / 9.0 + 1.0), "{}", eval.makespan);
+    assert_eq!(s.jobs[1].start, 0.0);
+    assert_eq!(
+        s.jobs[1].cores,
+        vec![core(0, 0, vec![read(0, 0)]), core(0, 1, vec![read(1, 0)])]
+    );
+    assert!(close(s.jobs[0].start, 40.0 / 9.0));
+    assert_eq!(s.jobs[0].cores, vec![core(0, 0, vec![read(0, 0)])]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The uniform-LPT schedule validates, and so does every k's; it is the best k; it lies
+    /// at or above the lower bound; `plan` reports it and returns nothing worse. The planner's
+    /// own schedule validates on its own at the makespan reported for it.
+    #[test]
+    fn uniform_lpt_is_valid_and_the_best_k(inst in instances()) {
+        let Some(inst) = inst else { return Ok(()) };
+        let s = uniform_lpt(&inst);
+        let ms = validate(&inst, &s).expect("uniform-LPT validates").makespan;
+        let mut best = f64::INFINITY;
+        for k in 1..=inst.max_cores() {
+            let (sk, msk) = uniform_lpt_with(&inst, k);
+            let eval = validate(&inst, &sk).expect("each k validates");
+            prop_assert!(close(eval.makespan, msk));
+            best = best.min(msk);
+        }
+        prop_assert!(close(ms, best));
+        let p = plan(&inst).expect("plan");
+        prop_assert!(ms >= p.lower_bound * (1.0 - 1e-9));
+        prop_assert!(close(p.baselines.uniform_lpt, ms));
+        prop_assert!(p.makespan <= ms);
+        prop_assert_eq!(p.planner_makespan.is_some(), p.planner_schedule.is_some());
+        if let (Some(own), Some(ms)) = (&p.planner_schedule, p.planner_makespan) {
+            prop_assert!(close(validate(&inst, own).expect("planner's own validates").makespan, ms));
+            if p.chosen == Chosen::Planner {
+                prop_assert_eq!(own, &p.schedule);
+            }
         }
     }
 }
