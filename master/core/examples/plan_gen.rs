@@ -2,7 +2,7 @@
 //! benchmark in docs/bench-planner.md:
 //!
 //! ```text
-//! cargo run --release -p hetsched-master --example plan_gen -- JOBS HOSTS [SEED]
+//! cargo run --release -p hetsched-master-core --example plan_gen -- JOBS HOSTS [SEED]
 //! ```
 //!
 //! The shape is `GenParams::new`: 2–8 cores per host, 4–40 blocks of 32–256 MB per job with
