@@ -89,6 +89,8 @@ pub struct LocalProc {
     pub name: String,
     /// Its log file: stderr, appended to across restarts.
     pub log: PathBuf,
+    /// The network namespace it runs in (`/var/run/netns/NAME`), if not the launcher's.
+    pub netns: Option<PathBuf>,
     exe: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
@@ -105,9 +107,25 @@ impl LocalProc {
         log: PathBuf,
         env: &[(String, String)],
     ) -> Result<Self, LaunchError> {
+        Self::spawn_in(None, exe, name, args, log, env)
+    }
+
+    /// As [`spawn`](Self::spawn), in the network namespace at `netns`
+    /// (`/var/run/netns/NAME`) when given: the child enters it between fork and exec, so
+    /// its pid, signals and restarts are its own, and it sees the same mounts as the launcher
+    /// (`ip netns exec` would remount `/sys`, hiding the slaves' cgroups).
+    pub fn spawn_in(
+        netns: Option<&Path>,
+        exe: &Path,
+        name: &str,
+        args: Vec<String>,
+        log: PathBuf,
+        env: &[(String, String)],
+    ) -> Result<Self, LaunchError> {
         let mut p = Self {
             name: name.to_string(),
             log,
+            netns: netns.map(Path::to_path_buf),
             exe: exe.to_path_buf(),
             args,
             env: env.to_vec(),
@@ -131,17 +149,28 @@ impl LocalProc {
                 path: self.log.display().to_string(),
                 source,
             })?;
-        let child = Command::new(&self.exe)
-            .args(&self.args)
+        let spawn_err = |source| LaunchError::Spawn {
+            name: self.name.clone(),
+            source,
+        };
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|source| LaunchError::Spawn {
-                name: self.name.clone(),
-                source,
-            })?;
+            .stderr(log);
+        if let Some(path) = &self.netns {
+            let ns = std::fs::File::open(path).map_err(spawn_err)?;
+            // SAFETY: runs in the child between fork and exec; setns(2) is one system call
+            // on a descriptor opened before the fork (no allocation, no locks).
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        }
+        let child = cmd.spawn().map_err(spawn_err)?;
         self.child = Some(child);
         Ok(())
     }
@@ -494,11 +523,8 @@ impl LocalCluster {
             (&addrs.slaves, &addrs.master_http, &addrs.slave_http);
         let start = |net: Option<&ClusterNet>, name: &str, args: Vec<String>| {
             let log = dir.join(format!("{name}.log"));
-            let (prog, args) = match net {
-                Some(net) => net.wrap(name, &exe, args),
-                None => (exe.clone(), args),
-            };
-            LocalProc::spawn(&prog, name, args, log, &spec.env)
+            let ns = net.and_then(|n| n.ns_path(name));
+            LocalProc::spawn_in(ns.as_deref(), &exe, name, args, log, &spec.env)
         };
         for (i, addr) in master_addrs.iter().enumerate() {
             let id = i + 1;

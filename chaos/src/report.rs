@@ -44,10 +44,7 @@ impl Report {
     /// Human-readable form; `replay` is the command that replays the run.
     pub fn text(&self, replay: &str) -> String {
         let skipped = if self.faults_skipped > 0 {
-            format!(
-                " ({} faults skipped, see the timeline)",
-                self.faults_skipped
-            )
+            format!(" ({} skipped, see the timeline)", self.faults_skipped)
         } else {
             String::new()
         };

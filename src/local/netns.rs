@@ -357,22 +357,11 @@ impl ClusterNet {
         self.nodes.iter().find(|n| n.name == name)
     }
 
-    /// The command line that runs `exe args` in process `name`'s namespace
-    /// (`ip netns exec NS exe args`: `ip` execs, so the pid is the process's own).
-    pub fn wrap(&self, name: &str, exe: &Path, args: Vec<String>) -> (PathBuf, Vec<String>) {
-        match self.node(name) {
-            Some(n) => {
-                let mut wrapped = vec![
-                    "netns".to_string(),
-                    "exec".to_string(),
-                    n.ns.clone(),
-                    exe.display().to_string(),
-                ];
-                wrapped.extend(args);
-                (self.ip.clone(), wrapped)
-            }
-            None => (exe.to_path_buf(), args),
-        }
+    /// The file of process `name`'s namespace (`/var/run/netns/NS`, where `ip netns add`
+    /// puts it), which a child enters (`LocalProc::spawn_in`).
+    pub fn ns_path(&self, name: &str) -> Option<PathBuf> {
+        self.node(name)
+            .map(|n| Path::new("/var/run/netns").join(&n.ns))
     }
 
     /// Removes every namespace (killing what still runs inside), veth pair and the bridge.
