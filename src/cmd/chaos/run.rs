@@ -60,7 +60,17 @@ pub(super) fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
     if std::env::var_os("HETSCHED_CLIENT_TIMEOUT_MS").is_none() {
         std::env::set_var("HETSCHED_CLIENT_TIMEOUT_MS", "8000");
     }
-    let report = match block_on(drive(&a, &sc, seed, &dir))? {
+    // Ctrl-C drops the run: the local cluster stops (and with --netns its namespaces go).
+    let interruptible = async {
+        tokio::select! {
+            r = drive(&a, &sc, seed, &dir) => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!(
+                "interrupted; the run directory is kept: {}",
+                dir.display()
+            )),
+        }
+    };
+    let report = match block_on(interruptible)? {
         Ok(r) => r,
         Err(e) => {
             // Attached, a fresh run directory holds no cluster logs worth keeping.
