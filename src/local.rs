@@ -2,6 +2,16 @@
 //! the benchmarks, `hetsched chaos run` and the integration tests run. Each process logs to a
 //! file in the data dir; each can be killed, paused, stopped and restarted with the same
 //! arguments, alone or with the whole cluster.
+//!
+//! With [`ClusterSpec::netns`] (root and `ip`), each process runs instead in its own network
+//! namespace with its own address on a private bridge ([`netns`]), where the chaos tool can
+//! cut real links ([`firewall`]); everything made for it goes when the cluster stops.
+
+pub mod firewall;
+pub mod netns;
+
+pub use firewall::CutDirection;
+pub use netns::ClusterNet;
 
 use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
@@ -47,6 +57,29 @@ pub enum LaunchError {
         /// Why.
         source: nix::errno::Errno,
     },
+    /// Network namespaces need root.
+    #[error("network namespaces need root (run as root, or without the namespaces)")]
+    NotRoot,
+    /// A tool network namespaces need is not installed.
+    #[error(
+        "network namespaces need `{tool}`, which is not on PATH or in /usr/sbin, /sbin \
+             (`ip`: package iproute2; `nft`: package nftables)"
+    )]
+    MissingTool {
+        /// `ip`, `nft`.
+        tool: String,
+    },
+    /// A command that makes, changes or removes namespaces, links or rules failed.
+    #[error("`{command}` failed: {detail}")]
+    Net {
+        /// The command (`ip netns add hs-…`).
+        command: String,
+        /// Its error output.
+        detail: String,
+    },
+    /// Every 10.213.K.0/24 is taken on this machine (or the cluster needs over 240 addresses).
+    #[error("no free private /24 in 10.213.1.0-10.213.254.0 for the namespaces' bridge")]
+    NoSubnet,
 }
 
 /// One child process that can be killed and restarted with the same arguments. Dropping it
@@ -56,6 +89,8 @@ pub struct LocalProc {
     pub name: String,
     /// Its log file: stderr, appended to across restarts.
     pub log: PathBuf,
+    /// The network namespace it runs in (`/var/run/netns/NAME`), if not the launcher's.
+    pub netns: Option<PathBuf>,
     exe: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
@@ -72,9 +107,25 @@ impl LocalProc {
         log: PathBuf,
         env: &[(String, String)],
     ) -> Result<Self, LaunchError> {
+        Self::spawn_in(None, exe, name, args, log, env)
+    }
+
+    /// As [`spawn`](Self::spawn), in the network namespace at `netns`
+    /// (`/var/run/netns/NAME`) when given: the child enters it between fork and exec, so
+    /// its pid, signals and restarts are its own, and it sees the same mounts as the launcher
+    /// (`ip netns exec` would remount `/sys`, hiding the slaves' cgroups).
+    pub fn spawn_in(
+        netns: Option<&Path>,
+        exe: &Path,
+        name: &str,
+        args: Vec<String>,
+        log: PathBuf,
+        env: &[(String, String)],
+    ) -> Result<Self, LaunchError> {
         let mut p = Self {
             name: name.to_string(),
             log,
+            netns: netns.map(Path::to_path_buf),
             exe: exe.to_path_buf(),
             args,
             env: env.to_vec(),
@@ -98,17 +149,28 @@ impl LocalProc {
                 path: self.log.display().to_string(),
                 source,
             })?;
-        let child = Command::new(&self.exe)
-            .args(&self.args)
+        let spawn_err = |source| LaunchError::Spawn {
+            name: self.name.clone(),
+            source,
+        };
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|source| LaunchError::Spawn {
-                name: self.name.clone(),
-                source,
-            })?;
+            .stderr(log);
+        if let Some(path) = &self.netns {
+            let ns = std::fs::File::open(path).map_err(spawn_err)?;
+            // SAFETY: runs in the child between fork and exec; setns(2) is one system call
+            // on a descriptor opened before the fork (no allocation, no locks).
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        }
+        let child = cmd.spawn().map_err(spawn_err)?;
         self.child = Some(child);
         Ok(())
     }
@@ -218,6 +280,9 @@ pub struct ClusterSpec {
     pub slave_http: bool,
     /// Variables added to every process's environment (`HETSCHED_LOG`).
     pub env: Vec<(String, String)>,
+    /// Each process in its own network namespace on a private bridge ([`ClusterNet`]),
+    /// listening on its namespace's address (root and `ip` needed).
+    pub netns: bool,
 }
 
 impl Default for ClusterSpec {
@@ -231,6 +296,7 @@ impl Default for ClusterSpec {
             slaves: Vec::new(),
             slave_http: false,
             env: Vec::new(),
+            netns: false,
         }
     }
 }
@@ -272,6 +338,8 @@ pub struct LocalCluster {
     pub slave_http: Vec<String>,
     /// Where the cluster's data and logs are.
     pub dir: std::path::PathBuf,
+    /// The namespaces of [`ClusterSpec::netns`] (`None` on loopback); removed at stop.
+    pub net: Option<ClusterNet>,
 }
 
 /// Pids of live processes whose environment mentions `dir` (a task's `HETSCHED_CPUS_FILE`
@@ -318,6 +386,66 @@ fn free_addrs(n: usize) -> Result<Vec<String>, LaunchError> {
     (0..n).map(|_| free_addr()).collect()
 }
 
+/// The addresses of one cluster's processes.
+struct Addrs {
+    masters: Vec<String>,
+    admin: Vec<String>,
+    master_http: Vec<String>,
+    slaves: Vec<String>,
+    slave_http: Vec<String>,
+}
+
+/// The ports of a process in its own namespace (its address is its own: fixed ports do).
+const NS_PORTS: (u16, u16, u16) = (7000, 7001, 7080);
+
+impl Addrs {
+    /// Free loopback ports, or the namespaces' addresses (`net`: masters first, in order).
+    fn pick(spec: &ClusterSpec, net: Option<&ClusterNet>) -> Result<Self, LaunchError> {
+        let n_masters = spec.masters as usize;
+        let n_slaves = spec.slaves.len();
+        let Some(net) = net else {
+            let mut a = Addrs {
+                masters: Vec::new(),
+                admin: Vec::new(),
+                master_http: Vec::new(),
+                slaves: Vec::new(),
+                slave_http: Vec::new(),
+            };
+            for _ in 0..n_masters {
+                a.masters.push(free_addr()?);
+                a.admin.push(free_addr()?);
+                if spec.master_http {
+                    a.master_http.push(free_addr()?);
+                }
+            }
+            a.slaves = free_addrs(n_slaves)?;
+            if spec.slave_http {
+                a.slave_http = free_addrs(n_slaves)?;
+            }
+            return Ok(a);
+        };
+        let (listen, admin, http) = NS_PORTS;
+        let at = |i: usize, port: u16| format!("{}:{port}", net.nodes[i].ip);
+        let masters = 0..n_masters;
+        let slaves = n_masters..n_masters + n_slaves;
+        Ok(Addrs {
+            masters: masters.clone().map(|i| at(i, listen)).collect(),
+            admin: masters.clone().map(|i| at(i, admin)).collect(),
+            master_http: if spec.master_http {
+                masters.map(|i| at(i, http)).collect()
+            } else {
+                Vec::new()
+            },
+            slaves: slaves.clone().map(|i| at(i, listen)).collect(),
+            slave_http: if spec.slave_http {
+                slaves.map(|i| at(i, http)).collect()
+            } else {
+                Vec::new()
+            },
+        })
+    }
+}
+
 impl LocalCluster {
     /// Starts `n_masters` masters and the given slaves under `dir`, running this executable
     /// (the `hetsched` binary itself).
@@ -350,7 +478,8 @@ impl LocalCluster {
     }
 
     /// Starts the cluster `spec` describes under `dir`: `master-ID` and `slave-N` data dirs
-    /// and `NAME.log` files there, every master with an admin listener (loopback).
+    /// and `NAME.log` files there, every master with an admin listener (loopback; with
+    /// [`ClusterSpec::netns`], every process in its namespace on its address there).
     pub fn launch(dir: &Path, spec: &ClusterSpec) -> Result<Self, LaunchError> {
         let exe = match &spec.exe {
             Some(exe) => exe.clone(),
@@ -360,24 +489,19 @@ impl LocalCluster {
             path: dir.display().to_string(),
             source,
         })?;
-        let mut master_addrs = Vec::new();
-        let mut admin_addrs = Vec::new();
-        let mut master_http = Vec::new();
-        for _ in 0..spec.masters {
-            master_addrs.push(free_addr()?);
-            admin_addrs.push(free_addr()?);
-            if spec.master_http {
-                master_http.push(free_addr()?);
-            }
-        }
         let n_slaves = spec.slaves.len();
-        let slave_addrs = free_addrs(n_slaves)?;
-        let slave_http = if spec.slave_http {
-            free_addrs(n_slaves)?
+        let names: Vec<String> = (1..=spec.masters)
+            .map(|id| format!("master-{id}"))
+            .chain((1..=n_slaves).map(|i| format!("slave-{i}")))
+            .collect();
+        let net = if spec.netns {
+            Some(ClusterNet::create(&names)?)
         } else {
-            Vec::new()
+            None
         };
-        let peers = master_addrs
+        let addrs = Addrs::pick(spec, net.as_ref())?;
+        let peers = addrs
+            .masters
             .iter()
             .enumerate()
             .map(|(i, a)| format!("{}={a}", i + 1))
@@ -385,17 +509,22 @@ impl LocalCluster {
             .join(",");
         let mut cluster = LocalCluster {
             masters: Vec::new(),
-            master_addrs: master_addrs.clone(),
-            admin_addrs: admin_addrs.clone(),
+            master_addrs: addrs.masters.clone(),
+            admin_addrs: addrs.admin.clone(),
             slaves: Vec::new(),
-            slave_addrs: slave_addrs.clone(),
-            master_http: master_http.clone(),
-            slave_http: slave_http.clone(),
+            slave_addrs: addrs.slaves.clone(),
+            master_http: addrs.master_http.clone(),
+            slave_http: addrs.slave_http.clone(),
             dir: dir.to_path_buf(),
+            net,
         };
-        let start = |name: &str, args: Vec<String>| {
+        let (master_addrs, admin_addrs) = (&addrs.masters, &addrs.admin);
+        let (slave_addrs, master_http, slave_http) =
+            (&addrs.slaves, &addrs.master_http, &addrs.slave_http);
+        let start = |net: Option<&ClusterNet>, name: &str, args: Vec<String>| {
             let log = dir.join(format!("{name}.log"));
-            LocalProc::spawn(&exe, name, args, log, &spec.env)
+            let ns = net.and_then(|n| n.ns_path(name));
+            LocalProc::spawn_in(ns.as_deref(), &exe, name, args, log, &spec.env)
         };
         for (i, addr) in master_addrs.iter().enumerate() {
             let id = i + 1;
@@ -411,7 +540,8 @@ impl LocalCluster {
                 "--data-dir".into(),
                 dir.join(&name).display().to_string(),
                 // The launcher's clusters are for demos, benchmarks and tests: the admin
-                // listener (loopback only) is on for them.
+                // listener (loopback, or the namespace's address on the private bridge) is
+                // on for them.
                 "--admin".into(),
                 admin_addrs[i].clone(),
             ];
@@ -419,7 +549,8 @@ impl LocalCluster {
                 args.extend(["--http".into(), http.clone()]);
             }
             args.extend(spec.master_args.iter().cloned());
-            cluster.masters.push(start(&name, args)?);
+            let p = start(cluster.net.as_ref(), &name, args)?;
+            cluster.masters.push(p);
         }
         for (i, s) in spec.slaves.iter().enumerate() {
             let name = format!("slave-{}", i + 1);
@@ -450,7 +581,8 @@ impl LocalCluster {
                 args.extend(["--http".into(), http.clone()]);
             }
             args.extend(s.extra_args.iter().cloned());
-            cluster.slaves.push(start(&name, args)?);
+            let p = start(cluster.net.as_ref(), &name, args)?;
+            cluster.slaves.push(p);
         }
         Ok(cluster)
     }
@@ -464,11 +596,15 @@ impl LocalCluster {
     /// Tasks outlive their slave agents by design (supervised attempts), so the tasks of
     /// this cluster — processes whose environment names a file under its directory — are
     /// killed too: a local cluster leaves nothing running.
+    /// The namespaces of [`ClusterSpec::netns`] go too.
     pub fn stop(&mut self) {
         for p in self.slaves.iter_mut().chain(self.masters.iter_mut()) {
             p.stop(Duration::from_secs(3));
         }
         kill_tasks_under(&self.dir);
+        if let Some(net) = &mut self.net {
+            net.teardown();
+        }
     }
 
     /// As [`stop`](Self::stop) with no grace period: SIGKILL every process, then the tasks
@@ -478,6 +614,9 @@ impl LocalCluster {
             p.kill9();
         }
         kill_tasks_under(&self.dir);
+        if let Some(net) = &mut self.net {
+            net.teardown();
+        }
     }
 }
 

@@ -24,7 +24,8 @@ pub struct Report {
     pub duration_s: f64,
     /// Faults injected.
     pub faults_injected: u64,
-    /// Faults of the schedule not injected: process faults under `--attach`.
+    /// Faults of the schedule not injected: process faults under `--attach`, and network
+    /// faults only `--netns` can make (a one-way cut, a slave's cut) without it.
     #[serde(default)]
     pub faults_skipped: u64,
     /// Client operations invoked.
@@ -43,10 +44,7 @@ impl Report {
     /// Human-readable form; `replay` is the command that replays the run.
     pub fn text(&self, replay: &str) -> String {
         let skipped = if self.faults_skipped > 0 {
-            format!(
-                " ({} process faults skipped: attached)",
-                self.faults_skipped
-            )
+            format!(" ({} skipped, see the timeline)", self.faults_skipped)
         } else {
             String::new()
         };

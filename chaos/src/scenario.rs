@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// The scenarios built into the binary, by name.
-pub const BUILTIN: [(&str, &str); 7] = [
+pub const BUILTIN: [(&str, &str); 8] = [
     ("kill-leader", include_str!("../scenarios/kill-leader.toml")),
     (
         "partition-leader",
@@ -31,6 +31,7 @@ pub const BUILTIN: [(&str, &str); 7] = [
         include_str!("../scenarios/rolling-restart.toml"),
     ),
     ("mixed", include_str!("../scenarios/mixed.toml")),
+    ("partitions", include_str!("../scenarios/partitions.toml")),
 ];
 
 /// A fault the nemesis can inject.
@@ -49,12 +50,20 @@ pub enum FaultKind {
     PauseLeader,
     /// SIGSTOP a slave agent; SIGCONT at heal.
     PauseSlave,
-    /// Cut the leader from every other master (admin port transport faults).
+    /// Cut the leader from every other master (admin port transport faults; with `--netns`
+    /// from every other process, by nftables rules).
     PartitionLeader,
-    /// Cut one follower from every other master: a minority partition.
+    /// Cut one follower from every other master: a minority partition (with `--netns` a
+    /// majority/minority split of the masters and slaves).
     PartitionMinority,
     /// Cut one link between two masters.
     PartitionLink,
+    /// Drop what one master sends to another, one way (only with `--netns`; skipped
+    /// otherwise).
+    PartitionOneWay,
+    /// Cut one process, a master or a slave (by the seed), from every other one (a slave only
+    /// with `--netns`; skipped otherwise).
+    PartitionNode,
     /// Delay every master's Raft messages.
     Delay,
     /// kill -9 and restart each master in turn.
@@ -70,6 +79,8 @@ impl FaultKind {
             FaultKind::PartitionLeader
                 | FaultKind::PartitionMinority
                 | FaultKind::PartitionLink
+                | FaultKind::PartitionOneWay
+                | FaultKind::PartitionNode
                 | FaultKind::Delay
         )
     }

@@ -2,11 +2,13 @@
 //!
 //! Starts `--masters` masters and `--slaves` slaves of this same binary on free loopback
 //! ports (logs in the data dir), waits for a leader and for every slave, submits a small demo
-//! workload, shows a live progress line on stderr, and prints a summary. Ctrl-C (or the end
-//! of the demo) stops every child: SIGTERM, then SIGKILL after a grace period.
+//! workload, shows a live progress line on stderr, and prints a summary. Ctrl-C or SIGTERM
+//! (or the end of the demo) stops every child: SIGTERM, then SIGKILL after a grace period.
+//! With `--netns` each process runs in its own network namespace on a private bridge
+//! (`hetsched::local::netns`), removed at the end.
 
 use super::client::{call, request_id};
-use super::local::{LocalCluster, SlaveSpec};
+use super::local::{ClusterSpec, LocalCluster, SlaveSpec};
 use anyhow::{bail, Context};
 use hetsched_common::protocol::{ClientRequest, ClientResponse, StatusInfo};
 use hetsched_common::{GpuRequest, JobId, JobSpec, ResourceRequest};
@@ -32,6 +34,10 @@ pub struct Args {
     /// Give up on the demo after this many seconds.
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
+    /// Run each master and slave in its own network namespace, with its own address on a
+    /// private bridge (10.213.K.0/24) that is removed at the end; needs root and `ip`.
+    #[arg(long)]
+    pub netns: bool,
 }
 
 fn demo_jobs() -> Vec<JobSpec> {
@@ -143,7 +149,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             },
         })
         .collect();
-    let mut cluster = LocalCluster::start(&dir, a.masters, &slaves)?;
+    // Ctrl-C and SIGTERM are caught from here on (also while the cluster starts), so the
+    // cluster, and with --netns its namespaces, is always stopped and removed.
+    let mut stop_signals = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _in_rt = rt.enter();
+        (
+            signal(SignalKind::interrupt()).context("cannot catch Ctrl-C")?,
+            signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
+        )
+    };
+    let spec = ClusterSpec {
+        masters: a.masters,
+        slaves,
+        netns: a.netns,
+        ..ClusterSpec::default()
+    };
+    let mut cluster = LocalCluster::launch(&dir, &spec)?;
     let addrs = cluster.master_addrs.clone();
     eprintln!(
         "hetsched up: {} master(s), {} slave(s); data and logs in {}",
@@ -155,18 +177,42 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(http) = cluster.master_http.first() {
         eprintln!("  dashboard: http://{http}/ui   API: http://{http}/v1/status (unauthenticated)");
     }
+    if let Some(net) = &cluster.net {
+        eprintln!(
+            "  network namespaces on bridge {} ({}/24): {}",
+            net.bridge,
+            net.host_ip,
+            net.nodes
+                .iter()
+                .map(|n| format!("{} {}", n.ns, n.ip))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
 
     let result = rt.block_on(async {
         tokio::select! {
             r = drive(&addrs, &a) => r,
-            _ = tokio::signal::ctrl_c() => {
+            _ = stop_signals.0.recv() => {
                 eprintln!("\ninterrupted; stopping the cluster");
                 Err(anyhow::anyhow!("interrupted"))
+            }
+            _ = stop_signals.1.recv() => {
+                eprintln!("\nterminated; stopping the cluster");
+                Err(anyhow::anyhow!("terminated"))
             }
         }
     });
     cluster.stop();
-    eprintln!("cluster stopped; data and logs kept in {}", dir.display());
+    eprintln!(
+        "cluster stopped{}; data and logs kept in {}",
+        if a.netns {
+            ", its network namespaces removed"
+        } else {
+            ""
+        },
+        dir.display()
+    );
     result
 }
 

@@ -59,8 +59,9 @@ pub struct RunArgs {
         requires = "attach"
     )]
     pub masters: Vec<String>,
-    /// Real partitions between network namespaces made for the run (root, iproute2 and
-    /// iptables). Exits 2 with the reason where they cannot be used.
+    /// Start every master and slave in its own network namespace on a private bridge and
+    /// make partitions real: nftables rules inside the namespaces (delays stay in-process).
+    /// Needs root, `ip` (iproute2) and `nft` (nftables); exits 2 naming what is missing.
     #[arg(long, conflicts_with = "attach")]
     pub netns: bool,
 }
@@ -74,7 +75,12 @@ impl RunArgs {
             return Err(exit::bad_input("--duration: must be greater than 0"));
         }
         if self.netns {
-            return Err(exit::bad_input(netns_unavailable()));
+            if let Err(e) = super::super::local::netns::check_available(&["ip", "nft"]) {
+                return Err(exit::bad_input(format!(
+                    "--netns is not available on this machine: {e}; run without --netns \
+                     (partitions then go through the masters' admin ports)"
+                )));
+            }
         }
         if self.attach && self.masters.iter().all(|m| m.trim().is_empty()) {
             return Err(exit::bad_input(
@@ -93,6 +99,9 @@ impl RunArgs {
         );
         if self.attach {
             replay.push_str(&format!(" --attach --masters {}", self.masters.join(",")));
+        }
+        if self.netns {
+            replay.push_str(" --netns");
         }
         if let Some(bug) = &self.bug {
             replay.push_str(&format!(" --bug {bug}"));
@@ -114,37 +123,4 @@ fn load_scenario(arg: &str) -> anyhow::Result<Scenario> {
         )
     })?;
     Scenario::parse(arg, &text).map_err(|e| exit::bad_input(e.to_string()))
-}
-
-/// Why `--netns` cannot be used here. Real partitions need root, `ip` (iproute2) and
-/// `iptables`; even where they are present this build has no namespace driver yet (the plan
-/// is in the README's chaos section), so the answer is always a reason.
-fn netns_unavailable() -> String {
-    let on_path = |tool: &str| {
-        std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-    };
-    let mut missing = Vec::new();
-    // The owner of /proc/self is this process's effective user.
-    let root =
-        std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0);
-    if !root {
-        missing.push("root".to_string());
-    }
-    for tool in ["ip", "iptables"] {
-        if !on_path(tool) {
-            missing.push(format!("`{tool}` on PATH"));
-        }
-    }
-    if missing.is_empty() {
-        "--netns: real partitions between network namespaces are not implemented in this build; \
-         run without --netns (partitions go through the masters' admin ports)"
-            .into()
-    } else {
-        format!(
-            "--netns is not available on this machine: it needs {}; run without --netns \
-             (partitions go through the masters' admin ports)",
-            missing.join(", ")
-        )
-    }
 }

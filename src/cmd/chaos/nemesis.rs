@@ -1,9 +1,12 @@
 //! The nemesis: injects one planned fault at a time into the masters and slaves — process
 //! faults (kill -9, SIGSTOP) on a local cluster, transport faults (partitions, delays)
-//! through every master's admin listener — and remembers how to undo each at heal.
+//! through every master's admin listener, or with `--netns` real partitions between the
+//! cluster's network namespaces ([`super::netfault`]; delays stay in-process: no netem) —
+//! and remembers how to undo each at heal.
 
 use super::super::client::call;
-use super::super::local::{LocalCluster, LocalProc};
+use super::super::local::{ClusterNet, LocalCluster, LocalProc};
+use super::netfault;
 use super::observe::wait_leader;
 use hetsched_chaos::{FaultKind, PlannedFault};
 use hetsched_common::protocol::{ClientRequest, FaultSpec};
@@ -15,7 +18,10 @@ pub(super) enum Undo {
     Restart(Target),
     Cont(Target),
     ClearFaults,
+    HealNet,
     Nothing,
+    /// Not injected: [`Nemesis::inject`] reports it as skipped.
+    Skipped,
 }
 
 /// One process of a local cluster, by position.
@@ -76,6 +82,16 @@ impl Nemesis {
     fn n_slaves(&self) -> usize {
         self.cluster.as_ref().map_or(0, |c| c.slaves.len())
     }
+    /// The cluster's network namespaces (`--netns`).
+    fn net(&self) -> Option<&ClusterNet> {
+        self.cluster.as_ref()?.net.as_ref()
+    }
+    /// Removes every real partition rule (`--netns`); a warning where that fails.
+    fn heal_net(&self) {
+        if let Some(Err(e)) = self.net().map(ClusterNet::heal) {
+            tracing::warn!("heal the network: {e}");
+        }
+    }
     async fn set_faults(&self, master: usize, spec: FaultSpec) {
         let addr = [self.admin_addrs[master].clone()];
         let req = call(&addr, ClientRequest::SetFaults(spec), true);
@@ -85,19 +101,38 @@ impl Nemesis {
             Err(_) => tracing::warn!("set faults on master-{}: no answer in 2 s", master + 1),
         }
     }
-    /// Clears the transport faults of every master.
+    /// Clears the transport faults of every master, and the real partitions (`--netns`).
     pub(super) async fn clear_faults(&self) {
         for i in 0..self.n_masters() {
             self.set_faults(i, FaultSpec::default()).await;
         }
+        self.heal_net();
     }
 
-    /// Injects one fault; returns what it did and how to undo it.
+    /// Injects one fault; returns what it did and how to undo it, or (`Err`) why it was
+    /// skipped: a fault only real partitions can make, without `--netns`.
     pub(super) async fn inject(
         &mut self,
         f: &PlannedFault,
         leader: Option<usize>,
-    ) -> (String, Undo) {
+    ) -> Result<(String, Undo), String> {
+        let kind = f.kind.name();
+        if let Some(net) = self.net() {
+            if let Some(cut) = netfault::plan(f, leader, self.n_masters(), self.n_slaves()) {
+                return match netfault::inject(net, &cut) {
+                    Ok(what) => Ok((format!("{kind}: {what}"), Undo::HealNet)),
+                    Err(e) => Err(format!("{kind}: skipped ({e})")),
+                };
+            }
+        }
+        match self.inject_local(f, leader).await {
+            (why, Undo::Skipped) => Err(why),
+            done => Ok(done),
+        }
+    }
+
+    /// Injects one fault as a process fault or through the admin ports.
+    async fn inject_local(&mut self, f: &PlannedFault, leader: Option<usize>) -> (String, Undo) {
         let n_masters = self.n_masters();
         let followers: Vec<usize> = (0..n_masters).filter(|i| Some(*i) != leader).collect();
         let pick = |v: &[usize]| v.get((f.pick % v.len().max(1) as u64) as usize).copied();
@@ -174,6 +209,27 @@ impl Nemesis {
                     Undo::ClearFaults,
                 )
             }
+            FaultKind::PartitionOneWay => (
+                format!("{kind}: skipped (a one-way cut needs --netns)"),
+                Undo::Skipped,
+            ),
+            FaultKind::PartitionNode => {
+                let i = (f.pick % (n_masters + self.n_slaves()).max(1) as u64) as usize;
+                if i >= n_masters {
+                    return (
+                        format!(
+                            "{kind}: skipped (cutting slave-{} needs --netns)",
+                            i - n_masters + 1
+                        ),
+                        Undo::Skipped,
+                    );
+                }
+                self.isolate(i, f.pick).await;
+                (
+                    format!("{kind}: master-{} cut from every other master", i + 1),
+                    Undo::ClearFaults,
+                )
+            }
             FaultKind::Delay => {
                 let delay_ms = 20 + f.pick % 80;
                 for m in 0..n_masters {
@@ -184,8 +240,13 @@ impl Nemesis {
                     };
                     self.set_faults(m, spec).await;
                 }
+                let how = if self.net().is_some() {
+                    " (in-process: no netem delay in the namespaces)"
+                } else {
+                    ""
+                };
                 (
-                    format!("{kind}: {delay_ms} ms on every Raft message"),
+                    format!("{kind}: {delay_ms} ms on every Raft message{how}"),
                     Undo::ClearFaults,
                 )
             }
@@ -243,7 +304,11 @@ impl Nemesis {
                 self.clear_faults().await;
                 Some("heal: transport faults cleared".into())
             }
-            Undo::Nothing => None,
+            Undo::HealNet => {
+                self.heal_net();
+                Some("heal: net-heal: nftables rules removed in every namespace".into())
+            }
+            Undo::Nothing | Undo::Skipped => None,
         }
     }
 }

@@ -49,6 +49,8 @@ pub(super) fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
         dir.display(),
         if a.attach {
             format!(", attached to {}", a.masters.join(","))
+        } else if a.netns {
+            ", processes in network namespaces (real partitions)".to_string()
         } else {
             String::new()
         }
@@ -58,7 +60,17 @@ pub(super) fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
     if std::env::var_os("HETSCHED_CLIENT_TIMEOUT_MS").is_none() {
         std::env::set_var("HETSCHED_CLIENT_TIMEOUT_MS", "8000");
     }
-    let report = match block_on(drive(&a, &sc, seed, &dir))? {
+    // Ctrl-C drops the run: the local cluster stops (and with --netns its namespaces go).
+    let interruptible = async {
+        tokio::select! {
+            r = drive(&a, &sc, seed, &dir) => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!(
+                "interrupted; the run directory is kept: {}",
+                dir.display()
+            )),
+        }
+    };
+    let report = match block_on(interruptible)? {
         Ok(r) => r,
         Err(e) => {
             // Attached, a fresh run directory holds no cluster logs worth keeping.
@@ -213,7 +225,7 @@ async fn drive(a: &RunArgs, sc: &Scenario, seed: u64, dir: &Path) -> anyhow::Res
     let m = if a.attach {
         attached_masters(&a.masters).await?
     } else {
-        local_masters(sc, dir).await?
+        local_masters(sc, dir, a.netns).await?
     };
     let masters = m.client.clone();
     let mut nemesis = Nemesis {
@@ -292,10 +304,17 @@ async fn drive(a: &RunArgs, sc: &Scenario, seed: u64, dir: &Path) -> anyhow::Res
                 continue;
             }
             let leader = leader_index(&masters).await;
-            let (what, undo) = nemesis.inject(&f, leader).await;
-            faults_injected += 1;
-            rec.note(what);
-            pending.push((Duration::from_millis(f.at_ms + f.hold_ms), undo));
+            match nemesis.inject(&f, leader).await {
+                Ok((what, undo)) => {
+                    faults_injected += 1;
+                    rec.note(what);
+                    pending.push((Duration::from_millis(f.at_ms + f.hold_ms), undo));
+                }
+                Err(why) => {
+                    faults_skipped += 1;
+                    rec.note(why);
+                }
+            }
         }
         let mut i = 0;
         while i < pending.len() {

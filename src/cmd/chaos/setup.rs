@@ -4,7 +4,7 @@
 
 use super::super::client::call;
 use super::super::exit;
-use super::super::local::{LocalCluster, SlaveSpec};
+use super::super::local::{ClusterSpec, LocalCluster, SlaveSpec};
 use super::observe::{status_of, wait_leader};
 use hetsched_chaos::Scenario;
 use hetsched_common::protocol::{ClientRequest, ClientResponse};
@@ -22,8 +22,13 @@ pub(super) struct Masters {
     pub(super) admin: Vec<String>,
 }
 
-/// Starts the scenario's local cluster under `dir`.
-pub(super) async fn local_masters(sc: &Scenario, dir: &Path) -> anyhow::Result<Masters> {
+/// Starts the scenario's local cluster under `dir`; with `netns`, each process in its own
+/// network namespace.
+pub(super) async fn local_masters(
+    sc: &Scenario,
+    dir: &Path,
+    netns: bool,
+) -> anyhow::Result<Masters> {
     let slaves: Vec<SlaveSpec> = (0..sc.slaves)
         .map(|_| SlaveSpec {
             cpus: sc.slave_cpus,
@@ -32,12 +37,14 @@ pub(super) async fn local_masters(sc: &Scenario, dir: &Path) -> anyhow::Result<M
             extra_args: Vec::new(),
         })
         .collect();
-    let cluster = LocalCluster::start_with(
-        dir,
-        sc.masters,
-        &["--job-gc-after".to_string(), "off".to_string()],
-        &slaves,
-    )?;
+    let spec = ClusterSpec {
+        masters: sc.masters,
+        master_args: vec!["--job-gc-after".to_string(), "off".to_string()],
+        slaves,
+        netns,
+        ..ClusterSpec::default()
+    };
+    let cluster = LocalCluster::launch(dir, &spec)?;
     Ok(Masters {
         client: cluster.master_addrs.clone(),
         admin: cluster.admin_addrs.clone(),
