@@ -41,7 +41,7 @@ use std::time::Instant;
 const SEEDS: u64 = 5;
 const STEPS: u64 = 5_000;
 /// The snapshot round trip is checked after every this many entries in the CI runs.
-const ROUND_TRIP_EVERY: u64 = 4;
+const ROUND_TRIP_EVERY: u64 = 3;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
