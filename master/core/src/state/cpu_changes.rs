@@ -51,7 +51,8 @@ impl ClusterState {
             .or_else(|| self.jobs.get(&t.job).map(|j| j.spec.resources.cpu_milli))
     }
 
-    /// The running attempt `(node, task, attempt)` names, or why the command is stale.
+    /// The CPU allocation of the attempt `(node, task, attempt)` names, which must be
+    /// assigned or running and hold its resources there; or why the command is stale.
     fn running_attempt(
         &self,
         node: NodeId,
@@ -61,6 +62,16 @@ impl ClusterState {
         let t = self.current(node, task, attempt)?;
         if !matches!(t.status.state, TaskState::Assigned | TaskState::Running) {
             return Err(Outcome::Ignored(format!("{task} is not running")));
+        }
+        // A task queued here (S0.3) holds nothing of the node yet: there is nothing to move.
+        if !self
+            .nodes
+            .get(&node)
+            .is_some_and(|n| n.tasks.contains(&task))
+        {
+            return Err(Outcome::Ignored(format!(
+                "{task} holds no resources on {node} yet"
+            )));
         }
         self.task_cpu_milli(task)
             .ok_or_else(|| Outcome::Rejected(format!("{task} has no job")))

@@ -16,7 +16,18 @@ impl ClusterState {
                 .range(..(cut, JobId(0)))
                 .copied()
                 .collect();
+            // A preempted attempt still stopping somewhere holds its job's resources on that
+            // node until it is reported ended, and gives them back by the job's spec: such a
+            // job (cancelled meanwhile) waits for a later GC.
+            let stopping: BTreeSet<JobId> = self
+                .nodes
+                .values()
+                .flat_map(|n| n.stopping.iter().map(|s| s.job))
+                .collect();
             for key in due {
+                if stopping.contains(&key.1) {
+                    continue;
+                }
                 self.finished_jobs.remove(&key);
                 let Some(j) = self.jobs.get(&key.1) else {
                     continue;

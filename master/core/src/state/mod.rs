@@ -38,6 +38,8 @@ pub fn command_nodes(command: &Command) -> BTreeSet<NodeId> {
     match command {
         Command::NodeDown { node }
         | Command::NodeUp { node }
+        // A task queued on its slave (S0.3) takes its resources when reported started.
+        | Command::TaskStarted { node, .. }
         | Command::TaskFinished { node, .. }
         | Command::TaskLost { node, .. }
         | Command::DrainNode { node, .. }
@@ -48,14 +50,7 @@ pub fn command_nodes(command: &Command) -> BTreeSet<NodeId> {
         | Command::CompressTask { node, .. } => {
             nodes.insert(*node);
         }
-        Command::TaskReports { node, reports }
-            if reports.iter().any(|r| {
-                matches!(
-                    r,
-                    TaskReport::Finished { .. } | TaskReport::Compressed { .. }
-                )
-            }) =>
-        {
+        Command::TaskReports { node, reports } if !reports.is_empty() => {
             nodes.insert(*node);
         }
         Command::ApplyPlan(plan) => {
@@ -91,7 +86,6 @@ pub fn touched_nodes(mut nodes: BTreeSet<NodeId>, outcome: &Outcome) -> Vec<Node
 
 use hetsched_common::priority::PriorityConfig;
 use hetsched_common::program::{EngineTotal, TaskKind};
-use hetsched_common::protocol::TaskReport;
 use hetsched_common::{ClientRequestId, JobId, NodeId, TaskId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -174,6 +168,20 @@ impl ClusterState {
     #[cfg(feature = "forge")]
     pub fn forge_tasks_mut(&mut self) -> &mut BTreeMap<TaskId, Task> {
         &mut self.tasks
+    }
+
+    /// Test hook, only with the `forge` feature: the jobs, mutable (see
+    /// [`forge_nodes_mut`](Self::forge_nodes_mut)).
+    #[cfg(feature = "forge")]
+    pub fn forge_jobs_mut(&mut self) -> &mut BTreeMap<JobId, Job> {
+        &mut self.jobs
+    }
+
+    /// Test hook, only with the `forge` feature: the pending set, mutable (see
+    /// [`forge_nodes_mut`](Self::forge_nodes_mut)).
+    #[cfg(feature = "forge")]
+    pub fn forge_pending_mut(&mut self) -> &mut BTreeSet<TaskId> {
+        &mut self.pending
     }
 
     /// Nodes by id.

@@ -138,8 +138,9 @@ pub struct Node {
     #[serde(default)]
     pub compress_reserves: Vec<CompressReserve>,
     /// S0.3: tasks assigned beyond its free resources, in arrival order. They hold nothing
-    /// of `free` (so running tasks never exceed capacity) and are not in `tasks`; the head
-    /// moves into `tasks` when its resources free up or when the slave reports it started.
+    /// of `free` (so the tasks held never exceed capacity) and are not in `tasks`; the head
+    /// moves into `tasks` when its resources free up, any one when the slave reports it
+    /// started and its resources are free (one started without room waits at the head).
     #[serde(default)]
     pub queued: Vec<TaskId>,
     /// S0.4: tasks stolen from other nodes' queues by this node.

@@ -5,6 +5,7 @@
 use super::*;
 use hetsched_common::priority::{Principal, Usage};
 use hetsched_common::{Attempt, NodeId, TaskId, TaskReason, TaskState};
+use std::collections::BTreeSet;
 
 impl ClusterState {
     /// Re-checks every assignment against the current state (optimistic concurrency, as
@@ -40,6 +41,12 @@ impl ClusterState {
     pub(super) fn try_preempt(&mut self, p: &Preemption) -> Option<Vec<TaskRef>> {
         let pre = self.tasks.get(&p.preemptor)?;
         if pre.status.state != TaskState::Pending || p.victims.is_empty() {
+            return None;
+        }
+        // Each victim once: a repeated one would be stopped by the first and fail the
+        // second half-way, leaving the decision refused but its victim half preempted.
+        let distinct: BTreeSet<TaskId> = p.victims.iter().map(|v| v.task).collect();
+        if distinct.len() != p.victims.len() {
             return None;
         }
         let prio = pre.priority;

@@ -40,9 +40,11 @@ impl ClusterState {
     }
 
     /// A queued task of `node` started on its slave before its turn here (the slave's
-    /// queue order can differ from the log's): it takes its resources now. The slave only
-    /// starts what fits its cores, so where this state's vector disagrees the grant is
-    /// taken as far as it goes rather than refused.
+    /// queue order, or its view of its cores, can differ from the log's): it takes its
+    /// resources now if they are free. If not, it moves to the head of the queue, holding
+    /// nothing here, and takes them first once they free up (`promote_queued`): the node's
+    /// free vector stays capacity minus what its tasks hold, never below it, so no shortfall
+    /// is forgotten (and over-reported as free) when grants come back.
     pub(super) fn start_queued(&mut self, node: NodeId, task: TaskId) {
         let req = self
             .tasks
@@ -55,18 +57,22 @@ impl ClusterState {
         let Some(pos) = n.queued.iter().position(|t| *t == task) else {
             return;
         };
-        n.queued.remove(pos);
-        n.tasks.insert(task);
-        let Some(req) = req else { return };
+        let Some(req) = req else {
+            n.queued.remove(pos);
+            n.tasks.insert(task);
+            return;
+        };
         match n.free.take(&req) {
             Some(gpus) => {
+                n.queued.remove(pos);
+                n.tasks.insert(task);
                 if let Some(t) = self.tasks.get_mut(&task) {
                     t.gpus = gpus;
                 }
             }
             None => {
-                n.free.cpu_milli = n.free.cpu_milli.saturating_sub(req.cpu_milli);
-                n.free.mem_mib = n.free.mem_mib.saturating_sub(req.mem_mib);
+                n.queued.remove(pos);
+                n.queued.insert(0, task);
             }
         }
     }
