@@ -1,9 +1,9 @@
 use super::*;
 use crate::sched::index::PolicyKind;
-use crate::sched::test_log::Log;
+use crate::sched::test_log::{self, Log};
 use crate::sched::{IndexedScheduler, Scheduler};
 use crate::state::{Command, Outcome, Plan};
-use hetsched_common::{GpuDevice, GpuRequest, JobSpec, NodeId, NodeResources, TaskState};
+use hetsched_common::{GpuDevice, GpuRequest, NodeId, NodeResources, TaskState};
 
 fn entry(task: u64, user: &str, cpu: u64, gpu: u64) -> DrfEntry<'_> {
     DrfEntry {
@@ -168,24 +168,7 @@ fn gpu_node(cpus: u64, gpus: usize) -> Command {
 }
 
 fn submit(count: u32, cpus: u64, gpus: u32) -> Command {
-    Command::SubmitJob {
-        spec: JobSpec {
-            user: "u".into(),
-            resources: ResourceRequest {
-                cpu_milli: cpus * 1000,
-                mem_mib: 10,
-                gpu: if gpus == 0 {
-                    GpuRequest::none()
-                } else {
-                    GpuRequest::whole(gpus)
-                },
-                ..Default::default()
-            },
-            count,
-            command: vec!["true".into()],
-            ..Default::default()
-        },
-    }
+    test_log::submit(test_log::spec(count, cpus, gpus))
 }
 
 fn pipeline() -> IndexedScheduler {

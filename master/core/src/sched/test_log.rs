@@ -147,3 +147,22 @@ pub(crate) fn assign(l: &mut Log, tasks: &[TaskId], node: NodeId) {
         o => panic!("{o:?}"),
     }
 }
+
+/// A priority configuration with two users above the base priority: `hi` (100) and `lo` (10).
+pub(crate) const HI_LO_PRIORITIES: &str = r#"
+base_priority = 0
+[[users]]
+name = "hi"
+priority = 100
+[[users]]
+name = "lo"
+priority = 10
+"#;
+
+/// The task ids a `SubmitJob` was answered with.
+pub(crate) fn submitted_tasks(o: Outcome) -> Vec<TaskId> {
+    match o {
+        Outcome::Submitted { tasks, .. } => tasks,
+        o => panic!("{o:?}"),
+    }
+}

@@ -1,27 +1,12 @@
 use super::*;
 use crate::sched::pipeline::feasibility_stage::Feasibility;
 use crate::sched::pipeline::queue_stage::QueueStage;
-use crate::sched::test_log::{assign, node, spec, submit, Log};
-use crate::state::{Command, Outcome};
+use crate::sched::test_log::{
+    assign, node, spec, submit, submitted_tasks as tasks, Log, HI_LO_PRIORITIES as CONFIG,
+};
+use crate::state::Command;
 use hetsched_common::priority::parse_priority_toml;
 use hetsched_common::{JobSpec, NodeId, TaskId};
-
-const CONFIG: &str = r#"
-base_priority = 0
-[[users]]
-name = "hi"
-priority = 100
-[[users]]
-name = "lo"
-priority = 10
-"#;
-
-fn tasks(o: Outcome) -> Vec<TaskId> {
-    match o {
-        Outcome::Submitted { tasks, .. } => tasks,
-        o => panic!("{o:?}"),
-    }
-}
 
 /// A 2-CPU node full with two low-priority tasks; a high-priority task waits.
 fn cluster() -> (Log, Vec<TaskId>, TaskId) {

@@ -1,26 +1,11 @@
 use super::*;
 use crate::sched::preemption::{plan_preemption, PreemptionConfig};
-use crate::sched::test_log::{assign, index_of, node, spec, submit, Log};
-use crate::state::{Command, Outcome, Plan};
+use crate::sched::test_log::{
+    assign, index_of, node, spec, submit, submitted_tasks as tasks, Log, HI_LO_PRIORITIES as CONFIG,
+};
+use crate::state::{Command, Plan};
 use hetsched_common::priority::parse_priority_toml;
 use hetsched_common::JobSpec;
-
-const CONFIG: &str = r#"
-base_priority = 0
-[[users]]
-name = "hi"
-priority = 100
-[[users]]
-name = "lo"
-priority = 10
-"#;
-
-fn tasks(o: Outcome) -> Vec<TaskId> {
-    match o {
-        Outcome::Submitted { tasks, .. } => tasks,
-        o => panic!("{o:?}"),
-    }
-}
 
 /// A 2-CPU node full with low-priority tasks, and a high-priority task whose preemption
 /// of one of them is applied: it waits for its victim to stop.
