@@ -9,6 +9,7 @@
 
 pub mod firewall;
 pub mod netns;
+pub mod security;
 
 pub use firewall::CutDirection;
 pub use netns::ClusterNet;
@@ -77,6 +78,9 @@ pub enum LaunchError {
         /// Its error output.
         detail: String,
     },
+    /// Certificates could not be made or loaded.
+    #[error("certificates: {0}")]
+    Certs(String),
     /// Every 10.213.K.0/24 is taken on this machine (or the cluster needs over 240 addresses).
     #[error("no free private /24 in 10.213.1.0-10.213.254.0 for the namespaces' bridge")]
     NoSubnet,
@@ -283,6 +287,12 @@ pub struct ClusterSpec {
     /// Each process in its own network namespace on a private bridge ([`ClusterNet`]),
     /// listening on its namespace's address (root and `ip` needed).
     pub netns: bool,
+    /// Run `--insecure` (plain TCP, no authentication) instead of with certificates.
+    pub insecure: bool,
+    /// The CA that signs the processes' certificates (`ca.crt`, `ca.key`, and `client/`
+    /// with the administrator's certificate, as [`security::make_ca`] makes it); `None`:
+    /// the launching process's own ([`security::process_ca`]).
+    pub ca_dir: Option<PathBuf>,
 }
 
 impl Default for ClusterSpec {
@@ -297,6 +307,8 @@ impl Default for ClusterSpec {
             slave_http: false,
             env: Vec::new(),
             netns: false,
+            insecure: false,
+            ca_dir: None,
         }
     }
 }
@@ -340,6 +352,9 @@ pub struct LocalCluster {
     pub dir: std::path::PathBuf,
     /// The namespaces of [`ClusterSpec::netns`] (`None` on loopback); removed at stop.
     pub net: Option<ClusterNet>,
+    /// The client certificates directory (`HETSCHED_CERTS_DIR` for the CLI); `None` when
+    /// the cluster runs `--insecure`.
+    pub client_certs: Option<PathBuf>,
 }
 
 /// Pids of live processes whose environment mentions `dir` (a task's `HETSCHED_CPUS_FILE`
@@ -517,6 +532,20 @@ impl LocalCluster {
             slave_http: addrs.slave_http.clone(),
             dir: dir.to_path_buf(),
             net,
+            client_certs: None,
+        };
+        let ca = match (&spec.insecure, &spec.ca_dir) {
+            (true, _) => None,
+            (false, Some(ca)) => Some(ca.clone()),
+            (false, None) => Some(security::process_ca()?),
+        };
+        if let Some(ca) = &ca {
+            security::install_client(ca)?;
+            cluster.client_certs = Some(security::client_dir_of(ca));
+        }
+        let security_flags = |proc_name: &str, role, name: &str| match &ca {
+            None => Ok(vec!["--insecure".to_string()]),
+            Some(ca) => security::process_flags(ca, dir, proc_name, role, name),
         };
         let (master_addrs, admin_addrs) = (&addrs.masters, &addrs.admin);
         let (slave_addrs, master_http, slave_http) =
@@ -548,6 +577,11 @@ impl LocalCluster {
             if let Some(http) = master_http.get(i) {
                 args.extend(["--http".into(), http.clone()]);
             }
+            args.extend(security_flags(
+                &name,
+                hetsched_common::certs::Role::Master,
+                &id.to_string(),
+            )?);
             args.extend(spec.master_args.iter().cloned());
             let p = start(cluster.net.as_ref(), &name, args)?;
             cluster.masters.push(p);
@@ -580,6 +614,11 @@ impl LocalCluster {
             if let Some(http) = slave_http.get(i) {
                 args.extend(["--http".into(), http.clone()]);
             }
+            args.extend(security_flags(
+                &name,
+                hetsched_common::certs::Role::Slave,
+                &name,
+            )?);
             args.extend(s.extra_args.iter().cloned());
             let p = start(cluster.net.as_ref(), &name, args)?;
             cluster.slaves.push(p);

@@ -25,6 +25,10 @@ struct Cli {
         value_name = "HOST:PORT,..."
     )]
     masters: Option<Vec<String>>,
+    /// Certificates for talking to a secured cluster: `ca.crt`, and optionally
+    /// `client.USER.crt` / `client.USER.key` (see `hetsched certs`).
+    #[arg(long, env = "HETSCHED_CERTS_DIR", value_name = "DIR")]
+    certs_dir: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -83,6 +87,9 @@ enum Command {
     /// Fault injection: run a scenario on a local cluster and check the history.
     #[command(subcommand)]
     Chaos(cmd::chaos::ChaosCommand),
+    /// Cluster certificates: a CA, and certificates carrying a role and a name.
+    #[command(subcommand)]
+    Certs(cmd::security::CertsCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -146,6 +153,22 @@ fn main() -> ExitCode {
         restore_sigpipe();
     }
     let masters = cli.masters.unwrap_or_default();
+    let is_client = !matches!(
+        cli.command,
+        Command::Master(_)
+            | Command::Slave(_)
+            | Command::Up(_)
+            | Command::Bench(_)
+            | Command::Chaos(_)
+            | Command::Sim(_)
+            | Command::Certs(_)
+    );
+    if is_client {
+        if let Err(e) = cmd::security::install_client(cli.certs_dir.as_ref(), None) {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(cmd::exit::code_of(&e));
+        }
+    }
     let result = match cli.command {
         // Exits 2 on bad input (trace files), so it maps its own errors.
         Command::Sim(a) => return cmd::sim::main(a),
@@ -175,6 +198,7 @@ fn main() -> ExitCode {
         Command::Profile(a) => cmd::programs::profile(a),
         Command::Profiles(a) => cmd::programs::profiles(&masters, a),
         Command::Chaos(c) => cmd::chaos::run(c),
+        Command::Certs(c) => cmd::security::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

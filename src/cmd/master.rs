@@ -104,6 +104,8 @@ pub struct Args {
     /// submit gets "busy, retry" (exit 5). Default: no limit.
     #[arg(long, value_name = "TASKS_PER_SEC")]
     pub submit_rate: Option<f64>,
+    #[command(flatten)]
+    pub security: super::security::ServerSecurity,
 }
 
 /// `--job-gc-after`: a duration, or never.
@@ -154,6 +156,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let peers = server::parse_peers(&a.peers)?;
     std::fs::create_dir_all(&a.data_dir)
         .with_context(|| format!("cannot create data dir {}", a.data_dir.display()))?;
+    // Last of the checks: a bad flag is reported as itself, not as missing certificates.
+    a.security.install(
+        hetsched_common::certs::Role::Master,
+        Some(&a.id.to_string()),
+    )?;
     let cfg = MasterConfig {
         id: a.id,
         listen: a.listen,

@@ -13,6 +13,7 @@ pub mod master;
 pub mod ops;
 pub mod plan_batch;
 pub mod programs;
+pub mod security;
 pub mod sim;
 pub mod slave;
 pub mod table;

@@ -103,6 +103,8 @@ pub struct Args {
     /// tasks report their bandwidth through HETSCHED_MEMBW_FILE (emulated).
     #[arg(long, value_name = "DIR", default_value = "/sys/fs/resctrl")]
     pub resctrl_root: PathBuf,
+    #[command(flatten)]
+    pub security: super::security::ServerSecurity,
 }
 
 /// A percentage, `75` or `75%`, as a share (0.75); within (0, 100].
@@ -166,6 +168,25 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "--forward-margin must be a number ≥ 0 (a fraction: 0.5 means more than 1.5× as fast), not {}",
             a.forward_margin
         )));
+    }
+    let mut a = a;
+    if a.security
+        .install(hetsched_common::certs::Role::Slave, a.name.as_deref())?
+    {
+        // A slave registers only as the name in its certificate: take it, or refuse a
+        // different --name now rather than be refused by the masters later.
+        let cert_name = hetsched_common::wire::tls::current()
+            .and_then(|t| t.identity.clone())
+            .map(|i| i.name);
+        match (&a.name, cert_name) {
+            (Some(n), Some(c)) if *n != c => {
+                return Err(super::exit::bad_input(format!(
+                    "--name {n} differs from the name in this slave's certificate ({c})"
+                )))
+            }
+            (None, Some(c)) => a.name = Some(c),
+            _ => {}
+        }
     }
     let engine_opts = hetsched_slave::EngineOptions {
         engines,

@@ -159,14 +159,30 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
         )
     };
+    // Secured like a deployment: its own CA (kept with the data, reused on the next run),
+    // the processes' certificates and the administrator's client certificate.
+    let ca = dir.join("certs").join("ca");
+    if !ca.join("ca.crt").exists() {
+        hetsched::local::security::make_ca(&ca)?;
+    }
     let spec = ClusterSpec {
         masters: a.masters,
         slaves,
         netns: a.netns,
+        ca_dir: Some(ca),
         ..ClusterSpec::default()
     };
     let mut cluster = LocalCluster::launch(&dir, &spec)?;
     let addrs = cluster.master_addrs.clone();
+    // What a shell needs to use the cluster, one `export` per line (no quotes or spaces).
+    println!("export HETSCHED_MASTERS={}", addrs.join(","));
+    if let Some(certs) = &cluster.client_certs {
+        println!("export HETSCHED_CERTS_DIR={}", certs.display());
+    }
+    {
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+    }
     eprintln!(
         "hetsched up: {} master(s), {} slave(s); data and logs in {}",
         a.masters,
@@ -246,8 +262,7 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
     }
     if a.no_demo {
         eprintln!(
-            "  running; submit with: hetsched --masters {} submit -- echo hi",
-            addrs.join(",")
+            "  running; after the export lines above, submit with: hetsched submit -- echo hi"
         );
         eprintln!("  press Ctrl-C to stop");
         std::future::pending::<()>().await;

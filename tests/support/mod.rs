@@ -75,8 +75,29 @@ fn test_env() -> Vec<(String, String)> {
     vec![("HETSCHED_LOG".into(), "info".into())]
 }
 
-/// Starts `hetsched ARGS` as `name` beside a cluster, logging to `dir/NAME.log`.
+/// Starts `hetsched ARGS` as `name` beside a cluster, logging to `dir/NAME.log`. A
+/// `master` or `slave` without `--insecure` or `--certs-dir` gets a certificate from the
+/// test process's CA (the one every launched cluster uses), named by its `--id` or
+/// `--name`, as the launcher does.
 pub fn start_proc(name: &str, args: Vec<String>, dir: &Path) -> Proc {
+    let mut args = args;
+    let role = match args.first().map(String::as_str) {
+        Some("master") => Some((hetsched_common::certs::Role::Master, "--id")),
+        Some("slave") => Some((hetsched_common::certs::Role::Slave, "--name")),
+        _ => None,
+    };
+    let chosen = args.iter().any(|a| a == "--insecure" || a == "--certs-dir");
+    if let (Some((role, flag)), false) = (role, chosen) {
+        let cert_name = args
+            .iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
+            .unwrap_or_else(|| name.to_string());
+        let ca = hetsched::local::security::process_ca().expect("the test CA");
+        let flags = hetsched::local::security::process_flags(&ca, dir, name, role, &cert_name)
+            .expect("issue a certificate");
+        args.extend(flags);
+    }
     let log = dir.join(format!("{name}.log"));
     Proc::spawn(Path::new(BIN), name, args, log, &test_env()).expect("spawn hetsched")
 }
@@ -249,8 +270,13 @@ fn strings(flags: &[&str]) -> Vec<String> {
 }
 
 pub fn cli_with(masters: &str, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--masters")
+    let mut cmd = Command::new(BIN);
+    // The clusters of this test process run secured with its CA: the CLI uses its
+    // administrator's certificate.
+    if let Some(certs) = hetsched::local::security::client_certs_dir() {
+        cmd.env("HETSCHED_CERTS_DIR", certs);
+    }
+    cmd.arg("--masters")
         .arg(masters)
         .args(args)
         .env("HETSCHED_CLIENT_TIMEOUT_MS", "3000")

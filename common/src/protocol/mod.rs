@@ -116,6 +116,12 @@ pub enum ErrorKind {
     NotFound,
     /// The request is served only on another port (the admin listener, docs/CONTRACT.md).
     Forbidden,
+    /// The caller may not do this (its certificate's role, its token's role or user);
+    /// exit 3, HTTP 403.
+    PermissionDenied,
+    /// The request needs credentials (a token or a client certificate) and came without;
+    /// exit 3, HTTP 401.
+    Unauthenticated,
     /// Admission back-pressure: the pending queue is at its cap or the user is over the
     /// submit rate. Nothing was done; retry later (exit 5, "busy, retry").
     Busy,

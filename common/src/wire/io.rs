@@ -15,6 +15,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
+use super::tls::{self, TlsSetup};
+use crate::certs::{Identity, Role};
+
 /// Reads one frame's payload. `Ok(None)` on a clean end of stream between frames.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
@@ -68,17 +71,56 @@ fn error_kind_of(e: &Error) -> ErrorKind {
     }
 }
 
+/// Who sent a request: the remote address (for logs) and, on a TLS link, the identity its
+/// verified certificate carries (`None` on plain links and for clients without a
+/// certificate).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Remote address.
+    pub addr: std::net::SocketAddr,
+    /// Verified identity.
+    pub identity: Option<Identity>,
+    /// Whether the link is TLS (the server runs secured).
+    pub secured: bool,
+}
+
+impl Peer {
+    /// A plain-TCP peer (insecure servers, in-process tests).
+    pub fn plain(addr: std::net::SocketAddr) -> Self {
+        Self {
+            addr,
+            identity: None,
+            secured: false,
+        }
+    }
+
+    /// Whether the peer's certificate has `role`.
+    pub fn has_role(&self, role: Role) -> bool {
+        self.identity.as_ref().is_some_and(|i| i.role == role)
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.identity {
+            Some(i) => write!(f, "{} ({i})", self.addr),
+            None => write!(f, "{}", self.addr),
+        }
+    }
+}
+
 /// A request handler: a message in, at most one reply out (`None` for one-way messages such
-/// as Raft traffic). `peer` is the remote address, for logs.
+/// as Raft traffic). `peer` says who sent it. On a secured server the handler only sees
+/// messages the peer's role may send ([`super::authz::admit`]).
 pub type Handler = Arc<
-    dyn Fn(Message, std::net::SocketAddr) -> Pin<Box<dyn Future<Output = Option<Message>> + Send>>
-        + Send
-        + Sync,
+    dyn Fn(Message, Peer) -> Pin<Box<dyn Future<Output = Option<Message>> + Send>> + Send + Sync,
 >;
 
 /// Serves framed requests on `listener` until the listener fails. Each connection gets a
 /// reader and a writer task; each request runs as its own task, so slow requests do not
-/// block others on the same connection.
+/// block others on the same connection. When the process has a TLS setup
+/// ([`super::tls::current`]) every connection must be TLS: a plain first frame gets one
+/// error and the connection closes.
 pub async fn serve(listener: TcpListener, limits: FrameLimits, handler: Handler) -> Result<()> {
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -91,22 +133,83 @@ pub async fn serve(listener: TcpListener, limits: FrameLimits, handler: Handler)
             }
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_connection(stream, peer, limits, handler.clone()));
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            let setup = tls::current();
+            match setup.as_ref().and_then(|s| s.server.clone()) {
+                None => serve_connection(stream, Peer::plain(peer), limits, handler).await,
+                Some(cfg) => {
+                    if let Some((tls_stream, who)) = accept_tls(stream, peer, cfg, limits).await {
+                        serve_connection(tls_stream, who, limits, handler).await
+                    }
+                }
+            }
+        });
     }
 }
 
-async fn serve_connection(
+/// The TLS side of accepting: a plain first byte gets [`tls::PLAIN_ON_TLS_PORT`] as a
+/// plain error frame; a handshake must finish within the partial-frame timeout (a
+/// half-open connection does not hold a task forever).
+async fn accept_tls(
     stream: TcpStream,
-    peer: std::net::SocketAddr,
+    addr: std::net::SocketAddr,
+    cfg: Arc<rustls::ServerConfig>,
     limits: FrameLimits,
-    handler: Handler,
-) {
-    let (mut rd, mut wr) = stream.into_split();
+) -> Option<(tokio_rustls::server::TlsStream<TcpStream>, Peer)> {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(limits.partial_timeout, stream.peek(&mut first)).await {
+        Ok(Ok(1)) => {}
+        _ => return None,
+    }
+    if first[0] != tls::TLS_HANDSHAKE_BYTE {
+        tracing::warn!(peer = %addr, "plain connection to a TLS port refused");
+        let reply = ErrorReply::new(ErrorKind::PermissionDenied, tls::PLAIN_ON_TLS_PORT);
+        let mut stream = stream;
+        let _ = write_frame(
+            &mut stream,
+            &Envelope::new(0, Message::Error(reply)),
+            limits,
+        )
+        .await;
+        let _ = stream.shutdown().await;
+        return None;
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
+    match tokio::time::timeout(limits.partial_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(s)) => {
+            let identity = tls::peer_identity(s.get_ref().1.peer_certificates());
+            Some((
+                s,
+                Peer {
+                    addr,
+                    identity,
+                    secured: true,
+                },
+            ))
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(peer = %addr, error = %e, "TLS handshake refused");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(peer = %addr, "TLS handshake did not finish in time");
+            None
+        }
+    }
+}
+
+async fn serve_connection<S>(stream: S, peer: Peer, limits: FrameLimits, handler: Handler)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::channel::<Envelope>(1024);
+    let who = peer.clone();
     let writer = tokio::spawn(async move {
         while let Some(env) = rx.recv().await {
             if let Err(e) = write_frame(&mut wr, &env, limits).await {
-                tracing::debug!(%peer, error = %e, "write to peer failed");
+                tracing::debug!(peer = %who, error = %e, "write to peer failed");
                 break;
             }
         }
@@ -129,8 +232,18 @@ async fn serve_connection(
         };
         match decode_payload(&payload) {
             Ok(env) => {
+                if peer.secured {
+                    if let Err(refusal) = super::authz::admit(&env.body, &peer) {
+                        tracing::warn!(%peer, error = %refusal.message, "request refused");
+                        let _ = tx
+                            .send(Envelope::new(env.request_id, Message::Error(refusal)))
+                            .await;
+                        continue;
+                    }
+                }
                 let tx = tx.clone();
                 let handler = handler.clone();
+                let peer = peer.clone();
                 tokio::spawn(async move {
                     if let Some(reply) = handler(env.body, peer).await {
                         let _ = tx.send(Envelope::new(env.request_id, reply)).await;
@@ -162,6 +275,14 @@ pub enum CallError {
         /// Cause.
         source: std::io::Error,
     },
+    /// The TLS handshake failed.
+    #[error("TLS handshake with {addr} failed: {why} (if it runs --insecure, connect without certificates)")]
+    Tls {
+        /// Address.
+        addr: String,
+        /// Cause.
+        why: String,
+    },
     /// The connection broke before the reply came.
     #[error("connection to {0} closed before the reply")]
     Closed(String),
@@ -184,6 +305,10 @@ pub struct Connection {
     pending: Pending,
     next_id: Arc<AtomicU64>,
     closed: Arc<std::sync::atomic::AtomicBool>,
+    server: Option<Identity>,
+    /// The connection-level error the server sent before closing, if any: later calls on
+    /// this connection answer it instead of "closed".
+    last_error: Arc<Mutex<Option<Message>>>,
 }
 
 impl Connection {
@@ -192,11 +317,22 @@ impl Connection {
         Self::connect_with(addr, timeout, FrameLimits::default()).await
     }
 
-    /// Connects with explicit limits.
+    /// Connects with explicit limits, over TLS when the process has a TLS setup
+    /// ([`tls::current`]).
     pub async fn connect_with(
         addr: &str,
         timeout: Duration,
         limits: FrameLimits,
+    ) -> std::result::Result<Self, CallError> {
+        Self::connect_tls(addr, timeout, limits, tls::current()).await
+    }
+
+    /// Connects with explicit limits and TLS setup (`None`: plain TCP).
+    pub async fn connect_tls(
+        addr: &str,
+        timeout: Duration,
+        limits: FrameLimits,
+        setup: Option<Arc<TlsSetup>>,
     ) -> std::result::Result<Self, CallError> {
         let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
@@ -209,7 +345,31 @@ impl Connection {
             Err(_) => return Err(CallError::Timeout(addr.to_string(), timeout)),
         };
         let _ = stream.set_nodelay(true);
-        let (mut rd, mut wr) = stream.into_split();
+        match setup {
+            None => Ok(Self::start(addr, stream, limits, None)),
+            Some(setup) => {
+                let connector = tokio_rustls::TlsConnector::from(setup.client.clone());
+                let hs = connector.connect(tls::server_name(addr), stream);
+                match tokio::time::timeout(timeout, hs).await {
+                    Ok(Ok(s)) => {
+                        let identity = tls::peer_identity(s.get_ref().1.peer_certificates());
+                        Ok(Self::start(addr, s, limits, identity))
+                    }
+                    Ok(Err(e)) => Err(CallError::Tls {
+                        addr: addr.to_string(),
+                        why: e.to_string(),
+                    }),
+                    Err(_) => Err(CallError::Timeout(addr.to_string(), timeout)),
+                }
+            }
+        }
+    }
+
+    fn start<S>(addr: &str, stream: S, limits: FrameLimits, server: Option<Identity>) -> Self
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (mut rd, mut wr) = tokio::io::split(stream);
         let (tx, mut rx) = mpsc::channel::<Envelope>(1024);
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -224,6 +384,8 @@ impl Connection {
             }
             closed_w.store(true, Ordering::SeqCst);
         });
+        let last_error: Arc<Mutex<Option<Message>>> = Arc::new(Mutex::new(None));
+        let last_error_r = last_error.clone();
         let pending_r = pending.clone();
         let closed_r = closed.clone();
         let peer = addr.to_string();
@@ -252,7 +414,17 @@ impl Connection {
                         let _ = w.send(env.body);
                     }
                     None if env.request_id == 0 => {
+                        // A connection-level error (a plain client on a TLS port, a
+                        // rejected frame) answers every waiting call, so the caller sees
+                        // why rather than only "closed".
                         tracing::warn!(peer = %peer, reply = ?env.body, "connection-level error from peer");
+                        if let Ok(mut p) = pending_r.lock() {
+                            for (_, w) in p.drain() {
+                                let _ = w.send(env.body.clone());
+                            }
+                        }
+                        *last_error_r.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(env.body.clone());
                     }
                     None => {}
                 }
@@ -263,13 +435,20 @@ impl Connection {
                 p.clear();
             }
         });
-        Ok(Self {
+        Self {
             addr: addr.to_string(),
             tx,
             pending,
             next_id: Arc::new(AtomicU64::new(1)),
             closed,
-        })
+            server,
+            last_error,
+        }
+    }
+
+    /// The identity the server's certificate carries (TLS links only).
+    pub fn server_identity(&self) -> Option<&Identity> {
+        self.server.as_ref()
     }
 
     /// The address this connection goes to.
@@ -295,11 +474,11 @@ impl Connection {
         }
         if self.is_closed() || self.tx.send(Envelope::new(id, body)).await.is_err() {
             self.forget(id);
-            return Err(CallError::Closed(self.addr.clone()));
+            return self.closed_answer();
         }
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(m)) => Ok(m),
-            Ok(Err(_)) => Err(CallError::Closed(self.addr.clone())),
+            Ok(Err(_)) => self.closed_answer(),
             Err(_) => {
                 self.forget(id);
                 Err(CallError::Timeout(self.addr.clone(), timeout))
@@ -325,6 +504,13 @@ impl Connection {
         self.tx
             .try_send(Envelope::new(id, body))
             .map_err(|_| CallError::Closed(self.addr.clone()))
+    }
+
+    fn closed_answer(&self) -> std::result::Result<Message, CallError> {
+        match self.last_error.lock().ok().and_then(|e| e.clone()) {
+            Some(m) => Ok(m),
+            None => Err(CallError::Closed(self.addr.clone())),
+        }
     }
 
     fn forget(&self, id: u64) {

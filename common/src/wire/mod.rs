@@ -10,16 +10,24 @@
 //! answers with an [`crate::protocol::ErrorReply`] where it can, logs, closes that
 //! connection, and keeps serving others.
 //!
+//! Security (docs/CONTRACT.md): `tls.rs` holds the process's TLS setup, which `io.rs` uses
+//! for every connection it accepts or makes; `authz.rs` says which certificate role may
+//! send which message kind.
+//!
 //! `codec.rs` is pure (always built); `io.rs` needs tokio and is built with the `net` feature
 //! (on by default).
 
+#[cfg(feature = "net")]
+pub mod authz;
 mod codec;
 #[cfg(feature = "net")]
 mod io;
+#[cfg(feature = "net")]
+pub mod tls;
 
 pub use codec::{
     decode_payload, encode_frame, Envelope, FrameLimits, DEFAULT_MAX_FRAME,
     DEFAULT_PARTIAL_FRAME_TIMEOUT, PROTOCOL_VERSION,
 };
 #[cfg(feature = "net")]
-pub use io::{read_frame, serve, write_frame, CallError, Connection, Handler};
+pub use io::{read_frame, serve, write_frame, CallError, Connection, Handler, Peer};

@@ -29,7 +29,9 @@ fn answer_error(kind: &ErrorKind, message: &str) -> anyhow::Error {
         | ErrorKind::WrongVersion
         | ErrorKind::Busy => exit::unavailable(message),
         // Permission denied (docs/CONTRACT.md exit 3): an admin request on the cluster port.
-        ErrorKind::Forbidden => exit::forbidden(message),
+        ErrorKind::Forbidden | ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => {
+            exit::forbidden(message)
+        }
         ErrorKind::Unsupported | ErrorKind::UnknownNode | ErrorKind::Internal => {
             anyhow!("{message}")
         }

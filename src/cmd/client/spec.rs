@@ -23,7 +23,12 @@ pub fn read_job_file(path: &str) -> anyhow::Result<JobFile> {
 }
 
 fn default_user() -> String {
-    std::env::var("USER").unwrap_or_else(|_| "anonymous".into())
+    // Against a secured cluster the user is the one in the client certificate.
+    let cert_user = hetsched_common::wire::tls::current()
+        .and_then(|t| t.identity.clone())
+        .filter(|i| i.role == hetsched_common::certs::Role::Client)
+        .map(|i| i.name);
+    cert_user.unwrap_or_else(|| std::env::var("USER").unwrap_or_else(|_| "anonymous".into()))
 }
 
 /// Builds the submission from an optional spec file and the submit flags (flags win).

@@ -182,7 +182,10 @@ impl From<ErrorReply> for ApiError {
             ErrorKind::Invalid | ErrorKind::Malformed => (StatusCode::BAD_REQUEST, "bad-input"),
             ErrorKind::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "bad-input"),
             ErrorKind::NotFound | ErrorKind::UnknownNode => (StatusCode::NOT_FOUND, "not-found"),
-            ErrorKind::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
+            ErrorKind::Forbidden | ErrorKind::PermissionDenied => {
+                (StatusCode::FORBIDDEN, "forbidden")
+            }
+            ErrorKind::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
             ErrorKind::NotLeader { .. }
             | ErrorKind::Unavailable
             | ErrorKind::Unknown

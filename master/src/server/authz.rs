@@ -1,0 +1,234 @@
+//! Who may send which client request (docs/CONTRACT.md, "Security"; the table is
+//! docs/SECURITY.md).
+//!
+//! On a secured master the caller is the identity its client certificate carries: a
+//! `client` certificate names a user (`root` is the administrator, as in CockroachDB); a
+//! master certificate is a peer master (administrator); a slave certificate may only read.
+//! On an `--insecure` master every caller is trusted, as before.
+//!
+//! Rules: a **user** submits only as itself and cancels or reads the logs of its own jobs;
+//! an **operator** also drains and acts on every job; an **admin** also changes members,
+//! the priority configuration and runs benchmark and fault requests. Denials answer
+//! `permission denied: ...` (exit 3, HTTP 403); no credentials answer `Unauthenticated`
+//! (exit 3, HTTP 401). Every denial is logged.
+
+use super::Master;
+use hetsched_common::certs::Role;
+use hetsched_common::protocol::{ClientRequest, ErrorKind, ErrorReply};
+use hetsched_common::wire::Peer;
+use hetsched_common::{JobId, TaskId};
+
+/// The client certificate name that is the cluster administrator.
+pub const ROOT_USER: &str = "root";
+
+/// What a caller may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Its own jobs.
+    User,
+    /// Also drain, and every job.
+    Operator,
+    /// Also members, priority configuration, benchmarks and faults.
+    Admin,
+}
+
+impl Level {
+    fn name(self) -> &'static str {
+        match self {
+            Level::User => "user",
+            Level::Operator => "operator",
+            Level::Admin => "admin",
+        }
+    }
+}
+
+/// An authenticated caller (or everyone, on an insecure master).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// Insecure master: trusted, acts as any user.
+    Trusted,
+    /// A named caller with a level.
+    Known {
+        /// User name.
+        name: String,
+        /// What it may do.
+        level: Level,
+    },
+}
+
+/// The caller a peer is, or why it is none.
+pub fn caller_of(peer: &Peer) -> Result<Caller, ErrorReply> {
+    if !peer.secured {
+        return Ok(Caller::Trusted);
+    }
+    match &peer.identity {
+        Some(i) => Ok(Caller::Known {
+            name: i.name.clone(),
+            level: match i.role {
+                Role::Master => Level::Admin,
+                Role::Client if i.name == ROOT_USER => Level::Admin,
+                Role::Client | Role::Slave => Level::User,
+            },
+        }),
+        None => Err(ErrorReply::new(
+            ErrorKind::Unauthenticated,
+            "permission denied: no credentials: present a client certificate \
+             (HETSCHED_CERTS_DIR with client.USER.crt) or a token (HETSCHED_TOKEN)",
+        )),
+    }
+}
+
+fn denied(why: String) -> ErrorReply {
+    ErrorReply::new(
+        ErrorKind::PermissionDenied,
+        format!("permission denied: {why}"),
+    )
+}
+
+/// The level a request needs, and the job whose owner may send it with less.
+enum Need {
+    Any,
+    Level(Level),
+    SubmitAs(String),
+    OwnJob(JobId),
+    OwnTask(TaskId),
+}
+
+fn need(req: &ClientRequest) -> Need {
+    use ClientRequest as R;
+    match req {
+        R::Submit { spec, .. } => Need::SubmitAs(spec.user.clone()),
+        R::DryRun { spec } => Need::SubmitAs(spec.user.clone()),
+        R::Cancel { job, .. } => Need::OwnJob(*job),
+        R::CancelTask { task, .. } => Need::OwnTask(*task),
+        R::Logs { task, .. } | R::Calls { task } => Need::OwnTask(*task),
+        R::Status { .. }
+        | R::Jobs { .. }
+        | R::Tasks { .. }
+        | R::Nodes { .. }
+        | R::Members { .. }
+        | R::PriorityConfig { .. }
+        | R::Profiles { .. } => Need::Any,
+        R::Drain { .. } | R::Undrain { .. } => Need::Level(Level::Operator),
+        R::AddMember { .. }
+        | R::RemoveMember { .. }
+        | R::TransferLeader { .. }
+        | R::SetPriorityConfig { .. }
+        | R::BenchPropose { .. }
+        | R::BenchCheck { .. }
+        | R::SetFaults(_)
+        | R::SetBugs(_)
+        | R::ExportLog { .. } => Need::Level(Level::Admin),
+    }
+}
+
+/// A short name of a request, for denials.
+fn what(req: &ClientRequest) -> String {
+    let dbg = format!("{req:?}");
+    dbg.split([' ', '(', '{'])
+        .next()
+        .unwrap_or("request")
+        .to_lowercase()
+}
+
+impl Master {
+    /// Admits `req` from `caller`, or says why not (and logs it).
+    pub(super) fn authorize(&self, caller: &Caller, req: &ClientRequest) -> Result<(), ErrorReply> {
+        let Caller::Known { name, level } = caller else {
+            return Ok(());
+        };
+        let refusal = match need(req) {
+            Need::Any => None,
+            Need::Level(l) if *level >= l => None,
+            Need::Level(l) => Some(format!(
+                "{} needs the {} role; {name} has {}",
+                what(req),
+                l.name(),
+                level.name()
+            )),
+            Need::SubmitAs(user) if *level >= Level::Operator || user == *name => None,
+            Need::SubmitAs(user) => {
+                Some(format!("{name} may submit only as itself, not as {user:?}"))
+            }
+            _ if *level >= Level::Operator => None,
+            Need::OwnJob(job) => self.owner_refusal(name, req, self.job_owner(job)),
+            Need::OwnTask(task) => self.owner_refusal(name, req, self.task_owner(task)),
+        };
+        match refusal {
+            None => Ok(()),
+            Some(why) => {
+                tracing::warn!(caller = %name, request = %what(req), %why, "request denied");
+                Err(denied(why))
+            }
+        }
+    }
+
+    fn owner_refusal(
+        &self,
+        name: &str,
+        req: &ClientRequest,
+        owner: Option<String>,
+    ) -> Option<String> {
+        match owner {
+            // Unknown jobs answer "not found" as before: only a known owner can differ.
+            None => None,
+            Some(o) if o == name => None,
+            Some(o) => Some(format!(
+                "{} of a job of {o:?}; {name} acts only on its own",
+                what(req)
+            )),
+        }
+    }
+
+    fn job_owner(&self, job: JobId) -> Option<String> {
+        self.shared
+            .read_state()
+            .job(job)
+            .map(|j| j.spec.user.clone())
+    }
+
+    fn task_owner(&self, task: TaskId) -> Option<String> {
+        let s = self.shared.read_state();
+        let job = s.task(task)?.job;
+        s.job(job).map(|j| j.spec.user.clone())
+    }
+
+    /// A slave request's name check: a slave registers and reports only as the name in its
+    /// certificate.
+    pub(super) fn check_slave_name(
+        &self,
+        peer: &Peer,
+        req: &hetsched_common::protocol::SlaveRequest,
+    ) -> Result<(), ErrorReply> {
+        use hetsched_common::protocol::SlaveRequest as S;
+        let Some(id) = peer.identity.as_ref().filter(|_| peer.secured) else {
+            return Ok(());
+        };
+        let claimed = match req {
+            S::Register { name, .. } => Some(name.clone()),
+            other => slave_request_node(other)
+                .and_then(|n| self.shared.read_state().node(n).map(|n| n.name.clone())),
+        };
+        match claimed {
+            Some(c) if c != id.name => {
+                tracing::warn!(peer = %peer, claimed = %c, "slave request under another name denied");
+                Err(denied(format!(
+                    "the slave certificate of {:?} cannot act as node {c:?}",
+                    id.name
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn slave_request_node(
+    req: &hetsched_common::protocol::SlaveRequest,
+) -> Option<hetsched_common::NodeId> {
+    // Every request after Register names its node; read it from the serialized form so
+    // that new request kinds are covered without a list here.
+    let v = serde_json::to_value(req).ok()?;
+    let inner = v.as_object()?.values().next()?;
+    let n = inner.get("node")?;
+    serde_json::from_value(n.clone()).ok()
+}

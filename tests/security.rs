@@ -1,0 +1,301 @@
+//! Secure by default (docs/CONTRACT.md, "Security"): masters and slaves refuse to start
+//! without `--certs-dir` or `--insecure`; certificates carry role and name; every refusal
+//! the transport and the master make, against a real secured cluster started with default
+//! flags by the launcher.
+
+mod support;
+
+use hetsched::local::security;
+use hetsched_common::certs::{self, Role};
+use hetsched_common::protocol::{
+    Assignment, ClientRequest, ErrorKind, ErrorReply, Message, SlaveCommand, SlaveRequest,
+};
+use hetsched_common::wire::{tls, Connection, FrameLimits};
+use hetsched_common::{JobId, NodeResources, ResourceRequest, TaskId};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use support::*;
+
+fn run(args: &[&str], certs: Option<&Path>) -> (i32, String, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env("HETSCHED_CLIENT_TIMEOUT_MS", "3000")
+        .env_remove("HETSCHED_MASTERS")
+        .env_remove("HETSCHED_CERTS_DIR")
+        .stdin(Stdio::null());
+    if let Some(c) = certs {
+        cmd.env("HETSCHED_CERTS_DIR", c);
+    }
+    let out = cmd.output().expect("run hetsched");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A certificates directory for `role`/`name` from the test process's CA.
+fn certs_for(dir: &Path, role: Role, name: &str) -> std::path::PathBuf {
+    let ca = security::process_ca().expect("test CA");
+    let out = dir.join(format!("certs-{role}-{name}"));
+    security::issue(&ca, role, name, &out).expect("issue");
+    out
+}
+
+fn setup_for(dir: &Path, role: Role, name: &str) -> Arc<tls::TlsSetup> {
+    let d = certs_for(dir, role, name);
+    Arc::new(tls::load(&d, role, Some(name)).expect("load"))
+}
+
+fn call_as(setup: Option<Arc<tls::TlsSetup>>, addr: &str, msg: Message) -> Result<Message, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let c =
+            Connection::connect_tls(addr, Duration::from_secs(2), FrameLimits::default(), setup)
+                .await
+                .map_err(|e| e.to_string())?;
+        c.call(msg, Duration::from_secs(5))
+            .await
+            .map_err(|e| e.to_string())
+    })
+}
+
+fn denied(m: &Result<Message, String>) -> String {
+    match m {
+        Ok(Message::Error(ErrorReply {
+            kind: ErrorKind::PermissionDenied,
+            message,
+        })) => message.clone(),
+        other => panic!("expected permission denied, got {other:?}"),
+    }
+}
+
+#[test]
+fn master_and_slave_without_certs_dir_or_insecure_exit_2_naming_both() {
+    let dir = Scratch::new("sec-flags");
+    let d = dir.path().display().to_string();
+    for args in [
+        vec![
+            "master",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:1",
+            "--peers",
+            "1=127.0.0.1:1",
+            "--data-dir",
+            &d,
+        ],
+        vec![
+            "slave",
+            "--listen",
+            "127.0.0.1:1",
+            "--masters",
+            "127.0.0.1:2",
+            "--data-dir",
+            &d,
+            "--cpus",
+            "1",
+            "--mem",
+            "64",
+        ],
+    ] {
+        let (code, _, err) = run(&args, None);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains("--certs-dir") && err.contains("--insecure"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn certs_carry_role_and_name_and_keys_are_private() {
+    let dir = Scratch::new("sec-certs");
+    let ca = dir.path().join("ca");
+    let (code, _, err) = run(&["certs", "init", &ca.display().to_string()], None);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(
+        &[
+            "certs",
+            "issue",
+            &ca.display().to_string(),
+            "--role",
+            "slave",
+            "--name",
+            "edge-7",
+            "--hosts",
+            "10.0.0.7,node7.example",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.trim().ends_with("slave.edge-7.crt"), "{out}");
+    use std::os::unix::fs::PermissionsExt;
+    for key in ["ca.key", "slave.edge-7.key"] {
+        let mode = std::fs::metadata(ca.join(key))
+            .expect("key")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{key}");
+    }
+    let setup = tls::load(&ca, Role::Slave, Some("edge-7")).expect("load");
+    assert_eq!(
+        setup.identity,
+        Some(certs::Identity {
+            role: Role::Slave,
+            name: "edge-7".into()
+        })
+    );
+    // A second CA in the same place is refused; a bad role is bad input.
+    assert_eq!(
+        run(&["certs", "init", &ca.display().to_string()], None).0,
+        2
+    );
+    let (code, _, err) = run(
+        &[
+            "certs",
+            "issue",
+            &ca.display().to_string(),
+            "--role",
+            "king",
+            "--name",
+            "x",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    // A master loading a slave's directory is told so.
+    let e = tls::load(&ca, Role::Master, None).expect_err("no master cert");
+    assert!(e.to_string().contains("no master certificate"), "{e}");
+}
+
+#[test]
+fn a_secured_cluster_refuses_plain_tcp_foreign_roles_and_other_users() {
+    let c = Cluster::start("sec-cluster", 1, 1, 2);
+    c.wait_nodes_up(1, Duration::from_secs(30));
+    let master = c.master_addrs[0].clone();
+    let slave = c.slave_addrs[0].clone();
+
+    // Plain TCP to each port: one clear error, then the connection is closed.
+    for addr in [&master, &c.admin_addrs[0], &slave] {
+        let msg = denied(&call_as(
+            None,
+            addr,
+            Message::Client(ClientRequest::Status { stale: true }),
+        ));
+        assert!(msg.contains("requires TLS"), "{addr}: {msg}");
+    }
+
+    // A slave certificate cannot send Raft traffic nor register as another node.
+    let slave_cert = setup_for(c.dir.path(), Role::Slave, "slave-1");
+    let msg = denied(&call_as(
+        Some(slave_cert.clone()),
+        &master,
+        Message::Raft {
+            from: hetsched_common::MasterId(1),
+            msgs: vec![],
+        },
+    ));
+    assert!(msg.contains("master certificate"), "{msg}");
+    let register = |name: &str| {
+        Message::Slave(SlaveRequest::Register {
+            key: 42,
+            node: None,
+            name: name.into(),
+            addr: "127.0.0.1:9".into(),
+            capacity: NodeResources {
+                cpu_milli: 1000,
+                mem_mib: 64,
+                ..Default::default()
+            },
+            labels: Default::default(),
+            held: vec![],
+            partitions: vec![],
+        })
+    };
+    let msg = denied(&call_as(Some(slave_cert), &master, register("slave-9")));
+    assert!(msg.contains("slave-9"), "{msg}");
+
+    // Only a master certificate makes a slave run something: no process starts.
+    let marker = c.dir.path().join("should-not-exist");
+    let assign = Message::ToSlave(SlaveCommand::AssignBatch(vec![Assignment {
+        task: TaskId(9999),
+        job: JobId(9999),
+        index: 0,
+        attempt: 1,
+        command: vec!["touch".into(), marker.display().to_string()],
+        env: Default::default(),
+        resources: ResourceRequest {
+            cpu_milli: 100,
+            mem_mib: 16,
+            ..Default::default()
+        },
+        gpus: vec![],
+    }]));
+    for who in [
+        setup_for(c.dir.path(), Role::Client, "root"),
+        setup_for(c.dir.path(), Role::Slave, "slave-2"),
+    ] {
+        let msg = denied(&call_as(Some(who), &slave, assign.clone()));
+        assert!(msg.contains("master certificate"), "{msg}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!marker.exists(), "a refused assignment ran");
+
+    // Users: alice cannot act as bob, nor touch bob's job, nor change the configuration;
+    // without credentials nothing is allowed.
+    let alice = certs_for(c.dir.path(), Role::Client, "alice");
+    let bob = certs_for(c.dir.path(), Role::Client, "bob");
+    let m = c.masters_arg();
+    let (code, _, err) = run(
+        &["--masters", &m, "submit", "--user", "bob", "--", "true"],
+        Some(&alice),
+    );
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("permission denied"), "{err}");
+    let (code, out, err) = run(
+        &["--masters", &m, "submit", "--json", "--", "sleep", "30"],
+        Some(&bob),
+    );
+    assert_eq!(code, 0, "{err}");
+    let job: serde_json::Value =
+        serde_json::from_str(out.lines().last().expect("a line")).expect("json");
+    let job = match &job["job_id"] {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let task = wait_for("bob's task", Duration::from_secs(10), || {
+        c.tasks().first().and_then(|t| t["id"].as_u64())
+    });
+    let (code, _, err) = run(&["--masters", &m, "cancel", &job], Some(&alice));
+    assert_eq!(code, 3, "cancel another user's job: {err}");
+    let (code, _, err) = run(&["--masters", &m, "logs", &task.to_string()], Some(&alice));
+    assert_eq!(code, 3, "logs of another user's job: {err}");
+    let cfg = c.dir.path().join("prio.toml");
+    std::fs::write(&cfg, "[[users]]\nname = \"alice\"\npriority = 9\n").expect("write");
+    let (code, _, err) = run(
+        &[
+            "--masters",
+            &m,
+            "config",
+            "apply",
+            &cfg.display().to_string(),
+        ],
+        Some(&alice),
+    );
+    assert_eq!(code, 3, "priority configuration by a user: {err}");
+    let ca_only = c.dir.path().join("ca-only");
+    std::fs::create_dir_all(&ca_only).expect("dir");
+    std::fs::copy(alice.join("ca.crt"), ca_only.join("ca.crt")).expect("copy");
+    let (code, _, err) = run(&["--masters", &m, "submit", "--", "true"], Some(&ca_only));
+    assert_eq!(code, 3, "no credentials: {err}");
+    // The owner may cancel its own job.
+    let (code, _, err) = run(&["--masters", &m, "cancel", &job], Some(&bob));
+    assert_eq!(code, 0, "{err}");
+}
