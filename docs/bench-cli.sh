@@ -2,18 +2,28 @@
 # CLI round-trip times (issue 17): one master, one slave, 10 jobs x 1,000 tasks kept
 # pending (they ask for more cores than the slave has, so nothing runs), then each command
 # 10 times; prints median and max wall time per command, process start included.
-# Usage: docs/bench-cli.sh [path/to/hetsched]
+# Secured (certificates, mutual TLS) by default; INSECURE=1 runs both processes --insecure.
+# Usage: [INSECURE=1] docs/bench-cli.sh [path/to/hetsched]
 set -euo pipefail
 BIN=${1:-target/release/hetsched}
 DIR=$(mktemp -d)
 M=127.0.0.1:$((20000 + RANDOM % 10000)); S=127.0.0.1:$((30000 + RANDOM % 10000))
 cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"; }
 PIDS=(); trap cleanup EXIT
-"$BIN" master --id 1 --listen "$M" --peers "1=$M" --data-dir "$DIR/m" 2>"$DIR/m.log" & PIDS+=($!)
-"$BIN" slave --listen "$S" --masters "$M" --data-dir "$DIR/s" --cpus 4 --mem 4096 2>"$DIR/s.log" & PIDS+=($!)
+if [ "${INSECURE:-0}" = 1 ]; then
+  MSEC=(--insecure); SSEC=(--insecure); unset HETSCHED_CERTS_DIR
+else
+  "$BIN" certs init "$DIR/ca" >/dev/null
+  "$BIN" certs issue "$DIR/ca" --role master --name 1 --out "$DIR/cm" >/dev/null
+  "$BIN" certs issue "$DIR/ca" --role slave --name s1 --out "$DIR/cs" >/dev/null
+  "$BIN" certs issue "$DIR/ca" --role client --name root --out "$DIR/cc" >/dev/null
+  MSEC=(--certs-dir "$DIR/cm"); SSEC=(--certs-dir "$DIR/cs"); export HETSCHED_CERTS_DIR=$DIR/cc
+fi
+"$BIN" master --id 1 --listen "$M" --peers "1=$M" --data-dir "$DIR/m" "${MSEC[@]}" 2>"$DIR/m.log" & PIDS+=($!)
+"$BIN" slave --listen "$S" --masters "$M" --data-dir "$DIR/s" --cpus 4 --mem 4096 "${SSEC[@]}" 2>"$DIR/s.log" & PIDS+=($!)
 export HETSCHED_MASTERS=$M HETSCHED_CLIENT_TIMEOUT_MS=30000
 until "$BIN" status --json 2>/dev/null | grep -q '"up":1'; do sleep 0.2; done
-for j in $(seq 10); do "$BIN" submit --json --count 1000 --cpus 64 -- true >/dev/null; done
+for j in $(seq 10); do "$BIN" submit --json --count 1000 --cpus 64 --allow-unplaceable -- true >/dev/null; done
 ms() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s%N); echo $(( (e - s) / 1000000 )); }
 bench() {
   local t=()
@@ -23,6 +33,7 @@ bench() {
 }
 echo "| command | median ms | max ms |"
 echo "|---|---:|---:|"
+bench submit --json --cpus 64 --allow-unplaceable -- true
 bench status --json
 bench status
 bench jobs --json

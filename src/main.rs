@@ -159,7 +159,6 @@ fn main() -> ExitCode {
             | Command::Slave(_)
             | Command::Up(_)
             | Command::Bench(_)
-            | Command::Chaos(_)
             | Command::Sim(_)
             | Command::Certs(_)
     );

@@ -10,14 +10,30 @@ use std::time::Duration;
 use support::*;
 
 /// Sends `bytes` on a fresh connection and reads until the server closes. `Err` carries the
-/// connect error.
+/// connect error. The launcher's clusters run secured: the bytes travel inside the TLS
+/// session of the test process's certificate, so they reach the framing layer (plain bytes
+/// on a TLS port are refused before it; tests/security.rs checks that).
 fn send_and_drain(addr: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let mut s = TcpStream::connect(addr)?;
+    let s = TcpStream::connect(addr)?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = s.write_all(bytes);
-    // The server answers with an error frame (where it can) and closes.
     let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
+    match hetsched_common::wire::tls::current() {
+        None => {
+            let mut s = s;
+            let _ = s.write_all(bytes);
+            // The server answers with an error frame (where it can) and closes.
+            let _ = s.read_to_end(&mut buf);
+        }
+        Some(setup) => {
+            let name = hetsched_common::wire::tls::server_name(addr);
+            let conn = rustls::ClientConnection::new(setup.client.clone(), name)
+                .map_err(std::io::Error::other)?;
+            let mut t = rustls::StreamOwned::new(conn, s);
+            let _ = t.write_all(bytes);
+            let _ = t.flush();
+            let _ = t.read_to_end(&mut buf);
+        }
+    }
     Ok(())
 }
 

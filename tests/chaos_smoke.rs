@@ -7,6 +7,10 @@ use std::process::Command;
 fn hetsched() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_hetsched"));
     c.env("HETSCHED_LOG", "warn");
+    // Clusters this test process launched run secured with its CA.
+    if let Some(certs) = hetsched::local::security::client_certs_dir() {
+        c.env("HETSCHED_CERTS_DIR", certs);
+    }
     c
 }
 

@@ -299,3 +299,79 @@ fn a_secured_cluster_refuses_plain_tcp_foreign_roles_and_other_users() {
     let (code, _, err) = run(&["--masters", &m, "cancel", &job], Some(&bob));
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn up_no_demo_prints_exports_with_which_the_cli_works() {
+    use std::io::BufRead;
+    let dir = Scratch::new("sec-up");
+    let log = std::fs::File::create(dir.path().join("up.err")).expect("log");
+    let mut child = Command::new(BIN)
+        .args([
+            "up",
+            "--no-demo",
+            "--masters",
+            "1",
+            "--slaves",
+            "1",
+            "--data-dir",
+        ])
+        .arg(dir.path().join("up"))
+        .env("HETSCHED_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("start up");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut exports = std::collections::BTreeMap::new();
+    while exports.len() < 2 {
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("up prints its export lines");
+        if let Some((k, v)) = line.strip_prefix("export ").and_then(|l| l.split_once('=')) {
+            assert!(!v.contains([' ', '"', '\'']), "{line}");
+            exports.insert(k.to_string(), v.to_string());
+        }
+    }
+    let cli = |args: &[&str]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env_remove("HETSCHED_MASTERS")
+            .env_remove("HETSCHED_CERTS_DIR")
+            .env("HETSCHED_CLIENT_TIMEOUT_MS", "3000")
+            .stdin(Stdio::null());
+        for (k, v) in &exports {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run hetsched")
+    };
+    let submitted = wait_for(
+        "a submit with up's exports",
+        Duration::from_secs(60),
+        || {
+            let out = cli(&["submit", "--", "true"]);
+            out.status.success().then_some(out)
+        },
+    );
+    assert!(String::from_utf8_lossy(&submitted.stdout).contains("submitted"));
+    let jobs = cli(&["jobs"]);
+    assert!(
+        jobs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&jobs.stderr)
+    );
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+}

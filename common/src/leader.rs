@@ -157,6 +157,8 @@ pub struct LeaderClient {
     next: usize,
     conn: Option<Connection>,
     opts: LeaderOptions,
+    /// TLS setup of its connections; `None`: the process's ([`crate::wire::tls::current`]).
+    tls: Option<std::sync::Arc<crate::wire::tls::TlsSetup>>,
 }
 
 impl std::fmt::Debug for LeaderClient {
@@ -180,7 +182,14 @@ impl LeaderClient {
             target,
             conn: None,
             opts: LeaderOptions::default(),
+            tls: None,
         }
+    }
+
+    /// The same client connecting with `setup` instead of the process's TLS setup.
+    pub fn with_tls(mut self, setup: std::sync::Arc<crate::wire::tls::TlsSetup>) -> Self {
+        self.tls = Some(setup);
+        self
     }
 
     /// The same client with `opts`.
@@ -277,7 +286,14 @@ impl LeaderClient {
             };
             let conn = match &self.conn {
                 Some(c) if !c.is_closed() && c.addr() == addr => c.clone(),
-                _ => match Connection::connect(&addr, cap(self.opts.connect_timeout)).await {
+                _ => match Connection::connect_tls(
+                    &addr,
+                    cap(self.opts.connect_timeout),
+                    crate::wire::FrameLimits::default(),
+                    self.tls.clone().or_else(crate::wire::tls::current),
+                )
+                .await
+                {
                     Ok(c) => {
                         self.conn = Some(c.clone());
                         c

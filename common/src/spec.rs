@@ -158,6 +158,13 @@ pub const MAX_RETRIES: u32 = 1000;
 /// Largest number of tasks one job may have.
 pub const MAX_TASKS_PER_JOB: u32 = 100_000;
 
+/// Longest single argument or environment entry: Linux's `MAX_ARG_STRLEN`, beyond which
+/// `execve` fails anyway.
+pub const MAX_ARG_BYTES: usize = 128 * 1024;
+/// Most bytes of a task's argv plus its environment entries together (the kernel's own limit
+/// is larger, but a spec is copied into every task of the replicated state).
+pub const MAX_ARGV_ENV_BYTES: usize = 1024 * 1024;
+
 impl JobSpec {
     /// Checks the spec; a bad spec is rejected before it reaches the log.
     pub fn validate(&self) -> crate::Result<()> {
@@ -215,6 +222,29 @@ impl JobSpec {
     /// ([`ResourceRequest::check_limits`]): at the edge, never in `apply`, so that a job an
     /// older build accepted still applies the same.
     pub fn check_limits(&self) -> crate::Result<()> {
+        let bad = |why: String| crate::Error::Invalid {
+            what: "job spec",
+            why,
+        };
+        let env = self.env.iter().map(|(k, v)| k.len() + v.len() + 1);
+        if let Some(n) = self
+            .command
+            .iter()
+            .map(String::len)
+            .chain(env.clone())
+            .find(|n| *n > MAX_ARG_BYTES)
+        {
+            return Err(bad(format!(
+                "an argument or environment entry of {n} bytes is above the limit of {MAX_ARG_BYTES}"
+            )));
+        }
+        let total: usize =
+            self.command.iter().map(|a| a.len() + 1).sum::<usize>() + env.sum::<usize>();
+        if total > MAX_ARGV_ENV_BYTES {
+            return Err(bad(format!(
+                "argv and environment of {total} bytes are above the limit of {MAX_ARGV_ENV_BYTES}"
+            )));
+        }
         self.resources.check_limits()
     }
 

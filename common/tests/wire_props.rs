@@ -184,6 +184,7 @@ fn message() -> impl Strategy<Value = Message> {
                     applied_index: m,
                     state_hash: h,
                     stale,
+                    insecure: stale,
                     nodes: NodeCounts {
                         total: 2,
                         up: 1,

@@ -73,14 +73,16 @@ pub fn process_flags(
     Ok(vec!["--certs-dir".into(), out.display().to_string()])
 }
 
-/// Installs the client TLS setup of the CA in `ca` in this process, unless one is installed
-/// already (the first cluster's wins: all of them share the process CA).
+/// Installs the client TLS setup of the CA in `ca` in this process, unless it is installed
+/// already (every cluster of a process shares the process CA). A setup from elsewhere (a
+/// `HETSCHED_CERTS_DIR` the chaos tool was given) is replaced: this process now talks to
+/// the cluster it launched.
 pub fn install_client(ca: &Path) -> Result<(), LaunchError> {
-    if hetsched_common::wire::tls::current().is_some() {
+    let dir = client_dir_of(ca);
+    if hetsched_common::wire::tls::current().is_some_and(|t| t.dir == dir) {
         return Ok(());
     }
-    let setup = hetsched_common::wire::tls::load(&client_dir_of(ca), Role::Client, Some("root"))
-        .map_err(err)?;
+    let setup = hetsched_common::wire::tls::load(&dir, Role::Client, Some("root")).map_err(err)?;
     hetsched_common::wire::tls::install(Some(Arc::new(setup)));
     Ok(())
 }

@@ -112,6 +112,10 @@ pub struct StatusInfo {
     /// classes with a record).
     #[serde(default)]
     pub cpu_config: BTreeMap<String, f64>,
+    /// The answering master runs `--insecure`: no TLS, no authentication (shown loudly by
+    /// `status` and the dashboard).
+    #[serde(default)]
+    pub insecure: bool,
 }
 
 /// Log-work counters of one master (for benchmarks and operators).

@@ -122,6 +122,26 @@ pub type Handler = Arc<
 /// ([`super::tls::current`]) every connection must be TLS: a plain first frame gets one
 /// error and the connection closes.
 pub async fn serve(listener: TcpListener, limits: FrameLimits, handler: Handler) -> Result<()> {
+    serve_inner(listener, limits, None, handler).await
+}
+
+/// As [`serve`], with this TLS setup rather than the process's (an in-process slave of a
+/// benchmark, which is not the process's identity).
+pub async fn serve_tls(
+    listener: TcpListener,
+    limits: FrameLimits,
+    setup: Arc<TlsSetup>,
+    handler: Handler,
+) -> Result<()> {
+    serve_inner(listener, limits, Some(setup), handler).await
+}
+
+async fn serve_inner(
+    listener: TcpListener,
+    limits: FrameLimits,
+    fixed: Option<Arc<TlsSetup>>,
+    handler: Handler,
+) -> Result<()> {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -134,8 +154,10 @@ pub async fn serve(listener: TcpListener, limits: FrameLimits, handler: Handler)
         };
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
+        let fixed = fixed.clone();
         tokio::spawn(async move {
-            let setup = tls::current();
+            // Looked up per connection: a reloaded setup applies to the next one.
+            let setup = fixed.or_else(tls::current);
             match setup.as_ref().and_then(|s| s.server.clone()) {
                 None => serve_connection(stream, Peer::plain(peer), limits, handler).await,
                 Some(cfg) => {
@@ -199,10 +221,48 @@ async fn accept_tls(
     }
 }
 
+/// Requests one connection may have in flight at once; more get `Busy` (docs/CONTRACT.md,
+/// "Security": limits on what a peer may send).
+pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 4096;
+/// Frames per second one connection may send (burst: one second's worth); more get `Busy`.
+pub const MAX_FRAMES_PER_SEC_PER_CONNECTION: f64 = 50_000.0;
+/// A connection that sends nothing for this long is closed (clients reconnect).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Refills at [`MAX_FRAMES_PER_SEC_PER_CONNECTION`].
+struct RateGate {
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl RateGate {
+    fn new() -> Self {
+        Self {
+            tokens: MAX_FRAMES_PER_SEC_PER_CONNECTION,
+            at: std::time::Instant::now(),
+        }
+    }
+
+    fn admit(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * MAX_FRAMES_PER_SEC_PER_CONNECTION;
+        self.tokens = (self.tokens + refill).min(MAX_FRAMES_PER_SEC_PER_CONNECTION);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 async fn serve_connection<S>(stream: S, peer: Peer, limits: FrameLimits, handler: Handler)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_PER_CONNECTION));
+    let mut rate = RateGate::new();
     let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::channel::<Envelope>(1024);
     let who = peer.clone();
@@ -216,7 +276,12 @@ where
         let _ = wr.shutdown().await;
     });
     loop {
-        let payload = match read_frame(&mut rd, limits).await {
+        let read = tokio::time::timeout(IDLE_TIMEOUT, read_frame(&mut rd, limits)).await;
+        let Ok(read) = read else {
+            tracing::debug!(%peer, "idle connection closed");
+            break;
+        };
+        let payload = match read {
             Ok(Some(p)) => p,
             Ok(None) => break,
             Err(Error::Io(e)) => {
@@ -241,10 +306,27 @@ where
                         continue;
                     }
                 }
+                let permit = match in_flight.clone().try_acquire_owned() {
+                    Ok(p) if rate.admit() => p,
+                    over => {
+                        let why = if over.is_ok() {
+                            format!("busy, retry: more than {MAX_FRAMES_PER_SEC_PER_CONNECTION} requests per second on one connection")
+                        } else {
+                            format!("busy, retry: more than {MAX_IN_FLIGHT_PER_CONNECTION} requests in flight on one connection")
+                        };
+                        tracing::warn!(%peer, "{why}");
+                        let reply = ErrorReply::new(ErrorKind::Busy, why);
+                        let _ = tx
+                            .send(Envelope::new(env.request_id, Message::Error(reply)))
+                            .await;
+                        continue;
+                    }
+                };
                 let tx = tx.clone();
                 let handler = handler.clone();
                 let peer = peer.clone();
                 tokio::spawn(async move {
+                    let _permit = permit;
                     if let Some(reply) = handler(env.body, peer).await {
                         let _ = tx.send(Envelope::new(env.request_id, reply)).await;
                     }

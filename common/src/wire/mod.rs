@@ -30,4 +30,4 @@ pub use codec::{
     DEFAULT_PARTIAL_FRAME_TIMEOUT, PROTOCOL_VERSION,
 };
 #[cfg(feature = "net")]
-pub use io::{read_frame, serve, write_frame, CallError, Connection, Handler, Peer};
+pub use io::{read_frame, serve, serve_tls, write_frame, CallError, Connection, Handler, Peer};

@@ -199,6 +199,7 @@ impl Master {
             applied_index: s.last_index(),
             state_hash: format!("{:016x}", digest.hash),
             stale: stale || st.role != Role::Leader,
+            insecure: hetsched_common::wire::tls::current().is_none(),
             nodes: s.node_counts(),
             jobs: s.jobs().len() as u64,
             tasks: s.task_counts(),

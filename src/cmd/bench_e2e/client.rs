@@ -28,6 +28,15 @@ impl BenchClient {
         }
     }
 
+    /// The same client connecting with `setup` (an in-process slave's certificate).
+    pub(super) fn with_tls(
+        mut self,
+        setup: std::sync::Arc<hetsched_common::wire::tls::TlsSetup>,
+    ) -> Self {
+        self.inner = self.inner.with_tls(setup);
+        self
+    }
+
     pub(super) async fn call(
         &mut self,
         body: Message,

@@ -65,6 +65,21 @@ impl InProcSlave {
     }
 }
 
+/// The certificate of in-process slave `i` (named as it registers), issued from the
+/// launcher's CA when the cluster runs secured (this process then has a TLS setup).
+fn in_process_certs(i: u32) -> anyhow::Result<Option<Arc<hetsched_common::wire::tls::TlsSetup>>> {
+    use hetsched_common::certs::Role;
+    if hetsched_common::wire::tls::current().is_none() {
+        return Ok(None);
+    }
+    let ca = crate::cmd::local::security::process_ca()?;
+    let name = format!("inproc-{}", i + 1);
+    let dir = ca.join("inproc").join(&name);
+    crate::cmd::local::security::issue(&ca, Role::Slave, &name, &dir)?;
+    let setup = hetsched_common::wire::tls::load(&dir, Role::Slave, Some(&name))?;
+    Ok(Some(Arc::new(setup)))
+}
+
 pub(super) async fn start_in_process_slave(
     i: u32,
     masters: Vec<String>,
@@ -81,6 +96,8 @@ pub(super) async fn start_in_process_slave(
         held: Arc::new(Mutex::new(BTreeMap::new())),
         seen: seen.clone(),
     });
+    // On a secured cluster an in-process slave has its own slave certificate, as a real one.
+    let tls = in_process_certs(i)?;
     let s = slave.clone();
     let handler: Handler = Arc::new(move |msg, _peer| {
         let s = s.clone();
@@ -108,10 +125,14 @@ pub(super) async fn start_in_process_slave(
             })
         })
     });
+    let served = tls.clone();
     tokio::spawn(async move {
-        let _ = wire::serve(listener, FrameLimits::default(), handler).await;
+        let _ = match served {
+            Some(t) => wire::serve_tls(listener, FrameLimits::default(), t, handler).await,
+            None => wire::serve(listener, FrameLimits::default(), handler).await,
+        };
     });
-    tokio::spawn(slave_link(i, addr, masters, cpus, slave, rx));
+    tokio::spawn(slave_link(i, addr, masters, cpus, slave, rx, tls));
     Ok(())
 }
 
@@ -123,8 +144,12 @@ async fn slave_link(
     cpus: u32,
     slave: Arc<InProcSlave>,
     mut rx: mpsc::UnboundedReceiver<(TaskId, Attempt)>,
+    tls: Option<Arc<hetsched_common::wire::tls::TlsSetup>>,
 ) {
     let mut client = BenchClient::new(masters);
+    if let Some(t) = tls {
+        client = client.with_tls(t);
+    }
     let key = 0xE2E0_0000 + i as u64 + ((std::process::id() as u64) << 32);
     let register = |held: Vec<HeldTask>| {
         Message::Slave(SlaveRequest::Register {

@@ -68,6 +68,10 @@ pub struct E2eArgs {
     /// Print one JSON line.
     #[arg(long)]
     pub json: bool,
+    /// Run the cluster --insecure (plain TCP) instead of with certificates, to measure what
+    /// TLS costs.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// A positive, finite number (a usage error otherwise: exit 2).
@@ -103,7 +107,13 @@ pub fn run(a: E2eArgs) -> anyhow::Result<()> {
             })
             .collect()
     };
-    let mut cluster = LocalCluster::start(&dir, a.masters, &real)?;
+    let spec = super::local::ClusterSpec {
+        masters: a.masters,
+        slaves: real,
+        insecure: a.insecure,
+        ..Default::default()
+    };
+    let mut cluster = LocalCluster::launch(&dir, &spec)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -30,6 +30,12 @@ pub fn status(masters: &[String], a: StatusArgs) -> anyhow::Result<()> {
     if a.json {
         return crate::cmd::print_json(&s);
     }
+    if s.insecure {
+        println!(
+            "WARNING:  master {} runs --insecure: no TLS, no authentication",
+            s.master_id.0
+        );
+    }
     if let Some(ClientResponse::Members(ms)) = members {
         let list: Vec<String> = ms
             .iter()

@@ -95,6 +95,7 @@ async function refresh() {
       api("/v1/status?stale=true"), api("/v1/members?stale=true"), api("/v1/nodes?stale=true"), api("/v1/jobs?stale=true&limit=50"),
     ]);
     renderOverview(status, members, nodes);
+    $("insecure").hidden = !status.insecure;
     renderJobs(jobs);
     await renderDetail(route());
     $("error").hidden = true;
