@@ -60,11 +60,15 @@ fn load(c: &Cluster, from: u64, n: u64) -> Vec<u64> {
     let mut acked = Vec::new();
     let mut seq = from;
     let deadline = Instant::now() + Duration::from_secs(60);
+    // The leader is looked up again only when a proposal is refused: a status round trip
+    // per proposal (a CLI process and a TLS handshake each) would dominate the run.
+    let (_, mut addr) = leader_addr(c);
     while (acked.len() as u64) < n {
         assert!(Instant::now() < deadline, "load did not complete");
-        let (_, addr) = leader_addr(c);
         if propose(&addr, seq) {
             acked.push(seq);
+        } else {
+            addr = leader_addr(c).1;
         }
         seq += 1;
     }
