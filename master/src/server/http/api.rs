@@ -284,7 +284,6 @@ struct LogFollow {
 }
 
 /// `POST /v1/nodes/{id}/drain`, optional body `{"deadline": "30s"}`.
-
 async fn drain(
     State(ctx): State<Ctx>,
     headers: HeaderMap,
