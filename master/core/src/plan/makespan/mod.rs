@@ -32,11 +32,13 @@
 mod baseline;
 mod bounds;
 mod gen;
+mod improve;
 mod input;
 mod model;
 mod pack;
 mod schedule;
 mod search;
+mod second;
 mod trim;
 mod uniform;
 mod work;
@@ -46,7 +48,7 @@ mod tests;
 
 pub use baseline::{round_robin, weighted};
 pub use bounds::{job_bound, lower_bound};
-pub use gen::{generate, GenParams};
+pub use gen::{generate, GenParams, Shape};
 pub use input::{parse, parse_json, parse_text, to_json, InputError};
 pub use model::{
     decay, BatchJob, Block, CoreRef, Instance, InstanceError, MAX_CORES_PER_JOB, MAX_TOTAL_CORES,
@@ -174,8 +176,10 @@ pub fn plan(inst: &Instance) -> Result<BatchPlan, PlanError> {
         return Err(e);
     }
 
-    let planner_makespan = own.as_ref().map(|(_, ms)| *ms);
-    let planner_schedule = own.as_ref().map(|(s, _)| s.clone());
+    let (own_s, own_ms) = refine(inst, &packer, own.map(|(s, _)| s))?;
+    let planner_makespan = Some(own_ms);
+    let planner_schedule = Some(own_s.clone());
+    let own = Some((own_s, own_ms));
     // The planner wins ties: its schedule uses the fewest cores that meet the makespan.
     let mut best = (rr, rr_ms, Chosen::RoundRobin);
     if w_ms < best.1 {
@@ -203,4 +207,42 @@ pub fn plan(inst: &Instance) -> Result<BatchPlan, PlanError> {
         planner_schedule,
         probes: outcome.probes,
     })
+}
+
+/// The planner's own schedule after the search: the local search over whole schedules
+/// started from the best probe's schedule (or, if no probe was feasible, from jobs longest
+/// first on capacity-weighted core counts), the better of the two, then critical-path
+/// trimming (docs/DESIGN.md §S2.5, §S2.6).
+fn refine(
+    inst: &Instance,
+    packer: &pack::Packer,
+    probe: Option<Schedule>,
+) -> Result<(Schedule, f64), PlanError> {
+    let probe = probe.and_then(|s| improve::Built::from_schedule(inst, &s));
+    let genome = match &probe {
+        Some(b) => b.genome(),
+        None => {
+            let total: f64 = inst.jobs().iter().map(|j| j.estimate()).sum();
+            let t = inst.total_cores() as f64;
+            improve::Genome {
+                order: packer.lpt_order().to_vec(),
+                cores: (0..inst.jobs().len())
+                    .map(|j| {
+                        let share = (t * inst.jobs()[j].estimate() / total).round() as usize;
+                        share.clamp(1, packer.most(j))
+                    })
+                    .collect(),
+                rank: vec![0; inst.jobs().len()],
+            }
+        }
+    };
+    let (_, searched, _) = improve::local_search(packer, genome, improve::EVAL_BUDGET);
+    let best = match probe {
+        Some(p) if !searched.beats(&p) => p,
+        _ => searched,
+    };
+    let (best, _) = second::trim_critical(packer, best);
+    let s = best.to_schedule(inst);
+    let ms = check(inst, &s, "planner")?;
+    Ok((s, ms))
 }

@@ -80,6 +80,21 @@ impl<'a> Packer<'a> {
         }
     }
 
+    /// The instance packed.
+    pub(crate) fn instance(&self) -> &'a Instance {
+        self.inst
+    }
+
+    /// `job`'s blocks, largest first.
+    pub(crate) fn blocks_of(&self, job: usize) -> &[usize] {
+        &self.blocks[job]
+    }
+
+    /// The job order of every probe (longest estimate first).
+    pub(crate) fn lpt_order(&self) -> &[usize] {
+        &self.order
+    }
+
     /// The job order of every probe.
     #[cfg(test)]
     pub fn order(&self) -> &[usize] {
@@ -90,8 +105,8 @@ impl<'a> Packer<'a> {
     pub fn pack(&self, m: f64) -> Option<Schedule> {
         let mut timeline = Timeline::new(self.inst);
         for &job in &self.order {
-            let work = self.place_job(&timeline, job, m)?;
-            timeline.commit(self.inst, &work);
+            let cand = self.place_job(&timeline, job, m)?;
+            timeline.commit(self.inst, &cand.work);
         }
         timeline.into_schedule()
     }
@@ -102,6 +117,7 @@ impl<'a> Packer<'a> {
     /// On one host φ and β are the same for every core and t falls as the free time grows,
     /// so each host's best core is its earliest free one not yet taken; only those are
     /// weighed, which is the same choice as weighing every core, in O(hosts).
+    #[cfg(test)]
     pub(crate) fn pick_core(
         &self,
         timeline: &Timeline,
@@ -110,13 +126,26 @@ impl<'a> Packer<'a> {
         per_host: &[usize],
         m: f64,
     ) -> Option<usize> {
+        self.pick_core_by(timeline, job, chosen, per_host, m, f64::INFINITY)
+    }
+
+    /// [`Self::pick_core`] among the cores free by `cap` only: the job is to start by `cap`.
+    fn pick_core_by(
+        &self,
+        timeline: &Timeline,
+        job: usize,
+        chosen: &[usize],
+        per_host: &[usize],
+        m: f64,
+        cap: f64,
+    ) -> Option<usize> {
         let mut best: Option<(f64, f64, usize)> = None;
         for (host, &taken_here) in per_host.iter().enumerate() {
             let Some(c) = timeline.by_avail(host).find(|c| !chosen.contains(c)) else {
                 continue;
             };
             let avail = timeline.avail(c);
-            if avail + self.bound[job] > m {
+            if avail > cap || avail + self.bound[job] > m {
                 continue;
             }
             let w = core_weight(
@@ -143,28 +172,156 @@ impl<'a> Packer<'a> {
         best.map(|(_, _, c)| c)
     }
 
-    /// Places `job` with the fewest cores that finish it by `m`.
-    fn place_job(&self, timeline: &Timeline, job: usize, m: f64) -> Option<JobWork> {
-        let inst = self.inst;
-        let most = inst.max_cores().min(self.blocks[job].len());
+    /// Up to `most` cores for `job`, picked one by one by λ among the cores free by `cap`.
+    fn by_weight(&self, timeline: &Timeline, job: usize, m: f64, cap: f64, most: usize) -> Vec<usize> {
         let mut chosen = Vec::with_capacity(most);
-        let mut per_host = vec![0; inst.hosts()];
-        for e in 1..=most {
-            let c = self.pick_core(timeline, job, &chosen, &per_host, m)?;
+        let mut per_host = vec![0; self.inst.hosts()];
+        while chosen.len() < most {
+            let Some(c) = self.pick_core_by(timeline, job, &chosen, &per_host, m, cap) else {
+                break;
+            };
             chosen.push(c);
-            per_host[inst.host_of(c)] += 1;
-            // Skip the placement when even a perfect split could not make it.
-            if timeline.start_of(chosen.iter().copied()) + self.bound_on[job][e] > m {
+            per_host[self.inst.host_of(c)] += 1;
+        }
+        chosen
+    }
+
+    /// The most cores `job` may use: the cap, and no more than its blocks.
+    pub(crate) fn most(&self, job: usize) -> usize {
+        self.inst.max_cores().min(self.blocks[job].len())
+    }
+
+    /// `job` placed on `cores`: blocks largest first where they end soonest, trimmed, and
+    /// timed against the timeline.
+    fn try_cores(&self, timeline: &Timeline, job: usize, cores: &[usize]) -> Cand {
+        let work = settle(self.inst, place_blocks(self.inst, job, cores, &self.blocks[job]));
+        let start = timeline.start_of(work.slots.iter().map(|s| s.core));
+        let finish = start + work.duration();
+        let area = work
+            .slots
+            .iter()
+            .map(|s| finish - timeline.avail(s.core))
+            .sum();
+        Cand {
+            work,
+            start,
+            finish,
+            area,
+        }
+    }
+
+    /// The core sets worth trying for `job` on `e` cores, for each `e` in `1..=most`
+    /// (`sets[e]`, entry 0 empty), start-time aware (docs/DESIGN.md §S2.3):
+    /// * the `e` cores free earliest, by (free time, host, core) — the job starts soonest;
+    /// * for each of the [`WAITS`] earliest distinct free times `t` at which `e` cores are
+    ///   free, the `e` cores λ picks among those free by `t` — where the job's data is. A
+    ///   later `t` lets the job wait for cores that hold its data.
+    pub(crate) fn core_sets(&self, timeline: &Timeline, job: usize, m: f64) -> Vec<Vec<Vec<usize>>> {
+        let inst = self.inst;
+        let most = self.most(job);
+        // The `most` earliest free cores of each host, merged: no set needs any other core.
+        let mut early: Vec<(f64, usize)> = (0..inst.hosts())
+            .flat_map(|h| timeline.by_avail(h).take(most))
+            .map(|c| (timeline.avail(c), c))
+            .collect();
+        early.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut times: Vec<f64> = early.iter().map(|&(t, _)| t).collect();
+        times.dedup();
+        let mut by_cap: Vec<(f64, Vec<usize>)> = Vec::new();
+        let mut sets = vec![Vec::new()];
+        for e in 1..=most.min(early.len()) {
+            let mut list: Vec<Vec<usize>> = vec![early[..e].iter().map(|&(_, c)| c).collect()];
+            let first = times.partition_point(|&t| t < early[e - 1].0);
+            for &cap in times.iter().skip(first).take(WAITS) {
+                let pos = match by_cap.iter().position(|(t, _)| *t == cap) {
+                    Some(p) => p,
+                    None => {
+                        by_cap.push((cap, self.by_weight(timeline, job, m, cap, most)));
+                        by_cap.len() - 1
+                    }
+                };
+                let seq = &by_cap[pos].1;
+                if seq.len() >= e {
+                    let mut set = seq[..e].to_vec();
+                    set.sort_unstable();
+                    if !list.iter().any(|l| {
+                        let mut l = l.clone();
+                        l.sort_unstable();
+                        l == set
+                    }) {
+                        list.push(set);
+                    }
+                }
+            }
+            sets.push(list);
+        }
+        sets
+    }
+
+    /// Places `job` to finish by `m` using the fewest core-seconds — its cores' time from
+    /// when each is free to the job's end, so waiting counts — among the candidate core
+    /// sets of every core count; `None` if none finishes by `m`. Core-seconds count
+    /// transfers (a remote block lengthens its core) and decay, so the core count is
+    /// chosen with both in view: the fewest resources that meet `m` leave the most room
+    /// for the jobs after it.
+    fn place_job(&self, timeline: &Timeline, job: usize, m: f64) -> Option<Cand> {
+        let sets = self.core_sets(timeline, job, m);
+        let mut best: Option<Cand> = None;
+        for (e, list) in sets.iter().enumerate().skip(1) {
+            let floor = self.bound_on[job][e];
+            if best.as_ref().is_some_and(|b| b.area <= e as f64 * floor) {
                 continue;
             }
-            let work = settle(inst, place_blocks(inst, job, &chosen, &self.blocks[job]));
-            let start = timeline.start_of(work.slots.iter().map(|s| s.core));
-            if start + work.duration() <= m {
-                return Some(work);
+            for cores in list {
+                if timeline.start_of(cores.iter().copied()) + floor > m {
+                    continue;
+                }
+                let c = self.try_cores(timeline, job, cores);
+                if c.finish > m {
+                    continue;
+                }
+                let better = best.as_ref().is_none_or(|b| {
+                    c.area
+                        .total_cmp(&b.area)
+                        .then(c.finish.total_cmp(&b.finish))
+                        .is_lt()
+                });
+                if better {
+                    best = Some(c);
+                }
             }
         }
-        None
+        best
     }
+
+    /// Places `job` on (about) `e` cores, the candidate of rank `rank` by (finish, core-
+    /// seconds) among [`Self::core_sets`] — rank 0 ends soonest, a higher rank moves the
+    /// job to other cores. Falls back to fewer cores when fewer are ever free.
+    pub(crate) fn place_on(&self, timeline: &Timeline, job: usize, e: usize, rank: usize) -> Cand {
+        let mut sets = self.core_sets(timeline, job, f64::INFINITY);
+        let e = e.clamp(1, sets.len().saturating_sub(1).max(1));
+        let list = std::mem::take(&mut sets[e]);
+        let mut cands: Vec<Cand> = list
+            .iter()
+            .map(|cores| self.try_cores(timeline, job, cores))
+            .collect();
+        cands.sort_by(|a, b| a.finish.total_cmp(&b.finish).then(a.area.total_cmp(&b.area)));
+        let r = rank.min(cands.len() - 1);
+        cands.swap_remove(r)
+    }
+}
+
+/// How many distinct later start times a job may wait until for cores holding its data.
+pub(crate) const WAITS: usize = 2;
+
+/// A job placed against a timeline: its work, when it can start and end, and the
+/// core-seconds it takes (from each core's free time to the job's end).
+#[derive(Clone, Debug)]
+pub(crate) struct Cand {
+    pub work: JobWork,
+    pub start: f64,
+    pub finish: f64,
+    pub area: f64,
 }
 
 /// Trims a placed job and drops cores it left empty, until neither changes anything.

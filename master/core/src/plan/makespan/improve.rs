@@ -1,0 +1,243 @@
+//! The local search over whole schedules (docs/DESIGN.md §S2.6), after the binary search.
+//!
+//! A schedule is described by a [`Genome`]: the order in which jobs are placed, each job's
+//! core count, and which of its candidate core sets it takes (rank 0 = the one that ends
+//! soonest). [`Packer::build`] turns a genome into a schedule, placing jobs one by one
+//! against the timeline, each on the candidate sets of [`Packer::core_sets`] (start-time
+//! and data aware). The search moves one job's cores (its rank), changes one job's core
+//! count, or reorders two jobs, and keeps a change when the makespan falls, or stays while
+//! the sum of job finish times falls (so that it can cross plateaus). Neighbours are tried
+//! in an order shuffled by a fixed seed, so the search is deterministic; it stops at a
+//! local optimum or after [`EVAL_BUDGET`] schedules.
+
+use super::model::Instance;
+use super::pack::{Cand, Packer};
+use super::schedule::{JobPlan, Schedule};
+use super::work::{JobWork, Timeline};
+use hetsched_common::rng::SplitMix64;
+
+/// The most schedules one local search builds: bounds planning time (≈ 20 jobs × 3 core
+/// sets each per schedule).
+pub(crate) const EVAL_BUDGET: usize = 1500;
+
+/// The seed of the neighbour order.
+pub(crate) const SEARCH_SEED: u64 = 0x5EED_0F_5C_ED;
+
+/// How many candidate core sets a job's rank ranges over.
+const RANKS: usize = 3;
+
+/// What the local search varies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Genome {
+    /// Jobs in placement order.
+    pub order: Vec<usize>,
+    /// Core count per job (by job index).
+    pub cores: Vec<usize>,
+    /// Rank of the core set taken, per job.
+    pub rank: Vec<usize>,
+}
+
+/// A job placed at a start time.
+#[derive(Clone, Debug)]
+pub(crate) struct Placed {
+    pub work: JobWork,
+    pub start: f64,
+}
+
+impl Placed {
+    pub fn finish(&self) -> f64 {
+        self.start + self.work.duration()
+    }
+}
+
+/// A built schedule, per job, with its makespan and sum of finish times.
+#[derive(Clone, Debug)]
+pub(crate) struct Built {
+    pub jobs: Vec<Placed>,
+    pub makespan: f64,
+    pub sum_finish: f64,
+}
+
+impl Built {
+    pub fn from_jobs(jobs: Vec<Placed>) -> Self {
+        let makespan = jobs.iter().map(Placed::finish).fold(0.0, f64::max);
+        let sum_finish = jobs.iter().map(Placed::finish).sum();
+        Self {
+            jobs,
+            makespan,
+            sum_finish,
+        }
+    }
+
+    /// Whether `self` is strictly better than `other`: a shorter makespan, or the same
+    /// makespan with a smaller sum of finish times (relative tolerance 1e-9 on each).
+    pub fn beats(&self, other: &Built) -> bool {
+        let tol = 1e-9 * other.makespan.max(1.0);
+        if self.makespan < other.makespan - tol {
+            return true;
+        }
+        self.makespan <= other.makespan + tol
+            && self.sum_finish < other.sum_finish - 1e-9 * other.sum_finish.max(1.0)
+    }
+
+    pub fn to_schedule(&self, inst: &Instance) -> Schedule {
+        Schedule {
+            jobs: self
+                .jobs
+                .iter()
+                .map(|p| p.work.to_plan(inst, p.start))
+                .collect(),
+        }
+    }
+
+    /// A schedule read back into the planner's form (the validator has passed it).
+    pub fn from_schedule(inst: &Instance, s: &Schedule) -> Option<Self> {
+        let jobs = s
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(job, plan): (usize, &JobPlan)| {
+                let slots = plan
+                    .cores
+                    .iter()
+                    .map(|w| {
+                        Some(super::work::Slot {
+                            core: inst.core_id(w.core)?,
+                            blocks: w.blocks.clone(),
+                            time: 0.0,
+                        })
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                let mut work = JobWork { job, slots };
+                work.recompute(inst);
+                Some(Placed {
+                    work,
+                    start: plan.start,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self::from_jobs(jobs))
+    }
+
+    /// The genome that describes this schedule: jobs by start time, their core counts,
+    /// rank 0.
+    pub fn genome(&self) -> Genome {
+        let mut order: Vec<usize> = (0..self.jobs.len()).collect();
+        order.sort_by(|&a, &b| {
+            self.jobs[a]
+                .start
+                .total_cmp(&self.jobs[b].start)
+                .then(a.cmp(&b))
+        });
+        Genome {
+            order,
+            cores: self.jobs.iter().map(|p| p.work.slots.len()).collect(),
+            rank: vec![0; self.jobs.len()],
+        }
+    }
+}
+
+impl Packer<'_> {
+    /// The schedule a genome describes: jobs in its order, each placed by
+    /// [`Packer::place_on`] at the earliest start its cores allow.
+    pub(crate) fn build(&self, g: &Genome) -> Built {
+        let inst = self.instance();
+        let mut timeline = Timeline::new(inst);
+        let mut jobs: Vec<Option<Placed>> = vec![None; inst.jobs().len()];
+        for &job in &g.order {
+            let Cand { work, start, .. } =
+                self.place_on(&timeline, job, g.cores[job], g.rank[job]);
+            timeline.commit(inst, &work);
+            jobs[job] = Some(Placed { work, start });
+        }
+        // Every job is in the order exactly once, so every entry is set.
+        Built::from_jobs(jobs.into_iter().flatten().collect())
+    }
+}
+
+/// One change to a genome.
+#[derive(Clone, Copy, Debug)]
+enum Move {
+    /// Job's core count up or down by one.
+    Cores(usize, bool),
+    /// Job's core-set rank up or down by one.
+    Rank(usize, bool),
+    /// Swap the jobs at two positions of the order.
+    Swap(usize, usize),
+}
+
+fn apply(g: &Genome, mv: Move, most: impl Fn(usize) -> usize) -> Option<Genome> {
+    let mut g = g.clone();
+    match mv {
+        Move::Cores(j, up) => {
+            let e = g.cores[j];
+            g.cores[j] = match up {
+                true if e < most(j) => e + 1,
+                false if e > 1 => e - 1,
+                _ => return None,
+            };
+        }
+        Move::Rank(j, up) => {
+            let r = g.rank[j];
+            g.rank[j] = match up {
+                true if r + 1 < RANKS => r + 1,
+                false if r > 0 => r - 1,
+                _ => return None,
+            };
+        }
+        Move::Swap(a, b) => g.order.swap(a, b),
+    }
+    Some(g)
+}
+
+/// First-improvement local search from `start`; returns the best genome and its schedule,
+/// and how many schedules it built.
+pub(crate) fn local_search(packer: &Packer, start: Genome, budget: usize) -> (Genome, Built, usize) {
+    let n = start.order.len();
+    let mut moves = Vec::with_capacity(6 * n);
+    for j in 0..n {
+        for up in [true, false] {
+            moves.push(Move::Cores(j, up));
+            moves.push(Move::Rank(j, up));
+        }
+    }
+    for i in 0..n {
+        for d in [1, 2] {
+            if i + d < n {
+                moves.push(Move::Swap(i, i + d));
+            }
+        }
+    }
+    let mut rng = SplitMix64::new(SEARCH_SEED);
+    let mut g = start;
+    let mut best = packer.build(&g);
+    let mut evals = 1;
+    while evals < budget {
+        // Fisher–Yates with the fixed seed.
+        for i in (1..moves.len()).rev() {
+            let k = rng.below(i as u64 + 1) as usize;
+            moves.swap(i, k);
+        }
+        let mut improved = false;
+        for &mv in &moves {
+            if evals >= budget {
+                break;
+            }
+            let Some(g2) = apply(&g, mv, |j| packer.most(j)) else {
+                continue;
+            };
+            let b2 = packer.build(&g2);
+            evals += 1;
+            if b2.beats(&best) {
+                g = g2;
+                best = b2;
+                improved = true;
+                break;
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+    (g, best, evals)
+}
