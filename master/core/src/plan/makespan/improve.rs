@@ -8,7 +8,7 @@
 //! count, or reorders two jobs, and keeps a change when the makespan falls, or stays while
 //! the sum of job finish times falls (so that it can cross plateaus). Neighbours are tried
 //! in an order shuffled by a fixed seed, so the search is deterministic; it stops at a
-//! local optimum or after [`EVAL_BUDGET`] schedules.
+//! local optimum or after [`PLACEMENT_BUDGET`] job placements.
 
 use super::model::Instance;
 use super::pack::{Cand, Packer};
@@ -16,9 +16,13 @@ use super::schedule::{JobPlan, Schedule};
 use super::work::{JobWork, Timeline};
 use hetsched_common::rng::SplitMix64;
 
-/// The most schedules one local search builds: bounds planning time (≈ 20 jobs × 3 core
-/// sets each per schedule).
-pub(crate) const EVAL_BUDGET: usize = 1500;
+/// The most job placements one local search makes (a schedule built from position p of
+/// the order costs `jobs − p`): bounds planning time whatever the input's size — ample
+/// for 20 jobs, a handful of schedules for thousands.
+pub(crate) const PLACEMENT_BUDGET: usize = 40_000;
+
+/// The most timelines kept for rebuilding from a position (memory: each holds every core).
+const SNAPSHOTS: usize = 64;
 
 /// The seed of the neighbour order.
 pub(crate) const SEARCH_SEED: u64 = 0x5EED_0F_5C_ED;
@@ -139,20 +143,65 @@ impl Built {
 
 impl Packer<'_> {
     /// The schedule a genome describes: jobs in its order, each placed by
-    /// [`Packer::place_on`] at the earliest start its cores allow.
-    pub(crate) fn build(&self, g: &Genome) -> Built {
+    /// [`Packer::place_on`] at the earliest start its cores allow; with the timeline before
+    /// each position of the order, so that a genome that differs only from some position on
+    /// can be built from there.
+    pub(crate) fn build_traced(&self, g: &Genome) -> (Built, Vec<Timeline>) {
         let inst = self.instance();
+        let stride = stride(g.order.len());
         let mut timeline = Timeline::new(inst);
+        let mut before = Vec::new();
         let mut jobs: Vec<Option<Placed>> = vec![None; inst.jobs().len()];
-        for &job in &g.order {
-            let Cand { work, start, .. } =
-                self.place_on(&timeline, job, g.cores[job], g.rank[job]);
+        for (pos, &job) in g.order.iter().enumerate() {
+            if pos % stride == 0 {
+                before.push(timeline.clone());
+            }
+            let Cand { work, start, .. } = self.place_on(&timeline, job, g.cores[job], g.rank[job]);
             timeline.commit(inst, &work);
             jobs[job] = Some(Placed { work, start });
         }
         // Every job is in the order exactly once, so every entry is set.
-        Built::from_jobs(jobs.into_iter().flatten().collect())
+        (
+            Built::from_jobs(jobs.into_iter().flatten().collect()),
+            before,
+        )
     }
+
+    /// Builds `g`, which agrees with the genome of `base` on the jobs and genes of the
+    /// order's first `from` positions, from the last timeline kept at or before `from`;
+    /// returns it and how many jobs were placed.
+    fn build_from(
+        &self,
+        g: &Genome,
+        from: usize,
+        base: &Built,
+        before: &[Timeline],
+    ) -> (Built, usize) {
+        let inst = self.instance();
+        let stride = stride(g.order.len());
+        let kept = (from / stride).min(before.len().saturating_sub(1));
+        let from = kept * stride;
+        let mut timeline = before[kept].clone();
+        let mut jobs: Vec<Option<Placed>> = vec![None; inst.jobs().len()];
+        for &job in &g.order[..from] {
+            jobs[job] = Some(base.jobs[job].clone());
+        }
+        for &job in &g.order[from..] {
+            let Cand { work, start, .. } = self.place_on(&timeline, job, g.cores[job], g.rank[job]);
+            timeline.commit(inst, &work);
+            jobs[job] = Some(Placed { work, start });
+        }
+        let placed = g.order.len() - from;
+        (
+            Built::from_jobs(jobs.into_iter().flatten().collect()),
+            placed,
+        )
+    }
+}
+
+/// Timelines are kept before every `stride`-th position: at most [`SNAPSHOTS`] of them.
+fn stride(jobs: usize) -> usize {
+    jobs.div_ceil(SNAPSHOTS).max(1)
 }
 
 /// One change to a genome.
@@ -166,7 +215,13 @@ enum Move {
     Swap(usize, usize),
 }
 
-fn apply(g: &Genome, mv: Move, most: impl Fn(usize) -> usize) -> Option<Genome> {
+/// The genome after `mv`, and the first position of the order it changes.
+fn apply(g: &Genome, mv: Move, most: impl Fn(usize) -> usize) -> Option<(Genome, usize)> {
+    let at = |j: usize| g.order.iter().position(|&k| k == j).unwrap_or(0);
+    let from = match mv {
+        Move::Cores(j, _) | Move::Rank(j, _) => at(j),
+        Move::Swap(a, b) => a.min(b),
+    };
     let mut g = g.clone();
     match mv {
         Move::Cores(j, up) => {
@@ -187,12 +242,16 @@ fn apply(g: &Genome, mv: Move, most: impl Fn(usize) -> usize) -> Option<Genome> 
         }
         Move::Swap(a, b) => g.order.swap(a, b),
     }
-    Some(g)
+    Some((g, from))
 }
 
-/// First-improvement local search from `start`; returns the best genome and its schedule,
-/// and how many schedules it built.
-pub(crate) fn local_search(packer: &Packer, start: Genome, budget: usize) -> (Genome, Built, usize) {
+/// First-improvement local search from `start`, within `budget` job placements; returns
+/// the best genome, its schedule, and how many placements it made.
+pub(crate) fn local_search(
+    packer: &Packer,
+    start: Genome,
+    budget: usize,
+) -> (Genome, Built, usize) {
     let n = start.order.len();
     let mut moves = Vec::with_capacity(6 * n);
     for j in 0..n {
@@ -210,8 +269,8 @@ pub(crate) fn local_search(packer: &Packer, start: Genome, budget: usize) -> (Ge
     }
     let mut rng = SplitMix64::new(SEARCH_SEED);
     let mut g = start;
-    let mut best = packer.build(&g);
-    let mut evals = 1;
+    let (mut best, mut before) = packer.build_traced(&g);
+    let mut evals = n;
     while evals < budget {
         // Fisher–Yates with the fixed seed.
         for i in (1..moves.len()).rev() {
@@ -223,14 +282,15 @@ pub(crate) fn local_search(packer: &Packer, start: Genome, budget: usize) -> (Ge
             if evals >= budget {
                 break;
             }
-            let Some(g2) = apply(&g, mv, |j| packer.most(j)) else {
+            let Some((g2, from)) = apply(&g, mv, |j| packer.most(j)) else {
                 continue;
             };
-            let b2 = packer.build(&g2);
-            evals += 1;
+            let (b2, placed) = packer.build_from(&g2, from, &best, &before);
+            evals += placed;
             if b2.beats(&best) {
+                (best, before) = packer.build_traced(&g2);
+                evals += n;
                 g = g2;
-                best = b2;
                 improved = true;
                 break;
             }

@@ -9,14 +9,18 @@
 //!     ├──► uniform_lpt (a yardstick only: not the search's upper end)
 //!     │                                                   │
 //!     └──► bisect(lower, upper): probe M ──► pack(M) ─────┤  jobs longest first; per job
-//!                    ▲  feasible / not        │           │  add cores by λ = φ·β·t,
-//!                    └────────────────────────┘           │  place blocks, trim
+//!                    ▲  feasible / not        │           │  the fewest core-seconds that
+//!                    └────────────────────────┘           │  end by M over core counts and
+//!                                                         ▼  start-time / data-aware sets
+//!          best probe ──► local search (improve.rs) ──► critical-path trimming (second.rs)
+//!                                                         │  = the planner's own schedule
 //!                                                         ▼
 //!            validate every candidate ──► the best of planner and baselines (`chosen`)
 //! ```
 //!
 //! The planner's own schedule is kept beside the chosen one (`planner_schedule`), so that it
-//! can be measured against the baselines on its own.
+//! can be measured against the baselines on its own; it never looks at the baselines'
+//! schedules.
 //!
 //! The model (the course problem docs/DESIGN.md adopts): a job on `e ≤ 10` cores runs each at
 //! `speed · g(e)`, `g(e) = 1 − α(e − 1)`; a core's time is the transfers of its remote
@@ -27,7 +31,9 @@
 //! runs from our [`lower_bound`] to the best baseline's makespan rather than from "all
 //! cores" to "one core per job" (one core per job is no upper bound when jobs outnumber
 //! cores); it probes whole ticks of a grid so that it ends despite floating point
-//! ([`bisect`]); and a job is trimmed when it is placed (see the `pack` module's docs for why).
+//! ([`bisect`]); a job is trimmed when it is placed and the critical chain again after all
+//! are (see the `pack` and `second` modules); and the best probe's schedule is improved by
+//! a local search over whole schedules (`improve`).
 
 mod baseline;
 mod bounds;
@@ -236,7 +242,7 @@ fn refine(
             }
         }
     };
-    let (_, searched, _) = improve::local_search(packer, genome, improve::EVAL_BUDGET);
+    let (_, searched, _) = improve::local_search(packer, genome, improve::PLACEMENT_BUDGET);
     let best = match probe {
         Some(p) if !searched.beats(&p) => p,
         _ => searched,

@@ -1,16 +1,20 @@
-//! One probe of the binary search (docs/DESIGN.md §S2 step 3): can the jobs be packed so that all
-//! finish by a given makespan `M`?
+//! One probe of the binary search (docs/DESIGN.md §S2.3): can the jobs be packed so that all
+//! finish by a given makespan `M`? And the candidate core sets the local search reuses.
 //!
-//! Jobs go in order of estimated time, longest first. Each starts on one core; while it
-//! cannot finish by `M` it gets one more core (the one with the largest weight λ), its blocks
-//! are placed afresh (g(e) changed every cost) and trimmed. The fewest cores that do
-//! leave the most room for the jobs after it, and a job that cannot finish by `M` on its
-//! allowed cores makes `M` infeasible.
+//! Jobs go in order of estimated time, longest first. For each core count `e` the job
+//! may use, a few core sets are tried ([`Packer::core_sets`]): the `e` cores free earliest,
+//! and, for each of the next distinct free times `t` at which `e` cores are free, the `e`
+//! cores the weight λ picks among those free by `t` — λ favours hosts holding the job's
+//! data, so a job may wait for cores where its data is. Each set gets the job's blocks
+//! (largest first, where they end soonest, transfers counted) and is trimmed. Among the
+//! sets that finish by `M`, the job takes the one using the fewest core-seconds (each
+//! core's time from when it is free to the job's end: decay, transfers and waiting all
+//! cost), which leaves the most room for the jobs after it. A job that cannot finish by
+//! `M` on any set makes `M` infeasible.
 //!
-//! We trim as soon as a job is placed (the patent's "first moment") rather than after all
-//! jobs (its preferred "second moment"): a job's trimmed result is the same either way, and
-//! trimming first lets the feasibility test and the jobs after it see the shorter time. The
-//! patent chose later only to save planning time, which with ≤ 10 cores per job is small.
+//! Each job is trimmed as soon as it is placed (the patent's "first moment"), so the
+//! feasibility test and the jobs after it see the shorter time; the critical chain is
+//! trimmed again once all jobs are placed (the "second moment", `second.rs`).
 
 use super::baseline::{data_on_hosts, largest_first};
 use super::bounds::job_bounds_by_cores;
@@ -53,6 +57,8 @@ pub(crate) struct Packer<'a> {
     on_host: Vec<Vec<f64>>,
     /// Each job's total data.
     data: Vec<f64>,
+    /// The hosts holding a replica of some block of each job, ascending.
+    data_hosts: Vec<Vec<usize>>,
     /// A lower bound on each job's duration.
     bound: Vec<f64>,
     /// A lower bound on each job's duration with `e` cores (index `e`).
@@ -72,6 +78,12 @@ impl<'a> Packer<'a> {
             blocks: (0..n).map(|j| largest_first(inst, j)).collect(),
             on_host: (0..n).map(|j| data_on_hosts(inst, j)).collect(),
             data: inst.jobs().iter().map(|j| j.data()).collect(),
+            data_hosts: (0..n)
+                .map(|j| {
+                    let on = data_on_hosts(inst, j);
+                    (0..inst.hosts()).filter(|&h| on[h] > 0.0).collect()
+                })
+                .collect(),
             bound: bound_on
                 .iter()
                 .map(|b| b.iter().copied().fold(f64::INFINITY, f64::min))
@@ -126,10 +138,12 @@ impl<'a> Packer<'a> {
         per_host: &[usize],
         m: f64,
     ) -> Option<usize> {
-        self.pick_core_by(timeline, job, chosen, per_host, m, f64::INFINITY)
+        let hosts: Vec<usize> = (0..per_host.len()).collect();
+        self.pick_core_by(timeline, job, chosen, per_host, m, f64::INFINITY, &hosts)
     }
 
-    /// [`Self::pick_core`] among the cores free by `cap` only: the job is to start by `cap`.
+    /// [`Self::pick_core`] among the cores free by `cap` only (the job is to start by
+    /// `cap`), on the hosts `hosts` only.
     fn pick_core_by(
         &self,
         timeline: &Timeline,
@@ -138,9 +152,11 @@ impl<'a> Packer<'a> {
         per_host: &[usize],
         m: f64,
         cap: f64,
+        hosts: &[usize],
     ) -> Option<usize> {
         let mut best: Option<(f64, f64, usize)> = None;
-        for (host, &taken_here) in per_host.iter().enumerate() {
+        for &host in hosts {
+            let taken_here = per_host[host];
             let Some(c) = timeline.by_avail(host).find(|c| !chosen.contains(c)) else {
                 continue;
             };
@@ -172,12 +188,22 @@ impl<'a> Packer<'a> {
         best.map(|(_, _, c)| c)
     }
 
-    /// Up to `most` cores for `job`, picked one by one by λ among the cores free by `cap`.
-    fn by_weight(&self, timeline: &Timeline, job: usize, m: f64, cap: f64, most: usize) -> Vec<usize> {
+    /// Up to `most` cores for `job`, picked one by one by λ among the cores of `hosts`
+    /// free by `cap`.
+    fn by_weight(
+        &self,
+        timeline: &Timeline,
+        job: usize,
+        m: f64,
+        cap: f64,
+        hosts: &[usize],
+    ) -> Vec<usize> {
+        let most = self.most(job);
         let mut chosen = Vec::with_capacity(most);
         let mut per_host = vec![0; self.inst.hosts()];
         while chosen.len() < most {
-            let Some(c) = self.pick_core_by(timeline, job, &chosen, &per_host, m, cap) else {
+            let Some(c) = self.pick_core_by(timeline, job, &chosen, &per_host, m, cap, hosts)
+            else {
                 break;
             };
             chosen.push(c);
@@ -194,7 +220,10 @@ impl<'a> Packer<'a> {
     /// `job` placed on `cores`: blocks largest first where they end soonest, trimmed, and
     /// timed against the timeline.
     fn try_cores(&self, timeline: &Timeline, job: usize, cores: &[usize]) -> Cand {
-        let work = settle(self.inst, place_blocks(self.inst, job, cores, &self.blocks[job]));
+        let work = settle(
+            self.inst,
+            place_blocks(self.inst, job, cores, &self.blocks[job]),
+        );
         let start = timeline.start_of(work.slots.iter().map(|s| s.core));
         let finish = start + work.duration();
         let area = work
@@ -211,32 +240,50 @@ impl<'a> Packer<'a> {
     }
 
     /// The core sets worth trying for `job` on `e` cores, for each `e` in `1..=most`
-    /// (`sets[e]`, entry 0 empty), start-time aware (docs/DESIGN.md §S2.3):
+    /// (`sets[e]`, entry 0 empty; with `only`, just that `e`), start-time aware (docs/DESIGN.md §S2.3):
     /// * the `e` cores free earliest, by (free time, host, core) — the job starts soonest;
     /// * for each of the [`WAITS`] earliest distinct free times `t` at which `e` cores are
     ///   free, the `e` cores λ picks among those free by `t` — where the job's data is. A
     ///   later `t` lets the job wait for cores that hold its data.
-    pub(crate) fn core_sets(&self, timeline: &Timeline, job: usize, m: f64) -> Vec<Vec<Vec<usize>>> {
+    pub(crate) fn core_sets(
+        &self,
+        timeline: &Timeline,
+        job: usize,
+        m: f64,
+        only: Option<usize>,
+    ) -> Vec<Vec<Vec<usize>>> {
         let inst = self.inst;
         let most = self.most(job);
-        // The `most` earliest free cores of each host, merged: no set needs any other core.
-        let mut early: Vec<(f64, usize)> = (0..inst.hosts())
-            .flat_map(|h| timeline.by_avail(h).take(most))
+        // The earliest free cores of the cluster: enough for every `e` and the waits after
+        // it in all but clusters where many cores share a free time.
+        let early: Vec<(f64, usize)> = timeline
+            .earliest()
+            .take(most * (WAITS + 2))
             .map(|c| (timeline.avail(c), c))
             .collect();
-        early.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        // λ weighs the hosts holding the job's data and the hosts of those earliest cores:
+        // on any other host every core is free later than one of the latter, and none of
+        // the job's data is there, so λ ranks it below them (up to φ).
+        let mut hosts = self.data_hosts[job].clone();
+        hosts.extend(early.iter().map(|&(_, c)| inst.host_of(c)));
+        hosts.sort_unstable();
+        hosts.dedup();
         let mut times: Vec<f64> = early.iter().map(|&(t, _)| t).collect();
         times.dedup();
         let mut by_cap: Vec<(f64, Vec<usize>)> = Vec::new();
         let mut sets = vec![Vec::new()];
         for e in 1..=most.min(early.len()) {
+            if only.is_some_and(|k| k != e) {
+                sets.push(Vec::new());
+                continue;
+            }
             let mut list: Vec<Vec<usize>> = vec![early[..e].iter().map(|&(_, c)| c).collect()];
             let first = times.partition_point(|&t| t < early[e - 1].0);
             for &cap in times.iter().skip(first).take(WAITS) {
                 let pos = match by_cap.iter().position(|(t, _)| *t == cap) {
                     Some(p) => p,
                     None => {
-                        by_cap.push((cap, self.by_weight(timeline, job, m, cap, most)));
+                        by_cap.push((cap, self.by_weight(timeline, job, m, cap, &hosts)));
                         by_cap.len() - 1
                     }
                 };
@@ -265,7 +312,7 @@ impl<'a> Packer<'a> {
     /// chosen with both in view: the fewest resources that meet `m` leave the most room
     /// for the jobs after it.
     fn place_job(&self, timeline: &Timeline, job: usize, m: f64) -> Option<Cand> {
-        let sets = self.core_sets(timeline, job, m);
+        let sets = self.core_sets(timeline, job, m, None);
         let mut best: Option<Cand> = None;
         for (e, list) in sets.iter().enumerate().skip(1) {
             let floor = self.bound_on[job][e];
@@ -298,14 +345,19 @@ impl<'a> Packer<'a> {
     /// seconds) among [`Self::core_sets`] — rank 0 ends soonest, a higher rank moves the
     /// job to other cores. Falls back to fewer cores when fewer are ever free.
     pub(crate) fn place_on(&self, timeline: &Timeline, job: usize, e: usize, rank: usize) -> Cand {
-        let mut sets = self.core_sets(timeline, job, f64::INFINITY);
-        let e = e.clamp(1, sets.len().saturating_sub(1).max(1));
+        // More cores than are ever free, or than the job may use, fall back to the most.
+        let e = e.clamp(1, self.most(job).min(self.inst.total_cores()));
+        let mut sets = self.core_sets(timeline, job, f64::INFINITY, Some(e));
         let list = std::mem::take(&mut sets[e]);
         let mut cands: Vec<Cand> = list
             .iter()
             .map(|cores| self.try_cores(timeline, job, cores))
             .collect();
-        cands.sort_by(|a, b| a.finish.total_cmp(&b.finish).then(a.area.total_cmp(&b.area)));
+        cands.sort_by(|a, b| {
+            a.finish
+                .total_cmp(&b.finish)
+                .then(a.area.total_cmp(&b.area))
+        });
         let r = rank.min(cands.len() - 1);
         cands.swap_remove(r)
     }

@@ -20,6 +20,9 @@ use super::work::{place_blocks, JobWork};
 /// The most accepted changes (each costs one pass over the critical chain).
 const ROUNDS: usize = 64;
 
+/// The most hosts whose idle core a critical job may try as an extra core.
+const EXTRA_HOSTS: usize = 16;
+
 /// Relative tolerance for "ends when the other starts".
 const TOUCH: f64 = 1e-9;
 
@@ -107,8 +110,7 @@ pub(crate) fn compact(inst: &Instance, jobs: Vec<Placed>) -> Built {
     Built::from_jobs(jobs)
 }
 
-/// Trims `work` with no threshold, dropping cores left empty; `None` if that does not
-/// shorten it.
+/// Trims `work` with no threshold, dropping cores left empty.
 fn trim_fully(inst: &Instance, mut work: JobWork) -> JobWork {
     let cap = 64 + 8 * inst.jobs()[work.job].blocks.len();
     for _ in 0..cap {
@@ -147,13 +149,26 @@ fn shorten(packer: &Packer, built: &Built, job: usize) -> Option<Built> {
                 }
             }
         }
+        // One idle core per host is enough: they are interchangeable for this job. Hosts
+        // holding its data first, at most EXTRA_HOSTS of them, to bound the time per try.
+        let has_data = |h: usize| {
+            inst.jobs()[job]
+                .blocks
+                .iter()
+                .any(|b| b.replicas.contains(&h))
+        };
         let mut tried_host = vec![false; inst.hosts()];
+        let mut extra: Vec<(bool, usize)> = Vec::new();
         for c in 0..inst.total_cores() {
-            // One idle core per host is enough: they are interchangeable for this job.
-            if busy[c] || cores.contains(&c) || tried_host[inst.host_of(c)] {
+            let h = inst.host_of(c);
+            if busy[c] || cores.contains(&c) || tried_host[h] {
                 continue;
             }
-            tried_host[inst.host_of(c)] = true;
+            tried_host[h] = true;
+            extra.push((!has_data(h), c));
+        }
+        extra.sort_unstable();
+        for &(_, c) in extra.iter().take(EXTRA_HOSTS) {
             let mut set = cores.clone();
             set.push(c);
             let w = settle(inst, place_blocks(inst, job, &set, packer.blocks_of(job)));
