@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p hetsched-master-core --example plan_vs_lpt -- [SEEDS] [--per-seed]
+//! cargo run --release -p hetsched-master-core --example plan_vs_lpt -- --scale
 //! ```
 //!
 //! Shapes, 20 jobs each, blocks as `GenParams::new` (4–40 per job, 32–256 MB, job speeds
@@ -14,14 +15,14 @@
 //! * `skewed`: as `course`, but one block in ten is 16 times larger (512–4096 MB);
 //! * `one-holder`: as `course`, but every block's only replica is on host 0.
 //!
-//! Prints a markdown table: per shape, over the seeds where the planner's search found a
-//! schedule of its own, the mean of planner / lower bound and of uniform_lpt / lower bound,
-//! the mean and worst planner / uniform_lpt, and on how many seeds the planner's own makespan
-//! is longer than uniform_lpt's (or equal, to 1e-9); then over all seeds the mean of what
-//! `plan` returns (the best of planner and baselines) / lower bound. With `--per-seed`, also
-//! one row per seed of the `course` shape.
+//! (`Shape` in the library.) Prints a markdown table: per shape, the mean and worst of
+//! planner / lower bound, uniform_lpt / lower bound and planner / uniform_lpt, on how many
+//! seeds the planner's own makespan is longer than uniform_lpt's (or equal, to 1e-9), and
+//! the wall time of `plan` (planner and baselines together), mean and max. With
+//! `--per-seed`, also one row per seed of the `course` shape. `--scale` plans large
+//! generated inputs instead and prints their plan times.
 
-use hetsched_master_core::plan::makespan::{plan, Shape};
+use hetsched_master_core::plan::makespan::{generate, plan, GenParams, Shape};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -56,6 +57,15 @@ fn measure(shape: Shape, seed: u64) -> Result<Row, String> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let per_seed = args.iter().any(|a| a == "--per-seed");
+    if args.iter().any(|a| a == "--scale") {
+        return match scale() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let seeds = match args.iter().find(|a| !a.starts_with("--")) {
         None => 20,
         Some(s) => match s.parse::<u64>() {
@@ -136,6 +146,28 @@ fn run(seeds: u64, per_seed: bool) -> Result<(), String> {
                 r.cores, r.lower, r.uniform_lpt
             );
         }
+    }
+    Ok(())
+}
+
+/// `--scale`: plan time and quality on large generated inputs (`plan_gen JOBS HOSTS 7`'s
+/// instances: `GenParams::new`, seed 7), to show the planner stays bounded in time.
+fn scale() -> Result<(), String> {
+    println!("| jobs | hosts | cores | planner / LB | uniform_lpt / LB | plan time |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (jobs, hosts) in [(200, 30), (1000, 100), (3000, 300), (10000, 1000)] {
+        let inst = generate(&GenParams::new(jobs, hosts, 7)).map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        let p = plan(&inst).map_err(|e| e.to_string())?;
+        let secs = t0.elapsed().as_secs_f64();
+        let own = p.planner_makespan.ok_or("the planner has no schedule")?;
+        println!(
+            "| {jobs} | {hosts} | {} | {:.3} | {:.3} | {:.0} ms |",
+            inst.total_cores(),
+            own / p.lower_bound,
+            p.baselines.uniform_lpt / p.lower_bound,
+            secs * 1e3
+        );
     }
     Ok(())
 }

@@ -25,7 +25,7 @@ pub(crate) const PLACEMENT_BUDGET: usize = 40_000;
 const SNAPSHOTS: usize = 64;
 
 /// The seed of the neighbour order.
-pub(crate) const SEARCH_SEED: u64 = 0x5EED_0F_5C_ED;
+pub(crate) const SEARCH_SEED: u64 = 0x005E_ED0F_5CED;
 
 /// How many candidate core sets a job's rank ranges over.
 const RANKS: usize = 3;

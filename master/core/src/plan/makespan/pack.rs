@@ -139,7 +139,7 @@ impl<'a> Packer<'a> {
         m: f64,
     ) -> Option<usize> {
         let hosts: Vec<usize> = (0..per_host.len()).collect();
-        self.pick_core_by(timeline, job, chosen, per_host, m, f64::INFINITY, &hosts)
+        self.pick_core_by(timeline, job, chosen, per_host, (m, f64::INFINITY), &hosts)
     }
 
     /// [`Self::pick_core`] among the cores free by `cap` only (the job is to start by
@@ -150,8 +150,7 @@ impl<'a> Packer<'a> {
         job: usize,
         chosen: &[usize],
         per_host: &[usize],
-        m: f64,
-        cap: f64,
+        (m, cap): (f64, f64),
         hosts: &[usize],
     ) -> Option<usize> {
         let mut best: Option<(f64, f64, usize)> = None;
@@ -202,7 +201,7 @@ impl<'a> Packer<'a> {
         let mut chosen = Vec::with_capacity(most);
         let mut per_host = vec![0; self.inst.hosts()];
         while chosen.len() < most {
-            let Some(c) = self.pick_core_by(timeline, job, &chosen, &per_host, m, cap, hosts)
+            let Some(c) = self.pick_core_by(timeline, job, &chosen, &per_host, (m, cap), hosts)
             else {
                 break;
             };

@@ -159,9 +159,9 @@ fn shorten(packer: &Packer, built: &Built, job: usize) -> Option<Built> {
         };
         let mut tried_host = vec![false; inst.hosts()];
         let mut extra: Vec<(bool, usize)> = Vec::new();
-        for c in 0..inst.total_cores() {
+        for (c, &taken) in busy.iter().enumerate() {
             let h = inst.host_of(c);
-            if busy[c] || cores.contains(&c) || tried_host[h] {
+            if taken || cores.contains(&c) || tried_host[h] {
                 continue;
             }
             tried_host[h] = true;
