@@ -19,7 +19,7 @@ use hetsched_common::rng::SplitMix64;
 /// The most job placements one local search makes (a schedule built from position p of
 /// the order costs `jobs − p`): bounds planning time whatever the input's size — ample
 /// for 20 jobs, a handful of schedules for thousands.
-pub(crate) const PLACEMENT_BUDGET: usize = 40_000;
+pub(crate) const PLACEMENT_BUDGET: usize = 20_000;
 
 /// The most timelines kept for rebuilding from a position (memory: each holds every core).
 const SNAPSHOTS: usize = 64;

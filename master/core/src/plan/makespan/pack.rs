@@ -238,19 +238,18 @@ impl<'a> Packer<'a> {
         }
     }
 
-    /// The core sets worth trying for `job` on `e` cores, for each `e` in `1..=most`
-    /// (`sets[e]`, entry 0 empty; with `only`, just that `e`), start-time aware (docs/DESIGN.md §S2.3):
+    /// The core sets worth trying for `job` on `e` cores, for each `e` in `1..=most`,
+    /// start-time aware (docs/DESIGN.md §S2.3), computed lazily by [`CoreSets::of`]:
     /// * the `e` cores free earliest, by (free time, host, core) — the job starts soonest;
     /// * for each of the [`WAITS`] earliest distinct free times `t` at which `e` cores are
     ///   free, the `e` cores λ picks among those free by `t` — where the job's data is. A
     ///   later `t` lets the job wait for cores that hold its data.
-    pub(crate) fn core_sets(
-        &self,
-        timeline: &Timeline,
+    pub(crate) fn core_sets<'t>(
+        &'t self,
+        timeline: &'t Timeline,
         job: usize,
         m: f64,
-        only: Option<usize>,
-    ) -> Vec<Vec<Vec<usize>>> {
+    ) -> CoreSets<'t, 'a> {
         let inst = self.inst;
         let most = self.most(job);
         // The earliest free cores of the cluster: enough for every `e` and the waits after
@@ -269,39 +268,17 @@ impl<'a> Packer<'a> {
         hosts.dedup();
         let mut times: Vec<f64> = early.iter().map(|&(t, _)| t).collect();
         times.dedup();
-        let mut by_cap: Vec<(f64, Vec<usize>)> = Vec::new();
-        let mut sets = vec![Vec::new()];
-        for e in 1..=most.min(early.len()) {
-            if only.is_some_and(|k| k != e) {
-                sets.push(Vec::new());
-                continue;
-            }
-            let mut list: Vec<Vec<usize>> = vec![early[..e].iter().map(|&(_, c)| c).collect()];
-            let first = times.partition_point(|&t| t < early[e - 1].0);
-            for &cap in times.iter().skip(first).take(WAITS) {
-                let pos = match by_cap.iter().position(|(t, _)| *t == cap) {
-                    Some(p) => p,
-                    None => {
-                        by_cap.push((cap, self.by_weight(timeline, job, m, cap, &hosts)));
-                        by_cap.len() - 1
-                    }
-                };
-                let seq = &by_cap[pos].1;
-                if seq.len() >= e {
-                    let mut set = seq[..e].to_vec();
-                    set.sort_unstable();
-                    if !list.iter().any(|l| {
-                        let mut l = l.clone();
-                        l.sort_unstable();
-                        l == set
-                    }) {
-                        list.push(set);
-                    }
-                }
-            }
-            sets.push(list);
+        CoreSets {
+            packer: self,
+            timeline,
+            job,
+            m,
+            most: most.min(early.len()),
+            early,
+            times,
+            hosts,
+            by_cap: Vec::new(),
         }
-        sets
     }
 
     /// Places `job` to finish by `m` using the fewest core-seconds — its cores' time from
@@ -311,14 +288,14 @@ impl<'a> Packer<'a> {
     /// chosen with both in view: the fewest resources that meet `m` leave the most room
     /// for the jobs after it.
     fn place_job(&self, timeline: &Timeline, job: usize, m: f64) -> Option<Cand> {
-        let sets = self.core_sets(timeline, job, m, None);
+        let mut sets = self.core_sets(timeline, job, m);
         let mut best: Option<Cand> = None;
-        for (e, list) in sets.iter().enumerate().skip(1) {
+        for e in 1..=sets.most {
             let floor = self.bound_on[job][e];
             if best.as_ref().is_some_and(|b| b.area <= e as f64 * floor) {
                 continue;
             }
-            for cores in list {
+            for cores in &sets.of(e) {
                 if timeline.start_of(cores.iter().copied()) + floor > m {
                     continue;
                 }
@@ -346,8 +323,7 @@ impl<'a> Packer<'a> {
     pub(crate) fn place_on(&self, timeline: &Timeline, job: usize, e: usize, rank: usize) -> Cand {
         // More cores than are ever free, or than the job may use, fall back to the most.
         let e = e.clamp(1, self.most(job).min(self.inst.total_cores()));
-        let mut sets = self.core_sets(timeline, job, f64::INFINITY, Some(e));
-        let list = std::mem::take(&mut sets[e]);
+        let list = self.core_sets(timeline, job, f64::INFINITY).of(e);
         let mut cands: Vec<Cand> = list
             .iter()
             .map(|cores| self.try_cores(timeline, job, cores))
@@ -359,6 +335,59 @@ impl<'a> Packer<'a> {
         });
         let r = rank.min(cands.len() - 1);
         cands.swap_remove(r)
+    }
+}
+
+/// The candidate core sets of one job against one timeline, built on demand per core
+/// count (a probe skips most counts, and the local search needs one).
+pub(crate) struct CoreSets<'t, 'a> {
+    packer: &'t Packer<'a>,
+    timeline: &'t Timeline,
+    job: usize,
+    m: f64,
+    /// The largest core count with sets.
+    pub most: usize,
+    /// The earliest free cores, (free time, core), in (free time, host, core) order.
+    early: Vec<(f64, usize)>,
+    /// Their distinct free times, ascending.
+    times: Vec<f64>,
+    /// The hosts λ weighs.
+    hosts: Vec<usize>,
+    /// λ's pick order among the cores free by each cap seen so far.
+    by_cap: Vec<(f64, Vec<usize>)>,
+}
+
+impl CoreSets<'_, '_> {
+    /// The distinct core sets for `e` cores (`1 ≤ e ≤ most`), earliest-free first.
+    pub fn of(&mut self, e: usize) -> Vec<Vec<usize>> {
+        let early = &self.early;
+        let mut list: Vec<Vec<usize>> = vec![early[..e].iter().map(|&(_, c)| c).collect()];
+        let first = self.times.partition_point(|&t| t < early[e - 1].0);
+        for &cap in self.times.iter().skip(first).take(WAITS) {
+            let pos = match self.by_cap.iter().position(|(t, _)| *t == cap) {
+                Some(p) => p,
+                None => {
+                    let seq =
+                        self.packer
+                            .by_weight(self.timeline, self.job, self.m, cap, &self.hosts);
+                    self.by_cap.push((cap, seq));
+                    self.by_cap.len() - 1
+                }
+            };
+            let seq = &self.by_cap[pos].1;
+            if seq.len() >= e {
+                let mut set = seq[..e].to_vec();
+                set.sort_unstable();
+                if !list.iter().any(|l| {
+                    let mut l = l.clone();
+                    l.sort_unstable();
+                    l == set
+                }) {
+                    list.push(set);
+                }
+            }
+        }
+        list
     }
 }
 

@@ -9,7 +9,8 @@
 //! its run (its blocks are placed afresh on the larger set). After a change the schedule is
 //! compacted — every job, in start order on the same cores, starts as soon as its cores
 //! are free — which never starts a job later, and the change is kept only if the makespan
-//! falls (or stays while the sum of finish times falls). Rounds repeat until nothing helps.
+//! falls (or stays while the sum of finish times falls). Rounds repeat until nothing helps,
+//! at most [`ROUNDS`] changes and [`TRIES`] jobs tried.
 
 use super::improve::{Built, Placed};
 use super::model::Instance;
@@ -19,6 +20,10 @@ use super::work::{place_blocks, JobWork};
 
 /// The most accepted changes (each costs one pass over the critical chain).
 const ROUNDS: usize = 64;
+
+/// The most jobs tried in all (each try places the job on up to 1 + [`EXTRA_HOSTS`] core
+/// sets and compacts the schedule), so that long chains stay cheap.
+const TRIES: usize = 256;
 
 /// The most hosts whose idle core a critical job may try as an extra core.
 const EXTRA_HOSTS: usize = 16;
@@ -31,9 +36,14 @@ const TOUCH: f64 = 1e-9;
 pub(crate) fn trim_critical(packer: &Packer, mut built: Built) -> (Built, usize) {
     let inst = packer.instance();
     let mut kept = 0;
+    let mut tries = 0;
     for _ in 0..ROUNDS {
         let mut changed = false;
         for job in critical_chain(inst, &built) {
+            if tries == TRIES {
+                return (built, kept);
+            }
+            tries += 1;
             if let Some(next) = shorten(packer, &built, job) {
                 built = next;
                 kept += 1;
