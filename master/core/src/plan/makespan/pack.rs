@@ -187,28 +187,28 @@ impl<'a> Packer<'a> {
         best.map(|(_, _, c)| c)
     }
 
-    /// Up to `most` cores for `job`, picked one by one by λ among the cores of `hosts`
-    /// free by `cap`.
-    fn by_weight(
+    /// Extends `seq`, the cores λ picks one by one for `job` among the cores of `hosts`
+    /// free by `cap`, to `len` cores if there are that many (`per_host` counts `seq` per
+    /// host). Each pick depends only on the ones before, so sequences grow on demand.
+    fn extend_by_weight(
         &self,
         timeline: &Timeline,
         job: usize,
-        m: f64,
-        cap: f64,
+        (m, cap): (f64, f64),
         hosts: &[usize],
-    ) -> Vec<usize> {
-        let most = self.most(job);
-        let mut chosen = Vec::with_capacity(most);
-        let mut per_host = vec![0; self.inst.hosts()];
-        while chosen.len() < most {
-            let Some(c) = self.pick_core_by(timeline, job, &chosen, &per_host, (m, cap), hosts)
-            else {
+        (seq, per_host): (&mut Vec<usize>, &mut Vec<usize>),
+        len: usize,
+    ) {
+        if per_host.is_empty() {
+            per_host.resize(self.inst.hosts(), 0);
+        }
+        while seq.len() < len {
+            let Some(c) = self.pick_core_by(timeline, job, seq, per_host, (m, cap), hosts) else {
                 break;
             };
-            chosen.push(c);
+            seq.push(c);
             per_host[self.inst.host_of(c)] += 1;
         }
-        chosen
     }
 
     /// The most cores `job` may use: the cap, and no more than its blocks.
@@ -353,8 +353,9 @@ pub(crate) struct CoreSets<'t, 'a> {
     times: Vec<f64>,
     /// The hosts λ weighs.
     hosts: Vec<usize>,
-    /// λ's pick order among the cores free by each cap seen so far.
-    by_cap: Vec<(f64, Vec<usize>)>,
+    /// λ's pick order among the cores free by each cap seen so far, as far as needed,
+    /// and its cores per host.
+    by_cap: Vec<(f64, Vec<usize>, Vec<usize>)>,
 }
 
 impl CoreSets<'_, '_> {
@@ -364,16 +365,22 @@ impl CoreSets<'_, '_> {
         let mut list: Vec<Vec<usize>> = vec![early[..e].iter().map(|&(_, c)| c).collect()];
         let first = self.times.partition_point(|&t| t < early[e - 1].0);
         for &cap in self.times.iter().skip(first).take(WAITS) {
-            let pos = match self.by_cap.iter().position(|(t, _)| *t == cap) {
+            let pos = match self.by_cap.iter().position(|(t, ..)| *t == cap) {
                 Some(p) => p,
                 None => {
-                    let seq =
-                        self.packer
-                            .by_weight(self.timeline, self.job, self.m, cap, &self.hosts);
-                    self.by_cap.push((cap, seq));
+                    self.by_cap.push((cap, Vec::new(), Vec::new()));
                     self.by_cap.len() - 1
                 }
             };
+            let (_, seq, per_host) = &mut self.by_cap[pos];
+            self.packer.extend_by_weight(
+                self.timeline,
+                self.job,
+                (self.m, cap),
+                &self.hosts,
+                (seq, per_host),
+                e,
+            );
             let seq = &self.by_cap[pos].1;
             if seq.len() >= e {
                 let mut set = seq[..e].to_vec();
