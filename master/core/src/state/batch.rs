@@ -65,7 +65,7 @@ pub struct BatchJobSpec {
 }
 
 /// A planned batch: what `SubmitBatch` carries.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchSpec {
     /// The plan's makespan, seconds.
     pub planned_makespan_s: Real,
