@@ -74,7 +74,8 @@ fn submit(c: &Cluster, cmd: &str) -> Value {
 }
 
 fn batch(c: &Cluster, id: u64) -> Value {
-    c.json(&["batch", &format!("batch-{id}")]).expect("batch --json")
+    c.json(&["batch", &format!("batch-{id}")])
+        .expect("batch --json")
 }
 
 /// Waits until every job of the batch has ended; returns `batch --json`.
@@ -119,7 +120,10 @@ fn scenario(c: &mut Cluster) {
     // --- A batch of six jobs, run to its end. ---
     let sub = submit(c, &command(&runs, 0.5));
     assert_eq!(sub["jobs"].as_array().map(Vec::len), Some(6), "{sub}");
-    assert!(sub["planned_makespan_s"].as_f64().is_some_and(|m| m > 0.0), "{sub}");
+    assert!(
+        sub["planned_makespan_s"].as_f64().is_some_and(|m| m > 0.0),
+        "{sub}"
+    );
     let id = sub["batch_id"].as_u64().expect("batch id");
     let b = wait_done(c, id, Duration::from_secs(120));
     let tasks = tasks_by_id(c);
@@ -130,18 +134,31 @@ fn scenario(c: &mut Cluster) {
         for t in job["tasks"].as_array().expect("tasks") {
             let tid = t["task_id"].as_u64().expect("task id");
             let listed = &tasks[&tid];
-            assert_eq!(listed["node"], t["node"], "task {tid} ran on its planned slave");
+            assert_eq!(
+                listed["node"], t["node"],
+                "task {tid} ran on its planned slave"
+            );
             assert_eq!(listed["attempt"], 1, "{listed}");
             let (blocks, start) = run_of(&runs, tid, 1).expect("the first attempt's file");
-            assert_eq!(&Value::from(blocks.clone()), &t["blocks"], "task {tid}'s HETSCHED_BLOCKS");
+            assert_eq!(
+                &Value::from(blocks.clone()),
+                &t["blocks"],
+                "task {tid}'s HETSCHED_BLOCKS"
+            );
             for bl in blocks {
                 let n = bl["job_block"].as_u64().expect("job_block");
-                assert!(seen.insert((index as u64, n)), "block {n} of job {index} twice");
+                assert!(
+                    seen.insert((index as u64, n)),
+                    "block {n} of job {index} twice"
+                );
             }
             starts.push(start);
         }
         let spread = starts.iter().max().unwrap_or(&0) - starts.iter().min().unwrap_or(&0);
-        assert!(spread <= 500, "job {index}'s tasks started {spread} ms apart");
+        assert!(
+            spread <= 500,
+            "job {index}'s tasks started {spread} ms apart"
+        );
         assert!(job["planned_finish_s"].as_f64() > job["planned_start_s"].as_f64());
     }
     let want: BTreeSet<(u64, u64)> = BLOCKS
@@ -180,7 +197,9 @@ fn scenario(c: &mut Cluster) {
     });
     c.slaves[2].kill9();
     for pid in support::processes_under(&c.dir.path().join("slave-3"), None) {
-        let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
     }
     let b = wait_done(c, id, Duration::from_secs(120));
     assert!(b["replans"].as_u64().is_some_and(|r| r >= 1), "{b}");
@@ -198,7 +217,10 @@ fn scenario(c: &mut Cluster) {
         }
         done.sort_unstable();
         let all: Vec<u64> = (0..BLOCKS[index]).collect();
-        assert_eq!(done, all, "job {index}: each block once across successful attempts");
+        assert_eq!(
+            done, all,
+            "job {index}: each block once across successful attempts"
+        );
     }
     eprintln!(
         "batch-{id} with slave-3 lost: planned {:.2}s, actual {:.2}s, {} re-plan(s)",

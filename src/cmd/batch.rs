@@ -135,7 +135,12 @@ pub fn render(b: &BatchInfo) -> String {
     };
     let rows: Vec<String> = t
         .lines()
-        .map(|l| l.trim_end().strip_prefix(' ').unwrap_or(l.trim_end()).to_string())
+        .map(|l| {
+            l.trim_end()
+                .strip_prefix(' ')
+                .unwrap_or(l.trim_end())
+                .to_string()
+        })
         .collect();
     format!(
         "{}\nbatch-{}: planned makespan {:.2}s, actual {}{replans}\n",

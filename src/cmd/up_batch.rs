@@ -12,7 +12,8 @@ use hetsched_common::protocol::{BatchSubmit, ClientRequest, ClientResponse};
 fn demo_file(slaves: usize) -> String {
     let hosts = slaves.max(1);
     let ones = vec!["1"; hosts].join(", ");
-    let block = |size: u32, host: usize| format!("{{\"size\": {size}, \"replicas\": [{}]}}", host % hosts);
+    let block =
+        |size: u32, host: usize| format!("{{\"size\": {size}, \"replicas\": [{}]}}", host % hosts);
     let jobs = [
         (vec![block(20, 0), block(20, 1)], "0.8"),
         (vec![block(30, 1)], "1.2"),

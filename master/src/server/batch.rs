@@ -94,7 +94,10 @@ impl Master {
         let mut cancelled = 0u32;
         for (i, job) in jobs.iter().enumerate() {
             let req = ClientRequestId(request.0.wrapping_add(i as u64));
-            match self.propose(Command::CancelJob { job: *job }, Some(req)).await? {
+            match self
+                .propose(Command::CancelJob { job: *job }, Some(req))
+                .await?
+            {
                 Outcome::Cancelled { tasks, .. } => cancelled += tasks,
                 o => return Err(unexpected(o)),
             }

@@ -335,9 +335,19 @@ pub fn replan_job(view: &ClusterState, job: JobId) -> Option<Command> {
             None => 0,
         }
     };
-    let mut cores: Vec<usize> = batch.hosts.iter().enumerate().map(|(h, n)| cap(h, n, true)).collect();
+    let mut cores: Vec<usize> = batch
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(h, n)| cap(h, n, true))
+        .collect();
     if cores.iter().all(|&c| c == 0) {
-        cores = batch.hosts.iter().enumerate().map(|(h, n)| cap(h, n, false)).collect();
+        cores = batch
+            .hosts
+            .iter()
+            .enumerate()
+            .map(|(h, n)| cap(h, n, false))
+            .collect();
     }
     // At most one core per pending task: trim from the last host.
     let mut excess = cores.iter().sum::<usize>().saturating_sub(pending.len());
@@ -360,20 +370,23 @@ pub fn replan_job(view: &ClusterState, job: JobId) -> Option<Command> {
         let node = batch.hosts[h];
         pending
             .iter()
-            .map(|t| (*t, BatchTask { node, blocks: Vec::new() }))
+            .map(|t| {
+                (
+                    *t,
+                    BatchTask {
+                        node,
+                        blocks: Vec::new(),
+                    },
+                )
+            })
             .collect()
     } else {
         let job_in = BatchJob {
             speed: bj.speed.0,
             blocks: sub_blocks,
         };
-        let inst = Instance::new(
-            cores,
-            batch.transfer_speed.0,
-            batch.alpha.0,
-            vec![job_in],
-        )
-        .ok()?;
+        let inst =
+            Instance::new(cores, batch.transfer_speed.0, batch.alpha.0, vec![job_in]).ok()?;
         let planned = plan(&inst).ok()?;
         let jp = planned.schedule.jobs.first()?;
         let mut new: Vec<BatchTask> = jp

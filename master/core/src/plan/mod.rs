@@ -1,4 +1,4 @@
 //! Planners for batches of jobs.
 
-pub mod makespan;
 pub mod batch_submit;
+pub mod makespan;

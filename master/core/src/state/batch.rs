@@ -212,7 +212,9 @@ impl ClusterState {
             return Err("a batch needs a core count per host".into());
         }
         for (i, j) in spec.jobs.iter().enumerate() {
-            j.spec.validate().map_err(|e| format!("batch job {i}: {e}"))?;
+            j.spec
+                .validate()
+                .map_err(|e| format!("batch job {i}: {e}"))?;
             if j.spec.no_preempt || !j.spec.nodes.is_empty() {
                 return Err(format!(
                     "batch job {i}: pins its tasks itself (no locality, no --no-preempt)"
@@ -235,7 +237,10 @@ impl ClusterState {
             }
             for b in &t.blocks {
                 if b.block as usize >= blocks || !self.nodes.contains_key(&b.read_from) {
-                    return Err(format!("block {} (read from {}) is unknown", b.block, b.read_from));
+                    return Err(format!(
+                        "block {} (read from {}) is unknown",
+                        b.block, b.read_from
+                    ));
                 }
             }
         }
@@ -244,7 +249,11 @@ impl ClusterState {
 
     /// Re-pins pending tasks of a batch job with new blocks (a planned slave was lost):
     /// every named task must be a pending task of the job, else nothing changes.
-    pub(super) fn replan_batch_job(&mut self, job: JobId, tasks: Vec<(TaskId, BatchTask)>) -> Outcome {
+    pub(super) fn replan_batch_job(
+        &mut self,
+        job: JobId,
+        tasks: Vec<(TaskId, BatchTask)>,
+    ) -> Outcome {
         let Some(bj) = self.batch.jobs.get(&job) else {
             return Outcome::Rejected(format!("{job} is not a batch job"));
         };

@@ -49,7 +49,9 @@ impl Generator {
                     Ok(mut batch) => {
                         if self.chance(10) {
                             // A pin no registered node has: the whole batch is refused.
-                            if let Some(t) = batch.jobs.first_mut().and_then(|j| j.tasks.first_mut()) {
+                            if let Some(t) =
+                                batch.jobs.first_mut().and_then(|j| j.tasks.first_mut())
+                            {
                                 t.node = self.any_node(s);
                             }
                         }

@@ -2,8 +2,7 @@ use crate::sched::index::PolicyKind;
 use crate::sched::test_log::{node, spec, Log};
 use crate::sched::{IndexedScheduler, Scheduler};
 use crate::state::{
-    Assign, BatchBlock, BatchJobSpec, BatchSpec, BatchTask, Command, Outcome, Plan, Real,
-    TaskBlock,
+    Assign, BatchBlock, BatchJobSpec, BatchSpec, BatchTask, Command, Outcome, Plan, Real, TaskBlock,
 };
 use hetsched_common::{JobId, NodeId, TaskId, TaskState};
 
@@ -77,7 +76,9 @@ fn a_gang_is_placed_whole_on_its_pins() {
         vec![(t[0], NodeId(1)), (t[1], NodeId(1)), (t[2], NodeId(2))]
     );
     match l.apply(&mut s, Command::ApplyPlan(plan)) {
-        Outcome::PlanApplied { accepted, rejected, .. } => {
+        Outcome::PlanApplied {
+            accepted, rejected, ..
+        } => {
             assert_eq!((accepted.len(), rejected), (3, 0));
         }
         o => panic!("{o:?}"),
@@ -100,7 +101,10 @@ fn a_gang_that_does_not_fit_waits_whole() {
     l.apply(&mut s, Command::ApplyPlan(plan));
     assert!(s.plan(&l.s).assignments.is_empty());
     for t in second {
-        assert_eq!(l.s.task(t).map(|t| t.status.state), Some(TaskState::Pending));
+        assert_eq!(
+            l.s.task(t).map(|t| t.status.state),
+            Some(TaskState::Pending)
+        );
     }
 }
 
@@ -139,7 +143,13 @@ fn a_replan_repins_pending_tasks() {
         job: jobs[0],
         tasks: vec![(t[1], new.clone())],
     });
-    assert_eq!(o, Outcome::BatchReplanned { job: jobs[0], tasks: 1 });
+    assert_eq!(
+        o,
+        Outcome::BatchReplanned {
+            job: jobs[0],
+            tasks: 1
+        }
+    );
     assert_eq!(l.s.batch_task(t[1]), Some(&new));
     let info = l.s.batch_info(1).expect("batch");
     assert_eq!(info.replans, 1);
