@@ -69,6 +69,7 @@ pub async fn show(addrs: &[String], id: u64) {
     };
     match call(addrs, req, false).await {
         Ok(ClientResponse::Batch(b)) => {
+            println!("  demo batch (S2), planned against actual, seconds after submission:");
             for line in super::batch::render(&b).lines() {
                 println!("  {line}");
             }

@@ -13,7 +13,7 @@
 
 use super::makespan::{parse, plan, validate, BatchJob, Block, Instance};
 use crate::state::{
-    BatchBlock, BatchJobSpec, BatchSpec, BatchTask, ClusterState, Command, Real, TaskBlock,
+    BatchBlock, BatchJobSpec, BatchSpec, BatchTask, ClusterState, Command, Node, Real, TaskBlock,
 };
 use hetsched_common::protocol::BatchSubmit;
 use hetsched_common::{JobId, JobSpec, NodeId, ResourceRequest, TaskState};
@@ -119,7 +119,7 @@ pub fn natural_cmp(a: &str, b: &str) -> Ordering {
 /// natural name order. Errors when the file names more hosts than are up.
 fn host_nodes(view: &ClusterState, file: &BatchFile) -> Result<Vec<NodeId>, String> {
     let want = file.instance.hosts();
-    let mut up: Vec<_> = view.nodes().values().filter(|n| n.takes_work()).collect();
+    let mut up: Vec<_> = view.nodes().values().filter(|n| usable(n)).collect();
     up.sort_by(|a, b| natural_cmp(&a.name, &b.name));
     if let Some(names) = &file.hosts {
         if names.len() != want {
@@ -134,7 +134,9 @@ fn host_nodes(view: &ClusterState, file: &BatchFile) -> Result<Vec<NodeId>, Stri
                 .resolve_node(n)
                 .ok_or_else(|| format!("host {n:?} is not a registered slave"))?;
             if !up.iter().any(|u| u.id == id) {
-                return Err(format!("host {n:?} is not up (or is draining)"));
+                return Err(format!(
+                    "host {n:?} is not up (or is draining, or does not serve the default partition)"
+                ));
             }
             if ids.contains(&id) {
                 return Err(format!("host {n:?} is named twice"));
@@ -152,9 +154,18 @@ fn host_nodes(view: &ClusterState, file: &BatchFile) -> Result<Vec<NodeId>, Stri
     Ok(up.iter().take(want).map(|n| n.id).collect())
 }
 
+/// Whether batch tasks may run on `n`: it takes work and serves the partition batch jobs
+/// run in (`default`).
+fn usable(n: &Node) -> bool {
+    n.takes_work() && n.serves(BATCH_PARTITION)
+}
+
+/// Batch jobs run in the default partition.
+const BATCH_PARTITION: &str = "default";
+
 fn whole_free_cpus(view: &ClusterState, node: NodeId) -> usize {
     view.node(node)
-        .filter(|n| n.takes_work())
+        .filter(|n| usable(n))
         .map_or(0, |n| (n.free.cpu_milli / 1000) as usize)
 }
 
@@ -277,17 +288,19 @@ fn blocks_of(j: &BatchJob) -> Vec<BatchBlock> {
 }
 
 /// Batch jobs with a pending task pinned to a slave that takes no work now (lost, or
-/// draining): each needs a re-plan.
+/// draining, or no longer serving the default partition): each needs a re-plan.
 pub fn jobs_to_replan(view: &ClusterState) -> Vec<JobId> {
     let mut out = Vec::new();
     for job in view.batch_book().jobs.keys() {
-        let Some(j) = view.job(*job) else { continue };
+        let Some(j) = view.job(*job).filter(|j| j.open > 0) else {
+            continue;
+        };
         let stranded = j.tasks.iter().any(|t| {
             view.task(*t)
                 .is_some_and(|t| t.status.state == TaskState::Pending)
                 && view
                     .batch_task(*t)
-                    .is_some_and(|b| view.node(b.node).is_none_or(|n| !n.takes_work()))
+                    .is_some_and(|b| view.node(b.node).is_none_or(|n| !usable(n)))
         });
         if stranded {
             out.push(*job);
@@ -329,7 +342,7 @@ pub fn replan_job(view: &ClusterState, job: JobId) -> Option<Command> {
     }
     let cap = |h: usize, n: &NodeId, free: bool| -> usize {
         let planned = batch.host_cores.get(h).copied().unwrap_or(0) as usize;
-        match view.node(*n).filter(|x| x.takes_work()) {
+        match view.node(*n).filter(|x| usable(x)) {
             Some(x) if free => planned.min((x.free.cpu_milli / 1000) as usize),
             Some(x) => planned.max(1).min((x.capacity.cpu_milli / 1000) as usize),
             None => 0,

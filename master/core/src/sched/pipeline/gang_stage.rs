@@ -12,7 +12,7 @@
 use super::context::Decision;
 use super::queue_stage::PendingTask;
 use crate::sched::index::PlacementIndex;
-use crate::state::{Assign, ClusterState};
+use crate::state::{partition_of, Assign, ClusterState};
 use hetsched_common::{GpuAlloc, JobId, NodeId, TaskState};
 use std::collections::BTreeSet;
 
@@ -50,8 +50,11 @@ impl GangStage {
             gang.push((*tid, pin));
         }
         let mut taken: Vec<(NodeId, GpuAlloc)> = Vec::with_capacity(gang.len());
+        let partition = partition_of(&head.job.spec);
         for (_, node) in &gang {
-            let up = view.node(*node).filter(|n| n.takes_work());
+            let up = view
+                .node(*node)
+                .filter(|n| n.takes_work() && n.serves(partition));
             match up.and_then(|_| index.take(*node, head.req)) {
                 Some(alloc) => taken.push((*node, alloc)),
                 None => {
