@@ -117,6 +117,18 @@ fn scenario(c: &mut Cluster) {
     let runs = c.dir.path().join("runs");
     std::fs::create_dir_all(&runs).expect("runs dir");
 
+    // Bad requests: more hosts than up slaves, no command, an unknown batch.
+    let four = c.dir.path().join("four.txt");
+    std::fs::write(&four, "1 4 100 0.05\n1 1 1 1\n1\n10\n5\n3\n").expect("write");
+    let out = c.cli(&["submit-batch", four.to_str().expect("utf-8"), "--", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("4 hosts but only 3 slaves are up"), "{err}");
+    let out = c.cli(&["submit-batch", four.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(c.cli(&["batch", "batch-x"]).status.code(), Some(2));
+    assert_eq!(c.cli(&["batch", "99"]).status.code(), Some(4));
+
     // --- A batch of six jobs, run to its end. ---
     let sub = submit(c, &command(&runs, 0.5));
     assert_eq!(sub["jobs"].as_array().map(Vec::len), Some(6), "{sub}");
