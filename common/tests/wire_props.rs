@@ -144,6 +144,14 @@ fn message() -> impl Strategy<Value = Message> {
             job: JobId(j)
         })),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Status { stale })),
+        (any::<bool>(), any::<u64>())
+            .prop_map(|(stale, batch)| Message::Client(ClientRequest::Batch { stale, batch })),
+        (any::<u64>(), any::<u64>()).prop_map(|(r, batch)| Message::Client(
+            ClientRequest::CancelBatch {
+                request: ClientRequestId(r),
+                batch,
+            }
+        )),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Jobs {
             stale,
             filter: Default::default()
@@ -216,6 +224,10 @@ fn message() -> impl Strategy<Value = Message> {
                 tasks: 3,
                 task_states: BTreeMap::from([("running".to_string(), 3)]),
                 submitted_ms: id,
+                batch_id: Some(id),
+                planned_start_s: Some(1.5),
+                planned_finish_s: Some(2.5),
+                actual_finish_s: None,
             }])
         )),
         (ids, state(), any::<Option<i32>>()).prop_map(|((t, j, a), state, exit_code)| {

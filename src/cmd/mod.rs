@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod batch;
 pub mod bench_e2e;
 pub mod bench_placement;
 pub mod bench_raft;
@@ -17,6 +18,7 @@ pub mod sim;
 pub mod slave;
 pub mod table;
 pub mod up;
+pub mod up_batch;
 
 use std::process::ExitCode;
 

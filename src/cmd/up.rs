@@ -252,6 +252,8 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         eprintln!("  press Ctrl-C to stop");
         std::future::pending::<()>().await;
     }
+    // S2: the demo batch goes first, so that it is planned on free cores.
+    let demo_batch = super::up_batch::submit(addrs, a.slaves as usize).await?;
     let mut jobs: Vec<(JobId, String)> = Vec::new();
     let mut specs = demo_jobs();
     specs.push(demo_program(&format!("slave-{}", a.slaves)));
@@ -356,6 +358,7 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         }
     }
     show_program_calls(addrs, &listed).await;
+    super::up_batch::show(addrs, demo_batch).await;
     let mut hashes = Vec::new();
     for addr in addrs {
         let deadline = Instant::now() + Duration::from_secs(5);

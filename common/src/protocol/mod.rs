@@ -12,12 +12,16 @@
 //! [`crate::wire::Envelope`].
 
 mod admin;
+mod batch;
 mod client;
 mod peer;
 mod slave;
 mod views;
 
 pub use admin::{BugSpec, FaultSpec, LogEntry, LogPage, LogSnapshot};
+pub use batch::{
+    BatchInfo, BatchJobInfo, BatchSubmit, BatchSubmitted, BatchTaskInfo, BlockRef, BLOCKS_ENV,
+};
 pub use client::{ClientRequest, ClientResponse, DryRunTask, ListFilter, LogChunk};
 pub use peer::{ForwardQuery, ForwardTarget, LinkEstimate, PeerReply, PeerRequest};
 pub use slave::{

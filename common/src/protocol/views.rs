@@ -152,7 +152,7 @@ pub struct NodeCounts {
 }
 
 /// One job as listed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobInfo {
     /// Id.
     pub id: JobId,
@@ -171,6 +171,18 @@ pub struct JobInfo {
     pub task_states: BTreeMap<String, u32>,
     /// Leader's clock at submission, ms since the Unix epoch.
     pub submitted_ms: u64,
+    /// S2: the batch the job belongs to (`None`: not a batch job).
+    #[serde(default)]
+    pub batch_id: Option<u64>,
+    /// S2: planned start, seconds after the batch's submission.
+    #[serde(default)]
+    pub planned_start_s: Option<f64>,
+    /// S2: planned finish, seconds after the batch's submission.
+    #[serde(default)]
+    pub planned_finish_s: Option<f64>,
+    /// S2: when its last task ended, seconds after the batch's submission.
+    #[serde(default)]
+    pub actual_finish_s: Option<f64>,
 }
 
 /// One task as listed.

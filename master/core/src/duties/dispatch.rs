@@ -88,7 +88,7 @@ impl DutiesCore {
                     index: t.index,
                     attempt,
                     command: job.spec.command.clone(),
-                    env: job.spec.env.clone(),
+                    env: view.task_env(task, job),
                     resources: job.spec.resources.clone(),
                     gpus: t.gpus.clone(),
                 });

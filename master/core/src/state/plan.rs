@@ -12,18 +12,17 @@ impl ClusterState {
     /// Nomad's plan applier does): a task no longer pending, a node down or unknown, or
     /// resources no longer free make that assignment stale; the rest apply.
     pub(super) fn apply_plan(&mut self, plan: Plan, at_ms: u64) -> Outcome {
-        let mut accepted = Vec::new();
-        let mut rejected = 0u32;
-        for a in plan.assignments {
-            match self.try_assign(&a, plan.queue_depth, at_ms) {
-                Some(r) => accepted.push(r),
-                None => rejected += 1,
-            }
-        }
+        // S2 gangs (batch jobs) apply whole or not at all: batch_gang.rs.
+        let (accepted, mut rejected) =
+            self.apply_assignments(&plan.assignments, plan.queue_depth, at_ms);
         let mut preempted = Vec::new();
         for p in plan.preempt {
             match self.try_preempt(&p) {
-                Some(mut v) => preempted.append(&mut v),
+                Some(mut v) => {
+                    let mates = self.preempt_gang_mates(&v);
+                    preempted.append(&mut v);
+                    preempted.extend(mates);
+                }
                 None => rejected += 1,
             }
         }

@@ -3,7 +3,7 @@
 //! built now, applied later), bogus plans (random, stale and duplicate decisions, preemptions
 //! of anything), slave reports delivered late, out of order, twice and for stale attempts,
 //! steals, CPU changes, compressions, drains, GC, priority configurations, re-registrations,
-//! retried client requests — on a seeded `SplitMix64`, so a seed replays exactly.
+//! S2 batches and their re-plans (`gen_batch.rs`), retried client requests — on a seeded `SplitMix64`, so a seed replays exactly.
 
 use hetsched_common::priority::{Principal, PriorityConfig, PriorityEntry, Quota};
 use hetsched_common::program::{CallSummary, EngineDecl};
@@ -18,6 +18,9 @@ use hetsched_master_core::state::{
     Assign, ClusterState, Command, Outcome, Plan, Preemption, TaskRef,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+#[path = "gen_batch.rs"]
+mod gen_batch;
 
 /// Most tasks not yet final before submissions pause (a job is cancelled instead), and most
 /// tasks in all before GC is forced: small states keep the snapshot round trip cheap.
@@ -622,7 +625,11 @@ impl Generator {
                     _ => Command::LeaderBarrier { master: 1 },
                 }
             }
-            360..=399 => Command::ApplyPlan(self.bogus_plan(s)),
+            360..=384 => Command::ApplyPlan(self.bogus_plan(s)),
+            385..=399 => {
+                let open = s.tasks().len() - self.model_finals(s);
+                return self.batch_command(s, open);
+            }
             400..=519 => {
                 // Deliver a report from the outbox, in any order, maybe twice.
                 if self.outbox.is_empty() {
