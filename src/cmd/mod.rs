@@ -17,6 +17,7 @@ pub mod sim;
 pub mod slave;
 pub mod table;
 pub mod up;
+mod up_steal;
 
 use std::process::ExitCode;
 

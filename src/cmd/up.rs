@@ -127,7 +127,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
 
     // The last slave offers two emulated GPUs so the demo's shared-GPU job has a home; they
-    // are also its GPU engine (emulated, gemm 8× the CPU kernel) for the demo program.
+    // are also its GPU engine (emulated, gemm 8× the CPU kernel) for the demo program. Every
+    // slave profiles its engines at start (the default), so each has a selection table.
     let engines_file = dir.join("engines.toml");
     std::fs::write(&engines_file, DEMO_ENGINES)
         .with_context(|| format!("cannot write {}", engines_file.display()))?;
@@ -137,13 +138,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             mem_mib: 2048,
             gpus: if s == a.slaves { 2 } else { 0 },
             extra_args: if s == a.slaves {
-                vec![
-                    "--engines".into(),
-                    engines_file.display().to_string(),
-                    "--profile".into(),
-                    "--profile-budget".into(),
-                    "3s".into(),
-                ]
+                vec!["--engines".into(), engines_file.display().to_string()]
             } else {
                 Vec::new()
             },
@@ -304,6 +299,14 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    // S0.3–4: a job that queues on the slaves, so that one steals from another.
+    let steal_job = if a.slaves > 1 {
+        let job = super::up_steal::submit(addrs, 2000).await?;
+        super::up_steal::wait(addrs, job, start, limit).await?;
+        Some(job)
+    } else {
+        None
+    };
     // Summary: every job, and whether every master holds the same state.
     let listed = match call(
         addrs,
@@ -356,6 +359,9 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         }
     }
     show_program_calls(addrs, &listed).await;
+    if let Some(job) = steal_job {
+        super::up_steal::show(addrs, job).await;
+    }
     let mut hashes = Vec::new();
     for addr in addrs {
         let deadline = Instant::now() + Duration::from_secs(5);

@@ -154,6 +154,35 @@ pub fn save(table: &SelectionTable, path: &Path) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// The hash of an engines file as parsed (FNV-1a 64 of its canonical form, hex): a
+/// persisted table is reused only while it matches.
+pub fn engines_hash(file: &super::EnginesFile) -> String {
+    let text = format!("engines-v1 {file:?}");
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Where a slave keeps the engines hash its table was profiled for.
+fn hash_path(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.join("selection-table.engines-hash")
+}
+
+/// Persists the engines hash of the table just saved.
+pub fn save_hash(data_dir: &Path, hash: &str) -> std::io::Result<()> {
+    std::fs::write(hash_path(data_dir), hash)
+}
+
+/// The engines hash the persisted table was profiled for, if recorded.
+pub fn load_hash(data_dir: &Path) -> Option<String> {
+    std::fs::read_to_string(hash_path(data_dir))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
 /// Loads a persisted table; `None` when absent or unreadable (logged).
 pub fn load(path: &Path) -> Option<SelectionTable> {
     let bytes = std::fs::read(path).ok()?;
