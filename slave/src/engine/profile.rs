@@ -202,6 +202,23 @@ mod tests {
     use hetsched_common::EngineKind;
 
     #[test]
+    fn the_engines_hash_follows_the_file_and_is_kept_beside_the_table() {
+        let gpu = "[[engine]]\nkind = \"gpu\"\nemulated = true\nspeed = { gemm = 8.0 }\n";
+        let faster = "[[engine]]\nkind = \"gpu\"\nemulated = true\nspeed = { gemm = 9.0 }\n";
+        let a = engines_hash(&EnginesFile::parse(gpu, "e.toml").expect("parses"));
+        let again = engines_hash(&EnginesFile::parse(gpu, "e.toml").expect("parses"));
+        let b = engines_hash(&EnginesFile::parse(faster, "e.toml").expect("parses"));
+        let none = engines_hash(&EnginesFile::default());
+        assert_eq!(a, again, "same file, same hash");
+        assert_ne!(a, b, "a changed engine changes the hash");
+        assert_ne!(a, none);
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(load_hash(dir.path()), None);
+        save_hash(dir.path(), &a).expect("save");
+        assert_eq!(load_hash(dir.path()), Some(a));
+    }
+
+    #[test]
     fn profile_ranks_a_fast_emulated_engine_first_and_stays_in_budget() {
         let f = EnginesFile::parse(
             "[[engine]]\nkind = \"gpu\"\nemulated = true\nspeed = { gemm = 8.0 }\n",
