@@ -2,7 +2,8 @@
 //!
 //! Starts `--masters` masters and `--slaves` slaves of this same binary on free loopback
 //! ports (logs in the data dir), waits for a leader and for every slave, submits a small demo
-//! workload, shows a live progress line on stderr, and prints a summary. Ctrl-C or SIGTERM
+//! workload (ending with a job that queues on the slaves so that one steals from another,
+//! `up_steal`), shows a live progress line on stderr, and prints a summary. Ctrl-C or SIGTERM
 //! (or the end of the demo) stops every child: SIGTERM, then SIGKILL after a grace period.
 //! With `--netns` each process runs in its own network namespace on a private bridge
 //! (`hetsched::local::netns`), removed at the end.
