@@ -352,6 +352,7 @@ fn message() -> impl Strategy<Value = Message> {
                     env: BTreeMap::new(),
                     resources,
                     gpus,
+                    queued: false,
                 })
             )),
         ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask {

@@ -348,6 +348,7 @@ mod tests {
             env: Default::default(),
             resources: Default::default(),
             gpus: Default::default(),
+            queued: false,
         }
     }
 

@@ -19,6 +19,7 @@ pub mod slave;
 pub mod table;
 pub mod up;
 pub mod up_batch;
+mod up_steal;
 
 use std::process::ExitCode;
 

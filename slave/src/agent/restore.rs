@@ -108,6 +108,7 @@ impl Agent {
             mailbox,
             reports,
             programs: None,
+            asked: Default::default(),
         })
     }
 }

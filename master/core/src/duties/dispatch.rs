@@ -78,6 +78,9 @@ impl DutiesCore {
                 continue;
             };
             d.state = DispatchState::InFlight { since: now.mono_ms };
+            // S0.3: still waiting in the node's queue (not promoted): the slave must ask
+            // before it starts it.
+            let queued = node.queued.contains(&task);
             batches
                 .entry(d.node)
                 .or_insert_with(|| (node.addr.clone(), Vec::new()))
@@ -91,6 +94,7 @@ impl DutiesCore {
                     env: view.task_env(task, job),
                     resources: job.spec.resources.clone(),
                     gpus: t.gpus.clone(),
+                    queued,
                 });
         }
         for k in gone {

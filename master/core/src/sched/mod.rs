@@ -15,6 +15,8 @@ pub mod multiqueue;
 mod pipeline;
 pub mod pools;
 pub mod preemption;
+#[cfg(test)]
+mod promote_tests;
 pub mod queue;
 pub mod steal;
 #[cfg(test)]

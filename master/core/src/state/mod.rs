@@ -20,6 +20,7 @@ mod listing;
 mod model;
 mod nodes;
 mod plan;
+mod promote;
 mod reports;
 mod requests;
 mod slave_queue;

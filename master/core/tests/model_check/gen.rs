@@ -495,8 +495,12 @@ impl Generator {
         let mut reports = Vec::new();
         for _ in 0..self.rng.range(1, 5) {
             let r = self.some_attempt(s);
-            reports.push(match self.rng.below(5) {
+            reports.push(match self.rng.below(6) {
                 0 | 1 => TaskReport::Started {
+                    task: r.task,
+                    attempt: r.attempt,
+                },
+                5 => TaskReport::WantsStart {
                     task: r.task,
                     attempt: r.attempt,
                 },
@@ -669,7 +673,8 @@ impl Generator {
                     attempt: r.attempt,
                 }
             }
-            740..=769 => self.steal(s),
+            740..=759 => self.steal(s),
+            760..=769 => self.promote_ask(s),
             770..=799 => {
                 let r = self.some_attempt(s);
                 Command::SetTaskCpus {
@@ -827,6 +832,51 @@ impl Generator {
             from: r.node,
             to: self.any_node(s),
         }
+    }
+
+    /// S0.3: a slave's batch asking to start queued tasks, as its link sends it: often after
+    /// the end of one of its running tasks (whose cores the asks want), its queued attempts
+    /// in queue order, now and then one stale or from another node.
+    fn promote_ask(&mut self, s: &ClusterState) -> Command {
+        let with_queue: Vec<NodeId> = s
+            .nodes()
+            .values()
+            .filter(|n| !n.queued.is_empty())
+            .map(|n| n.id)
+            .collect();
+        let Some(node) = self.pick(&with_queue) else {
+            return self.batch(s);
+        };
+        let mut reports = Vec::new();
+        let running: Vec<TaskRef> = self
+            .live(s)
+            .into_iter()
+            .filter(|r| r.node == node && s.nodes()[&node].tasks.contains(&r.task))
+            .collect();
+        if self.chance(60) {
+            if let Some(r) = self.pick(&running) {
+                reports.push(TaskReport::Finished {
+                    task: r.task,
+                    attempt: r.attempt,
+                    exit_code: self.rng.below(2) as i32,
+                    reason: None,
+                });
+            }
+        }
+        for t in s.nodes()[&node].queued.clone() {
+            let attempt = s.task(t).map_or(0, |t| t.status.attempt);
+            if self.chance(80) {
+                reports.push(TaskReport::WantsStart { task: t, attempt });
+            }
+        }
+        if self.chance(20) {
+            let r = self.some_attempt(s);
+            reports.push(TaskReport::WantsStart {
+                task: r.task,
+                attempt: r.attempt,
+            });
+        }
+        Command::TaskReports { node, reports }
     }
 
     fn compress(&mut self, s: &ClusterState) -> Command {
