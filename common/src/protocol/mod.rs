@@ -21,7 +21,7 @@ pub use admin::{BugSpec, FaultSpec, LogEntry, LogPage, LogSnapshot};
 pub use client::{ClientRequest, ClientResponse, DryRunTask, ListFilter, LogChunk};
 pub use peer::{ForwardQuery, ForwardTarget, LinkEstimate, PeerReply, PeerRequest};
 pub use slave::{
-    Assignment, EngineLoad, GpuPool, HeldPhase, HeldTask, ProbeSample, SlaveCommand,
+    Assignment, EngineGrant, EngineLoad, GpuPool, HeldPhase, HeldTask, ProbeSample, SlaveCommand,
     SlaveCommandReply, SlaveRequest, SlaveResponse, TaskReport, CGROUP_LABEL, GPU_POOL_LABEL,
     PROBE_GPU_LABEL, PROBE_MEMBW_LABEL,
 };

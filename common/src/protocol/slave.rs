@@ -337,6 +337,20 @@ pub struct Assignment {
     /// GPU devices granted (index, thousandths).
     #[serde(default)]
     pub gpus: GpuAlloc,
+    /// S0.1–2: the engine unit a program task holds on this node (docs/DESIGN.md, S0.2);
+    /// its calls run there. `None`: a command task, or a program that books none.
+    #[serde(default)]
+    pub engine: Option<EngineGrant>,
+}
+
+/// A booked engine unit: its kind, and for a GPU the device (also in `gpus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineGrant {
+    /// Kind.
+    pub kind: EngineKind,
+    /// The GPU device index (GPUs only).
+    #[serde(default)]
+    pub device: Option<u32>,
 }
 
 /// Master → slave commands.

@@ -4,7 +4,7 @@
 
 use super::{DutiesConfig, DutiesCore, Effect, Now, Role, MAX_ASSIGNMENTS_PER_MESSAGE};
 use crate::state::ClusterState;
-use hetsched_common::protocol::Assignment;
+use hetsched_common::protocol::{Assignment, EngineGrant};
 use hetsched_common::{Attempt, NodeId, TaskId, TaskState};
 use std::collections::BTreeMap;
 
@@ -91,6 +91,10 @@ impl DutiesCore {
                     env: job.spec.env.clone(),
                     resources: job.spec.resources.clone(),
                     gpus: t.gpus.clone(),
+                    engine: t.booked.map(|b| EngineGrant {
+                        kind: b.kind,
+                        device: b.device,
+                    }),
                 });
         }
         for k in gone {

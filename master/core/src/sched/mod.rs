@@ -18,7 +18,7 @@ pub mod preemption;
 pub mod queue;
 pub mod steal;
 #[cfg(test)]
-mod test_log;
+pub(crate) mod test_log;
 
 pub use pipeline::IndexedScheduler;
 

@@ -5,6 +5,7 @@
 //! "Submitted later" means "a higher log index": ids are handed out in apply order.
 
 mod admin;
+mod booking;
 mod codec;
 mod command;
 mod cpu_changes;
@@ -23,6 +24,7 @@ mod slave_queue;
 mod views;
 
 pub use admin::BenchCounter;
+pub use booking::{engine_count, free_units, with_unit, Booking};
 pub use command::{Assign, Command, CommandEnvelope, Outcome, Plan, Preemption, TaskRef};
 pub use cpu_changes::{CompressReserve, CpuSearchPhase};
 pub use hash::fnv1a64;
