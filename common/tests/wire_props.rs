@@ -340,6 +340,7 @@ fn message() -> impl Strategy<Value = Message> {
                     env: BTreeMap::new(),
                     resources,
                     gpus,
+                    engine: None,
                 })
             )),
         ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask {

@@ -54,6 +54,7 @@ fn assignment(task: u64) -> Assignment {
             ..Default::default()
         },
         gpus: vec![],
+        engine: None,
     }
 }
 

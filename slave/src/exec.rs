@@ -454,6 +454,7 @@ mod tests {
                 ..Default::default()
             },
             gpus,
+            engine: None,
         }
     }
 

@@ -380,6 +380,7 @@ mod tests {
                 ..Default::default()
             },
             gpus: vec![],
+            engine: None,
         }
     }
 

@@ -258,6 +258,7 @@ mod tests {
             env: Default::default(),
             resources: ResourceRequest::default(),
             gpus: vec![],
+            engine: None,
         }
     }
 

@@ -238,6 +238,7 @@ fn assignment(task: u64, command: &[&str]) -> Assignment {
             ..Default::default()
         },
         gpus: vec![],
+        engine: None,
     }
 }
 

@@ -36,6 +36,7 @@
 
 mod assign;
 mod finish;
+mod gpu_holds;
 mod restore;
 mod start;
 mod stop;
@@ -208,6 +209,9 @@ pub struct Agent {
     mailbox: mpsc::UnboundedSender<AgentMsg>,
     reports: mpsc::UnboundedSender<Report>,
     programs: Option<ProgramHooks>,
+    /// S0.2: the GPU engine units each running command task's granted devices take out of
+    /// the program pool (`gpu_holds.rs`).
+    gpu_holds: HashMap<(TaskId, Attempt), crate::engine::held::HeldUnits>,
 }
 
 impl Agent {

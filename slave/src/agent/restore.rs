@@ -108,6 +108,7 @@ impl Agent {
             mailbox,
             reports,
             programs: None,
+            gpu_holds: HashMap::new(),
         })
     }
 }
