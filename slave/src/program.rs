@@ -206,6 +206,36 @@ impl ProgramRuntime {
         kind: EngineKind,
         unit: Option<EngineUnit<'_>>,
     ) -> CallRecord {
+        self.execute_full(index, call, kind, unit, None).0
+    }
+
+    /// A peer's forwarded call (S0.6): runs on the unit given, computing on the argument
+    /// bytes the caller sent (of the length the call needs); returns the record and the
+    /// result bytes to write back.
+    pub fn execute_args(
+        &self,
+        call: &ApiCall,
+        unit: Option<EngineUnit<'_>>,
+        args: &[u8],
+    ) -> (CallRecord, Vec<u8>) {
+        let kind = unit.as_ref().map_or(EngineKind::Cpu, |u| u.kind);
+        self.execute_full(0, call, kind, unit, Some(args))
+    }
+
+    /// The call on `kind`, on `args` when given (else generated from its seed): its record
+    /// and output.
+    fn execute_full(
+        &self,
+        index: u32,
+        call: &ApiCall,
+        kind: EngineKind,
+        unit: Option<EngineUnit<'_>>,
+        args: Option<&[u8]>,
+    ) -> (CallRecord, Vec<u8>) {
+        let compute = || match args {
+            Some(a) => kernels::compute(call, a).unwrap_or_default(),
+            None => kernels::run(call),
+        };
         let imp = self
             .engines
             .implementation(kind, call.api)
@@ -224,16 +254,17 @@ impl ProgramRuntime {
             scale_bytes: call.scale(),
             fallback_from: None,
             error: None,
+            transfer: None,
         };
         let t0 = Instant::now();
         let output = match imp {
             Implementation::Cpu => {
-                let out = kernels::run(call);
+                let out = compute();
                 record.duration_ms = ms(t0.elapsed());
                 out
             }
             Implementation::Emulated { speed } => {
-                let out = kernels::run(call);
+                let out = compute();
                 let cpu = t0.elapsed();
                 let modelled = cpu.div_f64(speed);
                 // The engine is held for the modelled time (never less than the real one).
@@ -255,18 +286,18 @@ impl ProgramRuntime {
                     drop(unit);
                     let _cpu = self.engines.acquire(EngineKind::Cpu);
                     let t1 = Instant::now();
-                    let out = kernels::run(call);
+                    let out = compute();
                     record.duration_ms = ms(t1.elapsed());
                     record.engine = EngineKind::Cpu;
                     record.fallback_from = Some(kind);
                     record.error = Some(why);
                     record.digest = kernels::digest(&out);
-                    return record;
+                    return (record, out);
                 }
             },
         };
         record.digest = kernels::digest(&output);
-        record
+        (record, output)
     }
 
     /// Runs a whole program for an assignment; returns the records and the exit code

@@ -19,7 +19,10 @@ mod views;
 
 pub use admin::{BugSpec, FaultSpec, LogEntry, LogPage, LogSnapshot};
 pub use client::{ClientRequest, ClientResponse, DryRunTask, ListFilter, LogChunk};
-pub use peer::{ForwardQuery, ForwardTarget, LinkEstimate, PeerReply, PeerRequest};
+pub use peer::{
+    ForwardQuery, ForwardTarget, LinkEstimate, PeerReply, PeerRequest, MAX_FORWARD_ARG_BYTES,
+    MAX_FORWARD_RESULT_BYTES,
+};
 pub use slave::{
     Assignment, EngineGrant, EngineLoad, GpuPool, HeldPhase, HeldTask, ProbeSample, SlaveCommand,
     SlaveCommandReply, SlaveRequest, SlaveResponse, TaskReport, CGROUP_LABEL, GPU_POOL_LABEL,

@@ -155,6 +155,10 @@ pub enum SlaveRequest {
         /// from older slaves).
         #[serde(default)]
         engine_load: Vec<EngineLoad>,
+        /// Its links to peers as measured by its forwarded calls (S0.6; `nodes --json`
+        /// shows them on its entry).
+        #[serde(default)]
+        links: Vec<super::LinkEstimate>,
     },
     /// A task's process started.
     TaskStarted {
