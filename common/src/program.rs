@@ -475,8 +475,8 @@ pub struct Transfer {
     pub arg_bytes: u64,
     /// Result bytes written back.
     pub result_bytes: u64,
-    /// The call's time less the peer's service time and one round trip, µs: what the
-    /// bytes took on the link.
+    /// The call's time less the peer's service time, µs: what the bytes took on the link
+    /// (one round trip included).
     pub transfer_us: u64,
     /// The round trip measured when connecting, µs.
     pub rtt_us: u64,

@@ -22,11 +22,11 @@
 //! caller takes its digest from the bytes it received. Both are capped
 //! ([`MAX_FORWARD_ARG_BYTES`], [`MAX_FORWARD_RESULT_BYTES`]: a `gemm n=1024` call fits); a
 //! call over the cap runs here, its record saying why. Each transfer measures the link: the
-//! connect is one round trip, and the call's time less the peer's service time and that
-//! round trip is what the bytes took. Both are smoothed per peer (EWMA, weight 1/4; the
-//! bandwidth only from transfers of at least [`MEASURE_MIN_BYTES`]), sent with each query
-//! and with the heartbeats (`nodes --json` `links`); the leader's cost uses them, and its
-//! default bandwidth only for a peer not yet measured.
+//! connect is one round trip, and the call's time less the peer's service time is what the
+//! bytes took. Both are smoothed per peer (EWMA, weight 1/4; the bandwidth as smoothed bytes
+//! over smoothed time, from transfers of at least [`MEASURE_MIN_BYTES`]), sent with each
+//! query and with the heartbeats (`nodes --json` `links`); the leader's cost uses them, and
+//! its default bandwidth only for a peer not yet measured.
 
 use crate::engine::kernels;
 use crate::program::ProgramRuntime;
@@ -175,6 +175,8 @@ pub struct Forwarder {
     handle: tokio::runtime::Handle,
     directory: RwLock<Directory>,
     links: Links,
+    /// Per peer: smoothed bytes and µs of the transfers big enough to measure.
+    meter: Mutex<BTreeMap<NodeId, (f64, f64)>>,
     /// Asks the leader (its target follows `NotLeader` answers); each query works on a copy
     /// and writes back where it ended.
     leader: Mutex<LeaderClient>,
@@ -219,6 +221,7 @@ impl Forwarder {
             handle,
             directory: RwLock::default(),
             links: Arc::default(),
+            meter: Mutex::default(),
             leader: Mutex::new(leader),
         })
     }
@@ -416,13 +419,26 @@ impl Forwarder {
                         result.len()
                     ));
                 }
-                let transfer_us = call_us
-                    .saturating_sub(served_us)
-                    .saturating_sub(rtt_us)
-                    .max(1);
+                // What the bytes took: the call's time less the peer's service (one round
+                // trip stays in, as the leader's cost adds a round trip of its own).
+                let transfer_us = call_us.saturating_sub(served_us).max(1);
                 let bytes = args.len() as u64 + result.len() as u64;
                 {
-                    // Moving averages: one slow call (a loaded machine) does not define the link.
+                    // Moving averages: one slow call (a loaded machine) does not define the
+                    // link. Bytes and time are smoothed apart and divided, so a transfer
+                    // that took almost no time cannot swing the estimate.
+                    let mut meter = lock(&self.meter);
+                    let m = meter.entry(target.node).or_insert((0.0, 0.0));
+                    if bytes >= MEASURE_MIN_BYTES {
+                        *m = if m.1 == 0.0 {
+                            (bytes as f64, transfer_us as f64)
+                        } else {
+                            (
+                                0.75 * m.0 + 0.25 * bytes as f64,
+                                0.75 * m.1 + 0.25 * transfer_us as f64,
+                            )
+                        };
+                    }
                     let mut links = lock(&self.links);
                     let l = links.entry(target.node).or_insert(LinkEstimate {
                         node: target.node,
@@ -430,9 +446,8 @@ impl Forwarder {
                         bytes_per_s: 0,
                     });
                     l.rtt_us = smooth(l.rtt_us, rtt_us);
-                    if bytes >= MEASURE_MIN_BYTES {
-                        let bps = u128::from(bytes) * 1_000_000 / u128::from(transfer_us);
-                        l.bytes_per_s = smooth(l.bytes_per_s, u64::try_from(bps).unwrap_or(u64::MAX));
+                    if m.1 > 0.0 {
+                        l.bytes_per_s = (m.0 * 1e6 / m.1) as u64;
                     }
                 }
                 if !result.is_empty() {
