@@ -17,6 +17,7 @@ pub mod sim;
 pub mod slave;
 pub mod table;
 pub mod up;
+mod up_forward;
 
 use std::process::ExitCode;
 
