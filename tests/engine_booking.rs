@@ -60,26 +60,39 @@ fn a_command_task_holding_the_only_gpu_and_a_program_never_share_it() {
                 .then_some(())
         });
         // The command task takes the only GPU and holds it for a few seconds.
-        let (started, ended) = (c.dir.path().join("cmd-started"), c.dir.path().join("cmd-ended"));
+        let (started, ended) = (
+            c.dir.path().join("cmd-started"),
+            c.dir.path().join("cmd-ended"),
+        );
         let script = format!(
             "touch {}; sleep 4; touch {}",
             started.display(),
             ended.display()
         );
         let cmd = c
-            .json(&["submit", "--gpus", "1", "--cpus", "1", "--", "sh", "-c", &script])
+            .json(&[
+                "submit", "--gpus", "1", "--cpus", "1", "--", "sh", "-c", &script,
+            ])
             .expect("submit the GPU command");
         let cmd_job = cmd["job_id"].as_u64().expect("job id");
-        wait_for("the command to hold the GPU", Duration::from_secs(30), || {
-            started.exists().then_some(())
-        });
+        wait_for(
+            "the command to hold the GPU",
+            Duration::from_secs(30),
+            || started.exists().then_some(()),
+        );
         let program = c.dir.path().join("gemm.toml");
         let calls: String = (1..=3)
             .map(|i| format!("[[call]]\napi = \"gemm\"\nargs = {{ n = 96, seed = {i} }}\n\n"))
             .collect();
         std::fs::write(&program, calls).expect("write program");
         let p = c
-            .json(&["submit", "--cpus", "1", "--program", &program.display().to_string()])
+            .json(&[
+                "submit",
+                "--cpus",
+                "1",
+                "--program",
+                &program.display().to_string(),
+            ])
             .expect("submit the program");
         let p_job = p["job_id"].as_u64().expect("job id");
         // Watch both: the program never runs while the command holds the GPU (unless on the
@@ -87,7 +100,10 @@ fn a_command_task_holding_the_only_gpu_and_a_program_never_share_it() {
         let mut overlapped = false;
         let t0 = Instant::now();
         let (cmd_task, p_task) = loop {
-            assert!(t0.elapsed() < Duration::from_secs(120), "tasks did not finish");
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "tasks did not finish"
+            );
             let tasks = c.tasks();
             let find = |job: u64| tasks.iter().find(|t| t["job_id"] == job).cloned();
             let (Some(ct), Some(pt)) = (find(cmd_job), find(p_job)) else {
@@ -98,7 +114,8 @@ fn a_command_task_holding_the_only_gpu_and_a_program_never_share_it() {
             if holding && matches!(pt["state"].as_str(), Some("running" | "succeeded")) {
                 overlapped = true;
             }
-            let done = |t: &serde_json::Value| matches!(t["state"].as_str(), Some("succeeded" | "failed"));
+            let done =
+                |t: &serde_json::Value| matches!(t["state"].as_str(), Some("succeeded" | "failed"));
             if done(&ct) && done(&pt) {
                 break (ct, pt);
             }

@@ -43,7 +43,12 @@ fn start_slave(c: &Cluster, name: &str, gpu: bool, on: bool) -> Proc {
             "[[engine]]\nkind = \"gpu\"\nemulated = true\nspeed = { gemm = 8.0 }\n",
         )
         .expect("write engines file");
-        args.extend(["--gpus".into(), "1".into(), "--engines".into(), engines.display().to_string()]);
+        args.extend([
+            "--gpus".into(),
+            "1".into(),
+            "--engines".into(),
+            engines.display().to_string(),
+        ]);
     }
     start_proc(name, args, c.dir.path())
 }
@@ -88,7 +93,13 @@ fn makespan(on: bool) -> (Duration, f64) {
     for i in 0..8 {
         let p = if i % 4 == 3 { &sort } else { &gemm };
         let s = c
-            .json(&["submit", "--cpus", "1", "--program", &p.display().to_string()])
+            .json(&[
+                "submit",
+                "--cpus",
+                "1",
+                "--program",
+                &p.display().to_string(),
+            ])
             .expect("submit");
         jobs.push(s["job_id"].as_u64().expect("job id"));
     }
@@ -107,7 +118,10 @@ fn makespan(on: bool) -> (Duration, f64) {
     let mut on_gpu = 0;
     let mut call_s = 0.0;
     for t in c.tasks() {
-        eprintln!("  task {} on node {} calls {}", t["id"], t["node"], t["calls"]);
+        eprintln!(
+            "  task {} on node {} calls {}",
+            t["id"], t["node"], t["calls"]
+        );
         let Some(recs) = c.json(&["calls", &format!("task-{}", t["id"])]) else {
             continue;
         };

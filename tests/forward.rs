@@ -319,7 +319,8 @@ fn forwarded_calls_move_their_bytes_and_measure_the_link() {
             let t = &r["transfer"];
             assert_eq!(t["arg_bytes"], 8 * n * n, "A and B went out: {r}");
             assert_eq!(t["result_bytes"], 4 * n * n, "C came back: {r}");
-            let bytes = (t["arg_bytes"].as_u64().unwrap_or(0) + t["result_bytes"].as_u64().unwrap_or(0)) as f64;
+            let bytes = (t["arg_bytes"].as_u64().unwrap_or(0)
+                + t["result_bytes"].as_u64().unwrap_or(0)) as f64;
             let us = t["transfer_us"].as_u64().expect("transfer_us").max(1) as f64;
             samples.push(bytes * 1e6 / us);
         }
@@ -327,18 +328,16 @@ fn forwarded_calls_move_their_bytes_and_measure_the_link() {
         let (bytes, us) = recs.iter().fold((0.0, 0.0), |(b, u), r| {
             let t = &r["transfer"];
             (
-                b + (t["arg_bytes"].as_u64().unwrap_or(0) + t["result_bytes"].as_u64().unwrap_or(0)) as f64,
+                b + (t["arg_bytes"].as_u64().unwrap_or(0) + t["result_bytes"].as_u64().unwrap_or(0))
+                    as f64,
                 u + t["transfer_us"].as_u64().unwrap_or(0) as f64,
             )
         });
         let median = bytes * 1e6 / us.max(1.0);
         let link = wait_for("the link in nodes --json", Duration::from_secs(30), || {
             let nodes = c.json(&["nodes"])?;
-            let gpu_id = nodes
-                .as_array()?
-                .iter()
-                .find(|n| n["name"] == "gpu-node")?["id"]
-                .as_u64()?;
+            let gpu_id =
+                nodes.as_array()?.iter().find(|n| n["name"] == "gpu-node")?["id"].as_u64()?;
             let cpu = nodes.as_array()?.iter().find(|n| n["name"] == "cpu-node")?;
             cpu["links"]
                 .as_array()?
@@ -347,9 +346,7 @@ fn forwarded_calls_move_their_bytes_and_measure_the_link() {
                 .cloned()
         });
         let measured = link["bytes_per_s"].as_u64().unwrap_or(0) as f64;
-        eprintln!(
-            "link {link}; transfers: {median:.0} B/s overall, per call {samples:?}"
-        );
+        eprintln!("link {link}; transfers: {median:.0} B/s overall, per call {samples:?}");
         assert!(
             measured <= 2.0 * median && measured >= median / 2.0,
             "nodes --json says {measured} B/s, the transfers show {median} B/s"

@@ -610,7 +610,13 @@ mod tests {
         let rt = gpu_runtime();
         let call = ApiCall::new(Api::Gemm, 32, 7);
         let cpu_digest = crate::engine::kernels::digest(&crate::engine::kernels::run(&call));
-        match serve(&rt, NodeId(1), &call, &[EngineKind::Gpu], &kernels::inputs(&call)) {
+        match serve(
+            &rt,
+            NodeId(1),
+            &call,
+            &[EngineKind::Gpu],
+            &kernels::inputs(&call),
+        ) {
             PeerReply::Done { record, .. } => {
                 assert_eq!(record.engine, EngineKind::Gpu);
                 assert!(record.emulated);
@@ -621,7 +627,13 @@ mod tests {
         }
         // The GPU busy: refused, not queued, not run on another kind.
         let held = rt.engines.try_acquire(EngineKind::Gpu).expect("gpu");
-        let r = serve(&rt, NodeId(1), &call, &[EngineKind::Gpu], &kernels::inputs(&call));
+        let r = serve(
+            &rt,
+            NodeId(1),
+            &call,
+            &[EngineKind::Gpu],
+            &kernels::inputs(&call),
+        );
         assert!(
             matches!(&r, PeerReply::Refused { reason } if reason.contains("no free engine")),
             "{r:?}"
@@ -630,7 +642,13 @@ mod tests {
         // A kind that does not implement the API here is never used.
         let sort = ApiCall::new(Api::Sort, 100, 1);
         assert!(matches!(
-            serve(&rt, NodeId(1), &sort, &[EngineKind::Gpu], &kernels::inputs(&sort)),
+            serve(
+                &rt,
+                NodeId(1),
+                &sort,
+                &[EngineKind::Gpu],
+                &kernels::inputs(&sort)
+            ),
             PeerReply::Refused { .. }
         ));
         // Bad input from a peer: refused with the reason, no panic.
@@ -656,7 +674,10 @@ mod tests {
         }
         // Arguments of the wrong length, or over the cap: refused with the reason.
         let r = serve(&rt, NodeId(1), &call, &[EngineKind::Gpu], &args[4..]);
-        assert!(matches!(&r, PeerReply::Refused { reason } if reason.contains("bytes")), "{r:?}");
+        assert!(
+            matches!(&r, PeerReply::Refused { reason } if reason.contains("bytes")),
+            "{r:?}"
+        );
         let big = vec![0u8; MAX_FORWARD_ARG_BYTES as usize + 1];
         let r = serve(&rt, NodeId(1), &call, &[EngineKind::Gpu], &big);
         assert!(
@@ -678,12 +699,14 @@ mod tests {
                 args: vec![7u8; kernels::input_len(&n1024) as usize],
             }),
         };
-        let frame = hetsched_common::wire::encode_frame(
-            &env,
-            hetsched_common::wire::DEFAULT_MAX_FRAME,
-        )
-        .expect("fits a frame");
-        assert!(frame.len() < 9 * 1024 * 1024, "bytes travel as bytes: {}", frame.len());
+        let frame =
+            hetsched_common::wire::encode_frame(&env, hetsched_common::wire::DEFAULT_MAX_FRAME)
+                .expect("fits a frame");
+        assert!(
+            frame.len() < 9 * 1024 * 1024,
+            "bytes travel as bytes: {}",
+            frame.len()
+        );
     }
 
     #[test]

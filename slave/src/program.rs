@@ -130,7 +130,12 @@ impl ProgramRuntime {
     /// [`run_call`](Self::run_call) for a task holding a unit of `booked` (S0.2): the call
     /// runs on it when that kind implements its API, else on the best free local engine
     /// (S0.5); a peer may still take it under the forwarding rule.
-    pub fn run_call_as(&self, index: u32, call: &ApiCall, booked: Option<EngineKind>) -> CallRecord {
+    pub fn run_call_as(
+        &self,
+        index: u32,
+        call: &ApiCall,
+        booked: Option<EngineKind>,
+    ) -> CallRecord {
         let booked = booked.filter(|k| self.engines.implementation(*k, call.api).is_some());
         let ranking = match booked {
             Some(k) => std::iter::once(k)

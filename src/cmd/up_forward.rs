@@ -24,7 +24,10 @@ pub fn program(slave: &str) -> JobSpec {
         },
         count: 1,
         program: Some(Program {
-            calls: vec![ApiCall::new(Api::Gemm, 256, 5), ApiCall::new(Api::Gemm, 256, 6)],
+            calls: vec![
+                ApiCall::new(Api::Gemm, 256, 5),
+                ApiCall::new(Api::Gemm, 256, 6),
+            ],
         }),
         nodes: vec![slave.to_string()],
         ..Default::default()

@@ -17,7 +17,11 @@ impl Agent {
         if devices.is_empty() || hooks.runtime.engines.get(EngineKind::Gpu).is_none() {
             return;
         }
-        let held = HeldUnits::take(&hooks.runtime.engines, EngineKind::Gpu, devices.len() as u32);
+        let held = HeldUnits::take(
+            &hooks.runtime.engines,
+            EngineKind::Gpu,
+            devices.len() as u32,
+        );
         self.gpu_holds.insert((a.task, a.attempt), held);
     }
 

@@ -37,7 +37,9 @@ pub fn inputs(call: &ApiCall) -> Vec<u8> {
         }
         Api::Sort => {
             let mut rng = SplitMix64::new(seed);
-            (0..size).flat_map(|_| rng.next_u64().to_le_bytes()).collect()
+            (0..size)
+                .flat_map(|_| rng.next_u64().to_le_bytes())
+                .collect()
         }
         Api::Sha256 => random_bytes(size, seed),
         Api::Compress => text(size, seed),
@@ -234,7 +236,11 @@ mod tests {
             let call = ApiCall::new(api, if api == Api::Gemm { 16 } else { 4096 }, 3);
             let args = inputs(&call);
             assert_eq!(args.len() as u64, input_len(&call), "{api}");
-            assert_eq!(compute(&call, &args).expect("computes"), run(&call), "{api}");
+            assert_eq!(
+                compute(&call, &args).expect("computes"),
+                run(&call),
+                "{api}"
+            );
             assert!(compute(&call, &args[1..]).is_err(), "{api}: wrong length");
         }
     }

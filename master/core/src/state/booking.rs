@@ -111,7 +111,9 @@ impl ClusterState {
         let (eff, extra) = with_unit(req, kind);
         let gpus = node.free.take(&eff)?;
         *node.booked.entry(kind).or_insert(0) += 1;
-        let device = (kind == EngineKind::Gpu).then(|| device_of(&gpus)).flatten();
+        let device = (kind == EngineKind::Gpu)
+            .then(|| device_of(&gpus))
+            .flatten();
         Some((
             gpus,
             Some(Booking {

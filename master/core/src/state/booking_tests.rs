@@ -53,15 +53,25 @@ fn a_program_task_books_a_gpu_that_a_command_task_then_cannot_take() {
             extra: true
         })
     );
-    assert_eq!(t.gpus, vec![(0, 1000)], "the device travels in the allocation");
+    assert_eq!(
+        t.gpus,
+        vec![(0, 1000)],
+        "the device travels in the allocation"
+    );
     assert_eq!(l.s.nodes()[&n].booked.get(&EngineKind::Gpu), Some(&1));
     assert_eq!(free_units(&l.s.nodes()[&n], EngineKind::Gpu), 0);
     // The command task asking the only GPU does not fit while the program holds it.
-    assert_eq!(accepted(&l.apply_bare(plan(vec![Assign::to(command[0], n)]))), 0);
+    assert_eq!(
+        accepted(&l.apply_bare(plan(vec![Assign::to(command[0], n)]))),
+        0
+    );
     l.apply_bare(finish(n, program[0], 1));
     assert!(l.s.nodes()[&n].booked.is_empty());
     assert_eq!(l.s.nodes()[&n].free, l.s.nodes()[&n].capacity);
-    assert_eq!(accepted(&l.apply_bare(plan(vec![Assign::to(command[0], n)]))), 1);
+    assert_eq!(
+        accepted(&l.apply_bare(plan(vec![Assign::to(command[0], n)]))),
+        1
+    );
     // And the other way round: the GPU held by the command task cannot be booked.
     let second = submitted_tasks(l.apply_bare(submit(spec(1, 1, 0))));
     assert_eq!(

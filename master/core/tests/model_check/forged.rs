@@ -93,7 +93,11 @@ fn booking_check_catches_more_units_booked_than_the_node_has() {
     assert_fires(v, Check::Free);
     // A task's booking the node does not count.
     let mut forged = s;
-    let on_b = *forged.nodes()[&NODE_B].tasks.iter().next().expect("a task on B");
+    let on_b = *forged.nodes()[&NODE_B]
+        .tasks
+        .iter()
+        .next()
+        .expect("a task on B");
     if let Some(t) = forged.forge_tasks_mut().get_mut(&on_b) {
         t.booked = Some(hetsched_master_core::state::Booking {
             kind: hetsched_common::EngineKind::Cpu,
