@@ -325,9 +325,12 @@ impl ProgramRuntime {
             )
             .ok();
         let mut records = Vec::with_capacity(program.calls.len());
-        // S0.2: the unit the masters booked for this task, held for its whole run.
+        // S0.2: the unit the masters booked for this task, held for its whole run. A CPU
+        // booking is the task's own cores: its calls keep the per-call choice of S0.5 (a
+        // free accelerator may run one), as the CPU runs every API anyway.
         let held = a
             .engine
+            .filter(|g| g.kind != EngineKind::Cpu)
             .and_then(|g| crate::engine::held::HeldUnits::wait_one(&self.engines, g.kind));
         let booked = held.as_ref().and(a.engine.map(|g| g.kind));
         for (i, call) in program.calls.iter().enumerate() {
