@@ -277,6 +277,11 @@ fn message() -> impl Strategy<Value = Message> {
                 steals_in: 3,
                 steals_out: 0,
                 gpu_pool: Some("multi".into()),
+                links: vec![hetsched_common::protocol::LinkEstimate {
+                    node: NodeId(id),
+                    rtt_us: 80,
+                    bytes_per_s: 1 << 30,
+                }],
             }])
         )),
         (
@@ -316,6 +321,11 @@ fn message() -> impl Strategy<Value = Message> {
                     free: (n % 2) as u32,
                     waiting: (n % 5) as u32,
                 }],
+                links: vec![LinkEstimate {
+                    node: NodeId(n / 2),
+                    rtt_us: 90,
+                    bytes_per_s: n,
+                }],
             }
         )),
         ids.prop_map(|(n, t, a)| Message::Slave(SlaveRequest::TaskStarted {
@@ -353,6 +363,7 @@ fn message() -> impl Strategy<Value = Message> {
                     resources,
                     gpus,
                     queued: false,
+                    engine: None,
                 })
             )),
         ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask {
@@ -404,6 +415,7 @@ fn message() -> impl Strategy<Value = Message> {
                         rtt_us: size,
                         bytes_per_s: seed,
                     }],
+                    transfer_bytes: size,
                 })),
                 4 => Message::SlaveReply(SlaveResponse::ForwardTarget(Some(ForwardTarget {
                     node: NodeId(t),
@@ -417,6 +429,7 @@ fn message() -> impl Strategy<Value = Message> {
                     from: NodeId(n),
                     call: call.clone(),
                     kinds: vec![EngineKind::Gpu],
+                    args: vec![seed as u8; (size % 64) as usize],
                 }),
                 6 => Message::PeerReply(PeerReply::Refused {
                     reason: format!("busy {seed}"),
@@ -434,11 +447,13 @@ fn message() -> impl Strategy<Value = Message> {
                         scale_bytes: call.scale(),
                         fallback_from: Some(EngineKind::Dsp),
                         error: None,
+                        transfer: None,
                     };
                     if seed % 2 == 0 {
                         Message::PeerReply(PeerReply::Done {
                             record,
                             served_us: size,
+                            result: vec![1, 2, 3],
                         })
                     } else {
                         Message::ToSlaveReply(SlaveCommandReply::Calls(vec![record]))

@@ -55,6 +55,7 @@ fn assignment(task: u64) -> Assignment {
         },
         gpus: vec![],
         queued: false,
+        engine: None,
     }
 }
 

@@ -455,6 +455,7 @@ mod tests {
             },
             gpus,
             queued: false,
+            engine: None,
         }
     }
 

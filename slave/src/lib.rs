@@ -404,7 +404,8 @@ pub async fn run_with_engines(
         agent_tx.clone(),
     )
     .with_samples(sample_rx)
-    .with_engines(programs.engines.clone());
+    .with_engines(programs.engines.clone())
+    .with_links(programs.forwarder.as_ref().map(|f| f.links()));
     tokio::spawn(link.run(report_rx));
 
     wire::serve(
@@ -542,9 +543,14 @@ fn handler(
                 Message::ToSlave(SlaveCommand::AssignBatch(batch)) => {
                     return Some(assign_batch(&agent, batch).await)
                 }
-                Message::Peer(PeerRequest::ForwardedCall { from, call, kinds }) => {
+                Message::Peer(PeerRequest::ForwardedCall {
+                    from,
+                    call,
+                    kinds,
+                    args,
+                }) => {
                     let run = tokio::task::spawn_blocking(move || {
-                        forward::serve(&programs, from, &call, &kinds)
+                        forward::serve(&programs, from, &call, &kinds, &args)
                     });
                     return Some(match run.await {
                         Ok(reply) => Message::PeerReply(reply),

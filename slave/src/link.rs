@@ -94,6 +94,7 @@ pub struct Link {
     samples: Option<mpsc::UnboundedReceiver<ProbeSample>>,
     /// The engines whose load heartbeats carry (S0.6 forwarding queries use it).
     engines: Option<std::sync::Arc<crate::engine::EngineSet>>,
+    links: Option<crate::forward::Links>,
 }
 
 /// Most reports in one [`SlaveRequest::TaskReports`] (keeps one log entry well under the
@@ -130,6 +131,7 @@ impl Link {
             batches: true,
             samples: None,
             engines: None,
+            links: None,
         }
     }
 
@@ -158,6 +160,12 @@ impl Link {
     /// Heartbeats carry these engines' load.
     pub fn with_engines(mut self, engines: std::sync::Arc<crate::engine::EngineSet>) -> Self {
         self.engines = Some(engines);
+        self
+    }
+
+    /// Heartbeats carry these measured links (S0.6).
+    pub fn with_links(mut self, links: Option<crate::forward::Links>) -> Self {
+        self.links = links;
         self
     }
 
@@ -306,11 +314,20 @@ impl Link {
         // replaced by the next second's.
         let samples = self.take_samples();
         let engine_load = self.engines.as_ref().map(|e| e.loads()).unwrap_or_default();
+        let links = self
+            .links
+            .as_ref()
+            .map(|l| match l.lock() {
+                Ok(g) => g.values().copied().collect(),
+                Err(p) => p.into_inner().values().copied().collect(),
+            })
+            .unwrap_or_default();
         let beat = SlaveRequest::Heartbeat {
             node,
             held,
             samples,
             engine_load,
+            links,
         };
         match self.call(beat).await? {
             SlaveResponse::HeartbeatAck { .. } | SlaveResponse::Ack => Ok(()),

@@ -32,6 +32,7 @@ pub fn read_log(
         resources: ResourceRequest::default(),
         gpus: Default::default(),
         queued: false,
+        engine: None,
     };
     let (out, err) = exec::log_paths(log_dir, &key);
     let path = if stderr { err } else { out };

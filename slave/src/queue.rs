@@ -443,6 +443,7 @@ mod tests {
             },
             gpus: vec![],
             queued: false,
+            engine: None,
         }
     }
 

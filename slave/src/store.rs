@@ -259,6 +259,7 @@ mod tests {
             resources: ResourceRequest::default(),
             gpus: vec![],
             queued: false,
+            engine: None,
         }
     }
 

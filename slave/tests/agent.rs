@@ -241,6 +241,7 @@ fn assignment(task: u64, command: &[&str]) -> Assignment {
         },
         gpus: vec![],
         queued: false,
+        engine: None,
     }
 }
 

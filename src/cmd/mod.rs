@@ -20,6 +20,7 @@ pub mod table;
 pub mod up;
 pub mod up_batch;
 mod up_steal;
+mod up_forward;
 
 use std::process::ExitCode;
 

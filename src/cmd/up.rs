@@ -253,6 +253,11 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
     let mut jobs: Vec<(JobId, String)> = Vec::new();
     let mut specs = demo_jobs();
     specs.push(demo_program(&format!("slave-{}", a.slaves)));
+    if a.slaves >= 2 {
+        // A real forwarded call: from the CPU-only first slave to the GPU slave.
+        super::up_forward::wait_for_profiles(addrs, Duration::from_secs(30)).await;
+        specs.push(super::up_forward::program("slave-1"));
+    }
     for spec in specs {
         let name = spec.name.clone();
         let req = ClientRequest::Submit {
@@ -366,6 +371,7 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
     if let Some(job) = steal_job {
         super::up_steal::show(addrs, job).await;
     }
+    super::up_forward::show(addrs, &listed).await;
     let mut hashes = Vec::new();
     for addr in addrs {
         let deadline = Instant::now() + Duration::from_secs(5);

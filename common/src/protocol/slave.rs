@@ -155,6 +155,10 @@ pub enum SlaveRequest {
         /// from older slaves).
         #[serde(default)]
         engine_load: Vec<EngineLoad>,
+        /// Its links to peers as measured by its forwarded calls (S0.6; `nodes --json`
+        /// shows them on its entry).
+        #[serde(default)]
+        links: Vec<super::LinkEstimate>,
     },
     /// A task's process started.
     TaskStarted {
@@ -359,6 +363,20 @@ pub struct Assignment {
     /// once the leader has committed the start (`SlaveResponse::Promoted`).
     #[serde(default)]
     pub queued: bool,
+    /// S0.1–2: the engine unit a program task holds on this node (docs/DESIGN.md, S0.2);
+    /// its calls run there. `None`: a command task, or a program that books none.
+    #[serde(default)]
+    pub engine: Option<EngineGrant>,
+}
+
+/// A booked engine unit: its kind, and for a GPU the device (also in `gpus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineGrant {
+    /// Kind.
+    pub kind: EngineKind,
+    /// The GPU device index (GPUs only).
+    #[serde(default)]
+    pub device: Option<u32>,
 }
 
 /// Master → slave commands.

@@ -295,6 +295,11 @@ pub struct NodeInfo {
     /// S3 GPU pool of its GPUs: `single` or `multi` (`None`: no GPUs).
     #[serde(default)]
     pub gpu_pool: Option<String>,
+    /// S0.6: its links to peers as its forwarded calls measured them (round trip, bytes per
+    /// second, smoothed per peer), from its heartbeats to the leader; empty before any
+    /// forwarded call, and in a follower's answer.
+    #[serde(default)]
+    pub links: Vec<super::LinkEstimate>,
 }
 
 /// The probes a slave samples its tasks with: `gpu` `"nvml"` or `"emulated"`, `membw`

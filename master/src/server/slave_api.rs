@@ -45,7 +45,11 @@ impl Master {
                 held,
                 samples,
                 engine_load,
-            } => self.heartbeat(node, held, samples, engine_load).await,
+                links,
+            } => {
+                self.engine_loads.record_links(node, links);
+                self.heartbeat(node, held, samples, engine_load).await
+            }
             S::TaskStarted {
                 node,
                 task,

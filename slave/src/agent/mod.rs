@@ -38,6 +38,7 @@
 mod assign;
 mod finish;
 mod promote;
+mod gpu_holds;
 mod restore;
 mod start;
 mod stop;
@@ -229,6 +230,9 @@ pub struct Agent {
     reports: mpsc::UnboundedSender<Report>,
     programs: Option<ProgramHooks>,
     asked: promote::Asked,
+    /// S0.2: the GPU engine units each running command task's granted devices take out of
+    /// the program pool (`gpu_holds.rs`).
+    gpu_holds: HashMap<(TaskId, Attempt), crate::engine::held::HeldUnits>,
 }
 
 impl Agent {

@@ -109,6 +109,7 @@ impl Agent {
             reports,
             programs: None,
             asked: Default::default(),
+            gpu_holds: HashMap::new(),
         })
     }
 }

@@ -267,6 +267,7 @@ async fn heartbeat(
         held: held_now(slave),
         samples: Vec::new(),
         engine_load: Vec::new(),
+        links: Vec::new(),
     });
     *last_beat = Instant::now();
     !matches!(

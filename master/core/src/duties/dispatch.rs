@@ -4,7 +4,7 @@
 
 use super::{DutiesConfig, DutiesCore, Effect, Now, Role, MAX_ASSIGNMENTS_PER_MESSAGE};
 use crate::state::ClusterState;
-use hetsched_common::protocol::Assignment;
+use hetsched_common::protocol::{Assignment, EngineGrant};
 use hetsched_common::{Attempt, NodeId, TaskId, TaskState};
 use std::collections::BTreeMap;
 
@@ -95,6 +95,10 @@ impl DutiesCore {
                     resources: job.spec.resources.clone(),
                     gpus: t.gpus.clone(),
                     queued,
+                    engine: t.booked.map(|b| EngineGrant {
+                        kind: b.kind,
+                        device: b.device,
+                    }),
                 });
         }
         for k in gone {

@@ -20,7 +20,7 @@ mod promote_tests;
 pub mod queue;
 pub mod steal;
 #[cfg(test)]
-mod test_log;
+pub(crate) mod test_log;
 
 pub use pipeline::IndexedScheduler;
 

@@ -8,6 +8,7 @@ mod admin;
 mod batch;
 mod batch_gang;
 mod batch_views;
+mod booking;
 mod codec;
 mod command;
 mod cpu_changes;
@@ -30,6 +31,7 @@ pub use admin::BenchCounter;
 pub use batch::{
     Batch, BatchBlock, BatchBook, BatchJob, BatchJobSpec, BatchSpec, BatchTask, Real, TaskBlock,
 };
+pub use booking::{engine_count, free_units, with_unit, Booking};
 pub use command::{Assign, Command, CommandEnvelope, Outcome, Plan, Preemption, TaskRef};
 pub use cpu_changes::{CompressReserve, CpuSearchPhase};
 pub use hash::fnv1a64;

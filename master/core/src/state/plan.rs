@@ -79,6 +79,8 @@ impl ClusterState {
             t.started_ms = None;
             let job = t.job;
             let cpu_milli = t.cpu_milli;
+            // The booked engine unit stays held until the attempt has stopped.
+            let booked = t.booked.take();
             if let Some(n) = self.nodes.get_mut(&p.node) {
                 n.tasks.remove(&v.task);
                 n.stopping.push(Stopping {
@@ -87,6 +89,7 @@ impl ClusterState {
                     job,
                     gpus,
                     cpu_milli,
+                    booked,
                 });
             }
             self.pending.insert(v.task);
@@ -123,6 +126,7 @@ impl ClusterState {
                 n.free.give_back(&req, &s.gpus, &n.capacity);
             }
         }
+        self.unbook(node, s.booked);
         self.end_reserves_for(node, task);
         true
     }
@@ -176,7 +180,7 @@ impl ClusterState {
         if !node.serves(&partition) {
             return None;
         }
-        let gpus = if a.queued {
+        let (gpus, booked) = if a.queued {
             // S0.3: beyond the free resources, within the queued allowance; only what can
             // ever run there and holds no devices (devices are granted at assignment).
             if node.queued.len() >= queue_depth as usize
@@ -187,11 +191,12 @@ impl ClusterState {
                 return None;
             }
             node.queued.push(a.task);
-            Vec::new()
+            (Vec::new(), None)
         } else {
-            let gpus = node.free.take(req)?;
+            // S0.2: a program task granted an engine kind books a unit of it here.
+            let (gpus, booked) = Self::take_booked(node, req, a.engine)?;
             node.tasks.insert(a.task);
-            gpus
+            (gpus, booked)
         };
         let task = self.tasks.get_mut(&a.task)?;
         let attempt = task.status.assign(a.node).ok()?;
@@ -205,6 +210,7 @@ impl ClusterState {
         task.started_ms = None;
         task.attempt_nodes.insert(attempt, a.node);
         task.borrowed = a.borrowed;
+        task.booked = booked;
         self.pending.remove(&a.task);
         self.awaiting.remove(&a.task);
         Some(TaskRef {

@@ -179,6 +179,8 @@ impl ClusterState {
             steals_in: n.steals_in,
             steals_out: n.steals_out,
             gpu_pool: n.gpu_pool().map(|p| p.name().to_string()),
+            // Leader-local (heartbeats are not logged): the server fills them in.
+            links: Vec::new(),
         }
     }
 

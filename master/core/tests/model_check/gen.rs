@@ -401,7 +401,13 @@ impl Generator {
                 task,
                 node: self.any_node(s),
                 queued: self.chance(30),
-                engine: None,
+                // S0.2: program tasks book an engine unit of the kind they are granted.
+                engine: match self.rng.below(6) {
+                    0 => Some(EngineKind::Cpu),
+                    1 => Some(EngineKind::Gpu),
+                    2 => Some(EngineKind::Npu),
+                    _ => None,
+                },
                 borrowed: self.chance(10),
             });
         }
