@@ -133,6 +133,8 @@ impl ClusterState {
                 t.preemptions += 1;
                 t.started_ms = None;
                 let cpu_milli = t.cpu_milli;
+                // The booked engine unit stays held until the attempt has stopped.
+                let booked = t.booked.take();
                 if let Some(n) = self.nodes.get_mut(&node) {
                     n.tasks.remove(&tid);
                     n.stopping.push(Stopping {
@@ -141,6 +143,7 @@ impl ClusterState {
                         job,
                         gpus,
                         cpu_milli,
+                        booked,
                     });
                 }
                 self.pending.insert(tid);
