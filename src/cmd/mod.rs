@@ -19,8 +19,8 @@ pub mod slave;
 pub mod table;
 pub mod up;
 pub mod up_batch;
-mod up_steal;
 mod up_forward;
+mod up_steal;
 
 use std::process::ExitCode;
 

@@ -37,8 +37,8 @@
 
 mod assign;
 mod finish;
-mod promote;
 mod gpu_holds;
+mod promote;
 mod restore;
 mod start;
 mod stop;
