@@ -237,6 +237,8 @@ fn a_secured_cluster_refuses_plain_tcp_foreign_roles_and_other_users() {
             ..Default::default()
         },
         gpus: vec![],
+        queued: false,
+        engine: None,
     }]));
     for who in [
         setup_for(c.dir.path(), Role::Client, "root"),

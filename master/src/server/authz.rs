@@ -92,6 +92,7 @@ enum Need {
     SubmitAs(String),
     OwnJob(JobId),
     OwnTask(TaskId),
+    OwnBatch(u64),
 }
 
 fn need(req: &ClientRequest) -> Need {
@@ -99,11 +100,14 @@ fn need(req: &ClientRequest) -> Need {
     match req {
         R::Submit { spec, .. } => Need::SubmitAs(spec.user.clone()),
         R::DryRun { spec } => Need::SubmitAs(spec.user.clone()),
+        R::SubmitBatch { batch, .. } => Need::SubmitAs(batch.user.clone()),
+        R::CancelBatch { batch, .. } => Need::OwnBatch(*batch),
         R::Cancel { job, .. } => Need::OwnJob(*job),
         R::CancelTask { task, .. } => Need::OwnTask(*task),
         R::Logs { task, .. } | R::Calls { task } => Need::OwnTask(*task),
         R::Status { .. }
         | R::Jobs { .. }
+        | R::Batch { .. }
         | R::Tasks { .. }
         | R::Nodes { .. }
         | R::Members { .. }
@@ -153,6 +157,7 @@ impl Master {
             _ if *level >= Level::Operator => None,
             Need::OwnJob(job) => self.owner_refusal(name, req, self.job_owner(job)),
             Need::OwnTask(task) => self.owner_refusal(name, req, self.task_owner(task)),
+            Need::OwnBatch(batch) => self.owner_refusal(name, req, self.batch_owner(batch)),
         };
         match refusal {
             None => Ok(()),
@@ -185,6 +190,13 @@ impl Master {
             .read_state()
             .job(job)
             .map(|j| j.spec.user.clone())
+    }
+
+    /// A batch's jobs all carry the submitting user, so its first job names the owner.
+    fn batch_owner(&self, batch: u64) -> Option<String> {
+        let s = self.shared.read_state();
+        let job = *s.batch_book().batches.get(&batch)?.jobs.first()?;
+        s.job(job).map(|j| j.spec.user.clone())
     }
 
     fn task_owner(&self, task: TaskId) -> Option<String> {

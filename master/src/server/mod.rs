@@ -13,6 +13,7 @@
 
 mod admin;
 mod authz;
+mod batch;
 mod boot;
 mod client_api;
 mod client_queries;

@@ -65,6 +65,10 @@ pub struct E2eArgs {
     /// Data directory (default: a fresh directory under the system's temp dir, removed after).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// The masters' `--queue-depth` (S0.3 slave queues; 0: none). Comparing runs at 0 and
+    /// at the default 4 shows what promotion through the leader adds to submit → running.
+    #[arg(long, default_value_t = 4, value_name = "TASKS")]
+    pub queue_depth: u32,
     /// Print one JSON line.
     #[arg(long)]
     pub json: bool,
@@ -109,6 +113,7 @@ pub fn run(a: E2eArgs) -> anyhow::Result<()> {
     };
     let spec = super::local::ClusterSpec {
         masters: a.masters,
+        master_args: vec!["--queue-depth".to_string(), a.queue_depth.to_string()],
         slaves: real,
         insecure: a.insecure,
         ..Default::default()
