@@ -29,6 +29,15 @@ struct Cli {
     /// `client.USER.crt` / `client.USER.key` (see `hetsched certs`).
     #[arg(long, env = "HETSCHED_CERTS_DIR", value_name = "DIR")]
     certs_dir: Option<std::path::PathBuf>,
+    /// API token for client commands (see `hetsched acl`): when given it decides who the
+    /// caller is, over the client certificate's name. Ignored by --insecure masters.
+    #[arg(
+        long,
+        env = "HETSCHED_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -94,6 +103,9 @@ enum Command {
     /// Cluster certificates: a CA, and certificates carrying a role and a name.
     #[command(subcommand)]
     Certs(cmd::security::CertsCommand),
+    /// Users' API tokens and their roles (user, operator, admin).
+    #[command(subcommand)]
+    Acl(cmd::acl::AclCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -155,6 +167,7 @@ fn main() -> ExitCode {
             | Command::Calls(_)
             | Command::Profile(_)
             | Command::Profiles(_)
+            | Command::Acl(_)
     ) {
         restore_sigpipe();
     }
@@ -169,7 +182,9 @@ fn main() -> ExitCode {
             | Command::Certs(_)
     );
     if is_client {
-        if let Err(e) = cmd::security::install_client(cli.certs_dir.as_ref(), None) {
+        if let Err(e) =
+            cmd::security::install_client(cli.certs_dir.as_ref(), None, cli.token.as_deref())
+        {
             eprintln!("error: {e:#}");
             return ExitCode::from(cmd::exit::code_of(&e));
         }
@@ -187,6 +202,7 @@ fn main() -> ExitCode {
         Command::Nodes(a) => cmd::client::nodes(&masters, a),
         Command::Members(a) => cmd::client::members(&masters, a),
         Command::Config(c) => cmd::config::run(&masters, c),
+        Command::Acl(c) => cmd::acl::run(&masters, c),
         Command::Up(a) => cmd::up::run(a),
         Command::Bench(BenchCommand::Raft(a)) => cmd::bench_raft::raft(a),
         Command::Bench(BenchCommand::Failover(a)) => cmd::bench_raft::failover(a),

@@ -22,6 +22,7 @@ mod resources;
 pub mod rng;
 mod spec;
 pub mod telemetry;
+pub mod tokens;
 pub mod wire;
 
 pub use error::{Error, Result};

@@ -536,7 +536,7 @@ proptest! {
 
     #[test]
     fn every_message_round_trips(request_id in any::<u64>(), more in any::<bool>(), body in message()) {
-        let env = Envelope { version: hetsched_common::wire::PROTOCOL_VERSION, request_id, more, body };
+        let env = Envelope { version: hetsched_common::wire::PROTOCOL_VERSION, request_id, more, token: None, body };
         let frame = encode_frame(&env, DEFAULT_MAX_FRAME).expect("encode");
         let len = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
         prop_assert_eq!(len, frame.len() - 4);

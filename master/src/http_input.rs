@@ -32,7 +32,7 @@ impl InputError {
 /// A `POST /v1/jobs` body, checked.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SubmitBody {
-    /// The job, as `submit` would send it (`user` defaults to `anonymous`).
+    /// The job, as `submit` would send it (`user` defaults to the caller's, `anonymous` on an insecure master).
     pub spec: JobSpec,
     /// The body's `allow_unplaceable`, the CLI's `submit --allow-unplaceable`.
     pub allow_unplaceable: bool,
@@ -58,8 +58,10 @@ pub fn submit_body(body: &[u8]) -> Result<SubmitBody, InputError> {
             field,
         )
     })?;
+    // No user in the body: the caller's (its token's user; `anonymous` on an insecure
+    // master), filled in by the master.
     let spec = file
-        .to_spec("anonymous")
+        .to_spec("")
         .map_err(|e| InputError::new(format!("invalid job spec: {e}"), None))?;
     Ok(SubmitBody {
         spec,
@@ -191,7 +193,7 @@ mod tests {
         let e = submit_body(br#"{"command":["true"],"resources":{"cpus":-1}}"#).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("resources.cpus"), "{e}");
         let ok = submit_body(br#"{"command":["true"]}"#).expect("valid");
-        assert_eq!(ok.spec.user, "anonymous");
+        assert_eq!(ok.spec.user, "", "left to the master to fill in");
         assert!(!ok.allow_unplaceable);
     }
 

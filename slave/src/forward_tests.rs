@@ -126,6 +126,7 @@ fn forwarded_bytes_are_computed_on_and_capped() {
         version: hetsched_common::wire::PROTOCOL_VERSION,
         request_id: 1,
         more: false,
+        token: None,
         body: Message::Peer(PeerRequest::ForwardedCall {
             from: NodeId(1),
             call: n1024.clone(),

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod acl;
 pub mod batch;
 pub mod bench_e2e;
 pub mod bench_placement;

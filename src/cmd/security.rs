@@ -50,8 +50,21 @@ impl ServerSecurity {
 }
 
 /// Installs the client's TLS setup when `certs_dir` is given (a client certificate in it is
-/// optional: a token may authenticate instead).
-pub fn install_client(certs_dir: Option<&PathBuf>, user: Option<&str>) -> anyhow::Result<()> {
+/// optional: a token may authenticate instead), and the token sent with every request.
+pub fn install_client(
+    certs_dir: Option<&PathBuf>,
+    user: Option<&str>,
+    token: Option<&str>,
+) -> anyhow::Result<()> {
+    if let Some(t) = token.map(str::trim).filter(|t| !t.is_empty()) {
+        if hetsched_common::tokens::parse(t).is_none() {
+            return Err(exit::bad_input(
+                "HETSCHED_TOKEN / --token is not a token (hst.ACCESSOR.SECRET, from \
+                 hetsched acl bootstrap or acl token create)",
+            ));
+        }
+        tls::set_client_token(Some(t.to_string()));
+    }
     if let Some(dir) = certs_dir {
         let setup = tls::load(dir, Role::Client, user)
             .map_err(|e| exit::bad_input(format!("HETSCHED_CERTS_DIR / --certs-dir: {e}")))?;

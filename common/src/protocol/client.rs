@@ -142,6 +142,26 @@ pub enum ClientRequest {
         /// The configuration.
         config: crate::priority::PriorityConfig,
     },
+    /// The first administrator token (`acl bootstrap`): answered once per cluster.
+    AclBootstrap,
+    /// A new token for `user` with `role` (`acl token create`), valid for `ttl_ms` when given.
+    CreateToken {
+        /// The user the token acts as.
+        user: String,
+        /// Its role.
+        #[serde(default)]
+        role: super::acl::TokenRole,
+        /// Validity from now, ms (`None`: no end).
+        #[serde(default)]
+        ttl_ms: Option<u64>,
+    },
+    /// Every token, without secrets (`acl token list`).
+    Tokens,
+    /// Revoke a token by its accessor (`acl token revoke`).
+    RevokeToken {
+        /// The token's public name.
+        accessor: String,
+    },
     /// The S1 priority configuration in force.
     PriorityConfig {
         /// As in `Status`.
@@ -305,6 +325,10 @@ pub enum ClientResponse {
     Profiles(ProfilesInfo),
     /// One page of a master's applied log.
     LogPage(LogPage),
+    /// A token just created (its secret shown this once).
+    Token(super::acl::NewToken),
+    /// Tokens, without secrets.
+    Tokens(Vec<super::acl::TokenInfo>),
 }
 
 /// Part of a task attempt's output file.

@@ -6,11 +6,12 @@
 //!
 //! This module holds the frame body ([`Message`]) and the error answer any request may get;
 //! the messages themselves live by conversation: `client.rs` (client ↔ master),
-//! `views.rs` (what listings show), `slave.rs` (master ↔ slave), `peer.rs` (slave ↔ slave
+//! `views.rs` (what listings show), `acl.rs` (tokens and roles), `slave.rs` (master ↔ slave), `peer.rs` (slave ↔ slave
 //! forwarding) and `admin.rs` (admin-port payloads). Everything is re-exported here, so
 //! `hetsched_common::protocol::X` names every type. The frame envelope is
 //! [`crate::wire::Envelope`].
 
+mod acl;
 mod admin;
 mod batch;
 mod client;
@@ -18,6 +19,7 @@ mod peer;
 mod slave;
 mod views;
 
+pub use acl::{NewToken, TokenInfo, TokenRole};
 pub use admin::{BugSpec, FaultSpec, LogEntry, LogPage, LogSnapshot};
 pub use batch::{
     BatchInfo, BatchJobInfo, BatchSubmit, BatchSubmitted, BatchTaskInfo, BlockRef, BLOCKS_ENV,

@@ -11,7 +11,7 @@
 //!   token or client certificate.
 //! - Replies are never requests: refused.
 
-use super::io::Peer;
+use super::peer::Peer;
 use crate::certs::Role;
 use crate::protocol::{ErrorKind, ErrorReply, Message};
 

@@ -24,6 +24,9 @@ pub struct Envelope {
     /// More reply parts follow under this request id.
     #[serde(default)]
     pub more: bool,
+    /// A client request's API token (docs/SECURITY.md); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
     /// The message.
     pub body: Message,
 }
@@ -44,6 +47,7 @@ impl Envelope {
             version: PROTOCOL_VERSION,
             request_id,
             more: false,
+            token: None,
             body,
         }
     }

@@ -15,8 +15,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
+use super::peer::Peer;
 use super::tls::{self, TlsSetup};
-use crate::certs::{Identity, Role};
+use crate::certs::Identity;
 
 /// Reads one frame's payload. `Ok(None)` on a clean end of stream between frames.
 pub async fn read_frame<R: AsyncRead + Unpin>(
@@ -68,44 +69,6 @@ fn error_kind_of(e: &Error) -> ErrorKind {
         Error::FrameTooLarge { .. } => ErrorKind::TooLarge,
         Error::WrongVersion { .. } => ErrorKind::WrongVersion,
         _ => ErrorKind::Malformed,
-    }
-}
-
-/// Who sent a request: the remote address (for logs) and, on a TLS link, the identity its
-/// verified certificate carries (`None` on plain links and for clients without a
-/// certificate).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Peer {
-    /// Remote address.
-    pub addr: std::net::SocketAddr,
-    /// Verified identity.
-    pub identity: Option<Identity>,
-    /// Whether the link is TLS (the server runs secured).
-    pub secured: bool,
-}
-
-impl Peer {
-    /// A plain-TCP peer (insecure servers, in-process tests).
-    pub fn plain(addr: std::net::SocketAddr) -> Self {
-        Self {
-            addr,
-            identity: None,
-            secured: false,
-        }
-    }
-
-    /// Whether the peer's certificate has `role`.
-    pub fn has_role(&self, role: Role) -> bool {
-        self.identity.as_ref().is_some_and(|i| i.role == role)
-    }
-}
-
-impl std::fmt::Display for Peer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.identity {
-            Some(i) => write!(f, "{} ({i})", self.addr),
-            None => write!(f, "{}", self.addr),
-        }
     }
 }
 
@@ -207,6 +170,7 @@ async fn accept_tls(
                     addr,
                     identity,
                     secured: true,
+                    token: None,
                 },
             ))
         }
@@ -324,7 +288,8 @@ where
                 };
                 let tx = tx.clone();
                 let handler = handler.clone();
-                let peer = peer.clone();
+                let mut peer = peer.clone();
+                peer.token = env.token;
                 tokio::spawn(async move {
                     let _permit = permit;
                     if let Some(reply) = handler(env.body, peer).await {
@@ -554,7 +519,11 @@ impl Connection {
         if let Ok(mut p) = self.pending.lock() {
             p.insert(id, tx);
         }
-        if self.is_closed() || self.tx.send(Envelope::new(id, body)).await.is_err() {
+        let mut env = Envelope::new(id, body);
+        if matches!(env.body, Message::Client(_)) {
+            env.token = tls::client_token();
+        }
+        if self.is_closed() || self.tx.send(env).await.is_err() {
             self.forget(id);
             return self.closed_answer();
         }

@@ -23,6 +23,8 @@ mod codec;
 #[cfg(feature = "net")]
 mod io;
 #[cfg(feature = "net")]
+mod peer;
+#[cfg(feature = "net")]
 pub mod tls;
 
 pub use codec::{
@@ -30,4 +32,6 @@ pub use codec::{
     DEFAULT_PARTIAL_FRAME_TIMEOUT, PROTOCOL_VERSION,
 };
 #[cfg(feature = "net")]
-pub use io::{read_frame, serve, serve_tls, write_frame, CallError, Connection, Handler, Peer};
+pub use io::{read_frame, serve, serve_tls, write_frame, CallError, Connection, Handler};
+#[cfg(feature = "net")]
+pub use peer::Peer;

@@ -53,6 +53,22 @@ impl std::fmt::Debug for TlsSetup {
 
 static CURRENT: RwLock<Option<Arc<TlsSetup>>> = RwLock::new(None);
 
+/// The API token a client process sends with every client request (`HETSCHED_TOKEN` or
+/// `--token`); it decides who the caller is over the client certificate's name.
+static CLIENT_TOKEN: RwLock<Option<String>> = RwLock::new(None);
+
+/// Sets (or with `None` clears) the token sent with this process's client requests.
+pub fn set_client_token(token: Option<String>) {
+    if let Ok(mut t) = CLIENT_TOKEN.write() {
+        *t = token;
+    }
+}
+
+/// The token sent with this process's client requests, if any.
+pub fn client_token() -> Option<String> {
+    CLIENT_TOKEN.read().ok().and_then(|t| t.clone())
+}
+
 /// Installs (or with `None` removes) the process's TLS setup; later connections and
 /// accepted connections use it.
 pub fn install(setup: Option<Arc<TlsSetup>>) {

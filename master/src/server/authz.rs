@@ -1,19 +1,21 @@
 //! Who may send which client request (docs/CONTRACT.md, "Security"; the table is
 //! docs/SECURITY.md).
 //!
-//! On a secured master the caller is the identity its client certificate carries: a
-//! `client` certificate names a user (`root` is the administrator, as in CockroachDB); a
-//! master certificate is a peer master (administrator); a slave certificate may only read.
-//! On an `--insecure` master every caller is trusted, as before.
+//! On a secured master the caller is the user of the request's API token when it carries
+//! one (a token decides, whatever certificate the connection has); else the identity its
+//! client certificate carries: a `client` certificate names a user (`root` is the
+//! administrator, as in CockroachDB); a master certificate is a peer master
+//! (administrator); a slave certificate may only read. On an `--insecure` master every
+//! caller is trusted, as before.
 //!
 //! Rules: a **user** submits only as itself and cancels or reads the logs of its own jobs;
 //! an **operator** also drains and acts on every job; an **admin** also changes members,
-//! the priority configuration and runs benchmark and fault requests. Denials answer
+//! the priority configuration and tokens, and runs benchmark and fault requests. Denials answer
 //! `permission denied: ...` (exit 3, HTTP 403); no credentials answer `Unauthenticated`
 //! (exit 3, HTTP 401). Every denial is logged.
 
 use super::Master;
-use hetsched_common::certs::Role;
+use hetsched_common::certs::{Identity, Role};
 use hetsched_common::protocol::{ClientRequest, ErrorKind, ErrorReply};
 use hetsched_common::wire::Peer;
 use hetsched_common::{JobId, TaskId};
@@ -21,26 +23,8 @@ use hetsched_common::{JobId, TaskId};
 /// The client certificate name that is the cluster administrator.
 pub const ROOT_USER: &str = "root";
 
-/// What a caller may do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    /// Its own jobs.
-    User,
-    /// Also drain, and every job.
-    Operator,
-    /// Also members, priority configuration, benchmarks and faults.
-    Admin,
-}
-
-impl Level {
-    fn name(self) -> &'static str {
-        match self {
-            Level::User => "user",
-            Level::Operator => "operator",
-            Level::Admin => "admin",
-        }
-    }
-}
+/// What a caller may do: a token's role, or the level a certificate gives.
+pub use hetsched_common::protocol::TokenRole as Level;
 
 /// An authenticated caller (or everyone, on an insecure master).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,12 +40,9 @@ pub enum Caller {
     },
 }
 
-/// The caller a peer is, or why it is none.
-pub fn caller_of(peer: &Peer) -> Result<Caller, ErrorReply> {
-    if !peer.secured {
-        return Ok(Caller::Trusted);
-    }
-    match &peer.identity {
+/// The caller a verified certificate identity is, or why there is none.
+pub(super) fn caller_by_certificate(identity: Option<&Identity>) -> Result<Caller, ErrorReply> {
+    match identity {
         Some(i) => Ok(Caller::Known {
             name: i.name.clone(),
             level: match i.role {
@@ -72,9 +53,40 @@ pub fn caller_of(peer: &Peer) -> Result<Caller, ErrorReply> {
         }),
         None => Err(ErrorReply::new(
             ErrorKind::Unauthenticated,
-            "permission denied: no credentials: present a client certificate \
-             (HETSCHED_CERTS_DIR with client.USER.crt) or a token (HETSCHED_TOKEN)",
+            "permission denied: no credentials: give a token (HETSCHED_TOKEN or --token) or \
+             a client certificate (HETSCHED_CERTS_DIR with client.USER.crt)",
         )),
+    }
+}
+
+/// Most verified tokens remembered; the cache starts over beyond it.
+const TOKEN_CACHE_CAP: usize = 4096;
+
+/// Tokens whose secret was verified, with the stored hash they matched: a request with a
+/// known token costs one map look-up, not a hash (docs/SECURITY.md). A revoked or expired
+/// token is refused anyway, since the state is read on every request.
+pub type TokenCache = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>;
+
+fn invalid_token() -> ErrorReply {
+    ErrorReply::new(
+        ErrorKind::Unauthenticated,
+        "permission denied: the token is unknown, revoked or expired",
+    )
+}
+
+/// A submission that names no user (a CLI holding a token leaves it to the master) is the
+/// caller's; on an insecure master, `anonymous`'s.
+pub(super) fn fill_user(caller: &Caller, req: &mut ClientRequest) {
+    let user = match req {
+        ClientRequest::Submit { spec, .. } | ClientRequest::DryRun { spec } => &mut spec.user,
+        ClientRequest::SubmitBatch { batch, .. } => &mut batch.user,
+        _ => return,
+    };
+    if user.is_empty() {
+        *user = match caller {
+            Caller::Known { name, .. } => name.clone(),
+            Caller::Trusted => "anonymous".into(),
+        };
     }
 }
 
@@ -98,6 +110,9 @@ enum Need {
 fn need(req: &ClientRequest) -> Need {
     use ClientRequest as R;
     match req {
+        R::AclBootstrap | R::CreateToken { .. } | R::Tokens | R::RevokeToken { .. } => {
+            Need::Level(Level::Admin)
+        }
         R::Submit { spec, .. } => Need::SubmitAs(spec.user.clone()),
         R::DryRun { spec } => Need::SubmitAs(spec.user.clone()),
         R::SubmitBatch { batch, .. } => Need::SubmitAs(batch.user.clone()),
@@ -136,6 +151,55 @@ fn what(req: &ClientRequest) -> String {
 }
 
 impl Master {
+    /// The caller a peer is: everyone trusted on an insecure master; else the user of the
+    /// request's token when it carries one (a token decides over the certificate), else
+    /// the certificate's identity.
+    pub(super) fn caller(&self, peer: &Peer) -> Result<Caller, ErrorReply> {
+        if !peer.secured {
+            return Ok(Caller::Trusted);
+        }
+        match &peer.token {
+            Some(t) => self.token_caller(t),
+            None => caller_by_certificate(peer.identity.as_ref()),
+        }
+    }
+
+    /// The user and role of an API token, or `Unauthenticated` (logged).
+    pub(super) fn token_caller(&self, token: &str) -> Result<Caller, ErrorReply> {
+        let refused = |why: &str| {
+            tracing::warn!(%why, "request with a bad token refused");
+            invalid_token()
+        };
+        let (accessor, secret) =
+            hetsched_common::tokens::parse(token).ok_or_else(|| refused("not a token"))?;
+        let s = self.shared.read_state();
+        let rec = s
+            .acl()
+            .tokens
+            .get(accessor)
+            .ok_or_else(|| refused("unknown or revoked"))?;
+        if !rec.valid_at(super::now_ms()) {
+            return Err(refused("expired"));
+        }
+        let mut cache = match self.token_cache.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        if cache.get(token) != Some(&rec.hash) {
+            if !hetsched_common::tokens::verify(&rec.salt, &rec.hash, secret) {
+                return Err(refused("wrong secret"));
+            }
+            if cache.len() >= TOKEN_CACHE_CAP {
+                cache.clear();
+            }
+            cache.insert(token.to_string(), rec.hash.clone());
+        }
+        Ok(Caller::Known {
+            name: rec.user.clone(),
+            level: rec.role,
+        })
+    }
+
     /// Admits `req` from `caller`, or says why not (and logs it).
     pub(super) fn authorize(&self, caller: &Caller, req: &ClientRequest) -> Result<(), ErrorReply> {
         let Caller::Known { name, level } = caller else {
@@ -147,8 +211,8 @@ impl Master {
             Need::Level(l) => Some(format!(
                 "{} needs the {} role; {name} has {}",
                 what(req),
-                l.name(),
-                level.name()
+                l.as_str(),
+                level.as_str()
             )),
             Need::SubmitAs(user) if *level >= Level::Operator || user == *name => None,
             Need::SubmitAs(user) => {

@@ -69,6 +69,7 @@ impl Master {
             digest: Arc::new(std::sync::Mutex::new(None)),
             bugs: Arc::default(),
             engine_loads: Arc::default(),
+            token_cache: Default::default(),
             admission: Arc::new(std::sync::Mutex::new(crate::backpressure::Admission::new(
                 cfg.admission,
             ))),

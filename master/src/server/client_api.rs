@@ -98,6 +98,10 @@ impl Master {
             R::SetFaults(f) => Ok(self.set_faults(f)),
             R::SetBugs(b) => Ok(self.set_bugs(b)),
             R::ExportLog { from, max_bytes } => self.export_log(from, max_bytes).await,
+            R::AclBootstrap => self.acl_bootstrap().await,
+            R::CreateToken { user, role, ttl_ms } => self.create_token(user, role, ttl_ms).await,
+            R::Tokens => Ok(self.tokens()),
+            R::RevokeToken { accessor } => self.revoke_token(accessor).await,
         }
     }
 

@@ -6,11 +6,13 @@
 //! consensus and the duties executor, binding the listeners), `ports` (what the cluster and
 //! admin ports serve), `client_api` (client writes), `client_queries` (client reads, the
 //! status and dry runs), `membership` (Raft membership requests), `slave_api` (slave
-//! requests), `admin` (benchmark requests, faults and deliberate-bug switches),
+//! requests), `admin` (benchmark requests, faults and deliberate-bug switches), `authz` (who may
+//! send which client request), `acl` (token requests),
 //! `consensus_io` (proposing, read barriers, the leader check), `reply` (error replies);
 //! `duties_executor` carries out the pure duties core's effects, `senders` talk to slaves,
 //! `forward_query` answers S0.6 forwarding queries, `http` serves metrics, the API and the UI.
 
+mod acl;
 mod admin;
 mod authz;
 mod batch;
@@ -107,4 +109,6 @@ pub struct Master {
     bugs: Arc<std::sync::Mutex<hetsched_common::protocol::BugSpec>>,
     /// S0.6: the slaves' engine load from their heartbeats (leader-local).
     engine_loads: Arc<forward_query::EngineLoads>,
+    /// Verified API tokens (docs/SECURITY.md).
+    token_cache: authz::TokenCache,
 }

@@ -5,7 +5,6 @@
 //! ([`super::authz`]) and a slave's requests to the name in its certificate.
 
 use super::admin::refuse_off_admin;
-use super::authz::caller_of;
 use super::reply::message_name;
 use super::Master;
 use hetsched_common::protocol::{ClientRequest, ErrorKind, ErrorReply, Message};
@@ -46,8 +45,12 @@ impl Master {
                     .step(from.0, msgs.into_iter().map(|b| b.into_vec()).collect());
                 None
             }
-            Message::Client(req) => {
-                if let Err(e) = caller_of(&peer).and_then(|c| self.authorize(&c, &req)) {
+            Message::Client(mut req) => {
+                let admitted = self.caller(&peer).and_then(|c| {
+                    super::authz::fill_user(&c, &mut req);
+                    self.authorize(&c, &req)
+                });
+                if let Err(e) = admitted {
                     return Some(Message::Error(e));
                 }
                 let submit = matches!(req, ClientRequest::Submit { .. });

@@ -23,6 +23,10 @@ pub fn read_job_file(path: &str) -> anyhow::Result<JobFile> {
 }
 
 fn default_user() -> String {
+    // With a token the master fills in the token's user (an empty name asks it to).
+    if hetsched_common::wire::tls::client_token().is_some() {
+        return String::new();
+    }
     // Against a secured cluster the user is the one in the client certificate.
     let cert_user = hetsched_common::wire::tls::current()
         .and_then(|t| t.identity.clone())

@@ -269,6 +269,20 @@ pub enum Command {
         /// Each task's new pin and blocks.
         tasks: Vec<(TaskId, super::batch::BatchTask)>,
     },
+    /// A user's API token (its secret's salted hash; docs/SECURITY.md). `bootstrap`: the
+    /// first administrator token, refused once the ACL was bootstrapped.
+    CreateToken {
+        /// The token as stored (`created_ms` is set from the entry's clock).
+        token: super::acl::TokenRecord,
+        /// `acl bootstrap`.
+        #[serde(default)]
+        bootstrap: bool,
+    },
+    /// Revokes a token.
+    RevokeToken {
+        /// Its accessor.
+        accessor: String,
+    },
 }
 
 /// One placement decision.

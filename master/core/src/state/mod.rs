@@ -4,6 +4,7 @@
 //!
 //! "Submitted later" means "a higher log index": ids are handed out in apply order.
 
+mod acl;
 mod admin;
 mod batch;
 mod batch_gang;
@@ -27,6 +28,7 @@ mod requests;
 mod slave_queue;
 mod views;
 
+pub use acl::{AclBook, TokenRecord};
 pub use admin::BenchCounter;
 pub use batch::{
     Batch, BatchBlock, BatchBook, BatchJob, BatchJobSpec, BatchSpec, BatchTask, Real, TaskBlock,
@@ -149,6 +151,9 @@ pub struct ClusterState {
     /// S2 batches: their jobs' plans, their tasks' pins and blocks.
     #[serde(default)]
     batch: BatchBook,
+    /// Users' API tokens (hashed) and whether the ACL was bootstrapped.
+    #[serde(default)]
+    acl: AclBook,
     /// Last applied log index.
     last_index: u64,
     /// Leader's clock of the last applied command.
@@ -373,6 +378,10 @@ impl ClusterState {
             } => self.steal_task(task, attempt, from, to),
             Command::SubmitBatch { batch } => self.submit_batch(index, env.at_ms, batch),
             Command::ReplanBatchJob { job, tasks } => self.replan_batch_job(job, tasks),
+            Command::CreateToken { token, bootstrap } => {
+                self.create_token(token, bootstrap, env.at_ms)
+            }
+            Command::RevokeToken { accessor } => self.revoke_token(&accessor),
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {

@@ -7,7 +7,7 @@
 
 use hetsched_common::priority::{Principal, PriorityConfig, PriorityEntry, Quota};
 use hetsched_common::program::{CallSummary, EngineDecl};
-use hetsched_common::protocol::{TaskReport, GPU_POOL_LABEL};
+use hetsched_common::protocol::{TaskReport, TokenRole, GPU_POOL_LABEL};
 use hetsched_common::rng::SplitMix64;
 use hetsched_common::{
     ClientRequestId, CpuSearchSpec, EngineKind, GpuDevice, GpuRequest, JobId, JobSpec, NodeId,
@@ -15,7 +15,7 @@ use hetsched_common::{
 };
 use hetsched_master_core::sched::{steal, IndexedScheduler, Scheduler};
 use hetsched_master_core::state::{
-    Assign, ClusterState, Command, Outcome, Plan, Preemption, TaskRef,
+    Assign, ClusterState, Command, Outcome, Plan, Preemption, TaskRef, TokenRecord,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -731,7 +731,8 @@ impl Generator {
                 record: self.chance(50),
                 payload: Default::default(),
             },
-            965..=974 => Command::RecordProfile {
+            970..=974 => self.acl_command(s),
+            965..=969 => Command::RecordProfile {
                 node: self.any_node(s),
                 engines: vec![EngineDecl {
                     kind: EngineKind::Npu,
@@ -776,6 +777,32 @@ impl Generator {
             .values()
             .filter(|t| t.status.state.is_final())
             .count()
+    }
+
+    /// A token created (sometimes as the bootstrap, sometimes under a used accessor) or
+    /// revoked (a known accessor or an unknown one).
+    fn acl_command(&mut self, s: &ClusterState) -> Command {
+        let known: Vec<String> = s.acl().tokens.keys().cloned().collect();
+        if self.chance(40) {
+            let accessor = match self.pick(&known) {
+                Some(a) if self.chance(80) => a,
+                _ => format!("{:x}", self.rng.below(64)),
+            };
+            return Command::RevokeToken { accessor };
+        }
+        let roles = [TokenRole::User, TokenRole::Operator, TokenRole::Admin];
+        Command::CreateToken {
+            token: TokenRecord {
+                accessor: format!("{:x}", self.rng.below(64)),
+                user: format!("u{}", self.rng.below(4)),
+                role: roles[self.rng.below(3) as usize],
+                salt: "00".into(),
+                hash: "11".into(),
+                created_ms: 0,
+                expires_ms: self.chance(50).then(|| self.now + self.rng.below(10_000)),
+            },
+            bootstrap: self.chance(20),
+        }
     }
 
     fn spec_command(&mut self, s: &ClusterState) -> Command {

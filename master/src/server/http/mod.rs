@@ -7,9 +7,12 @@
 //! A follower answers a request it cannot serve itself (a write, a linearizable read) by
 //! sending it on to the leader's cluster port, so a client may talk to any master.
 //!
-//! The API is unauthenticated until secure-by-default (TLS, tokens) is built: `run` warns at start.
+//! On a secured master the port serves HTTPS and API requests need a bearer token
+//! (`https.rs`); on an `--insecure` one it is plain HTTP and every caller is trusted (`run`
+//! warns at start).
 
 mod api;
+mod https;
 
 use super::Master;
 use axum::http::{header, StatusCode};
@@ -45,6 +48,8 @@ pub(crate) struct Ctx {
     prometheus: PrometheusHandle,
     /// The connection forwards go over, to the leader last seen.
     leader_conn: std::sync::Arc<tokio::sync::Mutex<Option<Connection>>>,
+    /// HTTPS with bearer tokens (the master runs secured).
+    secured: bool,
 }
 
 /// One route of the API: the OpenAPI document (`docs/openapi.json`) is checked against
@@ -88,32 +93,47 @@ fn router(ctx: Ctx) -> Router {
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "not-found", "no such route").into_response()
         })
+        .layer(axum::middleware::from_fn_with_state(
+            ctx.clone(),
+            https::authenticate,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(ctx)
 }
 
-/// Serves HTTP on `listener` until the process stops.
+/// Serves the API, metrics and dashboard on `listener` until the process stops: HTTPS with
+/// bearer tokens when the master runs secured, plain HTTP otherwise.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     master: Master,
     prometheus: PrometheusHandle,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
-    tracing::warn!(
-        %addr,
-        "serving the HTTP API, /metrics and the dashboard at /ui WITHOUT authentication: \
-         anyone who can reach this address can submit and cancel jobs"
-    );
+    let secured = hetsched_common::wire::tls::current().is_some_and(|t| t.server.is_some());
     let spawner = tokio_gauges(master.clone());
-    let r = axum::serve(
-        listener,
-        router(Ctx {
-            master,
-            prometheus,
-            leader_conn: Default::default(),
-        }),
-    )
-    .await;
+    let app = router(Ctx {
+        master,
+        prometheus,
+        leader_conn: Default::default(),
+        secured,
+    });
+    let r = if secured {
+        tracing::info!(%addr, "serving the API, /metrics and the dashboard at /ui over HTTPS (bearer tokens)");
+        let listener = https::HttpsListener::new(listener)?;
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<https::HttpPeer>(),
+        )
+        .await
+    } else {
+        tracing::warn!(
+            %addr,
+            "serving the HTTP API, /metrics and the dashboard at /ui WITHOUT TLS or \
+             authentication (--insecure): anyone who can reach this address can submit and \
+             cancel jobs"
+        );
+        axum::serve(listener, app).await
+    };
     spawner.abort();
     r
 }
@@ -228,7 +248,10 @@ const MAX_FORWARDS: usize = 3;
 
 impl Ctx {
     /// Answers `req` here, or at the leader when this master is not it.
-    async fn ask(&self, req: ClientRequest) -> Result<ClientResponse, ApiError> {
+    async fn ask(&self, mut req: ClientRequest) -> Result<ClientResponse, ApiError> {
+        let caller = https::caller(self.secured)?;
+        crate::server::authz::fill_user(&caller, &mut req);
+        self.master.authorize(&caller, &req)?;
         let mut err = match self.master.client(req.clone()).await {
             Ok(r) => return Ok(r),
             Err(e) => e,

@@ -1,0 +1,46 @@
+//! Who sent a request, as the framed server tells each handler: the remote address, the
+//! identity of a verified certificate, and the token the request carried (docs/SECURITY.md).
+
+use crate::certs::{Identity, Role};
+
+/// Who sent a request: the remote address (for logs) and, on a TLS link, the identity its
+/// verified certificate carries (`None` on plain links and for clients without a
+/// certificate).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Remote address.
+    pub addr: std::net::SocketAddr,
+    /// Verified identity.
+    pub identity: Option<Identity>,
+    /// Whether the link is TLS (the server runs secured).
+    pub secured: bool,
+    /// The API token this request carried (client requests only; it decides the caller
+    /// over the certificate's name).
+    pub token: Option<String>,
+}
+
+impl Peer {
+    /// A plain-TCP peer (insecure servers, in-process tests).
+    pub fn plain(addr: std::net::SocketAddr) -> Self {
+        Self {
+            addr,
+            identity: None,
+            secured: false,
+            token: None,
+        }
+    }
+
+    /// Whether the peer's certificate has `role`.
+    pub fn has_role(&self, role: Role) -> bool {
+        self.identity.as_ref().is_some_and(|i| i.role == role)
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.identity {
+            Some(i) => write!(f, "{} ({i})", self.addr),
+            None => write!(f, "{}", self.addr),
+        }
+    }
+}
