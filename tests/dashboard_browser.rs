@@ -1,5 +1,5 @@
 //! The dashboard in a real browser: a cluster runs a job submitted through the
-//! API; headless Chromium loads `/ui` and the rendered DOM shows the job's name and state.
+//! API; headless Chromium loads `/ui` over HTTPS with a token and the rendered DOM shows the job's name and state.
 //!
 //! Needs Debian's `chromium` (`.ci/run` installs it). Without it the test is skipped with
 //! a message, except under `CI=true`, where it fails. `HETSCHED_SCREENSHOT=FILE` also
@@ -52,6 +52,8 @@ fn browse(browser: &str, profile: &std::path::Path, url: &str, extra: &[&str]) -
                 "--no-sandbox",
                 "--disable-gpu",
                 "--hide-scrollbars",
+                // The test CA is not the system's: trust the master's certificate.
+                "--ignore-certificate-errors",
             ])
             .arg(format!("--user-data-dir={}", profile.display()))
             .args(["--virtual-time-budget=5000", "--window-size=1100,560"])
@@ -156,13 +158,16 @@ fn run(c: &HttpCluster, browser: &str) {
             .ok()
     });
 
+    // The master serves HTTPS and its API wants a token: the dashboard takes one from
+    // its address (`/ui?token=...`).
+    let boot = c
+        .cluster
+        .json(&["acl", "bootstrap"])
+        .expect("acl bootstrap");
+    let token = boot["token"].as_str().expect("token").to_string();
+    let ui = format!("https://{http}/ui?token={token}");
     let profile = c.cluster.dir.path().join("chromium-profile");
-    let dom = browse(
-        browser,
-        &profile,
-        &format!("http://{http}/ui"),
-        &["--dump-dom"],
-    );
+    let dom = browse(browser, &profile, &ui, &["--dump-dom"]);
     let row_start = dom
         .find(&format!("id=\"job-row-{job}\""))
         .unwrap_or_else(|| panic!("no row for job {job} in the rendered DOM:\n{dom}"));
@@ -189,7 +194,7 @@ fn run(c: &HttpCluster, browser: &str) {
         .expect("tasks")
         .json();
     let task = tasks[0]["id"].as_u64().expect("task id");
-    let page = format!("http://{http}/ui#job-{job}/task-{task}");
+    let page = format!("{ui}#job-{job}/task-{task}");
     let dom = browse(browser, &profile, &page, &["--dump-dom"]);
     assert!(
         dom.contains(&format!("task-{task}")),
@@ -199,7 +204,7 @@ fn run(c: &HttpCluster, browser: &str) {
 
     if let Ok(file) = std::env::var("HETSCHED_SCREENSHOT") {
         let shot = format!("--screenshot={file}");
-        browse(browser, &profile, &format!("http://{http}/ui"), &[&shot]);
+        browse(browser, &profile, &ui, &[&shot]);
         assert!(
             std::path::Path::new(&file).exists(),
             "no screenshot at {file}"

@@ -194,8 +194,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             submit_rate: a.submit_rate.filter(|r| *r > 0.0),
         },
     };
+    let reloader = a
+        .security
+        .reloader(hetsched_common::certs::Role::Master, Some(a.id.to_string()));
     let system = actix::System::new();
-    system.block_on(server::run(cfg)).context("master stopped")
+    system
+        .block_on(async move {
+            if let Some(r) = reloader {
+                tokio::spawn(r);
+            }
+            server::run(cfg).await
+        })
+        .context("master stopped")
 }
 
 /// `--gpu-cpu-reserve`: cores (a finite, non-negative number, at most a million) to

@@ -49,6 +49,53 @@ impl ServerSecurity {
     }
 }
 
+/// Reloads the process's certificates from `dir` on every `SIGHUP` (a rotation without a
+/// restart): connections made or accepted afterwards use the new ones; open ones keep
+/// theirs. A directory that does not load (a missing file, an expired certificate, another
+/// identity's role) is logged and the running certificates stay. Runs inside the process's
+/// runtime until it stops.
+pub async fn reload_on_sighup(dir: PathBuf, role: Role, name: Option<String>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot catch SIGHUP: certificates reload only on restart");
+            return;
+        }
+    };
+    while hup.recv().await.is_some() {
+        match tls::load(&dir, role, name.as_deref()) {
+            Ok(setup) => {
+                tracing::info!(
+                    identity = ?setup.identity,
+                    not_after = ?setup.not_after,
+                    dir = %dir.display(),
+                    "SIGHUP: certificates reloaded; new connections use them"
+                );
+                tls::install(Some(Arc::new(setup)));
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                dir = %dir.display(),
+                "SIGHUP: certificates not reloaded, the running ones stay"
+            ),
+        }
+    }
+}
+
+impl ServerSecurity {
+    /// The `SIGHUP` reloader of a secured process (`None` when --insecure).
+    pub fn reloader(
+        &self,
+        role: Role,
+        name: Option<String>,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        self.certs_dir
+            .clone()
+            .map(|dir| reload_on_sighup(dir, role, name))
+    }
+}
+
 /// Installs the client's TLS setup when `certs_dir` is given (a client certificate in it is
 /// optional: a token may authenticate instead), and the token sent with every request.
 pub fn install_client(

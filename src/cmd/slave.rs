@@ -210,6 +210,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         },
     };
     let http = a.http.clone();
+    let reloader = a
+        .security
+        .reloader(hetsched_common::certs::Role::Slave, a.name.clone());
     let cfg = hetsched_slave::SlaveConfig {
         listen: a.listen,
         advertise: a.advertise,
@@ -242,6 +245,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let system = actix::System::new();
     system
         .block_on(async move {
+            if let Some(r) = reloader {
+                tokio::spawn(r);
+            }
             if let Some(addr) = http {
                 let listener = hetsched_slave::http::HttpListener::bind(&addr).await?;
                 tokio::spawn(async move {

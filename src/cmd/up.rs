@@ -170,14 +170,44 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let mut cluster = LocalCluster::launch(&dir, &spec)?;
     let addrs = cluster.master_addrs.clone();
+    // An administrator token for the shell (and the dashboard), once a leader is elected.
+    let token = match &cluster.client_certs {
+        None => None,
+        Some(_) => match rt.block_on(admin_token(&addrs)) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                cluster.stop();
+                return Err(e.context("no administrator token from the new cluster"));
+            }
+        },
+    };
     // What a shell needs to use the cluster, one `export` per line (no quotes or spaces).
     println!("export HETSCHED_MASTERS={}", addrs.join(","));
     if let Some(certs) = &cluster.client_certs {
         println!("export HETSCHED_CERTS_DIR={}", certs.display());
     }
+    if let Some(t) = &token {
+        println!("export HETSCHED_TOKEN={t}");
+    }
     {
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
+    }
+    // The API and dashboard base is the first URL of the output.
+    if let Some(http) = cluster.master_http.first() {
+        match &cluster.client_certs {
+            Some(certs) => {
+                eprintln!("  API and dashboard: https://{http}");
+                eprintln!(
+                    "    dashboard: /ui?token=$HETSCHED_TOKEN   API: curl --cacert {}/ca.crt \
+                     -H \"Authorization: Bearer $HETSCHED_TOKEN\" https://{http}/v1/status",
+                    certs.display()
+                );
+            }
+            None => eprintln!(
+                "  API and dashboard: http://{http}   (--insecure: no TLS, no authentication)"
+            ),
+        }
     }
     eprintln!(
         "hetsched up: {} master(s), {} slave(s); data and logs in {}",
@@ -186,9 +216,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         dir.display()
     );
     eprintln!("  masters: {}", addrs.join(","));
-    if let Some(http) = cluster.master_http.first() {
-        eprintln!("  dashboard: http://{http}/ui   API: http://{http}/v1/status (unauthenticated)");
-    }
     if let Some(net) = &cluster.net {
         eprintln!(
             "  network namespaces on bridge {} ({}/24): {}",
@@ -226,6 +253,28 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         dir.display()
     );
     result
+}
+
+/// The first administrator token of the cluster; a data directory reused from an earlier
+/// run was bootstrapped then, so it gets a new administrator token instead (the
+/// administrator's client certificate may create tokens).
+async fn admin_token(addrs: &[String]) -> anyhow::Result<String> {
+    let answer = match call(addrs, ClientRequest::AclBootstrap, false).await {
+        Ok(a) => a,
+        Err(e) if super::exit::code_of(&e) == super::exit::FORBIDDEN => {
+            let req = ClientRequest::CreateToken {
+                user: "root".into(),
+                role: hetsched_common::protocol::TokenRole::Admin,
+                ttl_ms: None,
+            };
+            call(addrs, req, false).await?
+        }
+        Err(e) => return Err(e),
+    };
+    match answer {
+        ClientResponse::Token(t) => Ok(t.token),
+        other => bail!("unexpected answer {other:?}"),
+    }
 }
 
 async fn status(addrs: &[String]) -> anyhow::Result<StatusInfo> {

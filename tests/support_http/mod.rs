@@ -65,13 +65,74 @@ impl Answer {
     }
 }
 
+/// How a request authenticates against a secured master (docs/SECURITY.md).
+#[derive(Clone, Debug)]
+pub enum Auth {
+    /// HTTPS with the test CA's administrator client certificate when this process runs
+    /// secured clusters; plain HTTP otherwise (what every API test uses by default).
+    Default,
+    /// HTTPS with no credentials at all.
+    Anonymous,
+    /// HTTPS with `Authorization: Bearer TOKEN` and no client certificate.
+    Bearer(String),
+    /// Plain HTTP (an `--insecure` master, or a plain request to an HTTPS port).
+    Plain,
+}
+
+/// The TLS client of `auth`, or `None` for plain HTTP.
+fn tls_client(auth: &Auth) -> Option<std::sync::Arc<rustls::ClientConfig>> {
+    use hetsched_common::certs::Role;
+    let client_dir = hetsched::local::security::client_certs_dir()?;
+    let dir = match auth {
+        Auth::Plain => return None,
+        Auth::Default => client_dir,
+        // The CA directory holds ca.crt and no client certificate.
+        Auth::Anonymous | Auth::Bearer(_) => client_dir.parent()?.to_path_buf(),
+    };
+    let setup = hetsched_common::wire::tls::load(&dir, Role::Client, Some("root"))
+        .unwrap_or_else(|e| panic!("test TLS client from {}: {e}", dir.display()));
+    Some(setup.client.clone())
+}
+
+/// A stream to `addr`, over TLS when `auth` asks for it.
+trait Stream: Read + Write {}
+impl<T: Read + Write> Stream for T {}
+
+fn open(addr: &str, auth: &Auth) -> Result<Box<dyn Stream>, String> {
+    let s = std::net::TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(60))).ok();
+    match tls_client(auth) {
+        None => Ok(Box::new(s)),
+        Some(cfg) => {
+            let name =
+                rustls::pki_types::ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+            let conn = rustls::ClientConnection::new(cfg, name).map_err(|e| e.to_string())?;
+            Ok(Box::new(rustls::StreamOwned::new(conn, s)))
+        }
+    }
+}
+
 /// One HTTP/1.1 request (`Connection: close`); `Err` when the server cannot be reached.
 pub fn request(method: &str, addr: &str, path: &str, body: Option<&str>) -> Result<Answer, String> {
-    let mut s = std::net::TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(60))).ok();
+    request_as(&Auth::Default, method, addr, path, body)
+}
+
+/// [`request`] authenticating as `auth`.
+pub fn request_as(
+    auth: &Auth,
+    method: &str,
+    addr: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Result<Answer, String> {
+    let mut s = open(addr, auth)?;
     let body = body.unwrap_or("");
+    let bearer = match auth {
+        Auth::Bearer(t) => format!("Authorization: Bearer {t}\r\n"),
+        _ => String::new(),
+    };
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{bearer}\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );

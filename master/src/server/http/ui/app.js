@@ -8,8 +8,37 @@ function esc(s) {
   return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 }
 
+// A secured master's API wants a bearer token: given once as /ui?token=TOKEN (then kept
+// in this browser and removed from the address bar) or asked for when the API answers 401.
+const TOKEN_KEY = "hetsched-token";
+(function takeTokenFromUrl() {
+  const q = new URLSearchParams(location.search);
+  const t = q.get("token");
+  if (t) {
+    localStorage.setItem(TOKEN_KEY, t);
+    history.replaceState(null, "", location.pathname + location.hash);
+  }
+})();
+
+function authed(path) {
+  const t = localStorage.getItem(TOKEN_KEY);
+  return fetch(path, { cache: "no-store", headers: t ? { Authorization: "Bearer " + t } : {} });
+}
+
+async function authedRetry(path) {
+  let r = await authed(path);
+  if (r.status === 401) {
+    const t = window.prompt("This cluster needs an API token (hetsched acl token create):");
+    if (t) {
+      localStorage.setItem(TOKEN_KEY, t.trim());
+      r = await authed(path);
+    }
+  }
+  return r;
+}
+
 async function api(path) {
-  const r = await fetch(path, { cache: "no-store" });
+  const r = await authedRetry(path);
   const body = await r.json();
   if (!r.ok) throw new Error((body.error && body.error.message) || r.statusText);
   return body;
@@ -75,7 +104,7 @@ async function renderDetail(route) {
     `<td>${t.node ? "node-" + t.node : ""}</td><td>${t.attempt}</td><td>${t.exit_code ?? ""}</td></tr>`).join("");
   const log = $("log"), title = $("log-title");
   if (route.task) {
-    const r = await fetch(`/v1/tasks/${route.task}/logs`, { cache: "no-store" });
+    const r = await authed(`/v1/tasks/${route.task}/logs`);
     title.hidden = log.hidden = false;
     title.textContent = `task-${route.task} output`;
     log.textContent = r.ok ? await r.text() : `(${r.status}) ${await r.text()}`;
