@@ -4,6 +4,7 @@
 //! flags by the launcher.
 
 mod support;
+mod support_http;
 
 use hetsched::local::security;
 use hetsched_common::certs::{self, Role};
@@ -19,14 +20,23 @@ use std::time::Duration;
 use support::*;
 
 fn run(args: &[&str], certs: Option<&Path>) -> (i32, String, String) {
+    run_with(args, certs, None)
+}
+
+/// Runs the CLI with a certificates directory and an API token (`HETSCHED_TOKEN`).
+fn run_with(args: &[&str], certs: Option<&Path>, token: Option<&str>) -> (i32, String, String) {
     let mut cmd = Command::new(BIN);
     cmd.args(args)
         .env("HETSCHED_CLIENT_TIMEOUT_MS", "3000")
         .env_remove("HETSCHED_MASTERS")
         .env_remove("HETSCHED_CERTS_DIR")
+        .env_remove("HETSCHED_TOKEN")
         .stdin(Stdio::null());
     if let Some(c) = certs {
         cmd.env("HETSCHED_CERTS_DIR", c);
+    }
+    if let Some(t) = token {
+        cmd.env("HETSCHED_TOKEN", t);
     }
     let out = cmd.output().expect("run hetsched");
     (
@@ -335,7 +345,7 @@ fn up_no_demo_prints_exports_with_which_the_cli_works() {
         }
     });
     let mut exports = std::collections::BTreeMap::new();
-    while exports.len() < 2 {
+    while exports.len() < 3 {
         let line = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("up prints its export lines");
@@ -371,9 +381,295 @@ fn up_no_demo_prints_exports_with_which_the_cli_works() {
         "{}",
         String::from_utf8_lossy(&jobs.stderr)
     );
+    for k in ["HETSCHED_MASTERS", "HETSCHED_CERTS_DIR", "HETSCHED_TOKEN"] {
+        assert!(exports.contains_key(k), "{k} not exported: {exports:?}");
+    }
+    let created = cli(&["acl", "token", "create", "--user", "carol", "--json"]);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let created: serde_json::Value = serde_json::from_slice(&created.stdout).expect("token JSON");
+    assert_eq!(created["user"], "carol");
+    assert_eq!(created["role"], "user");
+    assert!(created["token"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("hst.")));
+    // The first URL of the output is the HTTPS base of the API and the dashboard.
+    let err_log = dir.path().join("up.err");
+    let first_url = wait_for("up's URL line", Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&err_log).ok()?;
+        let at = text.find("://")?;
+        let start = text[..at]
+            .rfind(|c: char| c.is_whitespace())
+            .map_or(0, |i| i + 1);
+        let end = text[at..].find(char::is_whitespace).map(|e| at + e)?;
+        Some(text[start..end].to_string())
+    });
+    assert!(
+        first_url.starts_with("https://127.0.0.1:")
+            && first_url["https://127.0.0.1:".len()..]
+                .parse::<u16>()
+                .is_ok(),
+        "first URL {first_url:?}"
+    );
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     );
     let _ = child.wait();
+}
+
+/// A JSON object from the last stdout line of a CLI run.
+fn last_json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out.lines().last().expect("a line")).expect("json")
+}
+
+fn id_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[test]
+fn tokens_decide_the_caller_on_the_cli_and_the_https_api() {
+    use hetsched::local::{ClusterSpec, SlaveSpec};
+    use support_http::{request_as, Auth};
+    let c = Cluster::launch(
+        "sec-tokens",
+        ClusterSpec {
+            masters: 1,
+            master_http: true,
+            slaves: vec![SlaveSpec {
+                cpus: 2,
+                mem_mib: 4096,
+                gpus: 0,
+                extra_args: vec![],
+            }],
+            ..test_spec()
+        },
+    );
+    c.wait_nodes_up(1, Duration::from_secs(30));
+    let m = c.masters_arg();
+    let root = security::client_certs_dir().expect("the test CA's client directory");
+    let ca_only = c.dir.path().join("ca-only");
+    std::fs::create_dir_all(&ca_only).expect("dir");
+    std::fs::copy(root.join("ca.crt"), ca_only.join("ca.crt")).expect("copy");
+    let as_token = |token: &str, args: &[&str]| {
+        let mut a = vec!["--masters", m.as_str()];
+        a.extend_from_slice(args);
+        run_with(&a, Some(&ca_only), Some(token))
+    };
+
+    // The first administrator token: needs the administrator's certificate, and once.
+    let (code, _, err) = run(&["--masters", &m, "acl", "bootstrap"], Some(&ca_only));
+    assert_eq!(code, 3, "bootstrap without credentials: {err}");
+    let (code, out, err) = run(
+        &["--masters", &m, "acl", "bootstrap", "--json"],
+        Some(&root),
+    );
+    assert_eq!(code, 0, "{err}");
+    let boot = last_json(&out);
+    assert_eq!(
+        (boot["user"].as_str(), boot["role"].as_str()),
+        (Some("root"), Some("admin"))
+    );
+    let admin = boot["token"].as_str().expect("token").to_string();
+    let (code, _, err) = run(&["--masters", &m, "acl", "bootstrap"], Some(&root));
+    assert_eq!(code, 3, "a second bootstrap: {err}");
+    assert!(err.contains("permission denied"), "{err}");
+
+    let create = |user: &str, role: &str| {
+        let (code, out, err) = as_token(
+            &admin,
+            &[
+                "acl", "token", "create", "--user", user, "--role", role, "--json",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let t = last_json(&out);
+        assert_eq!(t["user"], user);
+        assert_eq!(t["role"], role);
+        t["token"].as_str().expect("token").to_string()
+    };
+    let alice = create("alice", "user");
+    let bob = create("bob", "user");
+    let ops = create("ops", "operator");
+    let (code, _, err) = as_token(&alice, &["acl", "token", "create", "--user", "eve"]);
+    assert_eq!(code, 3, "a user creating tokens: {err}");
+
+    // Bob's job; alice may not act on it nor act as bob, whatever certificate she holds.
+    let (code, out, err) = as_token(&bob, &["submit", "--json", "--", "sleep", "30"]);
+    assert_eq!(code, 0, "{err}");
+    let bob_job = id_text(&last_json(&out)["job_id"]);
+    let bob_task = wait_for("bob's task", Duration::from_secs(10), || {
+        c.tasks().first().and_then(|t| t["id"].as_u64())
+    });
+    for args in [
+        vec!["submit", "--user", "bob", "--", "true"],
+        vec!["cancel", bob_job.as_str()],
+    ] {
+        let (code, _, err) = as_token(&alice, &args);
+        assert_eq!(code, 3, "alice: {args:?}: {err}");
+        assert!(err.contains("permission denied"), "{err}");
+    }
+    let task_text = bob_task.to_string();
+    let (code, _, err) = as_token(&alice, &["logs", &task_text]);
+    assert_eq!(code, 3, "logs of bob's job: {err}");
+    let cfg = c.dir.path().join("prio.toml");
+    std::fs::write(&cfg, "[[users]]\nname = \"alice\"\npriority = 9\n").expect("write");
+    let cfg_text = cfg.display().to_string();
+    let (code, _, err) = as_token(&alice, &["config", "apply", &cfg_text]);
+    assert_eq!(code, 3, "priority configuration by a user: {err}");
+    // A token decides over the certificate: alice's token with root's certificate.
+    let (code, _, err) = run_with(
+        &["--masters", &m, "submit", "--user", "bob", "--", "true"],
+        Some(&root),
+        Some(&alice),
+    );
+    assert_eq!(code, 3, "alice's token with root's certificate: {err}");
+    // Without --user a token holder submits as itself, and may cancel its own job.
+    let (code, out, err) = as_token(&alice, &["submit", "--json", "--", "true"]);
+    assert_eq!(code, 0, "{err}");
+    let own = id_text(&last_json(&out)["job_id"]);
+    let (code, _, err) = as_token(&alice, &["cancel", &own]);
+    assert_eq!(code, 0, "alice cancels her own job: {err}");
+    // Operators drain; users do not. Admins change the configuration.
+    let (code, _, err) = as_token(&alice, &["drain", "slave-1"]);
+    assert_eq!(code, 3, "a user draining: {err}");
+    let (code, _, err) = as_token(&ops, &["drain", "slave-1"]);
+    assert_eq!(code, 0, "an operator draining: {err}");
+    let (code, _, err) = as_token(&ops, &["undrain", "slave-1"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = as_token(&admin, &["config", "apply", &cfg_text]);
+    assert_eq!(code, 0, "an administrator's configuration: {err}");
+
+    // HTTPS: plain HTTP gets one clear answer; no token 401; a user's role 403.
+    let http = c.master_http[0].clone();
+    let plain = request_as(&Auth::Plain, "GET", &http, "/v1/status", None).expect("plain");
+    assert_eq!(plain.status, 400, "{}", plain.text());
+    assert!(plain.text().contains("HTTPS"), "{}", plain.text());
+    let anon = request_as(&Auth::Anonymous, "GET", &http, "/v1/status", None).expect("anon");
+    assert_eq!(anon.status, 401, "{}", anon.text());
+    let bad = Auth::Bearer("hst.00ff.00ff".into());
+    assert_eq!(
+        request_as(&bad, "GET", &http, "/v1/status", None)
+            .expect("bad")
+            .status,
+        401
+    );
+    let alice_http = Auth::Bearer(alice.clone());
+    let as_bob = r#"{"command":["true"],"user":"bob"}"#;
+    let a = request_as(&alice_http, "POST", &http, "/v1/jobs", Some(as_bob)).expect("post");
+    assert_eq!(a.status, 403, "{}", a.text());
+    let path = format!("/v1/jobs/{bob_job}");
+    let a = request_as(&alice_http, "DELETE", &http, &path, None).expect("delete");
+    assert_eq!(a.status, 403, "{}", a.text());
+    let a = request_as(
+        &alice_http,
+        "POST",
+        &http,
+        "/v1/jobs",
+        Some(r#"{"command":["true"]}"#),
+    )
+    .expect("post");
+    assert_eq!(a.status, 201, "{}", a.text());
+    let a = request_as(
+        &Auth::Bearer(admin.clone()),
+        "GET",
+        &http,
+        "/v1/status",
+        None,
+    )
+    .expect("status");
+    assert_eq!(a.status, 200, "{}", a.text());
+    let a = request_as(&Auth::Anonymous, "GET", &http, "/healthz", None).expect("healthz");
+    assert_eq!(a.status, 200, "{}", a.text());
+
+    // Listing shows accessors, never secrets; a revoked token is refused.
+    let (code, out, err) = as_token(&admin, &["acl", "token", "list", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let list = last_json(&out);
+    let alice_accessor = alice.split('.').nth(1).expect("accessor");
+    assert!(
+        list.as_array()
+            .is_some_and(|l| l.iter().any(|t| t["accessor"] == alice_accessor)),
+        "{list}"
+    );
+    assert!(!out.contains("hst."), "a secret listed: {out}");
+    let (code, _, err) = as_token(&admin, &["acl", "token", "revoke", alice_accessor]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = as_token(&alice, &["jobs"]);
+    assert_eq!(code, 3, "a revoked token: {err}");
+}
+
+/// The DER of the first certificate in a PEM file.
+fn der_of(path: &Path) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_file_iter(path)
+        .expect("pem")
+        .next()
+        .expect("a certificate")
+        .expect("a certificate")
+        .to_vec()
+}
+
+/// The certificate a TLS server at `addr` presents to a new connection.
+fn served_cert(addr: &str) -> Option<Vec<u8>> {
+    let root = security::client_certs_dir()?;
+    let setup = tls::load(&root, Role::Client, Some("root")).ok()?;
+    let mut tcp = std::net::TcpStream::connect(addr).ok()?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").ok()?;
+    let mut conn = rustls::ClientConnection::new(setup.client.clone(), name).ok()?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).ok()?;
+    }
+    Some(conn.peer_certificates()?.first()?.to_vec())
+}
+
+#[test]
+fn sighup_reloads_certificates_for_new_connections() {
+    let c = Cluster::start("sec-hup", 1, 0, 1);
+    c.wait_leader(Duration::from_secs(30));
+    let addr = c.master_addrs[0].clone();
+    let crt = c
+        .dir
+        .path()
+        .join("certs")
+        .join("master-1")
+        .join("master.1.crt");
+    let before = served_cert(&addr).expect("a TLS handshake");
+    assert_eq!(before, der_of(&crt), "the master serves its certificate");
+    let ca = security::process_ca().expect("test CA");
+    let req = certs::IssueRequest {
+        role: Role::Master,
+        name: "1".into(),
+        hosts: vec![],
+        valid_for: Duration::from_secs(2 * 24 * 3600),
+    };
+    certs::issue(&ca, &req, Some(crt.parent().expect("dir"))).expect("issue a new certificate");
+    let renewed = der_of(&crt);
+    assert_ne!(renewed, before);
+    let pid = c.masters[0].pid().expect("master pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .expect("SIGHUP");
+    wait_for(
+        "new connections to get the new certificate",
+        Duration::from_secs(10),
+        || (served_cert(&addr)? == renewed).then_some(()),
+    );
+    // Still the same process, still serving clients.
+    assert_eq!(c.masters[0].pid(), Some(pid));
+    let out = c.cli(&["status"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -74,9 +74,19 @@ fn invalid_token() -> ErrorReply {
     )
 }
 
-/// A submission that names no user (a CLI holding a token leaves it to the master) is the
-/// caller's; on an insecure master, `anonymous`'s.
-pub(super) fn fill_user(caller: &Caller, req: &mut ClientRequest) {
+/// Fits a request to its caller before it is authorized: a submission that names no user
+/// (a CLI holding a token leaves it to the master) is the caller's (on an insecure master,
+/// `anonymous`'s); a user's listing of jobs or tasks that names no user shows its own.
+pub(super) fn scope_request(caller: &Caller, req: &mut ClientRequest) {
+    if let Caller::Known {
+        name,
+        level: Level::User,
+    } = caller
+    {
+        if let ClientRequest::Jobs { filter, .. } | ClientRequest::Tasks { filter, .. } = req {
+            filter.user.get_or_insert_with(|| name.clone());
+        }
+    }
     let user = match req {
         ClientRequest::Submit { spec, .. } | ClientRequest::DryRun { spec } => &mut spec.user,
         ClientRequest::SubmitBatch { batch, .. } => &mut batch.user,
@@ -102,6 +112,7 @@ enum Need {
     Any,
     Level(Level),
     SubmitAs(String),
+    ReadsOf(String),
     OwnJob(JobId),
     OwnTask(TaskId),
     OwnBatch(u64),
@@ -120,10 +131,20 @@ fn need(req: &ClientRequest) -> Need {
         R::Cancel { job, .. } => Need::OwnJob(*job),
         R::CancelTask { task, .. } => Need::OwnTask(*task),
         R::Logs { task, .. } | R::Calls { task } => Need::OwnTask(*task),
+        // A user sees its own jobs: one named job must be its own, and a listing another
+        // user's is refused ([`scope_request`] narrows an unfiltered listing to its own).
+        R::Jobs { filter, .. } => match (&filter.job, &filter.user) {
+            (Some(job), _) => Need::OwnJob(*job),
+            (None, Some(user)) => Need::ReadsOf(user.clone()),
+            (None, None) => Need::Any,
+        },
+        R::Tasks { job, filter, .. } => match (job.or(filter.job), &filter.user) {
+            (Some(job), _) => Need::OwnJob(job),
+            (None, Some(user)) => Need::ReadsOf(user.clone()),
+            (None, None) => Need::Any,
+        },
+        R::Batch { batch, .. } => Need::OwnBatch(*batch),
         R::Status { .. }
-        | R::Jobs { .. }
-        | R::Batch { .. }
-        | R::Tasks { .. }
         | R::Nodes { .. }
         | R::Members { .. }
         | R::PriorityConfig { .. }
@@ -218,6 +239,10 @@ impl Master {
             Need::SubmitAs(user) => {
                 Some(format!("{name} may submit only as itself, not as {user:?}"))
             }
+            Need::ReadsOf(user) if *level >= Level::Operator || user == *name => None,
+            Need::ReadsOf(user) => Some(format!(
+                "{name} sees only its own jobs, not those of {user:?}"
+            )),
             _ if *level >= Level::Operator => None,
             Need::OwnJob(job) => self.owner_refusal(name, req, self.job_owner(job)),
             Need::OwnTask(task) => self.owner_refusal(name, req, self.task_owner(task)),

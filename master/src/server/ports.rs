@@ -47,7 +47,7 @@ impl Master {
             }
             Message::Client(mut req) => {
                 let admitted = self.caller(&peer).and_then(|c| {
-                    super::authz::fill_user(&c, &mut req);
+                    super::authz::scope_request(&c, &mut req);
                     self.authorize(&c, &req)
                 });
                 if let Err(e) = admitted {

@@ -250,7 +250,7 @@ impl Ctx {
     /// Answers `req` here, or at the leader when this master is not it.
     async fn ask(&self, mut req: ClientRequest) -> Result<ClientResponse, ApiError> {
         let caller = https::caller(self.secured)?;
-        crate::server::authz::fill_user(&caller, &mut req);
+        crate::server::authz::scope_request(&caller, &mut req);
         self.master.authorize(&caller, &req)?;
         let mut err = match self.master.client(req.clone()).await {
             Ok(r) => return Ok(r),
