@@ -39,6 +39,10 @@ impl HttpCluster {
                 ..test_spec()
             },
         );
+        // A slave's /metrics port stays plain HTTP on a secured cluster.
+        if let Ok(mut p) = plain_addrs().lock() {
+            p.extend(cluster.slave_http.iter().cloned());
+        }
         HttpCluster {
             master_http: cluster.master_http.clone(),
             slave_http: cluster.slave_http.clone(),
@@ -79,9 +83,19 @@ pub enum Auth {
     Plain,
 }
 
-/// The TLS client of `auth`, or `None` for plain HTTP.
-fn tls_client(auth: &Auth) -> Option<std::sync::Arc<rustls::ClientConfig>> {
+/// Addresses that serve plain HTTP whatever the cluster (slaves' `--http`).
+fn plain_addrs() -> &'static std::sync::Mutex<std::collections::HashSet<String>> {
+    static PLAIN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::OnceLock::new();
+    PLAIN.get_or_init(Default::default)
+}
+
+/// The TLS client of `auth` towards `addr`, or `None` for plain HTTP.
+fn tls_client(auth: &Auth, addr: &str) -> Option<std::sync::Arc<rustls::ClientConfig>> {
     use hetsched_common::certs::Role;
+    if plain_addrs().lock().is_ok_and(|p| p.contains(addr)) {
+        return None;
+    }
     let client_dir = hetsched::local::security::client_certs_dir()?;
     let dir = match auth {
         Auth::Plain => return None,
@@ -101,7 +115,7 @@ impl<T: Read + Write> Stream for T {}
 fn open(addr: &str, auth: &Auth) -> Result<Box<dyn Stream>, String> {
     let s = std::net::TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(60))).ok();
-    match tls_client(auth) {
+    match tls_client(auth, addr) {
         None => Ok(Box::new(s)),
         Some(cfg) => {
             let name =

@@ -191,6 +191,8 @@ async fn logs(
 ) -> Result<Response, ApiError> {
     let q: LogsQuery = query(q)?;
     let task: TaskId = parse_id("task", &id)?;
+    // The stream asks again after this handler returned: it keeps this request's caller.
+    let ctx = ctx.bound()?;
     let stderr = q.stderr()?;
     let ask = move |ctx: Ctx, offset: u64| async move {
         match ctx

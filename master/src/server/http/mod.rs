@@ -50,6 +50,9 @@ pub(crate) struct Ctx {
     leader_conn: std::sync::Arc<tokio::sync::Mutex<Option<Connection>>>,
     /// HTTPS with bearer tokens (the master runs secured).
     secured: bool,
+    /// The caller, for work that outlives its request's task (a followed log stream);
+    /// `None`: the caller of the request being answered.
+    caller: Option<crate::server::authz::Caller>,
 }
 
 /// One route of the API: the OpenAPI document (`docs/openapi.json`) is checked against
@@ -116,6 +119,7 @@ pub async fn serve(
         prometheus,
         leader_conn: Default::default(),
         secured,
+        caller: None,
     });
     let r = if secured {
         tracing::info!(%addr, "serving the API, /metrics and the dashboard at /ui over HTTPS (bearer tokens)");
@@ -248,8 +252,20 @@ const MAX_FORWARDS: usize = 3;
 
 impl Ctx {
     /// Answers `req` here, or at the leader when this master is not it.
+    /// This context bound to the current request's caller, for a stream that keeps asking
+    /// after the handler returned.
+    fn bound(&self) -> Result<Ctx, ApiError> {
+        Ok(Ctx {
+            caller: Some(https::caller(self.secured)?),
+            ..self.clone()
+        })
+    }
+
     async fn ask(&self, mut req: ClientRequest) -> Result<ClientResponse, ApiError> {
-        let caller = https::caller(self.secured)?;
+        let caller = match &self.caller {
+            Some(c) => c.clone(),
+            None => https::caller(self.secured)?,
+        };
         crate::server::authz::scope_request(&caller, &mut req);
         self.master.authorize(&caller, &req)?;
         let mut err = match self.master.client(req.clone()).await {
