@@ -160,10 +160,13 @@ fn run(c: &HttpCluster, browser: &str) {
 
     // The master serves HTTPS and its API wants a token: the dashboard takes one from
     // its address (`/ui?token=...`).
-    let boot = c
-        .cluster
-        .json(&["acl", "bootstrap"])
-        .expect("acl bootstrap");
+    let boot = c.cluster.cli(&["acl", "bootstrap", "--json"]);
+    assert!(
+        boot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&boot.stderr)
+    );
+    let boot: serde_json::Value = serde_json::from_slice(&boot.stdout).expect("token JSON");
     let token = boot["token"].as_str().expect("token").to_string();
     let ui = format!("https://{http}/ui?token={token}");
     let profile = c.cluster.dir.path().join("chromium-profile");

@@ -50,7 +50,7 @@ impl ServerSecurity {
 }
 
 /// Reloads the process's certificates from `dir` on every `SIGHUP` (a rotation without a
-/// restart): connections made or accepted afterwards use the new ones; open ones keep
+/// restart), and checks hourly how long the running one has left: connections made or accepted afterwards use the new ones; open ones keep
 /// theirs. A directory that does not load (a missing file, an expired certificate, another
 /// identity's role) is logged and the running certificates stay. Runs inside the process's
 /// runtime until it stops.
@@ -63,7 +63,15 @@ pub async fn reload_on_sighup(dir: PathBuf, role: Role, name: Option<String>) {
             return;
         }
     };
-    while hup.recv().await.is_some() {
+    let mut hourly = tokio::time::interval(std::time::Duration::from_secs(3600));
+    loop {
+        tokio::select! {
+            got = hup.recv() => if got.is_none() { return },
+            _ = hourly.tick() => {
+                warn_near_expiry();
+                continue;
+            }
+        }
         match tls::load(&dir, role, name.as_deref()) {
             Ok(setup) => {
                 tracing::info!(
@@ -80,6 +88,26 @@ pub async fn reload_on_sighup(dir: PathBuf, role: Role, name: Option<String>) {
                 "SIGHUP: certificates not reloaded, the running ones stay"
             ),
         }
+    }
+}
+
+/// Logs a warning when the running certificate ends within a week, an error once it has
+/// (peers then refuse this process's new connections: issue a new one and send `SIGHUP`).
+fn warn_near_expiry() {
+    let Some(end) = tls::current().and_then(|t| t.not_after) else {
+        return;
+    };
+    match end.duration_since(std::time::SystemTime::now()) {
+        Err(_) => tracing::error!(
+            "this process's certificate has expired: issue a new one into --certs-dir and \
+             send SIGHUP"
+        ),
+        Ok(left) if left < std::time::Duration::from_secs(7 * 24 * 3600) => tracing::warn!(
+            left_s = left.as_secs(),
+            "this process's certificate expires within a week: issue a new one into \
+             --certs-dir and send SIGHUP"
+        ),
+        Ok(_) => {}
     }
 }
 
