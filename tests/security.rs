@@ -523,6 +523,18 @@ fn tokens_decide_the_caller_on_the_cli_and_the_https_api() {
     let cfg_text = cfg.display().to_string();
     let (code, _, err) = as_token(&alice, &["config", "apply", &cfg_text]);
     assert_eq!(code, 3, "priority configuration by a user: {err}");
+    // Without any credentials: none of it either.
+    for args in [
+        vec!["submit", "--user", "bob", "--", "true"],
+        vec!["cancel", bob_job.as_str()],
+        vec!["logs", task_text.as_str()],
+        vec!["config", "apply", cfg_text.as_str()],
+    ] {
+        let mut a = vec!["--masters", m.as_str()];
+        a.extend_from_slice(&args);
+        let (code, _, err) = run(&a, Some(&ca_only));
+        assert_eq!(code, 3, "no credentials: {args:?}: {err}");
+    }
     // A token decides over the certificate: alice's token with root's certificate.
     let (code, _, err) = run_with(
         &["--masters", &m, "submit", "--user", "bob", "--", "true"],
