@@ -181,7 +181,9 @@ impl Master {
         }
         match &peer.token {
             Some(t) => self.token_caller(t),
-            None => caller_by_certificate(peer.identity.as_ref()),
+            None => caller_by_certificate(peer.identity.as_ref()).inspect_err(|e| {
+                tracing::warn!(%peer, error = %e.message, "request without credentials refused");
+            }),
         }
     }
 
