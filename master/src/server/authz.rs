@@ -270,7 +270,7 @@ impl Master {
             None => None,
             Some(o) if o == name => None,
             Some(o) => Some(format!(
-                "{} of a job of {o:?}; {name} acts only on its own",
+                "{} on a job of {o:?}: {name} may act only on its own jobs",
                 what(req)
             )),
         }
