@@ -2,8 +2,10 @@
 # CLI round-trip times (issue 17): one master, one slave, 10 jobs x 1,000 tasks kept
 # pending (they ask for more cores than the slave has, so nothing runs), then each command
 # 10 times; prints median and max wall time per command, process start included.
-# Secured (certificates, mutual TLS) by default; INSECURE=1 runs both processes --insecure.
-# Usage: [INSECURE=1] docs/bench-cli.sh [path/to/hetsched]
+# Secured (certificates, mutual TLS) by default; INSECURE=1 runs both processes --insecure;
+# TOKEN=1 runs secured with the CLI authenticated by an API token (HETSCHED_TOKEN, only
+# ca.crt in HETSCHED_CERTS_DIR) instead of its client certificate.
+# Usage: [INSECURE=1 | TOKEN=1] docs/bench-cli.sh [path/to/hetsched]
 set -euo pipefail
 BIN=${1:-target/release/hetsched}
 DIR=$(mktemp -d)
@@ -23,6 +25,10 @@ fi
 "$BIN" slave --listen "$S" --masters "$M" --data-dir "$DIR/s" --cpus 4 --mem 4096 "${SSEC[@]}" 2>"$DIR/s.log" & PIDS+=($!)
 export HETSCHED_MASTERS=$M HETSCHED_CLIENT_TIMEOUT_MS=30000
 until "$BIN" status --json 2>/dev/null | grep -q '"up":1'; do sleep 0.2; done
+if [ "${TOKEN:-0}" = 1 ]; then
+  HETSCHED_TOKEN=$("$BIN" acl bootstrap); export HETSCHED_TOKEN
+  mkdir -p "$DIR/ca-only"; cp "$DIR/cc/ca.crt" "$DIR/ca-only/"; export HETSCHED_CERTS_DIR=$DIR/ca-only
+fi
 for j in $(seq 10); do "$BIN" submit --json --count 1000 --cpus 64 --allow-unplaceable -- true >/dev/null; done
 ms() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s%N); echo $(( (e - s) / 1000000 )); }
 bench() {
