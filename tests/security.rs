@@ -615,6 +615,23 @@ fn tokens_decide_the_caller_on_the_cli_and_the_https_api() {
     assert_eq!(code, 0, "{err}");
     let (code, _, err) = as_token(&alice, &["jobs"]);
     assert_eq!(code, 3, "a revoked token: {err}");
+    // A token with a TTL works until it expires, then is refused.
+    let (code, out, err) = as_token(
+        &admin,
+        &[
+            "acl", "token", "create", "--user", "tmp", "--ttl", "5s", "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let short = last_json(&out)["token"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    let (code, _, err) = as_token(&short, &["jobs"]);
+    assert_eq!(code, 0, "a fresh token with a TTL: {err}");
+    wait_for("the short token to expire", Duration::from_secs(20), || {
+        (as_token(&short, &["jobs"]).0 == 3).then_some(())
+    });
 }
 
 /// The DER of the first certificate in a PEM file.
