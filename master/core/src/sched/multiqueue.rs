@@ -250,6 +250,8 @@ pub fn ordered_with(
 pub struct ReserveHistory {
     start_milli_per_gpu: u64,
     highest: Option<u64>,
+    /// What single- and multi-GPU tasks asked: the GPU pools' split (`sched::pool_split`).
+    demand: super::pool_split::PoolDemand,
 }
 
 impl ReserveHistory {
@@ -261,11 +263,13 @@ impl ReserveHistory {
         Self {
             start_milli_per_gpu,
             highest: None,
+            demand: Default::default(),
         }
     }
 
     /// Learns one submitted task's request (CPU tasks teach nothing).
     pub fn observe(&mut self, req: &ResourceRequest) {
+        self.demand.observe(req);
         let gpu_milli = req.gpu.total_milli();
         if gpu_milli == 0 {
             return;
@@ -276,6 +280,11 @@ impl ReserveHistory {
             .div_ceil(gpu_milli as u128)
             .min(u64::MAX as u128) as u64;
         self.highest = Some(self.highest.map_or(per_gpu, |h| h.max(per_gpu)));
+    }
+
+    /// What single- and multi-GPU tasks asked so far (the GPU pools' split).
+    pub fn demand(&self) -> &super::pool_split::PoolDemand {
+        &self.demand
     }
 
     /// CPU thousandths reserved per GPU now.

@@ -69,6 +69,18 @@ impl PoolRound {
         }
     }
 
+    /// The pools' terms at the plan's start, with the reserve's size (empty: pools off).
+    pub fn terms(&self) -> Vec<u64> {
+        match (&self.plan, &self.history) {
+            (Some(p), Some(h)) => {
+                let mut t = p.terms();
+                t.push(h.per_gpu_milli());
+                t
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// Ends the plan: shows `index` what is hidden, and returns the loads.
     pub fn finish(mut self, index: &mut PlacementIndex) -> Option<Loads> {
         if let Some(pp) = &mut self.plan {
