@@ -90,9 +90,15 @@ impl TakeBackStage<'_> {
             if free.cpu_milli >= req.cpu_milli {
                 continue; // CPUs are not what is short here
             }
-            let mut with_cpus = free.clone();
-            with_cpus.cpu_milli = req.cpu_milli;
-            if !with_cpus.fits(req) {
+            // Everything but the CPUs must fit already (checked in place: this runs for
+            // every GPU node, and a copy of the free vector per node was half a plan's cost).
+            let rest_fits = free.mem_mib >= req.mem_mib
+                && req
+                    .engines
+                    .iter()
+                    .all(|(k, n)| free.engines.get(k).copied().unwrap_or(0) >= *n)
+                && hetsched_common::allocate_gpus(&free.gpus, &req.gpu).is_some();
+            if !rest_fits {
                 continue;
             }
             let short = req.cpu_milli - free.cpu_milli;
