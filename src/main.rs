@@ -59,6 +59,10 @@ enum Command {
     Bench(BenchCommand),
     /// Plan a batch of data-local jobs (S2 makespan planner).
     PlanBatch(cmd::plan_batch::Args),
+    /// Plan a data-local batch against the live cluster and run it (S2, gang-started).
+    SubmitBatch(cmd::batch::SubmitBatchArgs),
+    /// A batch's planned and actual makespan, per job and in total (`N` or `batch-N`).
+    Batch(cmd::batch::BatchArgs),
     /// Print what a task wrote (stdout, or --stderr), also after it ended.
     Logs(cmd::ops::LogsArgs),
     /// Follow a job until it ends; exit 0 if every task succeeded, 1 otherwise.
@@ -133,6 +137,8 @@ fn main() -> ExitCode {
             | Command::Members(_)
             | Command::Config(_)
             | Command::PlanBatch(_)
+            | Command::SubmitBatch(_)
+            | Command::Batch(_)
             | Command::Logs(_)
             | Command::Watch(_)
             | Command::Drain(_)
@@ -165,6 +171,8 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Placement(a)) => cmd::bench_placement::run(a),
         Command::Bench(BenchCommand::E2e(a)) => cmd::bench_e2e::run(a),
         Command::PlanBatch(a) => cmd::plan_batch::run(a),
+        Command::SubmitBatch(a) => cmd::batch::submit(&masters, a),
+        Command::Batch(a) => cmd::batch::show(&masters, a),
         Command::Logs(a) => cmd::ops::logs(&masters, a),
         Command::Watch(a) => cmd::ops::watch(&masters, a),
         Command::Drain(a) => cmd::ops::drain(&masters, a),

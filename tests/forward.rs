@@ -291,3 +291,66 @@ fn forward_margin_must_be_a_non_negative_fraction() {
         assert!(!err.contains("panicked"), "{bad}: {err}");
     }
 }
+
+/// S0.6 with bytes: the calls' arguments go to the peer and the results come back (the
+/// caller's digests are of the bytes it received, equal to a local run's), and the link the
+/// transfers measured shows in `nodes --json` on the caller's entry, within 2× of what the
+/// records' transfers show. (Profiles are opt-in until they become the default: `--profile`.)
+#[test]
+fn forwarded_calls_move_their_bytes_and_measure_the_link() {
+    let c = Cluster::start("forward-bytes", 1, 0, 2);
+    let http_a = format!("127.0.0.1:{}", free_port());
+    let a = start_slave(&c, "cpu-node", false, Some(&http_a));
+    let b = start_slave(&c, "gpu-node", true, None);
+    with_logs(&c, &[&a, &b], || {
+        wait_ready(&c, &http_a);
+        // Big enough that the compute, not the transfer, dominates on a loaded machine.
+        let n = 256u64;
+        let program = gemm_program(c.dir.path(), 6, n);
+        let id = submit_pinned(&c, "cpu-node", &program);
+        let task = wait_finished(&c, id);
+        assert_eq!(task["state"], "succeeded", "{task}");
+        let recs = records(&c, id);
+        // Digests equal a local run's (the CPU kernel on this machine).
+        assert_each_call_once_with_cpu_digests(&recs, &program);
+        let mut samples = Vec::new();
+        for r in &recs {
+            assert_eq!(r["forwarded"], true, "{r}");
+            let t = &r["transfer"];
+            assert_eq!(t["arg_bytes"], 8 * n * n, "A and B went out: {r}");
+            assert_eq!(t["result_bytes"], 4 * n * n, "C came back: {r}");
+            let bytes = (t["arg_bytes"].as_u64().unwrap_or(0)
+                + t["result_bytes"].as_u64().unwrap_or(0)) as f64;
+            let us = t["transfer_us"].as_u64().expect("transfer_us").max(1) as f64;
+            samples.push(bytes * 1e6 / us);
+        }
+        // What the transfers show: all their bytes over all their time.
+        let (bytes, us) = recs.iter().fold((0.0, 0.0), |(b, u), r| {
+            let t = &r["transfer"];
+            (
+                b + (t["arg_bytes"].as_u64().unwrap_or(0) + t["result_bytes"].as_u64().unwrap_or(0))
+                    as f64,
+                u + t["transfer_us"].as_u64().unwrap_or(0) as f64,
+            )
+        });
+        let median = bytes * 1e6 / us.max(1.0);
+        let link = wait_for("the link in nodes --json", Duration::from_secs(30), || {
+            let nodes = c.json(&["nodes"])?;
+            let gpu_id =
+                nodes.as_array()?.iter().find(|n| n["name"] == "gpu-node")?["id"].as_u64()?;
+            let cpu = nodes.as_array()?.iter().find(|n| n["name"] == "cpu-node")?;
+            cpu["links"]
+                .as_array()?
+                .iter()
+                .find(|l| l["node"] == gpu_id && l["bytes_per_s"].as_u64() > Some(0))
+                .cloned()
+        });
+        let measured = link["bytes_per_s"].as_u64().unwrap_or(0) as f64;
+        eprintln!("link {link}; transfers: {median:.0} B/s overall, per call {samples:?}");
+        assert!(
+            measured <= 2.0 * median && measured >= median / 2.0,
+            "nodes --json says {measured} B/s, the transfers show {median} B/s"
+        );
+        assert!(link["rtt_us"].as_u64() > Some(0), "{link}");
+    });
+}

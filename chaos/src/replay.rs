@@ -88,12 +88,14 @@ pub fn over_committed(s: &ClusterState) -> Vec<(NodeId, String)> {
     for t in s.tasks().values() {
         if matches!(t.status.state, TaskState::Assigned | TaskState::Running) {
             if let Some(node) = t.status.node {
-                // S0.3: a task waiting in its slave's local queue holds nothing yet.
+                // S0.3: a task waiting in its slave's local queue holds nothing yet; one
+                // reported running from there runs on the machine all the same (a slave
+                // that started it before the leader promoted it) and is counted.
                 let queued = s
                     .nodes()
                     .get(&node)
                     .is_some_and(|n| n.queued.contains(&t.id));
-                if !queued {
+                if !queued || t.status.state == TaskState::Running {
                     add(node, t.job, t.id.0, &t.gpus, t.cpu_milli);
                 }
             }
@@ -360,6 +362,19 @@ mod tests {
             "three wait in the queue"
         );
         assert!(over_committed(&s).is_empty(), "{:?}", over_committed(&s));
+        // A slave that starts a queued task before the leader promoted it (what promotion
+        // rules out) runs it beside the first: it counts.
+        let mut early = s.clone();
+        early.apply(
+            5,
+            CommandEnvelope::decode(&cmd(Command::TaskStarted {
+                node: NodeId(1),
+                task: TaskId(2),
+                attempt: 1,
+            }))
+            .expect("decode"),
+        );
+        assert_eq!(over_committed(&early).len(), 1, "started from the queue");
         // Forged: the queue forgotten, the four now count as holding their cores.
         if let Some(n) = s.forge_nodes_mut().get_mut(&NodeId(1)) {
             n.queued.clear();

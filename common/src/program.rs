@@ -462,6 +462,24 @@ pub struct CallRecord {
     /// Why the fallback happened.
     #[serde(default)]
     pub error: Option<String>,
+    /// A forwarded call's transfer as the caller measured it (S0.6); `None` for a call run
+    /// where its program runs.
+    #[serde(default)]
+    pub transfer: Option<Transfer>,
+}
+
+/// The bytes a forwarded call moved and the time they took (S0.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transfer {
+    /// Argument bytes sent to the peer.
+    pub arg_bytes: u64,
+    /// Result bytes written back.
+    pub result_bytes: u64,
+    /// The call's time less the peer's service time, µs: what the bytes took on the link
+    /// (one round trip included).
+    pub transfer_us: u64,
+    /// The round trip measured when connecting, µs.
+    pub rtt_us: u64,
 }
 
 /// Per-engine call counts (a fixed array so summaries stay `Copy`); serialised as a map

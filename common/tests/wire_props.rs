@@ -144,6 +144,14 @@ fn message() -> impl Strategy<Value = Message> {
             job: JobId(j)
         })),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Status { stale })),
+        (any::<bool>(), any::<u64>())
+            .prop_map(|(stale, batch)| Message::Client(ClientRequest::Batch { stale, batch })),
+        (any::<u64>(), any::<u64>()).prop_map(|(r, batch)| Message::Client(
+            ClientRequest::CancelBatch {
+                request: ClientRequestId(r),
+                batch,
+            }
+        )),
         any::<bool>().prop_map(|stale| Message::Client(ClientRequest::Jobs {
             stale,
             filter: Default::default()
@@ -216,6 +224,10 @@ fn message() -> impl Strategy<Value = Message> {
                 tasks: 3,
                 task_states: BTreeMap::from([("running".to_string(), 3)]),
                 submitted_ms: id,
+                batch_id: Some(id),
+                planned_start_s: Some(1.5),
+                planned_finish_s: Some(2.5),
+                actual_finish_s: None,
             }])
         )),
         (ids, state(), any::<Option<i32>>()).prop_map(|((t, j, a), state, exit_code)| {
@@ -265,6 +277,11 @@ fn message() -> impl Strategy<Value = Message> {
                 steals_in: 3,
                 steals_out: 0,
                 gpu_pool: Some("multi".into()),
+                links: vec![hetsched_common::protocol::LinkEstimate {
+                    node: NodeId(id),
+                    rtt_us: 80,
+                    bytes_per_s: 1 << 30,
+                }],
             }])
         )),
         (
@@ -304,6 +321,11 @@ fn message() -> impl Strategy<Value = Message> {
                     free: (n % 2) as u32,
                     waiting: (n % 5) as u32,
                 }],
+                links: vec![LinkEstimate {
+                    node: NodeId(n / 2),
+                    rtt_us: 90,
+                    bytes_per_s: n,
+                }],
             }
         )),
         ids.prop_map(|(n, t, a)| Message::Slave(SlaveRequest::TaskStarted {
@@ -340,6 +362,8 @@ fn message() -> impl Strategy<Value = Message> {
                     env: BTreeMap::new(),
                     resources,
                     gpus,
+                    queued: false,
+                    engine: None,
                 })
             )),
         ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask {
@@ -391,6 +415,7 @@ fn message() -> impl Strategy<Value = Message> {
                         rtt_us: size,
                         bytes_per_s: seed,
                     }],
+                    transfer_bytes: size,
                 })),
                 4 => Message::SlaveReply(SlaveResponse::ForwardTarget(Some(ForwardTarget {
                     node: NodeId(t),
@@ -404,6 +429,7 @@ fn message() -> impl Strategy<Value = Message> {
                     from: NodeId(n),
                     call: call.clone(),
                     kinds: vec![EngineKind::Gpu],
+                    args: vec![seed as u8; (size % 64) as usize],
                 }),
                 6 => Message::PeerReply(PeerReply::Refused {
                     reason: format!("busy {seed}"),
@@ -421,11 +447,13 @@ fn message() -> impl Strategy<Value = Message> {
                         scale_bytes: call.scale(),
                         fallback_from: Some(EngineKind::Dsp),
                         error: None,
+                        transfer: None,
                     };
                     if seed % 2 == 0 {
                         Message::PeerReply(PeerReply::Done {
                             record,
                             served_us: size,
+                            result: vec![1, 2, 3],
                         })
                     } else {
                         Message::ToSlaveReply(SlaveCommandReply::Calls(vec![record]))

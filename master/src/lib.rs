@@ -4,4 +4,5 @@
 //! core crate; this crate owns sockets, timers, threads and the consensus node.
 
 pub mod backpressure;
+pub mod http_input;
 pub mod server;

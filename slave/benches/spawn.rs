@@ -54,6 +54,8 @@ fn assignment(task: u64) -> Assignment {
             ..Default::default()
         },
         gpus: vec![],
+        queued: false,
+        engine: None,
     }
 }
 

@@ -454,6 +454,8 @@ mod tests {
                 ..Default::default()
             },
             gpus,
+            queued: false,
+            engine: None,
         }
     }
 

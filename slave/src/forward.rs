@@ -15,19 +15,27 @@
 //! kind is faster by more than `--forward-margin` (remote time × (1 + margin) < local time).
 //! Engine times come from this slave's selection table and, for the peers, from their
 //! tables as the masters hold them (fetched every [`DIRECTORY_REFRESH`]). The peer runs the
-//! call on a free unit of an acceptable kind or refuses; it never forwards it again. The
-//! round trip to each peer is measured from the forwarded calls (the time less the peer's
-//! own service time) and sent with each query; arguments are regenerated from their seed on
-//! the peer, so no bulk transfer happens whose bandwidth could be measured: the leader
-//! assumes its default bandwidth (`hetsched_master_core::forward::DEFAULT_BYTES_PER_S`).
+//! call on a free unit of an acceptable kind or refuses; it never forwards it again.
+//!
+//! Bytes move: the caller sends the call's argument bytes (what its program generated,
+//! [`kernels::inputs`]), the peer computes on them and writes the result bytes back, and the
+//! caller takes its digest from the bytes it received. Both are capped
+//! ([`MAX_FORWARD_ARG_BYTES`], [`MAX_FORWARD_RESULT_BYTES`]: a `gemm n=1024` call fits); a
+//! call over the cap runs here, its record saying why. Each transfer measures the link: the
+//! connect is one round trip, and the call's time less the peer's service time is what the
+//! bytes took. Both are smoothed per peer (EWMA, weight 1/4; the bandwidth as smoothed bytes
+//! over smoothed time, from transfers of at least [`MEASURE_MIN_BYTES`]), sent with each
+//! query and with the heartbeats (`nodes --json` `links`); the leader's cost uses them, and
+//! its default bandwidth only for a peer not yet measured.
 
+use crate::engine::kernels;
 use crate::program::ProgramRuntime;
 use crate::store::Store;
 use hetsched_common::leader::{LeaderClient, LeaderOptions};
-use hetsched_common::program::{ApiCall, CallRecord, SelectionTable};
+use hetsched_common::program::{Api, ApiCall, CallRecord, SelectionTable, Transfer};
 use hetsched_common::protocol::{
     ClientRequest, ClientResponse, ForwardQuery, ForwardTarget, LinkEstimate, Message, PeerReply,
-    PeerRequest, SlaveRequest, SlaveResponse,
+    PeerRequest, SlaveRequest, SlaveResponse, MAX_FORWARD_ARG_BYTES, MAX_FORWARD_RESULT_BYTES,
 };
 use hetsched_common::wire::Connection;
 use hetsched_common::{EngineKind, NodeId};
@@ -43,6 +51,32 @@ pub const DIRECTORY_REFRESH: Duration = Duration::from_secs(2);
 const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most peers asked for one call (a refusal sends the query again, excluding the peer).
 const MAX_PEERS_PER_CALL: usize = 2;
+/// A transfer smaller than this measures the round trip only: its time is mostly overhead.
+pub const MEASURE_MIN_BYTES: u64 = 64 * 1024;
+
+/// The links this slave measured, by peer; shared with the heartbeats.
+pub type Links = Arc<Mutex<BTreeMap<NodeId, LinkEstimate>>>;
+
+/// About how many result bytes `call` writes back (compress: a third of its input, as
+/// text-like data deflates).
+pub fn result_len_estimate(call: &ApiCall) -> u64 {
+    let size = call.size();
+    match call.api {
+        Api::Gemm => size.saturating_mul(size).saturating_mul(4),
+        Api::Sort => size.saturating_mul(8),
+        Api::Sha256 => 32,
+        Api::Compress => size / 3,
+    }
+}
+
+/// Smooths one link sample into `l` (weight 1/4 on the new one).
+fn smooth(old: u64, new: u64) -> u64 {
+    if old == 0 {
+        new
+    } else {
+        (old.saturating_mul(3).saturating_add(new)) / 4
+    }
+}
 
 /// `slave --forward-margin F --forward-timeout D --no-forward`.
 #[derive(Clone, Copy, Debug)]
@@ -140,7 +174,9 @@ pub struct Forwarder {
     store: Store,
     handle: tokio::runtime::Handle,
     directory: RwLock<Directory>,
-    links: Mutex<BTreeMap<NodeId, LinkEstimate>>,
+    links: Links,
+    /// Per peer: smoothed bytes and µs of the transfers big enough to measure.
+    meter: Mutex<BTreeMap<NodeId, (f64, f64)>>,
     /// Asks the leader (its target follows `NotLeader` answers); each query works on a copy
     /// and writes back where it ended.
     leader: Mutex<LeaderClient>,
@@ -184,7 +220,8 @@ impl Forwarder {
             store,
             handle,
             directory: RwLock::default(),
-            links: Mutex::default(),
+            links: Arc::default(),
+            meter: Mutex::default(),
             leader: Mutex::new(leader),
         })
     }
@@ -192,6 +229,11 @@ impl Forwarder {
     /// Options in force.
     pub fn options(&self) -> ForwardOptions {
         self.opts
+    }
+
+    /// The measured links (the heartbeats report them).
+    pub fn links(&self) -> Links {
+        self.links.clone()
     }
 
     /// Fetches the peers' tables from the masters every [`DIRECTORY_REFRESH`], forever.
@@ -257,6 +299,14 @@ impl Forwarder {
         let Some(me) = self.store.node().ok().flatten() else {
             return Forwarded::Local(Some("not registered yet".into()));
         };
+        let arg_len = kernels::input_len(call);
+        if arg_len > MAX_FORWARD_ARG_BYTES {
+            return Forwarded::Local(Some(format!(
+                "not forwarded: arguments of {arg_len} bytes exceed the forwarding cap of {MAX_FORWARD_ARG_BYTES} bytes"
+            )));
+        }
+        // Generated once, when a peer is found, and sent to each peer asked.
+        let mut args: Option<Vec<u8>> = None;
         let mut exclude = Vec::new();
         let mut why = None;
         for _ in 0..MAX_PEERS_PER_CALL {
@@ -268,6 +318,7 @@ impl Forwarder {
                 kinds: kinds.clone(),
                 exclude: exclude.clone(),
                 links,
+                transfer_bytes: arg_len.saturating_add(result_len_estimate(call)),
             };
             let target = match self.handle.block_on(self.query(q)) {
                 Ok(Some(t)) => t,
@@ -284,9 +335,10 @@ impl Forwarder {
                     return Forwarded::Local(why);
                 }
             }
+            let args = args.get_or_insert_with(|| kernels::inputs(call));
             match self
                 .handle
-                .block_on(self.send(me, &target, call, kinds.clone()))
+                .block_on(self.send(me, &target, call, kinds.clone(), args))
             {
                 Ok(PeerAnswer::Done(mut record)) => {
                     metrics::counter!("hetsched_slave_forwards_total", "direction" => "out", "outcome" => "done").increment(1);
@@ -335,30 +387,79 @@ impl Forwarder {
         target: &ForwardTarget,
         call: &ApiCall,
         kinds: Vec<EngineKind>,
+        args: &[u8],
     ) -> Result<PeerAnswer, String> {
-        let t0 = Instant::now();
         let req = Message::Peer(PeerRequest::ForwardedCall {
             from: me,
             call: call.clone(),
             kinds,
+            args: args.to_vec(),
         });
-        let answer = async {
-            let conn = Connection::connect(&target.addr, self.opts.timeout).await?;
-            conn.call(req, self.opts.timeout).await
-        }
-        .await
-        .map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        let conn = Connection::connect(&target.addr, self.opts.timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        // The TCP handshake is one round trip.
+        let rtt_us = (t0.elapsed().as_micros() as u64).max(1);
+        let t1 = Instant::now();
+        let answer = conn
+            .call(req, self.opts.timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let call_us = t1.elapsed().as_micros() as u64;
         match answer {
-            Message::PeerReply(PeerReply::Done { record, served_us }) => {
-                let rtt_us = (t0.elapsed().as_micros() as u64).saturating_sub(served_us);
-                let mut links = lock(&self.links);
-                let l = links.entry(target.node).or_insert(LinkEstimate {
-                    node: target.node,
+            Message::PeerReply(PeerReply::Done {
+                mut record,
+                served_us,
+                result,
+            }) => {
+                if result.len() as u64 > MAX_FORWARD_RESULT_BYTES {
+                    return Err(format!(
+                        "result of {} bytes exceeds the forwarding cap of {MAX_FORWARD_RESULT_BYTES} bytes",
+                        result.len()
+                    ));
+                }
+                // What the bytes took: the call's time less the peer's service (one round
+                // trip stays in, as the leader's cost adds a round trip of its own).
+                let transfer_us = call_us.saturating_sub(served_us).max(1);
+                let bytes = args.len() as u64 + result.len() as u64;
+                {
+                    // Moving averages: one slow call (a loaded machine) does not define the
+                    // link. Bytes and time are smoothed apart and divided, so a transfer
+                    // that took almost no time cannot swing the estimate.
+                    let mut meter = lock(&self.meter);
+                    let m = meter.entry(target.node).or_insert((0.0, 0.0));
+                    if bytes >= MEASURE_MIN_BYTES {
+                        *m = if m.1 == 0.0 {
+                            (bytes as f64, transfer_us as f64)
+                        } else {
+                            (
+                                0.75 * m.0 + 0.25 * bytes as f64,
+                                0.75 * m.1 + 0.25 * transfer_us as f64,
+                            )
+                        };
+                    }
+                    let mut links = lock(&self.links);
+                    let l = links.entry(target.node).or_insert(LinkEstimate {
+                        node: target.node,
+                        rtt_us: 0,
+                        bytes_per_s: 0,
+                    });
+                    l.rtt_us = smooth(l.rtt_us, rtt_us);
+                    if m.1 > 0.0 {
+                        l.bytes_per_s = (m.0 * 1e6 / m.1) as u64;
+                    }
+                }
+                if !result.is_empty() {
+                    // The caller's result is the bytes it received.
+                    record.digest = kernels::digest(&result);
+                }
+                record.transfer = Some(Transfer {
+                    arg_bytes: args.len() as u64,
+                    result_bytes: result.len() as u64,
+                    transfer_us,
                     rtt_us,
-                    bytes_per_s: 0,
                 });
-                // A moving average: one slow call (a loaded machine) does not define the link.
-                l.rtt_us = (l.rtt_us * 3 + rtt_us) / 4;
                 Ok(PeerAnswer::Done(record))
             }
             Message::PeerReply(PeerReply::Refused { reason }) => Ok(PeerAnswer::Refused(reason)),
@@ -374,17 +475,53 @@ enum PeerAnswer {
 }
 
 /// Serves a peer's forwarded call: runs it here on a free unit of one of `kinds` that runs
-/// its API (never forwarded again), or refuses. Blocking.
+/// its API, on the argument bytes sent (never forwarded again), and writes the result back;
+/// or refuses. Blocking.
 pub fn serve(
     runtime: &ProgramRuntime,
     from: NodeId,
     call: &ApiCall,
     kinds: &[EngineKind],
+    args: &[u8],
 ) -> PeerReply {
     let t0 = Instant::now();
     if let Err(why) = call.validate() {
         return PeerReply::Refused {
             reason: format!("invalid call: {why}"),
+        };
+    }
+    if args.len() as u64 > MAX_FORWARD_ARG_BYTES {
+        return PeerReply::Refused {
+            reason: format!(
+                "arguments of {} bytes exceed the forwarding cap of {MAX_FORWARD_ARG_BYTES} bytes",
+                args.len()
+            ),
+        };
+    }
+    let result_len = result_len_estimate(call);
+    if call.api != Api::Compress && result_len > MAX_FORWARD_RESULT_BYTES {
+        return PeerReply::Refused {
+            reason: format!(
+                "a result of {result_len} bytes would exceed the forwarding cap of {MAX_FORWARD_RESULT_BYTES} bytes"
+            ),
+        };
+    }
+    // Older callers send no arguments: they are regenerated from the call's seed.
+    let owned;
+    let args = if args.is_empty() && kernels::input_len(call) > 0 {
+        owned = kernels::inputs(call);
+        &owned[..]
+    } else {
+        args
+    };
+    if args.len() as u64 != kernels::input_len(call) {
+        return PeerReply::Refused {
+            reason: format!(
+                "{} arguments are {} bytes, the call's size needs {}",
+                call.api,
+                args.len(),
+                kernels::input_len(call)
+            ),
         };
     }
     let Some(unit) = kinds
@@ -406,112 +543,25 @@ pub fn serve(
             ),
         };
     };
-    let record = runtime.execute(0, call, Some(unit));
+    let (record, result) = runtime.execute_args(call, Some(unit), args);
+    if result.len() as u64 > MAX_FORWARD_RESULT_BYTES {
+        return PeerReply::Refused {
+            reason: format!(
+                "result of {} bytes exceeds the forwarding cap of {MAX_FORWARD_RESULT_BYTES} bytes",
+                result.len()
+            ),
+        };
+    }
     metrics::counter!("hetsched_slave_forwards_total", "direction" => "in", "outcome" => "done")
         .increment(1);
-    tracing::info!(from = %from, api = %call.api, engine = %record.engine, duration_ms = record.duration_ms, "ran a forwarded call");
+    tracing::info!(from = %from, api = %call.api, engine = %record.engine, duration_ms = record.duration_ms, arg_bytes = args.len(), result_bytes = result.len(), "ran a forwarded call");
     PeerReply::Done {
         record,
         served_us: t0.elapsed().as_micros() as u64,
+        result,
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn remote(entries: &[(EngineKind, u64)]) -> BTreeMap<EngineKind, u64> {
-        entries.iter().copied().collect()
-    }
-
-    #[test]
-    fn a_faster_kind_elsewhere_is_wanted_only_beyond_the_margin() {
-        use EngineKind::{Cpu, Gpu, Npu};
-        let r = remote(&[(Cpu, 8_000), (Gpu, 1_000), (Npu, 6_000)]);
-        // CPU here free at 8 ms: the GPU (8× faster) is wanted, the NPU (1.33×) is not.
-        assert_eq!(wanted_kinds(Cpu, true, Some(8_000), &r, 0.5), vec![Gpu]);
-        assert_eq!(
-            wanted_kinds(Cpu, true, Some(8_000), &r, 0.2),
-            vec![Gpu, Npu]
-        );
-        assert!(wanted_kinds(Cpu, true, Some(8_000), &r, 10.0).is_empty());
-        assert!(
-            wanted_kinds(Cpu, true, None, &r, 0.5).is_empty(),
-            "unknown time here"
-        );
-        // A GPU here, free, as fast: nothing.
-        assert!(wanted_kinds(Gpu, true, Some(1_000), &r, 0.5).is_empty());
-    }
-
-    fn gpu_runtime() -> ProgramRuntime {
-        let f = crate::engine::EnginesFile::parse(
-            "[[engine]]\nkind = \"gpu\"\nemulated = true\nspeed = { gemm = 8.0 }\n",
-            "e.toml",
-        )
-        .expect("parses");
-        ProgramRuntime {
-            engines: Arc::new(crate::engine::EngineSet::new(&f, 1, 1, true).expect("builds")),
-            table: Arc::default(),
-            node: "gpu-node".into(),
-            call_timeout: Duration::from_secs(2),
-            forwarder: None,
-        }
-    }
-
-    #[test]
-    fn a_peer_runs_a_forwarded_call_on_a_free_unit_or_refuses() {
-        use hetsched_common::program::Api;
-        let rt = gpu_runtime();
-        let call = ApiCall::new(Api::Gemm, 32, 7);
-        let cpu_digest = crate::engine::kernels::digest(&crate::engine::kernels::run(&call));
-        match serve(&rt, NodeId(1), &call, &[EngineKind::Gpu]) {
-            PeerReply::Done { record, .. } => {
-                assert_eq!(record.engine, EngineKind::Gpu);
-                assert!(record.emulated);
-                assert_eq!(record.node, "gpu-node");
-                assert_eq!(record.digest, cpu_digest, "same result as the CPU");
-            }
-            other => panic!("not run: {other:?}"),
-        }
-        // The GPU busy: refused, not queued, not run on another kind.
-        let held = rt.engines.try_acquire(EngineKind::Gpu).expect("gpu");
-        let r = serve(&rt, NodeId(1), &call, &[EngineKind::Gpu]);
-        assert!(
-            matches!(&r, PeerReply::Refused { reason } if reason.contains("no free engine")),
-            "{r:?}"
-        );
-        drop(held);
-        // A kind that does not implement the API here is never used.
-        let sort = ApiCall::new(Api::Sort, 100, 1);
-        assert!(matches!(
-            serve(&rt, NodeId(1), &sort, &[EngineKind::Gpu]),
-            PeerReply::Refused { .. }
-        ));
-        // Bad input from a peer: refused with the reason, no panic.
-        let bad = ApiCall::new(Api::Gemm, 1 << 20, 1);
-        assert!(matches!(
-            serve(&rt, NodeId(1), &bad, &[EngineKind::Gpu]),
-            PeerReply::Refused { reason } if reason.contains("invalid call")
-        ));
-    }
-
-    #[test]
-    fn a_busy_best_engine_asks_for_kinds_at_least_as_fast() {
-        use EngineKind::{Cpu, Gpu, Npu};
-        let r = remote(&[(Cpu, 8_000), (Gpu, 1_000), (Npu, 6_000)]);
-        assert_eq!(
-            wanted_kinds(Npu, false, Some(6_000), &r, 0.5),
-            vec![Gpu, Npu]
-        );
-        assert_eq!(wanted_kinds(Gpu, false, Some(1_000), &r, 0.5), vec![Gpu]);
-        // Nothing elsewhere as fast: nothing to ask for (the call waits here).
-        let only_cpu = remote(&[(Cpu, 8_000)]);
-        assert!(wanted_kinds(Gpu, false, Some(1_000), &only_cpu, 0.5).is_empty());
-        assert!(wanted_kinds(Gpu, false, None, &only_cpu, 0.5).is_empty());
-        assert!(wanted_kinds(Gpu, false, None, &BTreeMap::new(), 0.5).is_empty());
-        assert_eq!(
-            wanted_kinds(Cpu, false, Some(8_000), &r, 0.5),
-            vec![Gpu, Npu, Cpu]
-        );
-    }
-}
+#[path = "forward_tests.rs"]
+mod tests;

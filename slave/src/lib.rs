@@ -148,14 +148,17 @@ impl Default for Tuning {
     }
 }
 
-/// Engines and programs (S0): `slave --engines FILE --profile --profile-budget D
-/// --call-timeout D`.
+/// Engines and programs (S0): `slave --engines FILE [--no-profile | --reprofile]
+/// --profile-budget D --call-timeout D`.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
     /// The engines file, parsed (none: the CPU engine only).
     pub engines: engine::EnginesFile,
-    /// Profile every engine at start and persist the selection table.
+    /// Profile the engines at start unless the persisted table matches the engines file
+    /// (`--no-profile` clears it).
     pub profile: bool,
+    /// Profile even when the persisted table matches (`--reprofile`).
+    pub reprofile: bool,
     /// Budget of that profile.
     pub profile_budget: Duration,
     /// Deadline of one plug-in call.
@@ -168,8 +171,9 @@ impl Default for EngineOptions {
     fn default() -> Self {
         Self {
             engines: engine::EnginesFile::default(),
-            profile: false,
-            profile_budget: Duration::from_secs(10),
+            profile: true,
+            reprofile: false,
+            profile_budget: Duration::from_secs(3),
             call_timeout: Duration::from_secs(60),
             forward: forward::ForwardOptions::default(),
         }
@@ -415,7 +419,8 @@ pub async fn run_with_engines(
         agent_tx.clone(),
     )
     .with_samples(sample_rx)
-    .with_engines(programs.engines.clone());
+    .with_engines(programs.engines.clone())
+    .with_links(programs.forwarder.as_ref().map(|f| f.links()));
     tokio::spawn(link.run(report_rx));
 
     wire::serve(
@@ -427,9 +432,10 @@ pub async fn run_with_engines(
     .map_err(|e| Error::Serve(e.to_string()))
 }
 
-/// Sets up the program runtime: the persisted selection table, then (with `--profile`) a
-/// profile in the background that replaces and persists it; either way the engines and the
-/// table are announced to the masters.
+/// Sets up the program runtime (S0.5): the persisted selection table when it was profiled
+/// for these engines (same engines-file hash) or profiling is off; otherwise a profile in
+/// the background (the slave registers at once) that replaces and persists it. Either way
+/// the engines and the table are announced to the masters, the profiled one when ready.
 fn start_engines(
     cfg: &SlaveConfig,
     node_name: &str,
@@ -439,7 +445,16 @@ fn start_engines(
     announce: mpsc::UnboundedSender<announce::Announcement>,
 ) -> Arc<program::ProgramRuntime> {
     let path = engine::profile::table_path(&cfg.data_dir);
-    let table = engine::profile::load(&path).unwrap_or_default();
+    let engines_hash = engine::profile::engines_hash(&opts.engines);
+    let persisted = engine::profile::load(&path);
+    // A table profiled for these engines is reused; one from another engines file is stale.
+    let current = persisted.is_some()
+        && engine::profile::load_hash(&cfg.data_dir).as_deref() == Some(engines_hash.as_str());
+    let fresh = opts.profile && (opts.reprofile || !current);
+    let table = match (&persisted, fresh) {
+        (Some(t), false) => t.clone(),
+        _ => Default::default(),
+    };
     let runtime = Arc::new(program::ProgramRuntime {
         engines: Arc::new(engines),
         table: Arc::new(std::sync::RwLock::new(table.clone())),
@@ -449,13 +464,17 @@ fn start_engines(
     });
     let decls = runtime.engines.decls();
     tracing::info!(engines = ?decls, "engines");
-    if !opts.profile {
+    if !fresh {
+        if opts.profile {
+            tracing::info!(path = %path.display(), "reusing the persisted selection table (engines unchanged)");
+        }
         let _ = announce.send(announce::Announcement::Profile {
             engines: decls,
             table,
         });
         return runtime;
     }
+    let data_dir = cfg.data_dir.clone();
     let rt = runtime.clone();
     let popts = engine::profile::ProfileOptions {
         budget: opts.profile_budget,
@@ -480,7 +499,9 @@ fn start_engines(
             elapsed_ms = started.elapsed().as_millis() as u64,
             "engines profiled"
         );
-        if let Err(e) = engine::profile::save(&table, &path) {
+        if let Err(e) = engine::profile::save(&table, &path)
+            .and_then(|()| engine::profile::save_hash(&data_dir, &engines_hash))
+        {
             tracing::warn!(path = %path.display(), error = %e, "cannot persist the selection table");
         }
         match rt.table.write() {
@@ -537,9 +558,14 @@ fn handler(
                 Message::ToSlave(SlaveCommand::AssignBatch(batch)) => {
                     return Some(assign_batch(&agent, batch).await)
                 }
-                Message::Peer(PeerRequest::ForwardedCall { from, call, kinds }) => {
+                Message::Peer(PeerRequest::ForwardedCall {
+                    from,
+                    call,
+                    kinds,
+                    args,
+                }) => {
                     let run = tokio::task::spawn_blocking(move || {
-                        forward::serve(&programs, from, &call, &kinds)
+                        forward::serve(&programs, from, &call, &kinds, &args)
                     });
                     return Some(match run.await {
                         Ok(reply) => Message::PeerReply(reply),

@@ -16,7 +16,7 @@ use hetsched_common::protocol::{
     ErrorKind, Message, ProbeSample, SlaveRequest, SlaveResponse, TaskReport,
 };
 use hetsched_common::wire::CallError;
-use hetsched_common::{NodeId, NodeResources};
+use hetsched_common::{Attempt, NodeId, NodeResources, TaskId};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -94,6 +94,7 @@ pub struct Link {
     samples: Option<mpsc::UnboundedReceiver<ProbeSample>>,
     /// The engines whose load heartbeats carry (S0.6 forwarding queries use it).
     engines: Option<std::sync::Arc<crate::engine::EngineSet>>,
+    links: Option<crate::forward::Links>,
 }
 
 /// Most reports in one [`SlaveRequest::TaskReports`] (keeps one log entry well under the
@@ -130,6 +131,7 @@ impl Link {
             batches: true,
             samples: None,
             engines: None,
+            links: None,
         }
     }
 
@@ -158,6 +160,12 @@ impl Link {
     /// Heartbeats carry these engines' load.
     pub fn with_engines(mut self, engines: std::sync::Arc<crate::engine::EngineSet>) -> Self {
         self.engines = Some(engines);
+        self
+    }
+
+    /// Heartbeats carry these measured links (S0.6).
+    pub fn with_links(mut self, links: Option<crate::forward::Links>) -> Self {
+        self.links = links;
         self
     }
 
@@ -205,6 +213,7 @@ impl Link {
             }
             r?;
             self.ask_to_steal().await?;
+            self.ask_to_start().await?;
         }
         let r = self.deliver().await;
         if let Err(LinkError::UnknownNode) = r {
@@ -274,6 +283,28 @@ impl Link {
         Ok(())
     }
 
+    /// S0.3: the queued attempts the agent would start if the leader promoted them.
+    async fn asks(&self) -> Result<Vec<(TaskId, Attempt)>, LinkError> {
+        let (tx, rx) = oneshot::channel();
+        self.agent
+            .send(AgentMsg::Asks { reply: tx })
+            .map_err(|_| LinkError::AgentGone)?;
+        rx.await.map_err(|_| LinkError::AgentGone)
+    }
+
+    /// S0.3: queues an ask for every queued attempt the agent has room for and that no
+    /// pending report asks for already (asked again each heartbeat while refused; the
+    /// leader adds nothing to its log for an ask it cannot grant).
+    async fn ask_to_start(&mut self) -> Result<(), LinkError> {
+        for (task, attempt) in self.asks().await? {
+            let ask = Report::WantsStart { task, attempt };
+            if !self.pending.contains(&ask) {
+                self.pending.push_back(ask);
+            }
+        }
+        Ok(())
+    }
+
     async fn heartbeat(&mut self) -> Result<(), LinkError> {
         let Some(node) = self.node else {
             return Err(LinkError::UnknownNode);
@@ -283,11 +314,20 @@ impl Link {
         // replaced by the next second's.
         let samples = self.take_samples();
         let engine_load = self.engines.as_ref().map(|e| e.loads()).unwrap_or_default();
+        let links = self
+            .links
+            .as_ref()
+            .map(|l| match l.lock() {
+                Ok(g) => g.values().copied().collect(),
+                Err(p) => p.into_inner().values().copied().collect(),
+            })
+            .unwrap_or_default();
         let beat = SlaveRequest::Heartbeat {
             node,
             held,
             samples,
             engine_load,
+            links,
         };
         match self.call(beat).await? {
             SlaveResponse::HeartbeatAck { .. } | SlaveResponse::Ack => Ok(()),
@@ -307,7 +347,17 @@ impl Link {
         };
         while self.batches && !self.pending.is_empty() {
             let n = self.pending.len().min(MAX_REPORTS_PER_BATCH);
-            let batch: Vec<Report> = self.pending.drain(..n).collect();
+            let mut batch: Vec<Report> = self.pending.drain(..n).collect();
+            if batch.iter().any(|r| matches!(r, Report::Finished { .. })) {
+                // S0.3: the cores these ends free go to queued tasks in the same entry:
+                // the agent answers once it has handled the ends (its mailbox is in order).
+                for (task, attempt) in self.asks().await? {
+                    let ask = Report::WantsStart { task, attempt };
+                    if !batch.contains(&ask) {
+                        batch.push(ask);
+                    }
+                }
+            }
             let reports = batch
                 .iter()
                 .map(|r| match *r {
@@ -334,6 +384,9 @@ impl Link {
                         cpu_milli,
                         gpu_task,
                     },
+                    Report::WantsStart { task, attempt } => {
+                        TaskReport::WantsStart { task, attempt }
+                    }
                 })
                 .collect();
             let put_back = |pending: &mut VecDeque<Report>, batch: Vec<Report>| {
@@ -342,11 +395,18 @@ impl Link {
                 }
             };
             match self.call(SlaveRequest::TaskReports { node, reports }).await {
-                Ok(SlaveResponse::Ack) => {
+                Ok(reply @ (SlaveResponse::Ack | SlaveResponse::Promoted { .. })) => {
                     for r in batch {
                         if let Report::Finished { task, attempt, .. } = r {
                             self.agent
                                 .send(AgentMsg::Acked { task, attempt })
+                                .map_err(|_| LinkError::AgentGone)?;
+                        }
+                    }
+                    if let SlaveResponse::Promoted { tasks } = reply {
+                        if !tasks.is_empty() {
+                            self.agent
+                                .send(AgentMsg::Promoted { tasks })
                                 .map_err(|_| LinkError::AgentGone)?;
                         }
                     }
@@ -380,6 +440,9 @@ impl Link {
                 break;
             };
             let req = match report {
+                // S0.3: only batches carry asks; a master that predates batches queues no
+                // task on a slave either.
+                Report::WantsStart { .. } => continue,
                 Report::Compressed { task, .. } => {
                     // Only batches carry compressions; a master that predates batches does
                     // not know them either (the task keeps running at its halved size).

@@ -31,6 +31,8 @@ pub fn read_log(
         env: Default::default(),
         resources: ResourceRequest::default(),
         gpus: Default::default(),
+        queued: false,
+        engine: None,
     };
     let (out, err) = exec::log_paths(log_dir, &key);
     let path = if stderr { err } else { out };

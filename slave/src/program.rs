@@ -124,12 +124,33 @@ impl ProgramRuntime {
     /// Runs one call: picks the engine (or a peer's, S0.6), runs it, falls back to the CPU
     /// when a plug-in fails and to the best local engine when forwarding fails.
     pub fn run_call(&self, index: u32, call: &ApiCall) -> CallRecord {
-        let ranking = self.ranking(call);
-        let mut unit = ranking.iter().find_map(|k| self.engines.try_acquire(*k));
+        self.run_call_as(index, call, None)
+    }
+
+    /// [`run_call`](Self::run_call) for a task holding a unit of `booked` (S0.2): the call
+    /// runs on it when that kind implements its API, else on the best free local engine
+    /// (S0.5); a peer may still take it under the forwarding rule.
+    pub fn run_call_as(
+        &self,
+        index: u32,
+        call: &ApiCall,
+        booked: Option<EngineKind>,
+    ) -> CallRecord {
+        let booked = booked.filter(|k| self.engines.implementation(*k, call.api).is_some());
+        let ranking = match booked {
+            Some(k) => std::iter::once(k)
+                .chain(self.ranking(call).into_iter().filter(|r| *r != k))
+                .collect(),
+            None => self.ranking(call),
+        };
+        let mut unit = match booked {
+            Some(_) => None,
+            None => ranking.iter().find_map(|k| self.engines.try_acquire(*k)),
+        };
         let mut forward_error = None;
         if let Some(fwd) = &self.forwarder {
             let top = ranking[0];
-            let top_free = unit.as_ref().is_some_and(|u| u.kind == top);
+            let top_free = booked.is_some() || unit.as_ref().is_some_and(|u| u.kind == top);
             let remote = fwd.remote_times(call);
             let local_us = self
                 .local_time(call, top)
@@ -143,7 +164,7 @@ impl ProgramRuntime {
             );
             if !kinds.is_empty() {
                 // The local unit is not held while the call is away.
-                drop(unit);
+                unit = None;
                 // With the best local engine free, a peer is worth it only if its time plus
                 // the forwarding cost beats the local time.
                 let beat = if top_free { local_us } else { None };
@@ -151,8 +172,18 @@ impl ProgramRuntime {
                     crate::forward::Forwarded::Ran(record) => return record,
                     crate::forward::Forwarded::Local(why) => forward_error = why,
                 }
-                unit = ranking.iter().find_map(|k| self.engines.try_acquire(*k));
+                if booked.is_none() {
+                    unit = ranking.iter().find_map(|k| self.engines.try_acquire(*k));
+                }
             }
+        }
+        if let Some(k) = booked {
+            // The task's own unit, held for its whole run.
+            let mut record = self.execute_on(index, call, k, None);
+            if record.error.is_none() {
+                record.error = forward_error;
+            }
+            return record;
         }
         let unit = unit
             .or_else(|| self.engines.acquire(ranking[0]))
@@ -168,6 +199,48 @@ impl ProgramRuntime {
     /// kernel when a plug-in fails.
     pub fn execute(&self, index: u32, call: &ApiCall, unit: Option<EngineUnit<'_>>) -> CallRecord {
         let kind = unit.as_ref().map_or(EngineKind::Cpu, |u| u.kind);
+        self.execute_on(index, call, kind, unit)
+    }
+
+    /// Runs one call on `kind`, whose unit the caller holds (`unit`, or one held for the
+    /// whole task), falling back to the CPU kernel when a plug-in fails.
+    fn execute_on(
+        &self,
+        index: u32,
+        call: &ApiCall,
+        kind: EngineKind,
+        unit: Option<EngineUnit<'_>>,
+    ) -> CallRecord {
+        self.execute_full(index, call, kind, unit, None).0
+    }
+
+    /// A peer's forwarded call (S0.6): runs on the unit given, computing on the argument
+    /// bytes the caller sent (of the length the call needs); returns the record and the
+    /// result bytes to write back.
+    pub fn execute_args(
+        &self,
+        call: &ApiCall,
+        unit: Option<EngineUnit<'_>>,
+        args: &[u8],
+    ) -> (CallRecord, Vec<u8>) {
+        let kind = unit.as_ref().map_or(EngineKind::Cpu, |u| u.kind);
+        self.execute_full(0, call, kind, unit, Some(args))
+    }
+
+    /// The call on `kind`, on `args` when given (else generated from its seed): its record
+    /// and output.
+    fn execute_full(
+        &self,
+        index: u32,
+        call: &ApiCall,
+        kind: EngineKind,
+        unit: Option<EngineUnit<'_>>,
+        args: Option<&[u8]>,
+    ) -> (CallRecord, Vec<u8>) {
+        let compute = || match args {
+            Some(a) => kernels::compute(call, a).unwrap_or_default(),
+            None => kernels::run(call),
+        };
         let imp = self
             .engines
             .implementation(kind, call.api)
@@ -186,16 +259,17 @@ impl ProgramRuntime {
             scale_bytes: call.scale(),
             fallback_from: None,
             error: None,
+            transfer: None,
         };
         let t0 = Instant::now();
         let output = match imp {
             Implementation::Cpu => {
-                let out = kernels::run(call);
+                let out = compute();
                 record.duration_ms = ms(t0.elapsed());
                 out
             }
             Implementation::Emulated { speed } => {
-                let out = kernels::run(call);
+                let out = compute();
                 let cpu = t0.elapsed();
                 let modelled = cpu.div_f64(speed);
                 // The engine is held for the modelled time (never less than the real one).
@@ -217,18 +291,18 @@ impl ProgramRuntime {
                     drop(unit);
                     let _cpu = self.engines.acquire(EngineKind::Cpu);
                     let t1 = Instant::now();
-                    let out = kernels::run(call);
+                    let out = compute();
                     record.duration_ms = ms(t1.elapsed());
                     record.engine = EngineKind::Cpu;
                     record.fallback_from = Some(kind);
                     record.error = Some(why);
                     record.digest = kernels::digest(&out);
-                    return record;
+                    return (record, out);
                 }
             },
         };
         record.digest = kernels::digest(&output);
-        record
+        (record, output)
     }
 
     /// Runs a whole program for an assignment; returns the records and the exit code
@@ -251,11 +325,19 @@ impl ProgramRuntime {
             )
             .ok();
         let mut records = Vec::with_capacity(program.calls.len());
+        // S0.2: the unit the masters booked for this task, held for its whole run. A CPU
+        // booking is the task's own cores: its calls keep the per-call choice of S0.5 (a
+        // free accelerator may run one), as the CPU runs every API anyway.
+        let held = a
+            .engine
+            .filter(|g| g.kind != EngineKind::Cpu)
+            .and_then(|g| crate::engine::held::HeldUnits::wait_one(&self.engines, g.kind));
+        let booked = held.as_ref().and(a.engine.map(|g| g.kind));
         for (i, call) in program.calls.iter().enumerate() {
             if stop.load(Ordering::SeqCst) {
                 return (records, EXIT_STOPPED);
             }
-            let r = self.run_call(i as u32, call);
+            let r = self.run_call_as(i as u32, call, booked);
             metrics::counter!(
                 "hetsched_slave_api_calls_total",
                 "engine" => r.engine.to_string(),
@@ -348,6 +430,8 @@ mod tests {
             env: Default::default(),
             resources: Default::default(),
             gpus: Default::default(),
+            queued: false,
+            engine: None,
         }
     }
 
@@ -384,6 +468,29 @@ mod tests {
         // sort has no GPU implementation: CPU.
         let r = rt.run_call(2, &ApiCall::new(Api::Sort, 1000, 1));
         assert_eq!(r.engine, EngineKind::Cpu);
+    }
+
+    #[test]
+    fn a_booked_unit_runs_the_tasks_calls_and_no_one_elses() {
+        use crate::engine::held::HeldUnits;
+        let rt = runtime(
+            "[[engine]]\nkind = \"gpu\"\nemulated = true\nspeed = { gemm = 8.0 }\n",
+            1,
+            SelectionTable::default(),
+        );
+        let gemm = ApiCall::new(Api::Gemm, 32, 1);
+        // The task's GPU unit is held for its run: its gemm calls run there...
+        let held = HeldUnits::wait_one(&rt.engines, EngineKind::Gpu).expect("a gpu");
+        let r = rt.run_call_as(0, &gemm, Some(EngineKind::Gpu));
+        assert_eq!((r.engine, r.emulated), (EngineKind::Gpu, true));
+        // ...a call the GPU cannot run falls back to a free local engine (S0.5)...
+        let r = rt.run_call_as(1, &ApiCall::new(Api::Sort, 100, 1), Some(EngineKind::Gpu));
+        assert_eq!(r.engine, EngineKind::Cpu);
+        // ...and another task's call never gets the booked GPU.
+        let r = rt.run_call(2, &gemm);
+        assert_eq!(r.engine, EngineKind::Cpu);
+        drop(held);
+        assert_eq!(rt.run_call(3, &gemm).engine, EngineKind::Gpu);
     }
 
     fn script(dir: &Path, name: &str, body: &str) -> PathBuf {

@@ -11,7 +11,7 @@
 
 use hetsched_common::protocol::{Assignment, HeldPhase, HeldTask};
 use hetsched_common::{Attempt, TaskId};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Phase of a held task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +98,9 @@ pub struct LocalQueue {
     /// Highest attempt per task whose result the master acknowledged, so that a late duplicate
     /// `Assign` does not run it again.
     done: BTreeMap<TaskId, Attempt>,
+    /// S0.3: queued assignments (`Assignment::queued`) the leader promoted and that have
+    /// not started yet. Not persisted: after a restart the slave asks again.
+    promoted: BTreeSet<(TaskId, Attempt)>,
 }
 
 impl LocalQueue {
@@ -110,6 +113,7 @@ impl LocalQueue {
             order: VecDeque::new(),
             draining: BTreeMap::new(),
             done: BTreeMap::new(),
+            promoted: BTreeSet::new(),
         }
     }
 
@@ -206,14 +210,20 @@ impl LocalQueue {
     /// starts when its cores fit next to those running, or when nothing runs at all (a task
     /// larger than the node must still run once: the master decided it fits). It waits while a
     /// superseded process of the same task is being killed.
+    ///
+    /// S0.3: a queued assignment never starts before the leader promoted it
+    /// ([`promote`](Self::promote)); until then the tasks behind it pass it.
     pub fn start_next(&mut self) -> Option<Assignment> {
-        let &task = self.order.front()?;
+        let &task = self
+            .order
+            .iter()
+            .find(|t| self.entries.get(t).is_none_or(|e| self.may_start(e)))?;
         if self.draining.keys().any(|(t, _)| *t == task) {
             return None;
         }
         let Some(entry) = self.entries.get_mut(&task) else {
             // Cannot happen (order and entries change together); heal rather than stall.
-            self.order.pop_front();
+            self.order.retain(|t| *t != task);
             return self.start_next();
         };
         let cpu = entry.assignment.resources.cpu_milli;
@@ -222,7 +232,8 @@ impl LocalQueue {
         if !fits {
             return None;
         }
-        self.order.pop_front();
+        self.order.retain(|t| *t != task);
+        self.promoted.remove(&(task, entry.assignment.attempt));
         entry.phase = Phase::Running;
         self.cpu_running_milli = self.cpu_running_milli.saturating_add(cpu);
         Some(entry.assignment.clone())
@@ -276,6 +287,7 @@ impl LocalQueue {
                 Phase::Queued => {
                     self.entries.remove(&task);
                     self.order.retain(|t| *t != task);
+                    self.promoted.remove(&(task, attempt));
                     Stop::Dequeued
                 }
                 Phase::Running => Stop::Kill,
@@ -292,10 +304,60 @@ impl LocalQueue {
             Some(e) if e.assignment.attempt == attempt && e.phase == Phase::Queued => {
                 self.entries.remove(&task);
                 self.order.retain(|t| *t != task);
+                self.promoted.remove(&(task, attempt));
                 true
             }
             _ => false,
         }
+    }
+
+    /// Whether `e` may start as far as the leader is concerned: not a queued assignment, or
+    /// one the leader promoted.
+    fn may_start(&self, e: &Entry) -> bool {
+        !e.assignment.queued
+            || self
+                .promoted
+                .contains(&(e.assignment.task, e.assignment.attempt))
+    }
+
+    /// S0.3: the queued assignments to ask the leader to start: those still waiting for a
+    /// promotion that fit, in queue order, beside what runs and what may start ahead of them
+    /// (when nothing runs, the first always fits: the leader only queues what the node can
+    /// hold).
+    pub fn asks(&self) -> Vec<(TaskId, Attempt)> {
+        let mut cpu = self.cpu_running_milli;
+        let mut out = Vec::new();
+        for t in &self.order {
+            let Some(e) = self.entries.get(t) else {
+                continue;
+            };
+            let need = e.assignment.resources.cpu_milli;
+            if self.may_start(e) {
+                cpu = cpu.saturating_add(need);
+                continue;
+            }
+            if cpu != 0 && cpu.saturating_add(need) > self.cpu_capacity_milli {
+                break;
+            }
+            cpu = cpu.saturating_add(need);
+            out.push((*t, e.assignment.attempt));
+        }
+        out
+    }
+
+    /// S0.3: the leader committed the start of these queued attempts; those still queued
+    /// here under that attempt may start. Returns how many were newly promoted.
+    pub fn promote(&mut self, tasks: &[(TaskId, Attempt)]) -> usize {
+        let mut n = 0;
+        for &(task, attempt) in tasks {
+            let waiting = self.entries.get(&task).is_some_and(|e| {
+                e.assignment.attempt == attempt && e.phase == Phase::Queued && e.assignment.queued
+            });
+            if waiting && self.promoted.insert((task, attempt)) {
+                n += 1;
+            }
+        }
+        n
     }
 
     /// S0.4: whether this slave should ask the leader for work to steal: nothing waits in
@@ -380,6 +442,8 @@ mod tests {
                 ..Default::default()
             },
             gpus: vec![],
+            queued: false,
+            engine: None,
         }
     }
 
@@ -396,6 +460,45 @@ mod tests {
         assert!(q.finished(TaskId(1), 1, 0));
         assert_eq!(q.start_next().map(|a| a.task), Some(TaskId(3)));
         assert_eq!(q.cpu_running_milli(), 2000);
+    }
+
+    #[test]
+    fn a_queued_assignment_starts_only_once_promoted_and_others_pass_it() {
+        let queued = |task, cpu| Assignment {
+            queued: true,
+            ..asg(task, 1, cpu)
+        };
+        let mut q = LocalQueue::new(2000);
+        q.offer(asg(1, 1, 1000));
+        q.offer(queued(2, 1000));
+        q.offer(asg(3, 1, 500));
+        q.offer(queued(4, 1000));
+        assert_eq!(q.start_next().map(|a| a.task), Some(TaskId(1)));
+        assert_eq!(
+            q.start_next().map(|a| a.task),
+            Some(TaskId(3)),
+            "passes task 2"
+        );
+        assert_eq!(q.start_next(), None, "task 2 waits for the leader");
+        assert_eq!(q.asks(), vec![], "no room by this slave's view");
+        assert!(q.finished(TaskId(3), 1, 0));
+        assert_eq!(q.asks(), vec![(TaskId(2), 1)], "room for one of them");
+        assert_eq!(
+            q.promote(&[(TaskId(4), 2), (TaskId(9), 1)]),
+            0,
+            "stale ones ignored"
+        );
+        assert_eq!(q.promote(&[(TaskId(2), 1)]), 1);
+        assert_eq!(q.asks(), vec![], "the promoted one takes the room");
+        assert_eq!(q.start_next().map(|a| a.task), Some(TaskId(2)));
+        assert!(q.finished(TaskId(1), 1, 0));
+        assert!(q.finished(TaskId(2), 1, 0));
+        assert_eq!(q.asks(), vec![(TaskId(4), 1)]);
+        assert!(
+            q.release(TaskId(4), 1),
+            "an unpromoted queued task can be stolen"
+        );
+        assert_eq!(q.asks(), vec![]);
     }
 
     #[test]

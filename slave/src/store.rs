@@ -258,6 +258,8 @@ mod tests {
             env: Default::default(),
             resources: ResourceRequest::default(),
             gpus: vec![],
+            queued: false,
+            engine: None,
         }
     }
 

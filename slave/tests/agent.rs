@@ -53,6 +53,8 @@ fn expand_reports(req: SlaveRequest) -> Vec<SlaveRequest> {
                 }),
                 // Compressions (S3.6) stand for no single request; these tests make none.
                 TaskReport::Compressed { .. } => None,
+                // Asks to start queued tasks (S0.3): these tests queue none.
+                TaskReport::WantsStart { .. } => None,
             })
             .collect(),
         other => vec![other],
@@ -238,6 +240,8 @@ fn assignment(task: u64, command: &[&str]) -> Assignment {
             ..Default::default()
         },
         gpus: vec![],
+        queued: false,
+        engine: None,
     }
 }
 

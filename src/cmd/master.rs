@@ -61,12 +61,10 @@ pub struct Args {
     #[arg(long, default_value_t = 0.8, value_name = "RATIO", value_parser = parse_ratio)]
     pub load_bound: f64,
     /// S0.3: tasks the master may assign to a slave beyond its free resources; they wait in
-    /// the slave's local queue (idle slaves steal them, S0.4). 0 (the default for now): no
-    /// slave queues. Off by default because a slave starts its queue's head when its own
-    /// cores free up, which can be space the leader has just granted elsewhere (a preemptor,
-    /// cores held after a compression); the leader then books the node over capacity until
-    /// a task ends. See README, "Slave queues and work stealing".
-    #[arg(long, default_value_t = 0, value_name = "TASKS")]
+    /// the slave's local queue (idle slaves steal them, S0.4). The leader promotes a queued
+    /// task when room frees (the slave asks, and starts it only once the start is
+    /// committed). 0: no slave queues.
+    #[arg(long, default_value_t = 4, value_name = "TASKS")]
     pub queue_depth: u32,
     /// Silence after which the leader declares a slave down, ms.
     #[arg(long, default_value_t = 5000)]

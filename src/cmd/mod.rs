@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod batch;
 pub mod bench_e2e;
 pub mod bench_placement;
 pub mod bench_raft;
@@ -17,6 +18,9 @@ pub mod sim;
 pub mod slave;
 pub mod table;
 pub mod up;
+pub mod up_batch;
+mod up_forward;
+mod up_steal;
 
 use std::process::ExitCode;
 

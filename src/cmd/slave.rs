@@ -57,12 +57,21 @@ pub struct Args {
     /// engine is always there.
     #[arg(long, value_name = "FILE")]
     pub engines: Option<PathBuf>,
-    /// Profile every engine at start (within --profile-budget) and persist the selection
-    /// table in the data dir; without it the last persisted table is used.
-    #[arg(long)]
+    /// No-op, kept for older scripts: every slave profiles its engines by default (see
+    /// --no-profile).
+    #[arg(long, conflicts_with = "no_profile")]
     pub profile: bool,
+    /// Do not profile the engines: use the selection table persisted in the data dir, if
+    /// any. By default a slave profiles at first start (in the background, within
+    /// --profile-budget), persists the table and reuses it on restart while its engines
+    /// file is unchanged.
+    #[arg(long)]
+    pub no_profile: bool,
+    /// Profile again at this start even though the persisted table matches the engines file.
+    #[arg(long, conflicts_with = "no_profile")]
+    pub reprofile: bool,
     /// Wall-clock budget of the start-up profile.
-    #[arg(long, default_value = "10s", value_parser = super::programs::parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = super::programs::parse_duration)]
     pub profile_budget: std::time::Duration,
     /// Deadline of one plug-in call; a late or failed plug-in call falls back to the CPU.
     #[arg(long, default_value = "60s", value_parser = super::programs::parse_duration)]
@@ -169,7 +178,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let engine_opts = hetsched_slave::EngineOptions {
         engines,
-        profile: a.profile,
+        profile: !a.no_profile,
+        reprofile: a.reprofile,
         profile_budget: a.profile_budget,
         call_timeout: a.call_timeout,
         forward: hetsched_slave::forward::ForwardOptions {

@@ -2,7 +2,8 @@
 //!
 //! Starts `--masters` masters and `--slaves` slaves of this same binary on free loopback
 //! ports (logs in the data dir), waits for a leader and for every slave, submits a small demo
-//! workload, shows a live progress line on stderr, and prints a summary. Ctrl-C or SIGTERM
+//! workload (ending with a job that queues on the slaves so that one steals from another,
+//! `up_steal`), shows a live progress line on stderr, and prints a summary. Ctrl-C or SIGTERM
 //! (or the end of the demo) stops every child: SIGTERM, then SIGKILL after a grace period.
 //! With `--netns` each process runs in its own network namespace on a private bridge
 //! (`hetsched::local::netns`), removed at the end.
@@ -127,7 +128,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
 
     // The last slave offers two emulated GPUs so the demo's shared-GPU job has a home; they
-    // are also its GPU engine (emulated, gemm 8× the CPU kernel) for the demo program.
+    // are also its GPU engine (emulated, gemm 8× the CPU kernel) for the demo program. Every
+    // slave profiles its engines at start (the default), so each has a selection table.
     let engines_file = dir.join("engines.toml");
     std::fs::write(&engines_file, DEMO_ENGINES)
         .with_context(|| format!("cannot write {}", engines_file.display()))?;
@@ -137,13 +139,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             mem_mib: 2048,
             gpus: if s == a.slaves { 2 } else { 0 },
             extra_args: if s == a.slaves {
-                vec![
-                    "--engines".into(),
-                    engines_file.display().to_string(),
-                    "--profile".into(),
-                    "--profile-budget".into(),
-                    "3s".into(),
-                ]
+                vec!["--engines".into(), engines_file.display().to_string()]
             } else {
                 Vec::new()
             },
@@ -252,9 +248,16 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         eprintln!("  press Ctrl-C to stop");
         std::future::pending::<()>().await;
     }
+    // S2: the demo batch goes first, so that it is planned on free cores.
+    let demo_batch = super::up_batch::submit(addrs, a.slaves as usize).await?;
     let mut jobs: Vec<(JobId, String)> = Vec::new();
     let mut specs = demo_jobs();
     specs.push(demo_program(&format!("slave-{}", a.slaves)));
+    if a.slaves >= 2 {
+        // A real forwarded call: from the CPU-only first slave to the GPU slave.
+        super::up_forward::wait_for_profiles(addrs, Duration::from_secs(30)).await;
+        specs.push(super::up_forward::program("slave-1"));
+    }
     for spec in specs {
         let name = spec.name.clone();
         let req = ClientRequest::Submit {
@@ -303,6 +306,14 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
             bail!("the demo did not finish within {limit:?}");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // S0.3–4: a job that queues on the slaves, so that one steals from another.
+    let steal_job = if a.slaves > 1 {
+        let job = super::up_steal::submit(addrs, 2000).await?;
+        super::up_steal::wait(addrs, job, start, limit).await?;
+        Some(job)
+    } else {
+        None
     };
     // Summary: every job, and whether every master holds the same state.
     let listed = match call(
@@ -356,6 +367,11 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         }
     }
     show_program_calls(addrs, &listed).await;
+    super::up_batch::show(addrs, demo_batch).await;
+    if let Some(job) = steal_job {
+        super::up_steal::show(addrs, job).await;
+    }
+    super::up_forward::show(addrs, &listed).await;
     let mut hashes = Vec::new();
     for addr in addrs {
         let deadline = Instant::now() + Duration::from_secs(5);

@@ -24,6 +24,29 @@ pub enum ClientRequest {
         #[serde(default)]
         allow_unplaceable: bool,
     },
+    /// S2: plan a data-local batch against the live cluster and submit it (one job per
+    /// input job, one task per planned core; idempotent on `request`).
+    SubmitBatch {
+        /// Client request id.
+        request: ClientRequestId,
+        /// The batch.
+        batch: super::batch::BatchSubmit,
+    },
+    /// S2: a batch's planned and actual makespan.
+    Batch {
+        /// As in `Status`.
+        #[serde(default)]
+        stale: bool,
+        /// The batch.
+        batch: u64,
+    },
+    /// S2: cancel every job of a batch.
+    CancelBatch {
+        /// Client request id.
+        request: ClientRequestId,
+        /// The batch.
+        batch: u64,
+    },
     /// Cancel every unfinished task of a job.
     Cancel {
         /// Client request id.
@@ -229,6 +252,10 @@ pub enum ClientResponse {
         /// Its tasks' ids, in index order.
         tasks: Vec<TaskId>,
     },
+    /// S2: a batch was planned and submitted.
+    BatchSubmitted(super::batch::BatchSubmitted),
+    /// S2: one batch.
+    Batch(super::batch::BatchInfo),
     /// Cancellation applied.
     Cancelled {
         /// The job.

@@ -12,16 +12,23 @@
 //! [`crate::wire::Envelope`].
 
 mod admin;
+mod batch;
 mod client;
 mod peer;
 mod slave;
 mod views;
 
 pub use admin::{BugSpec, FaultSpec, LogEntry, LogPage, LogSnapshot};
+pub use batch::{
+    BatchInfo, BatchJobInfo, BatchSubmit, BatchSubmitted, BatchTaskInfo, BlockRef, BLOCKS_ENV,
+};
 pub use client::{ClientRequest, ClientResponse, DryRunTask, ListFilter, LogChunk};
-pub use peer::{ForwardQuery, ForwardTarget, LinkEstimate, PeerReply, PeerRequest};
+pub use peer::{
+    ForwardQuery, ForwardTarget, LinkEstimate, PeerReply, PeerRequest, MAX_FORWARD_ARG_BYTES,
+    MAX_FORWARD_RESULT_BYTES,
+};
 pub use slave::{
-    Assignment, EngineLoad, GpuPool, HeldPhase, HeldTask, ProbeSample, SlaveCommand,
+    Assignment, EngineGrant, EngineLoad, GpuPool, HeldPhase, HeldTask, ProbeSample, SlaveCommand,
     SlaveCommandReply, SlaveRequest, SlaveResponse, TaskReport, CGROUP_LABEL, GPU_POOL_LABEL,
     PROBE_GPU_LABEL, PROBE_MEMBW_LABEL,
 };

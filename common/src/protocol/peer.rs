@@ -5,6 +5,12 @@ use crate::program::{Api, ApiCall, CallRecord};
 use crate::{EngineKind, NodeId};
 use serde::{Deserialize, Serialize};
 
+/// Most argument bytes one forwarded call carries (docs/CONTRACT.md): a `gemm n=1024` call
+/// (8 MiB of matrices) fits, with room under the 16 MiB frame cap.
+pub const MAX_FORWARD_ARG_BYTES: u64 = 12 * 1024 * 1024;
+/// Most result bytes a peer sends back for one forwarded call.
+pub const MAX_FORWARD_RESULT_BYTES: u64 = 12 * 1024 * 1024;
+
 /// A slave's measurement of its link to a peer (from its forwarded calls).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkEstimate {
@@ -34,6 +40,10 @@ pub struct ForwardQuery {
     /// The asker's measured links (peers not listed: the leader's defaults).
     #[serde(default)]
     pub links: Vec<LinkEstimate>,
+    /// Bytes that would cross the link: arguments out and result back (0 from older
+    /// slaves: `arg_bytes` stands in).
+    #[serde(default)]
+    pub transfer_bytes: u64,
 }
 
 /// The leader's answer to a [`ForwardQuery`].
@@ -66,6 +76,11 @@ pub enum PeerRequest {
         call: ApiCall,
         /// Acceptable engine kinds, best first.
         kinds: Vec<EngineKind>,
+        /// The call's argument bytes as the sender's program generated them (at most
+        /// [`MAX_FORWARD_ARG_BYTES`]); empty from older slaves, whose peers regenerate them
+        /// from the seed.
+        #[serde(default, with = "serde_bytes")]
+        args: Vec<u8>,
     },
 }
 
@@ -79,6 +94,10 @@ pub enum PeerReply {
         /// Time from receiving the call to answering, µs (the asker subtracts it from its
         /// round trip to measure the link).
         served_us: u64,
+        /// The result bytes, written back to the caller (at most
+        /// [`MAX_FORWARD_RESULT_BYTES`]; empty from older slaves).
+        #[serde(default, with = "serde_bytes")]
+        result: Vec<u8>,
     },
     /// Not run: no unit of the acceptable kinds is free (or forwarding is off here).
     Refused {

@@ -155,6 +155,10 @@ pub enum SlaveRequest {
         /// from older slaves).
         #[serde(default)]
         engine_load: Vec<EngineLoad>,
+        /// Its links to peers as measured by its forwarded calls (S0.6; `nodes --json`
+        /// shows them on its entry).
+        #[serde(default)]
+        links: Vec<super::LinkEstimate>,
     },
     /// A task's process started.
     TaskStarted {
@@ -281,6 +285,16 @@ pub enum TaskReport {
         /// The GPU task that suffered: the freed cores are held for it until it ends.
         gpu_task: TaskId,
     },
+    /// S0.3: a queued attempt (`Assignment::queued`) the slave has room for by its own view;
+    /// it asks the leader to commit the start (the attempt takes its resources in the
+    /// replicated state) and starts it only once the answer
+    /// ([`SlaveResponse::Promoted`]) names it. Asked again while unanswered.
+    WantsStart {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
 }
 
 /// Master → slave answers.
@@ -300,6 +314,13 @@ pub enum SlaveResponse {
     Ack,
     /// The answer to a [`SlaveRequest::ForwardQuery`]: the peer to send the call to, if any.
     ForwardTarget(Option<ForwardTarget>),
+    /// The answer to a [`SlaveRequest::TaskReports`] that carried `WantsStart` asks: the
+    /// reports are committed (as `Ack`), and these queued attempts hold their resources in
+    /// the replicated state now: the slave may start them.
+    Promoted {
+        /// The (task, attempt) pairs promoted, in the order asked.
+        tasks: Vec<(TaskId, Attempt)>,
+    },
 }
 
 /// One engine kind's load on a slave, as its heartbeat reports it.
@@ -337,6 +358,25 @@ pub struct Assignment {
     /// GPU devices granted (index, thousandths).
     #[serde(default)]
     pub gpus: GpuAlloc,
+    /// S0.3: assigned beyond the node's free resources, to wait in the local queue. The
+    /// slave never starts it on its own: it asks (`TaskReport::WantsStart`) and starts it
+    /// once the leader has committed the start (`SlaveResponse::Promoted`).
+    #[serde(default)]
+    pub queued: bool,
+    /// S0.1–2: the engine unit a program task holds on this node (docs/DESIGN.md, S0.2);
+    /// its calls run there. `None`: a command task, or a program that books none.
+    #[serde(default)]
+    pub engine: Option<EngineGrant>,
+}
+
+/// A booked engine unit: its kind, and for a GPU the device (also in `gpus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineGrant {
+    /// Kind.
+    pub kind: EngineKind,
+    /// The GPU device index (GPUs only).
+    #[serde(default)]
+    pub device: Option<u32>,
 }
 
 /// Master → slave commands.

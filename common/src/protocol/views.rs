@@ -152,7 +152,7 @@ pub struct NodeCounts {
 }
 
 /// One job as listed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobInfo {
     /// Id.
     pub id: JobId,
@@ -171,6 +171,18 @@ pub struct JobInfo {
     pub task_states: BTreeMap<String, u32>,
     /// Leader's clock at submission, ms since the Unix epoch.
     pub submitted_ms: u64,
+    /// S2: the batch the job belongs to (`None`: not a batch job).
+    #[serde(default)]
+    pub batch_id: Option<u64>,
+    /// S2: planned start, seconds after the batch's submission.
+    #[serde(default)]
+    pub planned_start_s: Option<f64>,
+    /// S2: planned finish, seconds after the batch's submission.
+    #[serde(default)]
+    pub planned_finish_s: Option<f64>,
+    /// S2: when its last task ended, seconds after the batch's submission.
+    #[serde(default)]
+    pub actual_finish_s: Option<f64>,
 }
 
 /// One task as listed.
@@ -283,6 +295,11 @@ pub struct NodeInfo {
     /// S3 GPU pool of its GPUs: `single` or `multi` (`None`: no GPUs).
     #[serde(default)]
     pub gpu_pool: Option<String>,
+    /// S0.6: its links to peers as its forwarded calls measured them (round trip, bytes per
+    /// second, smoothed per peer), from its heartbeats to the leader; empty before any
+    /// forwarded call, and in a follower's answer.
+    #[serde(default)]
+    pub links: Vec<super::LinkEstimate>,
 }
 
 /// The probes a slave samples its tasks with: `gpu` `"nvml"` or `"emulated"`, `membw`

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p hetsched-master-core --example plan_vs_lpt -- [SEEDS] [--per-seed]
+//! cargo run --release -p hetsched-master-core --example plan_vs_lpt -- --scale
 //! ```
 //!
 //! Shapes, 20 jobs each, blocks as `GenParams::new` (4–40 per job, 32–256 MB, job speeds
@@ -14,87 +15,16 @@
 //! * `skewed`: as `course`, but one block in ten is 16 times larger (512–4096 MB);
 //! * `one-holder`: as `course`, but every block's only replica is on host 0.
 //!
-//! Prints a markdown table: per shape, over the seeds where the planner's search found a
-//! schedule of its own, the mean of planner / lower bound and of uniform_lpt / lower bound,
-//! the mean and worst planner / uniform_lpt, and on how many seeds the planner's own makespan
-//! is longer than uniform_lpt's (or equal, to 1e-9); then over all seeds the mean of what
-//! `plan` returns (the best of planner and baselines) / lower bound. With `--per-seed`, also
-//! one row per seed of the `course` shape.
+//! (`Shape` in the library.) Prints a markdown table: per shape, the mean and worst of
+//! planner / lower bound, uniform_lpt / lower bound and planner / uniform_lpt, on how many
+//! seeds the planner's own makespan is longer than uniform_lpt's (or equal, to 1e-9), and
+//! the wall time of `plan` (planner and baselines together), mean and max. With
+//! `--per-seed`, also one row per seed of the `course` shape. `--scale` plans large
+//! generated inputs instead and prints their plan times.
 
-use hetsched_common::rng::SplitMix64;
-use hetsched_master_core::plan::makespan::{
-    generate, plan, BatchJob, Block, GenParams, Instance, InstanceError,
-};
+use hetsched_master_core::plan::makespan::{generate, plan, GenParams, Shape};
 use std::process::ExitCode;
-
-/// The shapes measured, by name.
-const SHAPES: [&str; 5] = ["course", "one-host", "10x8", "skewed", "one-holder"];
-
-fn course(seed: u64) -> GenParams {
-    GenParams {
-        cores: (1, 4),
-        replicas: 1,
-        transfer_speed: 500.0,
-        alpha: 0.05,
-        ..GenParams::new(20, 4, seed)
-    }
-}
-
-fn instance(shape: &str, seed: u64) -> Result<Instance, InstanceError> {
-    match shape {
-        "one-host" => generate(&GenParams {
-            hosts: 1,
-            cores: (2, 8),
-            ..course(seed)
-        }),
-        "10x8" => generate(&GenParams {
-            hosts: 10,
-            cores: (8, 8),
-            ..course(seed)
-        }),
-        "skewed" => {
-            let base = generate(&course(seed))?;
-            let mut rng = SplitMix64::new(seed ^ 0x5EED);
-            let jobs = map_blocks(&base, |b| Block {
-                size: if rng.below(10) == 0 {
-                    b.size * 16.0
-                } else {
-                    b.size
-                },
-                replicas: b.replicas.clone(),
-            });
-            rebuild(&base, jobs)
-        }
-        "one-holder" => {
-            let base = generate(&course(seed))?;
-            let jobs = map_blocks(&base, |b| Block {
-                size: b.size,
-                replicas: vec![0],
-            });
-            rebuild(&base, jobs)
-        }
-        _ => generate(&course(seed)),
-    }
-}
-
-fn map_blocks(inst: &Instance, mut f: impl FnMut(&Block) -> Block) -> Vec<BatchJob> {
-    inst.jobs()
-        .iter()
-        .map(|j| BatchJob {
-            speed: j.speed,
-            blocks: j.blocks.iter().map(&mut f).collect(),
-        })
-        .collect()
-}
-
-fn rebuild(base: &Instance, jobs: Vec<BatchJob>) -> Result<Instance, InstanceError> {
-    Instance::new(
-        base.cores_per_host().to_vec(),
-        base.transfer_speed(),
-        base.alpha(),
-        jobs,
-    )
-}
+use std::time::Instant;
 
 /// One seed's result.
 struct Row {
@@ -103,25 +33,39 @@ struct Row {
     /// The planner's own makespan, if its search found a schedule.
     planner: Option<f64>,
     uniform_lpt: f64,
-    /// What `plan` returns: the best of the planner and every baseline.
-    chosen: f64,
+    /// Wall time of `plan` (planner and baselines), seconds.
+    secs: f64,
 }
 
-fn measure(shape: &str, seed: u64) -> Result<Row, String> {
-    let inst = instance(shape, seed).map_err(|e| format!("{shape} seed {seed}: {e}"))?;
-    let p = plan(&inst).map_err(|e| format!("{shape} seed {seed}: {e}"))?;
+fn measure(shape: Shape, seed: u64) -> Result<Row, String> {
+    let name = shape.name();
+    let inst = shape
+        .instance(seed)
+        .map_err(|e| format!("{name} seed {seed}: {e}"))?;
+    let t0 = Instant::now();
+    let p = plan(&inst).map_err(|e| format!("{name} seed {seed}: {e}"))?;
+    let secs = t0.elapsed().as_secs_f64();
     Ok(Row {
         cores: inst.total_cores(),
         lower: p.lower_bound,
         planner: p.planner_makespan,
         uniform_lpt: p.baselines.uniform_lpt,
-        chosen: p.makespan,
+        secs,
     })
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let per_seed = args.iter().any(|a| a == "--per-seed");
+    if args.iter().any(|a| a == "--scale") {
+        return match scale() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let seeds = match args.iter().find(|a| !a.starts_with("--")) {
         None => 20,
         Some(s) => match s.parse::<u64>() {
@@ -143,25 +87,32 @@ fn main() -> ExitCode {
 
 fn run(seeds: u64, per_seed: bool) -> Result<(), String> {
     println!(
-        "| shape | cores | seeds with a planner schedule | planner / LB | uniform_lpt / LB \
-         | planner / uniform_lpt (mean, worst) | planner loses / ties | chosen / LB (all seeds) |"
+        "| shape | cores | planner / LB (mean, worst) | uniform_lpt / LB (mean, worst) \
+         | planner / uniform_lpt (mean, worst) | planner loses / ties | plan time (mean, max) |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for shape in SHAPES {
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for shape in Shape::ALL {
         let rows = (1..=seeds)
             .map(|s| measure(shape, s))
             .collect::<Result<Vec<_>, _>>()?;
         let (lo_cores, hi_cores) = rows.iter().fold((usize::MAX, 0), |(lo, hi), r| {
             (lo.min(r.cores), hi.max(r.cores))
         });
-        // (lower bound, planner, uniform_lpt) on the seeds where the planner has a schedule.
+        // The planner always has a schedule of its own; a missing one would be a bug.
         let own: Vec<(f64, f64, f64)> = rows
             .iter()
-            .filter_map(|r| r.planner.map(|p| (r.lower, p, r.uniform_lpt)))
-            .collect();
-        let n = own.len().max(1) as f64;
-        let mean = |f: &dyn Fn(&(f64, f64, f64)) -> f64| own.iter().map(f).sum::<f64>() / n;
-        let worst = own.iter().map(|&(_, p, u)| p / u).fold(0.0, f64::max);
+            .map(|r| {
+                r.planner
+                    .map(|p| (r.lower, p, r.uniform_lpt))
+                    .ok_or_else(|| format!("{}: the planner has no schedule", shape.name()))
+            })
+            .collect::<Result<_, _>>()?;
+        let n = own.len() as f64;
+        let stat = |f: &dyn Fn(&(f64, f64, f64)) -> f64| {
+            let mean = own.iter().map(f).sum::<f64>() / n;
+            let worst = own.iter().map(f).fold(0.0, f64::max);
+            format!("{mean:.3}, {worst:.3}")
+        };
         let loses = own
             .iter()
             .filter(|&&(_, p, u)| p > u * (1.0 + 1e-9))
@@ -170,15 +121,14 @@ fn run(seeds: u64, per_seed: bool) -> Result<(), String> {
             .iter()
             .filter(|&&(_, p, u)| (p - u).abs() <= u * 1e-9)
             .count();
-        let chosen = rows.iter().map(|r| r.chosen / r.lower).sum::<f64>() / rows.len() as f64;
+        let mean_ms = rows.iter().map(|r| r.secs).sum::<f64>() / n * 1e3;
+        let max_ms = rows.iter().map(|r| r.secs).fold(0.0, f64::max) * 1e3;
         println!(
-            "| {shape} | {lo_cores}–{hi_cores} | {} / {} | {:.3} | {:.3} | {:.3}, {:.3} | {loses} / {ties} | {chosen:.3} |",
-            own.len(),
-            rows.len(),
-            mean(&|&(lb, p, _)| p / lb),
-            mean(&|&(lb, _, u)| u / lb),
-            mean(&|&(_, p, u)| p / u),
-            worst,
+            "| {} | {lo_cores}–{hi_cores} | {} | {} | {} | {loses} / {ties} | {mean_ms:.0} ms, {max_ms:.0} ms |",
+            shape.name(),
+            stat(&|&(lb, p, _)| p / lb),
+            stat(&|&(lb, _, u)| u / lb),
+            stat(&|&(_, p, u)| p / u),
         );
     }
     if per_seed {
@@ -186,7 +136,7 @@ fn run(seeds: u64, per_seed: bool) -> Result<(), String> {
         println!("| seed | cores | lower bound (s) | planner (s) | uniform_lpt (s) | planner / uniform_lpt |");
         println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
         for seed in 1..=seeds {
-            let r = measure("course", seed)?;
+            let r = measure(Shape::Course, seed)?;
             let (p, ratio) = match r.planner {
                 Some(p) => (format!("{p:.2}"), format!("{:.4}", p / r.uniform_lpt)),
                 None => ("-".into(), "-".into()),
@@ -196,6 +146,28 @@ fn run(seeds: u64, per_seed: bool) -> Result<(), String> {
                 r.cores, r.lower, r.uniform_lpt
             );
         }
+    }
+    Ok(())
+}
+
+/// `--scale`: plan time and quality on large generated inputs (`plan_gen JOBS HOSTS 7`'s
+/// instances: `GenParams::new`, seed 7), to show the planner stays bounded in time.
+fn scale() -> Result<(), String> {
+    println!("| jobs | hosts | cores | planner / LB | uniform_lpt / LB | plan time |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (jobs, hosts) in [(200, 30), (1000, 100), (3000, 300), (10000, 1000)] {
+        let inst = generate(&GenParams::new(jobs, hosts, 7)).map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        let p = plan(&inst).map_err(|e| e.to_string())?;
+        let secs = t0.elapsed().as_secs_f64();
+        let own = p.planner_makespan.ok_or("the planner has no schedule")?;
+        println!(
+            "| {jobs} | {hosts} | {} | {:.3} | {:.3} | {:.0} ms |",
+            inst.total_cores(),
+            own / p.lower_bound,
+            p.baselines.uniform_lpt / p.lower_bound,
+            secs * 1e3
+        );
     }
     Ok(())
 }

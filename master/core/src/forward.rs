@@ -28,9 +28,10 @@ pub const DEFAULT_BYTES_PER_S: u64 = 125_000_000;
 /// Round trip assumed for a link the asker has not measured, µs.
 pub const DEFAULT_RTT_US: u64 = 1_000;
 
-/// The forwarding cost of one call, µs: `arg_bytes / bandwidth + round trip + queue wait`
-/// (docs/DESIGN.md §S0 decision). A link without a measured bandwidth or round trip takes the
-/// defaults above. Saturates instead of overflowing.
+/// The forwarding cost of one call, µs: `bytes / bandwidth + round trip + queue wait`, where
+/// `bytes` are the arguments sent and the result written back (docs/DESIGN.md §S0 decision).
+/// A link without a measured bandwidth or round trip takes the defaults above (the asker
+/// measures both from its forwarded calls). Saturates instead of overflowing.
 pub fn forward_cost(arg_bytes: u64, link: Option<&LinkEstimate>, queue_wait_us: u64) -> u64 {
     let bytes_per_s = link
         .map(|l| l.bytes_per_s)
@@ -114,7 +115,13 @@ pub fn choose(q: &ForwardQuery, candidates: &[Candidate<'_>]) -> Option<ForwardT
                 (None, EngineKind::Cpu) => 0,
                 (None, _) => continue,
             };
-            let cost_us = forward_cost(q.arg_bytes, link, queue_wait_us(l, exec_us));
+            // Arguments out and the result back cross the link (older askers: arguments).
+            let bytes = if q.transfer_bytes > 0 {
+                q.transfer_bytes
+            } else {
+                q.arg_bytes
+            };
+            let cost_us = forward_cost(bytes, link, queue_wait_us(l, exec_us));
             let key = (exec_us.saturating_add(cost_us), rank, c.node);
             if best.as_ref().is_none_or(|(k, _)| key < *k) {
                 best = Some((
@@ -251,6 +258,7 @@ mod tests {
             kinds: vec![EngineKind::Gpu, EngineKind::Npu],
             exclude: vec![],
             links: vec![],
+            transfer_bytes: 0,
         };
         let all = [
             cand(2, Some(gpu_load), gpu_table),

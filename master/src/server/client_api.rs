@@ -22,6 +22,8 @@ impl Master {
         if matches!(
             req,
             ClientRequest::Submit { .. }
+                | ClientRequest::SubmitBatch { .. }
+                | ClientRequest::CancelBatch { .. }
                 | ClientRequest::Cancel { .. }
                 | ClientRequest::CancelTask { .. }
                 | ClientRequest::Drain { .. }
@@ -37,6 +39,9 @@ impl Master {
                 allow_unplaceable,
             } => self.submit(request, spec, allow_unplaceable).await,
             R::Cancel { request, job } => self.cancel_job(request, job).await,
+            R::SubmitBatch { request, batch } => self.submit_batch(request, batch).await,
+            R::Batch { stale, batch } => self.batch(stale, batch).await,
+            R::CancelBatch { request, batch } => self.cancel_batch(request, batch).await,
             R::CancelTask { request, task } => self.cancel_task(request, task).await,
             R::Drain {
                 request,

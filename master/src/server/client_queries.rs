@@ -72,7 +72,14 @@ impl Master {
         self.read_barrier(stale).await?;
         let s = self.shared.read_state();
         Ok(ClientResponse::Nodes(
-            s.nodes().values().map(|n| s.node_info(n)).collect(),
+            s.nodes()
+                .values()
+                .map(|n| {
+                    let mut info = s.node_info(n);
+                    info.links = self.engine_loads.links_of(n.id);
+                    info
+                })
+                .collect(),
         ))
     }
 

@@ -1,8 +1,9 @@
-//! S0.6 on the leader: the engine load the slaves' heartbeats report (kept in memory, never
-//! logged, like liveness) and the answer to a slave's `ForwardQuery`, decided by the pure
-//! [`hetsched_master_core::forward::choose`].
+//! S0.6 on the leader: the engine load and the measured links the slaves' heartbeats report
+//! (kept in memory, never logged, like liveness) and the answer to a slave's `ForwardQuery`,
+//! decided by the pure [`hetsched_master_core::forward::choose`]. `nodes --json` shows each
+//! slave's links on its entry.
 
-use hetsched_common::protocol::{EngineLoad, ForwardQuery, ForwardTarget};
+use hetsched_common::protocol::{EngineLoad, ForwardQuery, ForwardTarget, LinkEstimate};
 use hetsched_common::NodeId;
 use hetsched_master_core::forward::{choose, Candidate};
 use hetsched_master_core::state::{ClusterState, NodeLiveness};
@@ -18,6 +19,8 @@ const LOAD_FRESH_FOR: Duration = Duration::from_secs(3);
 #[derive(Debug, Default)]
 pub struct EngineLoads {
     by_node: Mutex<HashMap<NodeId, (Instant, Vec<EngineLoad>)>>,
+    /// Each slave's links as it last reported them (kept until it reports again).
+    links: Mutex<HashMap<NodeId, Vec<LinkEstimate>>>,
 }
 
 impl EngineLoads {
@@ -34,6 +37,30 @@ impl EngineLoads {
             return;
         }
         self.lock().insert(node, (Instant::now(), load));
+    }
+
+    /// Records a heartbeat's links (an empty report, before any forwarded call or from an
+    /// older slave, keeps what was known).
+    pub fn record_links(&self, node: NodeId, links: Vec<LinkEstimate>) {
+        if links.is_empty() {
+            return;
+        }
+        let mut m = match self.links.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        m.insert(node, links);
+    }
+
+    /// `node`'s links as last reported, by peer id.
+    pub fn links_of(&self, node: NodeId) -> Vec<LinkEstimate> {
+        let m = match self.links.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let mut v = m.get(&node).cloned().unwrap_or_default();
+        v.sort_by_key(|l| l.node);
+        v
     }
 
     /// Answers a query from the applied state and the fresh load reports. The chosen
@@ -56,7 +83,14 @@ impl EngineLoads {
                 table: s.profiles().get(&n.id).map(|p| &p.table),
             })
             .collect();
-        let target = choose(q, &candidates);
+        // Links the query does not carry come from the asker's heartbeats.
+        let mut q = q.clone();
+        for l in self.links_of(q.node) {
+            if !q.links.iter().any(|x| x.node == l.node) {
+                q.links.push(l);
+            }
+        }
+        let target = choose(&q, &candidates);
         drop(candidates);
         let target = target?;
         if let Some(l) = loads

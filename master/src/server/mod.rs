@@ -12,6 +12,7 @@
 //! `forward_query` answers S0.6 forwarding queries, `http` serves metrics, the API and the UI.
 
 mod admin;
+mod batch;
 mod boot;
 mod client_api;
 mod client_queries;

@@ -45,7 +45,11 @@ impl Master {
                 held,
                 samples,
                 engine_load,
-            } => self.heartbeat(node, held, samples, engine_load).await,
+                links,
+            } => {
+                self.engine_loads.record_links(node, links);
+                self.heartbeat(node, held, samples, engine_load).await
+            }
             S::TaskStarted {
                 node,
                 task,
@@ -291,6 +295,25 @@ impl Master {
                 }
             }
         }
+        // S0.3: asks to start queued tasks go last, after the ends that free their room.
+        let (asks, mut reports): (Vec<_>, Vec<_>) = reports
+            .into_iter()
+            .partition(|r| matches!(r, TaskReport::WantsStart { .. }));
+        let asks: Vec<(TaskId, Attempt)> = asks
+            .into_iter()
+            .filter_map(|r| match r {
+                TaskReport::WantsStart { task, attempt } => Some((task, attempt)),
+                _ => None,
+            })
+            .collect();
+        // Asks the leader cannot grant now (and asks already granted) add nothing to the
+        // log: the answer comes from the state.
+        if !asks.is_empty() && (!reports.is_empty() || self.promotable(node, &asks)) {
+            reports.extend(
+                asks.iter()
+                    .map(|&(task, attempt)| TaskReport::WantsStart { task, attempt }),
+            );
+        }
         // One entry for the whole batch; stale reports in it are ignored at apply.
         if !reports.is_empty() {
             self.propose(Command::TaskReports { node, reports }, None)
@@ -300,7 +323,19 @@ impl Master {
         for (task, attempt) in finishing {
             task_outcome_metric(&s, task, attempt);
         }
-        Ok(SlaveResponse::Ack)
+        if asks.is_empty() {
+            return Ok(SlaveResponse::Ack);
+        }
+        let tasks = s.promoted(node, &asks);
+        if !tasks.is_empty() {
+            metrics::counter!("hetsched_master_promotions_total").increment(tasks.len() as u64);
+        }
+        Ok(SlaveResponse::Promoted { tasks })
+    }
+
+    /// S0.3: whether committing these asks of `node` would promote a queued task now.
+    fn promotable(&self, node: NodeId, asks: &[(TaskId, Attempt)]) -> bool {
+        self.shared.read_state().promotable(node, asks)
     }
 
     /// Whether `task` has ended for good (or is unknown): its outcome was counted already.

@@ -62,6 +62,7 @@ impl Agent {
         exit_code: i32,
         reason: Option<TaskReason>,
     ) {
+        self.release_gpus(task, attempt);
         if !self.queue.finished(task, attempt, exit_code) {
             tracing::debug!(task = %task, attempt, exit_code, "exit of a superseded or unknown attempt");
             return;

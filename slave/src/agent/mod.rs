@@ -31,11 +31,14 @@
 //! - `assign` — a master's `Assign` and `ReleaseQueued`;
 //! - `stop` — a master's `StopTask` and the stop line to a running attempt;
 //! - `start` — the pump that starts what the queue lets start (processes and programs);
+//! - `promote` — S0.3: asking the leader to start queued tasks, and its answer;
 //! - `watched` — one supervised attempt watched, stopped and collected;
 //! - `finish` — an exit recorded and reported, and forgotten once acknowledged.
 
 mod assign;
 mod finish;
+mod gpu_holds;
+mod promote;
 mod restore;
 mod start;
 mod stop;
@@ -138,6 +141,17 @@ pub enum AgentMsg {
         /// Where the answer goes.
         reply: oneshot::Sender<bool>,
     },
+    /// S0.3: the queued attempts to ask the leader to start now (the link asks again with
+    /// each heartbeat).
+    Asks {
+        /// Where the answer goes.
+        reply: oneshot::Sender<Vec<(TaskId, Attempt)>>,
+    },
+    /// S0.3: the leader committed the start of these queued attempts.
+    Promoted {
+        /// The attempts.
+        tasks: Vec<(TaskId, Attempt)>,
+    },
 }
 
 /// A running attempt as the probes see it.
@@ -185,6 +199,13 @@ pub enum Report {
         /// The GPU task that suffered.
         gpu_task: TaskId,
     },
+    /// S0.3: asks the leader to start a queued attempt (see `promote`).
+    WantsStart {
+        /// Task.
+        task: TaskId,
+        /// Attempt.
+        attempt: Attempt,
+    },
 }
 
 /// What the agent needs to run API-program tasks (S0) in-process.
@@ -208,6 +229,10 @@ pub struct Agent {
     mailbox: mpsc::UnboundedSender<AgentMsg>,
     reports: mpsc::UnboundedSender<Report>,
     programs: Option<ProgramHooks>,
+    asked: promote::Asked,
+    /// S0.2: the GPU engine units each running command task's granted devices take out of
+    /// the program pool (`gpu_holds.rs`).
+    gpu_holds: HashMap<(TaskId, Attempt), crate::engine::held::HeldUnits>,
 }
 
 impl Agent {
@@ -227,10 +252,12 @@ impl Agent {
             self.watch(w);
         }
         self.pump().await;
+        self.ask_to_start();
         self.gauges();
         while let Some(msg) = inbox.recv().await {
             self.handle(msg).await;
             self.pump().await;
+            self.ask_to_start();
             self.gauges();
         }
     }
@@ -286,6 +313,10 @@ impl Agent {
             AgentMsg::WantsWork { reply } => {
                 let _ = reply.send(self.queue.wants_work());
             }
+            AgentMsg::Asks { reply } => {
+                let _ = reply.send(self.queue.asks());
+            }
+            AgentMsg::Promoted { tasks } => self.promoted(&tasks),
         }
     }
 

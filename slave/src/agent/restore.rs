@@ -108,6 +108,8 @@ impl Agent {
             mailbox,
             reports,
             programs: None,
+            asked: Default::default(),
+            gpu_holds: HashMap::new(),
         })
     }
 }

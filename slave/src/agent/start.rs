@@ -47,6 +47,7 @@ impl Agent {
                         // records itself there: a restart finds it all the same.
                         tracing::error!(task = %task, attempt, error = %e, "cannot persist running state");
                     }
+                    self.hold_gpus(&a);
                     metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
                     tracing::info!(task = %task, attempt, supervisor = pid, command = ?a.command, "task started");
                     let _ = self.reports.send(Report::Started { task, attempt });

@@ -1,6 +1,8 @@
 //! Built-in CPU kernels (S0): real computation on deterministic data from a seed. Every API
 //! has one; an emulated engine runs it too and models its own time. A call's **digest** is
-//! the SHA-256 of its output bytes, so equal digests mean equal results.
+//! the SHA-256 of its output bytes, so equal digests mean equal results. The argument bytes
+//! ([`inputs`]) and the computation on them ([`compute`]) are apart, so that a forwarded
+//! call carries its arguments to the peer (S0.6).
 //!
 //! - `gemm(n, seed)`: C = A·B for n×n f32 matrices with entries in [-1, 1); output C,
 //!   row-major little-endian f32 (i-k-j loop, fixed summation order: deterministic).
@@ -16,13 +18,76 @@ use std::io::Write;
 
 /// Runs `call` on the CPU and returns its output.
 pub fn run(call: &ApiCall) -> Vec<u8> {
-    let (size, seed) = (call.size(), call.seed());
+    // The arguments always have the length `compute` expects.
+    compute(call, &inputs(call)).unwrap_or_default()
+}
+
+/// The call's argument bytes, generated from its seed: what a program hands the API, and
+/// what a forwarded call sends to the peer (S0.6). gemm: A then B, row-major little-endian
+/// f32 (8·n² bytes); sort: the items, little-endian u64; sha256: the bytes; compress: the
+/// text.
+pub fn inputs(call: &ApiCall) -> Vec<u8> {
+    let (size, seed) = (call.size() as usize, call.seed());
     match call.api {
-        Api::Gemm => gemm(size as usize, seed),
-        Api::Sort => sort(size as usize, seed),
-        Api::Sha256 => sha256(size as usize, seed),
-        Api::Compress => compress(size as usize, seed),
+        Api::Gemm => {
+            let mut rng = SplitMix64::new(seed);
+            let a = matrix(&mut rng, size);
+            let b = matrix(&mut rng, size);
+            a.iter().chain(&b).flat_map(|x| x.to_le_bytes()).collect()
+        }
+        Api::Sort => {
+            let mut rng = SplitMix64::new(seed);
+            (0..size)
+                .flat_map(|_| rng.next_u64().to_le_bytes())
+                .collect()
+        }
+        Api::Sha256 => random_bytes(size, seed),
+        Api::Compress => text(size, seed),
     }
+}
+
+/// Bytes of `call`'s arguments (the length [`inputs`] returns).
+pub fn input_len(call: &ApiCall) -> u64 {
+    let size = call.size();
+    match call.api {
+        Api::Gemm => size.saturating_mul(size).saturating_mul(8),
+        Api::Sort => size.saturating_mul(8),
+        Api::Sha256 | Api::Compress => size,
+    }
+}
+
+/// Runs `call`'s API on the argument bytes `args` (a peer's, for a forwarded call); an
+/// error when they are not the length the call's size implies.
+pub fn compute(call: &ApiCall, args: &[u8]) -> Result<Vec<u8>, String> {
+    let want = input_len(call);
+    if args.len() as u64 != want {
+        return Err(format!(
+            "{} arguments are {} bytes, the call's size needs {want}",
+            call.api,
+            args.len()
+        ));
+    }
+    let size = call.size() as usize;
+    Ok(match call.api {
+        Api::Gemm => {
+            let f: Vec<f32> = args
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            let (a, b) = f.split_at(size * size);
+            gemm_of(size, a, b)
+        }
+        Api::Sort => {
+            let mut v: Vec<u64> = args
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect();
+            v.sort_unstable();
+            v.iter().flat_map(|x| x.to_le_bytes()).collect()
+        }
+        Api::Sha256 => Sha256::digest(args).to_vec(),
+        Api::Compress => deflate(args),
+    })
 }
 
 /// Hex SHA-256 of `bytes`: a call's digest.
@@ -37,10 +102,7 @@ fn matrix(rng: &mut SplitMix64, n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn gemm(n: usize, seed: u64) -> Vec<u8> {
-    let mut rng = SplitMix64::new(seed);
-    let a = matrix(&mut rng, n);
-    let b = matrix(&mut rng, n);
+fn gemm_of(n: usize, a: &[f32], b: &[f32]) -> Vec<u8> {
     let mut c = vec![0f32; n * n];
     for i in 0..n {
         let row = &mut c[i * n..(i + 1) * n];
@@ -55,13 +117,6 @@ fn gemm(n: usize, seed: u64) -> Vec<u8> {
     c.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn sort(items: usize, seed: u64) -> Vec<u8> {
-    let mut rng = SplitMix64::new(seed);
-    let mut v: Vec<u64> = (0..items).map(|_| rng.next_u64()).collect();
-    v.sort_unstable();
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
 fn random_bytes(bytes: usize, seed: u64) -> Vec<u8> {
     let mut rng = SplitMix64::new(seed);
     let mut out = Vec::with_capacity(bytes + 8);
@@ -70,10 +125,6 @@ fn random_bytes(bytes: usize, seed: u64) -> Vec<u8> {
     }
     out.truncate(bytes);
     out
-}
-
-fn sha256(bytes: usize, seed: u64) -> Vec<u8> {
-    Sha256::digest(random_bytes(bytes, seed)).to_vec()
 }
 
 const WORDS: [&str; 16] = [
@@ -92,14 +143,13 @@ fn text(bytes: usize, seed: u64) -> Vec<u8> {
     out
 }
 
-fn compress(bytes: usize, seed: u64) -> Vec<u8> {
-    let data = text(bytes, seed);
+fn deflate(data: &[u8]) -> Vec<u8> {
     let mut enc = flate2::write::ZlibEncoder::new(
-        Vec::with_capacity(bytes / 3 + 64),
+        Vec::with_capacity(data.len() / 3 + 64),
         flate2::Compression::new(6),
     );
     // Writing into a Vec cannot fail.
-    let _ = enc.write_all(&data);
+    let _ = enc.write_all(data);
     enc.finish().unwrap_or_default()
 }
 
@@ -178,6 +228,21 @@ mod tests {
         std::io::Read::read_to_end(&mut flate2::read::ZlibDecoder::new(&z[..]), &mut back)
             .expect("inflates");
         assert_eq!(back, text(100_000, 2));
+    }
+
+    #[test]
+    fn computing_on_the_argument_bytes_gives_the_same_result() {
+        for api in Api::ALL {
+            let call = ApiCall::new(api, if api == Api::Gemm { 16 } else { 4096 }, 3);
+            let args = inputs(&call);
+            assert_eq!(args.len() as u64, input_len(&call), "{api}");
+            assert_eq!(
+                compute(&call, &args).expect("computes"),
+                run(&call),
+                "{api}"
+            );
+            assert!(compute(&call, &args[1..]).is_err(), "{api}: wrong length");
+        }
     }
 
     #[test]

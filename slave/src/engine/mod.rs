@@ -12,6 +12,7 @@
 //! with the CPU kernel and holds the engine for the modelled time (CPU time / speed);
 //! everything it produces is labelled emulated.
 
+pub mod held;
 pub mod kernels;
 pub mod plugin;
 pub mod profile;
@@ -385,12 +386,19 @@ pub struct EngineUnit<'a> {
 
 impl Drop for EngineUnit<'_> {
     fn drop(&mut self) {
-        let mut free = self.set.lock();
-        if let Some(n) = free.get_mut(&self.kind) {
+        self.set.give_back(self.kind);
+    }
+}
+
+impl EngineSet {
+    /// One unit of `kind` back in the pool.
+    fn give_back(&self, kind: EngineKind) {
+        let mut free = self.lock();
+        if let Some(n) = free.get_mut(&kind) {
             *n += 1;
         }
         drop(free);
-        self.set.freed.notify_all();
+        self.freed.notify_all();
     }
 }
 

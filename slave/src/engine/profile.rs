@@ -154,6 +154,35 @@ pub fn save(table: &SelectionTable, path: &Path) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// The hash of an engines file as parsed (FNV-1a 64 of its canonical form, hex): a
+/// persisted table is reused only while it matches.
+pub fn engines_hash(file: &super::EnginesFile) -> String {
+    let text = format!("engines-v1 {file:?}");
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Where a slave keeps the engines hash its table was profiled for.
+fn hash_path(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.join("selection-table.engines-hash")
+}
+
+/// Persists the engines hash of the table just saved.
+pub fn save_hash(data_dir: &Path, hash: &str) -> std::io::Result<()> {
+    std::fs::write(hash_path(data_dir), hash)
+}
+
+/// The engines hash the persisted table was profiled for, if recorded.
+pub fn load_hash(data_dir: &Path) -> Option<String> {
+    std::fs::read_to_string(hash_path(data_dir))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
 /// Loads a persisted table; `None` when absent or unreadable (logged).
 pub fn load(path: &Path) -> Option<SelectionTable> {
     let bytes = std::fs::read(path).ok()?;
@@ -171,6 +200,23 @@ mod tests {
     use super::*;
     use crate::engine::EnginesFile;
     use hetsched_common::EngineKind;
+
+    #[test]
+    fn the_engines_hash_follows_the_file_and_is_kept_beside_the_table() {
+        let gpu = "[[engine]]\nkind = \"gpu\"\nemulated = true\nspeed = { gemm = 8.0 }\n";
+        let faster = "[[engine]]\nkind = \"gpu\"\nemulated = true\nspeed = { gemm = 9.0 }\n";
+        let a = engines_hash(&EnginesFile::parse(gpu, "e.toml").expect("parses"));
+        let again = engines_hash(&EnginesFile::parse(gpu, "e.toml").expect("parses"));
+        let b = engines_hash(&EnginesFile::parse(faster, "e.toml").expect("parses"));
+        let none = engines_hash(&EnginesFile::default());
+        assert_eq!(a, again, "same file, same hash");
+        assert_ne!(a, b, "a changed engine changes the hash");
+        assert_ne!(a, none);
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(load_hash(dir.path()), None);
+        save_hash(dir.path(), &a).expect("save");
+        assert_eq!(load_hash(dir.path()), Some(a));
+    }
 
     #[test]
     fn profile_ranks_a_fast_emulated_engine_first_and_stays_in_budget() {

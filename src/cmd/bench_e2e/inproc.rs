@@ -41,6 +41,9 @@ pub(super) fn lock(seen: &SeenRef) -> std::sync::MutexGuard<'_, Seen> {
 struct InProcSlave {
     reports: mpsc::UnboundedSender<(TaskId, Attempt)>,
     held: Arc<Mutex<BTreeMap<(TaskId, Attempt), ()>>>,
+    /// S0.3: queued assignments waiting for the leader's promotion (asked with every
+    /// delivery; started once promoted, as a real slave does).
+    waiting: Mutex<Vec<(TaskId, Attempt)>>,
     seen: SeenRef,
 }
 
@@ -54,13 +57,50 @@ impl InProcSlave {
             };
             held.insert((a.task, a.attempt), ()).is_none()
         };
+        if new && a.queued {
+            let mut w = match self.waiting.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            w.push((a.task, a.attempt));
+            return;
+        }
         if new {
+            self.start(a.task, a.attempt);
+        }
+    }
+
+    /// Runs (task, attempt): recorded, then reported started and finished.
+    fn start(&self, task: TaskId, attempt: Attempt) {
+        {
             let now = Instant::now();
             let mut s = lock(&self.seen);
-            s.running.entry(a.task).or_insert(now);
+            s.running.entry(task).or_insert(now);
             s.last_placed = Some(now);
             drop(s);
-            let _ = self.reports.send((a.task, a.attempt));
+            let _ = self.reports.send((task, attempt));
+        }
+    }
+
+    /// The queued attempts to ask the leader to start.
+    fn asks(&self) -> Vec<(TaskId, Attempt)> {
+        match self.waiting.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// The leader promoted these: they start.
+    fn promoted(&self, tasks: &[(TaskId, Attempt)]) {
+        {
+            let mut w = match self.waiting.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            w.retain(|t| !tasks.contains(t));
+        }
+        for &(task, attempt) in tasks {
+            self.start(task, attempt);
         }
     }
 }
@@ -79,6 +119,7 @@ pub(super) async fn start_in_process_slave(
     let slave = Arc::new(InProcSlave {
         reports: tx,
         held: Arc::new(Mutex::new(BTreeMap::new())),
+        waiting: Mutex::new(Vec::new()),
         seen: seen.clone(),
     });
     let s = slave.clone();
@@ -174,6 +215,10 @@ async fn slave_link(
         while let Ok(r) = rx.try_recv() {
             queue.push(r);
         }
+        if queue.is_empty() && !slave.asks().is_empty() {
+            // Nothing to report, but queued tasks to ask for (as a heartbeat would).
+            deliver(&mut client, &slave, n, &[]).await;
+        }
         let mut failed = Vec::new();
         for chunk in std::mem::take(&mut queue).chunks(2048) {
             if !deliver(&mut client, &slave, n, chunk).await {
@@ -196,11 +241,16 @@ fn held_now(slave: &InProcSlave) -> Vec<HeldTask> {
         Ok(g) => g,
         Err(p) => p.into_inner(),
     };
+    let waiting = slave.asks();
     held.keys()
         .map(|&(task, attempt)| HeldTask {
             task,
             attempt,
-            phase: HeldPhase::Running,
+            phase: if waiting.contains(&(task, attempt)) {
+                HeldPhase::Queued
+            } else {
+                HeldPhase::Running
+            },
         })
         .collect()
 }
@@ -217,6 +267,7 @@ async fn heartbeat(
         held: held_now(slave),
         samples: Vec::new(),
         engine_load: Vec::new(),
+        links: Vec::new(),
     });
     *last_beat = Instant::now();
     !matches!(
@@ -236,7 +287,7 @@ async fn deliver(
     node: NodeId,
     tasks: &[(TaskId, Attempt)],
 ) -> bool {
-    let reports = tasks
+    let mut reports: Vec<TaskReport> = tasks
         .iter()
         .flat_map(|&(task, attempt)| {
             [
@@ -250,10 +301,19 @@ async fn deliver(
             ]
         })
         .collect();
+    // S0.3: the room these ends free goes to queued tasks in the same entry.
+    reports.extend(
+        slave
+            .asks()
+            .into_iter()
+            .map(|(task, attempt)| TaskReport::WantsStart { task, attempt }),
+    );
     let msg = Message::Slave(SlaveRequest::TaskReports { node, reports });
-    if let Ok(Message::SlaveReply(SlaveResponse::Ack)) =
-        client.call(msg, Duration::from_secs(30)).await
-    {
+    let reply = client.call(msg, Duration::from_secs(30)).await;
+    if let Ok(Message::SlaveReply(SlaveResponse::Promoted { tasks })) = &reply {
+        slave.promoted(tasks);
+    }
+    if let Ok(Message::SlaveReply(SlaveResponse::Ack | SlaveResponse::Promoted { .. })) = reply {
         if let Ok(mut h) = slave.held.lock() {
             for t in tasks {
                 h.remove(t);

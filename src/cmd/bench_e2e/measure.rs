@@ -79,6 +79,7 @@ pub(super) fn report(
     let dispatch_messages = lock(seen).dispatch_messages;
     Ok(serde_json::json!({
         "tasks": a.tasks,
+        "queue_depth": a.queue_depth,
         "job_size": a.job_size,
         "slaves": a.slaves,
         "masters": a.masters,

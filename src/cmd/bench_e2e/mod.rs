@@ -65,6 +65,10 @@ pub struct E2eArgs {
     /// Data directory (default: a fresh directory under the system's temp dir, removed after).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// The masters' `--queue-depth` (S0.3 slave queues; 0: none). Comparing runs at 0 and
+    /// at the default 4 shows what promotion through the leader adds to submit → running.
+    #[arg(long, default_value_t = 4, value_name = "TASKS")]
+    pub queue_depth: u32,
     /// Print one JSON line.
     #[arg(long)]
     pub json: bool,
@@ -103,7 +107,8 @@ pub fn run(a: E2eArgs) -> anyhow::Result<()> {
             })
             .collect()
     };
-    let mut cluster = LocalCluster::start(&dir, a.masters, &real)?;
+    let master_args = ["--queue-depth".to_string(), a.queue_depth.to_string()];
+    let mut cluster = LocalCluster::start_with(&dir, a.masters, &master_args, &real)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -37,11 +37,16 @@ pub fn submit(masters: &[String], a: SubmitArgs) -> anyhow::Result<()> {
 enum CancelTarget {
     Job(JobId),
     Task(TaskId),
+    /// S2: every job of a batch (`batch-N`).
+    Batch(u64),
 }
 
 fn cancel_target(a: &CancelArgs) -> anyhow::Result<CancelTarget> {
     match (&a.job, a.task) {
         (_, Some(t)) => Ok(CancelTarget::Task(t)),
+        (Some(s), None) if s.trim().starts_with("batch-") => {
+            crate::cmd::batch::parse_batch_id(s).map(CancelTarget::Batch)
+        }
         (Some(s), None) if s.trim().starts_with("task-") => s
             .parse::<TaskId>()
             .map(CancelTarget::Task)
@@ -65,6 +70,14 @@ pub fn cancel(masters: &[String], a: CancelArgs) -> anyhow::Result<()> {
             request: request_id(),
             task,
         },
+        CancelTarget::Batch(batch) => ClientRequest::CancelBatch {
+            request: request_id(),
+            batch,
+        },
+    };
+    let batch = match &req {
+        ClientRequest::CancelBatch { batch, .. } => Some(*batch),
+        _ => None,
     };
     let task = match &req {
         ClientRequest::CancelTask { task, .. } => Some(*task),
@@ -77,11 +90,17 @@ pub fn cancel(masters: &[String], a: CancelArgs) -> anyhow::Result<()> {
                 if let Some(t) = task {
                     v["task_id"] = serde_json::json!(t);
                 }
+                if let Some(b) = batch {
+                    v["batch_id"] = serde_json::json!(b);
+                }
                 crate::cmd::print_json(&v)
             } else {
                 match task {
                     Some(t) if tasks == 0 => println!("{t} had already ended; nothing cancelled"),
                     Some(t) => println!("cancelled {t} of {job}"),
+                    None if batch.is_some() => {
+                        println!("cancelled {tasks} task(s) of batch-{}", batch.unwrap_or(0))
+                    }
                     None => println!("cancelled {tasks} task(s) of {job}"),
                 }
                 Ok(())

@@ -4,7 +4,7 @@
 
 use super::{DutiesConfig, DutiesCore, Effect, Now, Role, MAX_ASSIGNMENTS_PER_MESSAGE};
 use crate::state::ClusterState;
-use hetsched_common::protocol::Assignment;
+use hetsched_common::protocol::{Assignment, EngineGrant};
 use hetsched_common::{Attempt, NodeId, TaskId, TaskState};
 use std::collections::BTreeMap;
 
@@ -78,6 +78,9 @@ impl DutiesCore {
                 continue;
             };
             d.state = DispatchState::InFlight { since: now.mono_ms };
+            // S0.3: still waiting in the node's queue (not promoted): the slave must ask
+            // before it starts it.
+            let queued = node.queued.contains(&task);
             batches
                 .entry(d.node)
                 .or_insert_with(|| (node.addr.clone(), Vec::new()))
@@ -88,9 +91,14 @@ impl DutiesCore {
                     index: t.index,
                     attempt,
                     command: job.spec.command.clone(),
-                    env: job.spec.env.clone(),
+                    env: view.task_env(task, job),
                     resources: job.spec.resources.clone(),
                     gpus: t.gpus.clone(),
+                    queued,
+                    engine: t.booked.map(|b| EngineGrant {
+                        kind: b.kind,
+                        device: b.device,
+                    }),
                 });
         }
         for k in gone {

@@ -68,6 +68,8 @@ pub enum DeadlineKey {
     Drain(NodeId),
     /// An attempt's timeout.
     Timeout(TaskId, Attempt),
+    /// S2: a batch job's re-plan after a planned slave was lost.
+    Replan(hetsched_common::JobId),
 }
 
 /// Everything the duties react to, in the one order the executor delivers them.

@@ -42,6 +42,7 @@ use crate::sched::Scheduler;
 use crate::state::ClusterState;
 use hetsched_common::NodeId;
 
+mod batch;
 mod config;
 mod cpu_search_driver;
 mod dispatch;

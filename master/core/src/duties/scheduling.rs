@@ -85,6 +85,8 @@ impl DutiesCore {
             }
             // New work or freed resources can make a placement possible.
             Outcome::Submitted { .. }
+            | Outcome::BatchSubmitted { .. }
+            | Outcome::BatchReplanned { .. }
             | Outcome::Registered { .. }
             | Outcome::NodeUp { .. }
             | Outcome::NodeDown { .. }

@@ -21,6 +21,7 @@ impl DutiesCore {
         }
         self.check_liveness(now, view, fx);
         self.check_deadlines(now, view, fx);
+        self.replan_batches(view, fx);
         self.schedule(now, view, fx);
         self.dispatch(now, view, fx);
         self.collect_garbage(now, view, fx);

@@ -1,3 +1,4 @@
 //! Planners for batches of jobs.
 
+pub mod batch_submit;
 pub mod makespan;

@@ -27,7 +27,9 @@
 //!
 //! Engine counts per node are a dimension of placement next to the index's resource
 //! classes: CPU engines are whole cores, GPU engines are devices, other kinds are the node's
-//! declared counts. A program task's resources (CPU, memory) still go through the index.
+//! declared counts. Engines are booked (`state::booking`): the load reads the units taken
+//! in the replicated state, whoever took them, so a GPU a command task holds is busy here.
+//! A program task's resources (CPU, memory) and its booked unit go through the index.
 
 use crate::state::ClusterState;
 use hetsched_common::program::EngineTotal;
@@ -78,18 +80,12 @@ pub struct EngineLoad {
     waiting: BTreeMap<EngineKind, u32>,
 }
 
-/// How many engines of `kind` a node with these resources has.
-pub fn engine_count(res: &hetsched_common::NodeResources, kind: EngineKind) -> u32 {
-    match kind {
-        EngineKind::Cpu => (res.cpu_milli / 1000) as u32,
-        EngineKind::Gpu => res.gpu_count(),
-        k => res.engines.get(&k).copied().unwrap_or(0),
-    }
-}
+pub use crate::state::engine_count;
 
 impl EngineLoad {
-    /// The engines of every node taking work, and as busy the program tasks assigned,
-    /// queued or running there with an engine chosen.
+    /// The engines of every node taking work and, as busy, the units booked there or
+    /// otherwise taken (GPUs held by command tasks, cores in use, other engines a job asked
+    /// for), plus the program tasks queued there for a kind (docs/DESIGN.md, S0.2).
     pub fn of(view: &ClusterState) -> Self {
         let mut load = Self::default();
         for n in view.nodes().values().filter(|n| n.takes_work()) {
@@ -97,9 +93,13 @@ impl EngineLoad {
                 let c = engine_count(&n.capacity, k);
                 if c > 0 {
                     load.count.insert((n.id, k), c);
+                    let taken = c.saturating_sub(crate::state::free_units(n, k));
+                    if taken > 0 {
+                        load.busy.insert((n.id, k), taken);
+                    }
                 }
             }
-            for tid in n.tasks.iter().chain(n.queued.iter()) {
+            for tid in n.queued.iter() {
                 if let Some(k) = view.tasks().get(tid).and_then(|t| t.engine) {
                     load.add(n.id, k);
                 }

@@ -16,10 +16,12 @@ mod pipeline;
 pub mod pool_split;
 pub mod pools;
 pub mod preemption;
+#[cfg(test)]
+mod promote_tests;
 pub mod queue;
 pub mod steal;
 #[cfg(test)]
-mod test_log;
+pub(crate) mod test_log;
 
 pub use pipeline::IndexedScheduler;
 

@@ -255,6 +255,20 @@ pub enum Command {
         /// The thief.
         to: NodeId,
     },
+    /// S2: a batch the leader planned against the live cluster: one job per input job,
+    /// one task per planned core, each pinned to its slave with its blocks.
+    SubmitBatch {
+        /// The plan.
+        batch: super::batch::BatchSpec,
+    },
+    /// S2: a planned slave was lost: these pending tasks of a batch job get new pins and
+    /// blocks (the leader re-planned the job's remaining blocks).
+    ReplanBatchJob {
+        /// The job.
+        job: JobId,
+        /// Each task's new pin and blocks.
+        tasks: Vec<(TaskId, super::batch::BatchTask)>,
+    },
 }
 
 /// One placement decision.
@@ -436,6 +450,22 @@ pub enum Outcome {
         from: TaskRef,
         /// The new attempt, if placed on the thief.
         assigned: Option<TaskRef>,
+    },
+    /// S2: a batch was submitted.
+    BatchSubmitted {
+        /// Its id.
+        batch: u64,
+        /// Its jobs, in the input's order.
+        jobs: Vec<JobId>,
+        /// All its tasks.
+        tasks: Vec<TaskId>,
+    },
+    /// S2: pending tasks of a batch job were re-pinned.
+    BatchReplanned {
+        /// The job.
+        job: JobId,
+        /// How many tasks.
+        tasks: u32,
     },
     /// An attempt timed out; its slave must stop it.
     TimedOut {

@@ -47,6 +47,7 @@ impl ClusterState {
                         }
                         self.pending.remove(t);
                     }
+                    self.batch_forget_job(j.id, &j.tasks);
                     jobs += 1;
                 }
             }

@@ -77,6 +77,7 @@ impl ClusterState {
                     compressed: false,
                     engine: None,
                     borrowed: false,
+                    booked: None,
                 },
             );
             self.pending.insert(tid);

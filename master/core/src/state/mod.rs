@@ -5,6 +5,10 @@
 //! "Submitted later" means "a higher log index": ids are handed out in apply order.
 
 mod admin;
+mod batch;
+mod batch_gang;
+mod batch_views;
+mod booking;
 mod codec;
 mod command;
 mod cpu_changes;
@@ -17,12 +21,17 @@ mod listing;
 mod model;
 mod nodes;
 mod plan;
+mod promote;
 mod reports;
 mod requests;
 mod slave_queue;
 mod views;
 
 pub use admin::BenchCounter;
+pub use batch::{
+    Batch, BatchBlock, BatchBook, BatchJob, BatchJobSpec, BatchSpec, BatchTask, Real, TaskBlock,
+};
+pub use booking::{engine_count, free_units, with_unit, Booking};
 pub use command::{Assign, Command, CommandEnvelope, Outcome, Plan, Preemption, TaskRef};
 pub use cpu_changes::{CompressReserve, CpuSearchPhase};
 pub use hash::fnv1a64;
@@ -137,6 +146,9 @@ pub struct ClusterState {
     /// S3.2 class history: each class's best CPU count as last recorded, millicores.
     #[serde(default)]
     cpu_history: BTreeMap<hetsched_common::TaskClass, u64>,
+    /// S2 batches: their jobs' plans, their tasks' pins and blocks.
+    #[serde(default)]
+    batch: BatchBook,
     /// Last applied log index.
     last_index: u64,
     /// Leader's clock of the last applied command.
@@ -359,6 +371,8 @@ impl ClusterState {
                 from,
                 to,
             } => self.steal_task(task, attempt, from, to),
+            Command::SubmitBatch { batch } => self.submit_batch(index, env.at_ms, batch),
+            Command::ReplanBatchJob { job, tasks } => self.replan_batch_job(job, tasks),
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {

@@ -91,6 +91,9 @@ pub struct Task {
     /// S3: the current (or last) attempt was placed on borrowed capacity.
     #[serde(default)]
     pub borrowed: bool,
+    /// S0.2: the engine unit the current attempt holds on its node (docs/DESIGN.md, S0.2).
+    #[serde(default)]
+    pub booked: Option<Booking>,
 }
 
 /// Liveness of a node as committed in the log (heartbeats themselves are not logged).
@@ -149,6 +152,10 @@ pub struct Node {
     /// S0.4: tasks other nodes stole from this node's queue.
     #[serde(default)]
     pub steals_out: u64,
+    /// S0.2: engine units booked by program tasks (running or stopping), by kind; never
+    /// more than the node's engines of that kind.
+    #[serde(default)]
+    pub booked: BTreeMap<EngineKind, u32>,
 }
 
 /// A preempted attempt that has not stopped yet, and what it holds.
@@ -165,6 +172,9 @@ pub struct Stopping {
     /// Its CPU allocation when changed live (`None`: the job's).
     #[serde(default)]
     pub cpu_milli: Option<u64>,
+    /// Its booked engine unit, held until it stops.
+    #[serde(default)]
+    pub booked: Option<Booking>,
 }
 
 /// The partition a job names, `default` when it names none.

@@ -3,7 +3,7 @@
 
 use super::*;
 use hetsched_common::{Attempt, GpuAlloc, JobId, NodeId, TaskId, TaskReason};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 impl ClusterState {
     pub(super) fn register_node(&mut self, registration: Command) -> Outcome {
@@ -70,6 +70,7 @@ impl ClusterState {
                         queued: Vec::new(),
                         steals_in: 0,
                         steals_out: 0,
+                        booked: BTreeMap::new(),
                     },
                 );
                 Outcome::Registered { node: id }
@@ -146,6 +147,8 @@ impl ClusterState {
         if let Some(n) = self.nodes.get_mut(&node) {
             if n.tasks.remove(&task) {
                 n.free.give_back(&req, gpus, &n.capacity);
+                let booked = self.tasks.get_mut(&task).and_then(|t| t.booked.take());
+                self.unbook(node, booked);
                 self.promote_queued(node);
             } else {
                 n.queued.retain(|t| *t != task);

@@ -12,18 +12,17 @@ impl ClusterState {
     /// Nomad's plan applier does): a task no longer pending, a node down or unknown, or
     /// resources no longer free make that assignment stale; the rest apply.
     pub(super) fn apply_plan(&mut self, plan: Plan, at_ms: u64) -> Outcome {
-        let mut accepted = Vec::new();
-        let mut rejected = 0u32;
-        for a in plan.assignments {
-            match self.try_assign(&a, plan.queue_depth, at_ms) {
-                Some(r) => accepted.push(r),
-                None => rejected += 1,
-            }
-        }
+        // S2 gangs (batch jobs) apply whole or not at all: batch_gang.rs.
+        let (accepted, mut rejected) =
+            self.apply_assignments(&plan.assignments, plan.queue_depth, at_ms);
         let mut preempted = Vec::new();
         for p in plan.preempt {
             match self.try_preempt(&p) {
-                Some(mut v) => preempted.append(&mut v),
+                Some(mut v) => {
+                    let mates = self.preempt_gang_mates(&v);
+                    preempted.append(&mut v);
+                    preempted.extend(mates);
+                }
                 None => rejected += 1,
             }
         }
@@ -80,6 +79,8 @@ impl ClusterState {
             t.started_ms = None;
             let job = t.job;
             let cpu_milli = t.cpu_milli;
+            // The booked engine unit stays held until the attempt has stopped.
+            let booked = t.booked.take();
             if let Some(n) = self.nodes.get_mut(&p.node) {
                 n.tasks.remove(&v.task);
                 n.stopping.push(Stopping {
@@ -88,6 +89,7 @@ impl ClusterState {
                     job,
                     gpus,
                     cpu_milli,
+                    booked,
                 });
             }
             self.pending.insert(v.task);
@@ -124,6 +126,7 @@ impl ClusterState {
                 n.free.give_back(&req, &s.gpus, &n.capacity);
             }
         }
+        self.unbook(node, s.booked);
         self.end_reserves_for(node, task);
         true
     }
@@ -177,7 +180,7 @@ impl ClusterState {
         if !node.serves(&partition) {
             return None;
         }
-        let gpus = if a.queued {
+        let (gpus, booked) = if a.queued {
             // S0.3: beyond the free resources, within the queued allowance; only what can
             // ever run there and holds no devices (devices are granted at assignment).
             if node.queued.len() >= queue_depth as usize
@@ -188,11 +191,12 @@ impl ClusterState {
                 return None;
             }
             node.queued.push(a.task);
-            Vec::new()
+            (Vec::new(), None)
         } else {
-            let gpus = node.free.take(req)?;
+            // S0.2: a program task granted an engine kind books a unit of it here.
+            let (gpus, booked) = Self::take_booked(node, req, a.engine)?;
             node.tasks.insert(a.task);
-            gpus
+            (gpus, booked)
         };
         let task = self.tasks.get_mut(&a.task)?;
         let attempt = task.status.assign(a.node).ok()?;
@@ -206,6 +210,7 @@ impl ClusterState {
         task.started_ms = None;
         task.attempt_nodes.insert(attempt, a.node);
         task.borrowed = a.borrowed;
+        task.booked = booked;
         self.pending.remove(&a.task);
         self.awaiting.remove(&a.task);
         Some(TaskRef {

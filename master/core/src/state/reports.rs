@@ -128,6 +128,14 @@ impl ClusterState {
                     cpu_milli,
                     gpu_task,
                 } => self.compress_task(node, task, attempt, cpu_milli, gpu_task),
+                // S0.3: the slave asks to start a queued attempt (`promote`).
+                TaskReport::WantsStart { task, attempt } => {
+                    if self.promote_asked(node, task, attempt) {
+                        Outcome::TaskUpdated
+                    } else {
+                        Outcome::Ignored(format!("{task} attempt {attempt} not promoted"))
+                    }
+                }
             };
             if o == Outcome::TaskUpdated {
                 updated += 1;

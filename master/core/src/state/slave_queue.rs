@@ -6,8 +6,9 @@ use super::*;
 use hetsched_common::{Attempt, NodeId, TaskId, TaskReason, TaskState};
 
 impl ClusterState {
-    /// S0.3: queued tasks of `node` whose resources are free now take them, head first (the
-    /// head blocks those behind it, as in the slave's own queue).
+    /// S0.3: queued tasks of `node` whose resources are free now (and promised to no
+    /// waiting preemptor) take them, head first (the head blocks those behind it, as in the
+    /// slave's own queue). The slave learns of it when it next asks (`promote`).
     pub(super) fn promote_queued(&mut self, node: NodeId) {
         loop {
             let Some(n) = self.nodes.get(&node) else {
@@ -21,12 +22,18 @@ impl ClusterState {
                 .get(&head)
                 .and_then(|t| self.jobs.get(&t.job))
                 .map(|j| j.spec.resources.clone());
+            let Some(req) = req else {
+                if let Some(n) = self.nodes.get_mut(&node) {
+                    n.queued.remove(0);
+                }
+                continue;
+            };
+            // Room promised to a waiting preemptor stays its own (`promote`).
+            if !self.room_for_queued(node, &req) {
+                return;
+            }
             let Some(n) = self.nodes.get_mut(&node) else {
                 return;
-            };
-            let Some(req) = req else {
-                n.queued.remove(0);
-                continue;
             };
             let Some(gpus) = n.free.take(&req) else {
                 return;
@@ -93,10 +100,16 @@ impl ClusterState {
             .nodes
             .get(&from)
             .is_some_and(|n| n.queued.contains(&task));
+        // Promoted meanwhile (`promote`) but, as the victim's release says, never started:
+        // it gives its room back there.
+        let promoted_there = self
+            .nodes
+            .get(&from)
+            .is_some_and(|n| n.tasks.contains(&task));
         let Some(t) = self.tasks.get(&task) else {
             return Outcome::Rejected(format!("unknown {task}"));
         };
-        if !queued_there
+        if !(queued_there || promoted_there)
             || t.status.state != TaskState::Assigned
             || t.status.attempt != attempt
             || t.status.node != Some(from)
@@ -110,7 +123,20 @@ impl ClusterState {
         let req = j.spec.resources.clone();
         let partition = partition_of(&j.spec).to_string();
         let allowed = j.candidates.is_empty() || j.candidates.contains(&to);
-        if let Some(n) = self.nodes.get_mut(&from) {
+        if promoted_there {
+            let gpus = self
+                .tasks
+                .get_mut(&task)
+                .map(|t| std::mem::take(&mut t.gpus))
+                .unwrap_or_default();
+            self.release(from, task, job, &gpus);
+            // The next attempt starts at what the job asks for (a live change, S3.2, may
+            // have reached the unstarted one).
+            if let Some(t) = self.tasks.get_mut(&task) {
+                t.cpu_milli = None;
+                t.compressed = false;
+            }
+        } else if let Some(n) = self.nodes.get_mut(&from) {
             n.queued.retain(|x| *x != task);
         }
         let released = TaskRef {

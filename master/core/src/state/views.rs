@@ -117,7 +117,7 @@ impl ClusterState {
         } else {
             "running"
         };
-        JobInfo {
+        let mut info = JobInfo {
             id: j.id,
             name: j.spec.name.clone(),
             user: j.spec.user.clone(),
@@ -126,7 +126,13 @@ impl ClusterState {
             tasks: total,
             task_states: counts,
             submitted_ms: j.submitted_ms,
-        }
+            batch_id: None,
+            planned_start_s: None,
+            planned_finish_s: None,
+            actual_finish_s: None,
+        };
+        self.fill_batch_fields(j, &mut info);
+        info
     }
 
     /// Node listing.
@@ -177,6 +183,8 @@ impl ClusterState {
                 .gpu_pool()
                 .map(|p| p.name().to_string())
                 .or_else(|| (!n.capacity.gpus.is_empty()).then(|| "auto".to_string())),
+            // Leader-local (heartbeats are not logged): the server fills them in.
+            links: Vec::new(),
         }
     }
 

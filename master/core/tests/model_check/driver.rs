@@ -87,6 +87,8 @@ fn outcome_kind(o: &Outcome) -> &'static str {
         Outcome::CpusSet { .. } => "cpus-set",
         Outcome::Stolen { .. } => "stolen",
         Outcome::TimedOut { .. } => "timed-out",
+        Outcome::BatchSubmitted { .. } => "batch-submitted",
+        Outcome::BatchReplanned { .. } => "batch-replanned",
     }
 }
 

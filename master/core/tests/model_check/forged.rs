@@ -82,6 +82,33 @@ fn free_check_counts_stopping_attempts_compression_holds_and_gpu_devices() {
 }
 
 #[test]
+fn booking_check_catches_more_units_booked_than_the_node_has() {
+    let (s, _) = clean();
+    let mut forged = s.clone();
+    if let Some(n) = forged.forge_nodes_mut().get_mut(&NODE_A) {
+        n.booked.insert(hetsched_common::EngineKind::Gpu, 9);
+    }
+    let v = check_resources(&forged);
+    assert_fires(v.clone(), Check::Capacity);
+    assert_fires(v, Check::Free);
+    // A task's booking the node does not count.
+    let mut forged = s;
+    let on_b = *forged.nodes()[&NODE_B]
+        .tasks
+        .iter()
+        .next()
+        .expect("a task on B");
+    if let Some(t) = forged.forge_tasks_mut().get_mut(&on_b) {
+        t.booked = Some(hetsched_master_core::state::Booking {
+            kind: hetsched_common::EngineKind::Cpu,
+            device: None,
+            extra: false,
+        });
+    }
+    assert_fires(check_resources(&forged), Check::Free);
+}
+
+#[test]
 fn membership_check_catches_lost_and_misplaced_tasks() {
     let (s, _) = clean();
     // A running task missing from its node.

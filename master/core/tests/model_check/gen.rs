@@ -3,7 +3,7 @@
 //! built now, applied later), bogus plans (random, stale and duplicate decisions, preemptions
 //! of anything), slave reports delivered late, out of order, twice and for stale attempts,
 //! steals, CPU changes, compressions, drains, GC, priority configurations, re-registrations,
-//! retried client requests — on a seeded `SplitMix64`, so a seed replays exactly.
+//! S2 batches and their re-plans (`gen_batch.rs`), retried client requests — on a seeded `SplitMix64`, so a seed replays exactly.
 
 use hetsched_common::priority::{Principal, PriorityConfig, PriorityEntry, Quota};
 use hetsched_common::program::{CallSummary, EngineDecl};
@@ -18,6 +18,9 @@ use hetsched_master_core::state::{
     Assign, ClusterState, Command, Outcome, Plan, Preemption, TaskRef,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+#[path = "gen_batch.rs"]
+mod gen_batch;
 
 /// Most tasks not yet final before submissions pause (a job is cancelled instead), and most
 /// tasks in all before GC is forced: small states keep the snapshot round trip cheap.
@@ -398,7 +401,13 @@ impl Generator {
                 task,
                 node: self.any_node(s),
                 queued: self.chance(30),
-                engine: None,
+                // S0.2: program tasks book an engine unit of the kind they are granted.
+                engine: match self.rng.below(6) {
+                    0 => Some(EngineKind::Cpu),
+                    1 => Some(EngineKind::Gpu),
+                    2 => Some(EngineKind::Npu),
+                    _ => None,
+                },
                 borrowed: self.chance(10),
             });
         }
@@ -492,8 +501,12 @@ impl Generator {
         let mut reports = Vec::new();
         for _ in 0..self.rng.range(1, 5) {
             let r = self.some_attempt(s);
-            reports.push(match self.rng.below(5) {
+            reports.push(match self.rng.below(6) {
                 0 | 1 => TaskReport::Started {
+                    task: r.task,
+                    attempt: r.attempt,
+                },
+                5 => TaskReport::WantsStart {
                     task: r.task,
                     attempt: r.attempt,
                 },
@@ -622,7 +635,11 @@ impl Generator {
                     _ => Command::LeaderBarrier { master: 1 },
                 }
             }
-            360..=399 => Command::ApplyPlan(self.bogus_plan(s)),
+            360..=384 => Command::ApplyPlan(self.bogus_plan(s)),
+            385..=399 => {
+                let open = s.tasks().len() - self.model_finals(s);
+                return self.batch_command(s, open);
+            }
             400..=519 => {
                 // Deliver a report from the outbox, in any order, maybe twice.
                 if self.outbox.is_empty() {
@@ -662,7 +679,8 @@ impl Generator {
                     attempt: r.attempt,
                 }
             }
-            740..=769 => self.steal(s),
+            740..=759 => self.steal(s),
+            760..=769 => self.promote_ask(s),
             770..=799 => {
                 let r = self.some_attempt(s);
                 Command::SetTaskCpus {
@@ -820,6 +838,51 @@ impl Generator {
             from: r.node,
             to: self.any_node(s),
         }
+    }
+
+    /// S0.3: a slave's batch asking to start queued tasks, as its link sends it: often after
+    /// the end of one of its running tasks (whose cores the asks want), its queued attempts
+    /// in queue order, now and then one stale or from another node.
+    fn promote_ask(&mut self, s: &ClusterState) -> Command {
+        let with_queue: Vec<NodeId> = s
+            .nodes()
+            .values()
+            .filter(|n| !n.queued.is_empty())
+            .map(|n| n.id)
+            .collect();
+        let Some(node) = self.pick(&with_queue) else {
+            return self.batch(s);
+        };
+        let mut reports = Vec::new();
+        let running: Vec<TaskRef> = self
+            .live(s)
+            .into_iter()
+            .filter(|r| r.node == node && s.nodes()[&node].tasks.contains(&r.task))
+            .collect();
+        if self.chance(60) {
+            if let Some(r) = self.pick(&running) {
+                reports.push(TaskReport::Finished {
+                    task: r.task,
+                    attempt: r.attempt,
+                    exit_code: self.rng.below(2) as i32,
+                    reason: None,
+                });
+            }
+        }
+        for t in s.nodes()[&node].queued.clone() {
+            let attempt = s.task(t).map_or(0, |t| t.status.attempt);
+            if self.chance(80) {
+                reports.push(TaskReport::WantsStart { task: t, attempt });
+            }
+        }
+        if self.chance(20) {
+            let r = self.some_attempt(s);
+            reports.push(TaskReport::WantsStart {
+                task: r.task,
+                attempt: r.attempt,
+            });
+        }
+        Command::TaskReports { node, reports }
     }
 
     fn compress(&mut self, s: &ClusterState) -> Command {

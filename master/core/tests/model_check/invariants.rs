@@ -9,13 +9,16 @@
 
 use hetsched_common::priority::Principal;
 use hetsched_common::{Attempt, EngineKind, JobId, NodeId, TaskId, TaskState};
-use hetsched_master_core::state::{fnv1a64, partition_of, ClusterState, Command, Outcome, Task};
+use hetsched_master_core::state::{
+    engine_count, fnv1a64, partition_of, Booking, ClusterState, Command, Outcome, Task,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Which invariant a violation breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Check {
-    /// A node holds more than its capacity, or its free vector exceeds its capacity.
+    /// A node holds more than its capacity, or its free vector exceeds its capacity, or
+    /// more of its engine units are booked than it has (S0.2).
     Capacity,
     /// A node's free vector is not capacity minus what it holds (tasks assigned or running
     /// there, stopping attempts, compression holds).
@@ -134,6 +137,44 @@ pub fn check_resources(s: &ClusterState) -> Vec<Violation> {
     let mut out = Vec::new();
     for n in s.nodes().values() {
         let mut h = Held::default();
+        // S0.2: engine units booked by the tasks and stopping attempts here, by kind.
+        let mut booked: BTreeMap<EngineKind, u32> = BTreeMap::new();
+        let mut book = |h: &mut Held, b: Option<Booking>| {
+            if let Some(b) = b {
+                *booked.entry(b.kind).or_default() += 1;
+                if b.extra && !matches!(b.kind, EngineKind::Cpu | EngineKind::Gpu) {
+                    *h.engines.entry(b.kind).or_default() += 1;
+                }
+            }
+        };
+        for st in &n.stopping {
+            book(&mut h, st.booked);
+        }
+        for tid in &n.tasks {
+            if let Some(t) = s.task(*tid) {
+                book(&mut h, t.booked);
+            }
+        }
+        for k in EngineKind::ALL {
+            let count = engine_count(&n.capacity, k);
+            let have = n.booked.get(&k).copied().unwrap_or(0);
+            if have > count {
+                out.push(v(
+                    Check::Capacity,
+                    format!("{}: {have} {k} engine units booked of {count}", n.id),
+                ));
+            }
+            let recount = booked.get(&k).copied().unwrap_or(0);
+            if have != recount {
+                out.push(v(
+                    Check::Free,
+                    format!(
+                        "{}: {have} {k} units counted booked, its tasks book {recount}",
+                        n.id
+                    ),
+                ));
+            }
+        }
         for tid in &n.tasks {
             match s.task(*tid) {
                 Some(t) if s.job(t.job).is_some() => h.add(s, t.job, t.cpu_milli, &t.gpus),

@@ -1,15 +1,15 @@
 //! API v1 routes: the CLI's requests over HTTP, answered with the CLI's `--json` objects.
 
 use super::{ApiError, Ctx, Route};
+use crate::http_input::{self, ListQuery, LogsQuery, StaleQuery, SubmitBody};
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Json;
 use hetsched_common::protocol::{ClientRequest, ClientResponse, ListFilter};
-use hetsched_common::{jobfile, Attempt, ClientRequestId, JobId, TaskId};
-use serde::Deserialize;
+use hetsched_common::{Attempt, ClientRequestId, JobId, TaskId};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -69,50 +69,16 @@ fn unexpected(r: &ClientResponse) -> ApiError {
     )
 }
 
+/// Reads the query string (absent = empty) through the pure reader the fuzz targets drive.
+fn query<T: serde::de::DeserializeOwned>(raw: Option<String>) -> Result<T, ApiError> {
+    Ok(http_input::query(raw.as_deref().unwrap_or(""))?)
+}
+
 fn parse_id<T: std::str::FromStr<Err = hetsched_common::Error>>(
     what: &str,
     s: &str,
 ) -> Result<T, ApiError> {
-    s.parse::<T>()
-        .map_err(|e| ApiError::bad_input(format!("{what}: {e}"), Some(what.to_string())))
-}
-
-/// Query of the listings, as the CLI's filter flags.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListQuery {
-    #[serde(default)]
-    job: Option<String>,
-    #[serde(default)]
-    state: Option<String>,
-    #[serde(default)]
-    user: Option<String>,
-    #[serde(default)]
-    limit: Option<u32>,
-    /// Accept an answer from this master's applied state without a quorum check.
-    #[serde(default)]
-    stale: bool,
-}
-
-impl ListQuery {
-    fn filter(&self) -> Result<ListFilter, ApiError> {
-        Ok(ListFilter {
-            job: self
-                .job
-                .as_deref()
-                .map(|j| parse_id::<JobId>("job", j))
-                .transpose()?,
-            state: self.state.clone(),
-            user: self.user.clone(),
-            limit: self.limit,
-        })
-    }
-}
-
-/// Rejections of the query string name the parameter.
-fn query<T>(q: Result<Query<T>, axum::extract::rejection::QueryRejection>) -> Result<T, ApiError> {
-    q.map(|Query(t)| t)
-        .map_err(|e| ApiError::bad_input(e.body_text(), None))
+    Ok(http_input::id(what, s)?)
 }
 
 /// `POST /v1/jobs`: a job spec file's schema in JSON (README, "Job spec files"), whose
@@ -123,33 +89,16 @@ async fn submit(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let text = std::str::from_utf8(&body)
-        .map_err(|e| ApiError::bad_input(format!("the body is not UTF-8: {e}"), None))?;
-    let file = jobfile::parse_job_file("request.json", text).map_err(|e| {
-        let field = e.field.clone();
-        ApiError::bad_input(
-            format!(
-                "invalid job spec at line {}, column {}{}: {}",
-                e.line,
-                e.column,
-                field
-                    .as_deref()
-                    .map(|f| format!(", field {f}"))
-                    .unwrap_or_default(),
-                e.message
-            ),
-            field,
-        )
-    })?;
-    let spec = file
-        .to_spec("anonymous")
-        .map_err(|e| ApiError::bad_input(format!("invalid job spec: {e}"), None))?;
+    let SubmitBody {
+        spec,
+        allow_unplaceable,
+    } = http_input::submit_body(&body)?;
     let request = request_id(&headers)?;
     let r = ctx
         .ask(ClientRequest::Submit {
             request,
             spec,
-            allow_unplaceable: file.allow_unplaceable,
+            allow_unplaceable,
         })
         .await;
     metrics::histogram!("hetsched_master_submit_seconds", "via" => "http")
@@ -166,14 +115,11 @@ async fn submit(
 }
 
 /// `GET /v1/jobs`.
-async fn jobs(
-    State(ctx): State<Ctx>,
-    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let q = query(q)?;
+async fn jobs(State(ctx): State<Ctx>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
+    let q: ListQuery = query(q)?;
     let req = ClientRequest::Jobs {
         stale: q.stale,
-        filter: q.filter()?,
+        filter: q.filter().map_err(ApiError::from)?,
     };
     match ctx.ask(req).await? {
         ClientResponse::Jobs(j) => Ok(Json(json!(j))),
@@ -220,33 +166,17 @@ async fn cancel(
 }
 
 /// `GET /v1/tasks?job=&state=`.
-async fn tasks(
-    State(ctx): State<Ctx>,
-    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let q = query(q)?;
+async fn tasks(State(ctx): State<Ctx>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
+    let q: ListQuery = query(q)?;
     let req = ClientRequest::Tasks {
         stale: q.stale,
         job: None,
-        filter: q.filter()?,
+        filter: q.filter().map_err(ApiError::from)?,
     };
     match ctx.ask(req).await? {
         ClientResponse::Tasks(t) => Ok(Json(json!(t))),
         other => Err(unexpected(&other)),
     }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LogsQuery {
-    /// `stdout` (default) or `stderr`.
-    #[serde(default)]
-    stream: Option<String>,
-    #[serde(default)]
-    attempt: Option<Attempt>,
-    /// Keep the response open and send output as it comes until the task ends.
-    #[serde(default)]
-    follow: bool,
 }
 
 /// How often a followed log is polled while the task runs.
@@ -257,20 +187,11 @@ const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 async fn logs(
     State(ctx): State<Ctx>,
     Path(id): Path<String>,
-    q: Result<Query<LogsQuery>, axum::extract::rejection::QueryRejection>,
+    RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let q = query(q)?;
+    let q: LogsQuery = query(q)?;
     let task: TaskId = parse_id("task", &id)?;
-    let stderr = match q.stream.as_deref() {
-        None | Some("stdout") => false,
-        Some("stderr") => true,
-        Some(other) => {
-            return Err(ApiError::bad_input(
-                format!("stream {other:?} is neither stdout nor stderr"),
-                Some("stream".into()),
-            ))
-        }
-    };
+    let stderr = q.stderr()?;
     let ask = move |ctx: Ctx, offset: u64| async move {
         match ctx
             .ask(ClientRequest::Logs {
@@ -362,32 +283,14 @@ struct LogFollow {
     done: bool,
 }
 
-/// `POST /v1/nodes/{id}/drain`, optional body or query `{"deadline": "30s"}`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DrainBody {
-    #[serde(default)]
-    deadline: Option<String>,
-}
-
+/// `POST /v1/nodes/{id}/drain`, optional body `{"deadline": "30s"}`.
 async fn drain(
     State(ctx): State<Ctx>,
     headers: HeaderMap,
     Path(node): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let b: DrainBody = if body.iter().all(u8::is_ascii_whitespace) {
-        DrainBody::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_input(format!("drain body: {e}"), None))?
-    };
-    let deadline_after_ms = b
-        .deadline
-        .as_deref()
-        .map(jobfile::parse_duration_ms)
-        .transpose()
-        .map_err(|e| ApiError::bad_input(format!("deadline: {e}"), Some("deadline".into())))?;
+    let deadline_after_ms = http_input::drain_body(&body)?;
     let request = request_id(&headers)?;
     node_answer(
         ctx.ask(ClientRequest::Drain {
@@ -417,30 +320,17 @@ fn node_answer(r: ClientResponse) -> Result<Json<Value>, ApiError> {
 }
 
 /// `GET /v1/nodes`.
-async fn nodes(
-    State(ctx): State<Ctx>,
-    q: Result<Query<StaleQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let stale = query(q)?.stale;
+async fn nodes(State(ctx): State<Ctx>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
+    let stale = query::<StaleQuery>(q)?.stale;
     match ctx.ask(ClientRequest::Nodes { stale }).await? {
         ClientResponse::Nodes(n) => Ok(Json(json!(n))),
         other => Err(unexpected(&other)),
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StaleQuery {
-    #[serde(default)]
-    stale: bool,
-}
-
 /// `GET /v1/status`.
-async fn status(
-    State(ctx): State<Ctx>,
-    q: Result<Query<StaleQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let stale = query(q)?.stale;
+async fn status(State(ctx): State<Ctx>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
+    let stale = query::<StaleQuery>(q)?.stale;
     match ctx.ask(ClientRequest::Status { stale }).await? {
         ClientResponse::Status(s) => Ok(Json(json!(s))),
         other => Err(unexpected(&other)),
@@ -448,11 +338,8 @@ async fn status(
 }
 
 /// `GET /v1/members`: the masters, their cluster addresses, which one leads.
-async fn members(
-    State(ctx): State<Ctx>,
-    q: Result<Query<StaleQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let stale = query(q)?.stale;
+async fn members(State(ctx): State<Ctx>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
+    let stale = query::<StaleQuery>(q)?.stale;
     match ctx.ask(ClientRequest::Members { stale }).await? {
         ClientResponse::Members(m) => Ok(Json(json!(m))),
         other => Err(unexpected(&other)),

@@ -176,6 +176,12 @@ impl ApiError {
 }
 
 /// The status code of a master's answer: the CLI's exit codes (docs/CONTRACT.md) as HTTP.
+impl From<crate::http_input::InputError> for ApiError {
+    fn from(e: crate::http_input::InputError) -> Self {
+        Self::bad_input(e.message, e.field)
+    }
+}
+
 impl From<ErrorReply> for ApiError {
     fn from(e: ErrorReply) -> Self {
         let (status, kind) = match e.kind {

@@ -1,6 +1,7 @@
 //! The lower bound (docs/DESIGN.md §S2): no valid schedule finishes before it.
 //!
-//! `max( max over jobs of the job's best time on ≤ 10 cores, Σ over jobs of its work / T )`.
+//! `max( max over jobs of the job's best time on ≤ 10 cores, Σ over jobs of its work / T,
+//! the capacity term )`.
 //!
 //! A job's exact best time is a partition problem, so we bound it from below. With `e`
 //! cores the job's cores are busy, in total, at least its execution `data / (speed·g(e))`
@@ -11,6 +12,8 @@
 //! the least total busy time over `e`, which is at least `data / speed` (g ≤ 1): with all
 //! transfers free it is the naive `Σ data / speed / T`, and otherwise larger, never
 //! smaller. The cores of T together can only be busy T times as long as the makespan.
+//! The capacity term ([`capacity_bound`]) adds that a host's data can be read locally only
+//! as fast as that host's own cores work.
 
 use super::model::Instance;
 
@@ -89,5 +92,58 @@ pub fn lower_bound(inst: &Instance) -> f64 {
         longest_job = longest_job.max(best_time);
         work += least_busy;
     }
-    longest_job.max(work / inst.total_cores() as f64)
+    longest_job
+        .max(work / inst.total_cores() as f64)
+        .max(capacity_bound(inst))
+}
+
+/// The least `M` for which the cores could be busy long enough, counting that a host can
+/// read locally only as much as its own cores can process in `M`.
+///
+/// A block whose only replica is on host `h` is read locally only by `h`'s cores, and
+/// they are busy at most `cores(h)·M`, its execution taking at least `size / speed` (g ≤ 1);
+/// every other such block crosses the network (`size / s_t` more). Per host, the blocks
+/// kept local are best chosen as a fractional knapsack — most transfer saved per second
+/// of execution, i.e. the fastest jobs' blocks first. Blocks with several replicas are
+/// counted as local for free (a relaxation, so the bound stays valid). Then the least
+/// total busy time must fit in `T·M`; it falls as `M` grows, so `M` is found by bisection.
+pub(crate) fn capacity_bound(inst: &Instance) -> f64 {
+    let t = inst.total_cores() as f64;
+    // Per host: (speed, MB) of the single-replica data there, fastest first.
+    let mut single: Vec<Vec<(f64, f64)>> = vec![Vec::new(); inst.hosts()];
+    let mut exec = 0.0;
+    for j in inst.jobs() {
+        exec += j.data() / j.speed;
+        for b in &j.blocks {
+            if let [h] = b.replicas[..] {
+                single[h].push((j.speed, b.size));
+            }
+        }
+    }
+    for list in &mut single {
+        list.sort_by(|a, b| b.0.total_cmp(&a.0));
+    }
+    let busy = |m: f64| -> f64 {
+        let mut remote = 0.0;
+        for (h, list) in single.iter().enumerate() {
+            let mut room = inst.cores_per_host()[h] as f64 * m;
+            for &(speed, size) in list {
+                let local = size.min(room * speed);
+                room -= local / speed;
+                remote += size - local;
+            }
+        }
+        exec + inst.transfer_time(remote)
+    };
+    // busy(M) ≤ busy(0), so M = busy(0) / T always fits.
+    let (mut lo, mut hi) = (0.0, busy(0.0) / t);
+    for _ in 0..100 {
+        let mid = 0.5 * (lo + hi);
+        if busy(mid) <= t * mid {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    lo
 }

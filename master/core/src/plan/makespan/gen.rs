@@ -80,3 +80,104 @@ pub fn generate(p: &GenParams) -> Result<Instance, InstanceError> {
         .collect();
     Instance::new(cores, p.transfer_speed, p.alpha, jobs)
 }
+
+/// The generated input shapes the planner is measured on (docs/DESIGN.md §S2, BENCHMARKS.md
+/// "Planner vs uniform_lpt"). 20 jobs each, blocks as [`GenParams::new`] (4–40 per job,
+/// 32–256 MB, job speeds 20–80 MB/s), α = 0.05, s_t = 500 MB/s, one replica per block on a
+/// random host unless said otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// 4 hosts of 1–4 cores: the course's second task.
+    Course,
+    /// 1 host of 2–8 cores.
+    OneHost,
+    /// 10 hosts of 8 cores.
+    TenByEight,
+    /// As `Course`, but one block in ten is 16 times larger (512–4096 MB).
+    Skewed,
+    /// As `Course`, but every block's only replica is on host 0.
+    OneHolder,
+}
+
+impl Shape {
+    /// Every shape, in the order reports list them.
+    pub const ALL: [Shape; 5] = [
+        Shape::Course,
+        Shape::OneHost,
+        Shape::TenByEight,
+        Shape::Skewed,
+        Shape::OneHolder,
+    ];
+
+    /// The shape's name in reports: `course`, `one-host`, `10x8`, `skewed`, `one-holder`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Course => "course",
+            Shape::OneHost => "one-host",
+            Shape::TenByEight => "10x8",
+            Shape::Skewed => "skewed",
+            Shape::OneHolder => "one-holder",
+        }
+    }
+
+    /// The instance of this shape for `seed`.
+    pub fn instance(self, seed: u64) -> Result<Instance, InstanceError> {
+        let course = GenParams {
+            cores: (1, 4),
+            replicas: 1,
+            transfer_speed: 500.0,
+            alpha: 0.05,
+            ..GenParams::new(20, 4, seed)
+        };
+        match self {
+            Shape::Course => generate(&course),
+            Shape::OneHost => generate(&GenParams {
+                hosts: 1,
+                cores: (2, 8),
+                ..course
+            }),
+            Shape::TenByEight => generate(&GenParams {
+                hosts: 10,
+                cores: (8, 8),
+                ..course
+            }),
+            Shape::Skewed => {
+                let base = generate(&course)?;
+                let mut rng = SplitMix64::new(seed ^ 0x5EED);
+                rebuild(&base, |b| Block {
+                    size: if rng.below(10) == 0 {
+                        b.size * 16.0
+                    } else {
+                        b.size
+                    },
+                    replicas: b.replicas.clone(),
+                })
+            }
+            Shape::OneHolder => {
+                let base = generate(&course)?;
+                rebuild(&base, |b| Block {
+                    size: b.size,
+                    replicas: vec![0],
+                })
+            }
+        }
+    }
+}
+
+/// `base` with every block mapped by `f`.
+fn rebuild(base: &Instance, mut f: impl FnMut(&Block) -> Block) -> Result<Instance, InstanceError> {
+    let jobs = base
+        .jobs()
+        .iter()
+        .map(|j| BatchJob {
+            speed: j.speed,
+            blocks: j.blocks.iter().map(&mut f).collect(),
+        })
+        .collect();
+    Instance::new(
+        base.cores_per_host().to_vec(),
+        base.transfer_speed(),
+        base.alpha(),
+        jobs,
+    )
+}

@@ -9,14 +9,18 @@
 //!     ├──► uniform_lpt (a yardstick only: not the search's upper end)
 //!     │                                                   │
 //!     └──► bisect(lower, upper): probe M ──► pack(M) ─────┤  jobs longest first; per job
-//!                    ▲  feasible / not        │           │  add cores by λ = φ·β·t,
-//!                    └────────────────────────┘           │  place blocks, trim
+//!                    ▲  feasible / not        │           │  the fewest core-seconds that
+//!                    └────────────────────────┘           │  end by M over core counts and
+//!                                                         ▼  start-time / data-aware sets
+//!          best probe ──► local search (improve.rs) ──► critical-path trimming (second.rs)
+//!                                                         │  = the planner's own schedule
 //!                                                         ▼
 //!            validate every candidate ──► the best of planner and baselines (`chosen`)
 //! ```
 //!
 //! The planner's own schedule is kept beside the chosen one (`planner_schedule`), so that it
-//! can be measured against the baselines on its own.
+//! can be measured against the baselines on its own; it never looks at the baselines'
+//! schedules.
 //!
 //! The model (the course problem docs/DESIGN.md adopts): a job on `e ≤ 10` cores runs each at
 //! `speed · g(e)`, `g(e) = 1 − α(e − 1)`; a core's time is the transfers of its remote
@@ -27,16 +31,20 @@
 //! runs from our [`lower_bound`] to the best baseline's makespan rather than from "all
 //! cores" to "one core per job" (one core per job is no upper bound when jobs outnumber
 //! cores); it probes whole ticks of a grid so that it ends despite floating point
-//! ([`bisect`]); and a job is trimmed when it is placed (see the `pack` module's docs for why).
+//! ([`bisect`]); a job is trimmed when it is placed and the critical chain again after all
+//! are (see the `pack` and `second` modules); and the best probe's schedule is improved by
+//! a local search over whole schedules (`improve`).
 
 mod baseline;
 mod bounds;
 mod gen;
+mod improve;
 mod input;
 mod model;
 mod pack;
 mod schedule;
 mod search;
+mod second;
 mod trim;
 mod uniform;
 mod work;
@@ -46,7 +54,7 @@ mod tests;
 
 pub use baseline::{round_robin, weighted};
 pub use bounds::{job_bound, lower_bound};
-pub use gen::{generate, GenParams};
+pub use gen::{generate, GenParams, Shape};
 pub use input::{parse, parse_json, parse_text, to_json, InputError};
 pub use model::{
     decay, BatchJob, Block, CoreRef, Instance, InstanceError, MAX_CORES_PER_JOB, MAX_TOTAL_CORES,
@@ -174,8 +182,10 @@ pub fn plan(inst: &Instance) -> Result<BatchPlan, PlanError> {
         return Err(e);
     }
 
-    let planner_makespan = own.as_ref().map(|(_, ms)| *ms);
-    let planner_schedule = own.as_ref().map(|(s, _)| s.clone());
+    let (own_s, own_ms) = refine(inst, &packer, own.map(|(s, _)| s))?;
+    let planner_makespan = Some(own_ms);
+    let planner_schedule = Some(own_s.clone());
+    let own = Some((own_s, own_ms));
     // The planner wins ties: its schedule uses the fewest cores that meet the makespan.
     let mut best = (rr, rr_ms, Chosen::RoundRobin);
     if w_ms < best.1 {
@@ -203,4 +213,42 @@ pub fn plan(inst: &Instance) -> Result<BatchPlan, PlanError> {
         planner_schedule,
         probes: outcome.probes,
     })
+}
+
+/// The planner's own schedule after the search: the local search over whole schedules
+/// started from the best probe's schedule (or, if no probe was feasible, from jobs longest
+/// first on capacity-weighted core counts), the better of the two, then critical-path
+/// trimming (docs/DESIGN.md §S2.5, §S2.6).
+fn refine(
+    inst: &Instance,
+    packer: &pack::Packer,
+    probe: Option<Schedule>,
+) -> Result<(Schedule, f64), PlanError> {
+    let probe = probe.and_then(|s| improve::Built::from_schedule(inst, &s));
+    let genome = match &probe {
+        Some(b) => b.genome(),
+        None => {
+            let total: f64 = inst.jobs().iter().map(|j| j.estimate()).sum();
+            let t = inst.total_cores() as f64;
+            improve::Genome {
+                order: packer.lpt_order().to_vec(),
+                cores: (0..inst.jobs().len())
+                    .map(|j| {
+                        let share = (t * inst.jobs()[j].estimate() / total).round() as usize;
+                        share.clamp(1, packer.most(j))
+                    })
+                    .collect(),
+                rank: vec![0; inst.jobs().len()],
+            }
+        }
+    };
+    let (_, searched, _) = improve::local_search(packer, genome, improve::PLACEMENT_BUDGET);
+    let best = match probe {
+        Some(p) if !searched.beats(&p) => p,
+        _ => searched,
+    };
+    let (best, _) = second::trim_critical(packer, best);
+    let s = best.to_schedule(inst);
+    let ms = check(inst, &s, "planner")?;
+    Ok((s, ms))
 }

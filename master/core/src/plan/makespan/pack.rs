@@ -1,16 +1,20 @@
-//! One probe of the binary search (docs/DESIGN.md §S2 step 3): can the jobs be packed so that all
-//! finish by a given makespan `M`?
+//! One probe of the binary search (docs/DESIGN.md §S2.3): can the jobs be packed so that all
+//! finish by a given makespan `M`? And the candidate core sets the local search reuses.
 //!
-//! Jobs go in order of estimated time, longest first. Each starts on one core; while it
-//! cannot finish by `M` it gets one more core (the one with the largest weight λ), its blocks
-//! are placed afresh (g(e) changed every cost) and trimmed. The fewest cores that do
-//! leave the most room for the jobs after it, and a job that cannot finish by `M` on its
-//! allowed cores makes `M` infeasible.
+//! Jobs go in order of estimated time, longest first. For each core count `e` the job
+//! may use, a few core sets are tried ([`Packer::core_sets`]): the `e` cores free earliest,
+//! and, for each of the next distinct free times `t` at which `e` cores are free, the `e`
+//! cores the weight λ picks among those free by `t` — λ favours hosts holding the job's
+//! data, so a job may wait for cores where its data is. Each set gets the job's blocks
+//! (largest first, where they end soonest, transfers counted) and is trimmed. Among the
+//! sets that finish by `M`, the job takes the one using the fewest core-seconds (each
+//! core's time from when it is free to the job's end: decay, transfers and waiting all
+//! cost), which leaves the most room for the jobs after it. A job that cannot finish by
+//! `M` on any set makes `M` infeasible.
 //!
-//! We trim as soon as a job is placed (the patent's "first moment") rather than after all
-//! jobs (its preferred "second moment"): a job's trimmed result is the same either way, and
-//! trimming first lets the feasibility test and the jobs after it see the shorter time. The
-//! patent chose later only to save planning time, which with ≤ 10 cores per job is small.
+//! Each job is trimmed as soon as it is placed (the patent's "first moment"), so the
+//! feasibility test and the jobs after it see the shorter time; the critical chain is
+//! trimmed again once all jobs are placed (the "second moment", `second.rs`).
 
 use super::baseline::{data_on_hosts, largest_first};
 use super::bounds::job_bounds_by_cores;
@@ -53,6 +57,8 @@ pub(crate) struct Packer<'a> {
     on_host: Vec<Vec<f64>>,
     /// Each job's total data.
     data: Vec<f64>,
+    /// The hosts holding a replica of some block of each job, ascending.
+    data_hosts: Vec<Vec<usize>>,
     /// A lower bound on each job's duration.
     bound: Vec<f64>,
     /// A lower bound on each job's duration with `e` cores (index `e`).
@@ -72,12 +78,33 @@ impl<'a> Packer<'a> {
             blocks: (0..n).map(|j| largest_first(inst, j)).collect(),
             on_host: (0..n).map(|j| data_on_hosts(inst, j)).collect(),
             data: inst.jobs().iter().map(|j| j.data()).collect(),
+            data_hosts: (0..n)
+                .map(|j| {
+                    let on = data_on_hosts(inst, j);
+                    (0..inst.hosts()).filter(|&h| on[h] > 0.0).collect()
+                })
+                .collect(),
             bound: bound_on
                 .iter()
                 .map(|b| b.iter().copied().fold(f64::INFINITY, f64::min))
                 .collect(),
             bound_on,
         }
+    }
+
+    /// The instance packed.
+    pub(crate) fn instance(&self) -> &'a Instance {
+        self.inst
+    }
+
+    /// `job`'s blocks, largest first.
+    pub(crate) fn blocks_of(&self, job: usize) -> &[usize] {
+        &self.blocks[job]
+    }
+
+    /// The job order of every probe (longest estimate first).
+    pub(crate) fn lpt_order(&self) -> &[usize] {
+        &self.order
     }
 
     /// The job order of every probe.
@@ -90,8 +117,8 @@ impl<'a> Packer<'a> {
     pub fn pack(&self, m: f64) -> Option<Schedule> {
         let mut timeline = Timeline::new(self.inst);
         for &job in &self.order {
-            let work = self.place_job(&timeline, job, m)?;
-            timeline.commit(self.inst, &work);
+            let cand = self.place_job(&timeline, job, m)?;
+            timeline.commit(self.inst, &cand.work);
         }
         timeline.into_schedule()
     }
@@ -102,6 +129,7 @@ impl<'a> Packer<'a> {
     /// On one host φ and β are the same for every core and t falls as the free time grows,
     /// so each host's best core is its earliest free one not yet taken; only those are
     /// weighed, which is the same choice as weighing every core, in O(hosts).
+    #[cfg(test)]
     pub(crate) fn pick_core(
         &self,
         timeline: &Timeline,
@@ -110,13 +138,29 @@ impl<'a> Packer<'a> {
         per_host: &[usize],
         m: f64,
     ) -> Option<usize> {
+        let hosts: Vec<usize> = (0..per_host.len()).collect();
+        self.pick_core_by(timeline, job, chosen, per_host, (m, f64::INFINITY), &hosts)
+    }
+
+    /// [`Self::pick_core`] among the cores free by `cap` only (the job is to start by
+    /// `cap`), on the hosts `hosts` only.
+    fn pick_core_by(
+        &self,
+        timeline: &Timeline,
+        job: usize,
+        chosen: &[usize],
+        per_host: &[usize],
+        (m, cap): (f64, f64),
+        hosts: &[usize],
+    ) -> Option<usize> {
         let mut best: Option<(f64, f64, usize)> = None;
-        for (host, &taken_here) in per_host.iter().enumerate() {
+        for &host in hosts {
+            let taken_here = per_host[host];
             let Some(c) = timeline.by_avail(host).find(|c| !chosen.contains(c)) else {
                 continue;
             };
             let avail = timeline.avail(c);
-            if avail + self.bound[job] > m {
+            if avail > cap || avail + self.bound[job] > m {
                 continue;
             }
             let w = core_weight(
@@ -143,28 +187,228 @@ impl<'a> Packer<'a> {
         best.map(|(_, _, c)| c)
     }
 
-    /// Places `job` with the fewest cores that finish it by `m`.
-    fn place_job(&self, timeline: &Timeline, job: usize, m: f64) -> Option<JobWork> {
+    /// Extends `seq`, the cores λ picks one by one for `job` among the cores of `hosts`
+    /// free by `cap`, to `len` cores if there are that many (`per_host` counts `seq` per
+    /// host). Each pick depends only on the ones before, so sequences grow on demand.
+    fn extend_by_weight(
+        &self,
+        timeline: &Timeline,
+        job: usize,
+        (m, cap): (f64, f64),
+        hosts: &[usize],
+        (seq, per_host): (&mut Vec<usize>, &mut Vec<usize>),
+        len: usize,
+    ) {
+        if per_host.is_empty() {
+            per_host.resize(self.inst.hosts(), 0);
+        }
+        while seq.len() < len {
+            let Some(c) = self.pick_core_by(timeline, job, seq, per_host, (m, cap), hosts) else {
+                break;
+            };
+            seq.push(c);
+            per_host[self.inst.host_of(c)] += 1;
+        }
+    }
+
+    /// The most cores `job` may use: the cap, and no more than its blocks.
+    pub(crate) fn most(&self, job: usize) -> usize {
+        self.inst.max_cores().min(self.blocks[job].len())
+    }
+
+    /// `job` placed on `cores`: blocks largest first where they end soonest, trimmed, and
+    /// timed against the timeline.
+    fn try_cores(&self, timeline: &Timeline, job: usize, cores: &[usize]) -> Cand {
+        let work = settle(
+            self.inst,
+            place_blocks(self.inst, job, cores, &self.blocks[job]),
+        );
+        let start = timeline.start_of(work.slots.iter().map(|s| s.core));
+        let finish = start + work.duration();
+        let area = work
+            .slots
+            .iter()
+            .map(|s| finish - timeline.avail(s.core))
+            .sum();
+        Cand {
+            work,
+            start,
+            finish,
+            area,
+        }
+    }
+
+    /// The core sets worth trying for `job` on `e` cores, for each `e` in `1..=most`,
+    /// start-time aware (docs/DESIGN.md §S2.3), computed lazily by [`CoreSets::of`]:
+    /// * the `e` cores free earliest, by (free time, host, core) — the job starts soonest;
+    /// * for each of the [`WAITS`] earliest distinct free times `t` at which `e` cores are
+    ///   free, the `e` cores λ picks among those free by `t` — where the job's data is. A
+    ///   later `t` lets the job wait for cores that hold its data.
+    pub(crate) fn core_sets<'t>(
+        &'t self,
+        timeline: &'t Timeline,
+        job: usize,
+        m: f64,
+    ) -> CoreSets<'t, 'a> {
         let inst = self.inst;
-        let most = inst.max_cores().min(self.blocks[job].len());
-        let mut chosen = Vec::with_capacity(most);
-        let mut per_host = vec![0; inst.hosts()];
-        for e in 1..=most {
-            let c = self.pick_core(timeline, job, &chosen, &per_host, m)?;
-            chosen.push(c);
-            per_host[inst.host_of(c)] += 1;
-            // Skip the placement when even a perfect split could not make it.
-            if timeline.start_of(chosen.iter().copied()) + self.bound_on[job][e] > m {
+        let most = self.most(job);
+        // The earliest free cores of the cluster: enough for every `e` and the waits after
+        // it in all but clusters where many cores share a free time.
+        let early: Vec<(f64, usize)> = timeline
+            .earliest()
+            .take(most * (WAITS + 2))
+            .map(|c| (timeline.avail(c), c))
+            .collect();
+        // λ weighs the hosts holding the job's data and the hosts of those earliest cores:
+        // on any other host every core is free later than one of the latter, and none of
+        // the job's data is there, so λ ranks it below them (up to φ).
+        let mut hosts = self.data_hosts[job].clone();
+        hosts.extend(early.iter().map(|&(_, c)| inst.host_of(c)));
+        hosts.sort_unstable();
+        hosts.dedup();
+        let mut times: Vec<f64> = early.iter().map(|&(t, _)| t).collect();
+        times.dedup();
+        CoreSets {
+            packer: self,
+            timeline,
+            job,
+            m,
+            most: most.min(early.len()),
+            early,
+            times,
+            hosts,
+            by_cap: Vec::new(),
+        }
+    }
+
+    /// Places `job` to finish by `m` using the fewest core-seconds — its cores' time from
+    /// when each is free to the job's end, so waiting counts — among the candidate core
+    /// sets of every core count; `None` if none finishes by `m`. Core-seconds count
+    /// transfers (a remote block lengthens its core) and decay, so the core count is
+    /// chosen with both in view: the fewest resources that meet `m` leave the most room
+    /// for the jobs after it.
+    fn place_job(&self, timeline: &Timeline, job: usize, m: f64) -> Option<Cand> {
+        let mut sets = self.core_sets(timeline, job, m);
+        let mut best: Option<Cand> = None;
+        for e in 1..=sets.most {
+            let floor = self.bound_on[job][e];
+            if best.as_ref().is_some_and(|b| b.area <= e as f64 * floor) {
                 continue;
             }
-            let work = settle(inst, place_blocks(inst, job, &chosen, &self.blocks[job]));
-            let start = timeline.start_of(work.slots.iter().map(|s| s.core));
-            if start + work.duration() <= m {
-                return Some(work);
+            for cores in &sets.of(e) {
+                if timeline.start_of(cores.iter().copied()) + floor > m {
+                    continue;
+                }
+                let c = self.try_cores(timeline, job, cores);
+                if c.finish > m {
+                    continue;
+                }
+                let better = best.as_ref().is_none_or(|b| {
+                    c.area
+                        .total_cmp(&b.area)
+                        .then(c.finish.total_cmp(&b.finish))
+                        .is_lt()
+                });
+                if better {
+                    best = Some(c);
+                }
             }
         }
-        None
+        best
     }
+
+    /// Places `job` on (about) `e` cores, the candidate of rank `rank` by (finish, core-
+    /// seconds) among [`Self::core_sets`] — rank 0 ends soonest, a higher rank moves the
+    /// job to other cores. Falls back to fewer cores when fewer are ever free.
+    pub(crate) fn place_on(&self, timeline: &Timeline, job: usize, e: usize, rank: usize) -> Cand {
+        // More cores than are ever free, or than the job may use, fall back to the most.
+        let e = e.clamp(1, self.most(job).min(self.inst.total_cores()));
+        let list = self.core_sets(timeline, job, f64::INFINITY).of(e);
+        let mut cands: Vec<Cand> = list
+            .iter()
+            .map(|cores| self.try_cores(timeline, job, cores))
+            .collect();
+        cands.sort_by(|a, b| {
+            a.finish
+                .total_cmp(&b.finish)
+                .then(a.area.total_cmp(&b.area))
+        });
+        let r = rank.min(cands.len() - 1);
+        cands.swap_remove(r)
+    }
+}
+
+/// The candidate core sets of one job against one timeline, built on demand per core
+/// count (a probe skips most counts, and the local search needs one).
+pub(crate) struct CoreSets<'t, 'a> {
+    packer: &'t Packer<'a>,
+    timeline: &'t Timeline,
+    job: usize,
+    m: f64,
+    /// The largest core count with sets.
+    pub most: usize,
+    /// The earliest free cores, (free time, core), in (free time, host, core) order.
+    early: Vec<(f64, usize)>,
+    /// Their distinct free times, ascending.
+    times: Vec<f64>,
+    /// The hosts λ weighs.
+    hosts: Vec<usize>,
+    /// λ's pick order among the cores free by each cap seen so far, as far as needed,
+    /// and its cores per host.
+    by_cap: Vec<(f64, Vec<usize>, Vec<usize>)>,
+}
+
+impl CoreSets<'_, '_> {
+    /// The distinct core sets for `e` cores (`1 ≤ e ≤ most`), earliest-free first.
+    pub fn of(&mut self, e: usize) -> Vec<Vec<usize>> {
+        let early = &self.early;
+        let mut list: Vec<Vec<usize>> = vec![early[..e].iter().map(|&(_, c)| c).collect()];
+        let first = self.times.partition_point(|&t| t < early[e - 1].0);
+        for &cap in self.times.iter().skip(first).take(WAITS) {
+            let pos = match self.by_cap.iter().position(|(t, ..)| *t == cap) {
+                Some(p) => p,
+                None => {
+                    self.by_cap.push((cap, Vec::new(), Vec::new()));
+                    self.by_cap.len() - 1
+                }
+            };
+            let (_, seq, per_host) = &mut self.by_cap[pos];
+            self.packer.extend_by_weight(
+                self.timeline,
+                self.job,
+                (self.m, cap),
+                &self.hosts,
+                (seq, per_host),
+                e,
+            );
+            let seq = &self.by_cap[pos].1;
+            if seq.len() >= e {
+                let mut set = seq[..e].to_vec();
+                set.sort_unstable();
+                if !list.iter().any(|l| {
+                    let mut l = l.clone();
+                    l.sort_unstable();
+                    l == set
+                }) {
+                    list.push(set);
+                }
+            }
+        }
+        list
+    }
+}
+
+/// How many distinct later start times a job may wait until for cores holding its data.
+pub(crate) const WAITS: usize = 2;
+
+/// A job placed against a timeline: its work, when it can start and end, and the
+/// core-seconds it takes (from each core's free time to the job's end).
+#[derive(Clone, Debug)]
+pub(crate) struct Cand {
+    pub work: JobWork,
+    pub start: f64,
+    pub finish: f64,
+    pub area: f64,
 }
 
 /// Trims a placed job and drops cores it left empty, until neither changes anything.

@@ -21,6 +21,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(super) enum Decision {
     /// Placed on a node, or queued in a slave's local queue (`queued`).
     Assign(Assign),
+    /// S2: a batch job's whole gang, each task on its pinned slave (gang_stage.rs).
+    Gang(Vec<Assign>),
     /// Room made on a node by stopping other tasks (S1 preemption or S3 take-back).
     Preempt(Preemption),
     /// Nothing for it this plan, nor for the rest of its job's tasks at its priority.
@@ -43,6 +45,8 @@ pub(super) struct Decided {
     /// a plan: once one fits nowhere (and cannot preempt), the rest are skipped, so a queue
     /// where nothing fits costs one probe per job, not one per task.
     pub stuck: BTreeSet<(JobId, i64)>,
+    /// S2: batch jobs whose gang this plan decided already.
+    pub gangs: BTreeSet<JobId>,
 }
 
 impl Decided {
@@ -60,6 +64,7 @@ impl Decided {
                 }
                 self.plan.assignments.push(a);
             }
+            Decision::Gang(all) => self.plan.assignments.extend(all),
             Decision::Preempt(p) => {
                 self.victims.extend(p.victims.iter().map(|v| v.task));
                 self.plan.preempt.push(p);

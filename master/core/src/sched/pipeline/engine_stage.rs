@@ -15,7 +15,7 @@ use super::queue_stage::PendingTask;
 use super::slave_queue_stage::SlaveQueueStage;
 use crate::sched::engine_choice::{self, EngineChoice, EngineChoiceConfig, EngineLoad};
 use crate::sched::index::PlacementIndex;
-use crate::state::{Assign, ClusterState, Job};
+use crate::state::{with_unit, Assign, ClusterState, Job};
 use hetsched_common::program::EngineTotal;
 use hetsched_common::{EngineKind, JobId, NodeId};
 use std::collections::BTreeMap;
@@ -110,8 +110,10 @@ impl EngineChoiceStage {
         for &(node, kind) in &choice.ranked {
             // A node held for a waiting preemptor is not this task's to take.
             let held = index.reservation(node).is_some_and(|r| r.task != head.task);
-            let fits = !held && index.free(node).is_some_and(|f| f.fits(head.req));
-            if fits && index.take(node, head.req).is_some() {
+            // The task takes its resources and the engine unit it books (S0.2).
+            let (req, _) = with_unit(head.req, kind);
+            let fits = !held && index.free(node).is_some_and(|f| f.fits(&req));
+            if fits && index.take(node, &req).is_some() {
                 return Some((node, kind, false));
             }
         }
@@ -140,6 +142,11 @@ impl EngineChoiceStage {
         let targets: Vec<NodeId> = choice.ranked.iter().map(|r| r.0).collect();
         let (_, second) = engine_choice::targets(relation, self.cfg.efficiency_bound);
         if choice.overflow && second.is_some() {
+            return None;
+        }
+        // Units other than cores are granted at assignment (a queued task books nothing):
+        // a task waiting for one waits in the master's queue.
+        if choice.ranked.iter().any(|r| r.1 != EngineKind::Cpu) {
             return None;
         }
         let may_use = |n: NodeId| scope.may_use(n);

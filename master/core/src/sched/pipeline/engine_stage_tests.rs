@@ -94,11 +94,45 @@ fn program_tasks_take_free_target_engines_then_wait_rather_than_overflow() {
 }
 
 #[test]
-fn a_task_waiting_for_a_target_engine_queues_on_a_target_slave() {
+fn a_task_waiting_for_a_gpu_engine_waits_in_the_masters_queue_not_a_slaves() {
+    // Engine units are granted at assignment (a queued task books nothing): even with
+    // slave queues on, the third task waits for a GPU in the master's queue.
     let l = cluster();
     let (d, waiting) = decide_all(&l, 2, None);
     assert_eq!(waiting, 1);
-    assert_eq!(assigned(&d[2]), (1, Some(EngineKind::Gpu), true));
+    assert_eq!(d[2], Some(Decision::Stuck));
+}
+
+#[test]
+fn a_gpu_held_by_a_command_task_is_a_busy_gpu_engine() {
+    // One node, one GPU, held by a command task: the program task neither takes that GPU
+    // nor overflows to the CPU (eight times slower): it waits.
+    let mut l = Log::new();
+    l.apply_bare(node(1, 8, 1, &[]));
+    let cmd = crate::sched::test_log::submitted_tasks(l.apply_bare(submit(spec(1, 1, 1))));
+    crate::sched::test_log::assign(&mut l, &cmd, NodeId(1));
+    l.apply_bare(submit(spec(1, 1, 0)));
+    let rel = relation();
+    let mut index = index_of(&l.s);
+    let program_job = l.s.jobs().values().last().expect("job");
+    let mut round = EngineRound::default();
+    round.relations.insert(program_job.id, Some(&rel[..]));
+    let task = *l.s.pending().first().expect("pending");
+    let head = QueueStage::admit(&l.s, 0, &BTreeSet::new(), task).expect("admitted");
+    let mut feasibility = Feasibility::new(&l.s);
+    let scope = feasibility.scope(head.job);
+    let d = stage().decide(
+        &mut index,
+        &mut round,
+        &SlaveQueueStage { depth: 4 },
+        &BTreeMap::new(),
+        &l.s,
+        &head,
+        &scope,
+    );
+    assert_eq!(d, Some(Decision::Stuck));
+    let load = round.load.expect("built");
+    assert_eq!(load.free(NodeId(1), EngineKind::Gpu), 0, "{load:?}");
 }
 
 #[test]

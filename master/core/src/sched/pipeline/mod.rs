@@ -8,6 +8,7 @@
 //!             PlanContext is built: the queue order, partitions, pools, engine use
 //! per task, in queue order, the first stage that decides wins:
 //!   → QueueStage         S1/S3 order; skips tasks backing off and jobs stuck this plan
+//!   → GangStage          S2 batch jobs: the whole gang on its pinned slaves, or it waits
 //!   → FeasibilityStage   the nodes its partition and locality permit (the index's
 //!                        candidate constraint; resources, GPU model are the index's part)
 //!   → PoolBorrowStage    S3: hides GPU nodes' unused reserves from CPU tasks while GPU
@@ -39,6 +40,7 @@ mod caches;
 mod context;
 mod engine_stage;
 mod feasibility_stage;
+mod gang_stage;
 mod preemption_stage;
 mod queue_stage;
 mod reservations;
@@ -60,6 +62,7 @@ use blocked::{BlockKey, Blocked};
 use borrow_stage::PoolBorrowStage;
 use context::{Decision, PlanContext};
 use engine_stage::EngineChoiceStage;
+use gang_stage::GangStage;
 use hetsched_common::{NodeId, TaskId};
 use preemption_stage::PreemptionStage;
 use queue_stage::{PendingTask, QueueStage};
@@ -217,6 +220,10 @@ impl IndexedScheduler {
     /// task is placed, queued, preempts or is stuck) or hands it to the next.
     fn decide<'v>(&mut self, ctx: &mut PlanContext<'v>, head: &PendingTask<'v>) -> Decision {
         let view = ctx.view;
+        let gangs = &mut ctx.decided.gangs;
+        if let Some(d) = GangStage::decide(&mut self.index, view, ctx.now_ms, gangs, head) {
+            return d;
+        }
         PoolBorrowStage::before(&mut self.index, &mut ctx.pools, head.queue);
         let scope = ctx.feasibility.scope(head.job);
         let decided = &ctx.decided;
