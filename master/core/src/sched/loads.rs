@@ -23,6 +23,8 @@ struct NodeLoad {
     users: Vec<(String, DrfUsage)>,
     /// CPU thousandths held by GPU tasks there (they use the node's reserved pool first).
     gpu_task_cpu_milli: u64,
+    /// CPU thousandths the CPU tasks there ask (their requests: what a take-back counts).
+    cpu_task_req_milli: u64,
     /// Its capacity, counted while it takes work.
     capacity: DrfUsage,
     /// Whether it has GPUs and takes work (a member of one GPU pool).
@@ -38,6 +40,7 @@ impl NodeLoad {
     fn of(view: &ClusterState, n: &Node) -> Self {
         let mut users: Vec<(String, DrfUsage)> = Vec::new();
         let mut gpu_task_cpu_milli = 0u64;
+        let mut cpu_task_req_milli = 0u64;
         for t in &n.tasks {
             let Some((task, job)) = view
                 .tasks()
@@ -57,12 +60,15 @@ impl NodeLoad {
             }
             if !req.gpu.is_none() {
                 gpu_task_cpu_milli = gpu_task_cpu_milli.saturating_add(used.cpu_milli);
+            } else {
+                cpu_task_req_milli = cpu_task_req_milli.saturating_add(req.cpu_milli);
             }
         }
         let working = n.takes_work();
         Self {
             users,
             gpu_task_cpu_milli,
+            cpu_task_req_milli,
             capacity: if working {
                 DrfUsage {
                     cpu_milli: n.capacity.cpu_milli,
@@ -224,6 +230,11 @@ impl Loads {
         self.pools
             .get(&pool)
             .unwrap_or_else(|| EMPTY.get_or_init(Candidates::default))
+    }
+
+    /// CPU thousandths the CPU tasks on `node` ask (0 for a node not known).
+    pub fn cpu_task_req_milli(&self, node: NodeId) -> u64 {
+        self.nodes.get(&node).map_or(0, |l| l.cpu_task_req_milli)
     }
 
     /// A GPU node taking work: (GPUs, CPU thousandths).

@@ -506,3 +506,47 @@ fn with_one_gpu_pool_in_the_cluster_every_gpu_task_uses_it() {
     assert_eq!(plan.assignments[0].task, TaskId(2));
     assert!(!plan.assignments[0].borrowed);
 }
+
+#[test]
+fn single_gpu_tasks_waiting_get_the_multi_pools_idle_gpus_in_the_next_plan() {
+    use hetsched_common::protocol::GpuPool;
+    let mut sched = pipeline();
+    let mut l = Log {
+        s: ClusterState::new(),
+        i: 0,
+    };
+    // Node 1: 2 GPUs in the single pool; node 2: 8 GPUs in the multi pool.
+    l.apply(&mut sched, gpu_node_keyed(1, 16, 2, Some("single")));
+    l.apply(&mut sched, gpu_node_keyed(2, 32, 8, Some("multi")));
+    let pool = |l: &Log, n: NodeId| l.s.nodes()[&n].gpu_pool();
+    // An eight-GPU task takes the multi pool's node; two one-GPU tasks the single pool's.
+    l.apply(&mut sched, submit(1, 4, 8)); // task 1
+    l.apply(&mut sched, submit(2, 2, 1)); // tasks 2, 3
+    assert_eq!(l.round(&mut sched).assignments.len(), 3);
+    // Three more one-GPU tasks find no GPU: they wait, blocked (one key, one probe).
+    l.apply(&mut sched, submit(3, 2, 1)); // tasks 4..=6
+    let (_, probes) = sched.blocked();
+    assert!(l.round(&mut sched).assignments.is_empty());
+    assert_eq!(sched.blocked(), (1, probes + 1));
+    assert!(l.round(&mut sched).is_empty());
+    assert_eq!(sched.blocked().1, probes + 1, "nothing changed: no probe");
+    // The eight-GPU task ends: its node idles with nothing in gpu-multi, so the very next
+    // plan lends it to the waiting one-GPU tasks, in their queue order.
+    l.apply(
+        &mut sched,
+        Command::TaskFinished {
+            node: NodeId(2),
+            task: TaskId(1),
+            attempt: 1,
+            exit_code: 0,
+            reason: None,
+        },
+    );
+    let plan = l.round(&mut sched);
+    let tasks: Vec<TaskId> = plan.assignments.iter().map(|a| a.task).collect();
+    assert_eq!(tasks, vec![TaskId(4), TaskId(5), TaskId(6)], "{plan:?}");
+    assert!(plan
+        .assignments
+        .iter()
+        .all(|a| pool(&l, a.node) == Some(GpuPool::Multi) && a.borrowed));
+}

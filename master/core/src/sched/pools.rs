@@ -21,7 +21,6 @@
 //! A placement on any of these borrowed capacities is marked `borrowed` in its `Assign`.
 //! Pure: the plan's order, the index and [`Loads`] in, decisions out.
 
-use super::index::frag::DemandShape;
 use super::index::{Candidates, PlacementIndex, PlacementQuery};
 use super::loads::Loads;
 use super::multiqueue::{QueueKind, ReserveHistory};
@@ -88,15 +87,27 @@ pub struct PoolPlan {
 impl PoolPlan {
     /// Counts the tasks of `order` per queue.
     pub fn new(view: &ClusterState, order: &[TaskId]) -> Self {
+        Self::of_requests(
+            order
+                .iter()
+                .filter_map(|t| view.tasks().get(t).and_then(|t| view.job_resources(t.job))),
+        )
+    }
+
+    /// Counts the waiting tasks' requests (`reqs`, in queue order) per queue.
+    pub fn of_requests<'r>(reqs: impl Iterator<Item = &'r ResourceRequest>) -> Self {
         let mut waiting = [0; 3];
-        let mut distinct: [BTreeMap<DemandShape, &ResourceRequest>; 3] = Default::default();
-        for t in order {
-            if let Some(req) = view.tasks().get(t).and_then(|t| view.job_resources(t.job)) {
-                let q = QueueKind::of(req);
-                waiting[q as usize] += 1;
-                if let Some(shape) = DemandShape::of(req) {
-                    distinct[q as usize].entry(shape).or_insert(req);
-                }
+        // Distinct shapes, compared without building one per task (a plan sees every
+        // waiting task here; most share a few shapes).
+        type Shape<'r> = (u64, u64, u32, u32, &'r [String]);
+        let mut distinct: [BTreeMap<Shape<'r>, &ResourceRequest>; 3] = Default::default();
+        for req in reqs {
+            let q = QueueKind::of(req);
+            waiting[q as usize] += 1;
+            if !req.gpu.is_none() {
+                let g = &req.gpu;
+                let shape = (req.cpu_milli, req.mem_mib, g.count, g.milli, &g.models[..]);
+                distinct[q as usize].entry(shape).or_insert(req);
             }
         }
         let shapes = distinct.map(|d| {

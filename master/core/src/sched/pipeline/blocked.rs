@@ -26,6 +26,9 @@
 
 use super::queue_stage::PendingTask;
 use crate::state::partition_of;
+
+/// The partition of a job that names none (`partition_of`).
+const DEFAULT_PARTITION: &str = "default";
 use hetsched_common::priority::PriorityConfig;
 use hetsched_common::{EngineKind, JobId, NodeResources};
 use std::collections::BTreeSet;
@@ -33,6 +36,9 @@ use std::collections::BTreeSet;
 /// Where a blocked task may go.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum ScopeKey {
+    /// Any node of the default partition (no string built per task for the common case:
+    /// every plan builds the key of every waiting task it reaches).
+    Default,
     /// Any node of this partition.
     Partition(String),
     /// Its job's locality.
@@ -67,7 +73,10 @@ impl BlockKey {
             models,
             engines: r.engines.iter().map(|(k, n)| (*k, *n)).collect(),
             scope: if head.job.candidates.is_empty() {
-                ScopeKey::Partition(partition_of(&head.job.spec).to_string())
+                match partition_of(&head.job.spec) {
+                    DEFAULT_PARTITION => ScopeKey::Default,
+                    p => ScopeKey::Partition(p.to_string()),
+                }
             } else {
                 ScopeKey::Job(head.job.id)
             },

@@ -282,11 +282,13 @@ impl Scheduler for IndexedScheduler {
         // Across plans only where nothing but resources decides (see blocked.rs).
         let across = self.slave_queue.depth == 0;
         let mut stuck_now: BTreeSet<BlockKey> = BTreeSet::new();
-        for task in std::mem::take(&mut ctx.order) {
+        for queued in std::mem::take(&mut ctx.order) {
+            let task = queued.task;
             if ctx.decided.plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 break;
             }
-            let Some(head) = QueueStage::admit(view, ctx.now_ms, &ctx.decided.stuck, task) else {
+            let Some(head) = QueueStage::admit_queued(ctx.now_ms, &ctx.decided.stuck, queued)
+            else {
                 continue;
             };
             let key = head.job.spec.program.is_none().then(|| BlockKey::of(&head));

@@ -13,6 +13,7 @@ use super::context::{Decided, Decision};
 use super::feasibility_stage::Scope;
 use super::queue_stage::PendingTask;
 use crate::sched::index::{Candidates, PlacementIndex};
+use crate::sched::loads::Loads;
 use crate::sched::multiqueue::ReserveHistory;
 use crate::sched::pools::{separated_pool, within};
 use crate::sched::preemption::PreemptionConfig;
@@ -54,7 +55,8 @@ impl TakeBackStage<'_> {
         let own = separated_pool(pools.loads, head.queue)
             .map(|own| within(pools.loads.pool_nodes(own), allowed));
         let here = own.as_deref().or(allowed);
-        let p = self.take_back(
+        let p = self.take_back_in(
+            Some(pools.loads),
             pools.history,
             view,
             head.task,
@@ -67,8 +69,26 @@ impl TakeBackStage<'_> {
 
     /// A GPU node where `req` fits once CPU tasks borrowing its reserved CPUs stop; those
     /// borrowers (newest first) as victims. `taken`: victims chosen already.
+    #[cfg(test)]
     pub fn take_back(
         &self,
+        history: &ReserveHistory,
+        view: &ClusterState,
+        task: TaskId,
+        req: &ResourceRequest,
+        allowed: Option<&Candidates>,
+        taken: &BTreeSet<TaskId>,
+    ) -> Option<Preemption> {
+        self.take_back_in(None, history, view, task, req, allowed, taken)
+    }
+
+    /// [`take_back`](Self::take_back), skipping at once (with the S3 `loads`) the nodes
+    /// where CPU tasks borrow nothing: a probe runs for every distinct blocked GPU request
+    /// of a plan, and most GPU nodes lend no reserve.
+    #[allow(clippy::too_many_arguments)]
+    pub fn take_back_in(
+        &self,
+        loads: Option<&Loads>,
         history: &ReserveHistory,
         view: &ClusterState,
         task: TaskId,
@@ -80,6 +100,14 @@ impl TakeBackStage<'_> {
         for n in view.nodes().values() {
             if !n.takes_work() || n.capacity.gpus.is_empty() || self.reserved.contains(&n.id) {
                 continue;
+            }
+            if let Some(l) = loads {
+                // What `borrowers` would find borrowed there (the same sum and reserve).
+                let reserve = history.reserve_on(n.capacity.gpus.len(), n.capacity.cpu_milli);
+                let own = n.capacity.cpu_milli.saturating_sub(reserve);
+                if l.cpu_task_req_milli(n.id) <= own {
+                    continue;
+                }
             }
             if allowed.is_some_and(|c| !c.contains(n.id)) {
                 continue;
