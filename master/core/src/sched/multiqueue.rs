@@ -205,7 +205,8 @@ pub struct QueueingConfig {
 impl Default for QueueingConfig {
     fn default() -> Self {
         Self {
-            ordering: Ordering::Submission,
+            // The master's default (`--queueing pipeline`).
+            ordering: Ordering::Pipeline,
             reserve_start_milli_per_gpu: ReserveHistory::DEFAULT_START_MILLI,
         }
     }

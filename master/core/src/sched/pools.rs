@@ -82,6 +82,8 @@ pub struct PoolPlan {
     /// a GPU task waits), and what was taken out.
     hiding: bool,
     hidden: Vec<(NodeId, u64)>,
+    /// GPU nodes where CPU tasks borrow the reserve, once asked for in this plan.
+    borrowed_on: Option<Vec<NodeId>>,
 }
 
 impl PoolPlan {
@@ -121,6 +123,7 @@ impl PoolPlan {
             planned_gpu_cpu: BTreeMap::new(),
             hiding: false,
             hidden: Vec::new(),
+            borrowed_on: None,
         }
     }
 
@@ -303,6 +306,23 @@ impl PoolPlan {
                 .for_task(task)
                 .with_candidates(&covered),
         )
+    }
+
+    /// GPU nodes (ascending) where CPU tasks ask more CPUs than the node keeps outside its
+    /// reserve, i.e. borrow part of it: the only nodes a take-back can free. Found once per
+    /// plan (the loads and the reserve change only between plans), so a plan's take-back
+    /// probes, one per distinct blocked GPU request, do not each walk every node.
+    pub fn borrowed_on(&mut self, loads: &Loads, history: &ReserveHistory) -> &[NodeId] {
+        self.borrowed_on.get_or_insert_with(|| {
+            loads
+                .gpu_nodes()
+                .filter(|(n, gpus, cpu)| {
+                    let own = cpu.saturating_sub(history.reserve_on(*gpus, *cpu));
+                    loads.cpu_task_req_milli(*n) > own
+                })
+                .map(|(n, _, _)| n)
+                .collect()
+        })
     }
 
     /// Gives back to the index what is hidden (at the end of the plan, and between kinds).

@@ -7,7 +7,7 @@
 //! only it may preempt, and everything after it works on one task at a time.
 
 use crate::sched::loads::Loads;
-use crate::sched::multiqueue::{ordered_refs, ordered_with, Ordering, QueueKind, Queued};
+use crate::sched::multiqueue::{ordered_refs, Ordering, QueueKind, Queued};
 use crate::state::{ClusterState, Job, Task};
 use hetsched_common::{JobId, ResourceRequest, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,8 +47,18 @@ impl QueueStage {
     #[cfg(test)]
     pub fn order(&self, view: &ClusterState, loads: Option<&Loads>) -> Vec<TaskId> {
         match loads {
-            Some(l) => ordered_with(view, self.ordering, l.users(), &l.capacity()),
-            None => ordered_with(view, self.ordering, &BTreeMap::new(), &Default::default()),
+            Some(l) => crate::sched::multiqueue::ordered_with(
+                view,
+                self.ordering,
+                l.users(),
+                &l.capacity(),
+            ),
+            None => crate::sched::multiqueue::ordered_with(
+                view,
+                self.ordering,
+                &BTreeMap::new(),
+                &Default::default(),
+            ),
         }
     }
 

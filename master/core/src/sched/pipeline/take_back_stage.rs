@@ -13,7 +13,6 @@ use super::context::{Decided, Decision};
 use super::feasibility_stage::Scope;
 use super::queue_stage::PendingTask;
 use crate::sched::index::{Candidates, PlacementIndex};
-use crate::sched::loads::Loads;
 use crate::sched::multiqueue::ReserveHistory;
 use crate::sched::pools::{separated_pool, within};
 use crate::sched::preemption::PreemptionConfig;
@@ -51,12 +50,16 @@ impl TakeBackStage<'_> {
         {
             return None;
         }
+        let lending = pools.plan.borrowed_on(pools.loads, pools.history);
+        if lending.is_empty() {
+            return None; // nobody borrows a reserve: nothing to take back
+        }
         let allowed = scope.allowed();
         let own = separated_pool(pools.loads, head.queue)
             .map(|own| within(pools.loads.pool_nodes(own), allowed));
         let here = own.as_deref().or(allowed);
         let p = self.take_back_in(
-            Some(pools.loads),
+            Some(lending),
             pools.history,
             view,
             head.task,
@@ -82,13 +85,14 @@ impl TakeBackStage<'_> {
         self.take_back_in(None, history, view, task, req, allowed, taken)
     }
 
-    /// [`take_back`](Self::take_back), skipping at once (with the S3 `loads`) the nodes
-    /// where CPU tasks borrow nothing: a probe runs for every distinct blocked GPU request
-    /// of a plan, and most GPU nodes lend no reserve.
+    /// [`take_back`](Self::take_back) over `lending` only (with S3 loads: the nodes where
+    /// CPU tasks borrow the reserve, `PoolPlan::borrowed_on`; `None`: every node): a probe
+    /// runs for every distinct blocked GPU request of a plan, and most GPU nodes lend no
+    /// reserve.
     #[allow(clippy::too_many_arguments)]
     pub fn take_back_in(
         &self,
-        loads: Option<&Loads>,
+        lending: Option<&[NodeId]>,
         history: &ReserveHistory,
         view: &ClusterState,
         task: TaskId,
@@ -97,17 +101,13 @@ impl TakeBackStage<'_> {
         taken: &BTreeSet<TaskId>,
     ) -> Option<Preemption> {
         let priority = view.tasks().get(&task)?.priority;
-        for n in view.nodes().values() {
+        let nodes: Box<dyn Iterator<Item = &Node>> = match lending {
+            Some(ids) => Box::new(ids.iter().filter_map(|id| view.nodes().get(id))),
+            None => Box::new(view.nodes().values()),
+        };
+        for n in nodes {
             if !n.takes_work() || n.capacity.gpus.is_empty() || self.reserved.contains(&n.id) {
                 continue;
-            }
-            if let Some(l) = loads {
-                // What `borrowers` would find borrowed there (the same sum and reserve).
-                let reserve = history.reserve_on(n.capacity.gpus.len(), n.capacity.cpu_milli);
-                let own = n.capacity.cpu_milli.saturating_sub(reserve);
-                if l.cpu_task_req_milli(n.id) <= own {
-                    continue;
-                }
             }
             if allowed.is_some_and(|c| !c.contains(n.id)) {
                 continue;
