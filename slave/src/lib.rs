@@ -45,6 +45,7 @@ pub mod gpu;
 pub mod http;
 pub mod link;
 pub mod logs;
+pub mod membw_total;
 pub mod probe;
 pub mod program;
 pub mod queue;
@@ -290,6 +291,19 @@ pub async fn run_with_engines(
     };
     let real_gpus = capacity.gpus.iter().any(|g| !g.emulated);
     let probes = probe::Probes::detect(real_gpus, &cfg.probes.resctrl_root);
+    let mut cfg = cfg;
+    // S3.6: with resctrl monitoring and no `--membw-total`, measure the node's bandwidth.
+    if cfg.probes.contention.membw_total_mbps.is_none() && !probes.membw.emulated() {
+        let root = cfg.probes.resctrl_root.clone();
+        let measured = tokio::task::spawn_blocking(move || {
+            membw_total::measure(&root, Duration::from_millis(300))
+        })
+        .await
+        .ok()
+        .flatten();
+        tracing::info!(membw_total_mbps = ?measured, "measured the node's memory bandwidth");
+        cfg.probes.contention.membw_total_mbps = measured;
+    }
     let probe_files = exec::ProbeFiles {
         gpu_util: probes.gpu.emulated(),
         membw: probes.membw.emulated(),
@@ -307,7 +321,8 @@ pub async fn run_with_engines(
         hetsched_common::protocol::PROBE_MEMBW_LABEL.to_string(),
         probes.membw.name().to_string(),
     );
-    let gpu_pool = hetsched_common::protocol::GpuPool::of_node(capacity.gpus.len(), cfg.gpu_pool);
+    // `auto` announces nothing: the master splits the pools by demand.
+    let gpu_pool = cfg.gpu_pool.filter(|_| !capacity.gpus.is_empty());
     if let Some(pool) = gpu_pool {
         labels.insert(
             hetsched_common::protocol::GPU_POOL_LABEL.to_string(),
@@ -330,7 +345,7 @@ pub async fn run_with_engines(
         gpu_probe = if probes.gpu.emulated() { "EMULATED" } else { probes.gpu.name() },
         membw_probe = if probes.membw.emulated() { "EMULATED" } else { probes.membw.name() },
         membw_total_mbps = ?cfg.probes.contention.membw_total_mbps,
-        gpu_pool = gpu_pool.map_or("-", |p| p.name()),
+        gpu_pool = gpu_pool.map_or("auto", |p| p.name()),
         "slave starting"
     );
 

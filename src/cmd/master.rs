@@ -44,8 +44,10 @@ pub struct Args {
     pub cpu_policy: hetsched_master_core::sched::index::PolicyKind,
     /// Queue order (S3): fifo (priority, then submission), drf (priority, then users by
     /// dominant share) or pipeline (cpu / gpu-single / gpu-multi queues, DRF within each,
-    /// CPUs reserved for GPU tasks on GPU nodes with borrowing and take-back).
-    #[arg(long, default_value = "fifo")]
+    /// CPUs reserved for GPU tasks on GPU nodes with borrowing and take-back). The default
+    /// is pipeline: on the Alibaba trace under load it has GPU tasks wait less than drf with
+    /// CPU tasks waiting no more (BENCHMARKS.md, "A trace that queues").
+    #[arg(long, default_value = "pipeline")]
     pub queueing: hetsched_master_core::sched::multiqueue::Ordering,
     /// Under --queueing pipeline: CPUs reserved per GPU on GPU nodes until a GPU task's
     /// demand is seen (then the highest CPUs per GPU seen).

@@ -53,8 +53,9 @@ pub struct RunArgs {
     /// Timed mode: divide arrival times by this factor (durations unchanged).
     #[arg(long, default_value_t = 1.0, value_name = "F")]
     pub time_scale: f64,
-    /// One policy: `[fifo-]PLACEMENT`, PLACEMENT in least-fit, best-fit, first-fit,
-    /// next-fit, random, frag.
+    /// One policy: `[QUEUEING-]PLACEMENT[-nopreempt]`, QUEUEING in fifo, drf, pipeline,
+    /// PLACEMENT in least-fit, best-fit, first-fit, next-fit, random, frag; `-nopreempt`
+    /// turns S1 preemption and S3 take-back off.
     #[arg(long, conflicts_with = "compare", default_value = "frag")]
     pub policy: String,
     /// Several policies, comma-separated, each run on the same input.
@@ -143,6 +144,7 @@ fn load_nodes(path: &Path) -> Result<Vec<SimNode>, Failure> {
         .map(|n| SimNode {
             name: n.name,
             resources: n.resources,
+            partitions: Vec::new(),
         })
         .collect())
 }
@@ -166,12 +168,16 @@ fn run(a: RunArgs) -> Result<(), Failure> {
     if policies.is_empty() {
         return Err(bad("--compare needs at least one policy"));
     }
+    let mut setup = sim::Setup::default();
     let (nodes, tasks, mode, source) = match &a.scenario {
         Some(path) => {
             let sc: sim::scenario::Scenario = toml::from_str(&read(path)?)
                 .map_err(|e| bad(format!("{}: {e}", path.display())))?;
             let (nodes, mut tasks) = sc
                 .build()
+                .map_err(|e| bad(format!("{}: {e}", path.display())))?;
+            setup = sc
+                .setup()
                 .map_err(|e| bad(format!("{}: {e}", path.display())))?;
             for t in &mut tasks {
                 t.arrival_ms = (t.arrival_ms as f64 / a.time_scale).round() as u64;
@@ -247,7 +253,7 @@ fn run(a: RunArgs) -> Result<(), Failure> {
             }
         };
         let t0 = Instant::now();
-        let mut r = sim::run(&nodes, &tasks, p, mode, a.seed, &mut progress);
+        let mut r = sim::run_with(&nodes, &tasks, p, mode, a.seed, &setup, &mut progress);
         r.sim_ms = t0.elapsed().as_millis() as u64;
         if bar {
             eprintln!();

@@ -89,8 +89,8 @@ pub struct Args {
     #[arg(long)]
     pub no_forward: bool,
     /// S3 GPU pool of this node's GPUs: `single` (serves tasks asking fewer than 4 GPUs
-    /// first), `multi` (serves tasks asking 4 or more first), or `auto`: multi with 8 GPUs
-    /// or more, else single.
+    /// first), `multi` (serves tasks asking 4 or more first), or `auto`: the master splits
+    /// the pools by the workload's demand (by GPU count until a GPU task is seen).
     #[arg(long, value_name = "auto|single|multi", default_value = "auto", value_parser = parse_gpu_pool)]
     pub gpu_pool: GpuPoolChoice,
     /// Optional HTTP address for /metrics and /healthz.

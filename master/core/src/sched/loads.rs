@@ -10,10 +10,11 @@
 
 use super::index::Candidates;
 use super::multiqueue::DrfUsage;
+use super::pool_split::PoolDemand;
 use crate::state::{ClusterState, Node};
 use hetsched_common::protocol::GpuPool;
 use hetsched_common::NodeId;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// One node's contribution.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -22,10 +23,14 @@ struct NodeLoad {
     users: Vec<(String, DrfUsage)>,
     /// CPU thousandths held by GPU tasks there (they use the node's reserved pool first).
     gpu_task_cpu_milli: u64,
+    /// CPU thousandths the CPU tasks there ask (their requests: what a take-back counts).
+    cpu_task_req_milli: u64,
     /// Its capacity, counted while it takes work.
     capacity: DrfUsage,
-    /// Its GPU pool while it takes work (`None`: no GPUs, or takes no work).
-    pool: Option<GpuPool>,
+    /// Whether it has GPUs and takes work (a member of one GPU pool).
+    gpu: bool,
+    /// The pool its slave announced (`None`: split by demand, `pool_split`).
+    announced: Option<GpuPool>,
     /// GPUs and CPU thousandths (for the reserve's size), while it takes work.
     gpus: usize,
     cpu_milli: u64,
@@ -35,24 +40,35 @@ impl NodeLoad {
     fn of(view: &ClusterState, n: &Node) -> Self {
         let mut users: Vec<(String, DrfUsage)> = Vec::new();
         let mut gpu_task_cpu_milli = 0u64;
+        let mut cpu_task_req_milli = 0u64;
         for t in &n.tasks {
-            let Some(job) = view.tasks().get(t).and_then(|t| view.jobs().get(&t.job)) else {
+            let Some((task, job)) = view
+                .tasks()
+                .get(t)
+                .and_then(|t| Some((t, view.jobs().get(&t.job)?)))
+            else {
                 continue;
             };
             let req = &job.spec.resources;
-            let used = DrfUsage::of(req);
+            // S3.5: a task is charged the CPUs it holds now (its S3.2 searched or S3.6
+            // compressed count), not its request.
+            let mut used = DrfUsage::of(req);
+            used.cpu_milli = task.cpu_milli.unwrap_or(req.cpu_milli);
             match users.iter_mut().find(|(u, _)| *u == job.spec.user) {
                 Some((_, u)) => u.add(&used),
                 None => users.push((job.spec.user.clone(), used)),
             }
             if !req.gpu.is_none() {
-                gpu_task_cpu_milli = gpu_task_cpu_milli.saturating_add(req.cpu_milli);
+                gpu_task_cpu_milli = gpu_task_cpu_milli.saturating_add(used.cpu_milli);
+            } else {
+                cpu_task_req_milli = cpu_task_req_milli.saturating_add(req.cpu_milli);
             }
         }
         let working = n.takes_work();
         Self {
             users,
             gpu_task_cpu_milli,
+            cpu_task_req_milli,
             capacity: if working {
                 DrfUsage {
                     cpu_milli: n.capacity.cpu_milli,
@@ -62,7 +78,8 @@ impl NodeLoad {
             } else {
                 DrfUsage::default()
             },
-            pool: if working { n.gpu_pool() } else { None },
+            gpu: working && !n.capacity.gpus.is_empty(),
+            announced: n.gpu_pool(),
             gpus: if working { n.capacity.gpus.len() } else { 0 },
             cpu_milli: if working { n.capacity.cpu_milli } else { 0 },
         }
@@ -76,9 +93,14 @@ pub struct Loads {
     nodes: BTreeMap<NodeId, NodeLoad>,
     users: BTreeMap<String, DrfUsage>,
     capacity: DrfUsage,
-    members: BTreeMap<GpuPool, BTreeSet<NodeId>>,
+    /// Each GPU node's pool, as the last [`resplit`](Self::resplit) decided.
+    members: BTreeMap<NodeId, GpuPool>,
     /// `members` as index locality constraints (rebuilt when a pool's membership changes).
     pools: BTreeMap<GpuPool, Candidates>,
+    /// The GPU nodes changed since the last split (joined, left, drained, relabelled).
+    split_stale: bool,
+    /// The multi pool's GPU target the last split was for.
+    split_target: Option<u64>,
 }
 
 impl Loads {
@@ -95,25 +117,49 @@ impl Loads {
         for n in view.nodes().values() {
             self.add(n.id, NodeLoad::of(view, n));
         }
-        for pool in [GpuPool::Single, GpuPool::Multi] {
-            self.refresh_pool(pool);
-        }
+        self.split_stale = true;
     }
 
     /// Re-reads `node` (gone from `view`: its contribution is dropped).
     pub fn sync(&mut self, view: &ClusterState, node: NodeId) {
-        let old_pool = self.remove(node);
-        let new_pool = view.nodes().get(&node).and_then(|n| {
+        let old = self.remove(node);
+        let new = view.nodes().get(&node).map(|n| {
             let load = NodeLoad::of(view, n);
-            let pool = load.pool;
+            let key = (load.gpu, load.announced, load.gpus);
             self.add(node, load);
-            pool
+            key
         });
-        if old_pool != new_pool {
-            for pool in [old_pool, new_pool].into_iter().flatten() {
-                self.refresh_pool(pool);
-            }
+        if old != new {
+            self.split_stale = true;
         }
+    }
+
+    /// Splits the GPU nodes into pools for `demand` (`pool_split::split`) when the nodes or
+    /// the demand's target changed since the last split; returns whether a node changed
+    /// pools.
+    pub fn resplit(&mut self, demand: &PoolDemand) -> bool {
+        let gpu_nodes: Vec<(NodeId, usize, Option<GpuPool>)> = self
+            .nodes
+            .iter()
+            .filter(|(_, l)| l.gpu)
+            .map(|(id, l)| (*id, l.gpus, l.announced))
+            .collect();
+        let total: u64 = gpu_nodes.iter().map(|n| n.1 as u64).sum();
+        let target = demand.multi_target(total);
+        if !self.split_stale && self.split_target == Some(target) {
+            return false;
+        }
+        self.split_stale = false;
+        self.split_target = Some(target);
+        let members = super::pool_split::split(&gpu_nodes, target);
+        if members == self.members {
+            return false;
+        }
+        self.members = members;
+        for pool in [GpuPool::Single, GpuPool::Multi] {
+            self.refresh_pool(pool);
+        }
+        true
     }
 
     fn add(&mut self, node: NodeId, load: NodeLoad) {
@@ -123,14 +169,11 @@ impl Loads {
             }
         }
         self.capacity.add(&load.capacity);
-        if let Some(pool) = load.pool {
-            self.members.entry(pool).or_default().insert(node);
-        }
         self.nodes.insert(node, load);
     }
 
-    /// Takes `node`'s contribution out; returns the pool it was in.
-    fn remove(&mut self, node: NodeId) -> Option<GpuPool> {
+    /// Takes `node`'s contribution out; returns what its pool depends on.
+    fn remove(&mut self, node: NodeId) -> Option<(bool, Option<GpuPool>, usize)> {
         let load = self.nodes.remove(&node)?;
         for (user, used) in &load.users {
             if let Some(u) = self.users.get_mut(user) {
@@ -141,23 +184,15 @@ impl Loads {
             }
         }
         self.capacity.sub(&load.capacity);
-        let pool = load.pool?;
-        if let Some(m) = self.members.get_mut(&pool) {
-            m.remove(&node);
-            if m.is_empty() {
-                self.members.remove(&pool);
-            }
-        }
-        Some(pool)
+        Some((load.gpu, load.announced, load.gpus))
     }
 
     fn refresh_pool(&mut self, pool: GpuPool) {
         let c: Candidates = self
             .members
-            .get(&pool)
-            .into_iter()
-            .flatten()
-            .copied()
+            .iter()
+            .filter(|(id, p)| **p == pool && self.nodes.get(id).is_some_and(|l| l.gpu))
+            .map(|(id, _)| *id)
             .collect();
         if c.is_empty() {
             self.pools.remove(&pool);
@@ -183,7 +218,10 @@ impl Loads {
 
     /// The GPU pool of `node` (`None`: no GPUs or takes no work).
     pub fn pool_of(&self, node: NodeId) -> Option<GpuPool> {
-        self.nodes.get(&node).and_then(|l| l.pool)
+        self.nodes
+            .get(&node)
+            .filter(|l| l.gpu)
+            .and_then(|_| self.members.get(&node).copied())
     }
 
     /// The nodes taking work in `pool`.
@@ -194,11 +232,16 @@ impl Loads {
             .unwrap_or_else(|| EMPTY.get_or_init(Candidates::default))
     }
 
+    /// CPU thousandths the CPU tasks on `node` ask (0 for a node not known).
+    pub fn cpu_task_req_milli(&self, node: NodeId) -> u64 {
+        self.nodes.get(&node).map_or(0, |l| l.cpu_task_req_milli)
+    }
+
     /// A GPU node taking work: (GPUs, CPU thousandths).
     pub fn gpu_node(&self, node: NodeId) -> Option<(usize, u64)> {
         self.nodes
             .get(&node)
-            .filter(|l| l.pool.is_some())
+            .filter(|l| l.gpu)
             .map(|l| (l.gpus, l.cpu_milli))
     }
 
@@ -206,7 +249,7 @@ impl Loads {
     pub fn gpu_nodes(&self) -> impl Iterator<Item = (NodeId, usize, u64)> + '_ {
         self.nodes
             .iter()
-            .filter(|(_, l)| l.pool.is_some())
+            .filter(|(_, l)| l.gpu)
             .map(|(id, l)| (*id, l.gpus, l.cpu_milli))
     }
 }

@@ -13,6 +13,7 @@ pub mod index;
 pub mod loads;
 pub mod multiqueue;
 mod pipeline;
+pub mod pool_split;
 pub mod pools;
 pub mod preemption;
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! - [`ReserveHistory`] sizes the reserved CPU pool of GPU nodes (§S3.3) from the highest
 //!   CPU demand per GPU seen among GPU tasks.
 
-use crate::state::ClusterState;
+use crate::state::{ClusterState, Job, Task};
 use hetsched_common::{ResourceRequest, TaskId, TaskReason, GPU_MILLI_PER_DEVICE};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -85,13 +85,26 @@ pub fn drf_order(
     usage: &BTreeMap<String, DrfUsage>,
     capacity: &DrfUsage,
 ) -> Vec<TaskId> {
+    drf_positions(entries, usage, capacity)
+        .into_iter()
+        .map(|i| entries[i].task)
+        .collect()
+}
+
+/// [`drf_order`] as positions in `entries` (the queue stage keeps what it read of each
+/// task beside its entry, so that no later pass of the plan looks the task up again).
+fn drf_positions(
+    entries: &[DrfEntry<'_>],
+    usage: &BTreeMap<String, DrfUsage>,
+    capacity: &DrfUsage,
+) -> Vec<usize> {
     // One user (the common case while little queues): submission order, nothing to weigh.
     if entries.windows(2).all(|w| w[0].user == w[1].user) {
-        return entries.iter().map(|e| e.task).collect();
+        return (0..entries.len()).collect();
     }
-    let mut queues: BTreeMap<&str, VecDeque<&DrfEntry>> = BTreeMap::new();
-    for e in entries {
-        queues.entry(e.user).or_default().push_back(e);
+    let mut queues: BTreeMap<&str, VecDeque<usize>> = BTreeMap::new();
+    for (i, e) in entries.iter().enumerate() {
+        queues.entry(e.user).or_default().push_back(i);
     }
     let mut held: BTreeMap<&str, DrfUsage> = queues
         .keys()
@@ -100,7 +113,7 @@ pub fn drf_order(
     let mut heap: BinaryHeap<Reverse<(u64, TaskId, &str)>> = queues
         .iter()
         .filter_map(|(u, q)| {
-            let head = q.front()?;
+            let head = &entries[*q.front()?];
             Some(Reverse((held[u].dominant_share(capacity), head.task, *u)))
         })
         .collect();
@@ -109,12 +122,16 @@ pub fn drf_order(
         let Some(q) = queues.get_mut(user) else {
             continue;
         };
-        let Some(e) = q.pop_front() else { continue };
-        out.push(e.task);
+        let Some(i) = q.pop_front() else { continue };
+        out.push(i);
         let h = held.entry(user).or_default();
-        h.add(&e.demand);
+        h.add(&entries[i].demand);
         if let Some(next) = q.front() {
-            heap.push(Reverse((h.dominant_share(capacity), next.task, user)));
+            heap.push(Reverse((
+                h.dominant_share(capacity),
+                entries[*next].task,
+                user,
+            )));
         }
     }
     out
@@ -188,7 +205,8 @@ pub struct QueueingConfig {
 impl Default for QueueingConfig {
     fn default() -> Self {
         Self {
-            ordering: Ordering::Submission,
+            // The master's default (`--queueing pipeline`).
+            ordering: Ordering::Pipeline,
             reserve_start_milli_per_gpu: ReserveHistory::DEFAULT_START_MILLI,
         }
     }
@@ -207,41 +225,76 @@ pub fn ordered_with(
     usage: &BTreeMap<String, DrfUsage>,
     capacity: &DrfUsage,
 ) -> Vec<TaskId> {
+    ordered_refs(view, ordering, usage, capacity)
+        .into_iter()
+        .map(|q| q.task)
+        .collect()
+}
+
+/// A pending task in queue order, with its task and job as the ordering read them: the
+/// plan's later passes (pool counts, admission) take them from here rather than looking
+/// every pending task up again (with a deep backlog those lookups were most of a plan).
+#[derive(Clone, Copy, Debug)]
+pub struct Queued<'v> {
+    /// Its id.
+    pub task: TaskId,
+    /// The task.
+    pub t: &'v Task,
+    /// Its job.
+    pub job: &'v Job,
+}
+
+/// [`ordered_with`], each task with what was read of it. Tasks or jobs the state no
+/// longer holds are left out (the scheduler would pass them over).
+pub fn ordered_refs<'v>(
+    view: &'v ClusterState,
+    ordering: Ordering,
+    usage: &BTreeMap<String, DrfUsage>,
+    capacity: &DrfUsage,
+) -> Vec<Queued<'v>> {
+    let pending = view.pending().iter().filter_map(|id| {
+        let t = view.tasks().get(id)?;
+        let job = view.jobs().get(&t.job)?;
+        Some(Queued { task: *id, t, job })
+    });
     if ordering == Ordering::Submission {
-        return super::queue::queue_order(view);
+        // Already in id order: a stable sort by priority alone keeps submission order
+        // (as `queue::queue_order`).
+        let mut all: Vec<Queued<'v>> = pending.collect();
+        all.sort_by_key(|q| Reverse(q.t.priority));
+        return all;
     }
     // (priority, queue rank, taken back first) → entries in submission order.
-    let mut groups: BTreeMap<(Reverse<i64>, u8, bool), Vec<DrfEntry>> = BTreeMap::new();
-    for id in view.pending() {
-        let Some(t) = view.tasks().get(id) else {
-            continue;
-        };
-        let Some(job) = view.jobs().get(&t.job) else {
-            continue;
-        };
-        let req = &job.spec.resources;
+    type Group<'v> = (Vec<DrfEntry<'v>>, Vec<Queued<'v>>);
+    let mut groups: BTreeMap<(Reverse<i64>, u8, bool), Group<'v>> = BTreeMap::new();
+    for q in pending {
+        let (t, req) = (q.t, &q.job.spec.resources);
         let (rank, head) = match ordering {
             Ordering::Pipeline => {
-                let q = QueueKind::of(req);
+                let kind = QueueKind::of(req);
                 let taken_back =
-                    q == QueueKind::Cpu && t.status.reason == Some(TaskReason::Preempted);
-                (q as u8, !taken_back)
+                    kind == QueueKind::Cpu && t.status.reason == Some(TaskReason::Preempted);
+                (kind as u8, !taken_back)
             }
             _ => (0, true),
         };
-        groups
-            .entry((Reverse(t.priority), rank, head))
-            .or_default()
-            .push(DrfEntry {
-                task: *id,
-                user: &job.spec.user,
-                demand: DrfUsage::of(req),
-            });
+        let g = groups.entry((Reverse(t.priority), rank, head)).or_default();
+        g.0.push(DrfEntry {
+            task: q.task,
+            user: &q.job.spec.user,
+            demand: DrfUsage::of(req),
+        });
+        g.1.push(q);
     }
-    groups
-        .values()
-        .flat_map(|g| drf_order(g, usage, capacity))
-        .collect()
+    let mut out = Vec::with_capacity(view.pending().len());
+    for (entries, refs) in groups.values() {
+        out.extend(
+            drf_positions(entries, usage, capacity)
+                .into_iter()
+                .map(|i| refs[i]),
+        );
+    }
+    out
 }
 
 /// The reserved CPU pool's size per GPU (§S3.3): the highest CPU demand per GPU seen among
@@ -250,6 +303,8 @@ pub fn ordered_with(
 pub struct ReserveHistory {
     start_milli_per_gpu: u64,
     highest: Option<u64>,
+    /// What single- and multi-GPU tasks asked: the GPU pools' split (`sched::pool_split`).
+    demand: super::pool_split::PoolDemand,
 }
 
 impl ReserveHistory {
@@ -261,11 +316,13 @@ impl ReserveHistory {
         Self {
             start_milli_per_gpu,
             highest: None,
+            demand: Default::default(),
         }
     }
 
     /// Learns one submitted task's request (CPU tasks teach nothing).
     pub fn observe(&mut self, req: &ResourceRequest) {
+        self.demand.observe(req);
         let gpu_milli = req.gpu.total_milli();
         if gpu_milli == 0 {
             return;
@@ -276,6 +333,11 @@ impl ReserveHistory {
             .div_ceil(gpu_milli as u128)
             .min(u64::MAX as u128) as u64;
         self.highest = Some(self.highest.map_or(per_gpu, |h| h.max(per_gpu)));
+    }
+
+    /// What single- and multi-GPU tasks asked so far (the GPU pools' split).
+    pub fn demand(&self) -> &super::pool_split::PoolDemand {
+        &self.demand
     }
 
     /// CPU thousandths reserved per GPU now.

@@ -190,10 +190,13 @@ fn cpu_tasks_borrow_the_reserve_and_a_gpu_task_takes_it_back_to_the_head_of_the_
     };
     // One node: 8 CPUs, 2 GPUs; the reserve is 2 CPUs per GPU = 4 CPUs.
     l.apply(&mut sched, gpu_node(8, 2));
-    // A GPU task waiting keeps CPU tasks off the reserve: a GPU task that fits nowhere
-    // (3 GPUs; 2 CPUs per GPU, as the history's start) is in the GPU queue, so of 8
-    // one-CPU tasks only 4 start.
-    l.apply(&mut sched, submit(1, 6, 3)); // task 1
+    // A GPU task waiting keeps CPU tasks off the reserve of a node whose GPUs it could
+    // use: a GPU task that fits nowhere (1 GPU and 2 CPUs, as the history's start, but
+    // more memory than the node has) is in the GPU queue, so of 8 one-CPU tasks only 4
+    // start.
+    let mut waiting = test_log::spec(1, 2, 1);
+    waiting.resources.mem_mib = 1_000_000;
+    l.apply(&mut sched, test_log::submit(waiting)); // task 1
     assert_eq!(sched.reserve_per_gpu_milli(), Some(2000));
     l.apply(&mut sched, submit(8, 1, 0)); // tasks 2..=9
     let plan = l.round(&mut sched);
@@ -276,21 +279,20 @@ fn gpu_node_keyed(key: u64, cpus: u64, gpus: usize, pool: Option<&str>) -> Comma
 }
 
 #[test]
-fn gpu_pools_lend_only_when_the_other_queue_is_empty() {
+fn gpu_pools_lend_idle_gpus_when_the_owning_queue_has_nothing_that_fits() {
     use hetsched_common::protocol::GpuPool;
     let mut sched = pipeline();
     let mut l = Log {
         s: ClusterState::new(),
         i: 0,
     };
-    // Node 1: 4 GPUs (single pool by count); node 2: 8 GPUs (multi by count); node 3: 4
-    // GPUs its slave put in the multi pool.
-    l.apply(&mut sched, gpu_node_keyed(1, 16, 4, None));
-    l.apply(&mut sched, gpu_node_keyed(2, 32, 8, None));
+    // Node 1: 4 GPUs its slave put in the single pool; nodes 2 (8 GPUs) and 3 (4 GPUs) in
+    // the multi pool.
+    l.apply(&mut sched, gpu_node_keyed(1, 16, 4, Some("single")));
+    l.apply(&mut sched, gpu_node_keyed(2, 32, 8, Some("multi")));
     l.apply(&mut sched, gpu_node_keyed(3, 16, 4, Some("multi")));
     let pool = |l: &Log, n: u64| l.s.nodes()[&NodeId(n)].gpu_pool();
     assert_eq!(pool(&l, 1), Some(GpuPool::Single));
-    assert_eq!(pool(&l, 2), Some(GpuPool::Multi));
     assert_eq!(pool(&l, 3), Some(GpuPool::Multi));
     assert_eq!(
         l.s.node_info(&l.s.nodes()[&NodeId(3)]).gpu_pool.as_deref(),
@@ -305,20 +307,10 @@ fn gpu_pools_lend_only_when_the_other_queue_is_empty() {
         .iter()
         .all(|a| a.node == NodeId(1) && !a.borrowed));
     // A multi-GPU task that fits nowhere waits in gpu-multi (task 5), and a fifth one-GPU
-    // task arrives (task 6): its pool is exhausted and the multi pool has room, but the
-    // gpu-multi queue is not empty, so it waits.
+    // task arrives (task 6): its pool is exhausted, and nothing waiting in gpu-multi fits
+    // the multi pool's idle GPUs, so they are lent to it in this very plan.
     l.apply(&mut sched, submit(1, 2, 16));
     l.apply(&mut sched, submit(1, 2, 1));
-    let plan = l.round(&mut sched);
-    assert!(plan.assignments.is_empty(), "{plan:?}");
-    assert_eq!(state_of(&l, 6), TaskState::Pending);
-    // The gpu-multi queue empties: the one-GPU task takes a multi-pool GPU, borrowed.
-    l.apply(
-        &mut sched,
-        Command::CancelJob {
-            job: hetsched_common::JobId(2),
-        },
-    );
     let plan = l.round(&mut sched);
     assert_eq!(plan.assignments.len(), 1, "{plan:?}");
     let a = &plan.assignments[0];
@@ -328,8 +320,15 @@ fn gpu_pools_lend_only_when_the_other_queue_is_empty() {
     assert!(l.s.tasks()[&TaskId(6)].borrowed);
     assert!(l.s.task_info(&l.s.tasks()[&TaskId(6)]).borrowed);
     assert!(!l.s.task_info(&l.s.tasks()[&TaskId(1)]).borrowed);
-    // The other way round. Two four-GPU tasks (7, 8) take the multi pool's room (node 2
-    // has 3 GPUs left after them, node 3 none), and node 1's one-GPU tasks end.
+    assert_eq!(state_of(&l, 5), TaskState::Pending);
+    l.apply(
+        &mut sched,
+        Command::CancelJob {
+            job: hetsched_common::JobId(2),
+        },
+    );
+    // The other way round. Two four-GPU tasks (7, 8) take the multi pool's room, and node
+    // 1's one-GPU tasks end.
     l.apply(&mut sched, submit(2, 4, 4)); // tasks 7, 8
     let plan = l.round(&mut sched);
     assert_eq!(plan.assignments.len(), 2, "{plan:?}");
@@ -349,16 +348,26 @@ fn gpu_pools_lend_only_when_the_other_queue_is_empty() {
             },
         );
     }
-    // A third four-GPU task (9) fits only node 1 (single pool); a one-GPU task that fits
-    // nowhere (10) is in gpu-single: task 9 may not borrow.
+    // A third four-GPU task (9) fits only node 1 (single pool), and a one-GPU task that
+    // fits node 1 waits in gpu-single (10): node 1 is not lent; task 10 gets it.
     l.apply(&mut sched, submit(1, 4, 4)); // task 9
-    l.apply(&mut sched, submit(1, 64, 1)); // task 10
+    l.apply(&mut sched, submit(1, 2, 1)); // task 10
     let plan = l.round(&mut sched);
-    assert!(plan.assignments.is_empty(), "{plan:?}");
+    assert_eq!(plan.assignments.len(), 1, "{plan:?}");
+    assert_eq!(plan.assignments[0].task, TaskId(10));
+    assert_eq!(state_of(&l, 9), TaskState::Pending);
+    // A one-GPU task that fits nowhere (11, 64 CPUs) is all gpu-single holds besides: node
+    // 1's three idle GPUs are nothing to it, so they are lent to task 9... once it has room:
+    // task 10 ends.
+    l.apply(&mut sched, submit(1, 64, 1)); // task 11
     l.apply(
         &mut sched,
-        Command::CancelJob {
-            job: hetsched_common::JobId(6),
+        Command::TaskFinished {
+            node: NodeId(1),
+            task: TaskId(10),
+            attempt: 1,
+            exit_code: 0,
+            reason: None,
         },
     );
     let plan = l.round(&mut sched);
@@ -395,7 +404,9 @@ fn a_gpu_task_borrows_cpu_pool_cpus_only_when_the_cpu_queue_is_empty() {
             .unwrap();
     let try_place = |order: &[TaskId], index: &mut PlacementIndex, policy: &mut _| {
         let pp = PoolPlan::new(&l.s, order);
-        let mut select = |q: &crate::sched::index::PlacementQuery<'_>| index.place(q, policy);
+        let mut select = |ix: &mut PlacementIndex, q: &crate::sched::index::PlacementQuery<'_>| {
+            ix.place(q, policy)
+        };
         let placed = pp.place_gpu(
             &loads,
             &history,
@@ -403,6 +414,7 @@ fn a_gpu_task_borrows_cpu_pool_cpus_only_when_the_cpu_queue_is_empty() {
             &req,
             QueueKind::GpuSingle,
             None,
+            index,
             &mut select,
         );
         (pp, placed)
@@ -463,7 +475,11 @@ fn cpu_borrowers_are_marked_borrowed_and_the_loads_stay_exact() {
         "{plan:?}"
     );
     // The incrementally kept loads equal loads built from scratch.
-    assert_eq!(sched.loads(), Some(&crate::sched::loads::Loads::of(&l.s)));
+    let mut fresh = crate::sched::loads::Loads::of(&l.s);
+    if let Some(d) = sched.pool_demand() {
+        fresh.resplit(&d);
+    }
+    assert_eq!(sched.loads(), Some(&fresh));
     let mut fresh_users = user_usage(&l.s);
     fresh_users.retain(|_, u| *u != DrfUsage::default());
     assert_eq!(sched.loads().map(|x| x.users()), Some(&fresh_users));
@@ -489,4 +505,48 @@ fn with_one_gpu_pool_in_the_cluster_every_gpu_task_uses_it() {
     assert_eq!(plan.assignments.len(), 1, "{plan:?}");
     assert_eq!(plan.assignments[0].task, TaskId(2));
     assert!(!plan.assignments[0].borrowed);
+}
+
+#[test]
+fn single_gpu_tasks_waiting_get_the_multi_pools_idle_gpus_in_the_next_plan() {
+    use hetsched_common::protocol::GpuPool;
+    let mut sched = pipeline();
+    let mut l = Log {
+        s: ClusterState::new(),
+        i: 0,
+    };
+    // Node 1: 2 GPUs in the single pool; node 2: 8 GPUs in the multi pool.
+    l.apply(&mut sched, gpu_node_keyed(1, 16, 2, Some("single")));
+    l.apply(&mut sched, gpu_node_keyed(2, 32, 8, Some("multi")));
+    let pool = |l: &Log, n: NodeId| l.s.nodes()[&n].gpu_pool();
+    // An eight-GPU task takes the multi pool's node; two one-GPU tasks the single pool's.
+    l.apply(&mut sched, submit(1, 4, 8)); // task 1
+    l.apply(&mut sched, submit(2, 2, 1)); // tasks 2, 3
+    assert_eq!(l.round(&mut sched).assignments.len(), 3);
+    // Three more one-GPU tasks find no GPU: they wait, blocked (one key, one probe).
+    l.apply(&mut sched, submit(3, 2, 1)); // tasks 4..=6
+    let (_, probes) = sched.blocked();
+    assert!(l.round(&mut sched).assignments.is_empty());
+    assert_eq!(sched.blocked(), (1, probes + 1));
+    assert!(l.round(&mut sched).is_empty());
+    assert_eq!(sched.blocked().1, probes + 1, "nothing changed: no probe");
+    // The eight-GPU task ends: its node idles with nothing in gpu-multi, so the very next
+    // plan lends it to the waiting one-GPU tasks, in their queue order.
+    l.apply(
+        &mut sched,
+        Command::TaskFinished {
+            node: NodeId(2),
+            task: TaskId(1),
+            attempt: 1,
+            exit_code: 0,
+            reason: None,
+        },
+    );
+    let plan = l.round(&mut sched);
+    let tasks: Vec<TaskId> = plan.assignments.iter().map(|a| a.task).collect();
+    assert_eq!(tasks, vec![TaskId(4), TaskId(5), TaskId(6)], "{plan:?}");
+    assert!(plan
+        .assignments
+        .iter()
+        .all(|a| pool(&l, a.node) == Some(GpuPool::Multi) && a.borrowed));
 }

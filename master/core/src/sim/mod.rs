@@ -23,16 +23,15 @@
 //! one queue and `pipeline` runs every S3 stage (`sched::multiqueue`).
 
 pub mod gen;
+mod input;
 pub mod plot;
 pub mod scenario;
 
-use crate::sched::index::trace::TracePod;
 use crate::sched::index::PolicyKind;
 use crate::sched::multiqueue::{Ordering, ReserveHistory};
 use crate::sched::{IndexedScheduler, Scheduler};
 use crate::state::{command_nodes, touched_nodes, ClusterState, Command, CommandEnvelope, Outcome};
-use hetsched_common::rng::SplitMix64;
-use hetsched_common::{JobSpec, NodeResources, ResourceRequest, TaskId};
+use hetsched_common::{JobSpec, TaskId};
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -79,16 +78,21 @@ impl Queueing {
         }
     }
 
-    /// The scheduler for this discipline with `placement` (seeded with `seed`).
-    pub fn build(self, placement: PolicyKind, seed: u64) -> Box<dyn Scheduler> {
+    /// The scheduler for this discipline with `placement` (seeded with `seed`); `preempt`
+    /// false: no preemption or take-back.
+    pub fn build(self, placement: PolicyKind, seed: u64, preempt: bool) -> Box<dyn Scheduler> {
+        let mut s = IndexedScheduler::new(placement, seed);
+        if !preempt {
+            s = s.with_preemption(crate::sched::preemption::PreemptionConfig {
+                max_per_plan: 0,
+                ..Default::default()
+            });
+        }
         match self {
-            Queueing::Fifo => Box::new(IndexedScheduler::new(placement, seed)),
-            Queueing::Drf => {
-                Box::new(IndexedScheduler::new(placement, seed).with_ordering(Ordering::Drf))
-            }
+            Queueing::Fifo => Box::new(s),
+            Queueing::Drf => Box::new(s.with_ordering(Ordering::Drf)),
             Queueing::Pipeline => Box::new(
-                IndexedScheduler::new(placement, seed)
-                    .with_ordering(Ordering::Pipeline)
+                s.with_ordering(Ordering::Pipeline)
                     .with_reserved_pools(ReserveHistory::default()),
             ),
         }
@@ -104,6 +108,8 @@ pub struct PolicyName {
     pub queueing: Queueing,
     /// Node selection.
     pub placement: PolicyKind,
+    /// S1 preemption (and S3 take-back) on; a `-nopreempt` suffix turns it off.
+    pub preempt: bool,
 }
 
 impl std::str::FromStr for PolicyName {
@@ -111,6 +117,10 @@ impl std::str::FromStr for PolicyName {
     fn from_str(s: &str) -> Result<Self, SimError> {
         let given = s.trim().to_string();
         let lower = given.to_ascii_lowercase();
+        let (lower, preempt) = match lower.strip_suffix("-nopreempt") {
+            Some(l) => (l.to_string(), false),
+            None => (lower, true),
+        };
         let (queueing, rest) = Queueing::ALL
             .into_iter()
             .find_map(|q| {
@@ -127,6 +137,7 @@ impl std::str::FromStr for PolicyName {
             given,
             queueing,
             placement,
+            preempt,
         })
     }
 }
@@ -154,106 +165,7 @@ impl std::str::FromStr for Mode {
     }
 }
 
-/// Orders of the pod list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Order {
-    /// By (creation_time, name).
-    Creation,
-    /// As in the file.
-    File,
-    /// A permutation seeded by `--seed` (FGD samples its workloads so).
-    Shuffle,
-}
-
-impl std::str::FromStr for Order {
-    type Err = SimError;
-    fn from_str(s: &str) -> Result<Self, SimError> {
-        match s {
-            "creation" => Ok(Order::Creation),
-            "file" => Ok(Order::File),
-            "shuffle" => Ok(Order::Shuffle),
-            _ => Err(SimError::Invalid(format!(
-                "unknown order {s:?}: expected creation, file or shuffle"
-            ))),
-        }
-    }
-}
-
-/// The pods' indexes in `order`.
-pub fn ordered(pods: &[TracePod], order: Order, seed: u64) -> Vec<usize> {
-    match order {
-        Order::Creation => crate::sched::index::trace::arrival_order(pods),
-        Order::File => (0..pods.len()).collect(),
-        Order::Shuffle => {
-            let mut v: Vec<usize> = (0..pods.len()).collect();
-            let mut rng = SplitMix64::new(seed);
-            for i in (1..v.len()).rev() {
-                let j = rng.below(i as u64 + 1) as usize;
-                v.swap(i, j);
-            }
-            v
-        }
-    }
-}
-
-/// One emulated node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SimNode {
-    /// Name.
-    pub name: String,
-    /// Capacity (all free at the start).
-    pub resources: NodeResources,
-}
-
-/// One task to simulate.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SimTask {
-    /// Name.
-    pub name: String,
-    /// Submitting user.
-    pub user: String,
-    /// What it asks.
-    pub request: ResourceRequest,
-    /// Arrival, ms of virtual time (timed mode).
-    pub arrival_ms: u64,
-    /// Run time from its actual start; `None`: until the end of the trace.
-    pub duration_ms: Option<u64>,
-}
-
-/// Tasks from trace pods in `order`: arrival times divided by `time_scale`, durations
-/// (`deletion − scheduled`, else `deletion − creation`) kept; users `user-0..N` round-robin
-/// when `users > 1`, else one user `trace`.
-pub fn tasks_from_trace(
-    pods: &[TracePod],
-    order: &[usize],
-    time_scale: f64,
-    users: u32,
-) -> Vec<SimTask> {
-    let scale = if time_scale.is_finite() && time_scale > 0.0 {
-        time_scale
-    } else {
-        1.0
-    };
-    order
-        .iter()
-        .enumerate()
-        .filter_map(|(rank, i)| pods.get(*i).map(|p| (rank, p)))
-        .map(|(rank, p)| {
-            let start = p.scheduled.unwrap_or(p.created).max(p.created);
-            SimTask {
-                name: p.name.clone(),
-                user: if users > 1 {
-                    format!("user-{}", rank as u64 % users as u64)
-                } else {
-                    "trace".into()
-                },
-                request: p.request.clone(),
-                arrival_ms: (p.created as f64 * 1000.0 / scale).round() as u64,
-                duration_ms: p.deleted.map(|d| d.saturating_sub(start) * 1000),
-            }
-        })
-        .collect()
-}
+pub use input::{ordered, tasks_from_trace, Order, SimNode, SimTask};
 
 /// What one run measured. `None` (JSON `null`) where the mode does not give a figure.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -378,7 +290,7 @@ impl Driver {
         let spec = JobSpec {
             name: t.name.clone(),
             user: t.user.clone(),
-            partition: String::new(),
+            partition: t.partition.clone(),
             resources: t.request.clone(),
             count: 1,
             command: vec!["sim".into()],
@@ -391,15 +303,22 @@ impl Driver {
     }
 }
 
-fn start(nodes: &[SimNode], placement: PolicyKind, queueing: Queueing, seed: u64) -> Driver {
+fn start(nodes: &[SimNode], policy: &PolicyName, setup: &Setup, seed: u64) -> Driver {
     let mut d = Driver {
         state: ClusterState::new(),
-        sched: queueing.build(placement, seed),
+        sched: policy
+            .queueing
+            .build(policy.placement, seed, policy.preempt),
         index: 0,
         now_ms: 0,
         preemptions: 0,
         stopped: Vec::new(),
     };
+    if let Some(config) = &setup.priorities {
+        d.apply(Command::SetPriorityConfig {
+            config: config.clone(),
+        });
+    }
     for (i, n) in nodes.iter().enumerate() {
         d.apply(Command::RegisterNode {
             key: i as u64 + 1,
@@ -408,7 +327,7 @@ fn start(nodes: &[SimNode], placement: PolicyKind, queueing: Queueing, seed: u64
             addr: String::new(),
             capacity: n.resources.clone(),
             labels: Default::default(),
-            partitions: Vec::new(),
+            partitions: n.partitions.clone(),
         });
     }
     d.sched.reset(&d.state);
@@ -427,6 +346,13 @@ fn share(part: u64, total: u64) -> f64 {
     }
 }
 
+/// What a run starts from besides nodes and tasks (a scenario's S1 settings).
+#[derive(Clone, Debug, Default)]
+pub struct Setup {
+    /// The priority configuration applied before anything else (`None`: the default).
+    pub priorities: Option<hetsched_common::priority::PriorityConfig>,
+}
+
 /// Runs `tasks` on `nodes` under `policy` in `mode`; `progress` is called with the number
 /// of arrivals handled so far.
 pub fn run(
@@ -437,9 +363,30 @@ pub fn run(
     seed: u64,
     progress: &mut dyn FnMut(usize),
 ) -> RunReport {
+    run_with(
+        nodes,
+        tasks,
+        policy,
+        mode,
+        seed,
+        &Setup::default(),
+        progress,
+    )
+}
+
+/// [`run`] from `setup`.
+pub fn run_with(
+    nodes: &[SimNode],
+    tasks: &[SimTask],
+    policy: &PolicyName,
+    mode: Mode,
+    seed: u64,
+    setup: &Setup,
+    progress: &mut dyn FnMut(usize),
+) -> RunReport {
     match mode {
-        Mode::ArrivalOnly => arrival_only(nodes, tasks, policy, seed, progress),
-        Mode::Timed => timed(nodes, tasks, policy, seed, progress),
+        Mode::ArrivalOnly => arrival_only(nodes, tasks, policy, setup, seed, progress),
+        Mode::Timed => timed(nodes, tasks, policy, setup, seed, progress),
     }
 }
 
@@ -447,10 +394,11 @@ fn arrival_only(
     nodes: &[SimNode],
     tasks: &[SimTask],
     policy: &PolicyName,
+    setup: &Setup,
     seed: u64,
     progress: &mut dyn FnMut(usize),
 ) -> RunReport {
-    let mut d = start(nodes, policy.placement, policy.queueing, seed);
+    let mut d = start(nodes, policy, setup, seed);
     let total = total_gpu_milli(nodes);
     let (mut allocated, mut placed, mut failed) = (0u64, 0u64, 0u64);
     let mut first_failure = None;
@@ -506,10 +454,11 @@ fn timed(
     nodes: &[SimNode],
     tasks: &[SimTask],
     policy: &PolicyName,
+    setup: &Setup,
     seed: u64,
     progress: &mut dyn FnMut(usize),
 ) -> RunReport {
-    let mut d = start(nodes, policy.placement, policy.queueing, seed);
+    let mut d = start(nodes, policy, setup, seed);
     let total = total_gpu_milli(nodes);
     // The trace ends when its last task would have ended had it started on arrival.
     let trace_end = tasks

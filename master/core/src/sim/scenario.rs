@@ -25,8 +25,20 @@
 //! duration_s = 600.0    # omitted: runs to the end
 //! ```
 //!
-//! The priority configuration (the `config apply` format) is not read yet: that format does
-//! not exist yet.
+//!
+//! S1 too: nodes may serve `partitions = ["gpu"]`, arrivals name a `partition = "gpu"`, and
+//! `priorities` holds a priority configuration in the `config apply` format (TOML text),
+//! applied before the first arrival, so `sim --compare P,P-nopreempt` shows what
+//! preemption does:
+//!
+//! ```toml
+//! priorities = """
+//! base_priority = 0
+//! [[users]]
+//! name = "prod"
+//! priority = 100
+//! """
+//! ```
 
 use super::{SimError, SimNode, SimTask};
 use hetsched_common::{EngineKind, GpuDevice, GpuRequest, NodeResources, ResourceRequest};
@@ -43,6 +55,9 @@ pub struct Scenario {
     /// Arrival groups.
     #[serde(default)]
     pub arrivals: Vec<ArrivalGroup>,
+    /// S1 priority configuration, `config apply` format (TOML text).
+    #[serde(default)]
+    pub priorities: Option<String>,
 }
 
 /// `count` identical nodes.
@@ -67,6 +82,9 @@ pub struct NodeGroup {
     /// Other engines by kind (`npu`, `dsp`, `fpga`, `ip`).
     #[serde(default)]
     pub engines: BTreeMap<String, u32>,
+    /// S1 partitions served (none: `default`).
+    #[serde(default)]
+    pub partitions: Vec<String>,
 }
 
 /// `count` identical tasks arriving `every_s` apart from `at_s`.
@@ -104,6 +122,9 @@ pub struct ArrivalGroup {
     pub engines: BTreeMap<String, u32>,
     /// Run time; omitted: until the end.
     pub duration_s: Option<f64>,
+    /// S1 partition (omitted: `default`).
+    #[serde(default)]
+    pub partition: String,
 }
 
 fn one() -> u32 {
@@ -170,6 +191,17 @@ fn gpu_request(what: &str, gpus: f64, models: &[String]) -> Result<GpuRequest, S
 }
 
 impl Scenario {
+    /// The run's setup: the priority configuration, parsed.
+    pub fn setup(&self) -> Result<super::Setup, SimError> {
+        let priorities = self
+            .priorities
+            .as_deref()
+            .map(hetsched_common::priority::parse_priority_toml)
+            .transpose()
+            .map_err(|e| SimError::Invalid(format!("priorities: {e}")))?;
+        Ok(super::Setup { priorities })
+    }
+
     /// The nodes and the tasks (in arrival order; ties in file order).
     pub fn build(&self) -> Result<(Vec<SimNode>, Vec<SimTask>), SimError> {
         let mut nodes = Vec::new();
@@ -198,6 +230,7 @@ impl Scenario {
                         g.name.clone()
                     },
                     resources: resources.clone(),
+                    partitions: g.partitions.clone(),
                 });
             }
         }
@@ -229,6 +262,7 @@ impl Scenario {
                     request: request.clone(),
                     arrival_ms: at + k * every,
                     duration_ms: duration,
+                    partition: a.partition.clone(),
                 });
             }
         }

@@ -1,5 +1,6 @@
 use super::*;
-use crate::sched::index::trace;
+use crate::sched::index::trace::{self, TracePod};
+use hetsched_common::NodeResources;
 
 const NODES: &str = "sn,cpu_milli,memory_mib,gpu,model\n\
     c0,32000,65536,0,\n\
@@ -22,6 +23,7 @@ fn input() -> (Vec<SimNode>, Vec<TracePod>) {
         .map(|n| SimNode {
             name: n.name,
             resources: n.resources,
+            partitions: Vec::new(),
         })
         .collect();
     (nodes, trace::parse_pods(PODS).expect("pods"))
@@ -132,4 +134,75 @@ fn the_plot_is_an_svg_with_a_line_per_policy() {
     assert!(s.starts_with("<svg"));
     assert_eq!(s.matches("<polyline").count(), 2);
     assert!(s.contains("b&lt;"));
+}
+
+#[test]
+fn a_scenario_with_priorities_and_partitions_compares_preemption_on_and_off() {
+    use super::scenario::{ArrivalGroup, NodeGroup, Scenario};
+    let arrival = |user: &str, at_s: f64, count: u32, duration_s: f64| ArrivalGroup {
+        at_s,
+        count,
+        every_s: 0.0,
+        user: user.into(),
+        kind: String::new(),
+        cpus: 1.0,
+        mem: 10,
+        gpus: 0.0,
+        gpu_models: Vec::new(),
+        engines: Default::default(),
+        duration_s: Some(duration_s),
+        partition: "batch".into(),
+    };
+    let sc = Scenario {
+        nodes: vec![
+            NodeGroup {
+                name: "b".into(),
+                count: 1,
+                cpus: 4.0,
+                mem: 1000,
+                gpus: 0,
+                gpu_model: String::new(),
+                engines: Default::default(),
+                partitions: vec!["batch".into()],
+            },
+            // A node outside the partition: never used by its tasks.
+            NodeGroup {
+                name: "other".into(),
+                count: 1,
+                cpus: 64.0,
+                mem: 100_000,
+                gpus: 0,
+                gpu_model: String::new(),
+                engines: Default::default(),
+                partitions: vec!["other".into()],
+            },
+        ],
+        arrivals: vec![arrival("lo", 0.0, 4, 100.0), arrival("hi", 10.0, 2, 10.0)],
+        priorities: Some(
+            "base_priority = 0\n[[users]]\nname = \"hi\"\npriority = 100\npartition = \"batch\"\n"
+                .into(),
+        ),
+    };
+    let (nodes, tasks) = sc.build().expect("scenario");
+    let setup = sc.setup().expect("priorities");
+    let report = |name: &str| {
+        let p: PolicyName = name.parse().expect("policy");
+        run_with(&nodes, &tasks, &p, Mode::Timed, 1, &setup, &mut |_| {})
+    };
+    let on = report("fifo-best-fit");
+    let off = report("fifo-best-fit-nopreempt");
+    // With preemption the high-priority tasks start at once; without it they wait for the
+    // low-priority ones to end (90 s).
+    assert_eq!(on.preemptions, 2, "{on:?}");
+    assert_eq!(off.preemptions, 0, "{off:?}");
+    assert_eq!(off.placed, 6);
+    assert_eq!(on.placed, 6);
+    let mean = |r: &RunReport| r.cpu_queue_mean_s.expect("cpu waits");
+    assert!(mean(&on) < mean(&off), "{on:?} {off:?}");
+    assert!(sc.setup().is_ok());
+    let bad = Scenario {
+        priorities: Some("base_priority = \"x\"".into()),
+        ..Default::default()
+    };
+    assert!(bad.setup().is_err());
 }

@@ -206,15 +206,17 @@ impl Node {
         self.is_up() && self.drain.is_none()
     }
 
-    /// S3: the GPU pool of the node's GPUs, as its slave announced it (label
-    /// [`GPU_POOL_LABEL`](hetsched_common::protocol::GPU_POOL_LABEL)) or else by GPU
-    /// count; `None` without GPUs.
+    /// S3: the GPU pool its slave announced for the node's GPUs (label
+    /// [`GPU_POOL_LABEL`](hetsched_common::protocol::GPU_POOL_LABEL), `slave --gpu-pool
+    /// single|multi`); `None` without GPUs or when the slave left it to the scheduler
+    /// (`auto`: pools split by the workload's demand, `sched::pool_split`).
     pub fn gpu_pool(&self) -> Option<hetsched_common::protocol::GpuPool> {
-        let announced = self
-            .labels
+        if self.capacity.gpus.is_empty() {
+            return None;
+        }
+        self.labels
             .get(hetsched_common::protocol::GPU_POOL_LABEL)
-            .and_then(|l| l.parse().ok());
-        hetsched_common::protocol::GpuPool::of_node(self.capacity.gpus.len(), announced)
+            .and_then(|l| l.parse().ok())
     }
 
     /// Whether every GPU on the node is emulated (and it has some).

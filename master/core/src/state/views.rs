@@ -178,7 +178,11 @@ impl ClusterState {
             queued: n.queued.len() as u32,
             steals_in: n.steals_in,
             steals_out: n.steals_out,
-            gpu_pool: n.gpu_pool().map(|p| p.name().to_string()),
+            // "auto": the scheduler splits the node's pool by demand.
+            gpu_pool: n
+                .gpu_pool()
+                .map(|p| p.name().to_string())
+                .or_else(|| (!n.capacity.gpus.is_empty()).then(|| "auto".to_string())),
             // Leader-local (heartbeats are not logged): the server fills them in.
             links: Vec::new(),
         }

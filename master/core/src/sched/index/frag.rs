@@ -4,12 +4,19 @@
 //! nodes the index says fit; this module only ranks them).
 //!
 //! **Fragment.** For one task class `m` (CPU, memory, GPU count and share, accepted models), a
-//! node's fragment `F(n, m)` is the free GPU capacity on `n` that `m` could not use:
-//! - all free GPU thousandths when `m` cannot run on `n` at all (too little CPU or memory
-//!   beside the GPUs, no device of an accepted model, too few usable devices);
-//! - otherwise the free thousandths of the devices `m` cannot use: devices of a model it does
-//!   not accept, devices with less free than its share (a fraction), partly used devices (a
-//!   whole-device ask).
+//! node's fragment `F(n, m)` is the free GPU capacity of the models `m` accepts on `n` that
+//! `m` could not use:
+//! - all of it when `m` cannot run on `n` at all (too little CPU or memory beside the GPUs,
+//!   too few usable devices);
+//! - otherwise the free thousandths of the accepted devices `m` cannot use: devices with
+//!   less free than its share (a fraction), partly used devices (a whole-device ask).
+//!
+//! **Per GPU model.** Devices of a model `m` does not accept are not `m`'s fragments (they
+//! never were its to use, like every GPU for a CPU-only class): counting them made every
+//! placement on another model's node look like it removed fragments of the pinned classes,
+//! and `frag` placed fewer pods than `best-fit` where a third of them name a model. A
+//! node's measure is taken over the classes that accept its models, normalised by their
+//! weight (the mix as that model sees it), so nodes of different models compare fairly.
 //!
 //! CPU-only classes are left out of the measure: every free GPU is a fragment to them, so
 //! any placement changes their term by the same amount on every node and never changes a
@@ -89,7 +96,12 @@ pub fn class_fragment(
     free: &[u32],
     class: &DemandShape,
 ) -> u64 {
-    let total: u64 = free.iter().map(|f| *f as u64).sum();
+    let total: u64 = devices
+        .iter()
+        .zip(free)
+        .filter(|(d, _)| class.accepts(&d.model))
+        .map(|(_, f)| *f as u64)
+        .sum();
     if total == 0 {
         return 0;
     }
@@ -164,7 +176,19 @@ pub fn fragmentation_delta(
         scratch,
         mix,
     );
-    Some(after as i128 - before as i128)
+    // The mix as this node's models see it: normalised by the weight of the classes that
+    // accept one of them (all of the mix when no class names a model).
+    let all: u128 = mix.iter().map(|(_, w)| *w as u128).sum();
+    let here: u128 = mix
+        .iter()
+        .filter(|(c, _)| free.gpus.iter().any(|d| c.accepts(&d.model)))
+        .map(|(_, w)| *w as u128)
+        .sum();
+    let delta = after as i128 - before as i128;
+    if here == 0 || here == all {
+        return Some(delta);
+    }
+    Some(delta.saturating_mul(all as i128) / here as i128)
 }
 
 /// The workload mix: the GPU classes of the last `window` arrivals, with their counts.
@@ -442,10 +466,18 @@ mod tests {
         assert_eq!(frag(&n, &class(1000, 1, 1000)), 500);
         // Two whole devices: only one is whole, so everything is.
         assert_eq!(frag(&n, &class(1000, 2, 1000)), 1500);
-        // Wrong model: everything.
+        // Another model's devices are not its fragments (per-model measure).
         let mut pinned = class(1000, 1, 460);
         pinned.models = vec!["T4".into()];
-        assert_eq!(frag(&n, &pinned), 1500);
+        assert_eq!(frag(&n, &pinned), 0);
+        assert_eq!(
+            frag(&n, &class(1000, 1, 600)),
+            frag(&n, &{
+                let mut c = class(1000, 1, 600);
+                c.models = vec!["G2".into()];
+                c
+            })
+        );
     }
 
     #[test]

@@ -11,9 +11,12 @@
 
 use crate::sched::index::PlacementIndex;
 use crate::sched::loads::Loads;
-use crate::sched::multiqueue::{QueueKind, ReserveHistory};
+use crate::sched::multiqueue::{QueueKind, Queued, ReserveHistory};
 use crate::sched::pools::PoolPlan;
+#[cfg(test)]
 use crate::state::ClusterState;
+use hetsched_common::ResourceRequest;
+#[cfg(test)]
 use hetsched_common::TaskId;
 
 /// The pools' part of one plan: the S3 loads (out of the scheduler for the plan), the
@@ -40,14 +43,35 @@ pub(super) struct Pools<'a> {
 impl PoolRound {
     /// The pools of a plan over `view` whose tasks come in `order` (off unless both
     /// `loads` and `history` are given).
+    #[cfg(test)]
     pub fn new(
         view: &ClusterState,
         loads: Option<Loads>,
         history: Option<ReserveHistory>,
         order: &[TaskId],
     ) -> Self {
+        let reqs = order
+            .iter()
+            .filter_map(|t| view.tasks().get(t).and_then(|t| view.job_resources(t.job)));
+        Self::with(loads, history, reqs)
+    }
+
+    /// The same for the plan's `order` as the queue stage read it (no lookups).
+    pub fn of_queued(
+        loads: Option<Loads>,
+        history: Option<ReserveHistory>,
+        order: &[Queued<'_>],
+    ) -> Self {
+        Self::with(loads, history, order.iter().map(|q| &q.job.spec.resources))
+    }
+
+    fn with<'r>(
+        loads: Option<Loads>,
+        history: Option<ReserveHistory>,
+        reqs: impl Iterator<Item = &'r ResourceRequest>,
+    ) -> Self {
         let plan = match (&loads, history) {
-            (Some(_), Some(_)) => Some(PoolPlan::new(view, order)),
+            (Some(_), Some(_)) => Some(PoolPlan::of_requests(reqs)),
             _ => None,
         };
         Self {
@@ -66,6 +90,18 @@ impl PoolRound {
                 history,
             }),
             _ => None,
+        }
+    }
+
+    /// The pools' terms at the plan's start, with the reserve's size (empty: pools off).
+    pub fn terms(&self) -> Vec<u64> {
+        match (&self.plan, &self.history) {
+            (Some(p), Some(h)) => {
+                let mut t = p.terms();
+                t.push(h.per_gpu_milli());
+                t
+            }
+            _ => Vec::new(),
         }
     }
 

@@ -2,12 +2,14 @@ use super::*;
 use crate::sched::test_log::{index_of, node, spec, submit, Log};
 use hetsched_common::NodeId;
 
-/// One GPU node (8 CPUs, 2 GPUs: a reserve of 4 CPUs at 2 per GPU); a GPU task that fits
-/// nowhere (3 GPUs) and two CPU tasks wait.
+/// One GPU node (8 CPUs, 2 GPUs: a reserve of 4 CPUs at 2 per GPU); a GPU task that could
+/// use its GPUs but fits nowhere (more memory than the node has) and two CPU tasks wait.
 fn cluster() -> (Log, Vec<TaskId>) {
     let mut l = Log::new();
     l.apply_bare(node(1, 8, 2, &[]));
-    l.apply_bare(submit(spec(1, 6, 3)));
+    let mut waiting = spec(1, 2, 1);
+    waiting.resources.mem_mib = 1_000_000;
+    l.apply_bare(submit(waiting));
     l.apply_bare(submit(spec(2, 1, 0)));
     let order = l.s.pending().iter().copied().collect();
     (l, order)

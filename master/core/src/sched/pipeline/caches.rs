@@ -35,8 +35,28 @@ impl IndexedScheduler {
         }
     }
 
+    /// New possible victims make blocked keys worth a probe again: a placement of a lower
+    /// priority than a blocked key's (S1 preemption), or a CPU task on a borrowed reserve
+    /// (S3 take-back).
+    pub(super) fn note_victims(&mut self, view: &ClusterState, plan: &crate::state::Plan) {
+        let Some(top) = self.blocked.top_priority() else {
+            return;
+        };
+        let victim = plan.assignments.iter().any(|a| {
+            let Some(t) = view.tasks().get(&a.task) else {
+                return false;
+            };
+            t.priority < top
+                || (a.borrowed && view.job_resources(t.job).is_some_and(|r| r.gpu.is_none()))
+        });
+        if victim {
+            self.blocked.changed();
+        }
+    }
+
     /// Rebuilds everything derived from `view` (new leadership, snapshot restore).
     pub(super) fn rebuild(&mut self, view: &ClusterState) {
+        self.blocked.changed();
         // Rebuilding drops every reservation; the next plan restores them.
         self.reserved.clear();
         if let Some(l) = &mut self.loads {

@@ -11,7 +11,7 @@ use super::feasibility_stage::Feasibility;
 use super::queue_stage::{PendingTask, QueueStage};
 use crate::sched::index::PlacementIndex;
 use crate::sched::loads::Loads;
-use crate::sched::multiqueue::ReserveHistory;
+use crate::sched::multiqueue::{Queued, ReserveHistory};
 use crate::state::{Assign, ClusterState, Plan, Preemption};
 use hetsched_common::{JobId, NodeId, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -85,7 +85,7 @@ pub(super) struct PlanContext<'v> {
     /// Leader time of the plan (tasks backing off until later are left queued).
     pub now_ms: u64,
     /// The queue stage's order; taken by the driver when it starts.
-    pub order: Vec<TaskId>,
+    pub order: Vec<Queued<'v>>,
     /// Feasibility: the nodes serving each partition, locality sets per job.
     pub feasibility: Feasibility,
     /// S3 pools: the loads, the reserve history and this plan's pool bookkeeping.
@@ -106,8 +106,8 @@ impl<'v> PlanContext<'v> {
         loads: Option<Loads>,
         history: Option<ReserveHistory>,
     ) -> Self {
-        let order = queue.order(view, loads.as_ref());
-        let pools = PoolRound::new(view, loads, history, &order);
+        let order = queue.order_refs(view, loads.as_ref());
+        let pools = PoolRound::of_queued(loads, history, &order);
         Self {
             view,
             now_ms,

@@ -72,7 +72,8 @@ fn a_plan_context_starts_from_the_queue_order_and_gives_the_loads_back() {
         Some(ReserveHistory::new(2000)),
     );
     // The pipeline serves the GPU queue first.
-    assert_eq!(ctx.order, vec![TaskId(3), TaskId(1), TaskId(2)]);
+    let ids: Vec<TaskId> = ctx.order.iter().map(|q| q.task).collect();
+    assert_eq!(ids, vec![TaskId(3), TaskId(1), TaskId(2)]);
     assert_eq!(ctx.now_ms, 7);
     assert!(ctx.decided.plan.is_empty());
     let mut index = index_of(&l.s);
@@ -83,6 +84,7 @@ fn a_plan_context_starts_from_the_queue_order_and_gives_the_loads_back() {
         ordering: Ordering::Submission,
     };
     let ctx = PlanContext::new(&l.s, 0, &fifo, None, None);
-    assert_eq!(ctx.order, vec![TaskId(1), TaskId(2), TaskId(3)]);
+    let ids: Vec<TaskId> = ctx.order.iter().map(|q| q.task).collect();
+    assert_eq!(ids, vec![TaskId(1), TaskId(2), TaskId(3)]);
     assert!(ctx.finish(&mut index).1.is_none());
 }

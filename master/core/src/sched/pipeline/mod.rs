@@ -34,6 +34,7 @@
 //! snapshot restore). Within one plan, decisions are taken out of the index tentatively;
 //! once the plan is applied or refused, the touched nodes are re-read from the state.
 
+mod blocked;
 mod borrow_stage;
 mod caches;
 mod context;
@@ -57,6 +58,7 @@ use super::multiqueue::{Ordering, QueueingConfig, ReserveHistory};
 use super::preemption::PreemptionConfig;
 use super::Scheduler;
 use crate::state::{ClusterState, Plan};
+use blocked::{BlockKey, Blocked};
 use borrow_stage::PoolBorrowStage;
 use context::{Decision, PlanContext};
 use engine_stage::EngineChoiceStage;
@@ -98,6 +100,8 @@ pub struct IndexedScheduler {
     /// Users' holdings, capacity, GPU tasks' CPUs and GPU pools per node, kept in step like
     /// the index (`None` under plain submission order without pools: nothing reads them).
     loads: Option<Loads>,
+    /// Tasks blocked until a change (`blocked.rs`).
+    blocked: Blocked,
 }
 
 impl IndexedScheduler {
@@ -121,6 +125,7 @@ impl IndexedScheduler {
             pools: None,
             pool_seen: TaskId(0),
             loads: None,
+            blocked: Blocked::default(),
         }
     }
 
@@ -181,6 +186,11 @@ impl IndexedScheduler {
         self.loads.as_ref()
     }
 
+    /// What single- and multi-GPU tasks asked so far (`None`: pools off).
+    pub fn pool_demand(&self) -> Option<crate::sched::pool_split::PoolDemand> {
+        self.pools.map(|p| *p.demand())
+    }
+
     /// CPU thousandths per GPU the reserved pools hold now (`None`: pools off).
     pub fn reserve_per_gpu_milli(&self) -> Option<u64> {
         self.pools.map(|p| p.per_gpu_milli())
@@ -194,6 +204,11 @@ impl IndexedScheduler {
     /// The policy in use for tasks that ask no GPU.
     pub fn cpu_policy(&self) -> PolicyKind {
         self.selection.cpu_kind()
+    }
+
+    /// Keys blocked until a change, and tasks probed through the stages so far.
+    pub fn blocked(&self) -> (usize, u64) {
+        (self.blocked.len(), self.blocked.probes())
     }
 
     /// Nodes in the index.
@@ -251,26 +266,64 @@ impl Scheduler for IndexedScheduler {
     fn plan_at(&mut self, view: &ClusterState, now_ms: u64) -> Plan {
         self.selection.observe_arrivals(view);
         self.observe_reserve(view);
+        let held = self.reserved.len();
         reservations::sync(&mut self.index, &mut self.reserved, view);
+        if self.reserved.len() < held {
+            self.blocked.changed(); // a reservation released its node
+        }
+        if let (Some(l), Some(h)) = (&mut self.loads, &self.pools) {
+            if l.resplit(h.demand()) {
+                self.blocked.changed();
+            }
+        }
         let mut ctx = PlanContext::new(view, now_ms, &self.queue, self.loads.take(), self.pools);
-        for task in std::mem::take(&mut ctx.order) {
+        self.blocked.check_terms(ctx.pools.terms());
+        self.blocked.check_priority(view.priority());
+        // Across plans only where nothing but resources decides (see blocked.rs).
+        let across = self.slave_queue.depth == 0;
+        let mut stuck_now: BTreeSet<BlockKey> = BTreeSet::new();
+        for queued in std::mem::take(&mut ctx.order) {
+            let task = queued.task;
             if ctx.decided.plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 break;
             }
-            let Some(head) = QueueStage::admit(view, ctx.now_ms, &ctx.decided.stuck, task) else {
+            let Some(head) = QueueStage::admit_queued(ctx.now_ms, &ctx.decided.stuck, queued)
+            else {
                 continue;
             };
+            let key = head.job.spec.program.is_none().then(|| BlockKey::of(&head));
+            if key
+                .as_ref()
+                .is_some_and(|k| stuck_now.contains(k) || self.blocked.contains(k))
+            {
+                continue; // blocked: keeps its place, probed again after a change
+            }
+            self.blocked.probed();
+            let room = ctx.decided.preempt_room(self.preemption.max_per_plan);
+            let awaiting = view.awaiting().contains_key(&task);
             let decision = self.decide(&mut ctx, &head);
+            if let (Decision::Stuck, Some(k), false) = (&decision, key, awaiting) {
+                if across && room {
+                    self.blocked.insert(k.clone());
+                }
+                stuck_now.insert(k);
+            }
             ctx.decided.record(&head, decision);
         }
         let (mut plan, loads) = ctx.finish(&mut self.index);
         self.loads = loads;
+        self.note_victims(view, &plan);
         plan.queue_depth = self.slave_queue.depth;
         plan
     }
 
     fn nodes_changed(&mut self, view: &ClusterState, nodes: &[NodeId]) {
         for n in nodes {
+            if let Some(node) = view.nodes().get(n).filter(|n| n.takes_work()) {
+                if blocked::grew(self.index.free(*n), &node.free) {
+                    self.blocked.changed();
+                }
+            }
             self.sync(view, *n);
             if let Some(l) = &mut self.loads {
                 l.sync(view, *n);
@@ -282,3 +335,7 @@ impl Scheduler for IndexedScheduler {
         self.rebuild(view);
     }
 }
+
+#[cfg(test)]
+#[path = "blocked_tests.rs"]
+mod blocked_tests;

@@ -109,9 +109,18 @@ impl SelectionStage {
         let (node, lent) = match &pools {
             // S3 pools decide where a GPU task may go (its GPU pool, then the other's).
             Some(p) if head.is_gpu() => {
-                let mut select = |q: &PlacementQuery<'_>| self.place(index, q, req);
-                p.plan
-                    .place_gpu(p.loads, p.history, task, req, queue, allowed, &mut select)?
+                let mut select =
+                    |ix: &mut PlacementIndex, q: &PlacementQuery<'_>| self.place(ix, q, req);
+                p.plan.place_gpu(
+                    p.loads,
+                    p.history,
+                    task,
+                    req,
+                    queue,
+                    allowed,
+                    index,
+                    &mut select,
+                )?
             }
             _ => {
                 let mut q = PlacementQuery::new(req).for_task(task);

@@ -50,11 +50,16 @@ impl TakeBackStage<'_> {
         {
             return None;
         }
+        let lending = pools.plan.borrowed_on(pools.loads, pools.history);
+        if lending.is_empty() {
+            return None; // nobody borrows a reserve: nothing to take back
+        }
         let allowed = scope.allowed();
         let own = separated_pool(pools.loads, head.queue)
             .map(|own| within(pools.loads.pool_nodes(own), allowed));
         let here = own.as_deref().or(allowed);
-        let p = self.take_back(
+        let p = self.take_back_in(
+            Some(lending),
             pools.history,
             view,
             head.task,
@@ -67,6 +72,7 @@ impl TakeBackStage<'_> {
 
     /// A GPU node where `req` fits once CPU tasks borrowing its reserved CPUs stop; those
     /// borrowers (newest first) as victims. `taken`: victims chosen already.
+    #[cfg(test)]
     pub fn take_back(
         &self,
         history: &ReserveHistory,
@@ -76,8 +82,30 @@ impl TakeBackStage<'_> {
         allowed: Option<&Candidates>,
         taken: &BTreeSet<TaskId>,
     ) -> Option<Preemption> {
+        self.take_back_in(None, history, view, task, req, allowed, taken)
+    }
+
+    /// [`take_back`](Self::take_back) over `lending` only (with S3 loads: the nodes where
+    /// CPU tasks borrow the reserve, `PoolPlan::borrowed_on`; `None`: every node): a probe
+    /// runs for every distinct blocked GPU request of a plan, and most GPU nodes lend no
+    /// reserve.
+    #[allow(clippy::too_many_arguments)]
+    pub fn take_back_in(
+        &self,
+        lending: Option<&[NodeId]>,
+        history: &ReserveHistory,
+        view: &ClusterState,
+        task: TaskId,
+        req: &ResourceRequest,
+        allowed: Option<&Candidates>,
+        taken: &BTreeSet<TaskId>,
+    ) -> Option<Preemption> {
         let priority = view.tasks().get(&task)?.priority;
-        for n in view.nodes().values() {
+        let nodes: Box<dyn Iterator<Item = &Node>> = match lending {
+            Some(ids) => Box::new(ids.iter().filter_map(|id| view.nodes().get(id))),
+            None => Box::new(view.nodes().values()),
+        };
+        for n in nodes {
             if !n.takes_work() || n.capacity.gpus.is_empty() || self.reserved.contains(&n.id) {
                 continue;
             }
@@ -90,9 +118,15 @@ impl TakeBackStage<'_> {
             if free.cpu_milli >= req.cpu_milli {
                 continue; // CPUs are not what is short here
             }
-            let mut with_cpus = free.clone();
-            with_cpus.cpu_milli = req.cpu_milli;
-            if !with_cpus.fits(req) {
+            // Everything but the CPUs must fit already (checked in place: this runs for
+            // every GPU node, and a copy of the free vector per node was half a plan's cost).
+            let rest_fits = free.mem_mib >= req.mem_mib
+                && req
+                    .engines
+                    .iter()
+                    .all(|(k, n)| free.engines.get(k).copied().unwrap_or(0) >= *n)
+                && hetsched_common::allocate_gpus(&free.gpus, &req.gpu).is_some();
+            if !rest_fits {
                 continue;
             }
             let short = req.cpu_milli - free.cpu_milli;
