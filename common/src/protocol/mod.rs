@@ -6,7 +6,7 @@
 //!
 //! This module holds the frame body ([`Message`]) and the error answer any request may get;
 //! the messages themselves live by conversation: `client.rs` (client ↔ master),
-//! `views.rs` (what listings show), `slave.rs` (master ↔ slave), `peer.rs` (slave ↔ slave
+//! `views.rs` (what listings show), `waiting.rs` (why tasks wait, `explain`), `slave.rs` (master ↔ slave), `peer.rs` (slave ↔ slave
 //! forwarding) and `admin.rs` (admin-port payloads). Everything is re-exported here, so
 //! `hetsched_common::protocol::X` names every type. The frame envelope is
 //! [`crate::wire::Envelope`].
@@ -17,6 +17,7 @@ mod client;
 mod peer;
 mod slave;
 mod views;
+mod waiting;
 
 pub use admin::{BugSpec, FaultSpec, LogEntry, LogPage, LogSnapshot};
 pub use batch::{
@@ -35,6 +36,10 @@ pub use slave::{
 pub use views::{
     EngineInfo, JobInfo, MemberInfo, NodeCounts, NodeInfo, NodeProfileInfo, ProbesInfo,
     ProfilesInfo, RaftCounters, RelationInfo, StatusInfo, TaskInfo,
+};
+pub use waiting::{
+    is_wait_reason, Amounts, ExplainInfo, HistorySample, NodeVerdict, PreemptionVerdict,
+    QuotaLimits, UsageInfo, UserUsage, WaitingInfo, WAIT_REASONS,
 };
 
 use crate::MasterId;

@@ -112,6 +112,10 @@ pub struct StatusInfo {
     /// classes with a record).
     #[serde(default)]
     pub cpu_config: BTreeMap<String, f64>,
+    /// Waiting tasks by reason (docs/CONTRACT.md, "Waiting reasons"; only reasons with a
+    /// task).
+    #[serde(default)]
+    pub waiting: BTreeMap<String, u64>,
 }
 
 /// Log-work counters of one master (for benchmarks and operators).
@@ -244,6 +248,10 @@ pub struct TaskInfo {
     /// node's reserved CPUs, a GPU task on CPU-pool CPUs or on the other GPU pool's GPUs.
     #[serde(default)]
     pub borrowed: bool,
+    /// Why it waits, as the scheduler stage that stopped it said (pending tasks, and tasks
+    /// in a slave's local queue); `None` otherwise or before the leader's first plan.
+    #[serde(default)]
+    pub waiting: Option<super::WaitingInfo>,
 }
 
 /// One node as listed.

@@ -9,7 +9,7 @@
 //! requests), `admin` (benchmark requests, faults and deliberate-bug switches),
 //! `consensus_io` (proposing, read barriers, the leader check), `reply` (error replies);
 //! `duties_executor` carries out the pure duties core's effects, `senders` talk to slaves,
-//! `forward_query` answers S0.6 forwarding queries, `http` serves metrics, the API and the UI.
+//! `forward_query` answers S0.6 forwarding queries, `waiting` keeps why tasks wait, `usage` answers users' quota standing, `http` serves metrics, the API and the UI.
 
 mod admin;
 mod batch;
@@ -29,6 +29,8 @@ mod replicated;
 mod reply;
 mod senders;
 mod slave_api;
+mod usage;
+mod waiting;
 
 pub use boot::run;
 pub use config::{parse_peers, Error, MasterConfig};
@@ -106,4 +108,6 @@ pub struct Master {
     bugs: Arc<std::sync::Mutex<hetsched_common::protocol::BugSpec>>,
     /// S0.6: the slaves' engine load from their heartbeats (leader-local).
     engine_loads: Arc<forward_query::EngineLoads>,
+    /// Why tasks wait, and the last hour's queue lengths and allocation (leader-local).
+    reasons: Arc<waiting::WaitReasons>,
 }

@@ -47,6 +47,7 @@ mod reservations;
 mod selection_stage;
 mod slave_queue_stage;
 mod take_back_stage;
+mod why;
 
 #[cfg(test)]
 mod tests;
@@ -70,6 +71,7 @@ use selection_stage::SelectionStage;
 use slave_queue_stage::SlaveQueueStage;
 use std::collections::BTreeSet;
 use take_back_stage::TakeBackStage;
+use why::Reasons;
 
 /// Pending tasks in queue order, each to the node the policy picks among those that fit.
 ///
@@ -102,6 +104,8 @@ pub struct IndexedScheduler {
     loads: Option<Loads>,
     /// Tasks blocked until a change (`blocked.rs`).
     blocked: Blocked,
+    /// Why the tasks the latest plan left waiting wait (`why.rs`).
+    reasons: Reasons,
 }
 
 impl IndexedScheduler {
@@ -126,6 +130,7 @@ impl IndexedScheduler {
             pool_seen: TaskId(0),
             loads: None,
             blocked: Blocked::default(),
+            reasons: Reasons::default(),
         }
     }
 
@@ -282,24 +287,33 @@ impl Scheduler for IndexedScheduler {
         // Across plans only where nothing but resources decides (see blocked.rs).
         let across = self.slave_queue.depth == 0;
         let mut stuck_now: BTreeSet<BlockKey> = BTreeSet::new();
-        for task in std::mem::take(&mut ctx.order) {
+        self.reasons.begin();
+        let mut order = std::mem::take(&mut ctx.order).into_iter().enumerate();
+        let mut unreached = None;
+        for (pos, task) in order.by_ref() {
             if ctx.decided.plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
+                unreached = Some((pos, task));
                 break;
             }
             let Some(head) = QueueStage::admit(view, ctx.now_ms, &ctx.decided.stuck, task) else {
+                self.reasons.passed_over(view, ctx.now_ms, task, pos);
                 continue;
             };
             let key = head.job.spec.program.is_none().then(|| BlockKey::of(&head));
-            if key
+            if let Some(k) = key
                 .as_ref()
-                .is_some_and(|k| stuck_now.contains(k) || self.blocked.contains(k))
+                .filter(|k| stuck_now.contains(k) || self.blocked.contains(k))
             {
+                self.reasons.blocked(task, k, pos);
                 continue; // blocked: keeps its place, probed again after a change
             }
             self.blocked.probed();
             let room = ctx.decided.preempt_room(self.preemption.max_per_plan);
             let awaiting = view.awaiting().contains_key(&task);
             let decision = self.decide(&mut ctx, &head);
+            let ordering = self.queue.ordering;
+            self.reasons
+                .decided(view, ordering, &head, &decision, key.as_ref(), pos);
             if let (Decision::Stuck, Some(k), false) = (&decision, key, awaiting) {
                 if across && room {
                     self.blocked.insert(k.clone());
@@ -308,6 +322,11 @@ impl Scheduler for IndexedScheduler {
             }
             ctx.decided.record(&head, decision);
         }
+        let no_nodes = self.index.is_empty();
+        let blocked = &self.blocked;
+        let keep = |k: &BlockKey| blocked.contains(k) || stuck_now.contains(k);
+        self.reasons
+            .finish(view, unreached.into_iter().chain(order), no_nodes, keep);
         let (mut plan, loads) = ctx.finish(&mut self.index);
         self.loads = loads;
         self.note_victims(view, &plan);
@@ -331,6 +350,10 @@ impl Scheduler for IndexedScheduler {
 
     fn reset(&mut self, view: &ClusterState) {
         self.rebuild(view);
+    }
+
+    fn waiting(&self) -> Option<(&super::waiting::WaitBoard, u64)> {
+        Some(self.reasons.board())
     }
 }
 

@@ -1,0 +1,250 @@
+//! The reasons of one plan: what each stage's refusal means for the task it stopped
+//! (docs/CONTRACT.md, "Waiting reasons").
+//!
+//! The driver hands every task it passes over or that a stage decided to [`Reasons`];
+//! refusals become a [`Waiting`] per task: the queue stage's back-off, the gang stage's
+//! skip, engine choice's wait, a preemption (the preemptor waits on a reserved node), or
+//! the end of the chain (`sched::waiting::stuck_reason`: resources, locality, drained,
+//! reserved). A task stuck for resources behind a waiting task of higher priority waits
+//! for `priority` (Slurm's rule); behind another user's at equal priority under DRF, for
+//! `fair-share`; one admitted at the base priority over its quota, for `quota`. A task
+//! passed over because its key is blocked keeps the reason that parked the key.
+//!
+//! Kept beside the scheduler's caches, out of the log: derived, shown, never decided on.
+
+use super::blocked::BlockKey;
+use super::context::Decision;
+use super::queue_stage::PendingTask;
+use crate::sched::multiqueue::Ordering;
+use crate::sched::waiting::{backoff_reason, quota_reason, stuck_reason, WaitBoard, Waiting};
+use crate::state::{partition_of, ClusterState};
+use hetsched_common::protocol::WaitingInfo;
+use hetsched_common::{JobId, TaskId};
+use std::collections::BTreeMap;
+
+/// The highest-priority task of a partition found waiting for resources so far this plan.
+#[derive(Clone, Debug)]
+struct Ahead {
+    task: TaskId,
+    priority: i64,
+    user: String,
+}
+
+/// The reasons the scheduler keeps: the latest plan's, and the one being built.
+#[derive(Debug, Default)]
+pub(super) struct Reasons {
+    /// The latest plan's reasons.
+    board: WaitBoard,
+    /// Changes whenever `board` does.
+    generation: u64,
+    /// The plan being built.
+    fresh: WaitBoard,
+    /// The reason each blocked key was parked with.
+    by_key: BTreeMap<BlockKey, WaitingInfo>,
+    /// Jobs (at a priority) stuck this plan, with the reason of the task that stuck them.
+    stuck: BTreeMap<(JobId, i64), WaitingInfo>,
+    /// Per partition, the most important task waiting for resources so far this plan.
+    ahead: BTreeMap<String, Ahead>,
+}
+
+impl Reasons {
+    /// The latest plan's reasons and their generation.
+    pub fn board(&self) -> (&WaitBoard, u64) {
+        (&self.board, self.generation)
+    }
+
+    /// A plan starts.
+    pub fn begin(&mut self) {
+        self.fresh.clear();
+        self.stuck.clear();
+        self.ahead.clear();
+    }
+
+    fn put(&mut self, task: TaskId, info: WaitingInfo, position: usize) {
+        let position = position as u64 + 1;
+        self.fresh.insert(task, Waiting { info, position });
+    }
+
+    /// The queue stage passed `task` over: a back-off, or its job is stuck this plan.
+    pub fn passed_over(&mut self, view: &ClusterState, now_ms: u64, task: TaskId, pos: usize) {
+        let Some(t) = view.task(task) else { return };
+        if let Some(nb) = t.not_before_ms.filter(|nb| *nb > now_ms) {
+            self.put(task, backoff_reason(t, nb, now_ms), pos);
+        } else if let Some(w) = self.stuck.get(&(t.job, t.priority)).cloned() {
+            self.put(task, w, pos);
+        }
+    }
+
+    /// `task` was passed over because `key` is blocked.
+    pub fn blocked(&mut self, task: TaskId, key: &BlockKey, pos: usize) {
+        let info = self.by_key.get(key).cloned().unwrap_or_else(|| {
+            WaitingInfo::new("blocked", "blocked until resources free or nodes change")
+        });
+        self.put(task, info, pos);
+    }
+
+    /// The stages decided `decision` for `head` (`key`: its blocked key, if it has one).
+    pub fn decided(
+        &mut self,
+        view: &ClusterState,
+        ordering: Ordering,
+        head: &PendingTask<'_>,
+        decision: &Decision,
+        key: Option<&BlockKey>,
+        pos: usize,
+    ) {
+        let gang = matches!(decision, Decision::Skip) && view.is_gang(head.t.job);
+        if let Some(info) = self
+            .stuck
+            .get(&(head.t.job, head.t.priority))
+            .filter(|_| gang)
+        {
+            let info = info.clone(); // the gang's reason, found at its first task
+            self.put(head.task, info, pos);
+            return;
+        }
+        let info = match decision {
+            Decision::Assign(_) | Decision::Gang(_) => return,
+            Decision::Preempt(p) if p.take_back => WaitingInfo::new(
+                "pool",
+                format!(
+                    "taking back its pool's reserved CPUs on node-{} from {} borrowing CPU task(s)",
+                    p.node.get(),
+                    p.victims.len()
+                ),
+            ),
+            Decision::Preempt(p) => WaitingInfo::new(
+                "reserved",
+                format!(
+                    "preempting {} lower-priority task(s) on node-{}: held for it until they stop",
+                    p.victims.len(),
+                    p.node.get()
+                ),
+            ),
+            Decision::Skip if gang => WaitingInfo::new(
+                "gang",
+                format!(
+                    "its batch job's {} tasks start together on their pinned slaves, and not \
+                     all have room ({})",
+                    head.job.tasks.len(),
+                    stuck_reason(view, head.job, head.task).detail
+                ),
+            ),
+            Decision::Skip => WaitingInfo::new(
+                "resources",
+                "the node chosen for it was taken by this plan's earlier decisions",
+            ),
+            Decision::Stuck => self.stuck_info(view, ordering, head),
+        };
+        if gang || matches!(decision, Decision::Stuck) {
+            self.stuck
+                .insert((head.t.job, head.t.priority), info.clone());
+            if let Some(k) = key {
+                self.by_key.insert(k.clone(), info.clone());
+            }
+        }
+        self.put(head.task, info, pos);
+    }
+
+    /// Why a task no stage could place, queue or make room for waits.
+    fn stuck_info(
+        &mut self,
+        view: &ClusterState,
+        ordering: Ordering,
+        head: &PendingTask<'_>,
+    ) -> WaitingInfo {
+        if let Some((node, victims)) = view.awaiting().get(&head.task) {
+            let d = format!(
+                "waiting for {} preempted task(s) to stop on node-{}",
+                victims.len(),
+                node.get()
+            );
+            return WaitingInfo::new("reserved", d);
+        }
+        let mut info = stuck_reason(view, head.job, head.task);
+        if head.job.spec.program.is_some() && info.reason == "resources" {
+            info = WaitingInfo::new(
+                "engine",
+                format!(
+                    "no engine of its kinds has room or queue space; {}",
+                    info.detail
+                ),
+            );
+        }
+        if info.reason == "resources" && !info.detail.contains("larger than every node") {
+            let partition = partition_of(&head.job.spec).to_string();
+            let user = &head.job.spec.user;
+            match self.ahead.get(&partition) {
+                Some(a) if a.priority > head.t.priority => {
+                    let d = format!(
+                        "behind task-{} (priority {} > {}); {}",
+                        a.task.get(),
+                        a.priority,
+                        head.t.priority,
+                        info.detail
+                    );
+                    info = WaitingInfo::new("priority", d);
+                }
+                Some(a)
+                    if a.priority == head.t.priority
+                        && a.user != *user
+                        && ordering != Ordering::Submission =>
+                {
+                    let d = format!(
+                        "behind {}'s task-{}: users with smaller dominant shares go first; {}",
+                        a.user,
+                        a.task.get(),
+                        info.detail
+                    );
+                    info = WaitingInfo::new("fair-share", d);
+                }
+                Some(_) => {}
+                None => {
+                    self.ahead.insert(
+                        partition,
+                        Ahead {
+                            task: head.task,
+                            priority: head.t.priority,
+                            user: user.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        quota_reason(view, head.t, head.job, &info).unwrap_or(info)
+    }
+
+    /// The plan ends. `rest`: the tasks of its order it did not reach (the plan was full,
+    /// or no node takes work): they keep their last reason, or, with no node taking work,
+    /// get the end of the chain's. `keep`: the blocked keys whose reasons stay.
+    pub fn finish(
+        &mut self,
+        view: &ClusterState,
+        rest: impl Iterator<Item = (usize, TaskId)>,
+        no_nodes: bool,
+        keep: impl Fn(&BlockKey) -> bool,
+    ) {
+        let mut per_job: BTreeMap<JobId, WaitingInfo> = BTreeMap::new();
+        for (pos, task) in rest {
+            if no_nodes {
+                let Some(t) = view.task(task) else { continue };
+                let Some(job) = view.jobs().get(&t.job) else {
+                    continue;
+                };
+                let info = per_job
+                    .entry(t.job)
+                    .or_insert_with(|| stuck_reason(view, job, task))
+                    .clone();
+                let info = quota_reason(view, t, job, &info).unwrap_or(info);
+                self.put(task, info, pos);
+            } else if let Some(w) = self.board.get(&task).cloned() {
+                self.put(task, w.info, pos);
+            }
+        }
+        self.by_key.retain(|k, _| keep(k));
+        if self.fresh != self.board {
+            self.board = std::mem::take(&mut self.fresh);
+            self.generation += 1;
+        }
+    }
+}
