@@ -38,8 +38,8 @@ pub use views::{
     ProfilesInfo, RaftCounters, RelationInfo, StatusInfo, TaskInfo,
 };
 pub use waiting::{
-    is_wait_reason, Amounts, ExplainInfo, HistorySample, NodeVerdict, PreemptionVerdict,
-    QuotaLimits, UsageInfo, UserUsage, WaitingInfo, WAIT_REASONS,
+    is_wait_reason, Amounts, AttemptInfo, ExplainInfo, HistorySample, NodeVerdict,
+    PreemptionVerdict, QuotaLimits, UsageInfo, UserUsage, WaitingInfo, WAIT_REASONS,
 };
 
 use crate::MasterId;

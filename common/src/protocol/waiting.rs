@@ -92,6 +92,27 @@ pub struct ExplainInfo {
     /// Its place in the scheduler's queue order (1: next), or in its slave's local queue;
     /// `None` when it does not wait.
     pub queue_position: Option<u64>,
+    /// Its job.
+    #[serde(default)]
+    pub job_id: Option<crate::JobId>,
+    /// When its job was submitted, ms since the Unix epoch (leader clock).
+    #[serde(default)]
+    pub submitted_ms: Option<u64>,
+    /// When its current attempt started, ms since the Unix epoch (`None`: not running).
+    #[serde(default)]
+    pub started_ms: Option<u64>,
+    /// Every attempt so far and the node it went to, oldest first.
+    #[serde(default)]
+    pub attempts: Vec<AttemptInfo>,
+}
+
+/// One attempt of a task (`explain --json` `"attempts"`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptInfo {
+    /// The attempt (from 1).
+    pub attempt: u32,
+    /// The node it went to.
+    pub node: NodeId,
 }
 
 /// Resources in the units users write (`cpus` cores, `mem` MiB, `gpus` devices).

@@ -7,7 +7,7 @@ use super::index::Candidates;
 use super::preemption::{plan_preemption, PreemptionConfig};
 use super::waiting::{node_verdicts, queued_reason, Waiting};
 use crate::state::ClusterState;
-use hetsched_common::protocol::{ExplainInfo, PreemptionVerdict, WaitingInfo};
+use hetsched_common::protocol::{AttemptInfo, ExplainInfo, PreemptionVerdict, WaitingInfo};
 use hetsched_common::{TaskId, TaskState};
 use std::collections::BTreeSet;
 
@@ -93,6 +93,19 @@ pub fn explain(
         nodes,
         preemption: preemption(view, task, cfg),
         queue_position,
+        job_id: Some(t.job),
+        submitted_ms: Some(job.submitted_ms),
+        started_ms: t
+            .started_ms
+            .filter(|_| t.status.state == TaskState::Running),
+        attempts: t
+            .attempt_nodes
+            .iter()
+            .map(|(a, n)| AttemptInfo {
+                attempt: *a,
+                node: *n,
+            })
+            .collect(),
     })
 }
 
