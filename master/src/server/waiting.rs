@@ -13,7 +13,7 @@ use hetsched_master_core::sched::explain::queued_on;
 use hetsched_master_core::sched::waiting::{queued_reason, quota_reason, WaitBoard, Waiting};
 use hetsched_master_core::state::ClusterState;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// How often the history takes a sample.
@@ -53,7 +53,7 @@ pub fn sample_of(s: &ClusterState, t_ms: u64) -> HistorySample {
 #[derive(Debug, Default)]
 struct Inner {
     generation: Option<u64>,
-    board: WaitBoard,
+    board: Arc<WaitBoard>,
     history: VecDeque<HistorySample>,
 }
 
@@ -71,12 +71,12 @@ impl WaitReasons {
         }
     }
 
-    /// The scheduler's latest reasons, copied only when their generation moved.
-    pub fn store(&self, board: &WaitBoard, generation: u64) {
+    /// The scheduler's latest reasons (shared, not copied).
+    pub fn store(&self, board: Arc<WaitBoard>, generation: u64) {
         let mut g = self.lock();
         if g.generation != Some(generation) {
             g.generation = Some(generation);
-            g.board = board.clone();
+            g.board = board;
         }
     }
 
@@ -107,7 +107,10 @@ impl Master {
     pub(super) fn waiting_of(&self, s: &ClusterState, task: TaskId) -> Option<WaitingInfo> {
         let t = s.task(task)?;
         match t.status.state {
-            TaskState::Pending => self.reasons.latest(task).map(|w| w.info),
+            TaskState::Pending => self
+                .reasons
+                .latest(task)
+                .map(|w| WaitingInfo::clone(&w.info)),
             TaskState::Assigned => {
                 let (node, _) = queued_on(s, task)?;
                 let job = s.jobs().get(&t.job)?;
@@ -144,7 +147,7 @@ impl Master {
         let mut by: BTreeMap<String, u64> = BTreeMap::new();
         {
             let g = self.reasons.lock();
-            for (task, w) in &g.board {
+            for (task, w) in g.board.iter() {
                 if s.pending().contains(task) {
                     *by.entry(w.info.reason.clone()).or_insert(0) += 1;
                 }

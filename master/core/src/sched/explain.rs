@@ -79,7 +79,10 @@ pub fn explain(
     let job = view.jobs().get(&t.job)?;
     let nodes = node_verdicts(view, job, task);
     let (waiting, queue_position): (Option<WaitingInfo>, Option<u64>) = match t.status.state {
-        TaskState::Pending => (latest.map(|w| w.info.clone()), latest.map(|w| w.position)),
+        TaskState::Pending => (
+            latest.map(|w| WaitingInfo::clone(&w.info)),
+            latest.map(|w| w.position),
+        ),
         TaskState::Assigned => match queued_on(view, task) {
             Some((node, pos)) => (Some(queued_reason(node, job, task)), Some(pos)),
             None => (None, None),

@@ -57,7 +57,7 @@ pub trait Scheduler: Send {
     /// Why each task the latest plan left waiting waits, with a generation that changes
     /// whenever they do (`None`: this scheduler gives no reasons). Leader-local, never logged
     /// (docs/CONTRACT.md, "Waiting reasons").
-    fn waiting(&self) -> Option<(&waiting::WaitBoard, u64)> {
+    fn waiting(&self) -> Option<(std::sync::Arc<waiting::WaitBoard>, u64)> {
         None
     }
 }

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 /// What the scheduler said about one waiting task at its latest plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Waiting {
-    /// The reason and its detail.
-    pub info: WaitingInfo,
+    /// The reason and its detail (shared by the tasks of a blocked key or a stuck job).
+    pub info: std::sync::Arc<WaitingInfo>,
     /// Its place in that plan's queue order (1: first).
     pub position: u64,
 }

@@ -304,7 +304,7 @@ impl Scheduler for IndexedScheduler {
                 .as_ref()
                 .filter(|k| stuck_now.contains(k) || self.blocked.contains(k))
             {
-                self.reasons.blocked(task, k, pos);
+                self.reasons.blocked(view, task, k, pos);
                 continue; // blocked: keeps its place, probed again after a change
             }
             self.blocked.probed();
@@ -352,7 +352,7 @@ impl Scheduler for IndexedScheduler {
         self.rebuild(view);
     }
 
-    fn waiting(&self) -> Option<(&super::waiting::WaitBoard, u64)> {
+    fn waiting(&self) -> Option<(std::sync::Arc<super::waiting::WaitBoard>, u64)> {
         Some(self.reasons.board())
     }
 }

@@ -21,6 +21,7 @@ use crate::state::{partition_of, ClusterState};
 use hetsched_common::protocol::WaitingInfo;
 use hetsched_common::{JobId, TaskId};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The highest-priority task of a partition found waiting for resources so far this plan.
 #[derive(Clone, Debug)]
@@ -33,24 +34,24 @@ struct Ahead {
 /// The reasons the scheduler keeps: the latest plan's, and the one being built.
 #[derive(Debug, Default)]
 pub(super) struct Reasons {
-    /// The latest plan's reasons.
-    board: WaitBoard,
+    /// The latest plan's reasons (shared with the leader's queries without a copy).
+    board: Arc<WaitBoard>,
     /// Changes whenever `board` does.
     generation: u64,
     /// The plan being built.
     fresh: WaitBoard,
     /// The reason each blocked key was parked with.
-    by_key: BTreeMap<BlockKey, WaitingInfo>,
+    by_key: BTreeMap<BlockKey, Arc<WaitingInfo>>,
     /// Jobs (at a priority) stuck this plan, with the reason of the task that stuck them.
-    stuck: BTreeMap<(JobId, i64), WaitingInfo>,
+    stuck: BTreeMap<(JobId, i64), Arc<WaitingInfo>>,
     /// Per partition, the most important task waiting for resources so far this plan.
     ahead: BTreeMap<String, Ahead>,
 }
 
 impl Reasons {
     /// The latest plan's reasons and their generation.
-    pub fn board(&self) -> (&WaitBoard, u64) {
-        (&self.board, self.generation)
+    pub fn board(&self) -> (Arc<WaitBoard>, u64) {
+        (self.board.clone(), self.generation)
     }
 
     /// A plan starts.
@@ -60,7 +61,7 @@ impl Reasons {
         self.ahead.clear();
     }
 
-    fn put(&mut self, task: TaskId, info: WaitingInfo, position: usize) {
+    fn put(&mut self, task: TaskId, info: Arc<WaitingInfo>, position: usize) {
         let position = position as u64 + 1;
         self.fresh.insert(task, Waiting { info, position });
     }
@@ -69,18 +70,31 @@ impl Reasons {
     pub fn passed_over(&mut self, view: &ClusterState, now_ms: u64, task: TaskId, pos: usize) {
         let Some(t) = view.task(task) else { return };
         if let Some(nb) = t.not_before_ms.filter(|nb| *nb > now_ms) {
-            self.put(task, backoff_reason(t, nb, now_ms), pos);
+            self.put(task, Arc::new(backoff_reason(t, nb, now_ms)), pos);
         } else if let Some(w) = self.stuck.get(&(t.job, t.priority)).cloned() {
-            self.put(task, w, pos);
+            self.put_own(view, task, w, pos);
         }
     }
 
+    /// `under` (a reason shared by a key or a job) as `task`'s own: `quota` where `task`
+    /// was admitted over its quota.
+    fn put_own(&mut self, view: &ClusterState, task: TaskId, under: Arc<WaitingInfo>, pos: usize) {
+        let own = view
+            .task(task)
+            .and_then(|t| Some((t, view.jobs().get(&t.job)?)))
+            .and_then(|(t, job)| quota_reason(view, t, job, &under));
+        self.put(task, own.map_or(under, Arc::new), pos);
+    }
+
     /// `task` was passed over because `key` is blocked.
-    pub fn blocked(&mut self, task: TaskId, key: &BlockKey, pos: usize) {
+    pub fn blocked(&mut self, view: &ClusterState, task: TaskId, key: &BlockKey, pos: usize) {
         let info = self.by_key.get(key).cloned().unwrap_or_else(|| {
-            WaitingInfo::new("blocked", "blocked until resources free or nodes change")
+            Arc::new(WaitingInfo::new(
+                "blocked",
+                "blocked until resources free or nodes change",
+            ))
         });
-        self.put(task, info, pos);
+        self.put_own(view, task, info, pos);
     }
 
     /// The stages decided `decision` for `head` (`key`: its blocked key, if it has one).
@@ -100,7 +114,7 @@ impl Reasons {
             .filter(|_| gang)
         {
             let info = info.clone(); // the gang's reason, found at its first task
-            self.put(head.task, info, pos);
+            self.put_own(view, head.task, info, pos);
             return;
         }
         let info = match decision {
@@ -136,6 +150,7 @@ impl Reasons {
             ),
             Decision::Stuck => self.stuck_info(view, ordering, head),
         };
+        let info = Arc::new(info);
         if gang || matches!(decision, Decision::Stuck) {
             self.stuck
                 .insert((head.t.job, head.t.priority), info.clone());
@@ -143,7 +158,7 @@ impl Reasons {
                 self.by_key.insert(k.clone(), info.clone());
             }
         }
-        self.put(head.task, info, pos);
+        self.put_own(view, head.task, info, pos);
     }
 
     /// Why a task no stage could place, queue or make room for waits.
@@ -211,7 +226,7 @@ impl Reasons {
                 }
             }
         }
-        quota_reason(view, head.t, head.job, &info).unwrap_or(info)
+        info
     }
 
     /// The plan ends. `rest`: the tasks of its order it did not reach (the plan was full,
@@ -224,7 +239,7 @@ impl Reasons {
         no_nodes: bool,
         keep: impl Fn(&BlockKey) -> bool,
     ) {
-        let mut per_job: BTreeMap<JobId, WaitingInfo> = BTreeMap::new();
+        let mut per_job: BTreeMap<JobId, Arc<WaitingInfo>> = BTreeMap::new();
         for (pos, task) in rest {
             if no_nodes {
                 let Some(t) = view.task(task) else { continue };
@@ -233,18 +248,15 @@ impl Reasons {
                 };
                 let info = per_job
                     .entry(t.job)
-                    .or_insert_with(|| stuck_reason(view, job, task))
+                    .or_insert_with(|| Arc::new(stuck_reason(view, job, task)))
                     .clone();
-                let info = quota_reason(view, t, job, &info).unwrap_or(info);
-                self.put(task, info, pos);
+                self.put_own(view, task, info, pos);
             } else if let Some(w) = self.board.get(&task).cloned() {
                 self.put(task, w.info, pos);
             }
         }
         self.by_key.retain(|k, _| keep(k));
-        if self.fresh != self.board {
-            self.board = std::mem::take(&mut self.fresh);
-            self.generation += 1;
-        }
+        self.board = Arc::new(std::mem::take(&mut self.fresh));
+        self.generation += 1;
     }
 }
