@@ -276,7 +276,8 @@ fn run(c: &HttpCluster, browser: &str) {
     }
     if let Ok(file) = std::env::var("HETSCHED_SCREENSHOT") {
         let shot = format!("--screenshot={file}");
-        browse(browser, &profile, &format!("http://{http}/ui"), &[&shot]);
+        let url = format!("http://{http}/ui");
+        browse(browser, &profile, &url, &[&shot, "--window-size=1100,1180"]);
         assert!(
             std::path::Path::new(&file).exists(),
             "no screenshot at {file}"

@@ -110,7 +110,7 @@ function limits(q, held) {
 function renderUsage(users) {
   $("usage").tBodies[0].innerHTML = users.map((u) =>
     `<tr class="usage-row"><td>${esc(u.user)}</td><td>${esc(u.partition)}</td><td>${u.priority}</td>` +
-    `<td>quota ${u.quota_of ? esc(u.quota_of) : ""}<br>${limits(u.quota, u.quota_used)}</td>` +
+    `<td>${u.quota_of ? "quota " + esc(u.quota_of) + "<br>" : ""}${limits(u.quota, u.quota_used)}</td>` +
     `<td>cpus ${u.held.cpus}, mem ${u.held.mem} MiB, gpus ${u.held.gpus}</td>` +
     `<td>${bar(u.dominant_share, 1, `${(100 * u.dominant_share).toFixed(1)}%`, false)}</td><td>${u.waiting}</td></tr>`).join("") ||
     '<tr><td colspan="7" class="dim">no users yet</td></tr>';
