@@ -159,3 +159,28 @@ fn with_no_node_taking_work_every_task_still_gets_a_reason() {
         assert_eq!(r, "drained", "{d}");
     }
 }
+
+#[test]
+fn cpu_tasks_kept_off_a_gpu_nodes_reserve_wait_for_pool() {
+    use crate::sched::multiqueue::{Ordering, ReserveHistory};
+    let mut s = IndexedScheduler::new(PolicyKind::BestFit, 0)
+        .with_ordering(Ordering::Pipeline)
+        .with_reserved_pools(ReserveHistory::new(2000));
+    let mut l = Log::new();
+    // 8 CPUs and 2 GPUs: a reserve of 4 CPUs while a GPU task waits (one that fits nowhere).
+    l.apply(&mut s, node(1, 8, 2, &[]));
+    let mut waiting = spec(1, 2, 1);
+    waiting.resources.mem_mib = 1_000_000;
+    let gpu = submitted_tasks(l.apply(&mut s, submit(waiting)));
+    let cpu = submitted_tasks(l.apply(&mut s, submit(spec(8, 1, 0))));
+    let plan = s.plan(&l.s);
+    assert_eq!(plan.assignments.len(), 4, "{plan:?}");
+    l.apply(&mut s, Command::ApplyPlan(plan));
+    let _ = s.plan(&l.s);
+    let (r, d) = reason(&s, cpu[7]);
+    assert_eq!(r, "pool", "{d}");
+    assert!(d.contains("borrowing") && d.contains("closed"), "{d}");
+    let (r, d) = reason(&s, gpu[0]);
+    assert_eq!(r, "resources", "{d}");
+    assert!(d.starts_with("mem"), "{d}");
+}

@@ -287,7 +287,8 @@ impl Scheduler for IndexedScheduler {
         // Across plans only where nothing but resources decides (see blocked.rs).
         let across = self.slave_queue.depth == 0;
         let mut stuck_now: BTreeSet<BlockKey> = BTreeSet::new();
-        self.reasons.begin();
+        self.reasons
+            .begin(self.queue.ordering, self.pools.is_some());
         let mut order = std::mem::take(&mut ctx.order).into_iter().enumerate();
         let mut unreached = None;
         for (pos, task) in order.by_ref() {
@@ -311,9 +312,8 @@ impl Scheduler for IndexedScheduler {
             let room = ctx.decided.preempt_room(self.preemption.max_per_plan);
             let awaiting = view.awaiting().contains_key(&task);
             let decision = self.decide(&mut ctx, &head);
-            let ordering = self.queue.ordering;
             self.reasons
-                .decided(view, ordering, &head, &decision, key.as_ref(), pos);
+                .decided(view, &head, &decision, key.as_ref(), pos);
             if let (Decision::Stuck, Some(k), false) = (&decision, key, awaiting) {
                 if across && room {
                     self.blocked.insert(k.clone());

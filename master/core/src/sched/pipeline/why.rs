@@ -16,7 +16,9 @@ use super::blocked::BlockKey;
 use super::context::Decision;
 use super::queue_stage::PendingTask;
 use crate::sched::multiqueue::Ordering;
-use crate::sched::waiting::{backoff_reason, quota_reason, stuck_reason, WaitBoard, Waiting};
+use crate::sched::waiting::{
+    backoff_reason, quota_reason, stuck_reason, verdict_kind, WaitBoard, Waiting,
+};
 use crate::state::{partition_of, ClusterState};
 use hetsched_common::protocol::WaitingInfo;
 use hetsched_common::{JobId, TaskId};
@@ -29,6 +31,36 @@ struct Ahead {
     task: TaskId,
     priority: i64,
     user: String,
+}
+
+/// S3: nodes have room by their free resources, yet the stages found none: the pools hid
+/// it. A CPU task does not see GPU nodes' reserved CPUs while GPU tasks wait; a GPU task
+/// sees the other GPU pool only as borrowed capacity.
+fn pool_reason(view: &ClusterState, head: &PendingTask<'_>) -> Option<WaitingInfo> {
+    let fits: Vec<&crate::state::Node> = view
+        .nodes()
+        .values()
+        .filter(|n| verdict_kind(view, n, head.job, head.task) == "fits")
+        .collect();
+    if fits.is_empty() {
+        return None;
+    }
+    let gpu_nodes = fits.iter().filter(|n| !n.capacity.gpus.is_empty()).count();
+    let d = if head.is_gpu() {
+        format!(
+            "its GPU pool has no room; {} node(s) with room are in the other GPU pool, which \
+             it may borrow only while that pool's own tasks do not need it",
+            fits.len()
+        )
+    } else if gpu_nodes > 0 {
+        format!(
+            "{gpu_nodes} GPU node(s) have free CPUs in their reserved CPU pools; borrowing \
+             them is closed while GPU tasks wait, and possible again once none waits"
+        )
+    } else {
+        return None;
+    };
+    Some(WaitingInfo::new("pool", d))
 }
 
 /// The reasons the scheduler keeps: the latest plan's, and the one being built.
@@ -46,6 +78,10 @@ pub(super) struct Reasons {
     stuck: BTreeMap<(JobId, i64), Arc<WaitingInfo>>,
     /// Per partition, the most important task waiting for resources so far this plan.
     ahead: BTreeMap<String, Ahead>,
+    /// This plan's queue order (DRF and the pipeline order give `fair-share`).
+    ordering: Ordering,
+    /// S3 pools are on (free CPUs of GPU nodes may be hidden: `pool`).
+    pools: bool,
 }
 
 impl Reasons {
@@ -54,8 +90,10 @@ impl Reasons {
         (self.board.clone(), self.generation)
     }
 
-    /// A plan starts.
-    pub fn begin(&mut self) {
+    /// A plan starts, in `ordering`, with S3 pools on or not.
+    pub fn begin(&mut self, ordering: Ordering, pools: bool) {
+        self.ordering = ordering;
+        self.pools = pools;
         self.fresh.clear();
         self.stuck.clear();
         self.ahead.clear();
@@ -101,7 +139,6 @@ impl Reasons {
     pub fn decided(
         &mut self,
         view: &ClusterState,
-        ordering: Ordering,
         head: &PendingTask<'_>,
         decision: &Decision,
         key: Option<&BlockKey>,
@@ -148,7 +185,7 @@ impl Reasons {
                 "resources",
                 "the node chosen for it was taken by this plan's earlier decisions",
             ),
-            Decision::Stuck => self.stuck_info(view, ordering, head),
+            Decision::Stuck => self.stuck_info(view, head),
         };
         let info = Arc::new(info);
         if gang || matches!(decision, Decision::Stuck) {
@@ -162,12 +199,8 @@ impl Reasons {
     }
 
     /// Why a task no stage could place, queue or make room for waits.
-    fn stuck_info(
-        &mut self,
-        view: &ClusterState,
-        ordering: Ordering,
-        head: &PendingTask<'_>,
-    ) -> WaitingInfo {
+    fn stuck_info(&mut self, view: &ClusterState, head: &PendingTask<'_>) -> WaitingInfo {
+        let ordering = self.ordering;
         if let Some((node, victims)) = view.awaiting().get(&head.task) {
             let d = format!(
                 "waiting for {} preempted task(s) to stop on node-{}",
@@ -177,6 +210,11 @@ impl Reasons {
             return WaitingInfo::new("reserved", d);
         }
         let mut info = stuck_reason(view, head.job, head.task);
+        if self.pools && info.reason == "resources" {
+            if let Some(p) = pool_reason(view, head) {
+                return p;
+            }
+        }
         if head.job.spec.program.is_some() && info.reason == "resources" {
             info = WaitingInfo::new(
                 "engine",
