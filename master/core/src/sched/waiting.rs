@@ -9,9 +9,7 @@
 use crate::policy::placeable::{unplaceable, Unplaceable};
 use crate::state::{partition_of, ClusterState, Job, Node, Task};
 use hetsched_common::protocol::{NodeVerdict, WaitingInfo};
-use hetsched_common::{
-    allocate_gpus, NodeResources, ResourceRequest, TaskId, GPU_MILLI_PER_DEVICE,
-};
+use hetsched_common::{NodeResources, ResourceRequest, TaskId, GPU_MILLI_PER_DEVICE};
 use std::collections::BTreeMap;
 
 /// What the scheduler said about one waiting task at its latest plan.
@@ -51,6 +49,19 @@ fn gpus_free(res: &NodeResources, req: &ResourceRequest) -> usize {
         .count()
 }
 
+/// Whether `res` has the GPUs `req` asks, as `allocate_gpus` decides it, without building
+/// the allocation (this runs for every node for every stuck task).
+fn gpus_fit(res: &NodeResources, req: &ResourceRequest) -> bool {
+    let g = &req.gpu;
+    g.is_none()
+        || res
+            .gpus
+            .iter()
+            .filter(|d| d.free_milli >= g.milli && g.accepts_model(&d.model))
+            .count()
+            >= g.count as usize
+}
+
 /// The first resource check `res` fails for `req`: `cpus`, `mem`, `gpu-model`, `gpus`,
 /// `engine` (no allocation: the driver asks this of every node for every stuck task).
 fn short_kind(res: &NodeResources, req: &ResourceRequest) -> Option<&'static str> {
@@ -60,7 +71,7 @@ fn short_kind(res: &NodeResources, req: &ResourceRequest) -> Option<&'static str
     if res.mem_mib < req.mem_mib {
         return Some("mem");
     }
-    if !req.gpu.is_none() && allocate_gpus(&res.gpus, &req.gpu).is_none() {
+    if !gpus_fit(res, req) {
         if !req.gpu.models.is_empty() && !res.gpus.iter().any(|d| req.gpu.accepts_model(&d.model)) {
             return Some("gpu-model");
         }
