@@ -192,6 +192,8 @@ fn scenario(c: &Cluster) {
     assert_eq!(jobs[0]["id"], q, "{jobs}");
     let out = c.cli(&["tasks", "--reason", "sunspots"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = c.cli(&["explain", "task-99999"]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
     let st = c.json(&["status"]).expect("status");
     for r in ["resources", "priority", "quota"] {
         assert!(

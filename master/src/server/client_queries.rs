@@ -11,6 +11,7 @@ use hetsched_common::protocol::{
 };
 use hetsched_common::{JobId, JobSpec, MasterId, TaskId};
 use hetsched_consensus::Role;
+use hetsched_master_core::sched::waiting::Reader;
 use hetsched_master_core::sched::{IndexedScheduler, Scheduler};
 use hetsched_master_core::state::{ClusterState, Command, CommandEnvelope, Outcome};
 
@@ -75,11 +76,12 @@ impl Master {
             ..filter.clone()
         };
         let mut jobs = s.list_jobs(&all).map_err(list_error)?;
+        let reader = Reader::new(&s);
         jobs.retain(|j| {
             s.jobs().get(&j.id).is_some_and(|job| {
                 job.tasks
                     .iter()
-                    .any(|t| self.waiting_of(&s, *t).is_some_and(|w| w.reason == reason))
+                    .any(|t| self.reason_of(&reader, &s, *t).is_some_and(|r| r == reason))
             })
         });
         if let Some(l) = filter.limit {
@@ -121,7 +123,7 @@ impl Master {
             &self.preemption,
         )
         .ok_or_else(|| ErrorReply::new(ErrorKind::NotFound, format!("no such task: {task}")))?;
-        info.waiting = self.waiting_of(&s, task);
+        info.waiting = self.waiting_of(&mut Reader::new(&s), &s, task);
         Ok(ClientResponse::Explain(info))
     }
 

@@ -10,8 +10,11 @@ use super::Master;
 use hetsched_common::protocol::{HistorySample, ListFilter, TaskInfo, WaitingInfo};
 use hetsched_common::{TaskId, TaskState};
 use hetsched_master_core::sched::explain::queued_on;
-use hetsched_master_core::sched::waiting::{queued_reason, quota_reason, WaitBoard, Waiting};
+use hetsched_master_core::sched::waiting::{
+    over_quota, queued_reason, quota_reason, Reader, WaitBoard, Waiting,
+};
 use hetsched_master_core::state::ClusterState;
+use hetsched_master_core::state::Node;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -100,25 +103,60 @@ impl WaitReasons {
     }
 }
 
+/// Where a waiting task's reason comes from.
+enum Source<'s> {
+    /// The latest plan's reason for a pending task.
+    Plan(Waiting),
+    /// It waits in this node's local queue.
+    Queued(&'s Node),
+}
+
 impl Master {
-    /// Why `task` waits: the latest plan's reason for a pending task, `resources` on its
-    /// node for one in a slave's local queue (`quota` where it was admitted over its quota),
-    /// `None` for a task that does not wait. The one lookup of a task's reason.
-    pub(super) fn waiting_of(&self, s: &ClusterState, task: TaskId) -> Option<WaitingInfo> {
+    /// Where `task`'s reason comes from (`None`: it does not wait, or no plan named it
+    /// yet). The one lookup of a task's reason: a per-user filter goes here.
+    fn source<'s>(&self, s: &'s ClusterState, task: TaskId) -> Option<Source<'s>> {
         let t = s.task(task)?;
         match t.status.state {
-            TaskState::Pending => self
-                .reasons
-                .latest(task)
-                .map(|w| WaitingInfo::clone(&w.info)),
-            TaskState::Assigned => {
-                let (node, _) = queued_on(s, task)?;
-                let job = s.jobs().get(&t.job)?;
+            TaskState::Pending => self.reasons.latest(task).map(Source::Plan),
+            TaskState::Assigned => queued_on(s, task).map(|(n, _)| Source::Queued(n)),
+            _ => None,
+        }
+    }
+
+    /// Why `task` waits: the latest plan's reason for a pending task (its detail completed
+    /// against `reader`'s state), `resources` on its node for one in a slave's local queue;
+    /// `quota` where it was admitted over its quota; `None` for a task that does not wait.
+    pub(super) fn waiting_of(
+        &self,
+        reader: &mut Reader<'_>,
+        s: &ClusterState,
+        task: TaskId,
+    ) -> Option<WaitingInfo> {
+        let t = s.task(task)?;
+        let job = s.jobs().get(&t.job)?;
+        match self.source(s, task)? {
+            Source::Plan(w) => Some(reader.read(t, job, &w)),
+            Source::Queued(node) => {
                 let info = queued_reason(node, job, task);
                 Some(quota_reason(s, t, job, &info).unwrap_or(info))
             }
-            _ => None,
         }
+    }
+
+    /// The name of `task`'s reason alone (nothing formatted: for counts and filters).
+    pub(super) fn reason_of(
+        &self,
+        reader: &Reader<'_>,
+        s: &ClusterState,
+        task: TaskId,
+    ) -> Option<String> {
+        let t = s.task(task)?;
+        let job = s.jobs().get(&t.job)?;
+        Some(match self.source(s, task)? {
+            Source::Plan(w) => reader.name(t, job, &w).to_string(),
+            Source::Queued(_) if over_quota(s, t, job) => "quota".to_string(),
+            Source::Queued(_) => "resources".to_string(),
+        })
     }
 
     /// Fills `tasks`' reasons, keeps those `filter` asks for (its reason) and applies its
@@ -129,33 +167,28 @@ impl Master {
         mut tasks: Vec<TaskInfo>,
         filter: &ListFilter,
     ) -> Vec<TaskInfo> {
-        for t in &mut tasks {
-            t.waiting = self.waiting_of(s, t.id);
-        }
+        let mut reader = Reader::new(s);
         if let Some(r) = &filter.reason {
-            tasks.retain(|t| t.waiting.as_ref().is_some_and(|w| w.reason == *r));
+            tasks.retain(|t| self.reason_of(&reader, s, t.id).is_some_and(|n| n == *r));
         }
         if let Some(l) = filter.limit {
             tasks.truncate(l as usize);
         }
+        for t in &mut tasks {
+            t.waiting = self.waiting_of(&mut reader, s, t.id);
+        }
         tasks
     }
 
-    /// Waiting tasks by reason (`status`): one pass over the latest reasons under one
-    /// lock, then the slaves' local queues.
+    /// Waiting tasks by reason (`status`): the pending tasks the latest plan named, then
+    /// the slaves' local queues; names only, nothing formatted.
     pub(super) fn waiting_counts(&self, s: &ClusterState) -> BTreeMap<String, u64> {
         let mut by: BTreeMap<String, u64> = BTreeMap::new();
-        {
-            let g = self.reasons.lock();
-            for (task, w) in g.board.iter() {
-                if s.pending().contains(task) {
-                    *by.entry(w.info.reason.clone()).or_insert(0) += 1;
-                }
-            }
-        }
-        for task in s.nodes().values().flat_map(|n| n.queued.iter()) {
-            if let Some(w) = self.waiting_of(s, *task) {
-                *by.entry(w.reason).or_insert(0) += 1;
+        let reader = Reader::new(s);
+        let queued = s.nodes().values().flat_map(|n| n.queued.iter());
+        for task in s.pending().iter().chain(queued) {
+            if let Some(r) = self.reason_of(&reader, s, *task) {
+                *by.entry(r).or_insert(0) += 1;
             }
         }
         by

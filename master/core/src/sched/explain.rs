@@ -5,7 +5,7 @@
 
 use super::index::Candidates;
 use super::preemption::{plan_preemption, PreemptionConfig};
-use super::waiting::{node_verdicts, queued_reason, Waiting};
+use super::waiting::{node_verdicts, queued_reason, Reader, Waiting};
 use crate::state::ClusterState;
 use hetsched_common::protocol::{AttemptInfo, ExplainInfo, PreemptionVerdict, WaitingInfo};
 use hetsched_common::{TaskId, TaskState};
@@ -80,7 +80,7 @@ pub fn explain(
     let nodes = node_verdicts(view, job, task);
     let (waiting, queue_position): (Option<WaitingInfo>, Option<u64>) = match t.status.state {
         TaskState::Pending => (
-            latest.map(|w| WaitingInfo::clone(&w.info)),
+            latest.map(|w| Reader::new(view).read(t, job, w)),
             latest.map(|w| w.position),
         ),
         TaskState::Assigned => match queued_on(view, task) {

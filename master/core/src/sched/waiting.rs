@@ -15,10 +15,162 @@ use std::collections::BTreeMap;
 /// What the scheduler said about one waiting task at its latest plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Waiting {
-    /// The reason and its detail (shared by the tasks of a blocked key or a stuck job).
+    /// The reason and what the plan knew of it (shared by the tasks of a blocked key or a
+    /// stuck job).
     pub info: std::sync::Arc<WaitingInfo>,
     /// Its place in that plan's queue order (1: first).
     pub position: u64,
+    /// The detail is completed when read with every node's verdict ([`Reader`]): a plan
+    /// does not scan every node for every task it stops.
+    pub refine: bool,
+}
+
+/// Reads the latest plan's reasons against the state of the moment: completes the details
+/// a plan left to refine (once per job per reader), and names `quota` for a task admitted
+/// over its quota. The one place a plan's reason becomes what users see.
+#[derive(Debug)]
+pub struct Reader<'v> {
+    view: &'v ClusterState,
+    details: BTreeMap<hetsched_common::JobId, String>,
+}
+
+impl<'v> Reader<'v> {
+    /// A reader of `view`.
+    pub fn new(view: &'v ClusterState) -> Self {
+        Self {
+            view,
+            details: BTreeMap::new(),
+        }
+    }
+
+    /// What users see of `w`, the latest plan's reason for `t` of `job`.
+    pub fn read(&mut self, t: &Task, job: &Job, w: &Waiting) -> WaitingInfo {
+        let mut info = WaitingInfo::clone(&w.info);
+        if w.refine {
+            let view = self.view;
+            let more = self
+                .details
+                .entry(job.id)
+                .or_insert_with(|| stuck_reason(view, job, t.id).detail);
+            info.detail = if info.detail.is_empty() {
+                more.clone()
+            } else {
+                format!("{}; {more}", info.detail)
+            };
+        }
+        quota_reason(self.view, t, job, &info).unwrap_or(info)
+    }
+
+    /// The reason's name alone (for counts: nothing formatted).
+    pub fn name<'w>(&self, t: &Task, job: &Job, w: &'w Waiting) -> &'w str {
+        if over_quota(self.view, t, job) {
+            "quota"
+        } else {
+            w.info.reason.as_str()
+        }
+    }
+}
+
+/// What a plan reads of the cluster once to name reasons without scanning every node per
+/// task: the largest node in each dimension, and which partitions nodes taking work serve.
+#[derive(Clone, Debug, Default)]
+pub struct Shape {
+    cpu_milli: u64,
+    mem_mib: u64,
+    gpus: usize,
+    /// Per partition: nodes taking work, draining, down.
+    partitions: BTreeMap<String, (usize, usize, usize)>,
+}
+
+impl Shape {
+    /// The shape of `view`'s registered nodes.
+    pub fn of(view: &ClusterState) -> Self {
+        let mut s = Shape::default();
+        for n in view.nodes().values() {
+            s.cpu_milli = s.cpu_milli.max(n.capacity.cpu_milli);
+            s.mem_mib = s.mem_mib.max(n.capacity.mem_mib);
+            s.gpus = s.gpus.max(n.capacity.gpus.len());
+            let names: Vec<&str> = if n.partitions.is_empty() {
+                vec!["default"]
+            } else {
+                n.partitions.iter().map(String::as_str).collect()
+            };
+            for p in names {
+                let e = s.partitions.entry(p.to_string()).or_default();
+                if !n.is_up() {
+                    e.2 += 1;
+                } else if n.drain.is_some() {
+                    e.1 += 1;
+                } else {
+                    e.0 += 1;
+                }
+            }
+        }
+        s
+    }
+
+    /// Why a task of `job` found no node, as far as the shape tells: larger than every
+    /// node, or no node it may use takes work (`locality`, `drained`); else `resources`
+    /// with the detail left to refine (`true`).
+    pub fn stuck(&self, view: &ClusterState, job: &Job) -> (WaitingInfo, bool) {
+        let req = &job.spec.resources;
+        if view.nodes().is_empty() {
+            return (
+                WaitingInfo::new("resources", "no node is registered"),
+                false,
+            );
+        }
+        let big = req.cpu_milli > self.cpu_milli
+            || req.mem_mib > self.mem_mib
+            || req.gpu.count as usize > self.gpus
+            || !req.gpu.models.is_empty()
+            || !req.engines.is_empty();
+        if big {
+            if let Some(u) = unplaceable(req, view.nodes().values().map(|n| &n.capacity)) {
+                let total = view.nodes().len();
+                let d = format!(
+                    "{}: larger than every node ({u}; {total} nodes)",
+                    dimension(&u)
+                );
+                return (WaitingInfo::new("resources", d), false);
+            }
+        }
+        let partition = partition_of(&job.spec);
+        if !job.candidates.is_empty() {
+            let usable = job.candidates.iter().any(|c| {
+                view.node(*c)
+                    .is_some_and(|n| n.takes_work() && n.serves(partition))
+            });
+            if !usable {
+                return (stuck_reason(view, job, TaskId(0)), false);
+            }
+        } else {
+            let (up, drained, down) = self.partitions.get(partition).copied().unwrap_or_default();
+            if up == 0 {
+                let reason = if drained > 0 && down == 0 {
+                    "drained"
+                } else {
+                    "locality"
+                };
+                let d = format!(
+                    "no node that takes work serves partition {partition} ({drained} draining, \
+                     {down} down)"
+                );
+                return (WaitingInfo::new(reason, d), false);
+            }
+        }
+        (WaitingInfo::new("resources", ""), true)
+    }
+}
+
+/// Whether `t` was admitted at the base priority because its user's quota was full.
+pub fn over_quota(view: &ClusterState, t: &Task, job: &Job) -> bool {
+    let cfg = view.priority();
+    t.quota.is_none()
+        && t.priority == cfg.base_priority
+        && cfg
+            .resolve(&job.spec.user, partition_of(&job.spec))
+            .is_some_and(|e| e.priority > cfg.base_priority)
 }
 
 /// The latest reasons, by task.

@@ -305,7 +305,7 @@ impl Scheduler for IndexedScheduler {
                 .as_ref()
                 .filter(|k| stuck_now.contains(k) || self.blocked.contains(k))
             {
-                self.reasons.blocked(view, task, k, pos);
+                self.reasons.blocked(task, k, pos);
                 continue; // blocked: keeps its place, probed again after a change
             }
             self.blocked.probed();
