@@ -11,7 +11,6 @@ use hetsched_common::protocol::{
 };
 use hetsched_common::{JobId, JobSpec, MasterId, TaskId};
 use hetsched_consensus::Role;
-use hetsched_master_core::sched::waiting::Reader;
 use hetsched_master_core::sched::{IndexedScheduler, Scheduler};
 use hetsched_master_core::state::{ClusterState, Command, CommandEnvelope, Outcome};
 
@@ -76,12 +75,12 @@ impl Master {
             ..filter.clone()
         };
         let mut jobs = s.list_jobs(&all).map_err(list_error)?;
-        let reader = Reader::new(&s);
+        let r = self.reasons_in(&s);
         jobs.retain(|j| {
             s.jobs().get(&j.id).is_some_and(|job| {
                 job.tasks
                     .iter()
-                    .any(|t| self.reason_of(&reader, &s, *t).is_some_and(|r| r == reason))
+                    .any(|t| r.name(*t).is_some_and(|n| n == reason))
             })
         });
         if let Some(l) = filter.limit {
@@ -115,15 +114,16 @@ impl Master {
     pub(super) async fn explain(&self, task: TaskId) -> Result<ClientResponse, ErrorReply> {
         self.read_barrier(false).await?;
         let s = self.shared.read_state();
-        let latest = self.reasons.latest(task);
+        let board = self.reasons.board();
         let mut info = hetsched_master_core::sched::explain::explain(
             &s,
             task,
-            latest.as_ref(),
+            Some(&board),
+            now_ms(),
             &self.preemption,
         )
         .ok_or_else(|| ErrorReply::new(ErrorKind::NotFound, format!("no such task: {task}")))?;
-        info.waiting = self.waiting_of(&mut Reader::new(&s), &s, task);
+        info.waiting = self.reasons_in(&s).waiting(task);
         Ok(ClientResponse::Explain(info))
     }
 

@@ -83,9 +83,9 @@ impl WaitReasons {
         }
     }
 
-    /// What the latest plan said of `task`.
-    pub fn latest(&self, task: TaskId) -> Option<Waiting> {
-        self.lock().board.get(&task).cloned()
+    /// The latest plan's board.
+    pub fn board(&self) -> Arc<WaitBoard> {
+        self.lock().board.clone()
     }
 
     /// Adds a sample (the oldest goes beyond an hour).
@@ -111,31 +111,39 @@ enum Source<'s> {
     Queued(&'s Node),
 }
 
-impl Master {
-    /// Where `task`'s reason comes from (`None`: it does not wait, or no plan named it
+/// One read of the reasons: the latest board, against one state, at one time.
+pub(super) struct Reasons<'s> {
+    board: Arc<WaitBoard>,
+    reader: Reader<'s>,
+    s: &'s ClusterState,
+    now_ms: u64,
+}
+
+impl<'s> Reasons<'s> {
+    /// Where `task`'s reason comes from (`None`: it does not wait, or no plan reached it
     /// yet). The one lookup of a task's reason: a per-user filter goes here.
-    fn source<'s>(&self, s: &'s ClusterState, task: TaskId) -> Option<Source<'s>> {
+    fn source(&self, task: TaskId) -> Option<Source<'s>> {
+        let s = self.s;
         let t = s.task(task)?;
         match t.status.state {
-            TaskState::Pending => self.reasons.latest(task).map(Source::Plan),
+            TaskState::Pending => {
+                let job = s.jobs().get(&t.job)?;
+                self.board.get(t, job, self.now_ms).map(Source::Plan)
+            }
             TaskState::Assigned => queued_on(s, task).map(|(n, _)| Source::Queued(n)),
             _ => None,
         }
     }
 
     /// Why `task` waits: the latest plan's reason for a pending task (its detail completed
-    /// against `reader`'s state), `resources` on its node for one in a slave's local queue;
+    /// against the state), `resources` on its node for one in a slave's local queue;
     /// `quota` where it was admitted over its quota; `None` for a task that does not wait.
-    pub(super) fn waiting_of(
-        &self,
-        reader: &mut Reader<'_>,
-        s: &ClusterState,
-        task: TaskId,
-    ) -> Option<WaitingInfo> {
+    pub fn waiting(&mut self, task: TaskId) -> Option<WaitingInfo> {
+        let s = self.s;
         let t = s.task(task)?;
         let job = s.jobs().get(&t.job)?;
-        match self.source(s, task)? {
-            Source::Plan(w) => Some(reader.read(t, job, &w)),
+        match self.source(task)? {
+            Source::Plan(w) => Some(self.reader.read(t, job, &w)),
             Source::Queued(node) => {
                 let info = queued_reason(node, job, task);
                 Some(quota_reason(s, t, job, &info).unwrap_or(info))
@@ -144,19 +152,27 @@ impl Master {
     }
 
     /// The name of `task`'s reason alone (nothing formatted: for counts and filters).
-    pub(super) fn reason_of(
-        &self,
-        reader: &Reader<'_>,
-        s: &ClusterState,
-        task: TaskId,
-    ) -> Option<String> {
+    pub fn name(&self, task: TaskId) -> Option<String> {
+        let s = self.s;
         let t = s.task(task)?;
         let job = s.jobs().get(&t.job)?;
-        Some(match self.source(s, task)? {
-            Source::Plan(w) => reader.name(t, job, &w).to_string(),
+        Some(match self.source(task)? {
+            Source::Plan(w) => self.reader.name(t, job, &w).to_string(),
             Source::Queued(_) if over_quota(s, t, job) => "quota".to_string(),
             Source::Queued(_) => "resources".to_string(),
         })
+    }
+}
+
+impl Master {
+    /// A read of the reasons against `s`, now.
+    pub(super) fn reasons_in<'s>(&self, s: &'s ClusterState) -> Reasons<'s> {
+        Reasons {
+            board: self.reasons.board(),
+            reader: Reader::new(s),
+            s,
+            now_ms: super::now_ms(),
+        }
     }
 
     /// Fills `tasks`' reasons, keeps those `filter` asks for (its reason) and applies its
@@ -167,28 +183,28 @@ impl Master {
         mut tasks: Vec<TaskInfo>,
         filter: &ListFilter,
     ) -> Vec<TaskInfo> {
-        let mut reader = Reader::new(s);
-        if let Some(r) = &filter.reason {
-            tasks.retain(|t| self.reason_of(&reader, s, t.id).is_some_and(|n| n == *r));
+        let mut r = self.reasons_in(s);
+        if let Some(want) = &filter.reason {
+            tasks.retain(|t| r.name(t.id).is_some_and(|n| n == *want));
         }
         if let Some(l) = filter.limit {
             tasks.truncate(l as usize);
         }
         for t in &mut tasks {
-            t.waiting = self.waiting_of(&mut reader, s, t.id);
+            t.waiting = r.waiting(t.id);
         }
         tasks
     }
 
-    /// Waiting tasks by reason (`status`): the pending tasks the latest plan named, then
-    /// the slaves' local queues; names only, nothing formatted.
+    /// Waiting tasks by reason (`status`): pending tasks and the slaves' local queues;
+    /// names only, nothing formatted.
     pub(super) fn waiting_counts(&self, s: &ClusterState) -> BTreeMap<String, u64> {
         let mut by: BTreeMap<String, u64> = BTreeMap::new();
-        let reader = Reader::new(s);
+        let r = self.reasons_in(s);
         let queued = s.nodes().values().flat_map(|n| n.queued.iter());
         for task in s.pending().iter().chain(queued) {
-            if let Some(r) = self.reason_of(&reader, s, *task) {
-                *by.entry(r).or_insert(0) += 1;
+            if let Some(name) = r.name(*task) {
+                *by.entry(name).or_insert(0) += 1;
             }
         }
         by

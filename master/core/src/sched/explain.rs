@@ -5,7 +5,7 @@
 
 use super::index::Candidates;
 use super::preemption::{plan_preemption, PreemptionConfig};
-use super::waiting::{node_verdicts, queued_reason, Reader, Waiting};
+use super::waiting::{node_verdicts, queued_reason, Reader, WaitBoard};
 use crate::state::ClusterState;
 use hetsched_common::protocol::{AttemptInfo, ExplainInfo, PreemptionVerdict, WaitingInfo};
 use hetsched_common::{TaskId, TaskState};
@@ -67,12 +67,13 @@ fn preemption(view: &ClusterState, task: TaskId, cfg: &PreemptionConfig) -> Pree
     }
 }
 
-/// `explain` for `task`: `None` when there is no such task. `latest`: what the leader's
-/// latest plan said of it (pending tasks only).
+/// `explain` for `task` at leader time `now_ms`: `None` when there is no such task.
+/// `board`: the leader's latest plan's reasons.
 pub fn explain(
     view: &ClusterState,
     task: TaskId,
-    latest: Option<&Waiting>,
+    board: Option<&WaitBoard>,
+    now_ms: u64,
     cfg: &PreemptionConfig,
 ) -> Option<ExplainInfo> {
     let t = view.task(task)?;
@@ -80,8 +81,10 @@ pub fn explain(
     let nodes = node_verdicts(view, job, task);
     let (waiting, queue_position): (Option<WaitingInfo>, Option<u64>) = match t.status.state {
         TaskState::Pending => (
-            latest.map(|w| Reader::new(view).read(t, job, w)),
-            latest.map(|w| w.position),
+            board
+                .and_then(|b| b.get(t, job, now_ms))
+                .map(|w| Reader::new(view).read(t, job, &w)),
+            board.and_then(|b| b.position(task)),
         ),
         TaskState::Assigned => match queued_on(view, task) {
             Some((node, pos)) => (Some(queued_reason(node, job, task)), Some(pos)),

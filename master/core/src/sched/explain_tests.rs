@@ -6,6 +6,7 @@
 use super::explain::explain;
 use super::preemption::PreemptionConfig;
 use super::test_log::{node, spec, submit, submitted_tasks, Log};
+use super::waiting::Reader;
 use super::{IndexedScheduler, Scheduler};
 use crate::sched::index::PolicyKind;
 use crate::state::Command;
@@ -23,12 +24,16 @@ priority = 10
 quota = { cpus = 1 }
 "#;
 
-fn reason(s: &IndexedScheduler, t: TaskId) -> (String, String) {
+/// `t`'s reason as users read it (through the board and a reader of `l`'s state).
+fn reason(s: &IndexedScheduler, l: &Log, t: TaskId) -> (String, String) {
     let (board, _) = s.waiting().expect("the pipeline gives reasons");
+    let task = l.s.task(t).expect("task");
+    let job = l.s.jobs().get(&task.job).expect("job");
     let w = board
-        .get(&t)
+        .get(task, job, 0)
         .unwrap_or_else(|| panic!("no reason for {t}: {board:?}"));
-    (w.info.reason.clone(), w.info.detail.clone())
+    let info = Reader::new(&l.s).read(task, job, &w);
+    (info.reason, info.detail)
 }
 
 /// Two 2-core nodes, no slave queues, the priority configuration above.
@@ -52,10 +57,10 @@ fn a_task_larger_than_every_node_waits_for_resources_naming_the_dimension() {
     let t = submitted_tasks(l.apply(&mut s, submit(spec(1, 64, 0))));
     let plan = s.plan(&l.s);
     assert!(plan.is_empty(), "{plan:?}");
-    let (r, d) = reason(&s, t[0]);
+    let (r, d) = reason(&s, &l, t[0]);
     assert_eq!(r, "resources");
     assert!(d.starts_with("cpus: larger than every node"), "{d}");
-    let e = explain(&l.s, t[0], None, &PreemptionConfig::default()).expect("explain");
+    let e = explain(&l.s, t[0], None, 0, &PreemptionConfig::default()).expect("explain");
     assert_eq!(e.nodes.len(), 2);
     assert!(e.nodes.iter().all(|n| n.verdict == "cpus"), "{e:?}");
     assert!(e.nodes[0].detail.contains("too small"), "{e:?}");
@@ -91,23 +96,23 @@ fn behind_a_higher_priority_task_a_task_waits_for_priority_and_over_quota_for_qu
         }),
     ));
     let _ = s.plan(&l.s);
-    let (r, d) = reason(&s, ahead[0]);
+    let (r, d) = reason(&s, &l, ahead[0]);
     assert_eq!(r, "resources", "{d}");
     assert!(d.starts_with("cpus: 0 of 2 nodes have room"), "{d}");
-    let (r, d) = reason(&s, behind[0]);
+    let (r, d) = reason(&s, &l, behind[0]);
     assert_eq!(r, "priority", "{d}");
     assert!(d.contains(&format!("behind {}", ahead[0])), "{d}");
     // The first of q's tasks is within its quota (priority 10); the second is not.
-    let (r, d) = reason(&s, quota[1]);
+    let (r, d) = reason(&s, &l, quota[1]);
     assert_eq!(r, "quota", "{d}");
     assert!(
         d.contains("cpus 1") && d.contains("base priority 0, not 10"),
         "{d}"
     );
-    let (r, _) = reason(&s, quota[0]);
+    let (r, _) = reason(&s, &l, quota[0]);
     assert_ne!(r, "quota");
     // Preemption: the fillers are of the same priority as `ahead`: no victims.
-    let e = explain(&l.s, ahead[0], None, &PreemptionConfig::default()).expect("explain");
+    let e = explain(&l.s, ahead[0], None, 0, &PreemptionConfig::default()).expect("explain");
     assert!(!e.preemption.possible, "{e:?}");
     assert_eq!(e.nodes.len(), 2);
     assert!(fill.len() == 2);
@@ -132,10 +137,10 @@ fn a_task_pinned_to_a_drained_node_waits_for_drained() {
     ));
     let plan = s.plan(&l.s);
     assert!(plan.is_empty(), "{plan:?}");
-    let (r, d) = reason(&s, t[0]);
+    let (r, d) = reason(&s, &l, t[0]);
     assert_eq!(r, "drained", "{d}");
     assert!(d.contains("n1 (node-1)"), "{d}");
-    let e = explain(&l.s, t[0], None, &PreemptionConfig::default()).expect("explain");
+    let e = explain(&l.s, t[0], None, 0, &PreemptionConfig::default()).expect("explain");
     let verdicts: Vec<&str> = e.nodes.iter().map(|n| n.verdict.as_str()).collect();
     assert_eq!(verdicts, vec!["drained", "locality"]);
 }
@@ -155,7 +160,7 @@ fn with_no_node_taking_work_every_task_still_gets_a_reason() {
     let t = submitted_tasks(l.apply(&mut s, submit(spec(3, 1, 0))));
     let _ = s.plan(&l.s);
     for task in t {
-        let (r, d) = reason(&s, task);
+        let (r, d) = reason(&s, &l, task);
         assert_eq!(r, "drained", "{d}");
     }
 }
@@ -177,10 +182,10 @@ fn cpu_tasks_kept_off_a_gpu_nodes_reserve_wait_for_pool() {
     assert_eq!(plan.assignments.len(), 4, "{plan:?}");
     l.apply(&mut s, Command::ApplyPlan(plan));
     let _ = s.plan(&l.s);
-    let (r, d) = reason(&s, cpu[7]);
+    let (r, d) = reason(&s, &l, cpu[7]);
     assert_eq!(r, "pool", "{d}");
     assert!(d.contains("borrowing") && d.contains("closed"), "{d}");
-    let (r, d) = reason(&s, gpu[0]);
+    let (r, d) = reason(&s, &l, gpu[0]);
     assert_eq!(r, "resources", "{d}");
     assert!(d.starts_with("mem"), "{d}");
 }

@@ -18,8 +18,6 @@ pub struct Waiting {
     /// The reason and what the plan knew of it (shared by the tasks of a blocked key or a
     /// stuck job).
     pub info: std::sync::Arc<WaitingInfo>,
-    /// Its place in that plan's queue order (1: first).
-    pub position: u64,
     /// The detail is completed when read with every node's verdict ([`Reader`]): a plan
     /// does not scan every node for every task it stops.
     pub refine: bool,
@@ -173,8 +171,7 @@ pub fn over_quota(view: &ClusterState, t: &Task, job: &Job) -> bool {
             .is_some_and(|e| e.priority > cfg.base_priority)
 }
 
-/// The latest reasons, by task.
-pub type WaitBoard = BTreeMap<TaskId, Waiting>;
+pub use super::pipeline::WaitBoard;
 
 /// Cores as users write them.
 fn cores(milli: u64) -> String {

@@ -49,6 +49,8 @@ mod slave_queue_stage;
 mod take_back_stage;
 mod why;
 
+pub use why::WaitBoard;
+
 #[cfg(test)]
 mod tests;
 
@@ -289,31 +291,28 @@ impl Scheduler for IndexedScheduler {
         let mut stuck_now: BTreeSet<BlockKey> = BTreeSet::new();
         self.reasons
             .begin(self.queue.ordering, self.pools.is_some());
-        let mut order = std::mem::take(&mut ctx.order).into_iter().enumerate();
-        let mut unreached = None;
-        for (pos, task) in order.by_ref() {
+        let order = std::mem::take(&mut ctx.order);
+        let mut reached = order.len();
+        for (pos, &task) in order.iter().enumerate() {
             if ctx.decided.plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
-                unreached = Some((pos, task));
+                reached = pos;
                 break;
             }
             let Some(head) = QueueStage::admit(view, ctx.now_ms, &ctx.decided.stuck, task) else {
-                self.reasons.passed_over(view, ctx.now_ms, task, pos);
                 continue;
             };
             let key = head.job.spec.program.is_none().then(|| BlockKey::of(&head));
-            if let Some(k) = key
+            if key
                 .as_ref()
-                .filter(|k| stuck_now.contains(k) || self.blocked.contains(k))
+                .is_some_and(|k| stuck_now.contains(k) || self.blocked.contains(k))
             {
-                self.reasons.blocked(task, k, pos);
                 continue; // blocked: keeps its place, probed again after a change
             }
             self.blocked.probed();
             let room = ctx.decided.preempt_room(self.preemption.max_per_plan);
             let awaiting = view.awaiting().contains_key(&task);
             let decision = self.decide(&mut ctx, &head);
-            self.reasons
-                .decided(view, &head, &decision, key.as_ref(), pos);
+            self.reasons.decided(view, &head, &decision, key.as_ref());
             if let (Decision::Stuck, Some(k), false) = (&decision, key, awaiting) {
                 if across && room {
                     self.blocked.insert(k.clone());
@@ -325,8 +324,7 @@ impl Scheduler for IndexedScheduler {
         let no_nodes = self.index.is_empty();
         let blocked = &self.blocked;
         let keep = |k: &BlockKey| blocked.contains(k) || stuck_now.contains(k);
-        self.reasons
-            .finish(view, unreached.into_iter().chain(order), no_nodes, keep);
+        self.reasons.finish(view, order, reached, no_nodes, keep);
         let (mut plan, loads) = ctx.finish(&mut self.index);
         self.loads = loads;
         self.note_victims(view, &plan);

@@ -1,28 +1,28 @@
 //! The reasons of one plan: what each stage's refusal means for the task it stopped
-//! (docs/CONTRACT.md, "Waiting reasons").
+//! (docs/CONTRACT.md, "Waiting reasons"), and the board that keeps them.
 //!
-//! The driver hands every task it passes over or that a stage decided to [`Reasons`];
-//! refusals become a [`Waiting`] per task: the queue stage's back-off, the gang stage's
-//! skip, engine choice's wait, a preemption (the preemptor waits on a reserved node), or
-//! the end of the chain (`sched::waiting::stuck_reason`: resources, locality, drained,
-//! reserved). A task stuck for resources behind a waiting task of higher priority waits
-//! for `priority` (Slurm's rule); behind another user's at equal priority under DRF, for
-//! `fair-share`; one admitted at the base priority over its quota, for `quota`. A task
-//! passed over because its key is blocked keeps the reason that parked the key.
+//! The driver hands each task a stage decided to [`Reasons`]; refusals become reasons: the
+//! gang stage's skip (`gang`), engine choice's wait (`engine`), a preemption or take-back
+//! (`reserved`, `pool`), or the end of the chain (`resources`, `locality`, `drained`,
+//! `reserved`, `pool`). A task stuck for resources behind a waiting task of higher priority
+//! waits for `priority` (Slurm's rule); behind another user's at equal priority under DRF,
+//! for `fair-share`.
 //!
-//! A plan names the reason and what it knows cheaply (no scan of every node per task: the
-//! stages index nodes, and a reason must not cost more than the decision); where the
-//! detail needs every node's verdict (`resources`' node counts) the reason is marked to be
-//! refined when read, against the state of that moment (`sched::waiting::read`). The quota
-//! is read then too. Kept beside the scheduler's caches, out of the log: derived, shown,
-//! never decided on.
+//! Costs follow the decisions, not the backlog: a plan records a reason per task a stage
+//! decided, per job stuck at a priority, and per blocked key, and nothing for the tasks it
+//! passes over — those are found on the [`WaitBoard`] when read: by their job, by the key
+//! that parked them, or by their back-off (read against the leader's clock). Nor does a
+//! plan scan every node for every task it stops: it names the reason from the cluster's
+//! shape, and leaves the node counts of a `resources` detail to the reader
+//! (`sched::waiting::Reader`), which also names `quota`. Kept beside the scheduler's caches,
+//! out of the log: derived, shown, never decided on.
 
 use super::blocked::BlockKey;
 use super::context::Decision;
 use super::queue_stage::PendingTask;
-use crate::sched::multiqueue::Ordering;
-use crate::sched::waiting::{backoff_reason, verdict_kind, Shape, WaitBoard, Waiting};
-use crate::state::{partition_of, ClusterState};
+use crate::sched::multiqueue::{Ordering, QueueKind};
+use crate::sched::waiting::{backoff_reason, verdict_kind, Shape, Waiting};
+use crate::state::{partition_of, ClusterState, Job, Task};
 use hetsched_common::protocol::WaitingInfo;
 use hetsched_common::{JobId, TaskId};
 use std::collections::BTreeMap;
@@ -69,23 +69,75 @@ struct Ahead {
     user: String,
 }
 
-/// A reason shared by the tasks of a blocked key or a stuck job, and whether its detail is
-/// refined when read.
+/// A reason, shared by the tasks it covers, and whether its detail is refined when read.
 type Shared = (Arc<WaitingInfo>, bool);
 
-/// The reasons the scheduler keeps: the latest plan's, and the one being built.
+/// The latest plan's reasons: per decided task, per stuck job (at a priority), per blocked
+/// key, and the plan's queue order (for positions).
+#[derive(Debug, Default)]
+pub struct WaitBoard {
+    order: Vec<TaskId>,
+    tasks: BTreeMap<TaskId, Shared>,
+    jobs: BTreeMap<(JobId, i64), Shared>,
+    keys: Arc<BTreeMap<BlockKey, Shared>>,
+}
+
+impl WaitBoard {
+    /// Why pending task `t` of `job` waits, at leader time `now_ms` (`None`: the latest
+    /// plan did not reach it).
+    pub fn get(&self, t: &Task, job: &Job, now_ms: u64) -> Option<Waiting> {
+        if let Some(nb) = t.not_before_ms.filter(|nb| *nb > now_ms) {
+            let info = Arc::new(backoff_reason(t, nb, now_ms));
+            return Some(Waiting {
+                info,
+                refine: false,
+            });
+        }
+        let key = || {
+            let req = &job.spec.resources;
+            let head = PendingTask {
+                task: t.id,
+                t,
+                job,
+                req,
+                queue: QueueKind::of(req),
+            };
+            let k = job.spec.program.is_none().then(|| BlockKey::of(&head))?;
+            self.keys.get(&k)
+        };
+        let (info, refine) = self
+            .tasks
+            .get(&t.id)
+            .or_else(|| self.jobs.get(&(t.job, t.priority)))
+            .or_else(key)?;
+        Some(Waiting {
+            info: info.clone(),
+            refine: *refine,
+        })
+    }
+
+    /// `task`'s place in the latest plan's queue order (1: first).
+    pub fn position(&self, task: TaskId) -> Option<u64> {
+        self.order
+            .iter()
+            .position(|t| *t == task)
+            .map(|p| p as u64 + 1)
+    }
+}
+
+/// The reasons the scheduler keeps: the latest plan's board, and the one being built.
 #[derive(Debug, Default)]
 pub(super) struct Reasons {
     /// The latest plan's reasons (shared with the leader's queries without a copy).
     board: Arc<WaitBoard>,
     /// Changes whenever `board` does.
     generation: u64,
-    /// The plan being built.
-    fresh: WaitBoard,
-    /// The reason each blocked key was parked with.
-    by_key: BTreeMap<BlockKey, Shared>,
+    /// Tasks decided this plan.
+    tasks: BTreeMap<TaskId, Shared>,
     /// Jobs (at a priority) stuck this plan, with the reason of the task that stuck them.
     stuck: BTreeMap<(JobId, i64), Shared>,
+    /// The reason each blocked key was parked with (kept while the key is blocked).
+    by_key: Arc<BTreeMap<BlockKey, Shared>>,
     /// Per partition, the most important task waiting for resources so far this plan.
     ahead: BTreeMap<String, Ahead>,
     /// This plan's queue order (DRF and the pipeline order give `fair-share`).
@@ -97,7 +149,7 @@ pub(super) struct Reasons {
 }
 
 impl Reasons {
-    /// The latest plan's reasons and their generation.
+    /// The latest plan's board and its generation.
     pub fn board(&self) -> (Arc<WaitBoard>, u64) {
         (self.board.clone(), self.generation)
     }
@@ -106,41 +158,10 @@ impl Reasons {
     pub fn begin(&mut self, ordering: Ordering, pools: bool) {
         self.ordering = ordering;
         self.pools = pools;
-        self.fresh.clear();
+        self.tasks.clear();
         self.stuck.clear();
         self.ahead.clear();
         self.shape = None;
-    }
-
-    fn put(&mut self, task: TaskId, (info, refine): Shared, position: usize) {
-        let position = position as u64 + 1;
-        self.fresh.insert(
-            task,
-            Waiting {
-                info,
-                position,
-                refine,
-            },
-        );
-    }
-
-    /// The queue stage passed `task` over: a back-off, or its job is stuck this plan.
-    pub fn passed_over(&mut self, view: &ClusterState, now_ms: u64, task: TaskId, pos: usize) {
-        let Some(t) = view.task(task) else { return };
-        if let Some(nb) = t.not_before_ms.filter(|nb| *nb > now_ms) {
-            self.put(task, (Arc::new(backoff_reason(t, nb, now_ms)), false), pos);
-        } else if let Some(w) = self.stuck.get(&(t.job, t.priority)).cloned() {
-            self.put(task, w, pos);
-        }
-    }
-
-    /// `task` was passed over because `key` is blocked.
-    pub fn blocked(&mut self, task: TaskId, key: &BlockKey, pos: usize) {
-        let w = self.by_key.get(key).cloned().unwrap_or_else(|| {
-            let d = "blocked until resources free or nodes change";
-            (Arc::new(WaitingInfo::new("blocked", d)), false)
-        });
-        self.put(task, w, pos);
     }
 
     /// The stages decided `decision` for `head` (`key`: its blocked key, if it has one).
@@ -150,17 +171,10 @@ impl Reasons {
         head: &PendingTask<'_>,
         decision: &Decision,
         key: Option<&BlockKey>,
-        pos: usize,
     ) {
         let gang = matches!(decision, Decision::Skip) && view.is_gang(head.t.job);
-        if let Some(w) = self
-            .stuck
-            .get(&(head.t.job, head.t.priority))
-            .filter(|_| gang)
-        {
-            let w = w.clone(); // the gang's reason, found at its first task
-            self.put(head.task, w, pos);
-            return;
+        if gang && self.stuck.contains_key(&(head.t.job, head.t.priority)) {
+            return; // the gang's reason, found at its first task, covers it
         }
         let (info, refine) = match decision {
             Decision::Assign(_) | Decision::Gang(_) => return,
@@ -198,10 +212,10 @@ impl Reasons {
         if gang || matches!(decision, Decision::Stuck) {
             self.stuck.insert((head.t.job, head.t.priority), w.clone());
             if let Some(k) = key {
-                self.by_key.insert(k.clone(), w.clone());
+                Arc::make_mut(&mut self.by_key).insert(k.clone(), w.clone());
             }
         }
-        self.put(head.task, w, pos);
+        self.tasks.insert(head.task, w);
     }
 
     /// Why a task no stage could place, queue or make room for waits, and whether the
@@ -269,38 +283,41 @@ impl Reasons {
         (info, true)
     }
 
-    /// The plan ends. `rest`: the tasks of its order it did not reach (the plan was full,
-    /// or no node takes work): they keep their last reason, or, with no node taking work,
-    /// get the end of the chain's. `keep`: the blocked keys whose reasons stay.
+    /// The plan ends. `order` is its queue order, of which it reached the first `reached`
+    /// tasks; with no node taking work, the rest get the end of the chain's reason (per job).
+    /// `keep`: the blocked keys whose reasons stay.
     pub fn finish(
         &mut self,
         view: &ClusterState,
-        rest: impl Iterator<Item = (usize, TaskId)>,
+        order: Vec<TaskId>,
+        reached: usize,
         no_nodes: bool,
         keep: impl Fn(&BlockKey) -> bool,
     ) {
-        let mut per_job: BTreeMap<JobId, Shared> = BTreeMap::new();
-        for (pos, task) in rest {
-            if no_nodes {
-                let Some(t) = view.task(task) else { continue };
+        if no_nodes {
+            for task in &order[reached.min(order.len())..] {
+                let Some(t) = view.task(*task) else { continue };
                 let Some(job) = view.jobs().get(&t.job) else {
                     continue;
                 };
+                if self.stuck.contains_key(&(t.job, t.priority)) {
+                    continue;
+                }
                 let shape = self.shape.get_or_insert_with(|| Shape::of(view));
-                let w = per_job
-                    .entry(t.job)
-                    .or_insert_with(|| {
-                        let (info, refine) = shape.stuck(view, job);
-                        (Arc::new(info), refine)
-                    })
-                    .clone();
-                self.put(task, w, pos);
-            } else if let Some(w) = self.board.get(&task).cloned() {
-                self.put(task, (w.info, w.refine), pos);
+                let (info, refine) = shape.stuck(view, job);
+                self.stuck
+                    .insert((t.job, t.priority), (Arc::new(info), refine));
             }
         }
-        self.by_key.retain(|k, _| keep(k));
-        self.board = Arc::new(std::mem::take(&mut self.fresh));
+        if self.by_key.keys().any(|k| !keep(k)) {
+            Arc::make_mut(&mut self.by_key).retain(|k, _| keep(k));
+        }
+        self.board = Arc::new(WaitBoard {
+            order,
+            tasks: std::mem::take(&mut self.tasks),
+            jobs: std::mem::take(&mut self.stuck),
+            keys: self.by_key.clone(),
+        });
         self.generation += 1;
     }
 }
