@@ -1,10 +1,12 @@
 //! Why a task waits, in words: the checks the scheduler's stages make, read back against the
 //! applied state so that a refusal can be named (docs/CONTRACT.md, "Waiting reasons").
 //!
-//! The pipeline's driver calls these where a stage stopped a task (nothing placed, queued
-//! or preempted) and keeps the result beside its caches, never in the log: a reason is
-//! derived data, recomputed at every plan, and only ever shown. `explain` uses the same
-//! per-node checks ([`node_verdict`]), so a task's reason and its nodes' verdicts agree.
+//! A plan names a stopped task's reason from the cluster's [`Shape`] (no scan of every
+//! node per task) and keeps it beside its caches, never in the log: a reason is derived
+//! data, recomputed at every plan, and only ever shown. The [`Reader`] completes what a plan
+//! left to refine — a `resources` detail's node counts, from every node's verdict — and
+//! names `quota`, against the state it reads. `explain` uses the same per-node checks
+//! ([`node_verdict`]), so a task's reason and its nodes' verdicts agree.
 
 use crate::policy::placeable::{unplaceable, Unplaceable};
 use crate::state::{partition_of, ClusterState, Job, Node, Task};
