@@ -60,6 +60,8 @@ enum Command {
     Tasks(cmd::client::TasksArgs),
     /// List nodes.
     Nodes(cmd::client::ListArgs),
+    /// Why a task waits: its reason, every node's verdict, preemption, its queue position.
+    Explain(cmd::client::ExplainArgs),
     /// List or change the masters (Raft members).
     Members(cmd::client::MembersArgs),
     /// The S1 priority configuration: users, groups, priorities and quotas per partition.
@@ -153,6 +155,7 @@ fn main() -> ExitCode {
             | Command::Jobs(_)
             | Command::Tasks(_)
             | Command::Nodes(_)
+            | Command::Explain(_)
             | Command::Members(_)
             | Command::Config(_)
             | Command::PlanBatch(_)
@@ -200,6 +203,7 @@ fn main() -> ExitCode {
         Command::Jobs(a) => cmd::client::jobs(&masters, a),
         Command::Tasks(a) => cmd::client::tasks(&masters, a),
         Command::Nodes(a) => cmd::client::nodes(&masters, a),
+        Command::Explain(a) => cmd::client::explain(&masters, a),
         Command::Members(a) => cmd::client::members(&masters, a),
         Command::Config(c) => cmd::config::run(&masters, c),
         Command::Acl(c) => cmd::acl::run(&masters, c),

@@ -1,9 +1,13 @@
 //! The dashboard in a real browser: a cluster runs a job submitted through the
-//! API; headless Chromium loads `/ui` over HTTPS with a token and the rendered DOM shows the job's name and state.
+//! API; headless Chromium loads `/ui` over HTTPS with a token and the rendered DOM shows the job's name and state,
+//! a waiting task with its reason, the users' quotas and shares, and a task's page with
+//! every node's verdict.
 //!
 //! Needs Debian's `chromium` (`.ci/run` installs it). Without it the test is skipped with
 //! a message, except under `CI=true`, where it fails. `HETSCHED_SCREENSHOT=FILE` also
-//! saves a screenshot of the overview there (README's picture comes from this).
+//! saves a screenshot of the overview there (README's picture comes from this), and
+//! `HETSCHED_SCREENSHOT_TASK=FILE` one of the waiting task's page ("Why is my task
+//! pending?" in the README).
 
 mod support;
 mod support_http;
@@ -158,6 +162,33 @@ fn run(c: &HttpCluster, browser: &str) {
             .ok()
     });
 
+    // A quota for `alice`, a task of hers over it, and a task larger than every node.
+    let cfg = c.cluster.dir.path().join("priority.toml");
+    std::fs::write(
+        &cfg,
+        "base_priority = 0\n[[users]]\nname = \"alice\"\npriority = 10\nquota = { cpus = 1 }\n",
+    )
+    .expect("write");
+    let out = c
+        .cluster
+        .cli(&["config", "apply", cfg.to_str().expect("path")]);
+    assert!(out.status.success(), "config apply: {out:?}");
+    let alice = r#"{"name": "alice-sims", "user": "alice", "count": 1, "command": ["sleep", "300"],
+                    "resources": {"cpus": 1, "mem": 64}}"#;
+    let a = post(http, "/v1/jobs", alice).expect("submit");
+    assert_eq!(a.status, 201, "{}", a.text());
+    let huge = r#"{"name": "too-big", "command": ["true"], "allow_unplaceable": true,
+                   "resources": {"cpus": 64, "mem": 64}}"#;
+    let a = post(http, "/v1/jobs", huge).expect("submit");
+    assert_eq!(a.status, 201, "{}", a.text());
+    let huge = a.json()["job_id"].as_u64().expect("job_id");
+    let waiting = wait_for("the big task's reason", WAIT, || {
+        let t = get(http, &format!("/v1/tasks?job={huge}")).ok()?.json();
+        let t = t.as_array()?.first()?.clone();
+        (t["waiting"]["reason"] == "resources").then_some(t)
+    });
+    let waiting_task = waiting["id"].as_u64().expect("id");
+
     // The master serves HTTPS and its API wants a token: the dashboard takes one from
     // its address (`/ui?token=...`).
     let boot = c.cluster.cli(&["acl", "bootstrap", "--json"]);
@@ -191,6 +222,38 @@ fn run(c: &HttpCluster, browser: &str) {
         "nodes missing:\n{dom}"
     );
     assert!(dom.contains("EMULATED"), "emulated GPUs not marked:\n{dom}");
+    // The waiting task with its reason, and the quota view.
+    let row_start = dom
+        .find(&format!("id=\"waiting-task-{waiting_task}\""))
+        .unwrap_or_else(|| panic!("no waiting row for task {waiting_task}:\n{dom}"));
+    let row = &dom[row_start..];
+    let row = &row[..row.find("</tr>").unwrap_or(row.len())];
+    assert!(
+        row.contains(">resources<") && row.contains("larger than every node"),
+        "reason missing: {row}"
+    );
+    assert!(
+        dom.contains("usage-row") && dom.contains("alice") && dom.contains("quota user:alice"),
+        "quota view missing:\n{dom}"
+    );
+    assert!(dom.contains("dominant share"), "DRF shares missing:\n{dom}");
+    assert!(dom.contains("<svg"), "plots missing:\n{dom}");
+
+    // The waiting task's page: one verdict per node, and the reason.
+    let page = format!("{ui}#task-{waiting_task}");
+    let dom = browse(browser, &profile, &page, &["--dump-dom"]);
+    let verdicts = dom.matches("class=\"fails\"").count() + dom.matches("class=\"fits\"").count();
+    assert_eq!(verdicts, 2, "one verdict per node:\n{dom}");
+    assert!(
+        dom.contains("larger than every node"),
+        "reason missing:\n{dom}"
+    );
+    // A node's page.
+    let dom = browse(browser, &profile, &format!("{ui}#node-1"), &["--dump-dom"]);
+    assert!(
+        dom.contains("local queue") && dom.contains("steals in"),
+        "node page:\n{dom}"
+    );
 
     // A job's page: its tasks and one task's log.
     let tasks = get(http, &format!("/v1/tasks?job={job}"))
@@ -205,9 +268,19 @@ fn run(c: &HttpCluster, browser: &str) {
     );
     assert!(dom.contains("rendered"), "task log missing:\n{dom}");
 
+    if let Ok(file) = std::env::var("HETSCHED_SCREENSHOT_TASK") {
+        let shot = format!("--screenshot={file}");
+        let page = format!("{ui}#task-{waiting_task}");
+        browse(browser, &profile, &page, &[&shot, "--window-size=1100,720"]);
+        assert!(
+            std::path::Path::new(&file).exists(),
+            "no screenshot at {file}"
+        );
+    }
     if let Ok(file) = std::env::var("HETSCHED_SCREENSHOT") {
         let shot = format!("--screenshot={file}");
-        browse(browser, &profile, &ui, &[&shot]);
+        let url = ui.clone();
+        browse(browser, &profile, &url, &[&shot, "--window-size=1100,1180"]);
         assert!(
             std::path::Path::new(&file).exists(),
             "no screenshot at {file}"

@@ -23,6 +23,7 @@ fn cli_requests_and_answers_round_trip() {
             state: Some("failed".into()),
             user: Some("alice".into()),
             limit: Some(10),
+            reason: Some("quota".into()),
         },
     }));
     round_trip(Message::Client(ClientRequest::CancelTask {

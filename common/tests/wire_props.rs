@@ -213,6 +213,7 @@ fn message() -> impl Strategy<Value = Message> {
                     snapshot_bytes: 7,
                     queues: Default::default(),
                     cpu_config: BTreeMap::from([("image".to_string(), 2.0)]),
+                    waiting: BTreeMap::from([("quota".to_string(), 1)]),
                 }))
             }),
         (any::<u64>(), "\\PC{0,8}").prop_map(|(id, name)| Message::ClientReply(
@@ -253,6 +254,12 @@ fn message() -> impl Strategy<Value = Message> {
                 calls: None,
                 queue: "cpu".into(),
                 borrowed: a % 2 == 0,
+                waiting: (a % 3 == 0).then(|| {
+                    hetsched_common::protocol::WaitingInfo::new(
+                        "resources",
+                        "cpus: 0 of 2 nodes have room",
+                    )
+                }),
             }]))
         }),
         (any::<u64>(), resources()).prop_map(|(id, r)| Message::ClientReply(

@@ -125,6 +125,9 @@ pub struct ListQuery {
     /// At most this many.
     #[serde(default)]
     pub limit: Option<u32>,
+    /// Only tasks waiting for this reason (jobs: with such a task).
+    #[serde(default)]
+    pub reason: Option<String>,
     /// Accept an answer from this master's applied state without a quorum check.
     #[serde(default)]
     pub stale: bool,
@@ -142,6 +145,7 @@ impl ListQuery {
             state: self.state.clone(),
             user: self.user.clone(),
             limit: self.limit,
+            reason: self.reason.clone(),
         })
     }
 }

@@ -241,6 +241,13 @@ pub enum ClientRequest {
         #[serde(default)]
         max_bytes: u64,
     },
+    /// Why a task waits: every node's verdict, what preemption could free, its queue place.
+    Explain {
+        /// The task.
+        task: TaskId,
+    },
+    /// Users against their quotas with DRF shares, and the leader's last hour (`usage`).
+    Usage,
 }
 
 /// Which jobs or tasks a listing returns. Listings are newest first.
@@ -258,6 +265,10 @@ pub struct ListFilter {
     /// At most this many.
     #[serde(default)]
     pub limit: Option<u32>,
+    /// Only tasks waiting for this reason (jobs: with such a task); one of
+    /// [`WAIT_REASONS`](super::WAIT_REASONS).
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// Answers to [`ClientRequest`].
@@ -329,6 +340,10 @@ pub enum ClientResponse {
     Token(super::acl::NewToken),
     /// Tokens, without secrets.
     Tokens(Vec<super::acl::TokenInfo>),
+    /// `explain`'s answer.
+    Explain(super::ExplainInfo),
+    /// `usage`'s answer.
+    Usage(super::UsageInfo),
 }
 
 /// Part of a task attempt's output file.

@@ -6,7 +6,8 @@
 //!
 //! This module holds the frame body ([`Message`]) and the error answer any request may get;
 //! the messages themselves live by conversation: `client.rs` (client ↔ master),
-//! `views.rs` (what listings show), `acl.rs` (tokens and roles), `slave.rs` (master ↔ slave), `peer.rs` (slave ↔ slave
+//! `views.rs` (what listings show), `acl.rs` (tokens and roles), `waiting.rs` (why tasks wait,
+//! `explain`), `slave.rs` (master ↔ slave), `peer.rs` (slave ↔ slave
 //! forwarding) and `admin.rs` (admin-port payloads). Everything is re-exported here, so
 //! `hetsched_common::protocol::X` names every type. The frame envelope is
 //! [`crate::wire::Envelope`].
@@ -18,6 +19,7 @@ mod client;
 mod peer;
 mod slave;
 mod views;
+mod waiting;
 
 pub use acl::{NewToken, TokenInfo, TokenRole};
 pub use admin::{BugSpec, FaultSpec, LogEntry, LogPage, LogSnapshot};
@@ -37,6 +39,10 @@ pub use slave::{
 pub use views::{
     EngineInfo, JobInfo, MemberInfo, NodeCounts, NodeInfo, NodeProfileInfo, ProbesInfo,
     ProfilesInfo, RaftCounters, RelationInfo, StatusInfo, TaskInfo,
+};
+pub use waiting::{
+    is_wait_reason, Amounts, AttemptInfo, ExplainInfo, HistorySample, NodeVerdict,
+    PreemptionVerdict, QuotaLimits, UsageInfo, UserUsage, WaitingInfo, WAIT_REASONS,
 };
 
 use crate::MasterId;

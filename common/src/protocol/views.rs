@@ -116,6 +116,10 @@ pub struct StatusInfo {
     /// `status` and the dashboard).
     #[serde(default)]
     pub insecure: bool,
+    /// Waiting tasks by reason (docs/CONTRACT.md, "Waiting reasons"; only reasons with a
+    /// task).
+    #[serde(default)]
+    pub waiting: BTreeMap<String, u64>,
 }
 
 /// Log-work counters of one master (for benchmarks and operators).
@@ -248,6 +252,10 @@ pub struct TaskInfo {
     /// node's reserved CPUs, a GPU task on CPU-pool CPUs or on the other GPU pool's GPUs.
     #[serde(default)]
     pub borrowed: bool,
+    /// Why it waits, as the scheduler stage that stopped it said (pending tasks, and tasks
+    /// in a slave's local queue); `None` otherwise or before the leader's first plan.
+    #[serde(default)]
+    pub waiting: Option<super::WaitingInfo>,
 }
 
 /// One node as listed.

@@ -130,7 +130,7 @@ fn need(req: &ClientRequest) -> Need {
         R::CancelBatch { batch, .. } => Need::OwnBatch(*batch),
         R::Cancel { job, .. } => Need::OwnJob(*job),
         R::CancelTask { task, .. } => Need::OwnTask(*task),
-        R::Logs { task, .. } | R::Calls { task } => Need::OwnTask(*task),
+        R::Logs { task, .. } | R::Calls { task } | R::Explain { task } => Need::OwnTask(*task),
         // A user sees its own jobs: one named job must be its own, and a listing another
         // user's is refused ([`scope_request`] narrows an unfiltered listing to its own).
         R::Jobs { filter, .. } => match (&filter.job, &filter.user) {
@@ -148,6 +148,8 @@ fn need(req: &ClientRequest) -> Need {
         | R::Nodes { .. }
         | R::Members { .. }
         | R::PriorityConfig { .. }
+        // Standing against quotas is public, as Slurm's `sshare` shows every user.
+        | R::Usage
         | R::Profiles { .. } => Need::Any,
         R::Drain { .. } | R::Undrain { .. } => Need::Level(Level::Operator),
         R::AddMember { .. }

@@ -34,9 +34,11 @@ impl Master {
             raft: Arc::new(std::sync::OnceLock::new()),
         };
         let _ = shared.raft.set(raft.clone());
+        let reasons: Arc<super::waiting::WaitReasons> = Arc::default();
         let duties = LeaderDuties::new(
             shared.clone(),
             raft.clone(),
+            reasons.clone(),
             Box::new(
                 IndexedScheduler::new(cfg.policy, cfg.id)
                     .with_cpu_policy(cfg.cpu_policy, cfg.id)
@@ -70,6 +72,7 @@ impl Master {
             bugs: Arc::default(),
             engine_loads: Arc::default(),
             token_cache: Default::default(),
+            reasons,
             admission: Arc::new(std::sync::Mutex::new(crate::backpressure::Admission::new(
                 cfg.admission,
             ))),

@@ -55,6 +55,8 @@ impl Master {
             R::Status { stale } => self.status(stale).await,
             R::Jobs { stale, filter } => self.jobs(stale, filter).await,
             R::Tasks { stale, job, filter } => self.tasks(stale, job, filter).await,
+            R::Explain { task } => self.explain(task).await,
+            R::Usage => self.usage().await,
             R::Nodes { stale } => self.nodes(stale).await,
             R::PriorityConfig { stale } => self.priority_config(stale).await,
             R::DryRun { spec } => self.dry_run_request(spec).await,

@@ -6,7 +6,8 @@
 use super::reply::{list_error, unexpected};
 use super::{now_ms, programs, Master};
 use hetsched_common::protocol::{
-    ClientResponse, DryRunTask, ErrorKind, ErrorReply, ListFilter, RaftCounters, StatusInfo,
+    is_wait_reason, ClientResponse, DryRunTask, ErrorKind, ErrorReply, ListFilter, RaftCounters,
+    StatusInfo, WAIT_REASONS,
 };
 use hetsched_common::{JobId, JobSpec, MasterId, TaskId};
 use hetsched_consensus::Role;
@@ -32,6 +33,21 @@ impl StateDigest {
     }
 }
 
+/// A `--reason` filter must name a waiting reason.
+fn check_reason(reason: &str) -> Result<(), ErrorReply> {
+    if is_wait_reason(reason) {
+        Ok(())
+    } else {
+        Err(ErrorReply::new(
+            ErrorKind::Invalid,
+            format!(
+                "unknown reason {reason:?} (one of: {})",
+                WAIT_REASONS.join(", ")
+            ),
+        ))
+    }
+}
+
 impl Master {
     /// The cluster status.
     pub(super) async fn status(&self, stale: bool) -> Result<ClientResponse, ErrorReply> {
@@ -47,9 +63,30 @@ impl Master {
     ) -> Result<ClientResponse, ErrorReply> {
         self.read_barrier(stale).await?;
         let s = self.shared.read_state();
-        s.list_jobs(&filter)
-            .map(ClientResponse::Jobs)
-            .map_err(list_error)
+        let Some(reason) = filter.reason.clone() else {
+            return s
+                .list_jobs(&filter)
+                .map(ClientResponse::Jobs)
+                .map_err(list_error);
+        };
+        check_reason(&reason)?;
+        let all = ListFilter {
+            limit: None,
+            ..filter.clone()
+        };
+        let mut jobs = s.list_jobs(&all).map_err(list_error)?;
+        let r = self.reasons_in(&s);
+        jobs.retain(|j| {
+            s.jobs().get(&j.id).is_some_and(|job| {
+                job.tasks
+                    .iter()
+                    .any(|t| r.name(*t).is_some_and(|n| n == reason))
+            })
+        });
+        if let Some(l) = filter.limit {
+            jobs.truncate(l as usize);
+        }
+        Ok(ClientResponse::Jobs(jobs))
     }
 
     /// Tasks matching `filter` (of `job` when the filter names none).
@@ -61,10 +98,33 @@ impl Master {
     ) -> Result<ClientResponse, ErrorReply> {
         self.read_barrier(stale).await?;
         filter.job = filter.job.or(job);
+        if let Some(r) = &filter.reason {
+            check_reason(r)?;
+        }
         let s = self.shared.read_state();
-        s.list_tasks(&filter)
-            .map(ClientResponse::Tasks)
-            .map_err(list_error)
+        let listed = ListFilter {
+            limit: filter.limit.filter(|_| filter.reason.is_none()),
+            ..filter.clone()
+        };
+        let tasks = s.list_tasks(&listed).map_err(list_error)?;
+        Ok(ClientResponse::Tasks(self.with_reasons(&s, tasks, &filter)))
+    }
+
+    /// Why a task waits, node by node.
+    pub(super) async fn explain(&self, task: TaskId) -> Result<ClientResponse, ErrorReply> {
+        self.read_barrier(false).await?;
+        let s = self.shared.read_state();
+        let board = self.reasons.board();
+        let mut info = hetsched_master_core::sched::explain::explain(
+            &s,
+            task,
+            Some(&board),
+            now_ms(),
+            &self.preemption,
+        )
+        .ok_or_else(|| ErrorReply::new(ErrorKind::NotFound, format!("no such task: {task}")))?;
+        info.waiting = self.reasons_in(&s).waiting(task);
+        Ok(ClientResponse::Explain(info))
     }
 
     /// Every registered node.
@@ -211,6 +271,7 @@ impl Master {
             jobs: s.jobs().len() as u64,
             tasks: s.task_counts(),
             queues: s.queue_counts(),
+            waiting: self.waiting_counts(&s),
             cpu_config: s
                 .cpu_history()
                 .iter()

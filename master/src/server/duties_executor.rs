@@ -6,6 +6,7 @@
 
 use super::replicated::Applied;
 use super::senders::{DispatchResult, Outgoing, SenderResult, SenderTiming, SlaveSenders};
+use super::waiting::{sample_of, WaitReasons, SAMPLE_EVERY};
 use super::{now_ms, MasterShared, Replicated};
 use actix::prelude::*;
 use hetsched_common::protocol::{ErrorKind, ErrorReply, HeldTask};
@@ -29,6 +30,10 @@ pub struct LeaderDuties {
     senders: SlaveSenders,
     results: Option<tokio::sync::mpsc::UnboundedReceiver<SenderResult>>,
     started: Instant,
+    /// Why tasks wait (copied from the scheduler) and the dashboard's history.
+    reasons: std::sync::Arc<WaitReasons>,
+    /// When the history took its last sample.
+    sampled: Option<Instant>,
 }
 
 impl LeaderDuties {
@@ -36,6 +41,7 @@ impl LeaderDuties {
     pub fn new(
         shared: MasterShared,
         raft: Consensus<Replicated>,
+        reasons: std::sync::Arc<WaitReasons>,
         scheduler: Box<dyn Scheduler>,
         cfg: DutiesConfig,
     ) -> Self {
@@ -51,6 +57,8 @@ impl LeaderDuties {
             senders: SlaveSenders::new(timing, tx),
             results: Some(rx),
             started: Instant::now(),
+            reasons,
+            sampled: None,
         }
     }
 
@@ -66,7 +74,15 @@ impl LeaderDuties {
         let now = self.now();
         let fx = {
             let view = self.shared.read_state();
-            self.core.on(ev, now, &view)
+            let fx = self.core.on(ev, now, &view);
+            if let Some((board, generation)) = self.core.waiting() {
+                self.reasons.store(board, generation);
+            }
+            if self.core.is_leading() && self.sampled.is_none_or(|t| t.elapsed() >= SAMPLE_EVERY) {
+                self.sampled = Some(Instant::now());
+                self.reasons.sample(sample_of(&view, now.wall_ms));
+            }
+            fx
         };
         self.execute(fx, ctx);
     }

@@ -10,7 +10,7 @@
 //! send which client request), `acl` (token requests),
 //! `consensus_io` (proposing, read barriers, the leader check), `reply` (error replies);
 //! `duties_executor` carries out the pure duties core's effects, `senders` talk to slaves,
-//! `forward_query` answers S0.6 forwarding queries, `http` serves metrics, the API and the UI.
+//! `forward_query` answers S0.6 forwarding queries, `waiting` keeps why tasks wait, `usage` answers users' quota standing, `http` serves metrics, the API and the UI.
 
 mod acl;
 mod admin;
@@ -32,6 +32,8 @@ mod replicated;
 mod reply;
 mod senders;
 mod slave_api;
+mod usage;
+mod waiting;
 
 pub use boot::run;
 pub use config::{parse_peers, Error, MasterConfig};
@@ -111,4 +113,6 @@ pub struct Master {
     engine_loads: Arc<forward_query::EngineLoads>,
     /// Verified API tokens (docs/SECURITY.md).
     token_cache: authz::TokenCache,
+    /// Why tasks wait, and the last hour's queue lengths and allocation (leader-local).
+    reasons: Arc<waiting::WaitReasons>,
 }

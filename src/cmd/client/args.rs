@@ -150,6 +150,11 @@ pub struct FilterFlags {
     /// At most N (newest first).
     #[arg(long, value_name = "N")]
     pub limit: Option<u32>,
+    /// Only tasks waiting for this reason (jobs: with such a task): resources, quota,
+    /// priority, fair-share, pool, engine, locality, drained, reserved, gang, backoff,
+    /// blocked.
+    #[arg(long, value_name = "R")]
+    pub reason: Option<String>,
 }
 
 /// Arguments of `hetsched jobs`.

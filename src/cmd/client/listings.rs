@@ -92,6 +92,15 @@ pub fn status(masters: &[String], a: StatusArgs) -> anyhow::Result<()> {
             .map(|(k, v)| format!("{v} {k}")),
     );
     println!("tasks:    {}", counts.join(", "));
+    if !s.waiting.is_empty() {
+        let mut why: Vec<(&String, &u64)> = s.waiting.iter().collect();
+        why.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let why: Vec<String> = why.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        println!(
+            "waiting:  {} (hetsched tasks --reason R; hetsched explain TASK)",
+            why.join(", ")
+        );
+    }
     Ok(())
 }
 
@@ -101,6 +110,7 @@ fn list_filter(f: &FilterFlags, job: Option<JobId>) -> ListFilter {
         state: f.state.clone(),
         user: f.user.clone(),
         limit: f.limit,
+        reason: f.reason.clone(),
     }
 }
 
@@ -171,7 +181,11 @@ pub fn tasks(masters: &[String], a: TasksArgs) -> anyhow::Result<()> {
                     x.node.map_or("-".into(), |n| n.to_string()),
                     x.attempt.to_string(),
                     x.exit_code.map_or("-".into(), |c| c.to_string()),
-                    x.reason.map_or("-".into(), |r| r.to_string()),
+                    // A waiting task's reason is why it waits; else why its attempt ended.
+                    match (&x.waiting, x.reason) {
+                        (Some(w), _) => w.reason.clone(),
+                        (None, r) => r.map_or("-".into(), |r| r.to_string()),
+                    },
                     cpus,
                 ]);
             }

@@ -1,4 +1,4 @@
-//! Client commands: submit, cancel, status, jobs, tasks, nodes, members.
+//! Client commands: submit, cancel, status, jobs, tasks, nodes, members, explain.
 //!
 //! Requests go to the masters in `--masters` order; a follower's `NotLeader` answer sends the
 //! client to the leader it names; unreachable masters and elections are retried until a
@@ -8,11 +8,12 @@
 //!
 //! `args.rs` holds the command lines, `call.rs` the requests (leader following itself is
 //! `hetsched_common::leader`), `spec.rs` the submitted spec, `actions.rs` the commands that
-//! change things and `listings.rs` the ones that read and print.
+//! change things, `listings.rs` the ones that read and print, `explain.rs` why a task waits.
 
 mod actions;
 mod args;
 mod call;
+mod explain;
 mod listings;
 mod spec;
 
@@ -21,5 +22,6 @@ pub use args::{
     CancelArgs, JobsArgs, ListArgs, MembersArgs, ReadFlags, StatusArgs, SubmitArgs, TasksArgs,
 };
 pub use call::{block_on, call, request_id, short};
+pub use explain::{explain, ExplainArgs};
 pub use listings::{jobs, nodes, status, tasks};
 pub use spec::read_job_file;

@@ -94,6 +94,13 @@ impl DutiesCore {
         }
     }
 
+    /// Why the tasks the scheduler's latest plan left waiting wait, and the generation of
+    /// those reasons (`None`: the scheduler gives none). Read by the executor, which keeps a
+    /// copy for queries outside the log.
+    pub fn waiting(&self) -> Option<(std::sync::Arc<crate::sched::waiting::WaitBoard>, u64)> {
+        self.scheduler.waiting()
+    }
+
     /// Whether this core leads with its barrier applied.
     pub fn is_leading(&self) -> bool {
         matches!(self.role, Role::Leading(_))

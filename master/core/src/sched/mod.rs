@@ -9,6 +9,9 @@ pub mod cpu_search;
 pub mod engine_choice;
 #[cfg(test)]
 mod engine_overflow_tests;
+pub mod explain;
+#[cfg(test)]
+mod explain_tests;
 pub mod index;
 pub mod loads;
 pub mod multiqueue;
@@ -22,6 +25,7 @@ pub mod queue;
 pub mod steal;
 #[cfg(test)]
 pub(crate) mod test_log;
+pub mod waiting;
 
 pub use pipeline::IndexedScheduler;
 
@@ -49,4 +53,11 @@ pub trait Scheduler: Send {
 
     /// Anything may have changed (new leadership, snapshot restore): rebuild caches.
     fn reset(&mut self, _view: &ClusterState) {}
+
+    /// Why each task the latest plan left waiting waits, with a generation that changes
+    /// whenever they do (`None`: this scheduler gives no reasons). Leader-local, never logged
+    /// (docs/CONTRACT.md, "Waiting reasons").
+    fn waiting(&self) -> Option<(std::sync::Arc<waiting::WaitBoard>, u64)> {
+        None
+    }
 }

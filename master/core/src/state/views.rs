@@ -75,6 +75,7 @@ impl ClusterState {
                 .map(|r| crate::policy::QueueKind::of(r).name().to_string())
                 .unwrap_or_default(),
             borrowed: t.borrowed,
+            waiting: None,
         }
     }
 

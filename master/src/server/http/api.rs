@@ -26,6 +26,8 @@ pub(super) fn routes() -> Vec<Route> {
         r("DELETE", "/v1/jobs/{id}", delete(cancel)),
         r("GET", "/v1/tasks", get(tasks)),
         r("GET", "/v1/tasks/{id}/logs", get(logs)),
+        r("GET", "/v1/tasks/{id}/explain", get(explain)),
+        r("GET", "/v1/usage", get(usage)),
         r("GET", "/v1/nodes", get(nodes)),
         r("POST", "/v1/nodes/{id}/drain", post(drain)),
         r("POST", "/v1/nodes/{id}/undrain", post(undrain)),
@@ -344,6 +346,23 @@ async fn members(State(ctx): State<Ctx>, RawQuery(q): RawQuery) -> Result<Json<V
     let stale = query::<StaleQuery>(q)?.stale;
     match ctx.ask(ClientRequest::Members { stale }).await? {
         ClientResponse::Members(m) => Ok(Json(json!(m))),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// `GET /v1/tasks/{id}/explain`: why the task waits, node by node (as `explain --json`).
+async fn explain(State(ctx): State<Ctx>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let task: TaskId = parse_id("task", &id)?;
+    match ctx.ask(ClientRequest::Explain { task }).await? {
+        ClientResponse::Explain(e) => Ok(Json(json!(e))),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// `GET /v1/usage`: users against their quotas with DRF shares, and the leader's last hour.
+async fn usage(State(ctx): State<Ctx>) -> Result<Json<Value>, ApiError> {
+    match ctx.ask(ClientRequest::Usage).await? {
+        ClientResponse::Usage(u) => Ok(Json(json!(u))),
         other => Err(unexpected(&other)),
     }
 }

@@ -47,6 +47,9 @@ mod reservations;
 mod selection_stage;
 mod slave_queue_stage;
 mod take_back_stage;
+mod why;
+
+pub use why::WaitBoard;
 
 #[cfg(test)]
 mod tests;
@@ -70,6 +73,7 @@ use selection_stage::SelectionStage;
 use slave_queue_stage::SlaveQueueStage;
 use std::collections::BTreeSet;
 use take_back_stage::TakeBackStage;
+use why::Reasons;
 
 /// Pending tasks in queue order, each to the node the policy picks among those that fit.
 ///
@@ -102,6 +106,8 @@ pub struct IndexedScheduler {
     loads: Option<Loads>,
     /// Tasks blocked until a change (`blocked.rs`).
     blocked: Blocked,
+    /// Why the tasks the latest plan left waiting wait (`why.rs`).
+    reasons: Reasons,
 }
 
 impl IndexedScheduler {
@@ -126,6 +132,7 @@ impl IndexedScheduler {
             pool_seen: TaskId(0),
             loads: None,
             blocked: Blocked::default(),
+            reasons: Reasons::default(),
         }
     }
 
@@ -282,9 +289,14 @@ impl Scheduler for IndexedScheduler {
         // Across plans only where nothing but resources decides (see blocked.rs).
         let across = self.slave_queue.depth == 0;
         let mut stuck_now: BTreeSet<BlockKey> = BTreeSet::new();
-        for queued in std::mem::take(&mut ctx.order) {
+        self.reasons
+            .begin(self.queue.ordering, self.pools.is_some());
+        let order = std::mem::take(&mut ctx.order);
+        let mut reached = order.len();
+        for (pos, &queued) in order.iter().enumerate() {
             let task = queued.task;
             if ctx.decided.plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
+                reached = pos;
                 break;
             }
             let Some(head) = QueueStage::admit_queued(ctx.now_ms, &ctx.decided.stuck, queued)
@@ -302,6 +314,7 @@ impl Scheduler for IndexedScheduler {
             let room = ctx.decided.preempt_room(self.preemption.max_per_plan);
             let awaiting = view.awaiting().contains_key(&task);
             let decision = self.decide(&mut ctx, &head);
+            self.reasons.decided(view, &head, &decision, key.as_ref());
             if let (Decision::Stuck, Some(k), false) = (&decision, key, awaiting) {
                 if across && room {
                     self.blocked.insert(k.clone());
@@ -310,6 +323,11 @@ impl Scheduler for IndexedScheduler {
             }
             ctx.decided.record(&head, decision);
         }
+        let no_nodes = self.index.is_empty();
+        let blocked = &self.blocked;
+        let keep = |k: &BlockKey| blocked.contains(k) || stuck_now.contains(k);
+        let order = order.iter().map(|q| q.task).collect();
+        self.reasons.finish(view, order, reached, no_nodes, keep);
         let (mut plan, loads) = ctx.finish(&mut self.index);
         self.loads = loads;
         self.note_victims(view, &plan);
@@ -333,6 +351,10 @@ impl Scheduler for IndexedScheduler {
 
     fn reset(&mut self, view: &ClusterState) {
         self.rebuild(view);
+    }
+
+    fn waiting(&self) -> Option<(std::sync::Arc<super::waiting::WaitBoard>, u64)> {
+        Some(self.reasons.board())
     }
 }
 

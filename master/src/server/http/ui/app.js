@@ -75,7 +75,7 @@ function renderOverview(status, members, nodes) {
       : bar(gpuCap - gpuFree, gpuCap, `${((gpuCap - gpuFree) / 1000).toFixed(1)}/${cap.gpus.length} ${cap.gpus[0].model}`, true) +
         (n.gpus_emulated ? '<span class="emulated">EMULATED</span>' : "");
     const st = n.draining ? `${n.state}, draining` : n.state;
-    return `<tr><td>${esc(n.name)} <span class="dim">node-${n.id}</span></td><td>${esc(st)}</td><td>${n.tasks}</td><td>${cpu}</td><td>${mem}</td><td>${gpu}</td></tr>`;
+    return `<tr><td><a href="#node-${n.id}">${esc(n.name)}</a> <span class="dim">node-${n.id}</span></td><td>${esc(st)}</td><td>${n.tasks}</td><td>${cpu}</td><td>${mem}</td><td>${gpu}</td></tr>`;
   }).join("");
   $("queues").innerHTML = ORDER.map((s) =>
     `<span class="queue">${state(s)} <b>${status.tasks[s] || 0}</b></span>`).join("");
@@ -89,6 +89,113 @@ function renderJobs(jobs) {
     '<tr><td colspan="6" class="dim">no jobs</td></tr>';
 }
 
+// One small plot: `series` are [label, colour, values], values in [0, max].
+function plot(title, series, max, fmt) {
+  const w = 260, h = 56;
+  const n = Math.max(2, ...series.map((s) => s[2].length));
+  const lines = series.map(([, colour, v]) => {
+    const pts = v.map((y, i) => `${((i * w) / (n - 1)).toFixed(1)},${(h - (h * Math.min(y, max)) / Math.max(max, 1e-9)).toFixed(1)}`);
+    return `<polyline fill="none" stroke="${colour}" stroke-width="1.5" points="${pts.join(" ")}"/>`;
+  }).join("");
+  const legend = series.map(([label, colour, v]) =>
+    `<i style="background:${colour}"></i>${esc(label)} ${v.length ? fmt(v[v.length - 1]) : "-"}`).join("");
+  return `<div class="plot"><div class="title">${esc(title)} <span class="dim">last hour, max ${fmt(max)}</span></div>` +
+    `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}"><rect width="${w}" height="${h}" fill="#f9fafb"/>${lines}</svg>` +
+    `<div class="legend dim">${legend}</div></div>`;
+}
+
+function renderPlots(history) {
+  const pending = history.map((s) => Object.values(s.queues).reduce((a, b) => a + b, 0));
+  const queued = history.map((s) => s.queued);
+  const pct = (x) => `${Math.round(100 * x)}%`;
+  $("plots").innerHTML =
+    plot("Queue lengths", [["pending", "#e76f51", pending], ["in slave queues", "#264653", queued]],
+      Math.max(1, ...pending, ...queued), (x) => String(Math.round(x))) +
+    plot("Allocation", [["CPU", "#2a9d8f", history.map((s) => s.cpu_alloc)], ["GPU", "#7c3aed", history.map((s) => s.gpu_alloc)]],
+      1, pct);
+}
+
+function renderWaiting(tasks) {
+  const waiting = tasks.filter((t) => t.waiting);
+  const by = {};
+  waiting.forEach((t) => { by[t.waiting.reason] = (by[t.waiting.reason] || 0) + 1; });
+  $("waiting-summary").innerHTML = Object.keys(by).sort().map((r) =>
+    `<span class="queue"><span class="reason">${esc(r)}</span> <b>${by[r]}</b></span>`).join("");
+  $("waiting").tBodies[0].innerHTML = waiting.map((t) =>
+    `<tr id="waiting-task-${t.id}"><td><a href="#task-${t.id}">task-${t.id}</a></td><td><a href="#job-${t.job_id}">job-${t.job_id}</a></td>` +
+    `<td>${esc(t.user)}</td><td class="reason">${esc(t.waiting.reason)}</td><td class="why">${esc(t.waiting.detail)}</td></tr>`).join("") ||
+    '<tr><td colspan="5" class="dim">no task waits</td></tr>';
+}
+
+function limits(q, held) {
+  if (!q) return '<span class="dim">no entry (base priority)</span>';
+  const parts = [];
+  if (q.cpus != null) parts.push(bar(held.cpus, q.cpus, `cpus ${held.cpus}/${q.cpus}`, true));
+  if (q.mem != null) parts.push(bar(held.mem, q.mem, `mem ${held.mem}/${q.mem} MiB`, true));
+  if (q.gpus != null) parts.push(bar(held.gpus, q.gpus, `gpus ${held.gpus}/${q.gpus}`, true));
+  return parts.join("<br>") || '<span class="dim">no limit</span>';
+}
+
+function renderUsage(users) {
+  $("usage").tBodies[0].innerHTML = users.map((u) =>
+    `<tr class="usage-row"><td>${esc(u.user)}</td><td>${esc(u.partition)}</td><td>${u.priority}</td>` +
+    `<td>${u.quota_of ? "quota " + esc(u.quota_of) + "<br>" : ""}${limits(u.quota, u.quota_used)}</td>` +
+    `<td>cpus ${u.held.cpus}, mem ${u.held.mem} MiB, gpus ${u.held.gpus}</td>` +
+    `<td>${bar(u.dominant_share, 1, `${(100 * u.dominant_share).toFixed(1)}%`, false)}</td><td>${u.waiting}</td></tr>`).join("") ||
+    '<tr><td colspan="7" class="dim">no users yet</td></tr>';
+}
+
+async function renderTaskPage(id) {
+  const e = await api(`/v1/tasks/${id}/explain`);
+  const tasks = e.job_id ? await api(`/v1/tasks?job=${e.job_id}`) : [];
+  const t = tasks.find((x) => x.id === Number(id)) || {};
+  $("task-title").innerHTML = `task-${e.task} · <a href="#job-${e.job_id}">job-${e.job_id}</a> · ${state(e.state)}`;
+  const w = e.waiting;
+  $("task-summary").innerHTML = `<p class="summary">` +
+    (w ? `<span>waiting: <span class="reason">${esc(w.reason)}</span> — <span class="why">${esc(w.detail)}</span></span>` : "<span>not waiting</span>") +
+    (e.queue_position ? `<span>queue position <b>${e.queue_position}</b></span>` : "") + `</p>` +
+    `<p class="summary"><span>priority ${t.priority ?? "?"}</span><span>attempt ${t.attempt ?? 0}</span><span>failures ${t.failures ?? 0}</span>` +
+    `<span>preemptions ${t.preemptions ?? 0}</span><span>last end: ${esc(t.reason || "-")}</span></p>` +
+    `<p class="summary">preemption: ${e.preemption.possible ? "<b>possible</b>" : "no"} — ${esc(e.preemption.detail)}</p>`;
+  const rows = [];
+  if (e.submitted_ms) rows.push([e.submitted_ms, "submitted (pending)"]);
+  e.attempts.forEach((a) => rows.push([null, `attempt ${a.attempt} assigned to <a href="#node-${a.node}">node-${a.node}</a>`]));
+  if (e.started_ms) rows.push([e.started_ms, `attempt ${t.attempt} started`]);
+  if (t.not_before_ms) rows.push([t.not_before_ms, "retry not before"]);
+  if (t.reason) rows.push([null, `attempt ${t.attempt} ended: ${esc(t.reason)}${t.exit_code != null ? ", exit " + t.exit_code : ""}`]);
+  rows.push([null, `now ${esc(e.state)}${w ? ", waiting for " + esc(w.reason) : ""}`]);
+  $("task-history").tBodies[0].innerHTML = rows.map(([ms, what]) =>
+    `<tr><td>${ms ? new Date(ms).toLocaleTimeString() : ""}</td><td>${what}</td></tr>`).join("");
+  $("task-nodes").tBodies[0].innerHTML = e.nodes.map((n) =>
+    `<tr><td><a href="#node-${n.node}">${esc(n.name)}</a></td><td class="${n.verdict === "fits" ? "fits" : "fails"}">${esc(n.verdict)}</td><td>${esc(n.detail)}</td></tr>`).join("");
+  const log = $("task-log");
+  if ((t.attempt || 0) > 0) {
+    const r = await fetch(`/v1/tasks/${id}/logs`, { cache: "no-store" });
+    const text = r.ok ? await r.text() : `(${r.status}) ${await r.text()}`;
+    log.textContent = text.split("\n").slice(-40).join("\n");
+  } else {
+    log.textContent = "(no attempt yet)";
+  }
+}
+
+async function renderNodePage(id, nodes) {
+  const n = nodes.find((x) => x.id === Number(id));
+  if (!n) { $("node-title").textContent = `node-${id}: not registered`; return; }
+  $("node-title").innerHTML = `${esc(n.name)} · node-${n.id} · ${esc(n.draining ? n.state + ", draining" : n.state)}`;
+  $("node-summary").innerHTML = `<p class="summary"><span>address ${esc(n.addr)}</span><span>partitions ${esc((n.partitions.length ? n.partitions : ["default"]).join(", "))}</span>` +
+    `<span>cpus ${(n.free.cpu_milli / 1000).toFixed(1)}/${n.capacity.cpu_milli / 1000} free</span><span>mem ${n.free.mem_mib}/${n.capacity.mem_mib} MiB free</span>` +
+    `<span>GPU pool ${esc(n.gpu_pool || "-")}</span></p>` +
+    `<p class="summary"><span>local queue <b>${n.queued}</b></span><span>steals in ${n.steals_in}, out ${n.steals_out}</span>` +
+    `<span>probes: gpu ${esc(n.probes.gpu)}, membw ${esc(n.probes.membw)}</span><span>cgroup ${esc(n.cgroup)}</span></p>`;
+  $("node-engines").tBodies[0].innerHTML = n.engines.map((e) =>
+    `<tr><td>${esc(e.kind)}</td><td>${e.free}/${e.count}</td><td>${e.emulated ? '<span class="emulated">EMULATED</span>' : ""}</td></tr>`).join("");
+  const tasks = (await api("/v1/tasks?limit=1000")).filter((t) => t.node === n.id && (t.state === "running" || t.state === "assigned"));
+  $("node-tasks").tBodies[0].innerHTML = tasks.map((t) =>
+    `<tr><td><a href="#task-${t.id}">task-${t.id}</a></td><td><a href="#job-${t.job_id}">job-${t.job_id}</a></td><td>${state(t.state)}</td><td>${t.cpus}</td>` +
+    `<td>${t.waiting ? `<span class="reason">${esc(t.waiting.reason)}</span> <span class="why">${esc(t.waiting.detail)}</span>` : ""}</td></tr>`).join("") ||
+    '<tr><td colspan="5" class="dim">no tasks</td></tr>';
+}
+
 async function renderDetail(route) {
   const detail = $("detail");
   if (!route) { detail.hidden = true; return; }
@@ -100,7 +207,8 @@ async function renderDetail(route) {
     ` <span class="dim">${ORDER.filter((s) => job.task_states[s]).map((s) => job.task_states[s] + " " + s).join(", ")}</span>`;
   const tasks = await api(`/v1/tasks?job=${jobId}`);
   $("tasks").tBodies[0].innerHTML = tasks.map((t) =>
-    `<tr><td><a href="#job-${jobId}/task-${t.id}">task-${t.id}</a></td><td>${t.index}</td><td>${state(t.state)}</td><td>${esc(t.reason || "")}</td>` +
+    `<tr><td><a href="#job-${jobId}/task-${t.id}">task-${t.id}</a> <a class="dim" href="#task-${t.id}">why</a></td><td>${t.index}</td><td>${state(t.state)}</td>` +
+    `<td>${t.waiting ? `<span class="reason">${esc(t.waiting.reason)}</span>` : esc(t.reason || "")}</td>` +
     `<td>${t.node ? "node-" + t.node : ""}</td><td>${t.attempt}</td><td>${t.exit_code ?? ""}</td></tr>`).join("");
   const log = $("log"), title = $("log-title");
   if (route.task) {
@@ -118,15 +226,32 @@ function route() {
   return m ? { job: m[1], task: m[2] } : null;
 }
 
+// `#task-N` and `#node-N` are pages of their own; the rest is the main page.
+function page() {
+  const m = location.hash.match(/^#(task|node)-(\d+)$/);
+  return m ? { kind: m[1], id: m[2] } : null;
+}
+
 async function refresh() {
   try {
-    const [status, members, nodes, jobs] = await Promise.all([
+    // Reasons and usage are the leader's (not in the log): asked without ?stale.
+    const [status, members, nodes, jobs, pending, assigned, usage] = await Promise.all([
       api("/v1/status?stale=true"), api("/v1/members?stale=true"), api("/v1/nodes?stale=true"), api("/v1/jobs?stale=true&limit=50"),
+      api("/v1/tasks?state=pending&limit=200"), api("/v1/tasks?state=assigned&limit=200"), api("/v1/usage"),
     ]);
+    const p = page();
+    $("overview").hidden = $("jobs-section").hidden = p !== null;
+    $("task-page").hidden = !(p && p.kind === "task");
+    $("node-page").hidden = !(p && p.kind === "node");
     renderOverview(status, members, nodes);
     $("insecure").hidden = !status.insecure;
+    renderPlots(usage.history);
+    renderWaiting(pending.concat(assigned));
+    renderUsage(usage.users);
     renderJobs(jobs);
-    await renderDetail(route());
+    if (p && p.kind === "task") await renderTaskPage(p.id);
+    if (p && p.kind === "node") await renderNodePage(p.id, nodes);
+    await renderDetail(p ? null : route());
     $("error").hidden = true;
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
