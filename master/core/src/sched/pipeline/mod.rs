@@ -321,6 +321,12 @@ impl Scheduler for IndexedScheduler {
                 }
                 stuck_now.insert(k);
             }
+            if let Decision::Preempt(p) = &decision {
+                // Stopping a batch task stops its whole gang (S2): its mates are gone too,
+                // so no later preemption of this plan may count on them as victims.
+                let mates = gang_mates(view, &p.victims);
+                ctx.decided.victims.extend(mates);
+            }
             ctx.decided.record(&head, decision);
         }
         let no_nodes = self.index.is_empty();
@@ -356,6 +362,19 @@ impl Scheduler for IndexedScheduler {
     fn waiting(&self) -> Option<(std::sync::Arc<super::waiting::WaitBoard>, u64)> {
         Some(self.reasons.board())
     }
+}
+
+/// Every task of the batch jobs (gangs) among `victims`' jobs.
+fn gang_mates(view: &ClusterState, victims: &[crate::state::TaskRef]) -> Vec<TaskId> {
+    let jobs: BTreeSet<_> = victims
+        .iter()
+        .filter_map(|v| view.tasks().get(&v.task).map(|t| t.job))
+        .filter(|j| view.is_gang(*j))
+        .collect();
+    jobs.iter()
+        .filter_map(|j| view.jobs().get(j))
+        .flat_map(|j| j.tasks.iter().copied())
+        .collect()
 }
 
 #[cfg(test)]
