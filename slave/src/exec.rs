@@ -173,11 +173,59 @@ impl Launcher {
         self.attempts_dir.join(attempt_name(task, attempt))
     }
 
-    /// Starts attempt `a` under a new supervisor: creates its directory (refusing if it
-    /// exists — an attempt never starts twice), its cgroup with the task's limits (where
-    /// cgroups are in use), its `spec.json` and `cpus` file, then executes the supervisor in
-    /// a session of its own, detached from the agent.
+    /// Where the slave's long-lived supervisor keeps its socket, journal and log
+    /// (`DATA/supervisor`, beside `DATA/attempts`; see [`crate::pool`]).
+    pub fn pool_dir(&self) -> PathBuf {
+        self.attempts_dir.with_file_name("supervisor")
+    }
+
+    /// Starts attempt `a` under a new per-attempt supervisor: [`prepare`](Self::prepare),
+    /// then executes the supervisor in a session of its own, detached from the agent. (The
+    /// agent starts attempts through the slave's long-lived supervisor instead,
+    /// [`crate::pool`]; this way remains for comparison in `benches/spawn.rs`.)
     pub fn launch(&self, a: &Assignment) -> Result<Launched, SpawnError> {
+        let dir = self.prepare(a)?;
+        let log_path = dir.join(SUPERVISOR_LOG);
+        let log = std::fs::File::create(&log_path).map_err(|source| SpawnError::Io {
+            path: log_path.clone(),
+            source,
+        })?;
+        let (program, lead) = self
+            .supervisor
+            .split_first()
+            .ok_or_else(|| SpawnError::Spawn {
+                program: String::new(),
+                source: std::io::Error::other("no supervisor program configured"),
+            })?;
+        let child = Command::new(program)
+            .args(lead)
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            // The supervisor must outlive the agent: that is its purpose.
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(|source| SpawnError::Spawn {
+                program: program.to_string_lossy().into_owned(),
+                source,
+            })?;
+        let pid = child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or(SpawnError::NoPid)?;
+        let start_time = proc_start_time(pid).unwrap_or(0);
+        Ok(Launched {
+            child,
+            pid,
+            start_time,
+        })
+    }
+
+    /// Everything a supervisor needs to start attempt `a`: its directory (refusing if it
+    /// exists — an attempt never starts twice), its cgroup with the task's limits (where
+    /// cgroups are in use), its `spec.json` and `cpus` file. Returns the directory.
+    pub fn prepare(&self, a: &Assignment) -> Result<PathBuf, SpawnError> {
         if a.command.is_empty() {
             return Err(SpawnError::EmptyCommand);
         }
@@ -247,38 +295,7 @@ impl Launcher {
         // Not fsynced: the supervisor reads it at once, and after a machine crash the task
         // is gone anyway (the attempt is then reported lost).
         std::fs::write(&spec_path, bytes).map_err(io(&spec_path))?;
-        let log_path = dir.join(SUPERVISOR_LOG);
-        let log = std::fs::File::create(&log_path).map_err(io(&log_path))?;
-        let (program, lead) = self
-            .supervisor
-            .split_first()
-            .ok_or_else(|| SpawnError::Spawn {
-                program: String::new(),
-                source: std::io::Error::other("no supervisor program configured"),
-            })?;
-        let child = Command::new(program)
-            .args(lead)
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            // The supervisor must outlive the agent: that is its purpose.
-            .kill_on_drop(false)
-            .spawn()
-            .map_err(|source| SpawnError::Spawn {
-                program: program.to_string_lossy().into_owned(),
-                source,
-            })?;
-        let pid = child
-            .id()
-            .and_then(|p| i32::try_from(p).ok())
-            .ok_or(SpawnError::NoPid)?;
-        let start_time = proc_start_time(pid).unwrap_or(0);
-        Ok(Launched {
-            child,
-            pid,
-            start_time,
-        })
+        Ok(dir)
     }
 }
 

@@ -50,6 +50,8 @@ pub mod program;
 pub mod queue;
 pub mod store;
 pub mod supervisor;
+pub mod pool;
+pub mod pool_client;
 
 use hetsched_common::protocol::{
     ErrorKind, ErrorReply, Message, PeerRequest, SlaveCommand, SlaveCommandReply,
@@ -674,6 +676,7 @@ async fn assign_batch(
             "slave is shutting down",
         ))
     };
+    tracing::debug!(target: "hetsched::trace", tasks = batch.len(), first = ?batch.first().map(|a| a.task), "assign: received");
     let mut replies = Vec::with_capacity(batch.len());
     for assignment in batch {
         let (tx, rx) = oneshot::channel();

@@ -17,20 +17,25 @@ use tokio::sync::mpsc;
 
 /// What the in-process slaves record, shared by all of them.
 #[derive(Default)]
-pub(super) struct Seen {
+pub(crate) struct Seen {
     /// First arrival of each task's assignment.
-    pub(super) running: HashMap<TaskId, Instant>,
+    pub(crate) running: HashMap<TaskId, Instant>,
     /// Tasks whose finish report the leader acknowledged.
-    pub(super) completed: HashSet<TaskId>,
+    pub(crate) completed: HashSet<TaskId>,
     /// Arrival of the last new assignment.
-    pub(super) last_placed: Option<Instant>,
+    pub(crate) last_placed: Option<Instant>,
     /// Assignment messages received (a batch counts once).
-    pub(super) dispatch_messages: u64,
+    pub(crate) dispatch_messages: u64,
+    /// Every distinct (slave, attempt) that received each task: more than one is a task
+    /// placed twice (`bench scale` counts them).
+    pub(crate) received: HashMap<TaskId, Vec<(u32, Attempt)>>,
+    /// Heartbeats sent by all the slaves.
+    pub(crate) heartbeats: u64,
 }
 
-pub(super) type SeenRef = Arc<Mutex<Seen>>;
+pub(crate) type SeenRef = Arc<Mutex<Seen>>;
 
-pub(super) fn lock(seen: &SeenRef) -> std::sync::MutexGuard<'_, Seen> {
+pub(crate) fn lock(seen: &SeenRef) -> std::sync::MutexGuard<'_, Seen> {
     match seen.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -39,6 +44,8 @@ pub(super) fn lock(seen: &SeenRef) -> std::sync::MutexGuard<'_, Seen> {
 
 /// One in-process slave: a listener for the masters' commands and a link task.
 struct InProcSlave {
+    /// Its number (0-based), as in its name `inproc-<index + 1>`.
+    index: u32,
     reports: mpsc::UnboundedSender<(TaskId, Attempt)>,
     held: Arc<Mutex<BTreeMap<(TaskId, Attempt), ()>>>,
     /// S0.3: queued assignments waiting for the leader's promotion (asked with every
@@ -57,6 +64,13 @@ impl InProcSlave {
             };
             held.insert((a.task, a.attempt), ()).is_none()
         };
+        if new {
+            lock(&self.seen)
+                .received
+                .entry(a.task)
+                .or_default()
+                .push((self.index, a.attempt));
+        }
         if new && a.queued {
             let mut w = match self.waiting.lock() {
                 Ok(g) => g,
@@ -120,7 +134,7 @@ fn in_process_certs(i: u32) -> anyhow::Result<Option<Arc<hetsched_common::wire::
     Ok(Some(Arc::new(setup)))
 }
 
-pub(super) async fn start_in_process_slave(
+pub(crate) async fn start_in_process_slave(
     i: u32,
     masters: Vec<String>,
     cpus: u32,
@@ -132,6 +146,7 @@ pub(super) async fn start_in_process_slave(
     let addr = listener.local_addr()?.to_string();
     let (tx, rx) = mpsc::unbounded_channel();
     let slave = Arc::new(InProcSlave {
+        index: i,
         reports: tx,
         held: Arc::new(Mutex::new(BTreeMap::new())),
         waiting: Mutex::new(Vec::new()),
@@ -295,6 +310,7 @@ async fn heartbeat(
         links: Vec::new(),
     });
     *last_beat = Instant::now();
+    lock(&slave.seen).heartbeats += 1;
     !matches!(
         client.call(hb, Duration::from_secs(5)).await,
         Ok(Message::Error(ErrorReply {
