@@ -184,7 +184,18 @@ impl Launcher {
     /// agent starts attempts through the slave's long-lived supervisor instead,
     /// [`crate::pool`]; this way remains for comparison in `benches/spawn.rs`.)
     pub fn launch(&self, a: &Assignment) -> Result<Launched, SpawnError> {
-        let dir = self.prepare(a)?;
+        let (dir, spec) = self.prepare(a)?;
+        let spec_path = dir.join(SPEC_FILE);
+        let bytes = serde_json::to_vec(&spec).map_err(|e| SpawnError::Io {
+            path: spec_path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        // Not fsynced: the supervisor reads it at once, and after a machine crash the task
+        // is gone anyway (the attempt is then reported lost).
+        std::fs::write(&spec_path, bytes).map_err(|source| SpawnError::Io {
+            path: spec_path.clone(),
+            source,
+        })?;
         let log_path = dir.join(SUPERVISOR_LOG);
         let log = std::fs::File::create(&log_path).map_err(|source| SpawnError::Io {
             path: log_path.clone(),
@@ -224,8 +235,9 @@ impl Launcher {
 
     /// Everything a supervisor needs to start attempt `a`: its directory (refusing if it
     /// exists — an attempt never starts twice), its cgroup with the task's limits (where
-    /// cgroups are in use), its `spec.json` and `cpus` file. Returns the directory.
-    pub fn prepare(&self, a: &Assignment) -> Result<PathBuf, SpawnError> {
+    /// cgroups are in use) and its `cpus` file. Returns the directory and the spec (which
+    /// the pool gets inline, [`crate::pool`], and a per-attempt supervisor as `spec.json`).
+    pub fn prepare(&self, a: &Assignment) -> Result<(PathBuf, Spec), SpawnError> {
         if a.command.is_empty() {
             return Err(SpawnError::EmptyCommand);
         }
@@ -256,9 +268,10 @@ impl Launcher {
             }
         };
         let cpus_file = dir.join(CPUS_FILE);
-        // Atomic, not fsynced: the agent's loop waits for this, and the file only matters
-        // while the task runs.
-        write_atomically(
+        // Not fsynced: the agent's loop waits for this, and the file only matters while the
+        // task runs. Written in place: nothing reads it before the task starts (a change
+        // later replaces it atomically, `set_cpus`).
+        std::fs::write(
             &cpus_file,
             format!("{}\n", cpus_text(a.resources.cpu_milli)).as_bytes(),
         )
@@ -287,15 +300,7 @@ impl Launcher {
             cgroup_procs: cg.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
             oom_counter: cg.as_ref().and_then(|c| c.oom_counter_file()),
         };
-        let spec_path = dir.join(SPEC_FILE);
-        let bytes = serde_json::to_vec(&spec).map_err(|e| SpawnError::Io {
-            path: spec_path.clone(),
-            source: std::io::Error::other(e),
-        })?;
-        // Not fsynced: the supervisor reads it at once, and after a machine crash the task
-        // is gone anyway (the attempt is then reported lost).
-        std::fs::write(&spec_path, bytes).map_err(io(&spec_path))?;
-        Ok(dir)
+        Ok((dir, spec))
     }
 }
 

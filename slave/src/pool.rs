@@ -17,7 +17,8 @@
 //!   a result whose `status.json` did not reach the disk.
 //!
 //! Protocol on the Unix socket `DIR/pool.sock`, one line per message: the pool greets each
-//! connection with `hello PID START_TIME`; the agent sends `start ATTEMPT_DIR`; the pool
+//! connection with `hello PID START_TIME`; the agent sends `start ATTEMPT_DIR<TAB>SPEC`
+//! (the [`Spec`] as one line of JSON: no `spec.json` to create, read and delete); the pool
 //! answers nothing for a start (its failures end as a `cannot_start` status) and sends
 //! `exited ATTEMPT_DIR` once an attempt's end is durable. Only the newest connection hears
 //! exits. The pool exits when it has no task and no agent for [`IDLE_EXIT`].
@@ -173,8 +174,11 @@ fn serve(pool: &Pool, conn: UnixStream) {
     lock(&pool.state).agent = Some(out);
     for line in BufReader::new(conn).lines() {
         let Ok(line) = line else { break };
-        if let Some(dir) = line.strip_prefix("start ") {
-            start(pool, Path::new(dir));
+        if let Some(req) = line.strip_prefix("start ") {
+            match req.split_once('\t') {
+                Some((dir, spec)) => start(pool, Path::new(dir), Some(spec)),
+                None => start(pool, Path::new(req), None),
+            }
         }
     }
     let mut s = lock(&pool.state);
@@ -182,12 +186,16 @@ fn serve(pool: &Pool, conn: UnixStream) {
     s.busy_at = Some(Instant::now());
 }
 
-/// Starts the attempt in `dir`; a failure to start is recorded as its exit at once.
-fn start(pool: &Pool, dir: &Path) {
-    let spec: Spec = match std::fs::read(dir.join(SPEC_FILE))
-        .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-    {
+/// Starts the attempt in `dir` as `inline` (or its `spec.json`) says; a failure to start is
+/// recorded as its exit at once.
+fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
+    let spec = match inline {
+        Some(s) => serde_json::from_str::<Spec>(s).map_err(|e| e.to_string()),
+        None => std::fs::read(dir.join(SPEC_FILE))
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())),
+    };
+    let spec: Spec = match spec {
         Ok(s) => s,
         Err(e) => {
             let rec = cannot_start(format!("cannot read {SPEC_FILE}: {e}"));

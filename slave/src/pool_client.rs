@@ -7,6 +7,7 @@
 //! dead pool never loses an exit, it only delays its discovery by a poll period.
 
 use crate::pool::{ENV_POOL, SOCKET};
+use crate::supervisor::Spec;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -60,12 +61,13 @@ impl PoolClient {
         }
     }
 
-    /// Asks the pool to start the attempt prepared in `attempt_dir` (see
+    /// Asks the pool to start the attempt prepared in `attempt_dir` as `spec` says (see
     /// [`crate::exec::Launcher::prepare`]).
-    pub fn start(&self, attempt_dir: &Path) -> std::io::Result<PoolStarted> {
+    pub fn start(&self, attempt_dir: &Path, spec: &Spec) -> std::io::Result<PoolStarted> {
+        let spec = serde_json::to_string(spec).map_err(std::io::Error::other)?;
         let (tx, ended) = oneshot::channel();
         lock(&self.waiters).insert(attempt_dir.to_path_buf(), tx);
-        let line = format!("start {}\n", attempt_dir.display());
+        let line = format!("start {}\t{spec}\n", attempt_dir.display());
         let mut conn = lock(&self.conn);
         // One retry on a fresh connection: the pool may have exited while idle.
         for _ in 0..2 {

@@ -25,8 +25,8 @@ impl Agent {
                 }
             }
             let (task, attempt) = (a.task, a.attempt);
-            let launched = self.launcher.prepare(&a).and_then(|dir| {
-                self.pool.start(&dir).map_err(|source| SpawnError::Io {
+            let launched = self.launcher.prepare(&a).and_then(|(dir, spec)| {
+                self.pool.start(&dir, &spec).map_err(|source| SpawnError::Io {
                     path: self.launcher.pool_dir(),
                     source,
                 })
