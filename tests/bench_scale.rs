@@ -10,14 +10,27 @@ use std::process::Command;
 fn a_hundred_slaves_receive_every_task_exactly_once() {
     let out = Command::new(env!("CARGO_BIN_EXE_hetsched"))
         .args([
-            "bench", "scale", "--json", "--slaves", "100", "--tasks", "2000", "--quiet", "2s",
-            "--timeout", "4m",
+            "bench",
+            "scale",
+            "--json",
+            "--slaves",
+            "100",
+            "--tasks",
+            "2000",
+            "--quiet",
+            "2s",
+            "--timeout",
+            "4m",
         ])
         .output()
         .expect("start hetsched bench scale");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "bench scale failed ({}):\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "bench scale failed ({}):\n{stderr}",
+        out.status
+    );
     let line = stdout.lines().last().unwrap_or_default();
     let v: Value =
         serde_json::from_str(line).unwrap_or_else(|e| panic!("bad JSON {line:?}: {e}\n{stderr}"));
@@ -25,7 +38,10 @@ fn a_hundred_slaves_receive_every_task_exactly_once() {
     assert_eq!(v["slaves"], 100);
     assert_eq!(v["tasks"], 2000);
     assert_eq!(v["lost"], 0, "every task reached a slave");
-    assert_eq!(v["placed_twice"], 0, "no task reached two slaves or two attempts");
+    assert_eq!(
+        v["placed_twice"], 0,
+        "no task reached two slaves or two attempts"
+    );
     assert_eq!(v["completed"], 2000);
     for k in [
         "placed_per_sec",

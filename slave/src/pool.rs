@@ -106,7 +106,10 @@ pub fn main(dir: &Path) -> i32 {
     // Its log (`pool.log`) follows the agent's `HETSCHED_LOG`.
     hetsched_common::telemetry::init_logging("warn");
     if let Err(e) = std::fs::create_dir_all(dir) {
-        eprintln!("hetsched supervise --pool: cannot create {}: {e}", dir.display());
+        eprintln!(
+            "hetsched supervise --pool: cannot create {}: {e}",
+            dir.display()
+        );
         return 1;
     }
     let lock_file = match std::fs::File::create(dir.join(LOCK)) {
@@ -117,17 +120,20 @@ pub fn main(dir: &Path) -> i32 {
         }
     };
     // One pool per directory: another one running serves the agent already.
-    let _held = match nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock)
-    {
-        Ok(l) => l,
-        Err(_) => return 0,
-    };
+    let _held =
+        match nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(l) => l,
+            Err(_) => return 0,
+        };
     let sock = dir.join(SOCKET);
     let _ = std::fs::remove_file(&sock);
     let listener = match UnixListener::bind(&sock) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("hetsched supervise --pool: cannot listen on {}: {e}", sock.display());
+            eprintln!(
+                "hetsched supervise --pool: cannot listen on {}: {e}",
+                sock.display()
+            );
             return 1;
         }
     };
@@ -253,10 +259,7 @@ fn reap(pool: &Pool) {
         {
             let mut s = lock(&pool.state);
             while s.running.is_empty() {
-                s = pool
-                    .started
-                    .wait(s)
-                    .unwrap_or_else(|p| p.into_inner());
+                s = pool.started.wait(s).unwrap_or_else(|p| p.into_inner());
             }
         }
         // Peek (WNOWAIT) at which child ended, then reap it under the state lock, and only
@@ -369,7 +372,11 @@ fn compact(journal: &Path) {
     let Ok(text) = std::fs::read_to_string(journal) else {
         return;
     };
-    let Some(attempts) = journal.parent().and_then(Path::parent).map(|d| d.join("attempts")) else {
+    let Some(attempts) = journal
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("attempts"))
+    else {
         return;
     };
     let kept: String = text

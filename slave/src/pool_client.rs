@@ -85,7 +85,9 @@ impl PoolClient {
             *conn = None;
         }
         lock(&self.waiters).remove(attempt_dir);
-        Err(std::io::Error::other("the supervisor pool does not take requests"))
+        Err(std::io::Error::other(
+            "the supervisor pool does not take requests",
+        ))
     }
 
     /// Connects to the running pool, or starts one and connects.
@@ -108,7 +110,10 @@ impl PoolClient {
         let mut reader = BufReader::new(stream.try_clone()?);
         let mut hello = String::new();
         reader.read_line(&mut hello)?;
-        let mut f = hello.split_whitespace().skip(1).map(|x| x.parse::<i64>().ok());
+        let mut f = hello
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse::<i64>().ok());
         let (Some(Some(pid)), Some(Some(start))) = (f.next(), f.next()) else {
             return Err(std::io::Error::other(format!(
                 "unexpected greeting from the supervisor pool: {hello:?}"

@@ -1,13 +1,13 @@
-//! A master's commands that change what is queued here: `Assign` (accepted only once it is
-//! persisted, superseding a lower attempt of the same task) and `ReleaseQueued` (S0.4: a
-//! queued task handed over to a thief).
+//! A master's commands that change what is queued here: `Assign` and `AssignBatch` (each
+//! assignment accepted only once it is persisted, superseding a lower attempt of the same
+//! task) and `ReleaseQueued` (S0.4: a queued task handed over to a thief).
 //!
 //! Both follow the same rule: the store is flushed before the master hears the answer, so a
 //! crash of this slave never loses an accepted task nor brings back a released one. The
 //! flush is the batch's ([`super::commit`]): the answers wait in `deferred` until it returns.
 
 use super::stop::StopRequest;
-use super::{Agent, ReplyTx};
+use super::{Agent, AgentMsg, ReplyTx};
 use crate::queue::{Offer, Phase};
 use crate::store::{StoreError, StoredPhase, StoredTask};
 use hetsched_common::protocol::{Assignment, ErrorKind, ErrorReply, Message, SlaveCommandReply};
@@ -92,4 +92,42 @@ impl Agent {
         let answer = Message::ToSlaveReply(SlaveCommandReply::Released { released });
         self.deferred.reply(reply, answer);
     }
+}
+
+/// A batch of assignments: each goes to the agent as a single one would, in order; the
+/// batch is `Accepted` once every one is (a refusal or failure answers for the batch, and
+/// the master sends it again: duplicates are acknowledged without running twice).
+pub async fn assign_batch(
+    agent: &tokio::sync::mpsc::UnboundedSender<AgentMsg>,
+    batch: Vec<hetsched_common::protocol::Assignment>,
+) -> Message {
+    let gone = || {
+        Message::Error(ErrorReply::new(
+            ErrorKind::Unavailable,
+            "slave is shutting down",
+        ))
+    };
+    tracing::debug!(target: "hetsched::trace", tasks = batch.len(), first = ?batch.first().map(|a| a.task), "assign: received");
+    let mut replies = Vec::with_capacity(batch.len());
+    for assignment in batch {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if agent
+            .send(AgentMsg::Assign {
+                assignment,
+                reply: tx,
+            })
+            .is_err()
+        {
+            return gone();
+        }
+        replies.push(rx);
+    }
+    for rx in replies {
+        match rx.await {
+            Ok(Message::ToSlaveReply(hetsched_common::protocol::SlaveCommandReply::Accepted)) => {}
+            Ok(other) => return other,
+            Err(_) => return gone(),
+        }
+    }
+    Message::ToSlaveReply(hetsched_common::protocol::SlaveCommandReply::Accepted)
 }

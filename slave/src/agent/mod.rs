@@ -33,7 +33,7 @@
 //!   message, and the answers read straight off its state (running attempts, live CPUs);
 //! - `commit` — the batch's flush, and what waits for it;
 //! - `restore` — building the agent from the store and sweeping unheld attempts;
-//! - `assign` — a master's `Assign` and `ReleaseQueued`;
+//! - `assign` — a master's `Assign`, `AssignBatch` and `ReleaseQueued`;
 //! - `stop` — a master's `StopTask` and the stop line to a running attempt;
 //! - `start` — the pump that starts what the queue lets start (processes and programs);
 //! - `promote` — S0.3: asking the leader to start queued tasks, and its answer;
@@ -50,6 +50,7 @@ mod start;
 mod stop;
 mod watched;
 
+pub use assign::assign_batch;
 pub use watched::outcome_of;
 
 use crate::exec::{self, Launcher};

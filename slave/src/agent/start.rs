@@ -26,10 +26,12 @@ impl Agent {
             }
             let (task, attempt) = (a.task, a.attempt);
             let launched = self.launcher.prepare(&a).and_then(|(dir, spec)| {
-                self.pool.start(&dir, &spec).map_err(|source| SpawnError::Io {
-                    path: self.launcher.pool_dir(),
-                    source,
-                })
+                self.pool
+                    .start(&dir, &spec)
+                    .map_err(|source| SpawnError::Io {
+                        path: self.launcher.pool_dir(),
+                        source,
+                    })
             });
             match launched {
                 Ok(started) => {

@@ -48,6 +48,9 @@ struct InProcSlave {
     index: u32,
     reports: mpsc::UnboundedSender<(TaskId, Attempt)>,
     held: Arc<Mutex<BTreeMap<(TaskId, Attempt), ()>>>,
+    /// Attempts whose finish the leader acknowledged: a late re-sent assignment of one is
+    /// acknowledged without running again, as a real slave's done records do.
+    done: Mutex<HashSet<(TaskId, Attempt)>>,
     /// S0.3: queued assignments waiting for the leader's promotion (asked with every
     /// delivery; started once promoted, as a real slave does).
     waiting: Mutex<Vec<(TaskId, Attempt)>>,
@@ -57,6 +60,13 @@ struct InProcSlave {
 impl InProcSlave {
     /// Accepts an assignment (again, for a duplicate) and queues its reports.
     fn accept(&self, a: &Assignment) {
+        let done = match self.done.lock() {
+            Ok(g) => g.contains(&(a.task, a.attempt)),
+            Err(p) => p.into_inner().contains(&(a.task, a.attempt)),
+        };
+        if done {
+            return;
+        }
         let new = {
             let mut held = match self.held.lock() {
                 Ok(g) => g,
@@ -65,11 +75,11 @@ impl InProcSlave {
             held.insert((a.task, a.attempt), ()).is_none()
         };
         if new {
-            lock(&self.seen)
-                .received
-                .entry(a.task)
-                .or_default()
-                .push((self.index, a.attempt));
+            let mut seen = lock(&self.seen);
+            let r = seen.received.entry(a.task).or_default();
+            if !r.contains(&(self.index, a.attempt)) {
+                r.push((self.index, a.attempt));
+            }
         }
         if new && a.queued {
             let mut w = match self.waiting.lock() {
@@ -149,6 +159,7 @@ pub(crate) async fn start_in_process_slave(
         index: i,
         reports: tx,
         held: Arc::new(Mutex::new(BTreeMap::new())),
+        done: Mutex::new(HashSet::new()),
         waiting: Mutex::new(Vec::new()),
         seen: seen.clone(),
     });
@@ -224,7 +235,13 @@ async fn slave_link(
         })
     };
     let mut node: Option<NodeId> = None;
-    let mut beat = tokio::time::interval(Duration::from_millis(400));
+    // Spread over the period by slave number, as independent slaves' heartbeats are: a
+    // thousand slaves started together must not beat in one burst.
+    let phase = Duration::from_millis((i as u64).wrapping_mul(397) % 400);
+    let mut beat = tokio::time::interval_at(
+        tokio::time::Instant::now() + phase,
+        Duration::from_millis(400),
+    );
     let mut last_beat = Instant::now();
     let mut queue: Vec<(TaskId, Attempt)> = Vec::new();
     loop {
@@ -355,6 +372,10 @@ async fn deliver(
         slave.promoted(tasks);
     }
     if let Ok(Message::SlaveReply(SlaveResponse::Ack | SlaveResponse::Promoted { .. })) = reply {
+        // Done before no longer held: a re-send in between is never taken as new.
+        if let Ok(mut d) = slave.done.lock() {
+            d.extend(tasks.iter().copied());
+        }
         if let Ok(mut h) = slave.held.lock() {
             for t in tasks {
                 h.remove(t);
