@@ -267,11 +267,9 @@ fn reap(pool: &Pool) {
         // `spawn`, which runs under the same lock.
         let mut batch = Vec::new();
         let mut flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
-        loop {
-            let pid = match waitid(Id::All, flags) {
-                Ok(WaitStatus::Exited(pid, _)) | Ok(WaitStatus::Signaled(pid, _, _)) => pid,
-                _ => break,
-            };
+        while let Ok(WaitStatus::Exited(pid, _)) | Ok(WaitStatus::Signaled(pid, _, _)) =
+            waitid(Id::All, flags)
+        {
             let mut s = lock(&pool.state);
             let known = s.running.remove(&pid.as_raw());
             let status = waitpid(pid, Some(WaitPidFlag::WNOHANG));
