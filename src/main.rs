@@ -120,6 +120,9 @@ enum BenchCommand {
     Placement(cmd::bench_placement::Args),
     /// End to end: submit → placed → running → completed, with real or in-process slaves.
     E2e(cmd::bench_e2e::E2eArgs),
+    /// Many slaves: heartbeat cost, placements/s, submit→dispatch, memory, with in-process
+    /// slaves speaking the full protocol.
+    Scale(cmd::bench_scale::ScaleArgs),
 }
 
 /// The command line with the exit-code table in every command's `--help`.
@@ -212,6 +215,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Failover(a)) => cmd::bench_raft::failover(a),
         Command::Bench(BenchCommand::Placement(a)) => cmd::bench_placement::run(a),
         Command::Bench(BenchCommand::E2e(a)) => cmd::bench_e2e::run(a),
+        Command::Bench(BenchCommand::Scale(a)) => cmd::bench_scale::run(a),
         Command::PlanBatch(a) => cmd::plan_batch::run(a),
         Command::SubmitBatch(a) => cmd::batch::submit(&masters, a),
         Command::Batch(a) => cmd::batch::show(&masters, a),

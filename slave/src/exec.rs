@@ -173,72 +173,18 @@ impl Launcher {
         self.attempts_dir.join(attempt_name(task, attempt))
     }
 
-    /// Starts attempt `a` under a new supervisor: creates its directory (refusing if it
-    /// exists — an attempt never starts twice), its cgroup with the task's limits (where
-    /// cgroups are in use), its `spec.json` and `cpus` file, then executes the supervisor in
-    /// a session of its own, detached from the agent.
+    /// Where the slave's long-lived supervisor keeps its socket, journal and log
+    /// (`DATA/supervisor`, beside `DATA/attempts`; see [`crate::pool`]).
+    pub fn pool_dir(&self) -> PathBuf {
+        self.attempts_dir.with_file_name("supervisor")
+    }
+
+    /// Starts attempt `a` under a new per-attempt supervisor: [`prepare`](Self::prepare),
+    /// then executes the supervisor in a session of its own, detached from the agent. (The
+    /// agent starts attempts through the slave's long-lived supervisor instead,
+    /// [`crate::pool`]; this way remains for comparison in `benches/spawn.rs`.)
     pub fn launch(&self, a: &Assignment) -> Result<Launched, SpawnError> {
-        if a.command.is_empty() {
-            return Err(SpawnError::EmptyCommand);
-        }
-        let dir = self.attempt_dir(a.task, a.attempt);
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| SpawnError::Io { path, source }
-        };
-        std::fs::create_dir_all(&self.attempts_dir).map_err(io(&self.attempts_dir))?;
-        match std::fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(SpawnError::AlreadyStarted(dir))
-            }
-            Err(e) => return Err(io(&dir)(e)),
-        }
-        let name = attempt_name(a.task, a.attempt);
-        let limits = Limits {
-            cpu_milli: a.resources.cpu_milli,
-            mem_mib: a.resources.mem_mib,
-        };
-        let cg = match self.cgroups.create(&name, limits) {
-            Ok(cg) => Some(cg),
-            Err(e) => {
-                // The task still runs, unlimited; the operator sees why.
-                tracing::warn!(task = %a.task, attempt = a.attempt, error = %e, "cannot create the attempt's cgroup; running it without limits");
-                None
-            }
-        };
-        let cpus_file = dir.join(CPUS_FILE);
-        // Atomic, not fsynced: the agent's loop waits for this, and the file only matters
-        // while the task runs.
-        write_atomically(
-            &cpus_file,
-            format!("{}\n", cpus_text(a.resources.cpu_milli)).as_bytes(),
-        )
-        .map_err(io(&cpus_file))?;
-        let (stdout, stderr) = log_paths(&self.log_dir, a);
-        let mut env = task_env(a, Some(&cpus_file));
-        if self.probe_files.gpu_util && !a.gpus.is_empty() {
-            env.push((
-                "HETSCHED_GPU_UTIL_FILE".into(),
-                dir.join(GPU_UTIL_FILE).display().to_string(),
-            ));
-        }
-        if self.probe_files.membw {
-            env.push((
-                "HETSCHED_MEMBW_FILE".into(),
-                dir.join(MEMBW_FILE).display().to_string(),
-            ));
-        }
-        env.extend(a.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let spec = Spec {
-            version: FORMAT_VERSION,
-            argv: a.command.clone(),
-            env,
-            stdout,
-            stderr,
-            cgroup_procs: cg.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
-            oom_counter: cg.as_ref().and_then(|c| c.oom_counter_file()),
-        };
+        let (dir, spec) = self.prepare(a)?;
         let spec_path = dir.join(SPEC_FILE);
         let bytes = serde_json::to_vec(&spec).map_err(|e| SpawnError::Io {
             path: spec_path.clone(),
@@ -246,9 +192,15 @@ impl Launcher {
         })?;
         // Not fsynced: the supervisor reads it at once, and after a machine crash the task
         // is gone anyway (the attempt is then reported lost).
-        std::fs::write(&spec_path, bytes).map_err(io(&spec_path))?;
+        std::fs::write(&spec_path, bytes).map_err(|source| SpawnError::Io {
+            path: spec_path.clone(),
+            source,
+        })?;
         let log_path = dir.join(SUPERVISOR_LOG);
-        let log = std::fs::File::create(&log_path).map_err(io(&log_path))?;
+        let log = std::fs::File::create(&log_path).map_err(|source| SpawnError::Io {
+            path: log_path.clone(),
+            source,
+        })?;
         let (program, lead) = self
             .supervisor
             .split_first()
@@ -279,6 +231,76 @@ impl Launcher {
             pid,
             start_time,
         })
+    }
+
+    /// Everything a supervisor needs to start attempt `a`: its directory (refusing if it
+    /// exists — an attempt never starts twice), its cgroup with the task's limits (where
+    /// cgroups are in use) and its `cpus` file. Returns the directory and the spec (which
+    /// the pool gets inline, [`crate::pool`], and a per-attempt supervisor as `spec.json`).
+    pub fn prepare(&self, a: &Assignment) -> Result<(PathBuf, Spec), SpawnError> {
+        if a.command.is_empty() {
+            return Err(SpawnError::EmptyCommand);
+        }
+        let dir = self.attempt_dir(a.task, a.attempt);
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| SpawnError::Io { path, source }
+        };
+        std::fs::create_dir_all(&self.attempts_dir).map_err(io(&self.attempts_dir))?;
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(SpawnError::AlreadyStarted(dir))
+            }
+            Err(e) => return Err(io(&dir)(e)),
+        }
+        let name = attempt_name(a.task, a.attempt);
+        let limits = Limits {
+            cpu_milli: a.resources.cpu_milli,
+            mem_mib: a.resources.mem_mib,
+        };
+        let cg = match self.cgroups.create(&name, limits) {
+            Ok(cg) => Some(cg),
+            Err(e) => {
+                // The task still runs, unlimited; the operator sees why.
+                tracing::warn!(task = %a.task, attempt = a.attempt, error = %e, "cannot create the attempt's cgroup; running it without limits");
+                None
+            }
+        };
+        let cpus_file = dir.join(CPUS_FILE);
+        // Not fsynced: the agent's loop waits for this, and the file only matters while the
+        // task runs. Written in place: nothing reads it before the task starts (a change
+        // later replaces it atomically, `set_cpus`).
+        std::fs::write(
+            &cpus_file,
+            format!("{}\n", cpus_text(a.resources.cpu_milli)).as_bytes(),
+        )
+        .map_err(io(&cpus_file))?;
+        let (stdout, stderr) = log_paths(&self.log_dir, a);
+        let mut env = task_env(a, Some(&cpus_file));
+        if self.probe_files.gpu_util && !a.gpus.is_empty() {
+            env.push((
+                "HETSCHED_GPU_UTIL_FILE".into(),
+                dir.join(GPU_UTIL_FILE).display().to_string(),
+            ));
+        }
+        if self.probe_files.membw {
+            env.push((
+                "HETSCHED_MEMBW_FILE".into(),
+                dir.join(MEMBW_FILE).display().to_string(),
+            ));
+        }
+        env.extend(a.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let spec = Spec {
+            version: FORMAT_VERSION,
+            argv: a.command.clone(),
+            env,
+            stdout,
+            stderr,
+            cgroup_procs: cg.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
+            oom_counter: cg.as_ref().and_then(|c| c.oom_counter_file()),
+        };
+        Ok((dir, spec))
     }
 }
 

@@ -5,7 +5,9 @@
 //! - [`queue`] — the local queue (pure bookkeeping, unit-tested);
 //! - [`store`] — sled persistence: identity, held tasks, acknowledged attempts;
 //! - [`exec`] — starting attempts under supervisors, task environment, exit-code convention;
-//! - [`supervisor`] — the per-attempt supervisor process and its versioned files;
+//! - [`pool`] — the slave's long-lived supervisor that starts, reaps and journals every task;
+//!   [`pool_client`] — the agent's side of it;
+//! - [`supervisor`] — the attempt files, and the older per-attempt supervisor process;
 //! - [`cgroup`] — CPU and memory limits through cgroups v2 or v1;
 //! - [`agent`] — the task that owns queue and store and does their I/O;
 //! - [`link`] — registration, heartbeats, report delivery, leader following;
@@ -24,7 +26,7 @@
 //! # Restart semantics (each attempt runs at most once)
 //! Everything accepted is in sled before the master hears `Accepted`; every result is in sled
 //! before it is reported and stays there until the master answers `Ack`. Each attempt runs
-//! under a supervisor process of its own that outlives the agent and writes the exit status
+//! under the slave's supervisor pool, which outlives the agent and records the exit status
 //! durably. On start the slave reloads it all: queued tasks run; unacknowledged results are
 //! reported again; attempts that were running are re-adopted (their supervisor still lives),
 //! collected (it ended meanwhile: the true exit code is reported) or — supervisor gone with no
@@ -46,6 +48,8 @@ pub mod http;
 pub mod link;
 pub mod logs;
 pub mod membw_total;
+pub mod pool;
+pub mod pool_client;
 pub mod probe;
 pub mod program;
 pub mod queue;
@@ -556,7 +560,7 @@ fn handler(
         Box::pin(async move {
             let msg = match msg {
                 Message::ToSlave(SlaveCommand::AssignBatch(batch)) => {
-                    return Some(assign_batch(&agent, batch).await)
+                    return Some(agent::assign_batch(&agent, batch).await)
                 }
                 Message::Peer(PeerRequest::ForwardedCall {
                     from,
@@ -674,41 +678,4 @@ fn handler(
             Some(rx.await.unwrap_or_else(|_| gone()))
         })
     })
-}
-
-/// A batch of assignments: each goes to the agent as a single one would, in order; the
-/// batch is `Accepted` once every one is (a refusal or failure answers for the batch, and
-/// the master sends it again: duplicates are acknowledged without running twice).
-async fn assign_batch(
-    agent: &mpsc::UnboundedSender<agent::AgentMsg>,
-    batch: Vec<hetsched_common::protocol::Assignment>,
-) -> Message {
-    let gone = || {
-        Message::Error(ErrorReply::new(
-            ErrorKind::Unavailable,
-            "slave is shutting down",
-        ))
-    };
-    let mut replies = Vec::with_capacity(batch.len());
-    for assignment in batch {
-        let (tx, rx) = oneshot::channel();
-        if agent
-            .send(agent::AgentMsg::Assign {
-                assignment,
-                reply: tx,
-            })
-            .is_err()
-        {
-            return gone();
-        }
-        replies.push(rx);
-    }
-    for rx in replies {
-        match rx.await {
-            Ok(Message::ToSlaveReply(hetsched_common::protocol::SlaveCommandReply::Accepted)) => {}
-            Ok(other) => return other,
-            Err(_) => return gone(),
-        }
-    }
-    Message::ToSlaveReply(hetsched_common::protocol::SlaveCommandReply::Accepted)
 }

@@ -167,11 +167,17 @@ pub fn is_alive(pid: i32, start_time: u64) -> bool {
     state_ok && f.get(19).and_then(|s| s.parse::<u64>().ok()) == Some(start_time)
 }
 
-/// The supervisor's entry point: `args` are what follows `supervise` on the command line.
-/// Returns the process exit status (0 once a status file is written).
+/// The supervisor's entry point: `args` are what follows `supervise` on the command line
+/// (`ATTEMPT_DIR` for one attempt, `--pool DIR` for the slave's long-lived supervisor,
+/// [`crate::pool`]). Returns the process exit status (0 once a status file is written).
 pub fn main(args: &[OsString]) -> i32 {
+    if let [flag, dir] = args {
+        if flag == "--pool" {
+            return crate::pool::main(Path::new(dir));
+        }
+    }
     let [dir] = args else {
-        eprintln!("usage: hetsched supervise ATTEMPT_DIR (started by the slave, not by hand)");
+        eprintln!("usage: hetsched supervise ATTEMPT_DIR | --pool DIR (started by the slave, not by hand)");
         return 2;
     };
     // A session of its own: the agent's death, its terminal's signals and its process group
@@ -191,7 +197,8 @@ pub fn main(args: &[OsString]) -> i32 {
     }
 }
 
-fn cannot_start(why: String) -> ExitRecord {
+/// The record of an attempt that could not start.
+pub fn cannot_start(why: String) -> ExitRecord {
     ExitRecord {
         version: FORMAT_VERSION,
         exit_code: crate::exec::EXIT_CANNOT_START,
@@ -207,28 +214,25 @@ fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
-/// Runs the attempt described in `dir` to its end.
-fn supervise(dir: &Path) -> ExitRecord {
-    let spec: Spec = match std::fs::read(dir.join(SPEC_FILE))
-        .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-    {
-        Ok(s) => s,
-        Err(e) => return cannot_start(format!("cannot read {}: {e}", SPEC_FILE)),
-    };
-    let note = |line: &str| {
-        if let Ok(mut f) = open_append(&spec.stderr) {
-            let _ = writeln!(f, "hetsched: {line}");
-        }
-    };
+/// Appends `hetsched: LINE` to the task's stderr log (best effort).
+pub fn note(spec: &Spec, line: &str) {
+    if let Ok(mut f) = open_append(&spec.stderr) {
+        let _ = writeln!(f, "hetsched: {line}");
+    }
+}
+
+/// The task's command as `spec` describes it: its own process group, output appended to its
+/// log files, and its cgroups joined between fork and exec. A failure is the attempt's
+/// `cannot_start` record (also noted in its stderr log where that can be opened).
+pub fn task_command(spec: &Spec) -> Result<Command, ExitRecord> {
     let Some((program, args)) = spec.argv.split_first() else {
-        note("empty command");
-        return cannot_start("empty command".into());
+        note(spec, "empty command");
+        return Err(cannot_start("empty command".into()));
     };
     let (out, err) = match (open_append(&spec.stdout), open_append(&spec.stderr)) {
         (Ok(o), Ok(e)) => (o, e),
         (Err(e), _) | (_, Err(e)) => {
-            return cannot_start(format!("cannot open log files: {e}"));
+            return Err(cannot_start(format!("cannot open log files: {e}")));
         }
     };
     // Opened before the fork, written in the child: joining its cgroup before it executes
@@ -260,11 +264,28 @@ fn supervise(dir: &Path) -> ExitRecord {
             });
         }
     }
+    Ok(cmd)
+}
+
+/// Runs the attempt described in `dir` to its end.
+fn supervise(dir: &Path) -> ExitRecord {
+    let spec: Spec = match std::fs::read(dir.join(SPEC_FILE))
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    {
+        Ok(s) => s,
+        Err(e) => return cannot_start(format!("cannot read {}: {e}", SPEC_FILE)),
+    };
+    let mut cmd = match task_command(&spec) {
+        Ok(c) => c,
+        Err(rec) => return rec,
+    };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
+            let program = spec.argv.first().map(String::as_str).unwrap_or_default();
             let why = format!("cannot start {program:?}: {e}");
-            note(&why);
+            note(&spec, &why);
             return cannot_start(why);
         }
     };
@@ -315,7 +336,7 @@ fn supervise(dir: &Path) -> ExitRecord {
 
 /// SIGKILLs every process listed in these `cgroup.procs` files, a few rounds (a process may
 /// fork while being killed).
-fn kill_cgroup_members(procs_files: &[PathBuf]) {
+pub fn kill_cgroup_members(procs_files: &[PathBuf]) {
     for _ in 0..20 {
         let pids: Vec<i32> = procs_files
             .iter()

@@ -5,6 +5,7 @@ pub mod batch;
 pub mod bench_e2e;
 pub mod bench_placement;
 pub mod bench_raft;
+pub mod bench_scale;
 pub mod chaos;
 pub mod client;
 pub mod config;

@@ -430,6 +430,11 @@ impl Connection {
                 }
             }
             closed_w.store(true, Ordering::SeqCst);
+            // Every handle is gone (or the write failed): end the connection, so that the
+            // peer closes its side and the reader below ends too. Without this a dropped
+            // connection kept its socket open as long as the peer did, and a client that
+            // reconnects (after timeouts, following a new leader) piled them up.
+            let _ = wr.shutdown().await;
         });
         let last_error: Arc<Mutex<Option<Message>>> = Arc::new(Mutex::new(None));
         let last_error_r = last_error.clone();

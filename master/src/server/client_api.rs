@@ -138,11 +138,15 @@ impl Master {
         if let Some(fake) = self.ack_before_commit_bug(request, &spec) {
             return Ok(fake);
         }
+        tracing::debug!(target: "hetsched::trace", request = request.0, "submit: proposing");
         match self
             .propose(Command::SubmitJob { spec }, Some(request))
             .await?
         {
-            Outcome::Submitted { job, tasks } => Ok(ClientResponse::Submitted { job, tasks }),
+            Outcome::Submitted { job, tasks } => {
+                tracing::debug!(target: "hetsched::trace", request = request.0, %job, tasks = tasks.len(), "submit: applied, answering");
+                Ok(ClientResponse::Submitted { job, tasks })
+            }
             o => Err(unexpected(o)),
         }
     }

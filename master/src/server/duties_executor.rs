@@ -91,6 +91,7 @@ impl LeaderDuties {
         for e in fx {
             match e {
                 Effect::Propose { tag, command } => {
+                    tracing::debug!(target: "hetsched::trace", ?tag, "duties: proposing");
                     let bytes = CommandEnvelope {
                         at_ms: now_ms(),
                         request: None,
@@ -251,6 +252,7 @@ impl Handler<DutiesMsg> for LeaderDuties {
                     },
                 ) = (self.core.is_leading(), &a.outcome)
                 {
+                    tracing::debug!(target: "hetsched::trace", index = a.index, accepted = accepted.len(), "plan: applied");
                     // Counted once, by the leader that proposed the plan (docs/CONTRACT.md).
                     metrics::counter!("hetsched_master_preemptions_total")
                         .increment(preempted.len() as u64);

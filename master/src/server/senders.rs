@@ -233,6 +233,7 @@ async fn run_sender(
                 Outgoing::DispatchBatch(batch) => {
                     let tasks: Vec<(TaskId, Attempt)> =
                         batch.iter().map(|a| (a.task, a.attempt)).collect();
+                    tracing::debug!(target: "hetsched::trace", %node, tasks = tasks.len(), first = ?tasks.first(), "dispatch: sending");
                     let r = c
                         .call(
                             Message::ToSlave(SlaveCommand::AssignBatch(batch.clone())),
@@ -256,6 +257,7 @@ async fn run_sender(
                     if !ok {
                         tracing::debug!(%node, tasks = tasks.len(), reply = ?r, "batch dispatch not acknowledged; will retry");
                     }
+                    tracing::debug!(target: "hetsched::trace", %node, tasks = tasks.len(), ok, "dispatch: answered");
                     let _ =
                         results.send(SenderResult::Dispatch(DispatchResult { node, tasks, ok }));
                 }

@@ -1,4 +1,4 @@
-//! The end of an attempt: its exit recorded (persisted and flushed before it is reported),
+//! The end of an attempt: its exit recorded (persisted, and reported after the batch's flush),
 //! waiting `StopTask` answers released, and — once the master acknowledges the result — the
 //! attempt forgotten except for its done record.
 //!
@@ -13,7 +13,7 @@ use hetsched_common::{Attempt, TaskId, TaskReason};
 impl Agent {
     /// A watcher's (or a program task's) exit: the attempt no longer runs; its result is
     /// recorded and the `StopTask` answers waiting for it go out.
-    pub(super) async fn exited(
+    pub(super) fn exited(
         &mut self,
         task: TaskId,
         attempt: Attempt,
@@ -22,9 +22,11 @@ impl Agent {
         replies: Vec<ReplyTx>,
     ) {
         self.running.remove(&(task, attempt));
-        self.finished(task, attempt, exit_code, reason).await;
+        self.finished(task, attempt, exit_code, reason);
         for r in replies {
-            let _ = r.send(Message::ToSlaveReply(SlaveCommandReply::Stopped));
+            // After the result is durable, as the finish report.
+            self.deferred
+                .reply(r, Message::ToSlaveReply(SlaveCommandReply::Stopped));
         }
     }
 
@@ -54,8 +56,8 @@ impl Agent {
         tracing::debug!(task = %task, attempt, "result acknowledged");
     }
 
-    /// Records an exit: persisted (flushed) before it is reported.
-    pub(super) async fn finished(
+    /// Records an exit: persisted, and reported after the batch's flush.
+    pub(super) fn finished(
         &mut self,
         task: TaskId,
         attempt: Attempt,
@@ -72,19 +74,18 @@ impl Agent {
         };
         let seq = self.store.get_task(task).ok().flatten().map(|t| t.seq);
         let assignment = entry.assignment.clone();
-        let r = async {
-            let seq = match seq {
-                Some(s) => s,
-                None => self.store.next_seq()?,
-            };
+        let r = match seq {
+            Some(s) => Ok(s),
+            None => self.store.next_seq(),
+        }
+        .and_then(|seq| {
             self.store.put_task(&StoredTask {
                 seq,
                 assignment,
                 phase: StoredPhase::Finished { exit_code, reason },
-            })?;
-            self.store.flush().await
-        }
-        .await;
+            })
+        });
+        self.deferred.wrote();
         if let Err(e) = r {
             // Report anyway: the master learning the result beats holding it back; the
             // supervisor's status file still holds it for a restart.
@@ -98,7 +99,7 @@ impl Agent {
         };
         metrics::counter!("hetsched_slave_tasks_finished_total", "outcome" => outcome).increment(1);
         tracing::info!(task = %task, attempt, exit_code, reason = ?reason, "task finished");
-        let _ = self.reports.send(Report::Finished {
+        self.deferred.report(Report::Finished {
             task,
             attempt,
             exit_code,

@@ -8,14 +8,18 @@
 //!                                                      └─────────┘            └──────┘
 //! ```
 //!
-//! It is actor-shaped (one mailbox, state touched only here) but a plain tokio task: every
-//! message is handled to the end, flushes included, before the next, which keeps "persist
-//! before acknowledging" obvious.
+//! It is actor-shaped (one mailbox, state touched only here) but a plain tokio task. It takes
+//! every message already waiting in its mailbox as one batch, handles each (store writes
+//! included, no flush), then flushes once and only then sends the batch's answers and reports
+//! (`commit`: group commit, one fsync per batch of assignments and per batch of exits, with
+//! "persist before acknowledging" kept exactly).
 //!
-//! Each attempt runs under a supervisor *process* of its own ([`crate::supervisor`]) that
-//! outlives the agent. Here a small watcher task per attempt waits for that supervisor (as its
-//! child, or by polling `/proc` for one re-adopted after a restart), stops the task when asked,
-//! then reads the exit status the supervisor wrote and mails `Exited` back.
+//! Each attempt runs under the slave's long-lived supervisor *process* ([`crate::pool`]), which
+//! outlives the agent (attempts of an older agent may run under a per-attempt supervisor,
+//! [`crate::supervisor`]). Here a small watcher task per attempt waits for the attempt's end
+//! (announced by the pool, or seen by polling its `status.json` and its supervisor's `/proc`
+//! entry after a restart), stops the task when asked, then reads the exit status the
+//! supervisor wrote and mails `Exited` back.
 //!
 //! # Restart: re-adopt, never run twice
 //! An attempt counts as started once its directory exists. On start every attempt the store
@@ -27,8 +31,9 @@
 //! # Layout
 //! - this module — the actor: its messages, its state, the run loop that dispatches each
 //!   message, and the answers read straight off its state (running attempts, live CPUs);
+//! - `commit` — the batch's flush, and what waits for it;
 //! - `restore` — building the agent from the store and sweeping unheld attempts;
-//! - `assign` — a master's `Assign` and `ReleaseQueued`;
+//! - `assign` — a master's `Assign`, `AssignBatch` and `ReleaseQueued`;
 //! - `stop` — a master's `StopTask` and the stop line to a running attempt;
 //! - `start` — the pump that starts what the queue lets start (processes and programs);
 //! - `promote` — S0.3: asking the leader to start queued tasks, and its answer;
@@ -36,6 +41,7 @@
 //! - `finish` — an exit recorded and reported, and forgotten once acknowledged.
 
 mod assign;
+mod commit;
 mod finish;
 mod gpu_holds;
 mod promote;
@@ -44,6 +50,7 @@ mod start;
 mod stop;
 mod watched;
 
+pub use assign::assign_batch;
 pub use watched::outcome_of;
 
 use crate::exec::{self, Launcher};
@@ -233,7 +240,15 @@ pub struct Agent {
     /// S0.2: the GPU engine units each running command task's granted devices take out of
     /// the program pool (`gpu_holds.rs`).
     gpu_holds: HashMap<(TaskId, Attempt), crate::engine::held::HeldUnits>,
+    /// Answers and reports waiting for the batch's flush (`commit`).
+    deferred: commit::Deferred,
+    /// The slave's long-lived supervisor, which starts and reaps every task.
+    pool: std::sync::Arc<crate::pool_client::PoolClient>,
 }
+
+/// The most messages handled before one flush: bounds how long the first answer of a
+/// batch waits behind the others.
+const MAX_BATCH: usize = 4096;
 
 impl Agent {
     /// Runs API-program tasks in-process with these hooks (without them a program task's
@@ -251,12 +266,23 @@ impl Agent {
             tracing::info!(task = %w.task, attempt = w.attempt, supervisor = ?w.supervisor, "watching a task started before this agent");
             self.watch(w);
         }
-        self.pump().await;
+        self.pump();
+        self.commit().await;
         self.ask_to_start();
         self.gauges();
         while let Some(msg) = inbox.recv().await {
-            self.handle(msg).await;
-            self.pump().await;
+            // Group commit: whatever else is already waiting joins this batch.
+            self.handle(msg);
+            for _ in 1..MAX_BATCH {
+                match inbox.try_recv() {
+                    Ok(m) => self.handle(m),
+                    Err(_) => break,
+                }
+            }
+            // Accepted assignments are durable (and answered) before any of them starts.
+            self.commit().await;
+            self.pump();
+            self.commit().await;
             self.ask_to_start();
             self.gauges();
         }
@@ -268,25 +294,22 @@ impl Agent {
             .set(self.queue.cpu_running_milli() as f64);
     }
 
-    async fn handle(&mut self, msg: AgentMsg) {
+    fn handle(&mut self, msg: AgentMsg) {
         match msg {
-            AgentMsg::Assign { assignment, reply } => {
-                let answer = self.assign(assignment).await;
-                let _ = reply.send(answer);
-            }
+            AgentMsg::Assign { assignment, reply } => self.assign(assignment, reply),
             AgentMsg::Stop {
                 task,
                 attempt,
                 grace,
                 reply,
-            } => self.stop(task, attempt, grace, reply).await,
+            } => self.stop(task, attempt, grace, reply),
             AgentMsg::Exited {
                 task,
                 attempt,
                 exit_code,
                 reason,
                 replies,
-            } => self.exited(task, attempt, exit_code, reason, replies).await,
+            } => self.exited(task, attempt, exit_code, reason, replies),
             AgentMsg::Acked { task, attempt } => self.acked(task, attempt),
             AgentMsg::Held { reply } => {
                 let _ = reply.send(self.queue.held());
@@ -306,10 +329,7 @@ impl Agent {
                 task,
                 attempt,
                 reply,
-            } => {
-                let answer = self.release(task, attempt).await;
-                let _ = reply.send(answer);
-            }
+            } => self.release(task, attempt, reply),
             AgentMsg::WantsWork { reply } => {
                 let _ = reply.send(self.queue.wants_work());
             }

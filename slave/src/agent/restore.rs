@@ -98,6 +98,7 @@ impl Agent {
                 "removed stale cgroups of a previous run"
             );
         }
+        let (launcher_supervisor, pool_dir) = (launcher.supervisor.clone(), launcher.pool_dir());
         Ok(Self {
             queue,
             store,
@@ -110,6 +111,11 @@ impl Agent {
             programs: None,
             asked: Default::default(),
             gpu_holds: HashMap::new(),
+            deferred: Default::default(),
+            pool: std::sync::Arc::new(crate::pool_client::PoolClient::new(
+                launcher_supervisor,
+                pool_dir,
+            )),
         })
     }
 }

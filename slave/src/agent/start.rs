@@ -1,5 +1,5 @@
 //! Starting work: the pump that starts every task the local queue lets start, each either
-//! as a process under its own supervisor (then watched, [`super::watched`]) or, for an
+//! as a process under the slave's supervisor pool (then watched, [`super::watched`]) or, for an
 //! API-program task (S0), in-process on a blocking thread.
 //!
 //! A started attempt is persisted as `Supervised` before it is reported `Started`; one whose
@@ -16,32 +16,41 @@ use tokio::sync::mpsc;
 
 impl Agent {
     /// Starts every task the queue lets start.
-    pub(super) async fn pump(&mut self) {
+    pub(super) fn pump(&mut self) {
         while let Some(a) = self.queue.start_next() {
             if let Some(hooks) = self.programs.clone() {
                 if let Some(program) = crate::program::carried(&a) {
-                    self.start_program(a, program, hooks).await;
+                    self.start_program(a, program, hooks);
                     continue;
                 }
             }
             let (task, attempt) = (a.task, a.attempt);
-            match self.launcher.launch(&a) {
-                Ok(launched) => {
-                    let (pid, start_time) = (launched.pid, launched.start_time);
+            let launched = self.launcher.prepare(&a).and_then(|(dir, spec)| {
+                self.pool
+                    .start(&dir, &spec)
+                    .map_err(|source| SpawnError::Io {
+                        path: self.launcher.pool_dir(),
+                        source,
+                    })
+            });
+            match launched {
+                Ok(started) => {
+                    tracing::debug!(target: "hetsched::trace", task = %task, attempt, "pump: handed to the supervisor pool");
+                    let (pid, start_time) = started.pool;
                     let seq = self.store.get_task(task).ok().flatten().map(|t| t.seq);
-                    let r = async {
-                        let seq = match seq {
-                            Some(s) => s,
-                            None => self.store.next_seq()?,
-                        };
+                    // Flushed with the batch (`commit`), before the Started report.
+                    let r = match seq {
+                        Some(s) => Ok(s),
+                        None => self.store.next_seq(),
+                    }
+                    .and_then(|seq| {
                         self.store.put_task(&StoredTask {
                             seq,
                             assignment: a.clone(),
                             phase: StoredPhase::Supervised { pid, start_time },
-                        })?;
-                        self.store.flush().await
-                    }
-                    .await;
+                        })
+                    });
+                    self.deferred.wrote();
                     if let Err(e) = r {
                         // The attempt directory still marks it started, and the supervisor
                         // records itself there: a restart finds it all the same.
@@ -50,7 +59,7 @@ impl Agent {
                     self.hold_gpus(&a);
                     metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
                     tracing::info!(task = %task, attempt, supervisor = pid, command = ?a.command, "task started");
-                    let _ = self.reports.send(Report::Started { task, attempt });
+                    self.deferred.report(Report::Started { task, attempt });
                     let mut w = Watched::recovered(
                         &self.launcher,
                         task,
@@ -58,7 +67,7 @@ impl Agent {
                         Some((pid, start_time)),
                         None,
                     );
-                    w.child = Some(launched.child);
+                    w.ended = Some(started.ended);
                     self.watch(w);
                 }
                 Err(SpawnError::AlreadyStarted(dir)) => {
@@ -75,8 +84,7 @@ impl Agent {
                         attempt,
                         exec::EXIT_CANNOT_START,
                         Some(TaskReason::CannotStart),
-                    )
-                    .await;
+                    );
                 }
             }
         }
@@ -90,7 +98,7 @@ impl Agent {
     }
 
     /// between calls. Its store record stays `Queued`, so a slave restart runs it again.
-    async fn start_program(
+    fn start_program(
         &mut self,
         a: Assignment,
         program: Result<hetsched_common::program::Program, String>,
@@ -107,14 +115,13 @@ impl Agent {
                     attempt,
                     crate::program::EXIT_BAD_PROGRAM,
                     Some(TaskReason::CannotStart),
-                )
-                .await;
+                );
                 return;
             }
         };
         metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
         tracing::info!(task = %task, attempt, calls = program.calls.len(), "program task started");
-        let _ = self.reports.send(Report::Started { task, attempt });
+        self.deferred.report(Report::Started { task, attempt });
         let (stop_tx, mut stop_rx) = mpsc::unbounded_channel::<StopRequest>();
         self.running.insert((task, attempt), stop_tx);
         let (log_dir, mailbox) = (self.launcher.log_dir.clone(), self.mailbox.clone());

@@ -24,7 +24,7 @@ pub(super) struct StopRequest {
 }
 
 impl Agent {
-    pub(super) async fn stop(
+    pub(super) fn stop(
         &mut self,
         task: TaskId,
         attempt: Attempt,
@@ -35,15 +35,12 @@ impl Agent {
         match self.queue.stop(task, attempt) {
             Stop::Dequeued => {
                 tracing::info!(task = %task, attempt, "queued task stopped before it ran");
-                let r = async {
-                    self.store.remove_task(task)?;
-                    self.store.flush().await
-                }
-                .await;
-                if let Err(e) = r {
+                self.deferred.wrote();
+                if let Err(e) = self.store.remove_task(task) {
                     tracing::error!(task = %task, attempt, error = %e, "cannot forget stopped task");
                 }
-                let _ = reply.send(stopped);
+                // Answered once forgetting it is durable (the batch's flush).
+                self.deferred.reply(reply, stopped);
             }
             Stop::Kill => match self.running.get(&(task, attempt)) {
                 Some(tx) => {

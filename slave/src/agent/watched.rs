@@ -1,6 +1,7 @@
-//! Watching one started attempt: its supervisor process (a child of this agent, or one
-//! re-adopted after a restart and polled through `/proc`), stopping its task on request, and
-//! collecting the exit the supervisor recorded.
+//! Watching one started attempt: its end (announced by the supervisor pool, or polled through
+//! its `status.json` and its supervisor's `/proc` entry after a restart), stopping its task on
+//! request, and collecting the exit the supervisor recorded (in `status.json`, or in the
+//! pool's journal should a machine crash have lost the former).
 //!
 //! Each watcher is a small tokio task of its own so the agent's mailbox never waits on a
 //! process; it ends by mailing [`AgentMsg::Exited`] back. An attempt whose supervisor is gone
@@ -17,8 +18,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// How often a re-adopted supervisor (not a child of this agent) is checked.
+/// How often an attempt without the pool's announcement (re-adopted after a restart, or its
+/// connection lost) is checked.
 const ADOPTED_POLL: Duration = Duration::from_millis(100);
+
+/// How often an attempt whose end the pool will announce is checked all the same (should an
+/// announcement be lost).
+const ANNOUNCED_POLL: Duration = Duration::from_secs(1);
 
 /// One started attempt, watched until its supervisor is gone.
 #[derive(Debug)]
@@ -26,11 +32,13 @@ pub(super) struct Watched {
     pub(super) task: TaskId,
     pub(super) attempt: Attempt,
     dir: PathBuf,
+    /// The pool's directory (its exit journal).
+    pool_dir: PathBuf,
     cgroup: AttemptCgroup,
     /// The supervisor's pid and start time, when known.
     pub(super) supervisor: Option<(i32, u64)>,
-    /// The supervisor as a child of this agent (not after a restart).
-    pub(super) child: Option<tokio::process::Child>,
+    /// Fires when the supervisor pool announces this attempt's end (not after a restart).
+    pub(super) ended: Option<tokio::sync::oneshot::Receiver<()>>,
     /// Process group of a task started by an agent without supervisors.
     legacy_pgid: Option<i32>,
 }
@@ -53,8 +61,9 @@ impl Watched {
             attempt,
             cgroup: launcher.cgroups.attempt(&exec::attempt_name(task, attempt)),
             dir,
+            pool_dir: launcher.pool_dir(),
             supervisor: recorded.or(stored),
-            child: None,
+            ended: None,
             legacy_pgid,
         }
     }
@@ -64,17 +73,25 @@ impl Watched {
             .is_some_and(|(pid, start)| supervisor::is_alive(pid, start))
     }
 
-    /// Waits until the supervisor has exited.
+    /// Whether the attempt has ended: its exit is recorded, or its supervisor is gone (the
+    /// pool supervises many attempts, so its liveness alone says nothing of this one).
+    fn ended_now(&self) -> bool {
+        self.dir.join(STATUS_FILE).exists() || !self.supervisor_alive()
+    }
+
+    /// Waits until the attempt has ended (see [`ended_now`](Self::ended_now)): woken by the
+    /// pool's announcement, checked every [`ADOPTED_POLL`] without one.
     async fn supervisor_gone(&mut self) {
-        if let Some(child) = &mut self.child {
-            if let Err(e) = child.wait().await {
-                tracing::warn!(task = %self.task, error = %e, "cannot wait for the supervisor; polling it");
-            } else {
-                return;
+        while !self.ended_now() {
+            match &mut self.ended {
+                Some(rx) => {
+                    tokio::select! {
+                        _ = rx => self.ended = None,
+                        _ = tokio::time::sleep(ANNOUNCED_POLL) => {}
+                    }
+                }
+                None => tokio::time::sleep(ADOPTED_POLL).await,
             }
-        }
-        while self.supervisor_alive() {
-            tokio::time::sleep(ADOPTED_POLL).await;
         }
     }
 
@@ -153,7 +170,9 @@ impl Watched {
     /// After the supervisor is gone: the recorded exit, or — with no record — the attempt's
     /// leftovers killed and the attempt reported lost. The attempt's cgroup is removed.
     fn collect(self) -> (i32, Option<TaskReason>) {
-        let status = supervisor::read_json::<ExitRecord>(&self.dir.join(STATUS_FILE));
+        let name = exec::attempt_name(self.task, self.attempt);
+        let status = supervisor::read_json::<ExitRecord>(&self.dir.join(STATUS_FILE))
+            .or_else(|| crate::pool::journaled_exit(&self.pool_dir, &name));
         let result = match status {
             Some(rec) => {
                 // Whatever outlived the task in its cgroup (the supervisor already killed its

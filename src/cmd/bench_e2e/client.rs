@@ -9,12 +9,12 @@ use std::time::Duration;
 /// Requests to whichever master leads: the common [`leader::LeaderClient`], retrying everything
 /// that may pass (elections, `Busy`) every 50 ms; a refusal comes back as the error answer
 /// it was.
-pub(super) struct BenchClient {
+pub(crate) struct BenchClient {
     inner: leader::LeaderClient,
 }
 
 impl BenchClient {
-    pub(super) fn new(masters: Vec<String>) -> Self {
+    pub(crate) fn new(masters: Vec<String>) -> Self {
         let options = LeaderOptions {
             connect_timeout: Duration::from_secs(1),
             call_timeout: Duration::from_secs(10),
@@ -29,7 +29,7 @@ impl BenchClient {
     }
 
     /// The same client connecting with `setup` (an in-process slave's certificate).
-    pub(super) fn with_tls(
+    pub(crate) fn with_tls(
         mut self,
         setup: std::sync::Arc<hetsched_common::wire::tls::TlsSetup>,
     ) -> Self {
@@ -37,7 +37,7 @@ impl BenchClient {
         self
     }
 
-    pub(super) async fn call(
+    pub(crate) async fn call(
         &mut self,
         body: Message,
         deadline: Duration,
@@ -54,7 +54,7 @@ impl BenchClient {
         }
     }
 
-    pub(super) async fn status(&mut self) -> anyhow::Result<StatusInfo> {
+    pub(crate) async fn status(&mut self) -> anyhow::Result<StatusInfo> {
         match self
             .call(
                 Message::Client(ClientRequest::Status { stale: false }),

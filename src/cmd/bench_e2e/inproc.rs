@@ -17,20 +17,25 @@ use tokio::sync::mpsc;
 
 /// What the in-process slaves record, shared by all of them.
 #[derive(Default)]
-pub(super) struct Seen {
+pub(crate) struct Seen {
     /// First arrival of each task's assignment.
-    pub(super) running: HashMap<TaskId, Instant>,
+    pub(crate) running: HashMap<TaskId, Instant>,
     /// Tasks whose finish report the leader acknowledged.
-    pub(super) completed: HashSet<TaskId>,
+    pub(crate) completed: HashSet<TaskId>,
     /// Arrival of the last new assignment.
-    pub(super) last_placed: Option<Instant>,
+    pub(crate) last_placed: Option<Instant>,
     /// Assignment messages received (a batch counts once).
-    pub(super) dispatch_messages: u64,
+    pub(crate) dispatch_messages: u64,
+    /// Every distinct (slave, attempt) that received each task: more than one is a task
+    /// placed twice (`bench scale` counts them).
+    pub(crate) received: HashMap<TaskId, Vec<(u32, Attempt)>>,
+    /// Heartbeats sent by all the slaves.
+    pub(crate) heartbeats: u64,
 }
 
-pub(super) type SeenRef = Arc<Mutex<Seen>>;
+pub(crate) type SeenRef = Arc<Mutex<Seen>>;
 
-pub(super) fn lock(seen: &SeenRef) -> std::sync::MutexGuard<'_, Seen> {
+pub(crate) fn lock(seen: &SeenRef) -> std::sync::MutexGuard<'_, Seen> {
     match seen.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -39,8 +44,13 @@ pub(super) fn lock(seen: &SeenRef) -> std::sync::MutexGuard<'_, Seen> {
 
 /// One in-process slave: a listener for the masters' commands and a link task.
 struct InProcSlave {
+    /// Its number (0-based), as in its name `inproc-<index + 1>`.
+    index: u32,
     reports: mpsc::UnboundedSender<(TaskId, Attempt)>,
     held: Arc<Mutex<BTreeMap<(TaskId, Attempt), ()>>>,
+    /// Attempts whose finish the leader acknowledged: a late re-sent assignment of one is
+    /// acknowledged without running again, as a real slave's done records do.
+    done: Mutex<HashSet<(TaskId, Attempt)>>,
     /// S0.3: queued assignments waiting for the leader's promotion (asked with every
     /// delivery; started once promoted, as a real slave does).
     waiting: Mutex<Vec<(TaskId, Attempt)>>,
@@ -50,6 +60,13 @@ struct InProcSlave {
 impl InProcSlave {
     /// Accepts an assignment (again, for a duplicate) and queues its reports.
     fn accept(&self, a: &Assignment) {
+        let done = match self.done.lock() {
+            Ok(g) => g.contains(&(a.task, a.attempt)),
+            Err(p) => p.into_inner().contains(&(a.task, a.attempt)),
+        };
+        if done {
+            return;
+        }
         let new = {
             let mut held = match self.held.lock() {
                 Ok(g) => g,
@@ -57,6 +74,13 @@ impl InProcSlave {
             };
             held.insert((a.task, a.attempt), ()).is_none()
         };
+        if new {
+            let mut seen = lock(&self.seen);
+            let r = seen.received.entry(a.task).or_default();
+            if !r.contains(&(self.index, a.attempt)) {
+                r.push((self.index, a.attempt));
+            }
+        }
         if new && a.queued {
             let mut w = match self.waiting.lock() {
                 Ok(g) => g,
@@ -120,7 +144,7 @@ fn in_process_certs(i: u32) -> anyhow::Result<Option<Arc<hetsched_common::wire::
     Ok(Some(Arc::new(setup)))
 }
 
-pub(super) async fn start_in_process_slave(
+pub(crate) async fn start_in_process_slave(
     i: u32,
     masters: Vec<String>,
     cpus: u32,
@@ -132,8 +156,10 @@ pub(super) async fn start_in_process_slave(
     let addr = listener.local_addr()?.to_string();
     let (tx, rx) = mpsc::unbounded_channel();
     let slave = Arc::new(InProcSlave {
+        index: i,
         reports: tx,
         held: Arc::new(Mutex::new(BTreeMap::new())),
+        done: Mutex::new(HashSet::new()),
         waiting: Mutex::new(Vec::new()),
         seen: seen.clone(),
     });
@@ -209,7 +235,13 @@ async fn slave_link(
         })
     };
     let mut node: Option<NodeId> = None;
-    let mut beat = tokio::time::interval(Duration::from_millis(400));
+    // Spread over the period by slave number, as independent slaves' heartbeats are: a
+    // thousand slaves started together must not beat in one burst.
+    let phase = Duration::from_millis((i as u64).wrapping_mul(397) % 400);
+    let mut beat = tokio::time::interval_at(
+        tokio::time::Instant::now() + phase,
+        Duration::from_millis(400),
+    );
     let mut last_beat = Instant::now();
     let mut queue: Vec<(TaskId, Attempt)> = Vec::new();
     loop {
@@ -295,6 +327,7 @@ async fn heartbeat(
         links: Vec::new(),
     });
     *last_beat = Instant::now();
+    lock(&slave.seen).heartbeats += 1;
     !matches!(
         client.call(hb, Duration::from_secs(5)).await,
         Ok(Message::Error(ErrorReply {
@@ -339,6 +372,10 @@ async fn deliver(
         slave.promoted(tasks);
     }
     if let Ok(Message::SlaveReply(SlaveResponse::Ack | SlaveResponse::Promoted { .. })) = reply {
+        // Done before no longer held: a re-send in between is never taken as new.
+        if let Ok(mut d) = slave.done.lock() {
+            d.extend(tasks.iter().copied());
+        }
         if let Ok(mut h) = slave.held.lock() {
             for t in tasks {
                 h.remove(t);

@@ -18,8 +18,8 @@
 //! offered rate, completion), `measure.rs` the measurements and the report, `client.rs`
 //! the requests to the leader.
 
-mod client;
-mod inproc;
+pub(crate) mod client;
+pub(crate) mod inproc;
 mod measure;
 mod workload;
 

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Throughput and idle latency measured as a user would: 3 masters and one slave declaring
+# 16 CPUs, default flags (secured, fsync on, cgroups when run as root), every step a fresh
+# `hetsched` command.
+#  1. `submit --count 3000 --cpus 1 --mem 16 -- true`, then `tasks --json --job J` every
+#     0.3 s until every task is final: tasks/s from the submit's start.
+#  2. On the idle cluster, 15 times: a fresh `hetsched submit` of a task whose first
+#     instruction records the time (`bash -c 'echo $EPOCHREALTIME'`, bash's own clock read
+#     before it runs anything), against the time taken just before `submit` was executed.
+# Usage: [KEEP=1] [IDLE=0] docs/bench-user.sh [path/to/hetsched] [COUNT]
+# (KEEP=1 keeps the data dir and its logs; IDLE=0 skips part 2; HETSCHED_LOG=info,hetsched::trace=debug
+# logs every hop of a submit with timestamps.)
+set -euo pipefail
+BIN=$(realpath "${1:-target/release/hetsched}")
+COUNT=${2:-3000}
+DIR=$(mktemp -d)
+port() { echo $((20000 + RANDOM % 20000)); }
+M1=127.0.0.1:$(port); M2=127.0.0.1:$(port); M3=127.0.0.1:$(port); S=127.0.0.1:$(port)
+PIDS=()
+cleanup() {
+  kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $DIR"; else rm -rf "$DIR"; fi
+}
+trap cleanup EXIT
+"$BIN" certs init "$DIR/ca" >/dev/null
+for i in 1 2 3; do "$BIN" certs issue "$DIR/ca" --role master --name "$i" --out "$DIR/c$i" >/dev/null; done
+"$BIN" certs issue "$DIR/ca" --role slave --name s1 --out "$DIR/cs" >/dev/null
+"$BIN" certs issue "$DIR/ca" --role client --name root --out "$DIR/cc" >/dev/null
+PEERS="1=$M1,2=$M2,3=$M3"
+i=0
+for m in $M1 $M2 $M3; do
+  i=$((i + 1))
+  "$BIN" master --id $i --listen "$m" --peers "$PEERS" --data-dir "$DIR/m$i" \
+    --certs-dir "$DIR/c$i" 2>"$DIR/m$i.log" & PIDS+=($!)
+done
+"$BIN" slave --listen "$S" --masters "$M1,$M2,$M3" --data-dir "$DIR/s" --cpus 16 \
+  --mem 65536 --certs-dir "$DIR/cs" 2>"$DIR/s.log" & PIDS+=($!)
+export HETSCHED_MASTERS=$M1,$M2,$M3 HETSCHED_CERTS_DIR=$DIR/cc HETSCHED_CLIENT_TIMEOUT_MS=30000
+until "$BIN" status --json 2>/dev/null | grep -q '"up":1'; do sleep 0.2; done
+sleep 1
+now() { date +%s%N; }
+t0=$(now)
+job=$("$BIN" submit --json --count "$COUNT" --cpus 1 --mem 16 -- true | grep -o '"job_id":[0-9]*' | head -1 | cut -d: -f2)
+while :; do
+  final=$("$BIN" tasks --json --job "$job" | { grep -oE '"state":"(succeeded|failed|cancelled)"' || true; } | wc -l)
+  [ "$final" -ge "$COUNT" ] && break
+  sleep 0.3
+done
+t1=$(now)
+echo "throughput: $COUNT tasks final in $(( (t1 - t0) / 1000000 )) ms: $(( COUNT * 1000000000 / (t1 - t0) )) tasks/s"
+failed=$("$BIN" tasks --json --job "$job" | grep -c '"state":"failed"' || true)
+echo "failed: $failed"
+[ "${IDLE:-15}" = 0 ] && exit 0
+sleep 2
+lat=()
+for k in $(seq 15); do
+  s=$(now)
+  j=$("$BIN" submit --json --cpus 1 --mem 16 -- bash -c 'echo $EPOCHREALTIME' | grep -o '"job_id":[0-9]*' | head -1 | cut -d: -f2)
+  t=$("$BIN" tasks --json --job "$j" | grep -o '"id":[0-9]*' | head -1 | cut -d: -f2)
+  f=$DIR/s/logs/task-$t-1.out
+  for _ in $(seq 200); do [ -s "$f" ] && break; sleep 0.05; done
+  e=$(tr -d '.\n' <"$f")
+  lat+=("$(( (e * 1000 - s) / 1000 ))")
+  sleep 0.5
+done
+mapfile -t sorted < <(printf '%s\n' "${lat[@]}" | sort -n)
+echo "idle submit -> first instruction, us: ${lat[*]}"
+echo "idle submit -> first instruction: p50 $(( sorted[7] / 1000 )).$(( sorted[7] % 1000 / 100 )) ms, max $(( sorted[14] / 1000 )) ms"

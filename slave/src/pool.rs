@@ -1,0 +1,391 @@
+//! The slave's long-lived supervisor: one process per slave (`hetsched supervise --pool DIR`)
+//! that starts every task attempt, is the parent of each, reaps them, and records how each
+//! ended — what the per-attempt supervisor ([`crate::supervisor`]) does, without an exec of
+//! a supervisor and two fsyncs per task.
+//!
+//! It keeps every guarantee of supervision (docs/DESIGN.md, "Node loss"):
+//! - **Tasks outlive the agent**: the pool runs in a session of its own and does not end with
+//!   the agent; a restarted agent connects to the same pool.
+//! - **Re-adopted**: each attempt directory gets the same `supervisor.json` as before (the
+//!   pool's pid and start time, the task's pid) and, at its end, the same `status.json`; an
+//!   agent watching an attempt after a restart reads them as it read a per-attempt
+//!   supervisor's. An attempt whose pool died without a status is lost, as before.
+//! - **Never twice**: the agent still starts an attempt only by creating its directory.
+//! - **Durable exits, in batches**: the exits reaped together are appended to the journal
+//!   `DIR/exits.jsonl` and made durable by one `fdatasync`, then announced; `status.json` is
+//!   written beside (atomically, for readers) and the journal is where a machine crash finds
+//!   a result whose `status.json` did not reach the disk.
+//!
+//! Protocol on the Unix socket `DIR/pool.sock`, one line per message: the pool greets each
+//! connection with `hello PID START_TIME`; the agent sends `start ATTEMPT_DIR<TAB>SPEC`
+//! (the [`Spec`] as one line of JSON: no `spec.json` to create, read and delete); the pool
+//! answers nothing for a start (its failures end as a `cannot_start` status) and sends
+//! `exited ATTEMPT_DIR` once an attempt's end is durable. Only the newest connection hears
+//! exits. The pool exits when it has no task and no agent for [`IDLE_EXIT`].
+
+use crate::supervisor::{
+    self, cannot_start, proc_start_time, write_atomically, ExitRecord, Spec, SupervisorRecord,
+    FORMAT_VERSION, SPEC_FILE, STATUS_FILE, SUPERVISOR_FILE,
+};
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The socket's file name in the pool directory.
+pub const SOCKET: &str = "pool.sock";
+/// The exit journal's file name in the pool directory.
+pub const JOURNAL: &str = "exits.jsonl";
+/// The lock that keeps one pool per directory.
+const LOCK: &str = "pool.lock";
+/// The environment variable naming the pool directory in the pool's own environment (so
+/// that whoever cleans up a data directory finds the pool); tasks do not inherit it.
+pub const ENV_POOL: &str = "HETSCHED_SUPERVISOR_POOL";
+/// How long the pool lingers with no task and no agent before it exits.
+pub const IDLE_EXIT: Duration = Duration::from_secs(2);
+/// The journal is compacted (entries of attempts whose directory is gone dropped) past this.
+const JOURNAL_COMPACT_BYTES: u64 = 4 << 20;
+
+/// One journal line: an attempt directory's name and how it ended.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// The attempt directory's name (`task-<id>-<attempt>`).
+    pub attempt: String,
+    /// Its end.
+    pub exit: ExitRecord,
+}
+
+/// The journaled end of the attempt named `attempt`, if the journal in `pool_dir` has one.
+pub fn journaled_exit(pool_dir: &Path, attempt: &str) -> Option<ExitRecord> {
+    let text = std::fs::read_to_string(pool_dir.join(JOURNAL)).ok()?;
+    text.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<JournalEntry>(l).ok())
+        .find(|e| e.attempt == attempt)
+        .map(|e| e.exit)
+}
+
+/// A running task: where its attempt lives and what to clean up after it.
+struct Running {
+    dir: PathBuf,
+    spec: Spec,
+}
+
+#[derive(Default)]
+struct State {
+    running: HashMap<i32, Running>,
+    /// The newest agent connection (exits are announced there).
+    agent: Option<UnixStream>,
+    /// When the pool last had a task or an agent.
+    busy_at: Option<Instant>,
+}
+
+struct Pool {
+    dir: PathBuf,
+    me: (i32, u64),
+    state: Mutex<State>,
+    /// Signalled when a task starts (the reaper sleeps while there is none).
+    started: Condvar,
+    /// Serialises journal appends and compaction.
+    journal: Mutex<()>,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The pool's entry point (`hetsched supervise --pool DIR`); returns the exit status.
+pub fn main(dir: &Path) -> i32 {
+    // A session of its own: the agent's death and its terminal's signals do not reach it.
+    let _ = nix::unistd::setsid();
+    // Its log (`pool.log`) follows the agent's `HETSCHED_LOG`.
+    hetsched_common::telemetry::init_logging("warn");
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!(
+            "hetsched supervise --pool: cannot create {}: {e}",
+            dir.display()
+        );
+        return 1;
+    }
+    let lock_file = match std::fs::File::create(dir.join(LOCK)) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("hetsched supervise --pool: {e}");
+            return 1;
+        }
+    };
+    // One pool per directory: another one running serves the agent already.
+    let _held =
+        match nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(l) => l,
+            Err(_) => return 0,
+        };
+    let sock = dir.join(SOCKET);
+    let _ = std::fs::remove_file(&sock);
+    let listener = match UnixListener::bind(&sock) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "hetsched supervise --pool: cannot listen on {}: {e}",
+                sock.display()
+            );
+            return 1;
+        }
+    };
+    let me = std::process::id() as i32;
+    let pool = Arc::new(Pool {
+        dir: dir.to_path_buf(),
+        me: (me, proc_start_time(me).unwrap_or(0)),
+        state: Mutex::new(State {
+            busy_at: Some(Instant::now()),
+            ..Default::default()
+        }),
+        started: Condvar::new(),
+        journal: Mutex::new(()),
+    });
+    let p = pool.clone();
+    std::thread::spawn(move || reap(&p));
+    let p = pool.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let p = p.clone();
+            std::thread::spawn(move || serve(&p, conn));
+        }
+    });
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let mut s = lock(&pool.state);
+        if !s.running.is_empty() || s.agent.is_some() {
+            s.busy_at = Some(Instant::now());
+        } else if s.busy_at.is_some_and(|t| t.elapsed() >= IDLE_EXIT) {
+            let _ = std::fs::remove_file(&sock);
+            return 0;
+        }
+    }
+}
+
+/// One agent connection: greets it, then starts what it asks for.
+fn serve(pool: &Pool, conn: UnixStream) {
+    let Ok(mut out) = conn.try_clone() else {
+        return;
+    };
+    if writeln!(out, "hello {} {}", pool.me.0, pool.me.1).is_err() {
+        return;
+    }
+    lock(&pool.state).agent = Some(out);
+    for line in BufReader::new(conn).lines() {
+        let Ok(line) = line else { break };
+        if let Some(req) = line.strip_prefix("start ") {
+            match req.split_once('\t') {
+                Some((dir, spec)) => start(pool, Path::new(dir), Some(spec)),
+                None => start(pool, Path::new(req), None),
+            }
+        }
+    }
+    let mut s = lock(&pool.state);
+    s.agent = None;
+    s.busy_at = Some(Instant::now());
+}
+
+/// Starts the attempt in `dir` as `inline` (or its `spec.json`) says; a failure to start is
+/// recorded as its exit at once.
+fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
+    let spec = match inline {
+        Some(s) => serde_json::from_str::<Spec>(s).map_err(|e| e.to_string()),
+        None => std::fs::read(dir.join(SPEC_FILE))
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())),
+    };
+    let spec: Spec = match spec {
+        Ok(s) => s,
+        Err(e) => {
+            let rec = cannot_start(format!("cannot read {SPEC_FILE}: {e}"));
+            return ended(pool, vec![(dir.to_path_buf(), rec)]);
+        }
+    };
+    let mut cmd = match supervisor::task_command(&spec) {
+        Ok(c) => c,
+        Err(rec) => return ended(pool, vec![(dir.to_path_buf(), rec)]),
+    };
+    cmd.env_remove(ENV_POOL);
+    // Held across the spawn: the reaper cannot look the child up before it is recorded.
+    let mut s = lock(&pool.state);
+    match cmd.spawn() {
+        Ok(child) => {
+            let task_pid = i32::try_from(child.id()).unwrap_or(0);
+            tracing::debug!(target: "hetsched::trace", dir = %dir.display(), task_pid, "pool: task spawned");
+            // The reaper waits for every child (waitpid(-1)); the handle is not needed.
+            drop(child);
+            let rec = SupervisorRecord {
+                version: FORMAT_VERSION,
+                pid: pool.me.0,
+                start_time: pool.me.1,
+                task_pid,
+            };
+            if let Err(e) = serde_json::to_vec(&rec)
+                .map_err(std::io::Error::other)
+                .and_then(|b| write_atomically(&dir.join(SUPERVISOR_FILE), &b))
+            {
+                eprintln!("hetsched supervise --pool: cannot write {SUPERVISOR_FILE}: {e}");
+            }
+            s.running.insert(
+                task_pid,
+                Running {
+                    dir: dir.to_path_buf(),
+                    spec,
+                },
+            );
+            pool.started.notify_one();
+        }
+        Err(e) => {
+            drop(s);
+            let program = spec.argv.first().map(String::as_str).unwrap_or_default();
+            let why = format!("cannot start {program:?}: {e}");
+            supervisor::note(&spec, &why);
+            ended(pool, vec![(dir.to_path_buf(), cannot_start(why))]);
+        }
+    }
+}
+
+/// Reaps every task as it ends, in batches: whatever ended together is journaled with one
+/// fdatasync and announced.
+fn reap(pool: &Pool) {
+    loop {
+        {
+            let mut s = lock(&pool.state);
+            while s.running.is_empty() {
+                s = pool.started.wait(s).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        // Peek (WNOWAIT) at which child ended, then reap it under the state lock, and only
+        // if it is a recorded task: a child whose exec failed is std's to reap inside
+        // `spawn`, which runs under the same lock.
+        let mut batch = Vec::new();
+        let mut flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+        while let Ok(WaitStatus::Exited(pid, _)) | Ok(WaitStatus::Signaled(pid, _, _)) =
+            waitid(Id::All, flags)
+        {
+            let mut s = lock(&pool.state);
+            let known = s.running.remove(&pid.as_raw());
+            let status = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+            drop(s);
+            let (exit_code, signal) = match status {
+                Ok(WaitStatus::Exited(_, code)) => (code, None),
+                Ok(WaitStatus::Signaled(_, sig, _)) => (-(sig as i32), Some(sig as i32)),
+                _ => (crate::exec::EXIT_CANNOT_START, None),
+            };
+            if let Some(r) = known {
+                batch.push((pid, exit_code, signal, r));
+            }
+            flags |= WaitPidFlag::WNOHANG;
+        }
+        let mut ends = Vec::new();
+        for (pid, exit_code, signal, r) in batch {
+            // Whatever the task left behind ends with it, as under a per-attempt supervisor.
+            let _ = killpg(pid, Signal::SIGKILL);
+            supervisor::kill_cgroup_members(&r.spec.cgroup_procs);
+            let oom_kills = r
+                .spec
+                .oom_counter
+                .as_deref()
+                .and_then(|f| std::fs::read_to_string(f).ok())
+                .map(|s| crate::cgroup::oom_kills_of(&s))
+                .unwrap_or(0);
+            ends.push((
+                r.dir,
+                ExitRecord {
+                    version: FORMAT_VERSION,
+                    exit_code,
+                    signal,
+                    oom_kills,
+                    cannot_start: None,
+                },
+            ));
+        }
+        if !ends.is_empty() {
+            ended(pool, ends);
+        }
+    }
+}
+
+/// Records these ends: journal (one fdatasync), `status.json` files, then the announcement.
+fn ended(pool: &Pool, ends: Vec<(PathBuf, ExitRecord)>) {
+    let journal = pool.dir.join(JOURNAL);
+    let _serial = pool.journal.lock().unwrap_or_else(|p| p.into_inner());
+    let mut lines = Vec::new();
+    for (dir, exit) in &ends {
+        let attempt = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let Ok(l) = serde_json::to_string(&JournalEntry {
+            attempt,
+            exit: exit.clone(),
+        }) {
+            lines.push(l);
+        }
+    }
+    let r = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&journal)
+        .and_then(|mut f| {
+            let mut buf = lines.join("\n");
+            buf.push('\n');
+            f.write_all(buf.as_bytes())?;
+            f.sync_data()?;
+            f.metadata()
+        });
+    match r {
+        Ok(m) if m.len() > JOURNAL_COMPACT_BYTES => compact(&journal),
+        Ok(_) => {}
+        Err(e) => eprintln!("hetsched supervise --pool: cannot journal exits: {e}"),
+    }
+    let mut announce = String::new();
+    for (dir, exit) in &ends {
+        if let Err(e) = serde_json::to_vec(exit)
+            .map_err(std::io::Error::other)
+            .and_then(|b| write_atomically(&dir.join(STATUS_FILE), &b))
+        {
+            eprintln!("hetsched supervise --pool: cannot write the exit status: {e}");
+        }
+        announce.push_str(&format!("exited {}\n", dir.display()));
+    }
+    let mut s = lock(&pool.state);
+    if let Some(out) = &mut s.agent {
+        if out.write_all(announce.as_bytes()).is_err() {
+            s.agent = None;
+        }
+    }
+}
+
+/// Drops the journal entries of attempts whose directory is gone (their results were
+/// acknowledged and forgotten by the agent), durably.
+fn compact(journal: &Path) {
+    let Ok(text) = std::fs::read_to_string(journal) else {
+        return;
+    };
+    let Some(attempts) = journal
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("attempts"))
+    else {
+        return;
+    };
+    let kept: String = text
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<JournalEntry>(l)
+                .is_ok_and(|e| attempts.join(&e.attempt).exists())
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if let Err(e) = supervisor::write_durably(journal, kept.as_bytes()) {
+        eprintln!("hetsched supervise --pool: cannot compact the journal: {e}");
+    }
+}
