@@ -53,6 +53,7 @@ pub mod pool_client;
 pub mod probe;
 pub mod program;
 pub mod queue;
+pub mod runtime_dir;
 pub mod store;
 pub mod supervisor;
 
@@ -381,15 +382,20 @@ pub async fn run_with_engines(
     reannounce_calls(&store, &log_dir, &announce_tx);
     let (agent_tx, agent_rx) = mpsc::unbounded_channel();
     let (report_tx, report_rx) = mpsc::unbounded_channel();
+    let attempts = runtime_dir::prepare(&cfg.data_dir)?;
+    if attempts.lost {
+        tracing::warn!(dir = %attempts.path.display(), "the attempt directories of the last run are gone (machine restarted); held attempts that may have started are reported lost");
+    }
     let launcher = exec::Launcher {
         supervisor: cfg.supervisor.clone(),
-        attempts_dir: cfg.data_dir.join("attempts"),
+        attempts_dir: attempts.path.clone(),
         log_dir: log_dir.clone(),
         cgroups,
         probe_files,
     };
     let agent = agent::Agent::restore(
         store.clone(),
+        attempts.lost,
         capacity.cpu_milli,
         launcher,
         tuning.stop_grace,

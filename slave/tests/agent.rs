@@ -881,3 +881,80 @@ async fn a_batch_of_assignments_is_accepted_whole_and_each_runs_once() {
         .count();
     assert_eq!(finishes, 2, "each task reported finished once");
 }
+
+/// The attempt directories live on tmpfs (`runtime_dir`); a machine restart empties it. A
+/// held attempt that may have started — here one still queued in the store, whose start
+/// would not have been flushed yet — is then reported lost, never started (again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_runtime_files_are_lost_held_attempts_are_reported_lost_not_started() {
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = file(dir.path(), "data");
+    let runs = file(dir.path(), "runs.txt");
+    let script = |t: u64| format!("echo {t} $$ >> {}; sleep 100", runs.display());
+    let read_runs = || -> Vec<(u64, i32)> {
+        std::fs::read_to_string(&runs)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let (t, p) = l.trim().split_once(' ')?;
+                Some((t.parse().ok()?, p.parse().ok()?))
+            })
+            .collect()
+    };
+    let pool = {
+        let _slave = Slave::start(vec![master.addr.clone()], &data);
+        let conn = connect_to_slave(&master).await;
+        call(
+            &conn,
+            SlaveCommand::Assign(assignment(61, &["sh", "-c", &script(61)])),
+        )
+        .await;
+        // Needs every core: waits in the local queue behind task 61.
+        let mut waits = assignment(62, &["sh", "-c", &script(62)]);
+        waits.resources.cpu_milli = 2000;
+        assert_eq!(
+            call(&conn, SlaveCommand::Assign(waits)).await,
+            Message::ToSlaveReply(SlaveCommandReply::Accepted)
+        );
+        wait_until("task 61 to run", || (read_runs().len() == 1).then_some(())).await;
+        let rec: serde_json::Value = wait_until("the supervisor record", || {
+            let p = data.join("attempts/task-61-1/supervisor.json");
+            serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+        })
+        .await;
+        rec["pid"].as_i64().expect("pid") as i32
+    };
+    // The machine "restarts": every process dies, tmpfs is emptied; the disk stays.
+    let task = read_runs()[0].1;
+    for pid in [pool, task] {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        wait_until("the process to die", || is_gone(pid).then_some(())).await;
+    }
+    let runtime = std::fs::read_link(data.join("attempts")).expect("attempts is a symlink");
+    std::fs::remove_dir_all(&runtime).expect("empty the runtime directory");
+    let before = master.seen().len();
+    let _slave = Slave::start(vec![master.addr.clone()], &data);
+    for t in [61, 62] {
+        let got = wait_until("the lost report", || {
+            master.seen()[before..].iter().find_map(|r| reason_of(r, t))
+        })
+        .await;
+        assert_eq!(got.1, Some(TaskReason::Lost), "task {t}: {got:?}");
+    }
+    // Give a wrongful start the time to show up before checking there is none.
+    let n = master.seen().len();
+    wait_until("three heartbeats", || {
+        let beats = master.seen()[n..]
+            .iter()
+            .filter(|r| matches!(r, SlaveRequest::Heartbeat { .. }))
+            .count();
+        (beats >= 3).then_some(())
+    })
+    .await;
+    assert_eq!(read_runs(), vec![(61, task)], "nothing started again");
+    assert_eq!(started_count(&master.seen(), 62), 0);
+}

@@ -22,8 +22,14 @@ impl Agent {
     /// attempts (their supervisor recorded, or their directory present) are watched again —
     /// re-adopted, collected or reported lost, never started a second time; unacknowledged
     /// results are reported again. Stale cgroups of attempts no longer held are removed.
+    ///
+    /// `runtime_lost`: the attempt directories of the last run are gone (the machine
+    /// restarted, `crate::runtime_dir`): a queued record can no longer tell whether its
+    /// attempt started, so every held attempt not finished is reported lost (the master
+    /// runs it again under a new attempt) — never started a second time.
     pub fn restore(
         store: Store,
+        runtime_lost: bool,
         cpu_capacity_milli: u64,
         launcher: Launcher,
         grace: Duration,
@@ -38,8 +44,10 @@ impl Agent {
             let attempt = t.assignment.attempt;
             let dir = launcher.attempt_dir(task, attempt);
             let phase = match t.phase {
-                StoredPhase::Queued if !dir.exists() => Phase::Queued,
-                // Its directory exists: the agent stopped while starting it.
+                StoredPhase::Queued if !dir.exists() && !runtime_lost => Phase::Queued,
+                // Its directory exists: the agent stopped while starting it. Or the
+                // directories are gone with the machine's memory: it may have started (its
+                // `Supervised` record rides on the next flush, `start`).
                 StoredPhase::Queued => {
                     adopt.push(Watched::recovered(&launcher, task, attempt, None, None));
                     Phase::Running

@@ -2,8 +2,11 @@
 //! as a process under the slave's supervisor pool (then watched, [`super::watched`]) or, for an
 //! API-program task (S0), in-process on a blocking thread.
 //!
-//! A started attempt is persisted as `Supervised` before it is reported `Started`; one whose
-//! directory already exists is watched instead of started again.
+//! A started attempt is recorded as `Supervised` (made durable by the next batch's flush:
+//! what marks it started is its directory, and after a machine restart every attempt that
+//! may have started is reported lost, `restore`) and reported `Started` at once — a
+//! best-effort report that needs no flush. One whose directory already exists is watched
+//! instead of started again.
 
 use super::stop::StopRequest;
 use super::watched::Watched;
@@ -38,7 +41,9 @@ impl Agent {
                     tracing::debug!(target: "hetsched::trace", task = %task, attempt, "pump: handed to the supervisor pool");
                     let (pid, start_time) = started.pool;
                     let seq = self.store.get_task(task).ok().flatten().map(|t| t.seq);
-                    // Flushed with the batch (`commit`), before the Started report.
+                    // Not flushed here: the next batch's flush carries it. A restart of the
+                    // agent finds the attempt by its directory and its supervisor's record
+                    // in it; a restart of the machine reports it lost (`restore`).
                     let r = match seq {
                         Some(s) => Ok(s),
                         None => self.store.next_seq(),
@@ -50,7 +55,6 @@ impl Agent {
                             phase: StoredPhase::Supervised { pid, start_time },
                         })
                     });
-                    self.deferred.wrote();
                     if let Err(e) = r {
                         // The attempt directory still marks it started, and the supervisor
                         // records itself there: a restart finds it all the same.
@@ -59,7 +63,7 @@ impl Agent {
                     self.hold_gpus(&a);
                     metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
                     tracing::info!(task = %task, attempt, supervisor = pid, command = ?a.command, "task started");
-                    self.deferred.report(Report::Started { task, attempt });
+                    let _ = self.reports.send(Report::Started { task, attempt });
                     let mut w = Watched::recovered(
                         &self.launcher,
                         task,
@@ -121,7 +125,7 @@ impl Agent {
         };
         metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
         tracing::info!(task = %task, attempt, calls = program.calls.len(), "program task started");
-        self.deferred.report(Report::Started { task, attempt });
+        let _ = self.reports.send(Report::Started { task, attempt });
         let (stop_tx, mut stop_rx) = mpsc::unbounded_channel::<StopRequest>();
         self.running.insert((task, attempt), stop_tx);
         let (log_dir, mailbox) = (self.launcher.log_dir.clone(), self.mailbox.clone());
