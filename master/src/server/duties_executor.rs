@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 /// How often the duties tick (liveness, retries, garbage collection).
 const TICK: Duration = Duration::from_millis(100);
 
+/// Heartbeats handed to the core per look at the state when draining the inbox.
+const DRAIN_CHUNK: usize = 256;
+
 /// The leader-duties executor actor.
 pub struct LeaderDuties {
     shared: MasterShared,
@@ -114,9 +117,12 @@ impl LeaderDuties {
         }
         let now = self.now();
         let mut fx = Vec::new();
-        {
+        let mut batch = batch.into_iter().peekable();
+        while batch.peek().is_some() {
+            // The state's lock is let go between chunks: applying entries must not wait
+            // for thousands of heartbeats.
             let view = self.shared.read_state();
-            for hb in batch {
+            for hb in batch.by_ref().take(DRAIN_CHUNK) {
                 fx.extend(self.core.on(
                     DutyEvent::Heartbeat {
                         node: hb.node,
