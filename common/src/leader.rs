@@ -155,6 +155,9 @@ pub struct LeaderClient {
     target: String,
     /// Index in `masters` of the next fallback.
     next: usize,
+    /// Whether the target is still the remembered leader given as a hint: when it fails,
+    /// the configured masters are asked at once (the hint was not part of a round).
+    on_hint: bool,
     conn: Option<Connection>,
     opts: LeaderOptions,
     /// TLS setup of its connections; `None`: the process's ([`crate::wire::tls::current`]).
@@ -178,6 +181,7 @@ impl LeaderClient {
         let target = masters.first().cloned().unwrap_or_default();
         Self {
             next: usize::from(!masters.is_empty()),
+            on_hint: false,
             masters,
             target,
             conn: None,
@@ -204,6 +208,7 @@ impl LeaderClient {
         if let Some(h) = hint.filter(|h| !h.is_empty()) {
             self.target = h;
             self.next = 0;
+            self.on_hint = true;
             self.conn = None;
         }
         self
@@ -242,6 +247,7 @@ impl LeaderClient {
         let mut backoff = self.opts.backoff_min;
         loop {
             let before = self.target.clone();
+            let from_hint = self.on_hint;
             let err = match self
                 .attempt_until(msg.clone(), Some((start, deadline)))
                 .await
@@ -256,8 +262,9 @@ impl LeaderClient {
                     last: Box::new(err),
                 });
             }
-            // A full round failed, or the same master is asked again: wait first.
-            if self.target == before || self.round_over() {
+            // A full round failed, or the same master is asked again: wait first. A failed
+            // hint (a stale remembered leader) moves on to the first master at once.
+            if self.target == before || (self.round_over() && !from_hint) {
                 let left = deadline.saturating_sub(start.elapsed());
                 tokio::time::sleep(backoff.min(left)).await;
                 backoff = (backoff * 2).min(self.opts.backoff_max);
@@ -323,6 +330,7 @@ impl LeaderClient {
                     tracing::debug!(from = %addr, to = %leader, "following the leader");
                     redirects += 1;
                     self.target = leader;
+                    self.on_hint = false;
                     self.conn = None;
                 }
                 ErrorKind::NotLeader { .. } => {
@@ -370,6 +378,7 @@ impl LeaderClient {
     /// Moves the target to the next configured master.
     fn rotate(&mut self) {
         self.conn = None;
+        self.on_hint = false;
         if self.masters.is_empty() {
             return;
         }

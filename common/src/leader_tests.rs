@@ -300,6 +300,41 @@ async fn a_leader_hint_is_asked_first() {
 }
 
 #[tokio::test]
+async fn a_dead_hint_moves_to_the_masters_without_backing_off() {
+    let leader = Fake::leader().await;
+    let dead = dead_addr().await;
+    let opts = LeaderOptions {
+        backoff_min: Duration::from_secs(5),
+        backoff_max: Duration::from_secs(5),
+        ..quick()
+    };
+    let mut c = LeaderClient::new(vec![leader.addr.clone()])
+        .with_options(opts)
+        .with_leader_hint(Some(dead));
+    let started = Instant::now();
+    c.request(status(), Duration::from_secs(20))
+        .await
+        .expect("answer");
+    // A back-off would have cost 5 s.
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert_eq!((leader.seen(), c.target()), (1, leader.addr.as_str()));
+}
+
+#[tokio::test]
+async fn a_hint_naming_a_follower_is_redirected_to_the_leader() {
+    let leader = Fake::leader().await;
+    let follower = Fake::follower_of(&leader.addr).await;
+    let mut c = LeaderClient::new(vec![follower.addr.clone(), leader.addr.clone()])
+        .with_options(quick())
+        .with_leader_hint(Some(follower.addr.clone()));
+    c.request(status(), Duration::from_secs(5))
+        .await
+        .expect("answer");
+    assert_eq!((follower.seen(), leader.seen()), (1, 1));
+    assert_eq!(c.target(), leader.addr);
+}
+
+#[tokio::test]
 async fn without_masters_nothing_is_tried() {
     let mut c = LeaderClient::new(Vec::new());
     assert!(matches!(

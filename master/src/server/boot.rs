@@ -35,10 +35,12 @@ impl Master {
         };
         let _ = shared.raft.set(raft.clone());
         let reasons: Arc<super::waiting::WaitReasons> = Arc::default();
+        let heartbeats: Arc<super::heartbeats::HeartbeatDesk> = Arc::default();
         let duties = LeaderDuties::new(
             shared.clone(),
             raft.clone(),
             reasons.clone(),
+            heartbeats.clone(),
             Box::new(
                 IndexedScheduler::new(cfg.policy, cfg.id)
                     .with_cpu_policy(cfg.cpu_policy, cfg.id)
@@ -73,6 +75,7 @@ impl Master {
             engine_loads: Arc::default(),
             token_cache: Default::default(),
             reasons,
+            heartbeats,
             admission: Arc::new(std::sync::Mutex::new(crate::backpressure::Admission::new(
                 cfg.admission,
             ))),
@@ -167,7 +170,10 @@ pub async fn run(cfg: MasterConfig) -> Result<(), Error> {
             }
         });
     }
-    wire::serve(listener, FrameLimits::default(), master.handler(false))
-        .await
-        .map_err(|e| Error::Config(e.to_string()))
+    // The cluster port is served on the network runtime, off the actor thread.
+    let handler = master.handler(false);
+    match super::net::spawn(wire::serve(listener, FrameLimits::default(), handler)).await {
+        Ok(served) => served.map_err(|e| Error::Config(e.to_string())),
+        Err(e) => Err(Error::Config(format!("cluster listener stopped: {e}"))),
+    }
 }

@@ -4,6 +4,7 @@
 //! the applied state, and carries out the [`Effect`]s it returns — proposals through Raft,
 //! messages through one sender per slave. No decision is taken here.
 
+use super::heartbeats::{Gate, HeartbeatDesk};
 use super::replicated::Applied;
 use super::senders::{DispatchResult, Outgoing, SenderResult, SenderTiming, SlaveSenders};
 use super::waiting::{sample_of, WaitReasons, SAMPLE_EVERY};
@@ -22,6 +23,9 @@ use std::time::{Duration, Instant};
 /// How often the duties tick (liveness, retries, garbage collection).
 const TICK: Duration = Duration::from_millis(100);
 
+/// Heartbeats handed to the core per look at the state when draining the inbox.
+const DRAIN_CHUNK: usize = 256;
+
 /// The leader-duties executor actor.
 pub struct LeaderDuties {
     shared: MasterShared,
@@ -34,6 +38,8 @@ pub struct LeaderDuties {
     reasons: std::sync::Arc<WaitReasons>,
     /// When the history took its last sample.
     sampled: Option<Instant>,
+    /// Heartbeats answered on the network threads; drained before each tick.
+    heartbeats: std::sync::Arc<HeartbeatDesk>,
 }
 
 impl LeaderDuties {
@@ -42,6 +48,7 @@ impl LeaderDuties {
         shared: MasterShared,
         raft: Consensus<Replicated>,
         reasons: std::sync::Arc<WaitReasons>,
+        heartbeats: std::sync::Arc<HeartbeatDesk>,
         scheduler: Box<dyn Scheduler>,
         cfg: DutiesConfig,
     ) -> Self {
@@ -59,6 +66,7 @@ impl LeaderDuties {
             started: Instant::now(),
             reasons,
             sampled: None,
+            heartbeats,
         }
     }
 
@@ -82,8 +90,59 @@ impl LeaderDuties {
                 self.sampled = Some(Instant::now());
                 self.reasons.sample(sample_of(&view, now.wall_ms));
             }
+            self.heartbeats.set_gate(self.gate(&view));
             fx
         };
+        self.execute(fx, ctx);
+    }
+
+    /// What a heartbeat answered on the network threads may get, from the core's role.
+    fn gate(&self, view: &hetsched_master_core::state::ClusterState) -> Gate {
+        if self.core.is_leading() {
+            return Gate::Leading;
+        }
+        // Not leading: the verdict does not depend on the node.
+        match self.core.heartbeat_verdict(NodeId(0), view) {
+            HeartbeatVerdict::CatchingUp => Gate::CatchingUp,
+            _ => Gate::NotLeader,
+        }
+    }
+
+    /// Hands the core every heartbeat answered since the last drain, under one look at the
+    /// state. Runs before each tick, so that its liveness check sees them.
+    fn drain_heartbeats(&mut self, ctx: &mut Context<Self>) {
+        let batch = self.heartbeats.drain();
+        if batch.is_empty() {
+            return;
+        }
+        let now = self.now();
+        let mut fx = Vec::new();
+        let mut batch = batch.into_iter().peekable();
+        while batch.peek().is_some() {
+            // The state's lock is let go between chunks: applying entries must not wait
+            // for thousands of heartbeats.
+            let view = self.shared.read_state();
+            for hb in batch.by_ref().take(DRAIN_CHUNK) {
+                fx.extend(self.core.on(
+                    DutyEvent::Heartbeat {
+                        node: hb.node,
+                        held: hb.held,
+                    },
+                    now,
+                    &view,
+                ));
+                if !hb.samples.is_empty() {
+                    fx.extend(self.core.on(
+                        DutyEvent::Samples {
+                            node: hb.node,
+                            samples: hb.samples,
+                        },
+                        now,
+                        &view,
+                    ));
+                }
+            }
+        }
         self.execute(fx, ctx);
     }
 
@@ -193,7 +252,10 @@ impl Actor for LeaderDuties {
                 }
             });
         }
-        ctx.run_interval(TICK, |act, ctx| act.feed(DutyEvent::Tick, ctx));
+        ctx.run_interval(TICK, |act, ctx| {
+            act.drain_heartbeats(ctx);
+            act.feed(DutyEvent::Tick, ctx)
+        });
     }
 }
 

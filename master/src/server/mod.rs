@@ -6,7 +6,8 @@
 //! consensus and the duties executor, binding the listeners), `ports` (what the cluster and
 //! admin ports serve), `client_api` (client writes), `client_queries` (client reads, the
 //! status and dry runs), `membership` (Raft membership requests), `slave_api` (slave
-//! requests), `admin` (benchmark requests, faults and deliberate-bug switches), `authz` (who may
+//! requests), `heartbeats` (heartbeats answered off the duties actor), `net` (the
+//! multi-threaded runtime of the cluster port and the slave senders), `admin` (benchmark requests, faults and deliberate-bug switches), `authz` (who may
 //! send which client request), `acl` (token requests),
 //! `consensus_io` (proposing, read barriers, the leader check), `reply` (error replies);
 //! `duties_executor` carries out the pure duties core's effects, `senders` talk to slaves,
@@ -23,9 +24,11 @@ mod config;
 mod consensus_io;
 mod duties_executor;
 mod forward_query;
+mod heartbeats;
 mod http;
 mod logs;
 mod membership;
+mod net;
 mod ports;
 mod programs;
 mod replicated;
@@ -115,4 +118,6 @@ pub struct Master {
     token_cache: authz::TokenCache,
     /// Why tasks wait, and the last hour's queue lengths and allocation (leader-local).
     reasons: Arc<waiting::WaitReasons>,
+    /// Heartbeats answered on the network threads, drained by the duties executor.
+    heartbeats: Arc<heartbeats::HeartbeatDesk>,
 }

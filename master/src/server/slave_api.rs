@@ -5,6 +5,7 @@
 //! each task's end once, when the report that ended it commits.
 
 use super::duties_executor::{Heartbeat, StealRequest};
+use super::heartbeats::{Gate, Pending};
 use super::reply::unexpected;
 use super::Master;
 use hetsched_common::protocol::{
@@ -127,7 +128,9 @@ impl Master {
         }
     }
 
-    /// A heartbeat: its engine load kept here (S0.6), the rest to the duties executor.
+    /// A heartbeat: its engine load kept here (S0.6); answered at once from the duties
+    /// executor's last role and the applied state, and left for its next drain (see
+    /// `heartbeats`).
     async fn heartbeat(
         &self,
         node: NodeId,
@@ -136,18 +139,26 @@ impl Master {
         engine_load: Vec<EngineLoad>,
     ) -> Result<SlaveResponse, ErrorReply> {
         self.engine_loads.record(node, engine_load);
-        match self
-            .duties
-            .send(Heartbeat {
-                node,
-                held,
-                samples,
-            })
-            .await
-        {
-            Ok(Ok(leader)) => Ok(SlaveResponse::HeartbeatAck { leader }),
-            Ok(Err(e)) => Err(e),
-            Err(e) => Err(ErrorReply::new(ErrorKind::Unavailable, e.to_string())),
+        match self.heartbeats.gate() {
+            Gate::Leading if self.shared.read_state().nodes().contains_key(&node) => {
+                self.heartbeats.push(Pending {
+                    node,
+                    held,
+                    samples,
+                });
+                Ok(SlaveResponse::HeartbeatAck {
+                    leader: self.shared.id,
+                })
+            }
+            Gate::Leading => Err(ErrorReply::new(
+                ErrorKind::UnknownNode,
+                format!("{node} is not registered"),
+            )),
+            Gate::CatchingUp => Err(ErrorReply::new(
+                ErrorKind::Unavailable,
+                "new leader is catching up with its log; retry shortly",
+            )),
+            Gate::NotLeader => Err(self.shared.not_leader(self.raft.status().leader)),
         }
     }
 

@@ -74,8 +74,15 @@ pub async fn call(
         let answer = client.attempt(msg).await;
         (client, answer)
     } else {
-        let mut client = LeaderClient::new(masters.to_vec()).with_options(options);
+        let hint = super::leader_hint::read(masters);
+        let mut client = LeaderClient::new(masters.to_vec())
+            .with_options(options)
+            .with_leader_hint(hint.clone());
         let answer = client.request(msg, limit).await;
+        // Only the leader answers a request that is not `--local`.
+        if answer.is_ok() {
+            super::leader_hint::write(masters, client.target(), hint.as_deref());
+        }
         (client, answer)
     };
     match answer {

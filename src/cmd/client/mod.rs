@@ -1,19 +1,22 @@
 //! Client commands: submit, cancel, status, jobs, tasks, nodes, members, explain.
 //!
-//! Requests go to the masters in `--masters` order; a follower's `NotLeader` answer sends the
+//! Requests go first to the leader the last command reached (`leader_hint.rs`), then to the
+//! masters in `--masters` order; a follower's `NotLeader` answer sends the
 //! client to the leader it names; unreachable masters and elections are retried until a
 //! deadline (`HETSCHED_CLIENT_TIMEOUT_MS`, default 15 s), after which the command exits 5. A
 //! submit keeps one client request id across retries, so it applies at most once. Every
 //! error carries its exit code ([`super::exit`]).
 //!
 //! `args.rs` holds the command lines, `call.rs` the requests (leader following itself is
-//! `hetsched_common::leader`), `spec.rs` the submitted spec, `actions.rs` the commands that
+//! `hetsched_common::leader`; `leader_hint.rs` remembers the last leader between commands),
+//! `spec.rs` the submitted spec, `actions.rs` the commands that
 //! change things, `listings.rs` the ones that read and print, `explain.rs` why a task waits.
 
 mod actions;
 mod args;
 mod call;
 mod explain;
+mod leader_hint;
 mod listings;
 mod spec;
 
