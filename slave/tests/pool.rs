@@ -32,11 +32,7 @@ async fn a_burst_of_starts_records_each_end_once_with_its_own_code() {
             vec!["/nonexistent/hetsched-test-program".to_string()]
         } else {
             let pause = if i % 3 == 0 { "sleep 0.05; " } else { "" };
-            vec![
-                "sh".into(),
-                "-c".into(),
-                format!("{pause}exit {}", i % 7),
-            ]
+            vec!["sh".into(), "-c".into(), format!("{pause}exit {}", i % 7)]
         };
         let spec = Spec {
             version: FORMAT_VERSION,
