@@ -316,7 +316,11 @@ async fn a_dead_hint_moves_to_the_masters_without_backing_off() {
         .await
         .expect("answer");
     // A back-off would have cost 5 s.
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!((leader.seen(), c.target()), (1, leader.addr.as_str()));
 }
 

@@ -85,7 +85,12 @@ pub fn prepare_under(data_dir: &Path, base: Option<&Path>) -> std::io::Result<At
                 link_fresh(data_dir, &path, base)?;
             }
         }
-        Ok(_) => return Err(std::io::Error::other(format!("{} is not a directory", path.display()))),
+        Ok(_) => {
+            return Err(std::io::Error::other(format!(
+                "{} is not a directory",
+                path.display()
+            )))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::create_dir_all(data_dir)?;
             link_fresh(data_dir, &path, base)?;
@@ -184,7 +189,10 @@ mod tests {
         // Another boot, same files: lost as well.
         std::fs::write(c.path.join(BOOT_FILE), "another-boot\n").expect("write");
         let d = prepare_under(data.path(), Some(base.path())).expect("prepare");
-        assert!(d.lost, "a runtime directory of another boot must be reported");
+        assert!(
+            d.lost,
+            "a runtime directory of another boot must be reported"
+        );
     }
 
     #[test]
