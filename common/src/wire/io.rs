@@ -10,6 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -290,12 +291,32 @@ where
                 let handler = handler.clone();
                 let mut peer = peer.clone();
                 peer.token = env.token;
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    if let Some(reply) = handler(env.body, peer).await {
-                        let _ = tx.send(Envelope::new(env.request_id, reply)).await;
+                // Polled once here, in the order the frames arrived: what a handler does
+                // before its first wait (all of a Raft step) happens in frame order on any
+                // runtime, a multi-threaded one included; only the rest runs on its own task.
+                let mut fut = handler(env.body, peer);
+                let id = env.request_id;
+                match std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+                    Poll::Ready(None) => drop(permit),
+                    Poll::Ready(Some(reply)) => {
+                        drop(permit);
+                        if let Err(mpsc::error::TrySendError::Full(e)) =
+                            tx.try_send(Envelope::new(id, reply))
+                        {
+                            tokio::spawn(async move {
+                                let _ = tx.send(e).await;
+                            });
+                        }
                     }
-                });
+                    Poll::Pending => {
+                        tokio::spawn(async move {
+                            let _permit = permit;
+                            if let Some(reply) = fut.await {
+                                let _ = tx.send(Envelope::new(id, reply)).await;
+                            }
+                        });
+                    }
+                }
             }
             Err((id, e)) => {
                 tracing::error!(%peer, error = %e, "rejected frame; closing connection");
@@ -577,93 +598,5 @@ impl Connection {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::{ClientRequest, ClientResponse};
-
-    #[tokio::test]
-    async fn oversized_and_truncated_frames_are_typed_errors() {
-        let limits = FrameLimits {
-            max_frame: 100,
-            partial_timeout: Duration::from_millis(200),
-        };
-        let mut big: &[u8] = &[0, 0, 1, 0];
-        assert!(matches!(
-            read_frame(&mut big, limits).await,
-            Err(Error::FrameTooLarge { len: 256, cap: 100 })
-        ));
-        let mut short: &[u8] = &[0, 0, 0, 10, 1, 2];
-        assert!(matches!(
-            read_frame(&mut short, limits).await,
-            Err(Error::Truncated)
-        ));
-        let mut empty: &[u8] = &[];
-        assert!(matches!(read_frame(&mut empty, limits).await, Ok(None)));
-    }
-
-    #[tokio::test]
-    async fn stalled_partial_frame_times_out() {
-        let (mut a, b) = tokio::io::duplex(64);
-        a.write_all(&[0, 0, 0, 50, 1]).await.expect("write");
-        let limits = FrameLimits {
-            max_frame: 100,
-            partial_timeout: Duration::from_millis(100),
-        };
-        let mut b = b;
-        let r = read_frame(&mut b, limits).await;
-        assert!(matches!(r, Err(Error::PartialFrameTimeout(_))), "{r:?}");
-        drop(a);
-    }
-
-    #[tokio::test]
-    async fn server_answers_calls_and_survives_garbage() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        let handler: Handler = Arc::new(|m, _| {
-            Box::pin(async move {
-                match m {
-                    Message::Client(ClientRequest::Jobs { .. }) => {
-                        Some(Message::ClientReply(ClientResponse::Jobs(vec![])))
-                    }
-                    _ => None,
-                }
-            })
-        });
-        tokio::spawn(serve(listener, FrameLimits::default(), handler));
-
-        // Garbage: the server answers with an error frame and closes.
-        let mut s = TcpStream::connect(&addr).await.expect("connect");
-        s.write_all(&[0, 0, 0, 3, 0xc1, 0xc1, 0xc1])
-            .await
-            .expect("write");
-        let mut rd = s;
-        let reply = read_frame(&mut rd, FrameLimits::default())
-            .await
-            .expect("read")
-            .expect("a reply frame");
-        let env = decode_payload(&reply).expect("decode");
-        assert!(matches!(
-            env.body,
-            Message::Error(ErrorReply {
-                kind: ErrorKind::Malformed,
-                ..
-            })
-        ));
-
-        // Still serving.
-        let c = Connection::connect(&addr, Duration::from_secs(2))
-            .await
-            .expect("connect");
-        let r = c
-            .call(
-                Message::Client(ClientRequest::Jobs {
-                    stale: false,
-                    filter: Default::default(),
-                }),
-                Duration::from_secs(2),
-            )
-            .await
-            .expect("call");
-        assert_eq!(r, Message::ClientReply(ClientResponse::Jobs(vec![])));
-    }
-}
+#[path = "io_tests.rs"]
+mod tests;

@@ -7,7 +7,7 @@
 //! admin ports serve), `client_api` (client writes), `client_queries` (client reads, the
 //! status and dry runs), `membership` (Raft membership requests), `slave_api` (slave
 //! requests), `heartbeats` (heartbeats answered off the duties actor), `net` (the
-//! multi-threaded runtime of the cluster port and the slave senders), `admin` (benchmark requests, faults and deliberate-bug switches), `authz` (who may
+//! multi-threaded runtime of the cluster port), `admin` (benchmark requests, faults and deliberate-bug switches), `authz` (who may
 //! send which client request), `acl` (token requests),
 //! `consensus_io` (proposing, read barriers, the leader check), `reply` (error replies);
 //! `duties_executor` carries out the pure duties core's effects, `senders` talk to slaves,

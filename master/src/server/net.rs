@@ -1,7 +1,10 @@
 //! The master's network runtime: a small multi-threaded tokio runtime that serves the
-//! cluster port (TLS handshakes, frame decoding, request handling) and runs the
-//! per-slave dispatch senders, so that none of that work waits behind the duties actor on
-//! the actix System thread, nor holds it up.
+//! cluster port (TLS handshakes, frame decoding, request handling), so that none of that
+//! work waits behind the duties actor on the actix System thread, nor holds it up. Frames
+//! of one connection still reach the handler in order up to its first wait (the framed
+//! server polls each handler once before it goes on reading), which Raft needs. The
+//! per-slave dispatch senders stay on the System thread: their calls must leave in the
+//! order the duties issued them.
 //!
 //! Why: on one thread, a leader dispatching to thousands of slaves made their TLS
 //! handshakes, every heartbeat and every plan take turns; heartbeats then waited past the

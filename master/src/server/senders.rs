@@ -140,7 +140,7 @@ impl SlaveSenders {
         let results = self.results.clone();
         let h = self.senders.entry(node).or_insert_with(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            super::net::spawn(run_sender(node, addr.to_string(), rx, timing, results));
+            tokio::spawn(run_sender(node, addr.to_string(), rx, timing, results));
             Handle {
                 addr: addr.to_string(),
                 tx,

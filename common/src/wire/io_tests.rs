@@ -1,0 +1,136 @@
+//! Unit tests of `io.rs`: frame reading, serving, ordering.
+
+use super::*;
+use crate::protocol::{ClientRequest, ClientResponse};
+
+#[tokio::test]
+async fn oversized_and_truncated_frames_are_typed_errors() {
+    let limits = FrameLimits {
+        max_frame: 100,
+        partial_timeout: Duration::from_millis(200),
+    };
+    let mut big: &[u8] = &[0, 0, 1, 0];
+    assert!(matches!(
+        read_frame(&mut big, limits).await,
+        Err(Error::FrameTooLarge { len: 256, cap: 100 })
+    ));
+    let mut short: &[u8] = &[0, 0, 0, 10, 1, 2];
+    assert!(matches!(
+        read_frame(&mut short, limits).await,
+        Err(Error::Truncated)
+    ));
+    let mut empty: &[u8] = &[];
+    assert!(matches!(read_frame(&mut empty, limits).await, Ok(None)));
+}
+
+#[tokio::test]
+async fn stalled_partial_frame_times_out() {
+    let (mut a, b) = tokio::io::duplex(64);
+    a.write_all(&[0, 0, 0, 50, 1]).await.expect("write");
+    let limits = FrameLimits {
+        max_frame: 100,
+        partial_timeout: Duration::from_millis(100),
+    };
+    let mut b = b;
+    let r = read_frame(&mut b, limits).await;
+    assert!(matches!(r, Err(Error::PartialFrameTimeout(_))), "{r:?}");
+    drop(a);
+}
+
+#[tokio::test]
+async fn server_answers_calls_and_survives_garbage() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let handler: Handler = Arc::new(|m, _| {
+        Box::pin(async move {
+            match m {
+                Message::Client(ClientRequest::Jobs { .. }) => {
+                    Some(Message::ClientReply(ClientResponse::Jobs(vec![])))
+                }
+                _ => None,
+            }
+        })
+    });
+    tokio::spawn(serve(listener, FrameLimits::default(), handler));
+
+    // Garbage: the server answers with an error frame and closes.
+    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    s.write_all(&[0, 0, 0, 3, 0xc1, 0xc1, 0xc1])
+        .await
+        .expect("write");
+    let mut rd = s;
+    let reply = read_frame(&mut rd, FrameLimits::default())
+        .await
+        .expect("read")
+        .expect("a reply frame");
+    let env = decode_payload(&reply).expect("decode");
+    assert!(matches!(
+        env.body,
+        Message::Error(ErrorReply {
+            kind: ErrorKind::Malformed,
+            ..
+        })
+    ));
+
+    // Still serving.
+    let c = Connection::connect(&addr, Duration::from_secs(2))
+        .await
+        .expect("connect");
+    let r = c
+        .call(
+            Message::Client(ClientRequest::Jobs {
+                stale: false,
+                filter: Default::default(),
+            }),
+            Duration::from_secs(2),
+        )
+        .await
+        .expect("call");
+    assert_eq!(r, Message::ClientReply(ClientResponse::Jobs(vec![])));
+}
+
+/// Frames of one connection are handled in the order they arrived, up to each
+/// handler's first wait, even on a multi-threaded runtime: Raft must see its messages
+/// from a peer in order (a follower given a commit index past its log panics).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn frames_reach_the_handler_in_order_on_a_multi_threaded_runtime() {
+    const N: u64 = 2000;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let log = seen.clone();
+    let handler: Handler = Arc::new(move |m, _| {
+        if let Message::Raft { from, .. } = m {
+            if let Ok(mut v) = log.lock() {
+                v.push(from.0);
+            }
+        }
+        Box::pin(async move { None })
+    });
+    tokio::spawn(serve(listener, FrameLimits::default(), handler));
+    let c = Connection::connect(&addr, Duration::from_secs(2))
+        .await
+        .expect("connect");
+    for i in 0..N {
+        c.send(Message::Raft {
+            from: crate::MasterId(i),
+            msgs: Vec::new(),
+        })
+        .await
+        .expect("send");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = seen.lock().map(|v| v.clone()).unwrap_or_default();
+        if got.len() as u64 == N {
+            assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} frames arrived",
+            got.len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
