@@ -216,7 +216,11 @@ fn the_only_node_of_a_rare_large_class_is_kept_for_it() {
     ix.take(NodeId(1), &cpu);
     p.note_node(NodeId(1), ix.free(NodeId(1)));
     assert_eq!(
-        p.place(&mut ix, &PlacementQuery::new(&eight(120_000)), &mut LeastFit),
+        p.place(
+            &mut ix,
+            &PlacementQuery::new(&eight(120_000)),
+            &mut LeastFit
+        ),
         Some(NodeId(2))
     );
 }
