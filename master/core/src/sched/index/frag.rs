@@ -421,11 +421,7 @@ impl FragPlacer {
                 }
             };
             // A class no node can hold now changes every placement's measure alike.
-            let scaled = if h == 0 {
-                *w
-            } else {
-                w.saturating_mul(nodes) / h
-            };
+            let scaled = w.saturating_mul(nodes).checked_div(h).unwrap_or(*w);
             self.scaled.push((c.clone(), scaled));
         }
     }
