@@ -1,0 +1,226 @@
+//! Tests of the `frag` placer: fragments per class, the mix, the gradient and the scarcity
+//! scaling (`frag.rs`).
+
+use super::*;
+use hetsched_common::GpuRequest;
+
+fn node(cpu: u64, mem: u64, gpus: &[u32]) -> NodeResources {
+    NodeResources {
+        cpu_milli: cpu,
+        mem_mib: mem,
+        gpus: gpus
+            .iter()
+            .map(|f| GpuDevice {
+                model: "G2".into(),
+                free_milli: *f,
+                emulated: false,
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn class(cpu: u64, count: u32, milli: u32) -> DemandShape {
+    DemandShape::of(&ResourceRequest {
+        cpu_milli: cpu,
+        mem_mib: 100,
+        gpu: GpuRequest {
+            count,
+            milli,
+            models: vec![],
+        },
+        ..Default::default()
+    })
+    .expect("a GPU class")
+}
+
+fn frag(n: &NodeResources, c: &DemandShape) -> u64 {
+    let free: Vec<u32> = n.gpus.iter().map(|d| d.free_milli).collect();
+    class_fragment(n.cpu_milli, n.mem_mib, &n.gpus, &free, c)
+}
+
+#[test]
+fn three_free_gpus_without_cpu_are_all_fragment() {
+    let n = node(0, 1000, &[1000, 1000, 1000]);
+    for c in [class(1000, 1, 1000), class(500, 1, 500), class(1, 3, 1000)] {
+        assert_eq!(frag(&n, &c), 3000, "{c:?}");
+    }
+    // With CPU beside them, none is a fragment to a task they can hold.
+    let n = node(8000, 1000, &[1000, 1000, 1000]);
+    assert_eq!(frag(&n, &class(1000, 1, 1000)), 0);
+    assert_eq!(frag(&n, &class(1000, 3, 1000)), 0);
+    // ... and all are to a task asking more devices than there are.
+    assert_eq!(frag(&n, &class(1000, 4, 1000)), 3000);
+}
+
+#[test]
+fn a_half_used_device_is_a_fragment_only_to_tasks_it_cannot_hold() {
+    let n = node(8000, 1000, &[500, 1000]);
+    // A 0.46 share fits in the half device: nothing is a fragment.
+    assert_eq!(frag(&n, &class(1000, 1, 460)), 0);
+    // A 0.6 share does not: the half device is.
+    assert_eq!(frag(&n, &class(1000, 1, 600)), 500);
+    // A whole device: the half device is, the free one is not.
+    assert_eq!(frag(&n, &class(1000, 1, 1000)), 500);
+    // Two whole devices: only one is whole, so everything is.
+    assert_eq!(frag(&n, &class(1000, 2, 1000)), 1500);
+    // Another model's devices are not its fragments (per-model measure).
+    let mut pinned = class(1000, 1, 460);
+    pinned.models = vec!["T4".into()];
+    assert_eq!(frag(&n, &pinned), 0);
+    assert_eq!(
+        frag(&n, &class(1000, 1, 600)),
+        frag(&n, &{
+            let mut c = class(1000, 1, 600);
+            c.models = vec!["G2".into()];
+            c
+        })
+    );
+}
+
+#[test]
+fn expected_fragmentation_weights_classes_by_their_gpu_demand() {
+    let mut mix = WorkloadMix::new(3);
+    let half = ResourceRequest {
+        cpu_milli: 1000,
+        mem_mib: 100,
+        gpu: GpuRequest::fraction(600),
+        ..Default::default()
+    };
+    let cpu_only = ResourceRequest {
+        cpu_milli: 1000,
+        ..Default::default()
+    };
+    mix.observe(&half);
+    mix.observe(&cpu_only);
+    mix.observe(&half);
+    assert_eq!(mix.classes().len(), 1);
+    assert_eq!(mix.classes()[0].1, 2 * 600);
+    // The window forgets the oldest arrival.
+    mix.observe(&cpu_only);
+    mix.observe(&cpu_only);
+    assert_eq!(mix.classes()[0].1, 600);
+    let n = node(8000, 1000, &[500, 1000]);
+    assert_eq!(node_fragmentation(&n, mix.classes()), 600 * 500);
+}
+
+#[test]
+fn delta_prefers_filling_a_partly_used_device() {
+    let mix = vec![(class(1000, 1, 1000), 1000), (class(1000, 1, 500), 500)];
+    let req = ResourceRequest {
+        cpu_milli: 1000,
+        mem_mib: 10,
+        gpu: GpuRequest::fraction(500),
+        ..Default::default()
+    };
+    let mut scratch = Vec::new();
+    let fresh = node(8000, 1000, &[1000, 1000]);
+    let half = node(8000, 1000, &[500, 1000]);
+    let d_fresh = fragmentation_delta(&fresh, &req, &mix, &mut scratch);
+    let d_half = fragmentation_delta(&half, &req, &mix, &mut scratch);
+    // Breaking a whole device makes a 500 fragment for whole-device tasks; filling the
+    // half one removes one.
+    assert_eq!(d_fresh, Some(1000 * 500));
+    assert_eq!(d_half, Some(-1000 * 500));
+    // Taking the CPU a GPU class needs strands the node's GPUs.
+    let cpu_task = ResourceRequest {
+        cpu_milli: 7500,
+        ..Default::default()
+    };
+    assert_eq!(
+        fragmentation_delta(&fresh, &cpu_task, &mix, &mut scratch),
+        Some(1000 * 2000 + 500 * 2000)
+    );
+    assert_eq!(
+        fragmentation_delta(&node(1000, 1000, &[]), &req, &mix, &mut scratch),
+        None
+    );
+}
+
+#[test]
+fn cpu_tasks_go_to_cpu_only_nodes_first_then_where_they_hurt_least() {
+    use crate::sched::index::{IndexConfig, LeastFit, PlacementQuery};
+    let nodes = [
+        (NodeId(1), node(8000, 1000, &[1000, 1000])),
+        (NodeId(2), node(2000, 1000, &[])),
+        (NodeId(3), node(16000, 1000, &[1000, 1000])),
+    ];
+    let mut ix = PlacementIndex::with_nodes(IndexConfig::default(), nodes.iter().cloned());
+    let mut p = FragPlacer::default();
+    for (id, free) in &nodes {
+        p.note_node(*id, Some(free));
+    }
+    p.observe(&ResourceRequest {
+        cpu_milli: 4000,
+        mem_mib: 10,
+        gpu: GpuRequest::whole(1),
+        ..Default::default()
+    });
+    let small = ResourceRequest {
+        cpu_milli: 2000,
+        ..Default::default()
+    };
+    assert_eq!(
+        p.place(&mut ix, &PlacementQuery::new(&small), &mut LeastFit),
+        Some(NodeId(2))
+    );
+    ix.take(NodeId(2), &small);
+    // No CPU-only node fits now: 6 cores on node 1 would leave 2 (less than the GPU class
+    // needs, stranding both GPUs); on node 3 they leave 10.
+    let six = ResourceRequest {
+        cpu_milli: 6000,
+        ..Default::default()
+    };
+    assert_eq!(
+        p.place(&mut ix, &PlacementQuery::new(&six), &mut LeastFit),
+        Some(NodeId(3))
+    );
+}
+
+#[test]
+fn the_only_node_of_a_rare_large_class_is_kept_for_it() {
+    use crate::sched::index::{IndexConfig, LeastFit, PlacementQuery};
+    // Two 8-GPU nodes: 96 cores (like most) and 128 cores (the only one a 120-core 8-GPU
+    // task fits). The mix: three 88-core 8-GPU arrivals, two 120-core ones.
+    let nodes = [
+        (NodeId(1), node(96_000, 1000, &[1000; 8])),
+        (NodeId(2), node(128_000, 1000, &[1000; 8])),
+    ];
+    let mut ix = PlacementIndex::with_nodes(IndexConfig::default(), nodes.iter().cloned());
+    let mut p = FragPlacer::default();
+    for (id, free) in &nodes {
+        p.note_node(*id, Some(free));
+    }
+    let eight = |cpu| ResourceRequest {
+        cpu_milli: cpu,
+        mem_mib: 10,
+        gpu: GpuRequest::whole(8),
+        ..Default::default()
+    };
+    for cpu in [88_000, 120_000, 88_000, 120_000, 88_000] {
+        p.observe(&eight(cpu));
+    }
+    // 16 cores for a CPU-only task (no CPU-only node): on node 1 they shut out the 88-core
+    // class, on node 2 the 120-core one. The 88-core class weighs more, but both nodes can
+    // hold it and only node 2 the 120-core one: its fragments count twice as much there, so
+    // the task goes to node 1 (by weight alone it went to node 2, and the next 120-core
+    // task fit nowhere).
+    let cpu = ResourceRequest {
+        cpu_milli: 16_000,
+        ..Default::default()
+    };
+    assert_eq!(
+        p.place(&mut ix, &PlacementQuery::new(&cpu), &mut LeastFit),
+        Some(NodeId(1))
+    );
+    ix.take(NodeId(1), &cpu);
+    p.note_node(NodeId(1), ix.free(NodeId(1)));
+    assert_eq!(
+        p.place(
+            &mut ix,
+            &PlacementQuery::new(&eight(120_000)),
+            &mut LeastFit
+        ),
+        Some(NodeId(2))
+    );
+}
