@@ -131,6 +131,7 @@ fn a_retry_back_off_ending_ends_the_skip() {
     l.apply(&mut sched, node(1, 4, 0, &[]));
     let mut retried = spec(1, 1, 0);
     retried.retries = 1;
+    retried.backoff_ms = 5_000;
     let t = submitted_tasks(l.apply(&mut sched, submit(retried)));
     assert_eq!(run(&mut l, &mut sched), vec![(t[0], NodeId(1))]);
     submit_blocked(&mut l, &mut sched);
