@@ -101,6 +101,9 @@ pub struct Loads {
     split_stale: bool,
     /// The multi pool's GPU target the last split was for.
     split_target: Option<u64>,
+    /// GPUs of the GPU nodes taking work (kept with `nodes`, so that a plan's check of
+    /// the split reads no node).
+    gpu_total: u64,
 }
 
 impl Loads {
@@ -138,17 +141,17 @@ impl Loads {
     /// the demand's target changed since the last split; returns whether a node changed
     /// pools.
     pub fn resplit(&mut self, demand: &PoolDemand) -> bool {
+        // Every plan asks: the nodes are read only when they or the target changed.
+        let target = demand.multi_target(self.gpu_total);
+        if !self.split_stale && self.split_target == Some(target) {
+            return false;
+        }
         let gpu_nodes: Vec<(NodeId, usize, Option<GpuPool>)> = self
             .nodes
             .iter()
             .filter(|(_, l)| l.gpu)
             .map(|(id, l)| (*id, l.gpus, l.announced))
             .collect();
-        let total: u64 = gpu_nodes.iter().map(|n| n.1 as u64).sum();
-        let target = demand.multi_target(total);
-        if !self.split_stale && self.split_target == Some(target) {
-            return false;
-        }
         self.split_stale = false;
         self.split_target = Some(target);
         let members = super::pool_split::split(&gpu_nodes, target);
@@ -169,6 +172,9 @@ impl Loads {
             }
         }
         self.capacity.add(&load.capacity);
+        if load.gpu {
+            self.gpu_total = self.gpu_total.saturating_add(load.gpus as u64);
+        }
         self.nodes.insert(node, load);
     }
 
@@ -184,6 +190,9 @@ impl Loads {
             }
         }
         self.capacity.sub(&load.capacity);
+        if load.gpu {
+            self.gpu_total = self.gpu_total.saturating_sub(load.gpus as u64);
+        }
         Some((load.gpu, load.announced, load.gpus))
     }
 

@@ -255,12 +255,19 @@ impl PoolPlan {
         let lent: Cow<'_, Candidates> = if self.waiting(owner) == 0 {
             theirs
         } else {
+            // Only nodes this task fits can be chosen: those are checked against the owner's
+            // waiting requests, not every node of the pool (a blocked GPU task's probe
+            // walked them all, each against every waiting request).
             Cow::Owned(
                 theirs
                     .as_slice()
                     .iter()
                     .copied()
-                    .filter(|n| index.free(*n).is_some_and(|f| !self.wanted_by(owner, f)))
+                    .filter(|n| {
+                        index
+                            .free(*n)
+                            .is_some_and(|f| f.fits(req) && !self.wanted_by(owner, f))
+                    })
                     .collect(),
             )
         };

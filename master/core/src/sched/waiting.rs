@@ -90,13 +90,20 @@ impl Shape {
             s.cpu_milli = s.cpu_milli.max(n.capacity.cpu_milli);
             s.mem_mib = s.mem_mib.max(n.capacity.mem_mib);
             s.gpus = s.gpus.max(n.capacity.gpus.len());
-            let names: Vec<&str> = if n.partitions.is_empty() {
-                vec!["default"]
+            let default = ["default".to_string()];
+            let names = if n.partitions.is_empty() {
+                &default[..]
             } else {
-                n.partitions.iter().map(String::as_str).collect()
+                &n.partitions[..]
             };
             for p in names {
-                let e = s.partitions.entry(p.to_string()).or_default();
+                // A name is copied once per partition, not once per node.
+                if !s.partitions.contains_key(p) {
+                    s.partitions.insert(p.clone(), Default::default());
+                }
+                let Some(e) = s.partitions.get_mut(p) else {
+                    continue;
+                };
                 if !n.is_up() {
                     e.2 += 1;
                 } else if n.drain.is_some() {
@@ -211,6 +218,12 @@ fn gpus_fit(res: &NodeResources, req: &ResourceRequest) -> bool {
             .filter(|d| d.free_milli >= g.milli && g.accepts_model(&d.model))
             .count()
             >= g.count as usize
+}
+
+/// Whether `req` passes every resource check against the free resources `free` (the part
+/// of [`verdict_kind`] a node's free vector decides; a cheap first filter before it).
+pub(crate) fn free_fits(free: &NodeResources, req: &ResourceRequest) -> bool {
+    short_kind(free, req).is_none()
 }
 
 /// The first resource check `res` fails for `req`: `cpus`, `mem`, `gpu-model`, `gpus`,

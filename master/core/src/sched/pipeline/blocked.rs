@@ -112,12 +112,21 @@ pub(super) struct Blocked {
     priority: Option<PriorityConfig>,
     /// Distinct keys probed (for tests and benches).
     probes: u64,
+    /// Bumped by every [`changed`](Self::changed): a plan that found everything blocked
+    /// is repeated only after a change (`quiet.rs`).
+    generation: u64,
 }
 
 impl Blocked {
     /// Something that could make a blocked key fit changed: every key is probed again.
     pub fn changed(&mut self) {
         self.keys.clear();
+        self.generation += 1;
+    }
+
+    /// Changes so far.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// At a plan's start: the pools' terms now; a change clears the set.

@@ -79,3 +79,87 @@ fn a_blocked_task_keeps_its_place_when_a_later_one_fits() {
     assert_eq!(run(&mut l, &mut sched), vec![(big[0], NodeId(2))]);
     assert!(l.s.pending().contains(&later[0]));
 }
+
+#[test]
+fn a_plan_with_nothing_changed_since_everything_blocked_is_skipped() {
+    let mut sched = IndexedScheduler::new(PolicyKind::BestFit, 0);
+    let mut l = Log::new();
+    l.apply(&mut sched, node(1, 4, 0, &[]));
+    submit_blocked(&mut l, &mut sched);
+    assert!(run(&mut l, &mut sched).is_empty());
+    assert_eq!(sched.plans_skipped(), 0, "the first plan probes");
+    // Nothing the scheduler reads changed (an empty plan applied moves the log on): skipped.
+    assert!(run(&mut l, &mut sched).is_empty());
+    assert!(run(&mut l, &mut sched).is_empty());
+    assert_eq!(sched.plans_skipped(), 2);
+    // A submission changes the pending set: planned again (its key is blocked: no probe).
+    submit_blocked(&mut l, &mut sched);
+    let probes = sched.blocked().1;
+    assert!(run(&mut l, &mut sched).is_empty());
+    assert_eq!((sched.plans_skipped(), sched.blocked().1), (2, probes));
+    assert!(run(&mut l, &mut sched).is_empty());
+    assert_eq!(sched.plans_skipped(), 3);
+    // One that fits is placed at once.
+    let c = submitted_tasks(l.apply(&mut sched, submit(spec(1, 1, 0))));
+    assert_eq!(run(&mut l, &mut sched), vec![(c[0], NodeId(1))]);
+    assert_eq!(sched.plans_skipped(), 3);
+    // Resources freed: planned again.
+    l.apply(
+        &mut sched,
+        Command::TaskFinished {
+            node: NodeId(1),
+            task: c[0],
+            attempt: 1,
+            exit_code: 0,
+            reason: None,
+        },
+    );
+    let probes = sched.blocked().1;
+    assert!(run(&mut l, &mut sched).is_empty());
+    assert_eq!(
+        (sched.plans_skipped(), sched.blocked().1),
+        (3, probes + 1),
+        "the key probed again once"
+    );
+}
+
+#[test]
+fn a_retry_back_off_ending_ends_the_skip() {
+    use crate::sched::test_log::apply_tracked;
+    let mut sched = IndexedScheduler::new(PolicyKind::BestFit, 0);
+    let mut l = Log::new();
+    l.apply(&mut sched, node(1, 4, 0, &[]));
+    let mut retried = spec(1, 1, 0);
+    retried.retries = 1;
+    retried.backoff_ms = 5_000;
+    let t = submitted_tasks(l.apply(&mut sched, submit(retried)));
+    assert_eq!(run(&mut l, &mut sched), vec![(t[0], NodeId(1))]);
+    submit_blocked(&mut l, &mut sched);
+    // The task fails at leader time 1,000: requeued with a retry back-off.
+    l.i += 1;
+    apply_tracked(
+        &mut l.s,
+        l.i,
+        1_000,
+        &mut sched,
+        Command::TaskFinished {
+            node: NodeId(1),
+            task: t[0],
+            attempt: 1,
+            exit_code: 1,
+            reason: None,
+        },
+    );
+    let nb = l.s.tasks()[&t[0]]
+        .not_before_ms
+        .expect("requeued with a back-off");
+    assert!(sched.plan_at(&l.s, nb - 1).is_empty(), "backing off");
+    assert!(sched.plan_at(&l.s, nb - 1).is_empty());
+    assert_eq!(sched.plans_skipped(), 1);
+    let plan = sched.plan_at(&l.s, nb);
+    assert_eq!(plan.assignments.len(), 1, "its back-off ended: placed");
+}
+
+fn submit_blocked(l: &mut Log, sched: &mut IndexedScheduler) {
+    l.apply(sched, submit(spec(1, 8, 0)));
+}

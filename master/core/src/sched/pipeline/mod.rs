@@ -43,6 +43,7 @@ mod feasibility_stage;
 mod gang_stage;
 mod preemption_stage;
 mod queue_stage;
+mod quiet;
 mod reservations;
 mod selection_stage;
 mod slave_queue_stage;
@@ -69,6 +70,7 @@ use gang_stage::GangStage;
 use hetsched_common::{NodeId, TaskId};
 use preemption_stage::PreemptionStage;
 use queue_stage::{PendingTask, QueueStage};
+use quiet::{Quiet, Tally};
 use selection_stage::SelectionStage;
 use slave_queue_stage::SlaveQueueStage;
 use std::collections::BTreeSet;
@@ -108,6 +110,10 @@ pub struct IndexedScheduler {
     blocked: Blocked,
     /// Why the tasks the latest plan left waiting wait (`why.rs`).
     reasons: Reasons,
+    /// What the latest plan depended on, when it found everything blocked (`quiet.rs`).
+    quiet: Option<Quiet>,
+    /// Plans skipped as unchanged since a quiet one.
+    skipped: u64,
 }
 
 impl IndexedScheduler {
@@ -133,6 +139,8 @@ impl IndexedScheduler {
             loads: None,
             blocked: Blocked::default(),
             reasons: Reasons::default(),
+            quiet: None,
+            skipped: 0,
         }
     }
 
@@ -218,6 +226,11 @@ impl IndexedScheduler {
         (self.blocked.len(), self.blocked.probes())
     }
 
+    /// Plans skipped because nothing changed since a plan that found every task blocked.
+    pub fn plans_skipped(&self) -> u64 {
+        self.skipped
+    }
+
     /// Nodes in the index.
     pub fn indexed_nodes(&self) -> usize {
         self.index.len()
@@ -283,9 +296,19 @@ impl Scheduler for IndexedScheduler {
                 self.blocked.changed();
             }
         }
+        self.blocked.check_priority(view.priority());
+        if let Some(q) = self.quiet.take() {
+            if q.holds(view, self.blocked.generation(), now_ms) {
+                self.quiet = Some(q);
+                self.skipped += 1;
+                return Plan {
+                    queue_depth: self.slave_queue.depth,
+                    ..Plan::default()
+                };
+            }
+        }
         let mut ctx = PlanContext::new(view, now_ms, &self.queue, self.loads.take(), self.pools);
         self.blocked.check_terms(ctx.pools.terms());
-        self.blocked.check_priority(view.priority());
         // Across plans only where nothing but resources decides (see blocked.rs).
         let across = self.slave_queue.depth == 0;
         let mut stuck_now: BTreeSet<BlockKey> = BTreeSet::new();
@@ -293,6 +316,7 @@ impl Scheduler for IndexedScheduler {
             .begin(self.queue.ordering, self.pools.is_some());
         let order = std::mem::take(&mut ctx.order);
         let mut reached = order.len();
+        let mut tally = Tally::default();
         for (pos, &queued) in order.iter().enumerate() {
             let task = queued.task;
             if ctx.decided.plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
@@ -301,6 +325,9 @@ impl Scheduler for IndexedScheduler {
             }
             let Some(head) = QueueStage::admit_queued(ctx.now_ms, &ctx.decided.stuck, queued)
             else {
+                if let Some(nb) = queued.t.not_before_ms.filter(|nb| *nb > ctx.now_ms) {
+                    tally.backoff(nb);
+                }
                 continue;
             };
             let key = head.job.spec.program.is_none().then(|| BlockKey::of(&head));
@@ -311,6 +338,7 @@ impl Scheduler for IndexedScheduler {
                 continue; // blocked: keeps its place, probed again after a change
             }
             self.blocked.probed();
+            tally.probed += 1;
             let room = ctx.decided.preempt_room(self.preemption.max_per_plan);
             let awaiting = view.awaiting().contains_key(&task);
             let decision = self.decide(&mut ctx, &head);
@@ -318,6 +346,7 @@ impl Scheduler for IndexedScheduler {
             if let (Decision::Stuck, Some(k), false) = (&decision, key, awaiting) {
                 if across && room {
                     self.blocked.insert(k.clone());
+                    tally.blocked += 1;
                 }
                 stuck_now.insert(k);
             }
@@ -330,6 +359,7 @@ impl Scheduler for IndexedScheduler {
             ctx.decided.record(&head, decision);
         }
         let no_nodes = self.index.is_empty();
+        let whole = reached == order.len() && !no_nodes;
         let blocked = &self.blocked;
         let keep = |k: &BlockKey| blocked.contains(k) || stuck_now.contains(k);
         let order = order.iter().map(|q| q.task).collect();
@@ -338,6 +368,9 @@ impl Scheduler for IndexedScheduler {
         self.loads = loads;
         self.note_victims(view, &plan);
         plan.queue_depth = self.slave_queue.depth;
+        if whole && plan.is_empty() {
+            self.quiet = Quiet::of(view, self.blocked.generation(), &tally);
+        }
         plan
     }
 

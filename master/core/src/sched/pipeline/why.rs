@@ -21,7 +21,7 @@ use super::blocked::BlockKey;
 use super::context::Decision;
 use super::queue_stage::PendingTask;
 use crate::sched::multiqueue::{Ordering, QueueKind};
-use crate::sched::waiting::{backoff_reason, verdict_kind, Shape, Waiting};
+use crate::sched::waiting::{backoff_reason, free_fits, verdict_kind, Shape, Waiting};
 use crate::state::{partition_of, ClusterState, Job, Task};
 use hetsched_common::protocol::WaitingInfo;
 use hetsched_common::{JobId, TaskId};
@@ -33,22 +33,26 @@ use std::sync::Arc;
 /// sees the other GPU pool only as borrowed capacity.
 fn pool_reason(view: &ClusterState, head: &PendingTask<'_>) -> Option<WaitingInfo> {
     let req = head.req;
-    let fits: Vec<&crate::state::Node> = view
-        .nodes()
-        .values()
-        .filter(|n| n.free.cpu_milli >= req.cpu_milli && n.free.mem_mib >= req.mem_mib)
-        .filter(|n| head.is_gpu() || !n.capacity.gpus.is_empty())
-        .filter(|n| verdict_kind(view, n, head.job, head.task) == "fits")
-        .collect();
-    if fits.is_empty() {
+    // Counted, not collected; the free vector first (cheap), the node's whole verdict
+    // only where that passes (a stuck probe asks this of every node).
+    let (mut fits, mut gpu_nodes) = (0usize, 0usize);
+    for n in view.nodes().values() {
+        let gpus = !n.capacity.gpus.is_empty();
+        if (head.is_gpu() || gpus)
+            && free_fits(&n.free, req)
+            && verdict_kind(view, n, head.job, head.task) == "fits"
+        {
+            fits += 1;
+            gpu_nodes += usize::from(gpus);
+        }
+    }
+    if fits == 0 {
         return None;
     }
-    let gpu_nodes = fits.iter().filter(|n| !n.capacity.gpus.is_empty()).count();
     let d = if head.is_gpu() {
         format!(
-            "its GPU pool has no room; {} node(s) with room are in the other GPU pool, which \
-             it may borrow only while that pool's own tasks do not need it",
-            fits.len()
+            "its GPU pool has no room; {fits} node(s) with room are in the other GPU pool, \
+             which it may borrow only while that pool's own tasks do not need it"
         )
     } else if gpu_nodes > 0 {
         format!(
@@ -146,6 +150,9 @@ pub(super) struct Reasons {
     pools: bool,
     /// The cluster's shape, taken at the plan's first stuck task.
     shape: Option<Shape>,
+    /// The plain `resources` reason (its detail completed when read), shared by every
+    /// task and key that has it rather than allocated for each.
+    resources: Option<Arc<WaitingInfo>>,
 }
 
 impl Reasons {
@@ -208,7 +215,13 @@ impl Reasons {
             }
             Decision::Stuck => self.stuck_info(view, head),
         };
-        let w = (Arc::new(info), refine);
+        let plain = info.reason == "resources" && info.detail.is_empty();
+        let info = match &self.resources {
+            Some(r) if plain => r.clone(),
+            _ if plain => self.resources.insert(Arc::new(info)).clone(),
+            _ => Arc::new(info),
+        };
+        let w = (info, refine);
         if gang || matches!(decision, Decision::Stuck) {
             self.stuck.insert((head.t.job, head.t.priority), w.clone());
             if let Some(k) = key {
