@@ -22,7 +22,7 @@ async fn a_burst_of_starts_records_each_end_once_with_its_own_code() {
     let n = 60u64;
     // Every fifth cannot start (its exec fails inside the spawn); the others exit with
     // their own code, some at once, some after a moment, so that exits and spawns overlap.
-    let bad = |i: u64| i % 5 == 0;
+    let bad = |i: u64| i.is_multiple_of(5);
     let mut waits = Vec::new();
     for i in 1..=n {
         let name = format!("task-{i}-1");
