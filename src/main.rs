@@ -188,6 +188,12 @@ fn main() -> ExitCode {
             | Command::Certs(_)
     );
     if is_client {
+        // Client commands log only when asked (`HETSCHED_LOG=hetsched::trace=debug` times
+        // each hop of a submit): a subscriber is not free to set up.
+        if std::env::var_os("HETSCHED_LOG").is_some() {
+            hetsched_common::telemetry::init_logging("warn");
+            tracing::debug!(target: "hetsched::trace", "cli: arguments parsed");
+        }
         if let Err(e) =
             cmd::security::install_client(cli.certs_dir.as_ref(), None, cli.token.as_deref())
         {

@@ -312,7 +312,10 @@ impl LeaderClient {
                 },
             };
             let answer = match conn.call(msg.clone(), cap(self.opts.call_timeout)).await {
-                Ok(a) => a,
+                Ok(a) => {
+                    tracing::debug!(target: "hetsched::trace", %addr, "client: answered");
+                    a
+                }
                 Err(source) => {
                     self.rotate();
                     return Err(LeaderError::Unreachable { addr, source });

@@ -164,6 +164,7 @@ async fn accept_tls(
     let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
     match tokio::time::timeout(limits.partial_timeout, acceptor.accept(stream)).await {
         Ok(Ok(s)) => {
+            tracing::debug!(target: "hetsched::trace", peer = %addr, "tls: accepted");
             let identity = tls::peer_identity(s.get_ref().1.peer_certificates());
             Some((
                 s,
@@ -420,6 +421,7 @@ impl Connection {
                 let hs = connector.connect(tls::server_name(addr), stream);
                 match tokio::time::timeout(timeout, hs).await {
                     Ok(Ok(s)) => {
+                        tracing::debug!(target: "hetsched::trace", %addr, "tls: connected");
                         let identity = tls::peer_identity(s.get_ref().1.peer_certificates());
                         Ok(Self::start(addr, s, limits, identity))
                     }

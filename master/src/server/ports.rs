@@ -54,6 +54,9 @@ impl Master {
                     return Some(Message::Error(e));
                 }
                 let submit = matches!(req, ClientRequest::Submit { .. });
+                if submit {
+                    tracing::debug!(target: "hetsched::trace", %peer, "submit: received");
+                }
                 let started = std::time::Instant::now();
                 let answer = self.client(req).await;
                 if submit {
