@@ -361,7 +361,14 @@ impl AttemptCgroup {
                 write_file(&dir.join("cpu.max"), &v)
             }
             CgroupMode::V1 => {
-                write_file(&dir.join("cpu.cfs_period_us"), &CFS_PERIOD_US.to_string())?;
+                // Each write of the period or the quota makes the kernel walk the CPU
+                // controller's hierarchy (`tg_set_bandwidth`, the agent's largest kernel cost
+                // per task): a read is cheap, and a new cgroup has the default period already.
+                let period = CFS_PERIOD_US.to_string();
+                let period_file = dir.join("cpu.cfs_period_us");
+                if std::fs::read_to_string(&period_file).map_or(true, |p| p.trim() != period) {
+                    write_file(&period_file, &period)?;
+                }
                 let v = quota.map(|q| q.to_string()).unwrap_or_else(|| "-1".into());
                 write_file(&dir.join("cpu.cfs_quota_us"), &v)
             }
