@@ -39,6 +39,7 @@
 pub mod agent;
 pub mod announce;
 pub mod cgroup;
+pub mod cgroup_spares;
 pub mod contention;
 pub mod engine;
 pub mod exec;

@@ -101,8 +101,7 @@ impl KeepBatch {
                 let mut tmp = to.as_os_str().to_os_string();
                 tmp.push(".tmp");
                 let tmp = PathBuf::from(tmp);
-                if let Err(e) = std::fs::copy(from, &tmp).and_then(|_| std::fs::rename(&tmp, to))
-                {
+                if let Err(e) = std::fs::copy(from, &tmp).and_then(|_| std::fs::rename(&tmp, to)) {
                     tracing::warn!(from = %from.display(), to = %to.display(), error = %e, "cannot keep task output");
                     let _ = std::fs::remove_file(&tmp);
                     continue;
@@ -111,8 +110,12 @@ impl KeepBatch {
             self.remove.push(from.to_path_buf());
         }
         if any {
-            self.lines
-                .push_str(&format!("{} {} {} {mtime_ns}\n", keep.name(), sizes[0], sizes[1]));
+            self.lines.push_str(&format!(
+                "{} {} {} {mtime_ns}\n",
+                keep.name(),
+                sizes[0],
+                sizes[1]
+            ));
             self.index.get_or_insert_with(|| keep.index());
         }
     }
@@ -327,7 +330,10 @@ mod tests {
         let mut batch = KeepBatch::default();
         batch.keep((&out, &err), &keep);
         batch.finish();
-        assert!(!out.exists() && !err.exists(), "live files removed once kept");
+        assert!(
+            !out.exists() && !err.exists(),
+            "live files removed once kept"
+        );
         assert_eq!(std::fs::read(&keep.stdout).expect("kept"), b"partial");
         assert!(!keep.stderr.exists(), "no file for an empty stream");
         assert_eq!(chunk(read(false)), (0, b"partial".to_vec(), 7));

@@ -269,7 +269,10 @@ fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
             let program = spec.argv.first().map(String::as_str).unwrap_or_default();
             let why = format!("cannot start {program:?}: {e}");
             supervisor::note(&spec, &why);
-            ended(pool, vec![(dir.to_path_buf(), cannot_start(why), Some(spec))]);
+            ended(
+                pool,
+                vec![(dir.to_path_buf(), cannot_start(why), Some(spec))],
+            );
         }
     }
 }

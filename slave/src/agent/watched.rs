@@ -199,7 +199,7 @@ impl Watched {
                 (exec::EXIT_LOST, Some(TaskReason::Lost))
             }
         };
-        self.cgroup.remove();
+        self.cgroup.retire();
         // The supervisor keeps the output before it records the end; this keeps what one
         // that vanished (or an older one) left behind.
         crate::logs::keep_attempt(&self.log_dir, &self.dir, self.task, self.attempt);

@@ -112,7 +112,10 @@ fn real_starts(dir: &Path, slaves: u32) -> HashMap<TaskId, SystemTime> {
         let Ok(text) = std::fs::read_to_string(&index) else {
             continue;
         };
-        for (name, rec) in text.lines().filter_map(hetsched_slave::logs::parse_index_line) {
+        for (name, rec) in text
+            .lines()
+            .filter_map(hetsched_slave::logs::parse_index_line)
+        {
             let Some(id) = name
                 .strip_prefix("task-")
                 .and_then(|s| s.split('-').next())
