@@ -80,8 +80,8 @@ fn read_pid(path: &Path) -> i32 {
     })
 }
 
-/// The script of the restart tests: appends `$HETSCHED_TASK_ID $HETSCHED_ATTEMPT`, records
-/// its pid, sleeps `sleep` seconds (attempt 1 only when `first_only`), appends `done`, exits
+/// The script of the restart tests: prints `attempt $HETSCHED_ATTEMPT`, appends
+/// `$HETSCHED_TASK_ID $HETSCHED_ATTEMPT`, records its pid, sleeps `sleep` seconds (attempt 1 only when `first_only`), appends `done`, exits
 /// `code`.
 fn script(dir: &Path, sleep: u32, first_only: bool, code: i32) -> (String, PathBuf, PathBuf) {
     let out = dir.join("lines.txt");
@@ -92,7 +92,7 @@ fn script(dir: &Path, sleep: u32, first_only: bool, code: i32) -> (String, PathB
         format!("sleep {sleep}")
     };
     let s = format!(
-        "echo $HETSCHED_TASK_ID $HETSCHED_ATTEMPT >> {out}; echo $$ > {pid}; {nap}; echo done >> {out}; exit {code}",
+        "echo attempt $HETSCHED_ATTEMPT; echo $HETSCHED_TASK_ID $HETSCHED_ATTEMPT >> {out}; echo $$ > {pid}; {nap}; echo done >> {out}; exit {code}",
         out = out.display(),
         pid = pid.display(),
     );
@@ -108,12 +108,26 @@ fn task_survives_agent_kill_and_restart_and_runs_once() {
         (lines(&out).len() == 1).then_some(())
     });
     let pid = read_pid(&pidfile);
+    // Its output is readable while it runs (from the attempt's live file) ...
+    let id = wait_task(&c, job, "the task to run", |t| t["state"] == "running")["id"]
+        .as_u64()
+        .expect("id")
+        .to_string();
+    let stdout_of = |c: &Cluster, args: &[&str]| {
+        let o = c.cli(&[&["logs"], args, &[id.as_str()]].concat());
+        assert_eq!(o.status.code(), Some(0), "logs {args:?}: {o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert_eq!(stdout_of(&c, &[]), "attempt 1\n");
     c.slaves[0].kill9();
     assert!(!is_gone(pid), "killing the agent did not kill the task");
     c.slaves[0].restart().expect("restart");
     let t = wait_task(&c, job, "the task to succeed", |t| {
         t["state"] == "succeeded"
     });
+    // ... and once it ended under the restarted agent: stdout kept, the empty stderr too.
+    assert_eq!(stdout_of(&c, &[]), "attempt 1\n");
+    assert_eq!(stdout_of(&c, &["--stderr"]), "");
     assert_eq!(t["attempt"], 1, "{t}");
     assert_eq!(t["exit_code"], 0, "{t}");
     assert_eq!(t["reason"], Value::Null, "{t}");

@@ -18,6 +18,7 @@
 //! Everything takes the cgroupfs root as a parameter, so the writes are tested against fake
 //! trees in temporary directories; the v1 path is also tested for real where tests run as root.
 
+use crate::cgroup_spares::{memory_left_ok, Spares, SPARE_PREFIX};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::collections::BTreeSet;
@@ -97,6 +98,8 @@ pub struct Cgroups {
     /// may be missing where that controller is not mounted or not writable).
     cpu_dir: Option<PathBuf>,
     mem_dir: Option<PathBuf>,
+    /// Ended attempts' cgroups kept for reuse ([`crate::cgroup_spares`]).
+    spares: Spares,
 }
 
 /// The cgroup path of `controller` (v1) or of the unified hierarchy (`controller` = "") in
@@ -125,6 +128,7 @@ impl Cgroups {
             mode: CgroupMode::None,
             cpu_dir: None,
             mem_dir: None,
+            spares: Spares::default(),
         }
     }
 
@@ -142,6 +146,7 @@ impl Cgroups {
                         mode: CgroupMode::V2,
                         cpu_dir: Some(dir.clone()),
                         mem_dir: Some(dir),
+                        spares: Spares::default(),
                     }
                 }
                 Err(e) => {
@@ -175,6 +180,7 @@ impl Cgroups {
             mode: CgroupMode::V1,
             cpu_dir,
             mem_dir,
+            spares: Spares::default(),
         }
     }
 
@@ -222,6 +228,18 @@ impl Cgroups {
             mode: self.mode,
             cpu: self.cpu_dir.as_ref().map(|d| d.join(name)),
             mem: self.mem_dir.as_ref().map(|d| d.join(name)),
+            spares: self.spares.clone(),
+        }
+    }
+
+    /// The spares' key of directory `d` of `cg` with `limits`: what is written to it.
+    fn key_of(&self, cg: &AttemptCgroup, d: &Path, limits: Limits) -> String {
+        let cpu = cg.cpu.as_deref() == Some(d);
+        let mem = cg.mem.as_deref() == Some(d);
+        match (cpu, mem) {
+            (true, true) => format!("c{}m{}", limits.cpu_milli, limits.mem_mib),
+            (true, false) => format!("c{}", limits.cpu_milli),
+            _ => format!("m{}", limits.mem_mib),
         }
     }
 
@@ -229,14 +247,27 @@ impl Cgroups {
     /// directories, nothing limited).
     pub fn create(&self, name: &str, limits: Limits) -> Result<AttemptCgroup, CgroupError> {
         let cg = self.attempt(name);
+        // A spare with the same limits is taken as it is; only new directories are written.
+        let mut fresh = Vec::new();
         for d in cg.dirs() {
-            std::fs::create_dir_all(d).map_err(io_err(d))?;
+            let key = self.key_of(&cg, d, limits);
+            if !self.spares.take(d, &key) {
+                std::fs::create_dir_all(d).map_err(io_err(d))?;
+                fresh.push((d.clone(), key));
+            }
         }
+        let is_fresh = |d: &Option<PathBuf>| {
+            d.as_ref()
+                .is_some_and(|d| fresh.iter().any(|(f, _)| f == d))
+        };
+        let (cpu_fresh, mem_fresh) = (is_fresh(&cg.cpu), is_fresh(&cg.mem));
         match self.mode {
             CgroupMode::None => {}
             CgroupMode::V2 => {
-                cg.set_cpu(limits.cpu_milli)?;
-                if let (Some(dir), true) = (cg.mem.as_ref(), limits.mem_mib > 0) {
+                if cpu_fresh {
+                    cg.write_cpu(limits.cpu_milli)?;
+                }
+                if let (Some(dir), true) = (cg.mem.as_ref(), mem_fresh && limits.mem_mib > 0) {
                     let bytes = limits.mem_mib * 1024 * 1024;
                     write_file(&dir.join("memory.max"), &bytes.to_string())?;
                     if self
@@ -249,8 +280,10 @@ impl Cgroups {
                 }
             }
             CgroupMode::V1 => {
-                cg.set_cpu(limits.cpu_milli)?;
-                if let (Some(dir), true) = (cg.mem.as_ref(), limits.mem_mib > 0) {
+                if cpu_fresh {
+                    cg.write_cpu(limits.cpu_milli)?;
+                }
+                if let (Some(dir), true) = (cg.mem.as_ref(), mem_fresh && limits.mem_mib > 0) {
                     let bytes = (limits.mem_mib * 1024 * 1024).to_string();
                     write_file(&dir.join("memory.limit_in_bytes"), &bytes)?;
                     let memsw = self
@@ -264,6 +297,9 @@ impl Cgroups {
                     }
                 }
             }
+        }
+        for (d, key) in fresh {
+            self.spares.created(&d, &key);
         }
         Ok(cg)
     }
@@ -293,8 +329,19 @@ impl Cgroups {
     }
 
     /// Removes every attempt cgroup not in `keep` (stale ones from a previous run), killing
-    /// whatever still runs in it first. Returns the names removed.
+    /// whatever still runs in it first, and the spares of a previous run. Returns the names
+    /// of the attempt cgroups removed.
     pub fn clean_stale(&self, keep: &BTreeSet<String>) -> Vec<String> {
+        for d in self.cpu_dir.iter().chain(self.mem_dir.iter()) {
+            let Ok(rd) = std::fs::read_dir(d) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with(SPARE_PREFIX) {
+                    remove_cgroup_dir(&e.path());
+                }
+            }
+        }
         let mut removed = Vec::new();
         for name in self.attempt_names() {
             if keep.contains(&name) {
@@ -317,6 +364,8 @@ pub struct AttemptCgroup {
     cpu: Option<PathBuf>,
     /// Directory of the memory controller (v2: the same as `cpu`).
     mem: Option<PathBuf>,
+    /// The slave's spare cgroups.
+    spares: Spares,
 }
 
 impl AttemptCgroup {
@@ -346,8 +395,16 @@ impl AttemptCgroup {
         })
     }
 
-    /// Sets (or changes, live) the CPU limit; 0 removes it.
+    /// Changes the CPU limit live; 0 removes it. (The cgroup is then not reused.)
     pub fn set_cpu(&self, cpu_milli: u64) -> Result<(), CgroupError> {
+        if let Some(dir) = &self.cpu {
+            self.spares.forget(dir);
+        }
+        self.write_cpu(cpu_milli)
+    }
+
+    /// Writes the CPU limit; 0 removes it.
+    fn write_cpu(&self, cpu_milli: u64) -> Result<(), CgroupError> {
         let Some(dir) = &self.cpu else {
             return Ok(());
         };
@@ -361,7 +418,14 @@ impl AttemptCgroup {
                 write_file(&dir.join("cpu.max"), &v)
             }
             CgroupMode::V1 => {
-                write_file(&dir.join("cpu.cfs_period_us"), &CFS_PERIOD_US.to_string())?;
+                // Each write of the period or the quota makes the kernel walk the CPU
+                // controller's hierarchy (`tg_set_bandwidth`, the agent's largest kernel cost
+                // per task): a read is cheap, and a new cgroup has the default period already.
+                let period = CFS_PERIOD_US.to_string();
+                let period_file = dir.join("cpu.cfs_period_us");
+                if std::fs::read_to_string(&period_file).map_or(true, |p| p.trim() != period) {
+                    write_file(&period_file, &period)?;
+                }
                 let v = quota.map(|q| q.to_string()).unwrap_or_else(|| "-1".into());
                 write_file(&dir.join("cpu.cfs_quota_us"), &v)
             }
@@ -414,18 +478,60 @@ impl AttemptCgroup {
     /// next start's stale cleanup retries).
     pub fn remove(&self) {
         for d in self.dirs() {
-            for _ in 0..10 {
-                match std::fs::remove_dir(d) {
-                    Ok(()) => break,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                    // A fake tree (tests) holds regular files: remove them with it.
-                    Err(_) if !d.join("cgroup.controllers").exists() && is_fake(d) => {
-                        let _ = std::fs::remove_dir_all(d);
-                        break;
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
+            self.spares.forget(d);
+            remove_cgroup_dir(d);
+        }
+    }
+
+    /// The end of an ended attempt's cgroup: kept as a spare for the next attempt with the
+    /// same limits where nothing of this one carries over ([`crate::cgroup_spares`]), else
+    /// removed.
+    pub fn retire(&self) {
+        for d in self.dirs() {
+            // v2 has no rename of cgroups.
+            if self.mode != CgroupMode::V1 || !self.spares.retire(d, |d| self.reusable(d)) {
+                remove_cgroup_dir(d);
             }
+        }
+    }
+
+    /// Whether directory `d` of this cgroup may serve another attempt: no process left, and
+    /// for its memory controller no OOM kill counted and little memory still charged.
+    fn reusable(&self, d: &Path) -> bool {
+        let empty =
+            std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|s| s.trim().is_empty());
+        if !empty || self.mem.as_deref() != Some(d) {
+            return empty;
+        }
+        let read = |f: &str| std::fs::read_to_string(d.join(f)).ok();
+        let number = |f: &str| read(f).and_then(|s| s.trim().parse::<u64>().ok());
+        let (left, limit) = match self.mode {
+            CgroupMode::V2 => (number("memory.current"), number("memory.max")),
+            _ => (
+                number("memory.usage_in_bytes"),
+                number("memory.limit_in_bytes").filter(|l| *l < (1 << 62)),
+            ),
+        };
+        let no_oom = self
+            .oom_counter_file()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .is_some_and(|s| oom_kills_of(&s) == 0);
+        no_oom && left.is_some_and(|left| memory_left_ok(left, limit))
+    }
+}
+
+/// Removes a cgroup directory, retrying a moment while it is busy.
+fn remove_cgroup_dir(d: &Path) {
+    for _ in 0..10 {
+        match std::fs::remove_dir(d) {
+            Ok(()) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            // A fake tree (tests) holds regular files: remove them with it.
+            Err(_) if !d.join("cgroup.controllers").exists() && is_fake(d) => {
+                let _ = std::fs::remove_dir_all(d);
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
 }
@@ -447,191 +553,5 @@ pub fn oom_kills_of(text: &str) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const V1_SELF: &str = "4:memory:/outer/abc\n2:cpu,cpuacct:/\n1:name=systemd:/x\n0::/\n";
-
-    fn touch(p: &Path, text: &str) {
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(p, text).expect("write");
-    }
-
-    #[test]
-    fn own_paths() {
-        assert_eq!(own_path(V1_SELF, "memory").as_deref(), Some("/outer/abc"));
-        assert_eq!(own_path(V1_SELF, "cpu").as_deref(), Some("/"));
-        assert_eq!(own_path(V1_SELF, "").as_deref(), Some("/"));
-        assert_eq!(own_path("0::/a/b\n", "").as_deref(), Some("/a/b"));
-        assert_eq!(own_path("garbage", "cpu"), None);
-    }
-
-    #[test]
-    fn quota_of_cpus() {
-        assert_eq!(cfs_quota_us(500), Some(50_000));
-        assert_eq!(cfs_quota_us(2500), Some(250_000));
-        assert_eq!(cfs_quota_us(1), Some(CFS_QUOTA_MIN_US));
-        assert_eq!(cfs_quota_us(0), None);
-    }
-
-    #[test]
-    fn oom_counter_parsing() {
-        assert_eq!(
-            oom_kills_of("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"),
-            2
-        );
-        assert_eq!(
-            oom_kills_of("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n"),
-            1
-        );
-        assert_eq!(oom_kills_of("nothing"), 0);
-    }
-
-    #[test]
-    fn fake_v1_tree_gets_the_expected_files() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let r = root.path();
-        touch(&r.join("cpu/cpu.cfs_quota_us"), "-1\n");
-        touch(
-            &r.join("memory/memory.limit_in_bytes"),
-            "9223372036854771712\n",
-        );
-        // The slave's memory cgroup supports swap accounting.
-        touch(
-            &r.join("memory/outer/abc/hetsched-s1/memory.memsw.limit_in_bytes"),
-            "9223372036854771712\n",
-        );
-        let cgs = Cgroups::detect(r, V1_SELF, "s1");
-        assert_eq!(cgs.mode(), CgroupMode::V1);
-        let cg = cgs
-            .create(
-                "task-17-1",
-                Limits {
-                    cpu_milli: 1500,
-                    mem_mib: 64,
-                },
-            )
-            .expect("create");
-        let cpu = r.join("cpu/hetsched-s1/task-17-1");
-        let mem = r.join("memory/outer/abc/hetsched-s1/task-17-1");
-        let read = |p: PathBuf| std::fs::read_to_string(p).expect("read");
-        assert_eq!(read(cpu.join("cpu.cfs_period_us")), "100000");
-        assert_eq!(read(cpu.join("cpu.cfs_quota_us")), "150000");
-        assert_eq!(read(mem.join("memory.limit_in_bytes")), "67108864");
-        assert_eq!(read(mem.join("memory.memsw.limit_in_bytes")), "67108864");
-        assert_eq!(
-            cg.procs_files(),
-            vec![cpu.join("cgroup.procs"), mem.join("cgroup.procs")]
-        );
-        assert_eq!(cg.oom_counter_file(), Some(mem.join("memory.oom_control")));
-        // Live change of the CPU limit.
-        cg.set_cpu(500).expect("set cpu");
-        assert_eq!(read(cpu.join("cpu.cfs_quota_us")), "50000");
-        touch(
-            &mem.join("memory.oom_control"),
-            "oom_kill_disable 0\noom_kill 1\n",
-        );
-        assert_eq!(cg.oom_kills(), 1);
-
-        // Without swap accounting, swappiness closes swap instead.
-        let r2 = tempfile::tempdir().expect("tempdir");
-        touch(&r2.path().join("memory/memory.limit_in_bytes"), "1\n");
-        let cgs2 = Cgroups::detect(r2.path(), V1_SELF, "s2");
-        cgs2.create(
-            "task-1-1",
-            Limits {
-                cpu_milli: 100,
-                mem_mib: 1,
-            },
-        )
-        .expect("create");
-        let mem2 = r2.path().join("memory/outer/abc/hetsched-s2/task-1-1");
-        assert_eq!(read(mem2.join("memory.swappiness")), "0");
-        assert!(!mem2.join("memory.memsw.limit_in_bytes").exists());
-
-        // Stale attempt cgroups go; kept ones stay.
-        cgs.create(
-            "task-18-2",
-            Limits {
-                cpu_milli: 100,
-                mem_mib: 0,
-            },
-        )
-        .expect("create");
-        let keep: BTreeSet<String> = ["task-18-2".to_string()].into();
-        assert_eq!(cgs.clean_stale(&keep), vec!["task-17-1".to_string()]);
-        assert!(!cpu.exists() && !mem.exists());
-        assert!(r.join("cpu/hetsched-s1/task-18-2").exists());
-    }
-
-    #[test]
-    fn fake_v2_tree_gets_the_expected_files() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let r = root.path();
-        touch(&r.join("cgroup.controllers"), "cpuset cpu io memory pids\n");
-        touch(
-            &r.join("a/b/hetsched-s1/cgroup.controllers"),
-            "cpu memory pids\n",
-        );
-        touch(&r.join("a/b/hetsched-s1/memory.swap.max"), "max\n");
-        let cgs = Cgroups::detect(r, "0::/a/b\n", "s1");
-        assert_eq!(cgs.mode(), CgroupMode::V2);
-        let read = |p: PathBuf| std::fs::read_to_string(p).expect("read");
-        assert_eq!(read(r.join("a/b/cgroup.subtree_control")), "+cpu +memory");
-        assert_eq!(
-            read(r.join("a/b/hetsched-s1/cgroup.subtree_control")),
-            "+cpu +memory"
-        );
-        let cg = cgs
-            .create(
-                "task-5-3",
-                Limits {
-                    cpu_milli: 500,
-                    mem_mib: 100,
-                },
-            )
-            .expect("create");
-        let d = r.join("a/b/hetsched-s1/task-5-3");
-        assert_eq!(read(d.join("cpu.max")), "50000 100000");
-        assert_eq!(read(d.join("memory.max")), "104857600");
-        assert_eq!(read(d.join("memory.swap.max")), "0");
-        assert_eq!(cg.procs_files(), vec![d.join("cgroup.procs")]);
-        assert_eq!(cg.oom_counter_file(), Some(d.join("memory.events")));
-        cg.set_cpu(0).expect("unlimit");
-        assert_eq!(read(d.join("cpu.max")), "max 100000");
-        cg.set_cpu(2000).expect("two cores");
-        assert_eq!(read(d.join("cpu.max")), "200000 100000");
-        cg.remove();
-        assert!(!d.exists());
-
-        // Controllers not delegated: no limits, and the node says so.
-        let r2 = tempfile::tempdir().expect("tempdir");
-        touch(&r2.path().join("cgroup.controllers"), "cpu memory\n");
-        touch(
-            &r2.path().join("x/hetsched-s1/cgroup.controllers"),
-            "pids\n",
-        );
-        assert_eq!(
-            Cgroups::detect(r2.path(), "0::/x\n", "s1").mode(),
-            CgroupMode::None
-        );
-    }
-
-    #[test]
-    fn no_hierarchy_means_none() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let cgs = Cgroups::detect(root.path(), V1_SELF, "s");
-        assert_eq!(cgs.mode(), CgroupMode::None);
-        let cg = cgs
-            .create(
-                "task-1-1",
-                Limits {
-                    cpu_milli: 1,
-                    mem_mib: 1,
-                },
-            )
-            .expect("nothing to do");
-        assert!(cg.procs_files().is_empty());
-        assert_eq!(cg.oom_kills(), 0);
-    }
-}
+#[path = "cgroup_tests.rs"]
+mod tests;

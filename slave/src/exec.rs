@@ -40,10 +40,16 @@ pub fn exit_code_of(status: ExitStatus) -> i32 {
     }
 }
 
-/// Paths of a task attempt's output files: `DIR/task-<id>-<attempt>.out|.err`. The one place
-/// that says where an attempt's output lives (the supervisor appends to these files).
+/// Paths of a task attempt's kept output files: `DIR/task-<id>-<attempt>.out|.err`. The one
+/// place that says where an attempt's output is kept once it ended (while it runs, it is in
+/// its attempt directory: [`crate::logs`]).
 pub fn log_paths(log_dir: &Path, a: &Assignment) -> (PathBuf, PathBuf) {
-    let stem = format!("task-{}-{}", a.task.0, a.attempt);
+    kept_logs(log_dir, a.task, a.attempt)
+}
+
+/// [`log_paths`] of (task, attempt).
+pub fn kept_logs(log_dir: &Path, task: TaskId, attempt: Attempt) -> (PathBuf, PathBuf) {
+    let stem = attempt_name(task, attempt);
     (
         log_dir.join(format!("{stem}.out")),
         log_dir.join(format!("{stem}.err")),
@@ -276,7 +282,10 @@ impl Launcher {
             format!("{}\n", cpus_text(a.resources.cpu_milli)).as_bytes(),
         )
         .map_err(io(&cpus_file))?;
-        let (stdout, stderr) = log_paths(&self.log_dir, a);
+        // Written on tmpfs while the task runs, kept in the log dir when it ends
+        // ([`crate::logs`]): no ext4 file for a stream the task leaves empty.
+        let (stdout, stderr) = crate::logs::live_paths(&dir);
+        let (keep_out, keep_err) = log_paths(&self.log_dir, a);
         let mut env = task_env(a, Some(&cpus_file));
         if self.probe_files.gpu_util && !a.gpus.is_empty() {
             env.push((
@@ -299,6 +308,10 @@ impl Launcher {
             stderr,
             cgroup_procs: cg.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
             oom_counter: cg.as_ref().and_then(|c| c.oom_counter_file()),
+            keep: Some(crate::logs::Keep {
+                stdout: keep_out,
+                stderr: keep_err,
+            }),
         };
         Ok((dir, spec))
     }

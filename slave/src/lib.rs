@@ -39,6 +39,7 @@
 pub mod agent;
 pub mod announce;
 pub mod cgroup;
+pub mod cgroup_spares;
 pub mod contention;
 pub mod engine;
 pub mod exec;
@@ -436,7 +437,7 @@ pub async fn run_with_engines(
     wire::serve(
         listener,
         FrameLimits::default(),
-        handler(agent_tx, log_dir, programs),
+        handler(agent_tx, log_dir, attempts.path, programs),
     )
     .await
     .map_err(|e| Error::Serve(e.to_string()))
@@ -557,11 +558,13 @@ fn reannounce_calls(
 fn handler(
     agent: mpsc::UnboundedSender<agent::AgentMsg>,
     log_dir: PathBuf,
+    attempts_dir: PathBuf,
     programs: Arc<program::ProgramRuntime>,
 ) -> Handler {
     Arc::new(move |msg, peer| {
         let agent = agent.clone();
         let log_dir = log_dir.clone();
+        let attempts_dir = attempts_dir.clone();
         let programs = programs.clone();
         Box::pin(async move {
             let msg = match msg {
@@ -598,7 +601,15 @@ fn handler(
                     max_bytes,
                 }) => {
                     let read = tokio::task::spawn_blocking(move || {
-                        logs::read_log(&log_dir, task, attempt, stderr, offset, max_bytes)
+                        logs::read_log(
+                            &log_dir,
+                            &attempts_dir,
+                            task,
+                            attempt,
+                            stderr,
+                            offset,
+                            max_bytes,
+                        )
                     });
                     return Some(read.await.unwrap_or_else(|e| {
                         Message::Error(ErrorReply::new(

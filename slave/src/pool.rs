@@ -218,12 +218,12 @@ fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
         Ok(s) => s,
         Err(e) => {
             let rec = cannot_start(format!("cannot read {SPEC_FILE}: {e}"));
-            return ended(pool, vec![(dir.to_path_buf(), rec)]);
+            return ended(pool, vec![(dir.to_path_buf(), rec, None)]);
         }
     };
     let mut cmd = match supervisor::task_command(&spec) {
         Ok(c) => c,
-        Err(rec) => return ended(pool, vec![(dir.to_path_buf(), rec)]),
+        Err(rec) => return ended(pool, vec![(dir.to_path_buf(), rec, Some(spec))]),
     };
     cmd.env_remove(ENV_POOL);
     // Counted across the spawn: the reaper leaves a child it does not know yet alone until
@@ -269,7 +269,10 @@ fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
             let program = spec.argv.first().map(String::as_str).unwrap_or_default();
             let why = format!("cannot start {program:?}: {e}");
             supervisor::note(&spec, &why);
-            ended(pool, vec![(dir.to_path_buf(), cannot_start(why))]);
+            ended(
+                pool,
+                vec![(dir.to_path_buf(), cannot_start(why), Some(spec))],
+            );
         }
     }
 }
@@ -333,6 +336,7 @@ fn reap(pool: &Pool) {
                     oom_kills,
                     cannot_start: None,
                 },
+                Some(r.spec),
             ));
         }
         if !ends.is_empty() {
@@ -341,12 +345,19 @@ fn reap(pool: &Pool) {
     }
 }
 
-/// Records these ends: journal (one fdatasync), `status.json` files, then the announcement.
-fn ended(pool: &Pool, ends: Vec<(PathBuf, ExitRecord)>) {
+/// Records these ends: their output kept (`crate::logs`; before the end is recorded, so a
+/// reported result's output is where `hetsched logs` reads it), the journal (one fdatasync),
+/// `status.json` files, then the announcement.
+fn ended(pool: &Pool, ends: Vec<(PathBuf, ExitRecord, Option<Spec>)>) {
+    let mut kept = crate::logs::KeepBatch::default();
+    for spec in ends.iter().filter_map(|e| e.2.as_ref()) {
+        spec.keep_output(&mut kept);
+    }
+    kept.finish();
     let journal = pool.dir.join(JOURNAL);
     let _serial = pool.journal.lock().unwrap_or_else(|p| p.into_inner());
     let mut lines = Vec::new();
-    for (dir, exit) in &ends {
+    for (dir, exit, _) in &ends {
         let attempt = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -375,7 +386,7 @@ fn ended(pool: &Pool, ends: Vec<(PathBuf, ExitRecord)>) {
         Err(e) => eprintln!("hetsched supervise --pool: cannot journal exits: {e}"),
     }
     let mut announce = String::new();
-    for (dir, exit) in &ends {
+    for (dir, exit, _) in &ends {
         if let Err(e) = serde_json::to_vec(exit)
             .map_err(std::io::Error::other)
             .and_then(|b| write_atomically(&dir.join(STATUS_FILE), &b))

@@ -66,6 +66,19 @@ pub struct Spec {
     /// File with an `oom_kill N` line counting OOM kills in the task's cgroup.
     #[serde(default)]
     pub oom_counter: Option<PathBuf>,
+    /// Where `stdout` and `stderr` are kept once the task ended ([`crate::logs`]); `None`:
+    /// they are written where they stay.
+    #[serde(default)]
+    pub keep: Option<crate::logs::Keep>,
+}
+
+impl Spec {
+    /// Keeps this attempt's output as [`Spec::keep`] says (into `batch`).
+    pub fn keep_output(&self, batch: &mut crate::logs::KeepBatch) {
+        if let Some(k) = &self.keep {
+            batch.keep((&self.stdout, &self.stderr), k);
+        }
+    }
 }
 
 /// Who supervises (`supervisor.json`).
@@ -185,6 +198,11 @@ pub fn main(args: &[OsString]) -> i32 {
     let _ = nix::unistd::setsid();
     let dir = PathBuf::from(dir);
     let record = supervise(&dir);
+    if let Some(spec) = read_json::<Spec>(&dir.join(SPEC_FILE)) {
+        let mut batch = crate::logs::KeepBatch::default();
+        spec.keep_output(&mut batch);
+        batch.finish();
+    }
     match serde_json::to_vec(&record)
         .map_err(std::io::Error::other)
         .and_then(|b| write_durably(&dir.join(STATUS_FILE), &b))

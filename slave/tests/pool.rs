@@ -42,6 +42,7 @@ async fn a_burst_of_starts_records_each_end_once_with_its_own_code() {
             stderr: logs.join(format!("{name}.err")),
             cgroup_procs: Vec::new(),
             oom_counter: None,
+            keep: None,
         };
         let started = client.start(&dir, &spec).expect("start");
         waits.push((i, dir, started.ended));

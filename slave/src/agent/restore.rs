@@ -152,6 +152,7 @@ fn sweep_unheld_attempts(launcher: &Launcher, held: &BTreeSet<String>) {
             if found > 0 {
                 tracing::warn!(task = %task, attempt, processes = found, "killed a superseded attempt left from before the restart");
             }
+            crate::logs::keep_attempt(&launcher.log_dir, &e.path(), task, attempt);
         }
         if let Err(err) = std::fs::remove_dir_all(e.path()) {
             tracing::debug!(dir = %e.path().display(), error = %err, "cannot remove a stale attempt directory");

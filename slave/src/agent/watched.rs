@@ -32,6 +32,8 @@ pub(super) struct Watched {
     pub(super) task: TaskId,
     pub(super) attempt: Attempt,
     dir: PathBuf,
+    /// Where its output is kept once it ended.
+    log_dir: PathBuf,
     /// The pool's directory (its exit journal).
     pool_dir: PathBuf,
     cgroup: AttemptCgroup,
@@ -61,6 +63,7 @@ impl Watched {
             attempt,
             cgroup: launcher.cgroups.attempt(&exec::attempt_name(task, attempt)),
             dir,
+            log_dir: launcher.log_dir.clone(),
             pool_dir: launcher.pool_dir(),
             supervisor: recorded.or(stored),
             ended: None,
@@ -196,7 +199,10 @@ impl Watched {
                 (exec::EXIT_LOST, Some(TaskReason::Lost))
             }
         };
-        self.cgroup.remove();
+        self.cgroup.retire();
+        // The supervisor keeps the output before it records the end; this keeps what one
+        // that vanished (or an older one) left behind.
+        crate::logs::keep_attempt(&self.log_dir, &self.dir, self.task, self.attempt);
         result
     }
 }

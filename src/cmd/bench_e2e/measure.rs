@@ -99,32 +99,35 @@ pub(super) fn report(
 }
 
 /// When each task's process started on a real slave: the modification time of its stdout
-/// log file `task-ID-ATTEMPT.out`, which the slave creates right before spawning it (first
+/// as the slave's log index records it when the attempt ends (`hetsched_slave::logs`: the
+/// slave creates the file right before spawning the task, and `true` never writes it; first
 /// attempt seen wins).
 fn real_starts(dir: &Path, slaves: u32) -> HashMap<TaskId, SystemTime> {
     let mut starts: HashMap<TaskId, SystemTime> = HashMap::new();
     for i in 1..=slaves {
-        let logs = dir.join(format!("slave-{i}")).join("logs");
-        let Ok(rd) = std::fs::read_dir(&logs) else {
+        let index = dir
+            .join(format!("slave-{i}"))
+            .join("logs")
+            .join(hetsched_slave::logs::INDEX);
+        let Ok(text) = std::fs::read_to_string(&index) else {
             continue;
         };
-        for e in rd.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let Some(stem) = name
+        for (name, rec) in text
+            .lines()
+            .filter_map(hetsched_slave::logs::parse_index_line)
+        {
+            let Some(id) = name
                 .strip_prefix("task-")
-                .and_then(|s| s.strip_suffix(".out"))
+                .and_then(|s| s.split('-').next())
+                .and_then(|s| s.parse::<u64>().ok())
             else {
                 continue;
             };
-            let Some(id) = stem.split('-').next().and_then(|s| s.parse::<u64>().ok()) else {
-                continue;
-            };
-            if let Ok(m) = e.metadata().and_then(|m| m.modified()) {
-                let slot = starts.entry(TaskId(id)).or_insert(m);
-                if m < *slot {
-                    *slot = m;
-                }
+            let nanos = u64::try_from(rec.stdout_mtime_ns).unwrap_or(u64::MAX);
+            let m = SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(nanos);
+            let slot = starts.entry(TaskId(id)).or_insert(m);
+            if m < *slot {
+                *slot = m;
             }
         }
     }

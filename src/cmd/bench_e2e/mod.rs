@@ -3,9 +3,9 @@
 //!
 //! Two kinds of slave:
 //! - real `hetsched slave` processes running the task command (`true` by default). "Running"
-//!   is the moment the slave created the task's stdout log file, which it does right before
-//!   it spawns the process (read back from the file's modification time: `true` writes
-//!   nothing into it afterwards);
+//!   is the moment the slave created the task's stdout file, which it does right before
+//!   it spawns the process (its modification time, which the slave's log index records
+//!   when the attempt ends: `true` writes nothing into it afterwards);
 //! - `--in-process-slaves`: slaves inside the bench process that speak the real wire
 //!   protocol (register, heartbeat with what they hold, accept assignments, report started
 //!   and finished) but start no process: "running" is the moment an assignment arrives, and
