@@ -40,6 +40,7 @@ mod class;
 mod coord;
 mod error;
 pub mod frag;
+mod frag_memo;
 mod node;
 mod policy;
 mod query;
