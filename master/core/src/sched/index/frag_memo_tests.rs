@@ -34,7 +34,7 @@ fn random_node(r: &mut Rng) -> NodeResources {
         gpus: (0..n)
             .map(|_| GpuDevice {
                 // Mostly one model per node, now and then a mixed one.
-                model: if r.next().is_multiple_of(8) {
+                model: if r.next() % 8 == 0 {
                     r.pick(MODELS).to_string()
                 } else {
                     model.to_string()
