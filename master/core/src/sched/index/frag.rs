@@ -43,7 +43,6 @@
 //! fragmentation least (taking CPU or memory that a GPU class needs turns that node's free
 //! GPUs into fragments).
 
-use super::frag_memo::FragMemo;
 use super::{Candidates, Dir, PlacementIndex, PlacementQuery, Policy};
 use hetsched_common::{allocate_gpus, GpuDevice, NodeId, NodeResources, ResourceRequest};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -140,7 +139,7 @@ pub fn class_fragment(
 /// A node's expected fragmentation under `mix`: `Σ weight · F(n, m)`.
 pub fn node_fragmentation(free: &NodeResources, mix: &[(DemandShape, u64)]) -> u64 {
     let f: Vec<u32> = free.gpus.iter().map(|d| d.free_milli).collect();
-    fragmentation_of(free.cpu_milli, free.mem_mib, &free.gpus, &f, mix, None)
+    fragmentation_of(free.cpu_milli, free.mem_mib, &free.gpus, &f, mix)
 }
 
 fn fragmentation_of(
@@ -149,19 +148,12 @@ fn fragmentation_of(
     devices: &[GpuDevice],
     free: &[u32],
     mix: &[(DemandShape, u64)],
-    memo: Option<&mut FragMemo>,
 ) -> u64 {
     if free.iter().all(|f| *f == 0) {
         return 0;
     }
-    // With a memo (bound to `mix`), each class's fragment of this state is computed once.
-    let mut row = memo.map(|m| m.row(cpu_milli, mem_mib, devices, free));
     mix.iter()
-        .enumerate()
-        .map(|(i, (c, w))| {
-            let f = || class_fragment(cpu_milli, mem_mib, devices, free, c);
-            w * row.as_mut().map_or_else(f, |r| r.fragment(i, f))
-        })
+        .map(|(c, w)| w * class_fragment(cpu_milli, mem_mib, devices, free, c))
         .sum()
 }
 
@@ -173,32 +165,13 @@ pub fn fragmentation_delta(
     mix: &[(DemandShape, u64)],
     scratch: &mut Vec<u32>,
 ) -> Option<i128> {
-    fragmentation_delta_memo(free, req, mix, scratch, None)
-}
-
-/// [`fragmentation_delta`] reading the fragments through `memo` (bound to `mix`): the same
-/// result, computed once per node state and class.
-pub fn fragmentation_delta_memo(
-    free: &NodeResources,
-    req: &ResourceRequest,
-    mix: &[(DemandShape, u64)],
-    scratch: &mut Vec<u32>,
-    mut memo: Option<&mut FragMemo>,
-) -> Option<i128> {
     if free.cpu_milli < req.cpu_milli || free.mem_mib < req.mem_mib {
         return None;
     }
     let alloc = allocate_gpus(&free.gpus, &req.gpu)?;
     scratch.clear();
     scratch.extend(free.gpus.iter().map(|d| d.free_milli));
-    let before = fragmentation_of(
-        free.cpu_milli,
-        free.mem_mib,
-        &free.gpus,
-        scratch,
-        mix,
-        memo.as_deref_mut(),
-    );
+    let before = fragmentation_of(free.cpu_milli, free.mem_mib, &free.gpus, scratch, mix);
     for (dev, milli) in &alloc {
         if let Some(f) = scratch.get_mut(*dev as usize) {
             *f = f.saturating_sub(*milli);
@@ -210,7 +183,6 @@ pub fn fragmentation_delta_memo(
         &free.gpus,
         scratch,
         mix,
-        memo,
     );
     // The mix as this node's models see it: normalised by the weight of the classes that
     // accept one of them (all of the mix when no class names a model).
@@ -323,8 +295,6 @@ pub struct FragPlacer {
     holders: BTreeMap<DemandShape, u64>,
     /// The mix with each weight scaled by its class's scarcity (rebuilt per decision).
     scaled: Vec<(DemandShape, u64)>,
-    /// Per-class fragments of the node states seen, kept across decisions.
-    memo: FragMemo,
 }
 
 /// Whether a node with `free` could hold one task of `class` now.
@@ -382,7 +352,6 @@ impl FragPlacer {
             gpu_nodes: BTreeMap::new(),
             holders: BTreeMap::new(),
             scaled: Vec::new(),
-            memo: FragMemo::default(),
         }
     }
 
@@ -475,7 +444,6 @@ impl FragPlacer {
         }
         let fits = ix.ordered_fits(q, Dir::Asc);
         self.scale_mix();
-        self.memo.bind(&self.scaled);
         let mix = &self.scaled;
         // Nodes in the same state score the same: evaluate each distinct state once.
         self.seen.clear();
@@ -491,13 +459,7 @@ impl FragPlacer {
             let d = match known {
                 Some(d) => d,
                 None => {
-                    let d = fragmentation_delta_memo(
-                        free,
-                        q.request,
-                        mix,
-                        &mut self.scratch,
-                        Some(&mut self.memo),
-                    );
+                    let d = fragmentation_delta(free, q.request, mix, &mut self.scratch);
                     self.seen.insert(sig, (node, d));
                     d
                 }

@@ -40,7 +40,6 @@ mod class;
 mod coord;
 mod error;
 pub mod frag;
-mod frag_memo;
 mod node;
 mod policy;
 mod query;
