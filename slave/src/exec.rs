@@ -282,10 +282,13 @@ impl Launcher {
             format!("{}\n", cpus_text(a.resources.cpu_milli)).as_bytes(),
         )
         .map_err(io(&cpus_file))?;
-        // Written on tmpfs while the task runs, kept in the log dir when it ends
-        // ([`crate::logs`]): no ext4 file for a stream the task leaves empty.
-        let (stdout, stderr) = crate::logs::live_paths(&dir);
+        // Written in the log dir on disk, where it is kept ([`crate::logs`]): a stream the task
+        // leaves empty is removed when it ends, with its line in the index. Not on tmpfs
+        // like the attempt's other files: tmpfs pages are charged to the task's memory
+        // cgroup and cannot be written back, so a task's output would count against its
+        // `--mem` (a 32 MiB task printing 64 MiB was OOM-killed) and hold host RAM.
         let (keep_out, keep_err) = log_paths(&self.log_dir, a);
+        let (stdout, stderr) = (keep_out.clone(), keep_err.clone());
         let mut env = task_env(a, Some(&cpus_file));
         if self.probe_files.gpu_util && !a.gpus.is_empty() {
             env.push((

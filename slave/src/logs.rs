@@ -1,14 +1,14 @@
 //! Task attempts' output files: where they live, how they are kept, and reading them for
 //! `hetsched logs` (the master proxies the client's request here).
 //!
-//! While an attempt runs its stdout and stderr are `stdout`/`stderr` in its attempt
-//! directory, which lives on tmpfs ([`crate::runtime_dir`]). When it ends, its supervisor
-//! keeps them ([`keep_output`]): a non-empty file is copied to `DATA/logs/task-<id>-<attempt>.out|.err`
-//! (the paths of [`exec::log_paths`]), an empty one is only recorded as empty in the log
-//! index `DATA/logs/index` — one line per ended attempt. Creating two ext4 files per task
-//! (and deleting the previous runs' ones) made inode allocation the larger part of the
-//! supervisor's CPU (BENCHMARKS.md, "Real tasks per second"); most tasks print nothing, or
-//! little, and now cost no ext4 file at all.
+//! While an attempt runs its stdout and stderr are written where they are kept,
+//! `DATA/logs/task-<id>-<attempt>.out|.err` (the paths of [`exec::log_paths`]), on disk: not in
+//! the attempt directory on tmpfs ([`crate::runtime_dir`]), whose pages are charged to the
+//! task's memory cgroup and cannot be written back (a task's output would count against its
+//! `--mem`). When it ends, its supervisor keeps them ([`KeepBatch`]): an empty stream is
+//! removed and recorded as empty in the log index `DATA/logs/index` — one line per ended
+//! attempt. Live files in an attempt directory (written by an earlier version, which kept
+//! output on tmpfs while it ran) are still copied to the kept paths.
 //!
 //! Index line: `task-<id>-<attempt> STDOUT_BYTES STDERR_BYTES STDOUT_MTIME_NS` (the last is
 //! when the attempt's stdout was last written, or created if never: the start of a task that
@@ -96,6 +96,14 @@ impl KeepBatch {
                     .ok()
                     .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                     .map_or(0, |d| d.as_nanos());
+            }
+            if from == to.as_path() {
+                // Written where it is kept: only an empty stream goes (its index line
+                // says it was empty).
+                if meta.len() == 0 {
+                    self.remove.push(from.to_path_buf());
+                }
+                continue;
             }
             if meta.len() > 0 {
                 let mut tmp = to.as_os_str().to_os_string();

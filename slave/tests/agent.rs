@@ -846,6 +846,34 @@ async fn task_over_its_memory_limit_ends_with_reason_oom() {
     assert_eq!(code, -9, "the OOM killer's SIGKILL");
 }
 
+/// A task's output is written on disk, not tmpfs: tmpfs pages are charged to the task's
+/// memory cgroup and cannot be written back, so output kept there would count against
+/// `--mem` (this task was OOM-killed when its stdout lived on tmpfs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_larger_than_the_memory_limit_does_not_count_against_it() {
+    if !real_v1_cgroups() {
+        return;
+    }
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _slave = Slave::start(vec![master.addr.clone()], dir.path());
+    let conn = connect_to_slave(&master).await;
+    // 96 MiB to stdout in 1 MiB writes: three times a 32 MiB limit.
+    let mut a = assignment(53, &["dd", "if=/dev/zero", "bs=1M", "count=96"]);
+    a.resources.mem_mib = 32;
+    call(&conn, SlaveCommand::Assign(a)).await;
+    let (code, reason) = master
+        .wait_for("task 53 finished", |r| reason_of(r, 53))
+        .await;
+    assert_eq!(
+        (code, reason),
+        (0, None),
+        "output counted against the limit"
+    );
+    let kept = std::fs::metadata(dir.path().join("logs/task-53-1.out")).expect("kept stdout");
+    assert_eq!(kept.len(), 96 * 1024 * 1024);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_assignments_is_accepted_whole_and_each_runs_once() {
     let master = FakeMaster::start(FakeMaster::leader()).await;
