@@ -168,7 +168,15 @@ impl Loads {
     fn add(&mut self, node: NodeId, load: NodeLoad) {
         for (user, used) in &load.users {
             if *used != DrfUsage::default() {
-                self.users.entry(user.clone()).or_default().add(used);
+                // The name is copied only for a user new to the cluster's holdings.
+                match self.users.get_mut(user) {
+                    Some(u) => u.add(used),
+                    None => {
+                        let mut u = DrfUsage::default();
+                        u.add(used);
+                        self.users.insert(user.clone(), u);
+                    }
+                }
             }
         }
         self.capacity.add(&load.capacity);

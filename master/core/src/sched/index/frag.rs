@@ -287,8 +287,16 @@ pub struct FragPlacer {
     cpu_only: BTreeSet<NodeId>,
     cpu_only_candidates: Option<Candidates>,
     scratch: Vec<u32>,
-    /// Per-decision memo: state hash → (a node in that state, its fragmentation delta).
-    seen: HashMap<u64, (NodeId, Option<i128>)>,
+    /// Memo: state hash → (that free state, its fragmentation delta) for `memo_req` under
+    /// the current scaled mix. Kept across decisions (a plan's tasks of one shape, the
+    /// pools' second query for the same task) and cleared when the request or the scaled
+    /// mix changes: the delta depends on nothing else.
+    seen: HashMap<u64, (NodeResources, Option<i128>)>,
+    memo_req: Option<ResourceRequest>,
+    /// The previous scaled mix's buffer (reused).
+    spare: Vec<(DemandShape, u64)>,
+    /// Whether `scaled` is up to date (no arrival, node change or clear since).
+    scaled_fresh: bool,
     /// Free resources of the nodes with GPUs, for the scarcity counts.
     gpu_nodes: BTreeMap<NodeId, NodeResources>,
     /// Per class of the mix: how many GPU nodes could hold one task of it now.
@@ -341,6 +349,9 @@ impl FragPlacer {
     /// Submissions relearned after a rebuild (new leadership, snapshot restore).
     pub const WINDOW_ON_RESET: usize = WorkloadMix::DEFAULT_WINDOW;
 
+    /// Distinct states the memo holds before it starts over.
+    const MEMO_MAX: usize = 4096;
+
     /// A placer learning the mix from the last `window` arrivals.
     pub fn new(window: usize) -> Self {
         Self {
@@ -349,6 +360,9 @@ impl FragPlacer {
             cpu_only_candidates: None,
             scratch: Vec::new(),
             seen: HashMap::new(),
+            memo_req: None,
+            spare: Vec::new(),
+            scaled_fresh: false,
             gpu_nodes: BTreeMap::new(),
             holders: BTreeMap::new(),
             scaled: Vec::new(),
@@ -358,6 +372,7 @@ impl FragPlacer {
     /// Notes an arrival (learns the mix).
     pub fn observe(&mut self, req: &ResourceRequest) {
         self.mix.observe(req);
+        self.scaled_fresh = false;
     }
 
     /// The mix learned so far.
@@ -372,6 +387,7 @@ impl FragPlacer {
         self.cpu_only_candidates = None;
         self.gpu_nodes.clear();
         self.holders.clear();
+        self.scaled_fresh = false;
     }
 
     /// Keeps the CPU-only node set in step: `free` is the node's free resources, `None` when
@@ -386,8 +402,12 @@ impl FragPlacer {
         if changed {
             self.cpu_only_candidates = None;
         }
-        let old = self.gpu_nodes.remove(&node);
         let new = free.filter(|f| !f.gpus.is_empty());
+        if self.gpu_nodes.get(&node) == new {
+            return; // unchanged (a start report, a CPU-only node): no count moves
+        }
+        self.scaled_fresh = false;
+        let old = self.gpu_nodes.remove(&node);
         for (class, n) in self.holders.iter_mut() {
             let was = old.as_ref().is_some_and(|f| holds(f, class));
             let is = new.is_some_and(|f| holds(f, class));
@@ -403,8 +423,14 @@ impl FragPlacer {
     }
 
     /// The mix with each class's weight multiplied by its scarcity: the GPU nodes there
-    /// are over the GPU nodes that could hold one task of it now.
-    fn scale_mix(&mut self) {
+    /// are over the GPU nodes that could hold one task of it now. Returns whether it
+    /// differs from the previous decision's.
+    fn scale_mix(&mut self) -> bool {
+        if self.scaled_fresh {
+            return false; // neither the mix nor a count moved since
+        }
+        self.scaled_fresh = true;
+        std::mem::swap(&mut self.scaled, &mut self.spare);
         let mix = self.mix.classes();
         let nodes = self.gpu_nodes.len().max(1) as u64;
         if self.holders.len() > 2 * mix.len() + 16 {
@@ -424,6 +450,7 @@ impl FragPlacer {
             let scaled = w.saturating_mul(nodes).checked_div(h).unwrap_or(*w);
             self.scaled.push((c.clone(), scaled));
         }
+        self.scaled != self.spare
     }
 
     /// The node for `q`: see the module docs. `cpu_policy` picks among CPU-only nodes for a
@@ -443,10 +470,17 @@ impl FragPlacer {
             }
         }
         let fits = ix.ordered_fits(q, Dir::Asc);
-        self.scale_mix();
+        let rescaled = self.scale_mix();
         let mix = &self.scaled;
-        // Nodes in the same state score the same: evaluate each distinct state once.
-        self.seen.clear();
+        // Nodes in the same state score the same: evaluate each distinct state once (per
+        // request and scaled mix, so across decisions while neither changes).
+        if rescaled
+            || self.memo_req.as_ref() != Some(q.request)
+            || self.seen.len() > Self::MEMO_MAX
+        {
+            self.seen.clear();
+            self.memo_req = Some(q.request.clone());
+        }
         let mut best: Option<(i128, NodeId)> = None;
         for node in fits {
             let Some(free) = ix.free(node) else { continue };
@@ -454,13 +488,13 @@ impl FragPlacer {
             let known = self
                 .seen
                 .get(&sig)
-                .filter(|(other, _)| ix.free(*other) == Some(free))
+                .filter(|(state, _)| state == free)
                 .map(|(_, d)| *d);
             let d = match known {
                 Some(d) => d,
                 None => {
                     let d = fragmentation_delta(free, q.request, mix, &mut self.scratch);
-                    self.seen.insert(sig, (node, d));
+                    self.seen.insert(sig, (free.clone(), d));
                     d
                 }
             };

@@ -224,3 +224,73 @@ fn the_only_node_of_a_rare_large_class_is_kept_for_it() {
         Some(NodeId(2))
     );
 }
+
+/// The memo kept across decisions changes no choice. A seeded random cluster and stream
+/// (`workload::random`), placed in plans of a few tasks each: within a plan only the index
+/// changes (as in the scheduler), between plans the placer learns the nodes and new
+/// arrivals; every decision is compared with a placer whose memo starts empty.
+#[test]
+fn memo_across_decisions_changes_no_choice() {
+    use crate::sched::index::workload::{random, Event};
+    use crate::sched::index::{BestFit, IndexConfig, PlacementQuery};
+    for seed in [1u64, 2, 3, 4] {
+        println!("seed {seed}");
+        let w = random(60, 1500, seed);
+        let mut ix = PlacementIndex::with_nodes(IndexConfig::default(), w.nodes.clone());
+        let capacity: BTreeMap<NodeId, NodeResources> = w.nodes.iter().cloned().collect();
+        let mut memo = FragPlacer::new(300);
+        for (id, f) in &w.nodes {
+            memo.note_node(*id, Some(f));
+        }
+        let mut placed = BTreeMap::new();
+        let (mut decisions, mut hits) = (0u32, 0u32);
+        let mut touched: Vec<NodeId> = Vec::new();
+        for (step, e) in w.events.iter().enumerate() {
+            // A plan ends every 7 events: the placer learns the touched nodes then.
+            if step % 7 == 0 {
+                for n in touched.drain(..) {
+                    memo.note_node(n, ix.free(n));
+                }
+            }
+            match *e {
+                Event::Place {
+                    task,
+                    request,
+                    candidates,
+                } => {
+                    let req = &w.requests[request as usize];
+                    if step % 7 == 0 {
+                        memo.observe(req);
+                    }
+                    let mut q = PlacementQuery::new(req);
+                    if let Some(c) = candidates {
+                        q = q.with_candidates(&w.candidate_sets[c as usize]);
+                    }
+                    let mut fresh = memo.clone();
+                    fresh.seen.clear();
+                    fresh.memo_req = None;
+                    let before = memo.seen.len();
+                    let a = memo.place(&mut ix, &q, &mut BestFit);
+                    let b = fresh.place(&mut ix, &q, &mut BestFit);
+                    assert_eq!(a, b, "seed {seed}, step {step}");
+                    decisions += 1;
+                    hits += u32::from(before > 0 && memo.seen.len() >= before);
+                    if let Some(n) = a {
+                        if let Some(alloc) = ix.take(n, req) {
+                            placed.insert(task, (n, req.clone(), alloc));
+                            touched.push(n);
+                        }
+                    }
+                }
+                Event::Release { task } => {
+                    if let Some((n, req, alloc)) = placed.remove(&task) {
+                        ix.give_back(n, &req, &alloc, &capacity[&n]);
+                        touched.push(n);
+                    }
+                }
+            }
+        }
+        println!("seed {seed}: {decisions} decisions, {hits} with the memo kept");
+        assert!(hits > 0, "the memo was never kept across decisions");
+    }
+}

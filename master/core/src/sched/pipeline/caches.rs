@@ -57,6 +57,7 @@ impl IndexedScheduler {
     /// Rebuilds everything derived from `view` (new leadership, snapshot restore).
     pub(super) fn rebuild(&mut self, view: &ClusterState) {
         self.blocked.changed();
+        self.partitions.clear();
         // Rebuilding drops every reservation; the next plan restores them.
         self.reserved.clear();
         if let Some(l) = &mut self.loads {

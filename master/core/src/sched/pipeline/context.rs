@@ -7,7 +7,7 @@
 
 use super::borrow_stage::PoolRound;
 use super::engine_stage::EngineRound;
-use super::feasibility_stage::Feasibility;
+use super::feasibility_stage::{Feasibility, PartitionSets};
 use super::queue_stage::{PendingTask, QueueStage};
 use crate::sched::index::PlacementIndex;
 use crate::sched::loads::Loads;
@@ -15,6 +15,7 @@ use crate::sched::multiqueue::{Queued, ReserveHistory};
 use crate::state::{Assign, ClusterState, Plan, Preemption};
 use hetsched_common::{JobId, NodeId, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// What one stage decided for one task.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,6 +100,7 @@ pub(super) struct PlanContext<'v> {
 impl<'v> PlanContext<'v> {
     /// The context of a plan over `view` at `now_ms`: the queue stage's order, and the
     /// S3 `loads` (out of the scheduler for the plan) with the reserve `history`.
+    #[cfg(test)]
     pub fn new(
         view: &'v ClusterState,
         now_ms: u64,
@@ -106,13 +108,26 @@ impl<'v> PlanContext<'v> {
         loads: Option<Loads>,
         history: Option<ReserveHistory>,
     ) -> Self {
+        let partitions = Arc::new(super::feasibility_stage::partition_candidates(view));
+        Self::with(view, now_ms, queue, loads, history, partitions)
+    }
+
+    /// [`new`](Self::new) with the partition sets of `view` given (kept across plans).
+    pub fn with(
+        view: &'v ClusterState,
+        now_ms: u64,
+        queue: &QueueStage,
+        loads: Option<Loads>,
+        history: Option<ReserveHistory>,
+        partitions: Arc<PartitionSets>,
+    ) -> Self {
         let order = queue.order_refs(view, loads.as_ref());
         let pools = PoolRound::of_queued(loads, history, &order);
         Self {
             view,
             now_ms,
             order,
-            feasibility: Feasibility::new(view),
+            feasibility: Feasibility::with(partitions),
             pools,
             engines: EngineRound::default(),
             decided: Decided::default(),

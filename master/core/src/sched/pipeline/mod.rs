@@ -66,6 +66,7 @@ use blocked::{BlockKey, Blocked};
 use borrow_stage::PoolBorrowStage;
 use context::{Decision, PlanContext};
 use engine_stage::EngineChoiceStage;
+use feasibility_stage::PartitionCache;
 use gang_stage::GangStage;
 use hetsched_common::{NodeId, TaskId};
 use preemption_stage::PreemptionStage;
@@ -114,6 +115,8 @@ pub struct IndexedScheduler {
     quiet: Option<Quiet>,
     /// Plans skipped as unchanged since a quiet one.
     skipped: u64,
+    /// The feasibility stage's partition sets, kept across plans.
+    partitions: PartitionCache,
 }
 
 impl IndexedScheduler {
@@ -141,6 +144,7 @@ impl IndexedScheduler {
             reasons: Reasons::default(),
             quiet: None,
             skipped: 0,
+            partitions: PartitionCache::default(),
         }
     }
 
@@ -307,7 +311,9 @@ impl Scheduler for IndexedScheduler {
                 };
             }
         }
-        let mut ctx = PlanContext::new(view, now_ms, &self.queue, self.loads.take(), self.pools);
+        let partitions = self.partitions.sets(view);
+        let loads = self.loads.take();
+        let mut ctx = PlanContext::with(view, now_ms, &self.queue, loads, self.pools, partitions);
         self.blocked.check_terms(ctx.pools.terms());
         // Across plans only where nothing but resources decides (see blocked.rs).
         let across = self.slave_queue.depth == 0;
@@ -382,6 +388,7 @@ impl Scheduler for IndexedScheduler {
                 }
             }
             self.sync(view, *n);
+            self.partitions.node_changed(view, *n);
             if let Some(l) = &mut self.loads {
                 l.sync(view, *n);
             }
