@@ -474,9 +474,7 @@ impl FragPlacer {
         let mix = &self.scaled;
         // Nodes in the same state score the same: evaluate each distinct state once (per
         // request and scaled mix, so across decisions while neither changes).
-        if rescaled
-            || self.memo_req.as_ref() != Some(q.request)
-            || self.seen.len() > Self::MEMO_MAX
+        if rescaled || self.memo_req.as_ref() != Some(q.request) || self.seen.len() > Self::MEMO_MAX
         {
             self.seen.clear();
             self.memo_req = Some(q.request.clone());

@@ -54,7 +54,10 @@ impl PartitionCache {
         if self.sets.is_none() {
             return;
         }
-        let now = view.nodes().get(&node).map(|n| (n.takes_work(), &n.partitions));
+        let now = view
+            .nodes()
+            .get(&node)
+            .map(|n| (n.takes_work(), &n.partitions));
         let same = match (self.built_from.get(&node), now) {
             (Some((w, p)), Some((w2, p2))) => *w == w2 && p == p2,
             (None, None) => true,
