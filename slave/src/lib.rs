@@ -57,6 +57,7 @@ pub mod queue;
 pub mod runtime_dir;
 pub mod store;
 pub mod supervisor;
+pub mod vspawn;
 
 use hetsched_common::protocol::{
     ErrorKind, ErrorReply, Message, PeerRequest, SlaveCommand, SlaveCommandReply,

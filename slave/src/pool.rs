@@ -221,26 +221,24 @@ fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
             return ended(pool, vec![(dir.to_path_buf(), rec, None)]);
         }
     };
-    let mut cmd = match supervisor::task_command(&spec) {
-        Ok(c) => c,
-        Err(rec) => return ended(pool, vec![(dir.to_path_buf(), rec, Some(spec))]),
-    };
-    cmd.env_remove(ENV_POOL);
     // Counted across the spawn: the reaper leaves a child it does not know yet alone until
-    // no spawn is in progress (it may be this one's, or one whose exec failed, which std
-    // reaps inside `spawn`).
+    // no spawn is in progress (it may be this one's, or one whose exec failed, which the
+    // spawn reaps itself).
     lock(&pool.state).spawning += 1;
-    let spawned = cmd.spawn();
+    let spawned = match supervisor::task_spawn(&spec, &[ENV_POOL]) {
+        Ok(r) => r,
+        Err(rec) => {
+            lock(&pool.state).spawning -= 1;
+            return ended(pool, vec![(dir.to_path_buf(), rec, Some(spec))]);
+        }
+    };
     let done = |s: &mut State| {
         s.spawning -= 1;
         pool.started.notify_all();
     };
     match spawned {
-        Ok(child) => {
-            let task_pid = i32::try_from(child.id()).unwrap_or(0);
+        Ok(task_pid) => {
             tracing::debug!(target: "hetsched::trace", dir = %dir.display(), task_pid, "pool: task spawned");
-            // The reaper waits for every child (waitpid(-1)); the handle is not needed.
-            drop(child);
             // Written before the task is recorded as running, so before its status.
             let rec = SupervisorRecord {
                 version: FORMAT_VERSION,
