@@ -47,6 +47,7 @@ pub mod forward;
 pub mod gpu;
 pub mod http;
 pub mod link;
+pub mod log_spares;
 pub mod logs;
 pub mod membw_total;
 pub mod pool;

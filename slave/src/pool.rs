@@ -96,6 +96,8 @@ struct Pool {
     started: Condvar,
     /// Serialises journal appends and compaction.
     journal: Mutex<()>,
+    /// Empty log files of ended attempts, for the next starts.
+    spares: crate::log_spares::Spares,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -150,7 +152,12 @@ pub fn main(dir: &Path) -> i32 {
         }),
         started: Condvar::new(),
         journal: Mutex::new(()),
+        spares: Default::default(),
     });
+    // Spares of an earlier pool (DATA/supervisor → DATA/logs).
+    if let Some(data) = dir.parent() {
+        crate::log_spares::Spares::clean(&data.join("logs"));
+    }
     let p = pool.clone();
     std::thread::spawn(move || reap(&p));
     let p = pool.clone();
@@ -167,6 +174,9 @@ pub fn main(dir: &Path) -> i32 {
             s.busy_at = Some(Instant::now());
         } else if s.busy_at.is_some_and(|t| t.elapsed() >= IDLE_EXIT) {
             let _ = std::fs::remove_file(&sock);
+            if let Some(data) = dir.parent() {
+                crate::log_spares::Spares::clean(&data.join("logs"));
+            }
             return 0;
         }
     }
@@ -225,7 +235,7 @@ fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
     // no spawn is in progress (it may be this one's, or one whose exec failed, which the
     // spawn reaps itself).
     lock(&pool.state).spawning += 1;
-    let spawned = match supervisor::task_spawn(&spec, &[ENV_POOL]) {
+    let spawned = match supervisor::task_spawn(&spec, &[ENV_POOL], &pool.spares) {
         Ok(r) => r,
         Err(rec) => {
             lock(&pool.state).spawning -= 1;
@@ -351,7 +361,7 @@ fn ended(pool: &Pool, ends: Vec<(PathBuf, ExitRecord, Option<Spec>)>) {
     for spec in ends.iter().filter_map(|e| e.2.as_ref()) {
         spec.keep_output(&mut kept);
     }
-    kept.finish();
+    kept.finish_into(&pool.spares);
     let journal = pool.dir.join(JOURNAL);
     let _serial = pool.journal.lock().unwrap_or_else(|p| p.into_inner());
     let mut lines = Vec::new();

@@ -76,7 +76,13 @@ impl Spec {
     /// Keeps this attempt's output as [`Spec::keep`] says (into `batch`).
     pub fn keep_output(&self, batch: &mut crate::logs::KeepBatch) {
         if let Some(k) = &self.keep {
-            batch.keep((&self.stdout, &self.stderr), k);
+            if self.cgroup_procs.is_empty() {
+                batch.keep((&self.stdout, &self.stderr), k);
+            } else {
+                // Its processes were all killed with its cgroups: its empty files may serve
+                // another attempt (`crate::log_spares`).
+                batch.keep_recyclable((&self.stdout, &self.stderr), k);
+            }
         }
     }
 }
@@ -280,14 +286,26 @@ pub fn task_command(spec: &Spec) -> Result<Command, ExitRecord> {
 
 /// Starts the task as [`task_command`] describes it, through [`crate::vspawn`] (no copy of
 /// the caller's address space: the pool's way), without the variables `remove` of the
-/// caller's environment. `Err` is the attempt's `cannot_start` record when its files cannot
+/// caller's environment, its log files taken from `spares` when it can. `Err` is the attempt's `cannot_start` record when its files cannot
 /// be opened; the inner result is the task's pid or why it did not execute.
-pub fn task_spawn(spec: &Spec, remove: &[&str]) -> Result<std::io::Result<i32>, ExitRecord> {
+pub fn task_spawn(
+    spec: &Spec,
+    remove: &[&str],
+    spares: &crate::log_spares::Spares,
+) -> Result<std::io::Result<i32>, ExitRecord> {
     if spec.argv.is_empty() {
         note(spec, "empty command");
         return Err(cannot_start("empty command".into()));
     }
-    let (out, err) = match (open_append(&spec.stdout), open_append(&spec.stderr)) {
+    // Spares only for attempts in cgroups, whose files are recycled (`Spec::keep_output`).
+    let open = |p: &Path| {
+        if spec.cgroup_procs.is_empty() {
+            open_append(p)
+        } else {
+            spares.open_append(p)
+        }
+    };
+    let (out, err) = match (open(&spec.stdout), open(&spec.stderr)) {
         (Ok(o), Ok(e)) => (o, e),
         (Err(e), _) | (_, Err(e)) => {
             return Err(cannot_start(format!("cannot open log files: {e}")));
