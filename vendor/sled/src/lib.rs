@@ -80,10 +80,13 @@
 //! ).unwrap();
 //! # let _ = std::fs::remove_dir_all("my_db");
 //! ```
+// hetsched: built as a path dependency, without the `--cap-lints allow` a registry crate
+// gets: its lints are allowed here instead (newer compilers flag code its `deny`s covered).
+#![allow(warnings)]
 #![doc(
     html_logo_url = "https://raw.githubusercontent.com/spacejam/sled/master/art/tree_face_anti-transphobia.png"
 )]
-#![deny(
+#![allow(
     missing_docs,
     future_incompatible,
     nonstandard_style,
@@ -94,7 +97,7 @@
     unsafe_code,
     unused_qualifications
 )]
-#![deny(
+#![allow(
     // over time, consider enabling the commented-out lints below
     clippy::cast_lossless,
     clippy::cast_possible_truncation,
@@ -154,7 +157,7 @@
     // clippy::wildcard_enum_match_arm,
     clippy::wrong_pub_self_convention,
 )]
-#![warn(clippy::multiple_crate_versions)]
+#![allow(clippy::multiple_crate_versions)]
 #![allow(clippy::mem_replace_with_default)] // Not using std::mem::take() due to MSRV of 1.37 (intro'd in 1.40)
 #![allow(clippy::match_like_matches_macro)] // Not using std::matches! due to MSRV of 1.37 (intro'd in 1.42)
 
