@@ -235,11 +235,14 @@ impl Link {
     /// How long the pending reports may wait for more before this round delivers them
     /// (`None`: deliver now).
     fn hold(&self, beat: bool) -> Option<Duration> {
-        if beat || !self.registered || self.pending.is_empty() || self.pending.len() >= FULL_BATCH
-        {
+        if beat || !self.registered || self.pending.is_empty() || self.pending.len() >= FULL_BATCH {
             return None;
         }
-        if self.pending.iter().all(|r| matches!(r, Report::Started { .. })) {
+        if self
+            .pending
+            .iter()
+            .all(|r| matches!(r, Report::Started { .. }))
+        {
             Some(START_REPORT_HOLD)
         } else {
             Some(REPORT_LINGER)

@@ -47,7 +47,11 @@ fn start_reports_wait_for_a_finish_and_finishes_linger_briefly() {
     let mut l = link(dir.path());
     assert_eq!(l.hold(false), None, "nothing pending: nothing to hold");
     l.pending.push_back(started(1));
-    assert_eq!(l.hold(false), Some(START_REPORT_HOLD), "a start alone waits");
+    assert_eq!(
+        l.hold(false),
+        Some(START_REPORT_HOLD),
+        "a start alone waits"
+    );
     assert_eq!(l.hold(true), None, "a heartbeat round sends it");
     l.pending.push_back(finished(1));
     assert_eq!(l.hold(false), Some(REPORT_LINGER), "a finish goes soon");

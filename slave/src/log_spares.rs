@@ -63,11 +63,7 @@ impl Spares {
 
     /// `path` opened for appending: a spare renamed to it when one is left, else created.
     pub fn open_append(&self, path: &Path) -> std::io::Result<File> {
-        let spare = self
-            .files
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop();
+        let spare = self.files.lock().unwrap_or_else(|p| p.into_inner()).pop();
         if let Some(spare) = spare {
             let renamed = nix::fcntl::renameat2(
                 nix::fcntl::AT_FDCWD,
@@ -117,7 +113,11 @@ mod tests {
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(names, vec!["task-2-1.out".to_string()], "the spare was used");
+        assert_eq!(
+            names,
+            vec!["task-2-1.out".to_string()],
+            "the spare was used"
+        );
         // A spare never replaces an existing file: that one is created (here: opened) anew.
         std::fs::write(&a, "").expect("create");
         assert!(spares.put(&a));
@@ -125,7 +125,10 @@ mod tests {
         drop(f2);
         assert_eq!(std::fs::read_to_string(&b).expect("read"), "hello\n");
         Spares::clean(dir.path());
-        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("ls").flatten().collect();
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .flatten()
+            .collect();
         assert_eq!(left.len(), 1, "leftover spares removed");
     }
 }

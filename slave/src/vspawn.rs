@@ -140,8 +140,16 @@ impl Spawn<'_> {
                 .chain([std::ptr::null()])
                 .collect(),
             path,
-            argv: args.iter().map(|a| a.as_ptr()).chain([std::ptr::null()]).collect(),
-            envp: envs.iter().map(|e| e.as_ptr()).chain([std::ptr::null()]).collect(),
+            argv: args
+                .iter()
+                .map(|a| a.as_ptr())
+                .chain([std::ptr::null()])
+                .collect(),
+            envp: envs
+                .iter()
+                .map(|e| e.as_ptr())
+                .chain([std::ptr::null()])
+                .collect(),
             stdio: [
                 stdin.as_raw_fd(),
                 self.stdout.as_raw_fd(),
