@@ -47,6 +47,7 @@ pub mod forward;
 pub mod gpu;
 pub mod http;
 pub mod link;
+pub mod log_spares;
 pub mod logs;
 pub mod membw_total;
 pub mod pool;
@@ -57,6 +58,7 @@ pub mod queue;
 pub mod runtime_dir;
 pub mod store;
 pub mod supervisor;
+pub mod vspawn;
 
 use hetsched_common::protocol::{
     ErrorKind, ErrorReply, Message, PeerRequest, SlaveCommand, SlaveCommandReply,

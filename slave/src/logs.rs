@@ -69,6 +69,8 @@ pub struct KeepBatch {
     index: Option<PathBuf>,
     lines: String,
     remove: Vec<PathBuf>,
+    /// Empty streams that may be reused ([`crate::log_spares`]) rather than removed.
+    recycle: Vec<PathBuf>,
 }
 
 impl KeepBatch {
@@ -78,6 +80,17 @@ impl KeepBatch {
     /// already: idempotent, so the agent may keep what a vanished supervisor left behind).
     /// Best effort: a failed copy is logged and leaves the live file in place.
     pub fn keep(&mut self, live: (&Path, &Path), keep: &Keep) {
+        self.keep_as(live, keep, false)
+    }
+
+    /// [`keep`](Self::keep), an empty stream written in place offered for reuse by
+    /// [`finish_into`](Self::finish_into): for attempts whose every process was killed
+    /// (they ran in cgroups), so that no leftover writer can reach the file.
+    pub fn keep_recyclable(&mut self, live: (&Path, &Path), keep: &Keep) {
+        self.keep_as(live, keep, true)
+    }
+
+    fn keep_as(&mut self, live: (&Path, &Path), keep: &Keep, recyclable: bool) {
         let mut sizes = [0u64; 2];
         let mut mtime_ns = 0u128;
         let mut any = false;
@@ -100,7 +113,9 @@ impl KeepBatch {
             if from == to.as_path() {
                 // Written where it is kept: only an empty stream goes (its index line
                 // says it was empty).
-                if meta.len() == 0 {
+                if meta.len() == 0 && recyclable {
+                    self.recycle.push(from.to_path_buf());
+                } else if meta.len() == 0 {
                     self.remove.push(from.to_path_buf());
                 }
                 continue;
@@ -130,7 +145,17 @@ impl KeepBatch {
 
     /// Appends the batch's index lines in one write, then removes the kept live files.
     pub fn finish(self) {
-        let Some(index) = self.index else {
+        self.finish_with(None)
+    }
+
+    /// [`finish`](Self::finish), the recyclable empty streams given to `spares` (removed
+    /// when it takes no more).
+    pub fn finish_into(self, spares: &crate::log_spares::Spares) {
+        self.finish_with(Some(spares))
+    }
+
+    fn finish_with(mut self, spares: Option<&crate::log_spares::Spares>) {
+        let Some(index) = self.index.take() else {
             return;
         };
         let r = std::fs::OpenOptions::new()
@@ -143,6 +168,11 @@ impl KeepBatch {
             // directory goes.
             tracing::warn!(index = %index.display(), error = %e, "cannot append to the log index");
             return;
+        }
+        for f in self.recycle {
+            if !spares.is_some_and(|s| s.put(&f)) {
+                let _ = std::fs::remove_file(f);
+            }
         }
         for f in self.remove {
             let _ = std::fs::remove_file(f);

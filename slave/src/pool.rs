@@ -96,6 +96,8 @@ struct Pool {
     started: Condvar,
     /// Serialises journal appends and compaction.
     journal: Mutex<()>,
+    /// Empty log files of ended attempts, for the next starts.
+    spares: crate::log_spares::Spares,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -150,7 +152,12 @@ pub fn main(dir: &Path) -> i32 {
         }),
         started: Condvar::new(),
         journal: Mutex::new(()),
+        spares: Default::default(),
     });
+    // Spares of an earlier pool (DATA/supervisor → DATA/logs).
+    if let Some(data) = dir.parent() {
+        crate::log_spares::Spares::clean(&data.join("logs"));
+    }
     let p = pool.clone();
     std::thread::spawn(move || reap(&p));
     let p = pool.clone();
@@ -167,6 +174,9 @@ pub fn main(dir: &Path) -> i32 {
             s.busy_at = Some(Instant::now());
         } else if s.busy_at.is_some_and(|t| t.elapsed() >= IDLE_EXIT) {
             let _ = std::fs::remove_file(&sock);
+            if let Some(data) = dir.parent() {
+                crate::log_spares::Spares::clean(&data.join("logs"));
+            }
             return 0;
         }
     }
@@ -221,26 +231,24 @@ fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
             return ended(pool, vec![(dir.to_path_buf(), rec, None)]);
         }
     };
-    let mut cmd = match supervisor::task_command(&spec) {
-        Ok(c) => c,
-        Err(rec) => return ended(pool, vec![(dir.to_path_buf(), rec, Some(spec))]),
-    };
-    cmd.env_remove(ENV_POOL);
     // Counted across the spawn: the reaper leaves a child it does not know yet alone until
-    // no spawn is in progress (it may be this one's, or one whose exec failed, which std
-    // reaps inside `spawn`).
+    // no spawn is in progress (it may be this one's, or one whose exec failed, which the
+    // spawn reaps itself).
     lock(&pool.state).spawning += 1;
-    let spawned = cmd.spawn();
+    let spawned = match supervisor::task_spawn(&spec, &[ENV_POOL], &pool.spares) {
+        Ok(r) => r,
+        Err(rec) => {
+            lock(&pool.state).spawning -= 1;
+            return ended(pool, vec![(dir.to_path_buf(), rec, Some(spec))]);
+        }
+    };
     let done = |s: &mut State| {
         s.spawning -= 1;
         pool.started.notify_all();
     };
     match spawned {
-        Ok(child) => {
-            let task_pid = i32::try_from(child.id()).unwrap_or(0);
+        Ok(task_pid) => {
             tracing::debug!(target: "hetsched::trace", dir = %dir.display(), task_pid, "pool: task spawned");
-            // The reaper waits for every child (waitpid(-1)); the handle is not needed.
-            drop(child);
             // Written before the task is recorded as running, so before its status.
             let rec = SupervisorRecord {
                 version: FORMAT_VERSION,
@@ -353,7 +361,7 @@ fn ended(pool: &Pool, ends: Vec<(PathBuf, ExitRecord, Option<Spec>)>) {
     for spec in ends.iter().filter_map(|e| e.2.as_ref()) {
         spec.keep_output(&mut kept);
     }
-    kept.finish();
+    kept.finish_into(&pool.spares);
     let journal = pool.dir.join(JOURNAL);
     let _serial = pool.journal.lock().unwrap_or_else(|p| p.into_inner());
     let mut lines = Vec::new();

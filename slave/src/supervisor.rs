@@ -76,7 +76,13 @@ impl Spec {
     /// Keeps this attempt's output as [`Spec::keep`] says (into `batch`).
     pub fn keep_output(&self, batch: &mut crate::logs::KeepBatch) {
         if let Some(k) = &self.keep {
-            batch.keep((&self.stdout, &self.stderr), k);
+            if self.cgroup_procs.is_empty() {
+                batch.keep((&self.stdout, &self.stderr), k);
+            } else {
+                // Its processes were all killed with its cgroups: its empty files may serve
+                // another attempt (`crate::log_spares`).
+                batch.keep_recyclable((&self.stdout, &self.stderr), k);
+            }
         }
     }
 }
@@ -253,15 +259,8 @@ pub fn task_command(spec: &Spec) -> Result<Command, ExitRecord> {
             return Err(cannot_start(format!("cannot open log files: {e}")));
         }
     };
-    // Opened before the fork, written in the child: joining its cgroup before it executes
-    // means no process of the task ever runs outside it.
-    let mut procs = Vec::new();
-    for p in &spec.cgroup_procs {
-        match std::fs::OpenOptions::new().write(true).open(p) {
-            Ok(f) => procs.push(f),
-            Err(e) => eprintln!("hetsched supervise: cannot join {}: {e}", p.display()),
-        }
-    }
+    // Opened before the fork, written in the child.
+    let procs = open_procs(spec);
     let mut cmd = Command::new(program);
     cmd.args(args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -283,6 +282,58 @@ pub fn task_command(spec: &Spec) -> Result<Command, ExitRecord> {
         }
     }
     Ok(cmd)
+}
+
+/// Starts the task as [`task_command`] describes it, through [`crate::vspawn`] (no copy of
+/// the caller's address space: the pool's way), without the variables `remove` of the
+/// caller's environment, its log files taken from `spares` when it can. `Err` is the attempt's `cannot_start` record when its files cannot
+/// be opened; the inner result is the task's pid or why it did not execute.
+pub fn task_spawn(
+    spec: &Spec,
+    remove: &[&str],
+    spares: &crate::log_spares::Spares,
+) -> Result<std::io::Result<i32>, ExitRecord> {
+    if spec.argv.is_empty() {
+        note(spec, "empty command");
+        return Err(cannot_start("empty command".into()));
+    }
+    // Spares only for attempts in cgroups, whose files are recycled (`Spec::keep_output`).
+    let open = |p: &Path| {
+        if spec.cgroup_procs.is_empty() {
+            open_append(p)
+        } else {
+            spares.open_append(p)
+        }
+    };
+    let (out, err) = match (open(&spec.stdout), open(&spec.stderr)) {
+        (Ok(o), Ok(e)) => (o, e),
+        (Err(e), _) | (_, Err(e)) => {
+            return Err(cannot_start(format!("cannot open log files: {e}")));
+        }
+    };
+    let procs = open_procs(spec);
+    Ok(crate::vspawn::Spawn {
+        argv: &spec.argv,
+        env: &spec.env,
+        remove,
+        stdout: &out,
+        stderr: &err,
+        procs: &procs,
+    }
+    .spawn())
+}
+
+/// The task's `cgroup.procs` files, opened for the child to join them before it executes
+/// (no process of the task ever runs outside them).
+fn open_procs(spec: &Spec) -> Vec<std::fs::File> {
+    let mut procs = Vec::new();
+    for p in &spec.cgroup_procs {
+        match std::fs::OpenOptions::new().write(true).open(p) {
+            Ok(f) => procs.push(f),
+            Err(e) => eprintln!("hetsched supervise: cannot join {}: {e}", p.display()),
+        }
+    }
+    procs
 }
 
 /// Runs the attempt described in `dir` to its end.
