@@ -14,8 +14,7 @@ use hetsched_common::protocol::{ErrorKind, ErrorReply, HeldTask};
 use hetsched_common::{MasterId, NodeId};
 use hetsched_consensus::{Consensus, RaftStatus, Role};
 use hetsched_master_core::duties::{
-    DutiesConfig, DutiesCore, DutyEvent, Effect, HeartbeatVerdict, NewPlacement, Now,
-    ProposalTag,
+    DutiesConfig, DutiesCore, DutyEvent, Effect, HeartbeatVerdict, NewPlacement, Now, ProposalTag,
 };
 use hetsched_master_core::sched::Scheduler;
 use hetsched_master_core::state::{CommandEnvelope, Outcome};

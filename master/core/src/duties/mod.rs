@@ -61,8 +61,8 @@ mod timers;
 pub use config::DutiesConfig;
 pub use effects::{Effect, MAX_ASSIGNMENTS_PER_MESSAGE};
 pub use events::{DeadlineKey, DutyEvent, HeartbeatVerdict, Now, ProposalTag};
-pub use place_new::{NewPlacement, MAX_COPIED};
 use leading::{Leading, PlanSlot, Role};
+pub use place_new::{NewPlacement, MAX_COPIED};
 
 /// The leader duties as a pure engine.
 pub struct DutiesCore {

@@ -34,9 +34,7 @@ pub use batch::{
     Batch, BatchBlock, BatchBook, BatchJob, BatchJobSpec, BatchSpec, BatchTask, Real, TaskBlock,
 };
 pub use booking::{engine_count, free_units, with_unit, Booking};
-pub use command::{
-    Assign, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef,
-};
+pub use command::{Assign, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef};
 pub use cpu_changes::{CompressReserve, CpuSearchPhase};
 pub use hash::fnv1a64;
 pub use lifecycle::Drain;

@@ -588,8 +588,7 @@ pub fn check_round_trip(s: &ClusterState) -> Vec<Violation> {
 /// priority or holds none at the base priority, those holding it come first, and what every
 /// principal holds stays within its quota.
 pub fn check_admission(s: &ClusterState, outcome: &Outcome) -> Vec<Violation> {
-    let (Outcome::Submitted { job, tasks } | Outcome::SubmittedPlaced { job, tasks, .. }) =
-        outcome
+    let (Outcome::Submitted { job, tasks } | Outcome::SubmittedPlaced { job, tasks, .. }) = outcome
     else {
         return Vec::new();
     };
