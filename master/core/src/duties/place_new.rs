@@ -12,14 +12,15 @@
 //! reports it as the plan's [`ProposalTag::Plan`]), so no other plan counts on the same
 //! resources meanwhile.
 //!
-//! The copy costs time in the size of the state, so above [`MAX_COPIED`] objects the
-//! submit goes the two-round way.
+//! The copy ([`ClusterState::planning_copy`]: nodes, open jobs and their tasks, none of
+//! the history) costs time in the size of what is live, so above [`MAX_COPIED`] nodes and
+//! held tasks together the submit goes the two-round way.
 
 use super::{DutiesCore, Now, PlanSlot, ProposalTag, Role};
 use crate::state::{ClusterState, Command, CommandEnvelope, Outcome, PlaceNew};
 use hetsched_common::{JobSpec, NodeId};
 
-/// Most tasks, jobs and nodes together in a state copied to plan a submission.
+/// Most nodes and tasks held on them together in a state copied to plan a submission.
 pub const MAX_COPIED: usize = 20_000;
 
 /// What a submission is proposed with: its placements, and the tag whose result the
@@ -62,11 +63,17 @@ impl DutiesCore {
         if l.plan != PlanSlot::Idle || !view.pending().is_empty() {
             return None;
         }
-        if view.tasks().len() + view.jobs().len() + view.nodes().len() > MAX_COPIED {
+        let held: usize = view
+            .nodes()
+            .values()
+            .map(|n| n.tasks.len() + n.queued.len())
+            .sum();
+        if held + view.nodes().len() > MAX_COPIED {
             return None;
         }
         let epoch = l.epoch;
-        let mut copy = view.clone();
+        // Only the live part: what ended costs time to copy and no stage reads it.
+        let mut copy = view.planning_copy();
         let tasks = match copy.apply(
             copy.last_index() + 1,
             CommandEnvelope {

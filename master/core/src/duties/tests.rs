@@ -1137,3 +1137,48 @@ fn a_stale_placement_leaves_its_task_to_the_ordinary_loop() {
     });
     assert_eq!(plan_of(&fx), Some(vec![(tasks[0], other)]));
 }
+
+#[test]
+fn the_planning_copy_leaves_history_out_and_hands_out_the_same_ids() {
+    let mut h = Harness::new();
+    let n = h.register(1, 4);
+    h.lead();
+    let (_, fx) = h.submit(1, 1);
+    h.commit(&fx);
+    let done = TaskId(1);
+    h.apply(Command::TaskFinished {
+        node: n,
+        task: done,
+        attempt: 1,
+        exit_code: 0,
+        reason: None,
+    });
+    let (_, fx) = h.submit(1, 1);
+    h.commit(&fx);
+    let copy = h.state.planning_copy();
+    assert!(
+        !copy.tasks().contains_key(&done),
+        "a finished job is left out"
+    );
+    assert!(
+        copy.tasks().contains_key(&TaskId(2)),
+        "a running one is kept"
+    );
+    assert_eq!(copy.nodes(), h.state.nodes());
+    // The same submission gets the same ids in the copy as in the state itself.
+    let submit = |s: &mut ClusterState| {
+        s.apply(
+            s.last_index() + 1,
+            CommandEnvelope {
+                at_ms: WALL0,
+                request: None,
+                command: Command::SubmitJob { spec: job(2, 1) },
+            },
+        )
+    };
+    let (mut full, mut live) = (h.state.clone(), copy);
+    assert_eq!(submit(&mut live), submit(&mut full));
+    assert_eq!(live.pending(), full.pending());
+    // And the idle submit is still planned ahead with history in the state.
+    assert!(h.core.place_new(&job(1, 1), h.now(), &h.state).is_some());
+}

@@ -22,6 +22,7 @@ mod listing;
 mod model;
 mod nodes;
 mod plan;
+mod planning_copy;
 mod promote;
 mod reports;
 mod requests;
