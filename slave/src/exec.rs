@@ -260,6 +260,7 @@ impl Launcher {
             }
             Err(e) => return Err(io(&dir)(e)),
         }
+        tracing::debug!(target: "hetsched::trace", task = %a.task, "prepare: attempt directory created");
         let name = attempt_name(a.task, a.attempt);
         let limits = Limits {
             cpu_milli: a.resources.cpu_milli,
@@ -273,6 +274,7 @@ impl Launcher {
                 None
             }
         };
+        tracing::debug!(target: "hetsched::trace", task = %a.task, "prepare: cgroup ready");
         let cpus_file = dir.join(CPUS_FILE);
         // Not fsynced: the agent's loop waits for this, and the file only matters while the
         // task runs. Written in place: nothing reads it before the task starts (a change

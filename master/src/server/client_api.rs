@@ -3,6 +3,7 @@
 //! and `admin`), and the writes live here: submit (with admission back-pressure), cancel,
 //! drain and undrain, and the priority configuration.
 
+use super::duties_executor::{PlaceNew, PlanSlotRelease};
 use super::reply::{job_not_found, not_found, unexpected};
 use super::{logs, now_ms, Master};
 use hetsched_common::priority::PriorityConfig;
@@ -138,12 +139,27 @@ impl Master {
         if let Some(fake) = self.ack_before_commit_bug(request, &spec) {
             return Ok(fake);
         }
+        // When nothing else waits, the leader plans the job's tasks now and the submission
+        // carries the placements: one Raft round to the dispatch instead of two.
+        let placed = match self.raft.status().role {
+            Role::Leader => self
+                .duties
+                .send(PlaceNew { spec: spec.clone() })
+                .await
+                .ok()
+                .flatten(),
+            _ => None,
+        };
+        let (command, _slot) = match placed {
+            Some(p) => (
+                p.command(spec),
+                Some(PlanSlotRelease::new(self.duties.clone(), p.tag)),
+            ),
+            None => (Command::SubmitJob { spec }, None),
+        };
         tracing::debug!(target: "hetsched::trace", request = request.0, "submit: proposing");
-        match self
-            .propose(Command::SubmitJob { spec }, Some(request))
-            .await?
-        {
-            Outcome::Submitted { job, tasks } => {
+        match self.propose(command, Some(request)).await? {
+            Outcome::Submitted { job, tasks } | Outcome::SubmittedPlaced { job, tasks, .. } => {
                 tracing::debug!(target: "hetsched::trace", request = request.0, %job, tasks = tasks.len(), "submit: applied, answering");
                 Ok(ClientResponse::Submitted { job, tasks })
             }

@@ -14,7 +14,7 @@ use hetsched_common::protocol::{ErrorKind, ErrorReply, HeldTask};
 use hetsched_common::{MasterId, NodeId};
 use hetsched_consensus::{Consensus, RaftStatus, Role};
 use hetsched_master_core::duties::{
-    DutiesConfig, DutiesCore, DutyEvent, Effect, HeartbeatVerdict, Now, ProposalTag,
+    DutiesConfig, DutiesCore, DutyEvent, Effect, HeartbeatVerdict, NewPlacement, Now, ProposalTag,
 };
 use hetsched_master_core::sched::Scheduler;
 use hetsched_master_core::state::{CommandEnvelope, Outcome};
@@ -320,6 +320,12 @@ impl Handler<DutiesMsg> for LeaderDuties {
                         .increment(preempted.len() as u64);
                     self.placement_latency(accepted);
                 }
+                if let (true, Outcome::SubmittedPlaced { accepted, .. }) =
+                    (self.core.is_leading(), &a.outcome)
+                {
+                    tracing::debug!(target: "hetsched::trace", index = a.index, accepted = accepted.len(), "submit with placements: applied");
+                    self.placement_latency(accepted);
+                }
                 if self.core.is_leading() {
                     outcome_metrics(&a.outcome);
                     if let Outcome::Stolen {
@@ -437,6 +443,51 @@ fn outcome_metrics(o: &Outcome) {
     };
     metrics::counter!("hetsched_master_task_outcomes_total", "state" => state, "reason" => reason)
         .increment(n);
+}
+
+/// Plans a submission's tasks before it is proposed (one Raft round from an idle submit
+/// to its dispatch; `DutiesCore::place_new`): `None` submits it the ordinary way.
+#[derive(Message)]
+#[rtype(result = "Option<NewPlacement>")]
+pub struct PlaceNew {
+    /// The job.
+    pub spec: hetsched_common::JobSpec,
+}
+
+impl Handler<PlaceNew> for LeaderDuties {
+    type Result = Option<NewPlacement>;
+
+    fn handle(&mut self, m: PlaceNew, _ctx: &mut Self::Context) -> Self::Result {
+        let now = self.now();
+        let view = self.shared.read_state();
+        let placed = self.core.place_new(&m.spec, now, &view);
+        tracing::debug!(target: "hetsched::trace", placed = placed.as_ref().map_or(0, |p| p.place.len()), "submit: planned before proposing");
+        placed
+    }
+}
+
+/// Frees the plan slot a [`PlaceNew`] took once its submission's proposal finished, or
+/// was dropped with its request (the slot must not stay held: scheduling waits on it).
+pub struct PlanSlotRelease {
+    duties: Addr<LeaderDuties>,
+    tag: ProposalTag,
+}
+
+impl PlanSlotRelease {
+    /// Releases `tag`'s slot when dropped.
+    pub fn new(duties: Addr<LeaderDuties>, tag: ProposalTag) -> Self {
+        Self { duties, tag }
+    }
+}
+
+impl Drop for PlanSlotRelease {
+    fn drop(&mut self) {
+        // Applied or not, the slot frees the same way (a stale placement is the plan's).
+        self.duties.do_send(DutiesMsg::Proposed {
+            tag: self.tag,
+            ok: true,
+        });
+    }
 }
 
 /// S0.4: an idle slave asks the leader for work (answered at once; a stolen task arrives

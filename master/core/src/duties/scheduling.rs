@@ -53,6 +53,23 @@ impl DutiesCore {
                 }
                 self.dispatch(now, view, fx);
             }
+            Outcome::SubmittedPlaced {
+                accepted, rejected, ..
+            } => {
+                for r in accepted {
+                    l.undelivered.insert(
+                        (r.task, r.attempt),
+                        Dispatch {
+                            node: r.node,
+                            state: DispatchState::Due { at: 0 },
+                            failures: 0,
+                        },
+                    );
+                }
+                self.dispatch(now, view, fx);
+                // Stale placements left tasks pending (planned again once the slot frees).
+                wake = rejected > 0;
+            }
             Outcome::Cancelled { stop, .. } => stop_effects(&stop, None, view, fx),
             Outcome::Drained { requeued, .. } => {
                 stop_effects(&requeued, None, view, fx);

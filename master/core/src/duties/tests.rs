@@ -1027,3 +1027,158 @@ fn a_steal_is_released_by_the_victim_then_committed_with_the_next_attempt() {
     assert!(proposals(&fx).is_empty());
     assert_eq!(h.state.tasks()[&ids[0]].status.node, Some(a));
 }
+
+fn job(count: u32, cpus: u32) -> JobSpec {
+    JobSpec {
+        name: "j".into(),
+        user: "u".into(),
+        partition: "default".into(),
+        resources: ResourceRequest {
+            cpu_milli: u64::from(cpus) * 1000,
+            mem_mib: 64,
+            gpu: GpuRequest::none(),
+            engines: Default::default(),
+        },
+        count,
+        command: vec!["true".into()],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_idle_submit_is_placed_and_dispatched_in_one_round() {
+    let mut h = Harness::new();
+    let n = h.register(1, 4);
+    h.lead();
+    let now = h.now();
+    let spec = job(2, 1);
+    let placed = h
+        .core
+        .place_new(&spec, now, &h.state)
+        .expect("an idle queue is planned before the proposal");
+    assert_eq!(placed.place.len(), 2);
+    // The slot is held: nothing else is planned until the submission's proposal finished.
+    assert!(h.core.place_new(&job(1, 1), now, &h.state).is_none());
+    let (o, fx) = h.apply(placed.command(spec));
+    let Outcome::SubmittedPlaced {
+        tasks,
+        accepted,
+        rejected,
+        ..
+    } = o
+    else {
+        panic!("not placed: {o:?}");
+    };
+    assert_eq!((accepted.len(), rejected), (2, 0));
+    assert_eq!(
+        dispatched(&fx),
+        vec![(n, tasks[0], 1), (n, tasks[1], 1)],
+        "dispatched as soon as the submission applied"
+    );
+    assert_eq!(plan_of(&fx), None);
+    assert!(h.state.pending().is_empty());
+    let fx = h.on(DutyEvent::Proposed {
+        tag: placed.tag,
+        ok: true,
+    });
+    assert_eq!(plan_of(&fx), None, "nothing left to plan");
+    // Slot free again: the next idle submit is planned ahead too.
+    assert!(h.core.place_new(&job(1, 1), h.now(), &h.state).is_some());
+}
+
+#[test]
+fn a_submit_behind_waiting_work_goes_the_ordinary_way() {
+    let mut h = Harness::new();
+    h.register(1, 1);
+    // Not leading: never planned ahead.
+    assert!(h.core.place_new(&job(1, 1), h.now(), &h.state).is_none());
+    h.lead();
+    let (_, fx) = h.submit(2, 1);
+    // A plan in flight.
+    assert!(h.core.place_new(&job(1, 1), h.now(), &h.state).is_none());
+    h.commit(&fx);
+    // One task still pending (the node holds one): the new job must queue behind it.
+    assert_eq!(h.state.pending().len(), 1);
+    assert!(h.core.place_new(&job(1, 1), h.now(), &h.state).is_none());
+}
+
+#[test]
+fn a_stale_placement_leaves_its_task_to_the_ordinary_loop() {
+    let mut h = Harness::new();
+    let a = h.register(1, 2);
+    let b = h.register(2, 2);
+    h.lead();
+    let spec = job(1, 2);
+    let placed = h
+        .core
+        .place_new(&spec, h.now(), &h.state)
+        .expect("planned ahead");
+    let chosen = placed.place[0].node;
+    let other = if chosen == a { b } else { a };
+    // The chosen node goes down between the planning and the apply.
+    h.apply(Command::NodeDown { node: chosen });
+    let (o, fx) = h.apply(placed.command(spec));
+    let Outcome::SubmittedPlaced {
+        tasks,
+        accepted,
+        rejected,
+        ..
+    } = o
+    else {
+        panic!("not a placed submission: {o:?}");
+    };
+    assert!(accepted.is_empty() && rejected == 1);
+    assert!(dispatched(&fx).is_empty());
+    assert_eq!(h.state.tasks()[&tasks[0]].status.state, TaskState::Pending);
+    // Once the proposal finished, the loop plans it on the node still up.
+    let fx = h.on(DutyEvent::Proposed {
+        tag: placed.tag,
+        ok: true,
+    });
+    assert_eq!(plan_of(&fx), Some(vec![(tasks[0], other)]));
+}
+
+#[test]
+fn the_planning_copy_leaves_history_out_and_hands_out_the_same_ids() {
+    let mut h = Harness::new();
+    let n = h.register(1, 4);
+    h.lead();
+    let (_, fx) = h.submit(1, 1);
+    h.commit(&fx);
+    let done = TaskId(1);
+    h.apply(Command::TaskFinished {
+        node: n,
+        task: done,
+        attempt: 1,
+        exit_code: 0,
+        reason: None,
+    });
+    let (_, fx) = h.submit(1, 1);
+    h.commit(&fx);
+    let copy = h.state.planning_copy();
+    assert!(
+        !copy.tasks().contains_key(&done),
+        "a finished job is left out"
+    );
+    assert!(
+        copy.tasks().contains_key(&TaskId(2)),
+        "a running one is kept"
+    );
+    assert_eq!(copy.nodes(), h.state.nodes());
+    // The same submission gets the same ids in the copy as in the state itself.
+    let submit = |s: &mut ClusterState| {
+        s.apply(
+            s.last_index() + 1,
+            CommandEnvelope {
+                at_ms: WALL0,
+                request: None,
+                command: Command::SubmitJob { spec: job(2, 1) },
+            },
+        )
+    };
+    let (mut full, mut live) = (h.state.clone(), copy);
+    assert_eq!(submit(&mut live), submit(&mut full));
+    assert_eq!(live.pending(), full.pending());
+    // And the idle submit is still planned ahead with history in the state.
+    assert!(h.core.place_new(&job(1, 1), h.now(), &h.state).is_some());
+}

@@ -283,6 +283,68 @@ pub enum Command {
         /// Its accessor.
         accessor: String,
     },
+    /// A job submitted with the leader's placement of its new tasks, planned on a copy of
+    /// the state with the job in it: applied as [`Command::SubmitJob`], then each placement
+    /// re-checked exactly as an [`Command::ApplyPlan`]'s (a stale one leaves its task
+    /// pending). One Raft round from an idle submit to its dispatch instead of two
+    /// (docs/DESIGN.md, "Idle submit in one round").
+    SubmitPlaced {
+        /// Spec.
+        spec: JobSpec,
+        /// Placements of the job's tasks, by index in the job.
+        place: Vec<PlaceNew>,
+        /// As [`Plan::queue_depth`].
+        #[serde(default)]
+        queue_depth: u32,
+    },
+}
+
+/// One placement of a task of a job not yet applied: the task is named by its index in
+/// the job, since its id is handed out when the submission applies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlaceNew {
+    /// The task's index in its job.
+    pub index: u32,
+    /// As [`Assign`], with the task's id left out.
+    pub node: NodeId,
+    /// As [`Assign::queued`].
+    #[serde(default)]
+    pub queued: bool,
+    /// As [`Assign::engine`].
+    #[serde(default)]
+    pub engine: Option<EngineKind>,
+    /// As [`Assign::borrowed`].
+    #[serde(default)]
+    pub borrowed: bool,
+}
+
+impl PlaceNew {
+    /// `a` named by the index of its task among `tasks`, a job's tasks (consecutive ids;
+    /// `None`: not one of them).
+    pub fn of(a: &Assign, tasks: &[TaskId]) -> Option<Self> {
+        let index = usize::try_from(a.task.0.checked_sub(tasks.first()?.0)?).ok()?;
+        if tasks.get(index) != Some(&a.task) {
+            return None;
+        }
+        Some(Self {
+            index: u32::try_from(index).ok()?,
+            node: a.node,
+            queued: a.queued,
+            engine: a.engine,
+            borrowed: a.borrowed,
+        })
+    }
+
+    /// The assignment of the task at this index of `tasks` (`None`: no such index).
+    pub fn assign(&self, tasks: &[TaskId]) -> Option<Assign> {
+        Some(Assign {
+            task: *tasks.get(self.index as usize)?,
+            node: self.node,
+            queued: self.queued,
+            engine: self.engine,
+            borrowed: self.borrowed,
+        })
+    }
 }
 
 /// One placement decision.
@@ -400,6 +462,17 @@ pub enum Outcome {
         tasks: u32,
         /// Attempts that were assigned or running: their slaves must stop them.
         stop: Vec<TaskRef>,
+    },
+    /// A job was accepted with placements ([`Command::SubmitPlaced`]).
+    SubmittedPlaced {
+        /// Job.
+        job: JobId,
+        /// Its tasks.
+        tasks: Vec<TaskId>,
+        /// Placements that held, with their new attempts: to dispatch.
+        accepted: Vec<TaskRef>,
+        /// Placements that were stale (their tasks stay pending).
+        rejected: u32,
     },
     /// A plan was applied.
     PlanApplied {

@@ -98,6 +98,31 @@ impl ClusterState {
         Outcome::Submitted { job: id, tasks }
     }
 
+    /// [`Command::SubmitPlaced`]: the submission, then its placements re-checked as a plan's.
+    pub(super) fn submit_placed(
+        &mut self,
+        index: u64,
+        at_ms: u64,
+        spec: JobSpec,
+        place: &[PlaceNew],
+        queue_depth: u32,
+    ) -> Outcome {
+        let (job, tasks) = match self.submit(index, at_ms, spec) {
+            Outcome::Submitted { job, tasks } => (job, tasks),
+            o => return o,
+        };
+        let assignments: Vec<Assign> = place.iter().filter_map(|p| p.assign(&tasks)).collect();
+        let (accepted, rejected) = self.apply_assignments(&assignments, queue_depth, at_ms);
+        // A placement naming no task of the job is stale like any other.
+        let unnamed = (place.len() - assignments.len()) as u32;
+        Outcome::SubmittedPlaced {
+            job,
+            tasks,
+            accepted,
+            rejected: rejected + unnamed,
+        }
+    }
+
     pub(super) fn cancel(&mut self, job: JobId) -> Outcome {
         let Some(j) = self.jobs.get(&job) else {
             return Outcome::Rejected(format!("unknown {job}"));

@@ -22,6 +22,7 @@ mod listing;
 mod model;
 mod nodes;
 mod plan;
+mod planning_copy;
 mod promote;
 mod reports;
 mod requests;
@@ -34,7 +35,7 @@ pub use batch::{
     Batch, BatchBlock, BatchBook, BatchJob, BatchJobSpec, BatchSpec, BatchTask, Real, TaskBlock,
 };
 pub use booking::{engine_count, free_units, with_unit, Booking};
-pub use command::{Assign, Command, CommandEnvelope, Outcome, Plan, Preemption, TaskRef};
+pub use command::{Assign, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef};
 pub use cpu_changes::{CompressReserve, CpuSearchPhase};
 pub use hash::fnv1a64;
 pub use lifecycle::Drain;
@@ -75,6 +76,7 @@ pub fn command_nodes(command: &Command) -> BTreeSet<NodeId> {
             );
         }
         Command::StealTask { from, to, .. } => nodes.extend([*from, *to]),
+        Command::SubmitPlaced { place, .. } => nodes.extend(place.iter().map(|p| p.node)),
         _ => {}
     }
     nodes
@@ -382,6 +384,11 @@ impl ClusterState {
                 self.create_token(token, bootstrap, env.at_ms)
             }
             Command::RevokeToken { accessor } => self.revoke_token(&accessor),
+            Command::SubmitPlaced {
+                spec,
+                place,
+                queue_depth,
+            } => self.submit_placed(index, env.at_ms, spec, &place, queue_depth),
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {

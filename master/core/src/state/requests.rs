@@ -33,7 +33,9 @@ pub enum RequestOutcome {
 impl RequestOutcome {
     pub(super) fn compact(o: &Outcome) -> Self {
         match o {
-            Outcome::Submitted { job, tasks } => {
+            // A retried placed submission is answered as submitted: its placements applied
+            // (or not) the first time and are dispatched from there.
+            Outcome::Submitted { job, tasks } | Outcome::SubmittedPlaced { job, tasks, .. } => {
                 let consecutive = tasks.windows(2).all(|w| w[1].0 == w[0].0 + 1);
                 match (tasks.first(), consecutive) {
                     (Some(first), true) => RequestOutcome::Submitted {

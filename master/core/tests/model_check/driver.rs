@@ -74,6 +74,7 @@ fn outcome_kind(o: &Outcome) -> &'static str {
     match o {
         Outcome::Registered { .. } => "registered",
         Outcome::Submitted { .. } => "submitted",
+        Outcome::SubmittedPlaced { .. } => "submitted-placed",
         Outcome::Cancelled { .. } => "cancelled",
         Outcome::PlanApplied { .. } => "plan-applied",
         Outcome::TaskUpdated => "task-updated",
@@ -352,7 +353,11 @@ impl Run {
         // A plan the real scheduler built on this very state applies whole: its placement
         // index and the state agree (every node whose free vector a command changed was
         // re-read).
-        if let (true, Outcome::PlanApplied { rejected, .. }) = (fresh, &outcome) {
+        if let (
+            true,
+            Outcome::PlanApplied { rejected, .. } | Outcome::SubmittedPlaced { rejected, .. },
+        ) = (fresh, &outcome)
+        {
             self.stats.fresh_plans += 1;
             if *rejected > 0 {
                 violations.push(Violation {

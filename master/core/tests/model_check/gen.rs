@@ -3,7 +3,8 @@
 //! built now, applied later), bogus plans (random, stale and duplicate decisions, preemptions
 //! of anything), slave reports delivered late, out of order, twice and for stale attempts,
 //! steals, CPU changes, compressions, drains, GC, priority configurations, re-registrations,
-//! S2 batches and their re-plans (`gen_batch.rs`), retried client requests — on a seeded `SplitMix64`, so a seed replays exactly.
+//! S2 batches and their re-plans (`gen_batch.rs`), submissions with placements (planned on a
+//! copy of the state as a leader does, or random), retried client requests — on a seeded `SplitMix64`, so a seed replays exactly.
 
 use hetsched_common::priority::{Principal, PriorityConfig, PriorityEntry, Quota};
 use hetsched_common::program::{CallSummary, EngineDecl};
@@ -15,7 +16,8 @@ use hetsched_common::{
 };
 use hetsched_master_core::sched::{steal, IndexedScheduler, Scheduler};
 use hetsched_master_core::state::{
-    Assign, ClusterState, Command, Outcome, Plan, Preemption, TaskRef, TokenRecord,
+    Assign, ClusterState, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef,
+    TokenRecord,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -96,7 +98,9 @@ impl Generator {
     /// Learns what an outcome asks of the slaves: each accepted assignment is reported
     /// started some time later.
     pub fn observe(&mut self, outcome: &Outcome) {
-        if let Outcome::PlanApplied { accepted, .. } = outcome {
+        if let Outcome::PlanApplied { accepted, .. } | Outcome::SubmittedPlaced { accepted, .. } =
+            outcome
+        {
             for r in accepted {
                 self.outbox.push(Command::TaskStarted {
                     node: r.node,
@@ -386,6 +390,63 @@ impl Generator {
     }
 
     /// A plan of random, stale or invalid decisions.
+    /// A submission with the placements the real scheduler gives its tasks on a copy of
+    /// the state with the job applied (as a leader plans an idle submit): fresh, so it
+    /// must apply whole.
+    fn placed_submit(
+        &mut self,
+        s: &ClusterState,
+        spec: JobSpec,
+        sched: &mut IndexedScheduler,
+    ) -> Command {
+        let mut copy = s.clone();
+        let env = CommandEnvelope {
+            at_ms: self.now,
+            request: None,
+            command: Command::SubmitJob { spec: spec.clone() },
+        };
+        let tasks = match copy.apply(copy.last_index() + 1, env) {
+            Outcome::Submitted { tasks, .. } => tasks,
+            _ => return Command::SubmitJob { spec },
+        };
+        let plan = sched.plan_at(&copy, self.now);
+        let touched: Vec<NodeId> = plan.assignments.iter().map(|a| a.node).collect();
+        // The tentative use is re-read whatever the entry does (the executor frees the
+        // plan slot the same way).
+        sched.nodes_changed(s, &touched);
+        let place: Vec<PlaceNew> = plan
+            .assignments
+            .iter()
+            .filter_map(|a| PlaceNew::of(a, &tasks))
+            .collect();
+        self.fresh = place.len() == plan.assignments.len();
+        Command::SubmitPlaced {
+            spec,
+            place,
+            queue_depth: plan.queue_depth,
+        }
+    }
+
+    /// A submission with random placements: indices out of the job, repeated, on unknown,
+    /// down or full nodes.
+    fn bogus_placed_submit(&mut self, s: &ClusterState, spec: JobSpec) -> Command {
+        let count = u64::from(spec.count);
+        let place = (0..self.rng.range(0, 4))
+            .map(|_| PlaceNew {
+                index: self.rng.below(count + 2) as u32,
+                node: self.any_node(s),
+                queued: self.chance(30),
+                engine: self.chance(20).then_some(EngineKind::Cpu),
+                borrowed: self.chance(10),
+            })
+            .collect();
+        Command::SubmitPlaced {
+            spec,
+            place,
+            queue_depth: self.rng.below(4) as u32,
+        }
+    }
+
     fn bogus_plan(&mut self, s: &ClusterState) -> Plan {
         let mut plan = Plan {
             queue_depth: self.rng.below(4) as u32,
@@ -603,7 +664,11 @@ impl Generator {
                     }
                 } else {
                     let spec = self.spec(s);
-                    let c = Command::SubmitJob { spec };
+                    let c = match self.rng.below(10) {
+                        0..=2 => self.placed_submit(s, spec, sched),
+                        3 => self.bogus_placed_submit(s, spec),
+                        _ => Command::SubmitJob { spec },
+                    };
                     return self.with_request(c);
                 }
             }

@@ -76,7 +76,9 @@ pub struct Model {
 impl Model {
     /// Records what an outcome acknowledged.
     pub fn observe(&mut self, outcome: &Outcome) {
-        if let Outcome::Submitted { job, tasks } = outcome {
+        if let Outcome::Submitted { job, tasks } | Outcome::SubmittedPlaced { job, tasks, .. } =
+            outcome
+        {
             if !self.collected.contains(job) {
                 self.acknowledged.insert(*job, tasks.clone());
             }
@@ -586,7 +588,8 @@ pub fn check_round_trip(s: &ClusterState) -> Vec<Violation> {
 /// priority or holds none at the base priority, those holding it come first, and what every
 /// principal holds stays within its quota.
 pub fn check_admission(s: &ClusterState, outcome: &Outcome) -> Vec<Violation> {
-    let Outcome::Submitted { job, tasks } = outcome else {
+    let (Outcome::Submitted { job, tasks } | Outcome::SubmittedPlaced { job, tasks, .. }) = outcome
+    else {
         return Vec::new();
     };
     let mut out = Vec::new();
@@ -710,6 +713,52 @@ pub fn check_step(
                 Check::Unchanged,
                 format!("{outcome:?} but the {what} changed"),
             ));
+        }
+    }
+    if let (
+        Command::SubmitPlaced { place, .. },
+        Outcome::SubmittedPlaced {
+            job,
+            tasks,
+            accepted,
+            rejected,
+        },
+    ) = (command, outcome)
+    {
+        // Each placement is accepted or refused, and only the job's own tasks are placed.
+        if accepted.len() + *rejected as usize != place.len() {
+            out.push(v(
+                Check::Outcome,
+                format!(
+                    "{} accepted and {rejected} refused of {} placements",
+                    accepted.len(),
+                    place.len()
+                ),
+            ));
+        }
+        for r in accepted {
+            let ok = tasks.contains(&r.task)
+                && after.task(r.task).is_some_and(|t| {
+                    t.job == *job
+                        && t.status.node == Some(r.node)
+                        && t.status.attempt == r.attempt
+                        && t.status.state == TaskState::Assigned
+                });
+            if !ok {
+                out.push(v(
+                    Check::Outcome,
+                    format!("placed {r:?} is not an assigned task of {job}"),
+                ));
+            }
+        }
+        // Tasks that existed before are left alone.
+        for (id, t) in before.tasks() {
+            if after.task(*id) != Some(t) {
+                out.push(v(
+                    Check::Outcome,
+                    format!("{id} changed though the submission was of {job}"),
+                ));
+            }
         }
     }
     if let (

@@ -1,0 +1,58 @@
+//! A copy of the state to plan on ahead of the log (`duties::place_new`: an idle submit
+//! planned before it is proposed), without what only grows with history.
+//!
+//! A full clone costs time in the number of jobs and tasks ever retained (finished ones stay
+//! until garbage collection), while the scheduler reads only what is live: nodes, pending
+//! tasks, the tasks nodes hold, their jobs. So the copy keeps the jobs still open (and those
+//! a stopping attempt still names) with all their tasks, and leaves out finished jobs,
+//! client request outcomes, benchmark counters and tokens. It is never applied to the log's
+//! state and never snapshotted: it exists for one plan.
+
+use super::*;
+use hetsched_common::JobId;
+
+impl ClusterState {
+    /// The live part of the state, for planning (see the module's documentation).
+    pub fn planning_copy(&self) -> Self {
+        let stopping: BTreeSet<JobId> = self
+            .nodes
+            .values()
+            .flat_map(|n| n.stopping.iter().map(|s| s.job))
+            .collect();
+        let jobs: BTreeMap<JobId, Job> = self
+            .jobs
+            .iter()
+            .filter(|(id, j)| j.open > 0 || stopping.contains(id))
+            .map(|(id, j)| (*id, j.clone()))
+            .collect();
+        let tasks = jobs
+            .values()
+            .flat_map(|j| j.tasks.iter())
+            .filter_map(|t| self.tasks.get(t).map(|task| (*t, task.clone())))
+            .collect();
+        Self {
+            nodes: self.nodes.clone(),
+            node_keys: self.node_keys.clone(),
+            jobs,
+            tasks,
+            pending: self.pending.clone(),
+            requests: BTreeMap::new(),
+            applied_requests: BTreeMap::new(),
+            requests_by_time: BTreeSet::new(),
+            finished_jobs: BTreeSet::new(),
+            bench: BTreeMap::new(),
+            priority: self.priority.clone(),
+            awaiting: self.awaiting.clone(),
+            next_job: self.next_job,
+            next_task: self.next_task,
+            next_node: self.next_node,
+            profiles: self.profiles.clone(),
+            relations: self.relations.clone(),
+            cpu_history: self.cpu_history.clone(),
+            batch: self.batch.clone(),
+            acl: AclBook::default(),
+            last_index: self.last_index,
+            last_ms: self.last_ms,
+        }
+    }
+}
