@@ -25,6 +25,17 @@ pub(super) struct Dispatch {
     pub(super) failures: u32,
 }
 
+impl Dispatch {
+    /// A committed assignment to `node`, to be sent at the next dispatch.
+    pub(super) fn due_now(node: NodeId) -> Self {
+        Self {
+            node,
+            state: DispatchState::Due { at: 0 },
+            failures: 0,
+        }
+    }
+}
+
 impl DutiesCore {
     /// Slaves answered dispatches: acknowledged ones are done, failed ones back off.
     pub(super) fn delivered(&mut self, tasks: &[(TaskId, Attempt)], ok: bool, now: Now) {

@@ -3,7 +3,7 @@
 //! proposal's result is routed back to the duty that asked.
 
 use super::cpu_search_driver::SearchRun;
-use super::dispatch::{Dispatch, DispatchState};
+use super::dispatch::Dispatch;
 use super::steals::StealInFlight;
 use super::timers::RESCAN_MS;
 use super::{DeadlineKey, DutiesCore, Effect, Now, ProposalTag};
@@ -118,16 +118,9 @@ impl DutiesCore {
             .values()
             .filter(|t| t.status.state == TaskState::Assigned)
             .filter_map(|t| {
-                t.status.node.map(|node| {
-                    (
-                        (t.id, t.status.attempt),
-                        Dispatch {
-                            node,
-                            state: DispatchState::Due { at: 0 },
-                            failures: 0,
-                        },
-                    )
-                })
+                t.status
+                    .node
+                    .map(|node| ((t.id, t.status.attempt), Dispatch::due_now(node)))
             })
             .collect();
         self.role = Role::Leading(Box::new(Leading {

@@ -4,11 +4,11 @@
 //! the queue.
 
 use super::cpu_search_driver::set_cpus_effect;
-use super::dispatch::{Dispatch, DispatchState};
+use super::dispatch::Dispatch;
 use super::effects::stop_effects;
 use super::{DutiesCore, Effect, Now, PlanSlot, ProposalTag, Role};
-use crate::state::{ClusterState, Command, Outcome};
-use hetsched_common::NodeId;
+use crate::state::{ClusterState, Command, Outcome, TaskRef};
+use hetsched_common::{Attempt, NodeId, TaskId};
 
 impl DutiesCore {
     /// An entry applied: tell the scheduler what changed and act on the outcome.
@@ -41,31 +41,13 @@ impl DutiesCore {
                 ..
             } => {
                 stop_effects(&preempted, Some(self.cfg.preempt_grace_ms), view, fx);
-                for r in accepted {
-                    l.undelivered.insert(
-                        (r.task, r.attempt),
-                        Dispatch {
-                            node: r.node,
-                            state: DispatchState::Due { at: 0 },
-                            failures: 0,
-                        },
-                    );
-                }
+                l.undelivered.extend(accepted.iter().map(due_now));
                 self.dispatch(now, view, fx);
             }
             Outcome::SubmittedPlaced {
                 accepted, rejected, ..
             } => {
-                for r in accepted {
-                    l.undelivered.insert(
-                        (r.task, r.attempt),
-                        Dispatch {
-                            node: r.node,
-                            state: DispatchState::Due { at: 0 },
-                            failures: 0,
-                        },
-                    );
-                }
+                l.undelivered.extend(accepted.iter().map(due_now));
                 self.dispatch(now, view, fx);
                 // Stale placements left tasks pending (planned again once the slot frees).
                 wake = rejected > 0;
@@ -87,14 +69,7 @@ impl DutiesCore {
                 l.steals.remove(&from.task);
                 match assigned {
                     Some(r) => {
-                        l.undelivered.insert(
-                            (r.task, r.attempt),
-                            Dispatch {
-                                node: r.node,
-                                state: DispatchState::Due { at: 0 },
-                                failures: 0,
-                            },
-                        );
+                        l.undelivered.extend([due_now(&r)]);
                         self.dispatch(now, view, fx);
                     }
                     None => wake = true,
@@ -137,4 +112,9 @@ impl DutiesCore {
             command: Command::ApplyPlan(plan),
         });
     }
+}
+
+/// The dispatch entry of a committed placement, to be sent at the next dispatch.
+fn due_now(r: &TaskRef) -> ((TaskId, Attempt), Dispatch) {
+    ((r.task, r.attempt), Dispatch::due_now(r.node))
 }
