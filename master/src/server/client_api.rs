@@ -140,9 +140,11 @@ impl Master {
             return Ok(fake);
         }
         // When nothing else waits, the leader plans the job's tasks now and the submission
-        // carries the placements: one Raft round to the dispatch instead of two.
+        // carries the placements: one Raft round to the dispatch instead of two. With tasks
+        // pending the duties would decline: a busy leader's submits skip asking them.
+        let nothing_pending = self.shared.read_state().pending().is_empty();
         let placed = match self.raft.status().role {
-            Role::Leader => self
+            Role::Leader if nothing_pending => self
                 .duties
                 .send(PlaceNew { spec: spec.clone() })
                 .await
