@@ -43,8 +43,9 @@
 //! fragmentation least (taking CPU or memory that a GPU class needs turns that node's free
 //! GPUs into fragments).
 
-use super::{Candidates, Dir, PlacementIndex, PlacementQuery, Policy};
-use hetsched_common::{allocate_gpus, GpuDevice, NodeId, NodeResources, ResourceRequest};
+use super::tree::FxBuild;
+use super::{Candidates, Dir, PlacementIndex, PlacementQuery, Policy, Pos};
+use hetsched_common::{NodeId, NodeResources, ResourceRequest};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// One task class of the workload mix and how many of the window's arrivals it holds.
@@ -85,118 +86,32 @@ impl DemandShape {
         self.gpu_count as u64 * self.gpu_milli as u64
     }
 
-    fn accepts(&self, model: &str) -> bool {
+    pub(super) fn accepts(&self, model: &str) -> bool {
         self.models.is_empty() || self.models.iter().any(|m| m == model)
     }
 
-    fn is_fraction(&self) -> bool {
+    pub(super) fn is_fraction(&self) -> bool {
         self.gpu_count == 1 && self.gpu_milli < hetsched_common::GPU_MILLI_PER_DEVICE
     }
 }
 
-/// The fragment `F(n, m)` of one node for one class, in GPU thousandths: see the module docs.
-/// `free` gives each device's free thousandths (it may differ from `devices[i].free_milli`:
-/// a hypothetical state), `devices` their models.
-pub fn class_fragment(
-    cpu_milli: u64,
-    mem_mib: u64,
-    devices: &[GpuDevice],
-    free: &[u32],
-    class: &DemandShape,
-) -> u64 {
-    let total: u64 = devices
-        .iter()
-        .zip(free)
-        .filter(|(d, _)| class.accepts(&d.model))
-        .map(|(_, f)| *f as u64)
-        .sum();
-    if total == 0 {
-        return 0;
-    }
-    if cpu_milli < class.cpu_milli || mem_mib < class.mem_mib {
-        return total;
-    }
-    let need = class.gpu_milli.max(1);
-    let (mut usable, mut usable_milli) = (0u32, 0u64);
-    for (d, f) in devices.iter().zip(free) {
-        if *f >= need && class.accepts(&d.model) {
-            usable += 1;
-            usable_milli += *f as u64;
-        }
-    }
-    let enough = if class.is_fraction() {
-        usable >= 1
-    } else {
-        usable >= class.gpu_count
-    };
-    if enough {
-        total - usable_milli
-    } else {
-        total
-    }
-}
+pub use super::frag_measure::{class_fragment, MixByShape};
 
 /// A node's expected fragmentation under `mix`: `Σ weight · F(n, m)`.
-pub fn node_fragmentation(free: &NodeResources, mix: &[(DemandShape, u64)]) -> u64 {
+pub fn node_fragmentation(free: &NodeResources, mix: &[(DemandShape, u64)]) -> u128 {
     let f: Vec<u32> = free.gpus.iter().map(|d| d.free_milli).collect();
-    fragmentation_of(free.cpu_milli, free.mem_mib, &free.gpus, &f, mix)
-}
-
-fn fragmentation_of(
-    cpu_milli: u64,
-    mem_mib: u64,
-    devices: &[GpuDevice],
-    free: &[u32],
-    mix: &[(DemandShape, u64)],
-) -> u64 {
-    if free.iter().all(|f| *f == 0) {
-        return 0;
-    }
-    mix.iter()
-        .map(|(c, w)| w * class_fragment(cpu_milli, mem_mib, devices, free, c))
-        .sum()
+    MixByShape::new(mix).fragmentation(free.cpu_milli, free.mem_mib, &free.gpus, &f)
 }
 
 /// How much placing `req` on a node with `free` grows its expected fragmentation, or `None`
-/// when it does not fit. Signed: a placement can also turn fragments into used capacity.
+/// when it does not fit (see [`MixByShape::delta`], which the placer keeps across decisions).
 pub fn fragmentation_delta(
     free: &NodeResources,
     req: &ResourceRequest,
     mix: &[(DemandShape, u64)],
     scratch: &mut Vec<u32>,
 ) -> Option<i128> {
-    if free.cpu_milli < req.cpu_milli || free.mem_mib < req.mem_mib {
-        return None;
-    }
-    let alloc = allocate_gpus(&free.gpus, &req.gpu)?;
-    scratch.clear();
-    scratch.extend(free.gpus.iter().map(|d| d.free_milli));
-    let before = fragmentation_of(free.cpu_milli, free.mem_mib, &free.gpus, scratch, mix);
-    for (dev, milli) in &alloc {
-        if let Some(f) = scratch.get_mut(*dev as usize) {
-            *f = f.saturating_sub(*milli);
-        }
-    }
-    let after = fragmentation_of(
-        free.cpu_milli - req.cpu_milli,
-        free.mem_mib - req.mem_mib,
-        &free.gpus,
-        scratch,
-        mix,
-    );
-    // The mix as this node's models see it: normalised by the weight of the classes that
-    // accept one of them (all of the mix when no class names a model).
-    let all: u128 = mix.iter().map(|(_, w)| *w as u128).sum();
-    let here: u128 = mix
-        .iter()
-        .filter(|(c, _)| free.gpus.iter().any(|d| c.accepts(&d.model)))
-        .map(|(_, w)| *w as u128)
-        .sum();
-    let delta = after as i128 - before as i128;
-    if here == 0 || here == all {
-        return Some(delta);
-    }
-    Some(delta.saturating_mul(all as i128) / here as i128)
+    MixByShape::new(mix).delta(free, req, scratch)
 }
 
 /// The workload mix: the GPU classes of the last `window` arrivals, with their counts.
@@ -269,6 +184,22 @@ impl WorkloadMix {
         &self.snapshot
     }
 
+    /// The classes with their weights as [`classes`](Self::classes) gives them, read in
+    /// place (no copy of the classes).
+    pub(crate) fn weighted(&self) -> impl Iterator<Item = (&DemandShape, u64)> + '_ {
+        self.counts.iter().map(|(c, n)| (c, n * c.demand_milli()))
+    }
+
+    /// Distinct classes in the window.
+    pub(crate) fn class_count(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Whether `class` is in the window.
+    pub(crate) fn has(&self, class: &DemandShape) -> bool {
+        self.counts.contains_key(class)
+    }
+
     /// Arrivals in the window.
     pub fn len(&self) -> usize {
         self.recent.len()
@@ -287,56 +218,41 @@ pub struct FragPlacer {
     cpu_only: BTreeSet<NodeId>,
     cpu_only_candidates: Option<Candidates>,
     scratch: Vec<u32>,
-    /// Memo: state hash → (that free state, its fragmentation delta) for `memo_req` under
-    /// the current scaled mix. Kept across decisions (a plan's tasks of one shape, the
-    /// pools' second query for the same task) and cleared when the request or the scaled
-    /// mix changes: the delta depends on nothing else.
-    seen: HashMap<u64, (NodeResources, Option<i128>)>,
+    /// Memo: a node state's key (`state_key`) → its fragmentation delta for `memo_req`
+    /// under the current scaled mix. Kept across decisions (a plan's tasks of one shape,
+    /// the pools' second query for the same task) and cleared when the request or the
+    /// scaled mix changes: the delta depends on nothing else.
+    seen: HashMap<Box<[u64]>, Option<i128>, FxBuild>,
+    /// The key being looked up (reused).
+    key: Vec<u64>,
+    /// GPU models by number, as `state_key` met them.
+    models: Vec<String>,
     memo_req: Option<ResourceRequest>,
-    /// The previous scaled mix's buffer (reused).
-    spare: Vec<(DemandShape, u64)>,
-    /// Whether `scaled` is up to date (no arrival, node change or clear since).
+    /// Whether `by_shape` is up to date (no arrival, scarcity count moved or clear since).
     scaled_fresh: bool,
     /// Free resources of the nodes with GPUs, for the scarcity counts.
     gpu_nodes: BTreeMap<NodeId, NodeResources>,
     /// Per class of the mix: how many GPU nodes could hold one task of it now.
     holders: BTreeMap<DemandShape, u64>,
-    /// The mix with each weight scaled by its class's scarcity (rebuilt per decision).
-    scaled: Vec<(DemandShape, u64)>,
+    /// The mix with each weight scaled by its class's scarcity, grouped by GPU shape: what
+    /// a decision evaluates (rebuilt when the mix or a scarcity count moves).
+    by_shape: MixByShape,
 }
 
 /// Whether a node with `free` could hold one task of `class` now.
 fn holds(free: &NodeResources, class: &DemandShape) -> bool {
-    if free.cpu_milli < class.cpu_milli || free.mem_mib < class.mem_mib {
-        return false;
-    }
-    let need = class.gpu_milli.max(1);
-    let usable = free
-        .gpus
-        .iter()
-        .filter(|d| d.free_milli >= need && class.accepts(&d.model))
-        .count() as u32;
-    usable >= class.gpu_count.max(1)
+    free.cpu_milli >= class.cpu_milli
+        && free.mem_mib >= class.mem_mib
+        && usable(free, class) >= class.gpu_count.max(1)
 }
 
-/// A hash of what the fragmentation delta of a node depends on: its free CPU, memory and
-/// devices. A hit is confirmed by comparing the two nodes' free resources.
-fn signature(free: &NodeResources) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    let mut mix = |x: u64| {
-        h ^= x;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    };
-    mix(free.cpu_milli);
-    mix(free.mem_mib);
-    for d in &free.gpus {
-        mix(d.free_milli as u64);
-        mix(d.model.len() as u64);
-        for b in d.model.bytes() {
-            mix(b as u64);
-        }
-    }
-    h
+/// Devices of `free` that one task of `class` could use (enough free, an accepted model).
+fn usable(free: &NodeResources, class: &DemandShape) -> u32 {
+    let need = class.gpu_milli.max(1);
+    free.gpus
+        .iter()
+        .filter(|d| d.free_milli >= need && class.accepts(&d.model))
+        .count() as u32
 }
 
 impl Default for FragPlacer {
@@ -359,13 +275,14 @@ impl FragPlacer {
             cpu_only: BTreeSet::new(),
             cpu_only_candidates: None,
             scratch: Vec::new(),
-            seen: HashMap::new(),
+            seen: HashMap::default(),
+            key: Vec::new(),
+            models: Vec::new(),
             memo_req: None,
-            spare: Vec::new(),
             scaled_fresh: false,
             gpu_nodes: BTreeMap::new(),
             holders: BTreeMap::new(),
-            scaled: Vec::new(),
+            by_shape: MixByShape::default(),
         }
     }
 
@@ -406,16 +323,21 @@ impl FragPlacer {
         if self.gpu_nodes.get(&node) == new {
             return; // unchanged (a start report, a CPU-only node): no count moves
         }
-        self.scaled_fresh = false;
         let old = self.gpu_nodes.remove(&node);
+        // The scaled mix moves only with the number of GPU nodes or a class's holders.
+        let mut moved = old.is_some() != new.is_some();
         for (class, n) in self.holders.iter_mut() {
             let was = old.as_ref().is_some_and(|f| holds(f, class));
             let is = new.is_some_and(|f| holds(f, class));
             match (was, is) {
                 (true, false) => *n = n.saturating_sub(1),
                 (false, true) => *n += 1,
-                _ => {}
+                _ => continue,
             }
+            moved = true;
+        }
+        if moved {
+            self.scaled_fresh = false;
         }
         if let Some(f) = new {
             self.gpu_nodes.insert(node, f.clone());
@@ -423,34 +345,31 @@ impl FragPlacer {
     }
 
     /// The mix with each class's weight multiplied by its scarcity: the GPU nodes there
-    /// are over the GPU nodes that could hold one task of it now. Returns whether it
-    /// differs from the previous decision's.
+    /// are over the GPU nodes that could hold one task of it now. Returns whether it was
+    /// rebuilt since the previous decision (it may then be equal: the memo only starts over).
     fn scale_mix(&mut self) -> bool {
         if self.scaled_fresh {
             return false; // neither the mix nor a count moved since
         }
         self.scaled_fresh = true;
-        std::mem::swap(&mut self.scaled, &mut self.spare);
-        let mix = self.mix.classes();
         let nodes = self.gpu_nodes.len().max(1) as u64;
-        if self.holders.len() > 2 * mix.len() + 16 {
-            self.holders.retain(|c, _| mix.iter().any(|(m, _)| m == c));
+        let mix = &self.mix;
+        if self.holders.len() > 2 * mix.class_count() + 16 {
+            self.holders.retain(|c, _| mix.has(c));
         }
-        self.scaled.clear();
-        for (c, w) in mix {
-            let h = match self.holders.get(c) {
-                Some(h) => *h,
-                None => {
-                    let h = self.gpu_nodes.values().filter(|f| holds(f, c)).count() as u64;
-                    self.holders.insert(c.clone(), h);
-                    h
-                }
-            };
+        for (c, _) in mix.weighted() {
+            if !self.holders.contains_key(c) {
+                let h = self.gpu_nodes.values().filter(|f| holds(f, c)).count() as u64;
+                self.holders.insert(c.clone(), h);
+            }
+        }
+        let holders = &self.holders;
+        self.by_shape.set(mix.weighted().map(|(c, w)| {
+            let h = holders.get(c).copied().unwrap_or(0);
             // A class no node can hold now changes every placement's measure alike.
-            let scaled = w.saturating_mul(nodes).checked_div(h).unwrap_or(*w);
-            self.scaled.push((c.clone(), scaled));
-        }
-        self.scaled != self.spare
+            (c, w.saturating_mul(nodes).checked_div(h).unwrap_or(w))
+        }));
+        true
     }
 
     /// The node for `q`: see the module docs. `cpu_policy` picks among CPU-only nodes for a
@@ -469,9 +388,8 @@ impl FragPlacer {
                 return Some(n);
             }
         }
-        let fits = ix.ordered_fits(q, Dir::Asc);
+        let fits = ix.fit_positions(q);
         let rescaled = self.scale_mix();
-        let mix = &self.scaled;
         // Nodes in the same state score the same: evaluate each distinct state once (per
         // request and scaled mix, so across decisions while neither changes).
         if rescaled || self.memo_req.as_ref() != Some(q.request) || self.seen.len() > Self::MEMO_MAX
@@ -479,29 +397,55 @@ impl FragPlacer {
             self.seen.clear();
             self.memo_req = Some(q.request.clone());
         }
-        let mut best: Option<(i128, NodeId)> = None;
-        for node in fits {
-            let Some(free) = ix.free(node) else { continue };
-            let sig = signature(free);
-            let known = self
-                .seen
-                .get(&sig)
-                .filter(|(state, _)| state == free)
-                .map(|(_, d)| *d);
-            let d = match known {
-                Some(d) => d,
+        // The least growth wins; among equals the first node in the index's ascending
+        // (best-fit) order.
+        let mut best: Option<(i128, Pos)> = None;
+        for pos in fits {
+            let Some(free) = ix.free(pos.node) else {
+                continue;
+            };
+            self.state_key(free);
+            let d = match self.seen.get(&self.key[..]) {
+                Some(d) => *d,
                 None => {
-                    let d = fragmentation_delta(free, q.request, mix, &mut self.scratch);
-                    self.seen.insert(sig, (free.clone(), d));
+                    let d = self.by_shape.delta(free, q.request, &mut self.scratch);
+                    self.seen.insert(self.key.as_slice().into(), d);
                     d
                 }
             };
             let Some(d) = d else { continue };
-            if best.is_none_or(|(b, _)| d < b) {
-                best = Some((d, node));
+            let better = best.is_none_or(|(b, at)| {
+                d < b || (d == b && pos.cmp_in(&at, Dir::Asc) == std::cmp::Ordering::Less)
+            });
+            if better {
+                best = Some((d, pos));
             }
         }
-        best.map(|(_, n)| n)
+        best.map(|(_, p)| p.node)
+    }
+
+    /// Writes into `self.key` what a node's fragmentation delta depends on: its free CPU
+    /// and memory, and each device's free thousandths with its model's number (models are
+    /// numbered as the placer meets them). Equal keys are equal states: exact, and with no
+    /// copy of the model names.
+    fn state_key(&mut self, free: &NodeResources) {
+        self.key.clear();
+        self.key.extend([free.cpu_milli, free.mem_mib]);
+        let mut last: Option<usize> = None;
+        for d in &free.gpus {
+            let m = match last.filter(|m| self.models[*m] == d.model) {
+                Some(m) => m,
+                None => match self.models.iter().position(|m| *m == d.model) {
+                    Some(m) => m,
+                    None => {
+                        self.models.push(d.model.clone());
+                        self.models.len() - 1
+                    }
+                },
+            };
+            last = Some(m);
+            self.key.push(((m as u64) << 32) | d.free_milli as u64);
+        }
     }
 }
 

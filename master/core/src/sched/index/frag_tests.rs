@@ -2,7 +2,7 @@
 //! scaling (`frag.rs`).
 
 use super::*;
-use hetsched_common::GpuRequest;
+use hetsched_common::{GpuDevice, GpuRequest};
 
 fn node(cpu: u64, mem: u64, gpus: &[u32]) -> NodeResources {
     NodeResources {
@@ -292,5 +292,59 @@ fn memo_across_decisions_changes_no_choice() {
         }
         println!("seed {seed}: {decisions} decisions, {hits} with the memo kept");
         assert!(hits > 0, "the memo was never kept across decisions");
+    }
+}
+
+/// The measure by GPU shape is `Σ weight · class_fragment` over the classes, exactly: on
+/// seeded random nodes (mixed models, partly used devices, CPU and memory around the
+/// classes' asks) and random mixes that share shapes and name models.
+#[test]
+fn measure_by_shape_equals_the_sum_over_classes() {
+    use hetsched_common::rng::SplitMix64;
+    const MODELS: [&str; 3] = ["G2", "T4", "A10"];
+    for seed in 1..=40u64 {
+        let mut rng = SplitMix64::new(seed);
+        let mix: Vec<(DemandShape, u64)> = (0..rng.range(1, 40))
+            .map(|_| {
+                let (count, milli) = match rng.below(4) {
+                    0 => (1, [250, 500, 700][rng.below(3) as usize]),
+                    1 => (1, 1000),
+                    _ => ([2, 4, 8][rng.below(3) as usize], 1000),
+                };
+                let models = match rng.below(4) {
+                    0 => vec![MODELS[rng.below(3) as usize].to_string()],
+                    _ => vec![],
+                };
+                let c = DemandShape {
+                    cpu_milli: rng.range(0, 16) * 1000,
+                    mem_mib: rng.range(0, 8) * 1024,
+                    gpu_count: count,
+                    gpu_milli: milli,
+                    models,
+                };
+                (c, rng.range(0, 1 << 40))
+            })
+            .collect();
+        let by_shape = MixByShape::new(&mix);
+        for _ in 0..200 {
+            let devices: Vec<GpuDevice> = (0..rng.below(9))
+                .map(|_| GpuDevice {
+                    model: MODELS[rng.below(3) as usize].into(),
+                    free_milli: [0, 100, 300, 500, 1000][rng.below(5) as usize],
+                    emulated: true,
+                })
+                .collect();
+            let free: Vec<u32> = devices.iter().map(|d| d.free_milli).collect();
+            let (cpu, mem) = (rng.range(0, 16) * 1000, rng.range(0, 8) * 1024);
+            let want: u128 = mix
+                .iter()
+                .map(|(c, w)| *w as u128 * class_fragment(cpu, mem, &devices, &free, c) as u128)
+                .sum();
+            assert_eq!(
+                by_shape.fragmentation(cpu, mem, &devices, &free),
+                want,
+                "seed {seed}"
+            );
+        }
     }
 }

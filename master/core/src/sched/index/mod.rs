@@ -40,6 +40,7 @@ mod class;
 mod coord;
 mod error;
 pub mod frag;
+mod frag_measure;
 mod node;
 mod policy;
 mod query;
@@ -350,6 +351,16 @@ impl PlacementIndex {
         out
     }
 
+    /// Every node `q` fits, each with its place in the order (`q.order`), in no particular
+    /// order: one walk of the tree, where [`ordered_fits`](Self::ordered_fits) searches
+    /// again from each place for the next. For a caller that ranks every fitting node by
+    /// its own measure and breaks ties by the place (`frag`).
+    pub fn fit_positions(&mut self, q: &PlacementQuery<'_>) -> Vec<Pos> {
+        let t = self.tree_for(q.order);
+        let elig = self.classes.eligible(q.request);
+        self.space(t, q, &elig).all_fits()
+    }
+
     fn space<'a>(
         &'a mut self,
         t: usize,
@@ -455,6 +466,68 @@ impl IndexSpace<'_> {
     fn state(&self, node: &NodeId) -> Option<&NodeState> {
         let slot = self.by_id.get(node)?;
         self.slots[*slot as usize].as_ref().map(|e| &e.state)
+    }
+
+    /// The place of `st` in the query's order if the query fits it (as `best_of` sees it).
+    fn fit_of(&self, st: &NodeState) -> Option<Pos> {
+        let q = self.q;
+        if q.candidates.is_some_and(|c| !c.contains(st.id)) {
+            return None;
+        }
+        let (view, key) = st.view(q.task);
+        fits(view, q.request).then(|| Pos {
+            key: q.order.permute(key),
+            node: st.id,
+        })
+    }
+
+    /// Every fitting node with its place, unordered: what `first` would return, called again
+    /// and again from each place it returned. The tree is walked once with a leaf check that
+    /// records each fit and answers "no", so the walk goes on to the next.
+    fn all_fits(&mut self) -> Vec<Pos> {
+        let q = self.q;
+        if self.direct {
+            let c = q.candidates.map(|c| c.as_slice()).unwrap_or(&[]);
+            return c
+                .iter()
+                .filter_map(|id| self.state(id).and_then(|st| self.fit_of(st)))
+                .collect();
+        }
+        let owned = self.owned.filter(|s| !s.is_empty());
+        let slots = self.slots;
+        let search = Search {
+            task: self.task,
+            elig: self.elig,
+            dir: Dir::Asc,
+            after: None,
+        };
+        let mut out = Vec::new();
+        self.tree.first(&search, &mut |slot, id| {
+            let Some(e) = &slots[slot as usize] else {
+                return false;
+            };
+            if q.candidates.is_some_and(|c| !c.contains(id)) {
+                return false;
+            }
+            // The asking task's own reservations are seen whole, below.
+            if owned.is_some() && e.state.reserved_for(q.task) {
+                return false;
+            }
+            if fits(e.state.public(), q.request) {
+                out.push(Pos {
+                    key: q.order.permute(&e.state.key_pub),
+                    node: id,
+                });
+            }
+            false
+        });
+        if let Some(set) = owned {
+            out.extend(
+                set.iter()
+                    .filter_map(|id| self.state(id).and_then(|st| self.fit_of(st))),
+            );
+        }
+        out
     }
 }
 
