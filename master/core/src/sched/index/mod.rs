@@ -446,6 +446,24 @@ impl PlacementIndex {
     }
 }
 
+/// The tree's leaf check: the state of node `id` (in `slot`) when `q` fits its public view
+/// and may use it. With `owned` (the asking task holds reservations) its own reserved nodes
+/// are left out here: they are seen whole, outside the tree.
+#[inline]
+fn tree_fit<'s>(
+    slots: &'s [Option<Entry>],
+    q: &PlacementQuery<'_>,
+    owned: bool,
+    slot: u32,
+    id: NodeId,
+) -> Option<&'s NodeState> {
+    let e = slots[slot as usize].as_ref()?;
+    if q.candidates.is_some_and(|c| !c.contains(id)) || (owned && e.state.reserved_for(q.task)) {
+        return None;
+    }
+    fits(e.state.public(), q.request).then_some(&e.state)
+}
+
 /// The fit space of one query over the index.
 struct IndexSpace<'a> {
     tree: &'a mut Tree,
@@ -503,19 +521,9 @@ impl IndexSpace<'_> {
         };
         let mut out = Vec::new();
         self.tree.first(&search, &mut |slot, id| {
-            let Some(e) = &slots[slot as usize] else {
-                return false;
-            };
-            if q.candidates.is_some_and(|c| !c.contains(id)) {
-                return false;
-            }
-            // The asking task's own reservations are seen whole, below.
-            if owned.is_some() && e.state.reserved_for(q.task) {
-                return false;
-            }
-            if fits(e.state.public(), q.request) {
+            if let Some(st) = tree_fit(slots, q, owned.is_some(), slot, id) {
                 out.push(Pos {
-                    key: q.order.permute(&e.state.key_pub),
+                    key: q.order.permute(&st.key_pub),
                     node: id,
                 });
             }
@@ -551,17 +559,7 @@ impl FitSpace for IndexSpace<'_> {
             after,
         };
         let in_tree = self.tree.first(&search, &mut |slot, id| {
-            let Some(e) = &slots[slot as usize] else {
-                return false;
-            };
-            if q.candidates.is_some_and(|c| !c.contains(id)) {
-                return false;
-            }
-            // The asking task's own reservations are seen whole, below.
-            if owned.is_some() && e.state.reserved_for(q.task) {
-                return false;
-            }
-            fits(e.state.public(), q.request)
+            tree_fit(slots, q, owned.is_some(), slot, id).is_some()
         });
         let mine = owned
             .and_then(|set| best_of(set.iter().filter_map(|id| self.state(id)), q, dir, after));
