@@ -39,6 +39,7 @@
 pub mod agent;
 pub mod announce;
 pub mod cgroup;
+pub mod cgroup_favor;
 pub mod cgroup_spares;
 pub mod contention;
 pub mod engine;
@@ -66,7 +67,7 @@ use hetsched_common::protocol::{
 use hetsched_common::wire::{self, FrameLimits, Handler};
 use hetsched_common::NodeResources;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -100,6 +101,9 @@ pub struct SlaveConfig {
     /// Root of the cgroup filesystem (normally `/sys/fs/cgroup`); `None` runs tasks without
     /// cgroups.
     pub cgroup_root: Option<PathBuf>,
+    /// Whether the slave has the kernel favour cgroup moves (`favordynmods`, see
+    /// [`cgroup_favor`]) when tasks run in cgroups: `slave --no-favordynmods` turns it off.
+    pub favordynmods: bool,
     /// Probes and the contention rule (S3).
     pub probes: ProbeOptions,
     /// S3 GPU pool to announce (`None`: by GPU count, multi with 8 or more).
@@ -297,6 +301,22 @@ pub async fn run_with_engines(
         }
         None => cgroup::Cgroups::none(),
     };
+    if cfg.favordynmods && cgroups.mode() != cgroup::CgroupMode::None {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        match cgroup_favor::ensure(&mounts, Path::new(cgroup_favor::MOUNT_POINT)) {
+            cgroup_favor::Favor::AlreadyOn => {
+                tracing::debug!("cgroup: favordynmods already on (task starts skip the RCU wait)")
+            }
+            cgroup_favor::Favor::Mounted => tracing::info!(
+                mount_point = cgroup_favor::MOUNT_POINT,
+                "cgroup: favordynmods on (task starts skip the RCU wait; machine-wide, kept after exit)"
+            ),
+            cgroup_favor::Favor::Unavailable(why) => tracing::info!(
+                %why,
+                "cgroup: favordynmods not available; a task start after a quiet spell waits an RCU grace period"
+            ),
+        }
+    }
     let real_gpus = capacity.gpus.iter().any(|g| !g.emulated);
     let probes = probe::Probes::detect(real_gpus, &cfg.probes.resctrl_root);
     let mut cfg = cfg;

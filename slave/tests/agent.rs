@@ -186,6 +186,7 @@ impl Slave {
             partitions: Vec::new(),
             supervisor: vec![env!("CARGO_BIN_EXE_hetsched-supervise").into()],
             cgroup_root: Some("/sys/fs/cgroup".into()),
+            favordynmods: true,
             probes: Default::default(),
             gpu_pool: None,
         };

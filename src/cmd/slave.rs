@@ -53,6 +53,13 @@ pub struct Args {
     /// Run tasks without cgroup limits.
     #[arg(long)]
     pub no_cgroups: bool,
+    /// Leave the kernel's cgroup settings alone. By default a slave running tasks in cgroups
+    /// mounts an empty named cgroup hierarchy with `favordynmods` at
+    /// /run/hetsched/cgroup-favordynmods (machine-wide, kept after exit; needs root and Linux
+    /// 6.2+), so that a task's move into its cgroup does not wait for an RCU grace period
+    /// (~10 ms per task start after a quiet spell).
+    #[arg(long)]
+    pub no_favordynmods: bool,
     /// Engines of this node (TOML: [[engine]] and [[plugin]] tables; see README). The CPU
     /// engine is always there.
     #[arg(long, value_name = "FILE")]
@@ -231,6 +238,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "supervise".into(),
         ],
         cgroup_root: (!a.no_cgroups).then_some(a.cgroup_root),
+        favordynmods: !a.no_favordynmods,
         probes: hetsched_slave::ProbeOptions {
             resctrl_root: a.resctrl_root,
             contention: hetsched_slave::contention::ContentionConfig {
