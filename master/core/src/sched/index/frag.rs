@@ -241,18 +241,16 @@ pub struct FragPlacer {
 
 /// Whether a node with `free` could hold one task of `class` now.
 fn holds(free: &NodeResources, class: &DemandShape) -> bool {
-    free.cpu_milli >= class.cpu_milli
-        && free.mem_mib >= class.mem_mib
-        && usable(free, class) >= class.gpu_count.max(1)
-}
-
-/// Devices of `free` that one task of `class` could use (enough free, an accepted model).
-fn usable(free: &NodeResources, class: &DemandShape) -> u32 {
+    if free.cpu_milli < class.cpu_milli || free.mem_mib < class.mem_mib {
+        return false;
+    }
     let need = class.gpu_milli.max(1);
-    free.gpus
+    let usable = free
+        .gpus
         .iter()
         .filter(|d| d.free_milli >= need && class.accepts(&d.model))
-        .count() as u32
+        .count() as u32;
+    usable >= class.gpu_count.max(1)
 }
 
 impl Default for FragPlacer {

@@ -225,6 +225,27 @@ fn the_only_node_of_a_rare_large_class_is_kept_for_it() {
     );
 }
 
+/// The reference `frag` choice for a GPU request: every fitting node in the index's ascending
+/// order (`ordered_fits`), scored without a memo, the first with the least growth.
+fn by_the_ordered_fits(
+    p: &mut FragPlacer,
+    ix: &mut PlacementIndex,
+    q: &crate::sched::index::PlacementQuery<'_>,
+) -> Option<NodeId> {
+    p.scale_mix();
+    let mut best: Option<(i128, NodeId)> = None;
+    for n in ix.ordered_fits(q, crate::sched::index::Dir::Asc) {
+        let free = ix.free(n).expect("a fitting node is indexed");
+        let Some(d) = p.by_shape.delta(free, q.request, &mut Vec::new()) else {
+            continue;
+        };
+        if best.is_none_or(|(b, _)| d < b) {
+            best = Some((d, n));
+        }
+    }
+    best.map(|(_, n)| n)
+}
+
 /// The memo kept across decisions changes no choice. A seeded random cluster and stream
 /// (`workload::random`), placed in plans of a few tasks each: within a plan only the index
 /// changes (as in the scheduler), between plans the placer learns the nodes and new
@@ -273,6 +294,10 @@ fn memo_across_decisions_changes_no_choice() {
                     let a = memo.place(&mut ix, &q, &mut BestFit);
                     let b = fresh.place(&mut ix, &q, &mut BestFit);
                     assert_eq!(a, b, "seed {seed}, step {step}");
+                    if !req.gpu.is_none() {
+                        let r = by_the_ordered_fits(&mut fresh, &mut ix, &q);
+                        assert_eq!(a, r, "seed {seed}, step {step}: not the reference's node");
+                    }
                     decisions += 1;
                     hits += u32::from(before > 0 && memo.seen.len() >= before);
                     if let Some(n) = a {
