@@ -77,6 +77,25 @@ pub fn ensure(mounts: &str, mount_point: &Path) -> Favor {
     }
 }
 
+/// [`ensure`] at a slave's start, with `/proc/self/mounts` and [`MOUNT_POINT`], saying what
+/// came of it in the log.
+pub fn ensure_at_start() {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    match ensure(&mounts, Path::new(MOUNT_POINT)) {
+        Favor::AlreadyOn => {
+            tracing::debug!("cgroup: favordynmods already on (task starts skip the RCU wait)")
+        }
+        Favor::Mounted => tracing::info!(
+            mount_point = MOUNT_POINT,
+            "cgroup: favordynmods on (task starts skip the RCU wait; machine-wide, kept after exit)"
+        ),
+        Favor::Unavailable(why) => tracing::info!(
+            %why,
+            "cgroup: favordynmods not available; a task start after a quiet spell waits an RCU grace period"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,6 +54,7 @@ pub mod membw_total;
 pub mod pool;
 pub mod pool_client;
 pub mod probe;
+pub use probe::ProbeOptions;
 pub mod program;
 pub mod queue;
 pub mod runtime_dir;
@@ -67,7 +68,7 @@ use hetsched_common::protocol::{
 use hetsched_common::wire::{self, FrameLimits, Handler};
 use hetsched_common::NodeResources;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -108,29 +109,6 @@ pub struct SlaveConfig {
     pub probes: ProbeOptions,
     /// S3 GPU pool to announce (`None`: by GPU count, multi with 8 or more).
     pub gpu_pool: Option<hetsched_common::protocol::GpuPool>,
-}
-
-/// Probes and contention elimination (S3): `slave --membw-total --membw-threshold
-/// --util-drop --resctrl-root`.
-#[derive(Clone, Debug)]
-pub struct ProbeOptions {
-    /// Where resctrl is mounted (normally `/sys/fs/resctrl`); without monitoring there the
-    /// bandwidth probe is the emulated one.
-    pub resctrl_root: PathBuf,
-    /// The contention rule's thresholds.
-    pub contention: contention::ContentionConfig,
-    /// How often every running task is sampled.
-    pub period: Duration,
-}
-
-impl Default for ProbeOptions {
-    fn default() -> Self {
-        Self {
-            resctrl_root: PathBuf::from("/sys/fs/resctrl"),
-            contention: contention::ContentionConfig::default(),
-            period: Duration::from_secs(1),
-        }
-    }
 }
 
 /// Timings, separate from [`SlaveConfig`] so tests can shorten them.
@@ -302,20 +280,7 @@ pub async fn run_with_engines(
         None => cgroup::Cgroups::none(),
     };
     if cfg.favordynmods && cgroups.mode() != cgroup::CgroupMode::None {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-        match cgroup_favor::ensure(&mounts, Path::new(cgroup_favor::MOUNT_POINT)) {
-            cgroup_favor::Favor::AlreadyOn => {
-                tracing::debug!("cgroup: favordynmods already on (task starts skip the RCU wait)")
-            }
-            cgroup_favor::Favor::Mounted => tracing::info!(
-                mount_point = cgroup_favor::MOUNT_POINT,
-                "cgroup: favordynmods on (task starts skip the RCU wait; machine-wide, kept after exit)"
-            ),
-            cgroup_favor::Favor::Unavailable(why) => tracing::info!(
-                %why,
-                "cgroup: favordynmods not available; a task start after a quiet spell waits an RCU grace period"
-            ),
-        }
+        cgroup_favor::ensure_at_start();
     }
     let real_gpus = capacity.gpus.iter().any(|g| !g.emulated);
     let probes = probe::Probes::detect(real_gpus, &cfg.probes.resctrl_root);

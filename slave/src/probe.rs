@@ -25,6 +25,29 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
+/// Probes and contention elimination (S3): `slave --membw-total --membw-threshold
+/// --util-drop --resctrl-root`.
+#[derive(Clone, Debug)]
+pub struct ProbeOptions {
+    /// Where resctrl is mounted (normally `/sys/fs/resctrl`); without monitoring there the
+    /// bandwidth probe is the emulated one.
+    pub resctrl_root: PathBuf,
+    /// The contention rule's thresholds.
+    pub contention: crate::contention::ContentionConfig,
+    /// How often every running task is sampled.
+    pub period: Duration,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        Self {
+            resctrl_root: PathBuf::from("/sys/fs/resctrl"),
+            contention: crate::contention::ContentionConfig::default(),
+            period: Duration::from_secs(1),
+        }
+    }
+}
+
 /// What a probe needs to know of one running attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeTarget {
