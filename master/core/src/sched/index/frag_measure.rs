@@ -15,6 +15,30 @@
 use super::frag::DemandShape;
 use hetsched_common::{allocate_gpus, GpuDevice, NodeResources, ResourceRequest};
 
+/// What a GPU shape (devices, share, models) sees of a node's devices: the free thousandths
+/// of the devices it accepts, and of those the part it cannot use when one task of the shape
+/// could run on the devices (`None`: it could not, so all of it is a fragment).
+fn shape_sees(shape: &DemandShape, devices: &[GpuDevice], free: &[u32]) -> (u64, Option<u64>) {
+    let need = shape.gpu_milli.max(1);
+    let (mut total, mut usable, mut usable_milli) = (0u64, 0u32, 0u64);
+    for (d, f) in devices.iter().zip(free) {
+        if !shape.accepts(&d.model) {
+            continue;
+        }
+        total += *f as u64;
+        if *f >= need {
+            usable += 1;
+            usable_milli += *f as u64;
+        }
+    }
+    let enough = if shape.is_fraction() {
+        usable >= 1
+    } else {
+        usable >= shape.gpu_count
+    };
+    (total, enough.then(|| total - usable_milli))
+}
+
 /// The fragment `F(n, m)` of one node for one class, in GPU thousandths: see `frag.rs`.
 /// `free` gives each device's free thousandths (it may differ from `devices[i].free_milli`:
 /// a hypothetical state), `devices` their models.
@@ -25,36 +49,11 @@ pub fn class_fragment(
     free: &[u32],
     class: &DemandShape,
 ) -> u64 {
-    let total: u64 = devices
-        .iter()
-        .zip(free)
-        .filter(|(d, _)| class.accepts(&d.model))
-        .map(|(_, f)| *f as u64)
-        .sum();
-    if total == 0 {
-        return 0;
-    }
+    let (total, unusable) = shape_sees(class, devices, free);
     if cpu_milli < class.cpu_milli || mem_mib < class.mem_mib {
         return total;
     }
-    let need = class.gpu_milli.max(1);
-    let (mut usable, mut usable_milli) = (0u32, 0u64);
-    for (d, f) in devices.iter().zip(free) {
-        if *f >= need && class.accepts(&d.model) {
-            usable += 1;
-            usable_milli += *f as u64;
-        }
-    }
-    let enough = if class.is_fraction() {
-        usable >= 1
-    } else {
-        usable >= class.gpu_count
-    };
-    if enough {
-        total - usable_milli
-    } else {
-        total
-    }
+    unusable.unwrap_or(total)
 }
 
 /// The classes of the mix that ask the same of GPUs (devices, share, models).
@@ -78,29 +77,10 @@ impl ShapeGroup {
         devices: &[GpuDevice],
         free: &[u32],
     ) -> u128 {
-        let need = self.shape.gpu_milli.max(1);
-        let (mut total, mut usable, mut usable_milli) = (0u64, 0u32, 0u64);
-        for (d, f) in devices.iter().zip(free) {
-            if !self.shape.accepts(&d.model) {
-                continue;
-            }
-            total += *f as u64;
-            if *f >= need {
-                usable += 1;
-                usable_milli += *f as u64;
-            }
-        }
-        if total == 0 {
-            return 0;
-        }
-        let enough = if self.shape.is_fraction() {
-            usable >= 1
-        } else {
-            usable >= self.shape.gpu_count
-        };
-        if !enough {
+        let (total, unusable) = shape_sees(&self.shape, devices, free);
+        let Some(unusable) = unusable.filter(|_| total > 0) else {
             return self.weight * total as u128;
-        }
+        };
         // Classes with room beside the GPUs lose only what the shape cannot use; the others
         // all of it.
         let fitting: u128 = self
@@ -109,7 +89,7 @@ impl ShapeGroup {
             .filter(|(cpu, mem, _)| cpu_milli >= *cpu && mem_mib >= *mem)
             .map(|(_, _, w)| *w as u128)
             .sum();
-        fitting * (total - usable_milli) as u128 + (self.weight - fitting) * total as u128
+        fitting * unusable as u128 + (self.weight - fitting) * total as u128
     }
 }
 
