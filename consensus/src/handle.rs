@@ -34,6 +34,9 @@ struct Inner<S: StateMachine> {
     shared: Arc<Shared>,
     /// How long a leadership transfer may take before it is reported as timed out.
     transfer_wait: Duration,
+    /// How long before a transfer that did not take is asked for again (two election
+    /// timeouts: the leader gives a transfer up after one).
+    transfer_retry: Duration,
     /// How long a read waits for its quorum confirmation and apply.
     read_wait: Duration,
 }
@@ -160,6 +163,7 @@ impl<S: StateMachine> Consensus<S> {
                 shared,
                 transfer_wait: (cfg.tick * (4 * cfg.election_ticks) as u32)
                     .max(Duration::from_secs(2)),
+                transfer_retry: cfg.tick * (2 * cfg.election_ticks) as u32,
                 read_wait: (cfg.tick * (4 * cfg.election_ticks) as u32).max(Duration::from_secs(2)),
             }),
         })
@@ -308,20 +312,39 @@ impl<S: StateMachine> Consensus<S> {
         rx.await.unwrap_or(Err(ProposeError::Unknown))
     }
 
-    /// Waits until this member sees `to` as the leader.
-    async fn await_leader(&self, to: u64) -> Result<(), ProposeError> {
-        let mut rx = self.inner.status.clone();
+    /// Asks for `op` (a transfer, or the leader's own removal, which transfers first) and,
+    /// when a transfer starts, waits until this member sees its target lead.
+    ///
+    /// Why the request is repeated: the target ignores the leader's `TimeoutNow` while it
+    /// still has a configuration change to apply (raft-rs will not campaign then; a removal
+    /// right after another removal hits this), and the leader gives the transfer up after an
+    /// election timeout. So each `transfer_retry` without a new leader asks again, until
+    /// `transfer_wait` has passed.
+    async fn hand_off(&self, op: impl Fn() -> AdminOp) -> Result<AdminAnswer, ProposeError> {
+        let deadline = tokio::time::Instant::now() + self.inner.transfer_wait;
         let me = self.inner.id;
-        let wait = rx.wait_for(|s| s.leader == Some(to) && (to != me || s.role == Role::Leader));
-        let r = tokio::time::timeout(self.inner.transfer_wait, wait)
-            .await
-            .map(|r| r.map(|_| ()));
-        match r {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(ProposeError::Stopped),
-            Err(_) => Err(ProposeError::Timeout(format!(
-                "member {to} did not take over leadership"
-            ))),
+        loop {
+            let to = match self.admin(op()).await? {
+                AdminAnswer::Transferring(to) => to,
+                done => return Ok(done),
+            };
+            let mut rx = self.inner.status.clone();
+            let wait =
+                rx.wait_for(|s| s.leader == Some(to) && (to != me || s.role == Role::Leader));
+            let slice = tokio::time::Instant::now() + self.inner.transfer_retry;
+            let led = tokio::time::timeout_at(slice.min(deadline), wait)
+                .await
+                .map(|r| r.map(|_| ()));
+            match led {
+                Ok(Ok(())) => return Ok(AdminAnswer::Transferring(to)),
+                Ok(Err(_)) => return Err(ProposeError::Stopped),
+                Err(_) if tokio::time::Instant::now() < deadline => continue,
+                Err(_) => {
+                    return Err(ProposeError::Timeout(format!(
+                        "member {to} did not take over leadership"
+                    )))
+                }
+            }
         }
     }
 
@@ -340,21 +363,15 @@ impl<S: StateMachine> Consensus<S> {
     /// up-to-date other voter first (the call then answers `NotLeader` naming the new leader,
     /// where it should be retried; `Timeout` if the transfer did not complete).
     pub async fn remove_member(&self, id: u64) -> Result<(), ProposeError> {
-        match self.admin(AdminOp::Remove(id)).await? {
+        match self.hand_off(|| AdminOp::Remove(id)).await? {
             AdminAnswer::Done => Ok(()),
-            AdminAnswer::Transferring(to) => {
-                self.await_leader(to).await?;
-                Err(ProposeError::NotLeader { leader: Some(to) })
-            }
+            AdminAnswer::Transferring(to) => Err(ProposeError::NotLeader { leader: Some(to) }),
         }
     }
 
     /// Hands leadership to voter `to`; resolves once `to` leads (`Timeout` otherwise).
     pub async fn transfer_leader(&self, to: u64) -> Result<(), ProposeError> {
-        match self.admin(AdminOp::Transfer(to)).await? {
-            AdminAnswer::Done => Ok(()),
-            AdminAnswer::Transferring(to) => self.await_leader(to).await,
-        }
+        self.hand_off(|| AdminOp::Transfer(to)).await.map(|_| ())
     }
 
     /// The current configuration as this member knows it (applied configuration changes),
