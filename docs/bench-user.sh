@@ -4,9 +4,13 @@
 # `hetsched` command.
 #  1. `submit --count 3000 --cpus 1 --mem 16 -- true`, then `tasks --json --job J` every
 #     0.3 s until every task is final: tasks/s from the submit's start.
-#  2. On the idle cluster, 15 times: a fresh `hetsched submit` of a task whose first
-#     instruction records the time (`bash -c 'echo $EPOCHREALTIME'`, bash's own clock read
-#     before it runs anything), against the time taken just before `submit` was executed.
+#  2. On the idle cluster, 15 times each, alternating: a fresh `hetsched submit` of a task
+#     that records the time it starts, against the time the shell read (`$EPOCHREALTIME`, no
+#     fork) just before it ran `submit`. Two tasks:
+#     - `first-instruction` (docs/first-instruction.c, built here with `cc` when there is
+#       one; x86-64): reads the clock at its first instruction, before any loader or libc;
+#     - `bash -c 'echo $EPOCHREALTIME'`: what a shell task sees, bash's own start-up
+#       (≈ 2 ms of loader, libc and bash here) included.
 # Usage: [KEEP=1] [IDLE=0] docs/bench-user.sh [path/to/hetsched] [COUNT]
 # (KEEP=1 keeps the data dir and its logs; IDLE=0 skips part 2; HETSCHED_LOG=info,hetsched::trace=debug
 # logs every hop of a submit with timestamps.)
@@ -52,17 +56,39 @@ failed=$("$BIN" tasks --json --job "$job" | grep -c '"state":"failed"' || true)
 echo "failed: $failed"
 [ "${IDLE:-15}" = 0 ] && exit 0
 sleep 2
-lat=()
-for k in $(seq 15); do
-  s=$(now)
-  j=$("$BIN" submit --json --cpus 1 --mem 16 -- bash -c 'echo $EPOCHREALTIME' | grep -o '"job_id":[0-9]*' | head -1 | cut -d: -f2)
+PROBE=
+if command -v cc >/dev/null && [ "$(uname -m)" = x86_64 ] &&
+  cc -O2 -static -nostdlib -fno-stack-protector -o "$DIR/first-instruction" \
+    "$(dirname "$0")/first-instruction.c" 2>/dev/null; then
+  PROBE=$DIR/first-instruction
+fi
+# One idle submit of `$@`; prints its task's start time minus the shell's clock read just
+# before `submit`, in microseconds.
+idle_once() {
+  local s out j t f e
+  # Nothing but `submit` between the clock read and the task: its output is parsed after
+  # (a pipeline's grep/head/cut would start beside it and share the CPUs).
+  s=${EPOCHREALTIME//[!0-9]/}
+  out=$("$BIN" submit --json --cpus 1 --mem 16 -- "$@")
+  [[ $out =~ \"job_id\":([0-9]+) ]] && j=${BASH_REMATCH[1]}
   t=$("$BIN" tasks --json --job "$j" | grep -o '"id":[0-9]*' | head -1 | cut -d: -f2)
   f=$DIR/s/logs/task-$t-1.out
   for _ in $(seq 200); do [ -s "$f" ] && break; sleep 0.05; done
-  e=$(tr -d '.\n' <"$f")
-  lat+=("$(( (e * 1000 - s) / 1000 ))")
+  e=$(tr -cd 0-9 <"$f")
+  echo $((e - s))
+}
+report() { # NAME LATENCIES...
+  local name=$1; shift
+  mapfile -t sorted < <(printf '%s\n' "$@" | sort -n)
+  echo "idle submit -> $name, us: $*"
+  echo "idle submit -> $name: p50 $(( sorted[7] / 1000 )).$(( sorted[7] % 1000 / 100 )) ms, max $(( sorted[14] / 1000 )) ms"
+}
+lat=() plat=()
+for k in $(seq 15); do
+  if [ -n "$PROBE" ]; then plat+=("$(idle_once "$PROBE")"); sleep 0.5; fi
+  lat+=("$(idle_once bash -c 'echo $EPOCHREALTIME')")
   sleep 0.5
 done
-mapfile -t sorted < <(printf '%s\n' "${lat[@]}" | sort -n)
-echo "idle submit -> first instruction, us: ${lat[*]}"
-echo "idle submit -> first instruction: p50 $(( sorted[7] / 1000 )).$(( sorted[7] % 1000 / 100 )) ms, max $(( sorted[14] / 1000 )) ms"
+[ -n "$PROBE" ] && report "first instruction" "${plat[@]}"
+[ -n "$PROBE" ] || echo "no first-instruction probe (needs cc on x86-64): bash's figure only"
+report "bash's first command" "${lat[@]}"

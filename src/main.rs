@@ -200,6 +200,7 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             return ExitCode::from(cmd::exit::code_of(&e));
         }
+        tracing::debug!(target: "hetsched::trace", "cli: certificates loaded");
     }
     let result = match cli.command {
         // Exits 2 on bad input (trace files), so it maps its own errors.

@@ -414,6 +414,7 @@ impl Connection {
             Err(_) => return Err(CallError::Timeout(addr.to_string(), timeout)),
         };
         let _ = stream.set_nodelay(true);
+        tracing::debug!(target: "hetsched::trace", %addr, "tcp: connected");
         match setup {
             None => Ok(Self::start(addr, stream, limits, None)),
             Some(setup) => {

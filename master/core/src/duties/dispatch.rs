@@ -6,7 +6,7 @@ use super::{DutiesConfig, DutiesCore, Effect, Now, Role, MAX_ASSIGNMENTS_PER_MES
 use crate::state::ClusterState;
 use hetsched_common::protocol::{Assignment, EngineGrant};
 use hetsched_common::{Attempt, NodeId, TaskId, TaskState};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Where one committed assignment is on its way to its slave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +36,122 @@ impl Dispatch {
     }
 }
 
+/// The committed assignments not yet acknowledged, with the two orders `dispatch` reads:
+/// those due by send time and those in flight by the time they were sent. A dispatch (run on
+/// every answer and heartbeat) then looks only at what is due or overdue, not at every
+/// assignment on its way: with tens of thousands in flight to thousands of slaves, a scan of
+/// them all per heartbeat took most of the leader's CPU and the answers it waited for came
+/// later than the retry timeout (`bench scale --slaves 5000` stalled).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Undelivered {
+    by_key: BTreeMap<(TaskId, Attempt), Dispatch>,
+    /// `Due` entries: (at, task, attempt).
+    due: BTreeSet<(u64, TaskId, Attempt)>,
+    /// `InFlight` entries: (since, task, attempt).
+    in_flight: BTreeSet<(u64, TaskId, Attempt)>,
+}
+
+impl Undelivered {
+    fn index(&mut self, (task, attempt): (TaskId, Attempt), state: DispatchState) {
+        match state {
+            DispatchState::Due { at } => self.due.insert((at, task, attempt)),
+            DispatchState::InFlight { since } => self.in_flight.insert((since, task, attempt)),
+        };
+    }
+
+    fn unindex(&mut self, (task, attempt): (TaskId, Attempt), state: DispatchState) {
+        match state {
+            DispatchState::Due { at } => self.due.remove(&(at, task, attempt)),
+            DispatchState::InFlight { since } => self.in_flight.remove(&(since, task, attempt)),
+        };
+    }
+
+    fn set_state(&mut self, key: (TaskId, Attempt), state: DispatchState) {
+        let Some(d) = self.by_key.get_mut(&key) else {
+            return;
+        };
+        let old = std::mem::replace(&mut d.state, state);
+        self.unindex(key, old);
+        self.index(key, state);
+    }
+
+    /// Assignments on their way.
+    pub(super) fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Forgets one (acknowledged, or no longer the log's).
+    pub(super) fn remove(&mut self, key: &(TaskId, Attempt)) {
+        if let Some(d) = self.by_key.remove(key) {
+            self.unindex(*key, d.state);
+        }
+    }
+
+    /// A freshly committed assignment: sent at the next dispatch, replacing any earlier
+    /// record of it.
+    pub(super) fn send_now(&mut self, key: (TaskId, Attempt), node: NodeId) {
+        self.remove(&key);
+        let d = Dispatch::due_now(node);
+        self.by_key.insert(key, d);
+        self.index(key, d.state);
+    }
+
+    /// An assignment the log holds and the slave does not: sent at the next dispatch unless
+    /// it is already on its way.
+    pub(super) fn ensure(&mut self, key: (TaskId, Attempt), node: NodeId) {
+        if !self.by_key.contains_key(&key) {
+            self.send_now(key, node);
+        }
+    }
+
+    /// A send failed: retried after the back-off.
+    fn failed(&mut self, key: (TaskId, Attempt), cfg: &DutiesConfig, now: u64) {
+        let Some(d) = self.by_key.get_mut(&key) else {
+            return;
+        };
+        d.failures += 1;
+        let at = now + backoff(cfg, d.failures);
+        self.set_state(key, DispatchState::Due { at });
+    }
+
+    /// The assignments to send now, in (task, attempt) order: those due, and those whose
+    /// answer never came (counted as a failure).
+    fn take_sendable(&mut self, now: u64, timeout_ms: u64) -> Vec<(TaskId, Attempt)> {
+        let mut out: Vec<(TaskId, Attempt)> = self
+            .due
+            .iter()
+            .take_while(|(at, _, _)| *at <= now)
+            .map(|(_, t, a)| (*t, *a))
+            .collect();
+        let overdue: Vec<(TaskId, Attempt)> = self
+            .in_flight
+            .iter()
+            .take_while(|(since, _, _)| now.saturating_sub(*since) > 2 * timeout_ms)
+            .map(|(_, t, a)| (*t, *a))
+            .collect();
+        for key in &overdue {
+            if let Some(d) = self.by_key.get_mut(key) {
+                d.failures += 1;
+            }
+        }
+        out.extend(overdue);
+        out.sort_unstable();
+        out
+    }
+}
+
+impl FromIterator<((TaskId, Attempt), Dispatch)> for Undelivered {
+    fn from_iter<I: IntoIterator<Item = ((TaskId, Attempt), Dispatch)>>(iter: I) -> Self {
+        let mut u = Self::default();
+        for (key, d) in iter {
+            u.remove(&key);
+            u.by_key.insert(key, d);
+            u.index(key, d.state);
+        }
+        u
+    }
+}
+
 impl DutiesCore {
     /// Slaves answered dispatches: acknowledged ones are done, failed ones back off.
     pub(super) fn delivered(&mut self, tasks: &[(TaskId, Attempt)], ok: bool, now: Now) {
@@ -45,11 +161,8 @@ impl DutiesCore {
         for key in tasks {
             if ok {
                 l.undelivered.remove(key);
-            } else if let Some(d) = l.undelivered.get_mut(key) {
-                d.failures += 1;
-                d.state = DispatchState::Due {
-                    at: now.mono_ms + backoff(&self.cfg, d.failures),
-                };
+            } else {
+                l.undelivered.failed(*key, &self.cfg, now.mono_ms);
             }
         }
     }
@@ -63,17 +176,13 @@ impl DutiesCore {
         let cfg = self.cfg;
         let mut gone = Vec::new();
         let mut batches: BTreeMap<NodeId, (String, Vec<Assignment>)> = BTreeMap::new();
-        for (&(task, attempt), d) in l.undelivered.iter_mut() {
-            match d.state {
-                DispatchState::Due { at } if at <= now.mono_ms => {}
-                // An answer that never came (the executor lost it): count it as a failure.
-                DispatchState::InFlight { since }
-                    if now.mono_ms.saturating_sub(since) > 2 * cfg.dispatch_timeout_ms =>
-                {
-                    d.failures += 1;
-                }
-                _ => continue,
-            }
+        for (task, attempt) in l
+            .undelivered
+            .take_sendable(now.mono_ms, cfg.dispatch_timeout_ms)
+        {
+            let Some(d) = l.undelivered.by_key.get(&(task, attempt)).copied() else {
+                continue;
+            };
             let Some(t) = view.tasks().get(&task) else {
                 gone.push((task, attempt));
                 continue;
@@ -88,7 +197,10 @@ impl DutiesCore {
                 gone.push((task, attempt));
                 continue;
             };
-            d.state = DispatchState::InFlight { since: now.mono_ms };
+            l.undelivered.set_state(
+                (task, attempt),
+                DispatchState::InFlight { since: now.mono_ms },
+            );
             // S0.3: still waiting in the node's queue (not promoted): the slave must ask
             // before it starts it.
             let queued = node.queued.contains(&task);
@@ -133,4 +245,87 @@ pub(super) fn backoff(cfg: &DutiesConfig, failures: u32) -> u64 {
     cfg.retry_min_ms
         .saturating_mul(1u64 << shift)
         .min(cfg.retry_max_ms)
+}
+
+#[cfg(test)]
+mod undelivered_tests {
+    use super::*;
+
+    /// Whether the two orders hold exactly the entries' states.
+    fn consistent(u: &Undelivered) -> bool {
+        let mut due = BTreeSet::new();
+        let mut in_flight = BTreeSet::new();
+        for (&(t, a), d) in &u.by_key {
+            match d.state {
+                DispatchState::Due { at } => due.insert((at, t, a)),
+                DispatchState::InFlight { since } => in_flight.insert((since, t, a)),
+            };
+        }
+        due == u.due && in_flight == u.in_flight
+    }
+
+    /// Seeded random operations keep the orders in step with the entries, and
+    /// `take_sendable` gives exactly what a scan of every entry would.
+    #[test]
+    fn orders_follow_every_change_and_match_a_full_scan() {
+        let cfg = DutiesConfig::default();
+        let seed = 0x5eed_d15u64;
+        let mut x = seed;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut u = Undelivered::default();
+        let mut now = 0u64;
+        for step in 0..20_000 {
+            let key = (TaskId(next(200)), next(3) as Attempt);
+            let node = NodeId(next(5));
+            match next(6) {
+                0 => u.send_now(key, node),
+                1 => u.ensure(key, node),
+                2 => u.remove(&key),
+                3 => u.failed(key, &cfg, now),
+                4 => now += next(3 * cfg.dispatch_timeout_ms),
+                _ => {
+                    let overdue = |d: &Dispatch| match d.state {
+                        DispatchState::Due { at } => at <= now,
+                        DispatchState::InFlight { since } => {
+                            now.saturating_sub(since) > 2 * cfg.dispatch_timeout_ms
+                        }
+                    };
+                    let scan: Vec<_> = u
+                        .by_key
+                        .iter()
+                        .filter(|(_, d)| overdue(d))
+                        .map(|(k, _)| *k)
+                        .collect();
+                    let got = u.take_sendable(now, cfg.dispatch_timeout_ms);
+                    assert_eq!(got, scan, "seed {seed:#x}, step {step}");
+                    for k in got {
+                        u.set_state(k, DispatchState::InFlight { since: now });
+                    }
+                }
+            }
+            assert!(consistent(&u), "seed {seed:#x}, step {step}");
+        }
+    }
+
+    /// `ensure` leaves an assignment on its way alone; `send_now` starts it over.
+    #[test]
+    fn ensure_keeps_and_send_now_replaces() {
+        let cfg = DutiesConfig::default();
+        let key = (TaskId(7), 1);
+        let mut u = Undelivered::default();
+        u.send_now(key, NodeId(1));
+        u.failed(key, &cfg, 1_000);
+        u.ensure(key, NodeId(1));
+        assert_eq!(u.by_key[&key].failures, 1, "ensure kept the back-off");
+        assert!(u.take_sendable(1_000, cfg.dispatch_timeout_ms).is_empty());
+        u.send_now(key, NodeId(2));
+        assert_eq!(u.by_key[&key], Dispatch::due_now(NodeId(2)));
+        assert_eq!(u.take_sendable(1_000, cfg.dispatch_timeout_ms), vec![key]);
+        assert!(consistent(&u));
+    }
 }

@@ -3,7 +3,7 @@
 //! proposal's result is routed back to the duty that asked.
 
 use super::cpu_search_driver::SearchRun;
-use super::dispatch::Dispatch;
+use super::dispatch::{Dispatch, Undelivered};
 use super::steals::StealInFlight;
 use super::timers::RESCAN_MS;
 use super::{DeadlineKey, DutiesCore, Effect, Now, ProposalTag};
@@ -30,7 +30,7 @@ pub(super) struct Leading {
     /// Silence is counted from here at the earliest.
     pub(super) since: u64,
     pub(super) last_seen: BTreeMap<NodeId, u64>,
-    pub(super) undelivered: BTreeMap<(TaskId, Attempt), Dispatch>,
+    pub(super) undelivered: Undelivered,
     /// Started tasks missing from their slave's reports, since when.
     pub(super) missing_since: BTreeMap<(TaskId, Attempt), u64>,
     pub(super) plan: PlanSlot,

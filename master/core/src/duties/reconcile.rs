@@ -3,7 +3,6 @@
 //! compared with the log (stop what the log no longer gives it, re-send what it lacks,
 //! declare lost what stays missing).
 
-use super::dispatch::Dispatch;
 use super::effects::stop_effects;
 use super::{DutiesConfig, DutiesCore, Effect, Leading, Now, ProposalTag, Role};
 use crate::state::{ClusterState, Command, TaskRef};
@@ -92,7 +91,7 @@ impl DutiesCore {
             }
             match t.status.state {
                 TaskState::Assigned => {
-                    l.undelivered.entry(key).or_insert(Dispatch::due_now(node));
+                    l.undelivered.ensure(key, node);
                 }
                 TaskState::Running => {
                     missing(l, &self.cfg, node, key, now, fx);

@@ -4,11 +4,10 @@
 //! the queue.
 
 use super::cpu_search_driver::set_cpus_effect;
-use super::dispatch::Dispatch;
 use super::effects::stop_effects;
 use super::{DutiesCore, Effect, Now, PlanSlot, ProposalTag, Role};
-use crate::state::{ClusterState, Command, Outcome, TaskRef};
-use hetsched_common::{Attempt, NodeId, TaskId};
+use crate::state::{ClusterState, Command, Outcome};
+use hetsched_common::NodeId;
 
 impl DutiesCore {
     /// An entry applied: tell the scheduler what changed and act on the outcome.
@@ -41,13 +40,17 @@ impl DutiesCore {
                 ..
             } => {
                 stop_effects(&preempted, Some(self.cfg.preempt_grace_ms), view, fx);
-                l.undelivered.extend(accepted.iter().map(due_now));
+                for r in &accepted {
+                    l.undelivered.send_now((r.task, r.attempt), r.node);
+                }
                 self.dispatch(now, view, fx);
             }
             Outcome::SubmittedPlaced {
                 accepted, rejected, ..
             } => {
-                l.undelivered.extend(accepted.iter().map(due_now));
+                for r in &accepted {
+                    l.undelivered.send_now((r.task, r.attempt), r.node);
+                }
                 self.dispatch(now, view, fx);
                 // Stale placements left tasks pending (planned again once the slot frees).
                 wake = rejected > 0;
@@ -69,7 +72,7 @@ impl DutiesCore {
                 l.steals.remove(&from.task);
                 match assigned {
                     Some(r) => {
-                        l.undelivered.extend([due_now(&r)]);
+                        l.undelivered.send_now((r.task, r.attempt), r.node);
                         self.dispatch(now, view, fx);
                     }
                     None => wake = true,
@@ -112,9 +115,4 @@ impl DutiesCore {
             command: Command::ApplyPlan(plan),
         });
     }
-}
-
-/// The dispatch entry of a committed placement, to be sent at the next dispatch.
-fn due_now(r: &TaskRef) -> ((TaskId, Attempt), Dispatch) {
-    ((r.task, r.attempt), Dispatch::due_now(r.node))
 }
