@@ -269,7 +269,7 @@ mod undelivered_tests {
     #[test]
     fn orders_follow_every_change_and_match_a_full_scan() {
         let cfg = DutiesConfig::default();
-        let seed = 0x5eed_d15u64;
+        let seed = 0x05ee_dd15_u64;
         let mut x = seed;
         let mut next = |n: u64| {
             x ^= x << 13;
