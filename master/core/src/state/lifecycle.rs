@@ -146,23 +146,27 @@ impl ClusterState {
     /// `now_ms`: the leader proposes [`Command::TimeoutTask`](super::Command::TimeoutTask)
     /// for each.
     pub fn timeouts_due(&self, now_ms: u64) -> Vec<TaskRef> {
+        // By job: the leader asks on every tick, and most jobs have no timeout, so only the
+        // tasks of jobs with one are looked up (not every running task of every node).
         let mut due = Vec::new();
-        for n in self.nodes.values() {
-            for tid in &n.tasks {
+        for j in self.jobs.values() {
+            let Some(limit) = j.spec.timeout_ms else {
+                continue;
+            };
+            for tid in &j.tasks {
                 let Some(t) = self.tasks.get(tid) else {
                     continue;
                 };
                 if t.status.state != TaskState::Running {
                     continue;
                 }
-                let limit = self.jobs.get(&t.job).and_then(|j| j.spec.timeout_ms);
-                let (Some(limit), Some(started)) = (limit, t.started_ms) else {
+                let (Some(started), Some(node)) = (t.started_ms, t.status.node) else {
                     continue;
                 };
                 if started.saturating_add(limit) <= now_ms {
                     due.push(TaskRef {
                         task: t.id,
-                        node: n.id,
+                        node,
                         attempt: t.status.attempt,
                     });
                 }

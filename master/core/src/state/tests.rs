@@ -580,3 +580,63 @@ fn program_jobs_build_the_task_engine_relation_from_every_profile() {
     let back = ClusterState::from_bytes(&l.state.to_bytes()).expect("restores");
     assert_eq!(back, l.state);
 }
+
+/// Attempt timeouts: only running attempts of jobs with a timeout, once it has passed since
+/// they started, each with the node it runs on.
+#[test]
+fn timeouts_due_lists_running_attempts_past_their_jobs_timeout() {
+    let mut l = Log::new();
+    let a = l.register(1, 8);
+    let b = l.register(2, 8);
+    let timed = match l.apply(Command::SubmitJob {
+        spec: JobSpec {
+            timeout_ms: Some(500),
+            ..spec(3, 1000)
+        },
+    }) {
+        Outcome::Submitted { tasks, .. } => tasks,
+        o => panic!("unexpected {o:?}"),
+    };
+    let untimed = l.submit(2, 1000);
+    let start = |l: &mut Log, t: TaskId, n: NodeId| {
+        assert!(matches!(l.assign(t, n), Outcome::PlanApplied { .. }));
+        let started = l.apply(Command::TaskStarted {
+            node: n,
+            task: t,
+            attempt: 1,
+        });
+        assert_eq!(started, Outcome::TaskUpdated);
+    };
+    start(&mut l, timed[0], a);
+    start(&mut l, timed[1], b);
+    // timed[2] is assigned but not started: no timeout runs yet.
+    assert!(matches!(l.assign(timed[2], a), Outcome::PlanApplied { .. }));
+    start(&mut l, untimed[0], a);
+    start(&mut l, untimed[1], b);
+    let started = |t: TaskId| l.state.tasks[&t].started_ms.expect("started");
+    let (s0, s1) = (started(timed[0]), started(timed[1]));
+    assert!(l.state.timeouts_due(s0 + 499).is_empty());
+    fn due(state: &ClusterState, now: u64) -> Vec<(TaskId, NodeId, hetsched_common::Attempt)> {
+        let mut d: Vec<_> = state
+            .timeouts_due(now)
+            .into_iter()
+            .map(|r| (r.task, r.node, r.attempt))
+            .collect();
+        d.sort();
+        d
+    }
+    assert_eq!(due(&l.state, s0 + 500), vec![(timed[0], a, 1)]);
+    assert_eq!(
+        due(&l.state, s1 + 500),
+        vec![(timed[0], a, 1), (timed[1], b, 1)]
+    );
+    // An ended attempt is no longer due.
+    l.apply(Command::TaskFinished {
+        node: a,
+        task: timed[0],
+        attempt: 1,
+        exit_code: 0,
+        reason: None,
+    });
+    assert_eq!(due(&l.state, s1 + 10_000), vec![(timed[1], b, 1)]);
+}
