@@ -89,6 +89,9 @@ for k in $(seq 15); do
   lat+=("$(idle_once bash -c 'echo $EPOCHREALTIME')")
   sleep 0.5
 done
-[ -n "$PROBE" ] && report "first instruction" "${plat[@]}"
-[ -n "$PROBE" ] || echo "no first-instruction probe (needs cc on x86-64): bash's figure only"
+if [ -n "$PROBE" ]; then
+  report "first instruction" "${plat[@]}"
+else
+  echo "no first-instruction probe (needs cc on x86-64): bash's figure only"
+fi
 report "bash's first command" "${lat[@]}"

@@ -87,13 +87,17 @@ impl Undelivered {
         }
     }
 
+    /// Records `d`, replacing any earlier record of `key`.
+    fn insert(&mut self, key: (TaskId, Attempt), d: Dispatch) {
+        self.remove(&key);
+        self.by_key.insert(key, d);
+        self.index(key, d.state);
+    }
+
     /// A freshly committed assignment: sent at the next dispatch, replacing any earlier
     /// record of it.
     pub(super) fn send_now(&mut self, key: (TaskId, Attempt), node: NodeId) {
-        self.remove(&key);
-        let d = Dispatch::due_now(node);
-        self.by_key.insert(key, d);
-        self.index(key, d.state);
+        self.insert(key, Dispatch::due_now(node));
     }
 
     /// An assignment the log holds and the slave does not: sent at the next dispatch unless
@@ -144,9 +148,7 @@ impl FromIterator<((TaskId, Attempt), Dispatch)> for Undelivered {
     fn from_iter<I: IntoIterator<Item = ((TaskId, Attempt), Dispatch)>>(iter: I) -> Self {
         let mut u = Self::default();
         for (key, d) in iter {
-            u.remove(&key);
-            u.by_key.insert(key, d);
-            u.index(key, d.state);
+            u.insert(key, d);
         }
         u
     }
