@@ -9,6 +9,7 @@
 //! gets one clear 400 answer and the connection closes. The TLS setup is read per
 //! connection, so a `SIGHUP` reload serves new connections with the new certificate.
 
+use super::linger::Lingering;
 use super::{ApiError, Ctx};
 use crate::server::authz::{caller_by_certificate, Caller};
 use axum::extract::{ConnectInfo, Request, State};
@@ -83,12 +84,12 @@ impl HttpsListener {
 }
 
 impl axum::serve::Listener for HttpsListener {
-    type Io = TlsStream<TcpStream>;
+    type Io = Lingering<TlsStream<TcpStream>>;
     type Addr = HttpPeer;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         match self.ready.recv().await {
-            Some(c) => c,
+            Some((io, peer)) => (Lingering::new(io), peer),
             // The accepting task ended (never, while the runtime runs): serve nothing more.
             None => std::future::pending().await,
         }

@@ -13,6 +13,7 @@
 
 mod api;
 mod https;
+mod linger;
 
 use super::Master;
 use axum::http::{header, StatusCode};
@@ -136,7 +137,7 @@ pub async fn serve(
              authentication (--insecure): anyone who can reach this address can submit and \
              cancel jobs"
         );
-        axum::serve(listener, app).await
+        axum::serve(linger::LingeringTcp(listener), app).await
     };
     spawner.abort();
     r
