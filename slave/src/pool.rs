@@ -48,6 +48,8 @@ const LOCK: &str = "pool.lock";
 pub const ENV_POOL: &str = "HETSCHED_SUPERVISOR_POOL";
 /// How long the pool lingers with no task and no agent before it exits.
 pub const IDLE_EXIT: Duration = Duration::from_secs(2);
+/// Spare log files kept ready after each start (an attempt takes two).
+const SPARES_AHEAD: usize = 4;
 /// The journal is compacted (entries of attempts whose directory is gone dropped) past this.
 const JOURNAL_COMPACT_BYTES: u64 = 4 << 20;
 
@@ -246,6 +248,11 @@ fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
         s.spawning -= 1;
         pool.started.notify_all();
     };
+    // Where this attempt's log files came from spares (attempts in cgroups only).
+    let spare_dir = match spec.cgroup_procs.is_empty() {
+        true => None,
+        false => spec.stdout.parent().map(Path::to_path_buf),
+    };
     match spawned {
         Ok(task_pid) => {
             tracing::debug!(target: "hetsched::trace", dir = %dir.display(), task_pid, "pool: task spawned");
@@ -271,6 +278,11 @@ fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
                 },
             );
             done(&mut s);
+            drop(s);
+            // The task runs: make the next starts' files now, while nobody waits on them.
+            if let Some(logs) = spare_dir {
+                pool.spares.replenish(&logs, SPARES_AHEAD);
+            }
         }
         Err(e) => {
             done(&mut lock(&pool.state));
