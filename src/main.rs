@@ -154,9 +154,9 @@ fn parse_cli() -> Result<Cli, clap::Error> {
 
 /// The commands scripts run at a rate (`submit`, and the reads that follow it), parsed with
 /// only their own arguments declared. Declaring the whole command line (hundreds of
-/// arguments over 29 commands) took 1.1–1.2 ms of each such command's start here, against
-/// 0.5 ms for one command's (BENCHMARKS.md, "The CLI's start"), mostly first touches of
-/// code. `None` whenever this parse fails, for whatever reason (help, a usage error, an
+/// arguments over 29 commands) took 0.9–1.1 ms of each such command's start here, against
+/// 0.3–0.4 ms for one command's (BENCHMARKS.md, "Idle submit: the CLI's parse"), mostly
+/// first touches of code. `None` whenever this parse fails, for whatever reason (help, a usage error, an
 /// option before the command's name): the caller parses again against the whole command
 /// line, so everything it prints is unchanged.
 fn parse_hot(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option<Cli> {

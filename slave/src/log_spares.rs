@@ -64,7 +64,7 @@ impl Spares {
     /// Creates empty spares in `log_dir` until `at_least` are kept. The pool calls it after a
     /// start, off the path to the task's first instruction: an attempt whose stream is not
     /// empty when it ends leaves no spare behind, and the next start would otherwise create
-    /// its file while the task waits (0.3–0.4 ms here; BENCHMARKS.md, "Spares made ahead").
+    /// its file (an inode allocation, the work the spares avoid) while the task waits.
     pub fn replenish(&self, log_dir: &Path, at_least: usize) {
         let at_least = at_least.min(MAX_SPARES);
         loop {
