@@ -11,8 +11,11 @@
 #       one; x86-64): reads the clock at its first instruction, before any loader or libc;
 #     - `bash -c 'echo $EPOCHREALTIME'`: what a shell task sees, bash's own start-up
 #       (≈ 2 ms of loader, libc and bash here) included.
-# Usage: [KEEP=1] [IDLE=0] docs/bench-user.sh [path/to/hetsched] [COUNT]
-# (KEEP=1 keeps the data dir and its logs; IDLE=0 skips part 2; HETSCHED_LOG=info,hetsched::trace=debug
+# Usage: [KEEP=1] [IDLE=0] [SAMPLES=N] [PROBE_ONLY=1] docs/bench-user.sh [path/to/hetsched] [COUNT]
+# (KEEP=1 keeps the data dir and its logs; IDLE=0 skips part 2; COUNT=0 skips part 1;
+# SAMPLES=N takes N idle submits of each task instead of 15; PROBE_ONLY=1 times only the
+# first-instruction probe — `SAMPLES=40 PROBE_ONLY=1 docs/bench-user.sh BIN 0` compares two
+# binaries in alternating runs with more samples; HETSCHED_LOG=info,hetsched::trace=debug
 # logs every hop of a submit with timestamps.)
 set -euo pipefail
 BIN=$(realpath "${1:-target/release/hetsched}")
@@ -43,6 +46,7 @@ export HETSCHED_MASTERS=$M1,$M2,$M3 HETSCHED_CERTS_DIR=$DIR/cc HETSCHED_CLIENT_T
 until "$BIN" status --json 2>/dev/null | grep -q '"up":1'; do sleep 0.2; done
 sleep 1
 now() { date +%s%N; }
+if [ "$COUNT" != 0 ]; then
 t0=$(now)
 job=$("$BIN" submit --json --count "$COUNT" --cpus 1 --mem 16 -- true | grep -o '"job_id":[0-9]*' | head -1 | cut -d: -f2)
 while :; do
@@ -54,6 +58,7 @@ t1=$(now)
 echo "throughput: $COUNT tasks final in $(( (t1 - t0) / 1000000 )) ms: $(( COUNT * 1000000000 / (t1 - t0) )) tasks/s"
 failed=$("$BIN" tasks --json --job "$job" | grep -c '"state":"failed"' || true)
 echo "failed: $failed"
+fi
 [ "${IDLE:-15}" = 0 ] && exit 0
 sleep 2
 PROBE=
@@ -77,21 +82,25 @@ idle_once() {
   e=$(tr -cd 0-9 <"$f")
   echo $((e - s))
 }
+SAMPLES=${SAMPLES:-15}
 report() { # NAME LATENCIES...
   local name=$1; shift
   mapfile -t sorted < <(printf '%s\n' "$@" | sort -n)
+  local mid=${sorted[$(( $# / 2 ))]} top=${sorted[$(( $# - 1 ))]}
   echo "idle submit -> $name, us: $*"
-  echo "idle submit -> $name: p50 $(( sorted[7] / 1000 )).$(( sorted[7] % 1000 / 100 )) ms, max $(( sorted[14] / 1000 )) ms"
+  echo "idle submit -> $name: p50 $(( mid / 1000 )).$(( mid % 1000 / 100 )) ms, max $(( top / 1000 )) ms"
 }
 lat=() plat=()
-for k in $(seq 15); do
+for k in $(seq "$SAMPLES"); do
   if [ -n "$PROBE" ]; then plat+=("$(idle_once "$PROBE")"); sleep 0.5; fi
-  lat+=("$(idle_once bash -c 'echo $EPOCHREALTIME')")
-  sleep 0.5
+  if [ "${PROBE_ONLY:-0}" != 1 ]; then
+    lat+=("$(idle_once bash -c 'echo $EPOCHREALTIME')")
+    sleep 0.5
+  fi
 done
 if [ -n "$PROBE" ]; then
   report "first instruction" "${plat[@]}"
 else
   echo "no first-instruction probe (needs cc on x86-64): bash's figure only"
 fi
-report "bash's first command" "${lat[@]}"
+[ "${PROBE_ONLY:-0}" = 1 ] || report "bash's first command" "${lat[@]}"
