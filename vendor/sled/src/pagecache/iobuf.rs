@@ -729,28 +729,17 @@ impl IoBufs {
             let f = &self.config.file;
             pwrite_all(f, data, log_offset)?;
             if !self.config.temporary {
+                // hetsched: `fdatasync`, not `sync_file_range`. The latter
+                // writes the range's pages and waits for them, but flushes
+                // neither the device's write cache nor the metadata needed
+                // to read them back (the log file grows, so its size); its
+                // man page: no guarantee the data survives a crash. sled
+                // made that durable only with its periodic `fsync` (every
+                // 500 ms), so an acknowledged write could be lost to a power
+                // cut in between. Measured cost: BENCHMARKS.md, "sled's
+                // flush made durable".
                 #[cfg(target_os = "linux")]
-                {
-                    use std::os::unix::io::AsRawFd;
-                    let ret = unsafe {
-                        libc::sync_file_range(
-                            f.as_raw_fd(),
-                            i64::try_from(log_offset).unwrap(),
-                            i64::try_from(total_len).unwrap(),
-                            libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                                | libc::SYNC_FILE_RANGE_WRITE
-                                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-                        )
-                    };
-                    if ret < 0 {
-                        let err = std::io::Error::last_os_error();
-                        if let Some(libc::ENOSYS) = err.raw_os_error() {
-                            f.sync_all()?;
-                        } else {
-                            return Err(err.into());
-                        }
-                    }
-                }
+                f.sync_data()?;
 
                 #[cfg(not(target_os = "linux"))]
                 f.sync_all()?;
