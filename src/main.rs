@@ -156,9 +156,9 @@ fn parse_cli() -> Result<Cli, clap::Error> {
 /// only their own arguments declared. Declaring the whole command line (hundreds of
 /// arguments over 29 commands) took 0.9–1.1 ms of each such command's start here, against
 /// 0.3–0.4 ms for one command's (BENCHMARKS.md, "Idle submit: the CLI's parse"), mostly
-/// first touches of code. `None` whenever this parse fails, for whatever reason (help, a usage error, an
-/// option before the command's name): the caller parses again against the whole command
-/// line, so everything it prints is unchanged.
+/// first touches of code. `None` whenever this parse fails, for whatever reason (help, a
+/// usage error, an option before the command's name): the caller parses again against the
+/// whole command line, so everything it prints is unchanged.
 fn parse_hot(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option<Cli> {
     use clap::{Args, Subcommand};
     let args: Vec<std::ffi::OsString> = args.into_iter().collect();

@@ -179,7 +179,6 @@ mod tests {
         let mut f = spares.open_append(&a).expect("open");
         f.write_all(b"x").expect("write");
         assert_eq!(count(), 1, "a spare became the log file");
-        // A stale file in the way of a spare's name is left alone, and nothing is kept.
         assert_eq!(std::fs::read_to_string(&a).expect("read"), "x");
         spares.replenish(dir.path(), MAX_SPARES + 10);
         assert_eq!(count(), MAX_SPARES, "never past MAX_SPARES");

@@ -249,9 +249,10 @@ fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
         pool.started.notify_all();
     };
     // Where this attempt's log files came from spares (attempts in cgroups only).
-    let spare_dir = match spec.cgroup_procs.is_empty() {
-        true => None,
-        false => spec.stdout.parent().map(Path::to_path_buf),
+    let spare_dir = if spec.cgroup_procs.is_empty() {
+        None
+    } else {
+        spec.stdout.parent().map(Path::to_path_buf)
     };
     match spawned {
         Ok(task_pid) => {

@@ -1019,6 +1019,22 @@ pub(in crate::pagecache) fn maybe_seal_and_write_iobuf(
     seal_and_write(iobufs, iobuf, header, from_reserve, WriteOn::Pool)
 }
 
+/// Writes a sealed buffer; on failure stores the error as global (before
+/// notifying, so that waiting threads see it) and wakes the waiters.
+fn write_or_fail(iobufs: &IoBufs, iobuf: &IoBuf, lsn: Lsn) -> Result<()> {
+    let written = iobufs.write_to_log(iobuf);
+    if let Err(e) = &written {
+        error!("hit error while writing iobuf with lsn {}: {:?}", lsn, e);
+        iobufs.config.set_global_error(e.clone());
+        let intervals = iobufs.intervals.lock();
+        // having held the mutex makes this linearized
+        // with the notify below.
+        drop(intervals);
+        let _notified = iobufs.interval_updated.notify_all();
+    }
+    written
+}
+
 /// Where a sealed buffer that is ours to write gets written.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum WriteOn {
@@ -1199,39 +1215,12 @@ fn seal_and_write(
             lsn
         );
         if write_on == WriteOn::Caller {
-            if let Err(e) = iobufs.write_to_log(iobuf) {
-                error!("hit error while writing iobuf with lsn {}: {:?}", lsn, e);
-                iobufs.config.set_global_error(e.clone());
-                let intervals = iobufs.intervals.lock();
-                // having held the mutex makes this linearized
-                // with the notify below.
-                drop(intervals);
-                let _notified = iobufs.interval_updated.notify_all();
-                return Err(e);
-            }
-            return Ok(());
+            return write_or_fail(iobufs, iobuf, lsn);
         }
         let iobufs = iobufs.clone();
         let iobuf = iobuf.clone();
         let _result = threadpool::spawn(move || {
-            if let Err(e) = iobufs.write_to_log(&iobuf) {
-                error!(
-                    "hit error while writing iobuf with lsn {}: {:?}",
-                    lsn, e
-                );
-
-                // store error before notifying so that waiting threads will see
-                // it
-                iobufs.config.set_global_error(e);
-
-                let intervals = iobufs.intervals.lock();
-
-                // having held the mutex makes this linearized
-                // with the notify below.
-                drop(intervals);
-
-                let _notified = iobufs.interval_updated.notify_all();
-            }
+            let _ = write_or_fail(&iobufs, &iobuf, lsn);
         })?;
 
         #[cfg(feature = "event_log")]
