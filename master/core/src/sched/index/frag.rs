@@ -143,23 +143,29 @@ impl WorkloadMix {
 
     /// Notes one arrival.
     pub fn observe(&mut self, req: &ResourceRequest) {
-        let class = DemandShape::of(req);
+        self.push(DemandShape::of(req));
+    }
+
+    /// Notes one arrival of `class` (`None`: a CPU-only request); returns the GPU class
+    /// that left the window to make room, if one did (one arrival in, at most one out).
+    pub(crate) fn push(&mut self, class: Option<DemandShape>) -> Option<DemandShape> {
         if let Some(c) = &class {
             *self.counts.entry(c.clone()).or_insert(0) += 1;
             self.stale = true;
         }
         self.recent.push_back(class);
-        while self.recent.len() > self.window {
-            if let Some(Some(old)) = self.recent.pop_front() {
-                if let Some(n) = self.counts.get_mut(&old) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.counts.remove(&old);
-                    }
-                }
-                self.stale = true;
+        if self.recent.len() <= self.window {
+            return None;
+        }
+        let old = self.recent.pop_front().flatten()?;
+        if let Some(n) = self.counts.get_mut(&old) {
+            *n -= 1;
+            if *n == 0 {
+                self.counts.remove(&old);
             }
         }
+        self.stale = true;
+        Some(old)
     }
 
     /// Forgets every arrival.
@@ -182,22 +188,6 @@ impl WorkloadMix {
             self.stale = false;
         }
         &self.snapshot
-    }
-
-    /// The classes with their weights as [`classes`](Self::classes) gives them, read in
-    /// place (no copy of the classes).
-    pub(crate) fn weighted(&self) -> impl Iterator<Item = (&DemandShape, u64)> + '_ {
-        self.counts.iter().map(|(c, n)| (c, n * c.demand_milli()))
-    }
-
-    /// Distinct classes in the window.
-    pub(crate) fn class_count(&self) -> usize {
-        self.counts.len()
-    }
-
-    /// Whether `class` is in the window.
-    pub(crate) fn has(&self, class: &DemandShape) -> bool {
-        self.counts.contains_key(class)
     }
 
     /// Arrivals in the window.
@@ -227,16 +217,41 @@ pub struct FragPlacer {
     key: Vec<u64>,
     /// GPU models by number, as `state_key` met them.
     models: Vec<String>,
+    /// The model `state_key` numbered last (tried first: most nodes in a row share one).
+    last_model: Option<usize>,
     memo_req: Option<ResourceRequest>,
     /// Whether `by_shape` is up to date (no arrival, scarcity count moved or clear since).
     scaled_fresh: bool,
     /// Free resources of the nodes with GPUs, for the scarcity counts.
     gpu_nodes: BTreeMap<NodeId, NodeResources>,
-    /// Per class of the mix: how many GPU nodes could hold one task of it now.
-    holders: BTreeMap<DemandShape, u64>,
+    /// Every class met (in the window or recently), by number: see [`ClassRow`].
+    rows: Vec<ClassRow>,
+    /// Each class's number in `rows`.
+    row_of: BTreeMap<DemandShape, usize>,
     /// The mix with each weight scaled by its class's scarcity, grouped by GPU shape: what
-    /// a decision evaluates (rebuilt when the mix or a scarcity count moves).
+    /// a decision evaluates (rebuilt when the mix or a scarcity count moves). Its groups
+    /// keep their numbers (each row holds its own).
     by_shape: MixByShape,
+    /// Per shape group, the devices usable before and after a node change (reused).
+    usable_was: Vec<u32>,
+    usable_is: Vec<u32>,
+}
+
+/// One class as the placer keeps it. Kept by number, with its count and scarcity beside it,
+/// so that the scaled mix an arrival calls for is rebuilt from a list (no search of classes
+/// or shapes: that was a sixth of `pipeline-frag`'s time on a trace that barely queues,
+/// where every plan follows one arrival), and a node change updates the scarcity counts
+/// with one walk of the node's devices per shape.
+#[derive(Clone, Debug)]
+struct ClassRow {
+    class: DemandShape,
+    /// Its arrivals in the mix's window (0: it left; the row stays until compacted).
+    count: u64,
+    /// How many GPU nodes could hold one task of it now, while `count > 0` (kept in step by
+    /// `note_node` for the classes in the window only; recounted when one comes back).
+    holders: u64,
+    /// Its GPU shape's group in `by_shape`.
+    group: usize,
 }
 
 /// Whether a node with `free` could hold one task of `class` now.
@@ -276,18 +291,70 @@ impl FragPlacer {
             seen: HashMap::default(),
             key: Vec::new(),
             models: Vec::new(),
+            last_model: None,
             memo_req: None,
             scaled_fresh: false,
             gpu_nodes: BTreeMap::new(),
-            holders: BTreeMap::new(),
+            rows: Vec::new(),
+            row_of: BTreeMap::new(),
             by_shape: MixByShape::default(),
+            usable_was: Vec::new(),
+            usable_is: Vec::new(),
         }
     }
 
     /// Notes an arrival (learns the mix).
     pub fn observe(&mut self, req: &ResourceRequest) {
-        self.mix.observe(req);
+        let class = DemandShape::of(req);
+        if let Some(c) = &class {
+            let r = self.row(c);
+            let row = &mut self.rows[r];
+            if row.count == 0 {
+                // New or back in the window: counted now, kept in step from here.
+                let gpu_nodes = &self.gpu_nodes;
+                row.holders = gpu_nodes.values().filter(|f| holds(f, &row.class)).count() as u64;
+            }
+            row.count += 1;
+        }
+        if let Some(old) = self.mix.push(class) {
+            if let Some(r) = self.row_of.get(&old) {
+                let row = &mut self.rows[*r];
+                row.count = row.count.saturating_sub(1);
+            }
+        }
         self.scaled_fresh = false;
+    }
+
+    /// The number of `class`'s row, made (empty) when new.
+    fn row(&mut self, class: &DemandShape) -> usize {
+        if let Some(r) = self.row_of.get(class) {
+            return *r;
+        }
+        let group = self.by_shape.group_for(class);
+        self.rows.push(ClassRow {
+            class: class.clone(),
+            count: 0,
+            holders: 0,
+            group,
+        });
+        self.row_of.insert(class.clone(), self.rows.len() - 1);
+        self.rows.len() - 1
+    }
+
+    /// Drops the rows of classes that left the window once they outnumber the live ones
+    /// (a returning class is recounted), renumbering rows and shape groups.
+    fn compact(&mut self) {
+        let live = self.rows.iter().filter(|r| r.count > 0).count();
+        if self.rows.len() <= 2 * live + 16 {
+            return;
+        }
+        self.rows.retain(|r| r.count > 0);
+        self.row_of.clear();
+        self.by_shape = MixByShape::default();
+        for (i, r) in self.rows.iter_mut().enumerate() {
+            r.group = self.by_shape.group_for(&r.class);
+            self.row_of.insert(r.class.clone(), i);
+        }
     }
 
     /// The mix learned so far.
@@ -301,7 +368,9 @@ impl FragPlacer {
         self.cpu_only.clear();
         self.cpu_only_candidates = None;
         self.gpu_nodes.clear();
-        self.holders.clear();
+        self.rows.clear();
+        self.row_of.clear();
+        self.by_shape = MixByShape::default();
         self.scaled_fresh = false;
     }
 
@@ -324,12 +393,25 @@ impl FragPlacer {
         let old = self.gpu_nodes.remove(&node);
         // The scaled mix moves only with the number of GPU nodes or a class's holders.
         let mut moved = old.is_some() != new.is_some();
-        for (class, n) in self.holders.iter_mut() {
-            let was = old.as_ref().is_some_and(|f| holds(f, class));
-            let is = new.is_some_and(|f| holds(f, class));
+        // `holds` for every class, with the devices walked once per GPU shape.
+        let (was_usable, is_usable) = (&mut self.usable_was, &mut self.usable_is);
+        self.by_shape
+            .usable_devices(old.as_ref().map(|f| &f.gpus[..]), was_usable);
+        self.by_shape
+            .usable_devices(new.map(|f| &f.gpus[..]), is_usable);
+        let holds_row = |f: Option<&NodeResources>, usable: &[u32], r: &ClassRow| {
+            f.is_some_and(|f| {
+                f.cpu_milli >= r.class.cpu_milli
+                    && f.mem_mib >= r.class.mem_mib
+                    && usable.get(r.group).copied().unwrap_or(0) >= r.class.gpu_count.max(1)
+            })
+        };
+        for r in self.rows.iter_mut().filter(|r| r.count > 0) {
+            let was = holds_row(old.as_ref(), was_usable, r);
+            let is = holds_row(new, is_usable, r);
             match (was, is) {
-                (true, false) => *n = n.saturating_sub(1),
-                (false, true) => *n += 1,
+                (true, false) => r.holders = r.holders.saturating_sub(1),
+                (false, true) => r.holders += 1,
                 _ => continue,
             }
             moved = true;
@@ -350,23 +432,16 @@ impl FragPlacer {
             return false; // neither the mix nor a count moved since
         }
         self.scaled_fresh = true;
+        self.compact();
         let nodes = self.gpu_nodes.len().max(1) as u64;
-        let mix = &self.mix;
-        if self.holders.len() > 2 * mix.class_count() + 16 {
-            self.holders.retain(|c, _| mix.has(c));
-        }
-        for (c, _) in mix.weighted() {
-            if !self.holders.contains_key(c) {
-                let h = self.gpu_nodes.values().filter(|f| holds(f, c)).count() as u64;
-                self.holders.insert(c.clone(), h);
-            }
-        }
-        let holders = &self.holders;
-        self.by_shape.set(mix.weighted().map(|(c, w)| {
-            let h = holders.get(c).copied().unwrap_or(0);
+        self.by_shape.clear_weights();
+        for r in self.rows.iter().filter(|r| r.count > 0) {
+            let w = r.count * r.class.demand_milli();
             // A class no node can hold now changes every placement's measure alike.
-            (c, w.saturating_mul(nodes).checked_div(h).unwrap_or(w))
-        }));
+            let scaled = w.saturating_mul(nodes).checked_div(r.holders).unwrap_or(w);
+            self.by_shape
+                .add_class(r.group, r.class.cpu_milli, r.class.mem_mib, scaled);
+        }
         true
     }
 
@@ -399,10 +474,10 @@ impl FragPlacer {
         // (best-fit) order.
         let mut best: Option<(i128, Pos)> = None;
         for pos in fits {
-            let Some(free) = ix.free(pos.node) else {
+            let Some((free, one_model)) = ix.free_one_model(pos.node) else {
                 continue;
             };
-            self.state_key(free);
+            self.state_key(free, one_model);
             let d = match self.seen.get(&self.key[..]) {
                 Some(d) => *d,
                 None => {
@@ -425,13 +500,16 @@ impl FragPlacer {
     /// Writes into `self.key` what a node's fragmentation delta depends on: its free CPU
     /// and memory, and each device's free thousandths with its model's number (models are
     /// numbered as the placer meets them). Equal keys are equal states: exact, and with no
-    /// copy of the model names.
-    fn state_key(&mut self, free: &NodeResources) {
+    /// copy of the model names. With `one_model` (the index knows all the node's devices are
+    /// of one model) only the first device's model is compared: this runs for every fitting
+    /// node of every decision, and a name compared per device was a tenth of it.
+    fn state_key(&mut self, free: &NodeResources, one_model: bool) {
         self.key.clear();
         self.key.extend([free.cpu_milli, free.mem_mib]);
-        let mut last: Option<usize> = None;
-        for d in &free.gpus {
-            let m = match last.filter(|m| self.models[*m] == d.model) {
+        let mut last: Option<usize> = self.last_model;
+        for (i, d) in free.gpus.iter().enumerate() {
+            let same = one_model && i > 0;
+            let m = match last.filter(|m| same || self.models[*m] == d.model) {
                 Some(m) => m,
                 None => match self.models.iter().position(|m| *m == d.model) {
                     Some(m) => m,
@@ -444,6 +522,7 @@ impl FragPlacer {
             last = Some(m);
             self.key.push(((m as u64) << 32) | d.free_milli as u64);
         }
+        self.last_model = last;
     }
 }
 

@@ -56,6 +56,55 @@ pub fn class_fragment(
     unusable.unwrap_or(total)
 }
 
+/// Writes into `scratch` each device's free thousandths after `req` is placed on a node with
+/// `free` (the devices `allocate_gpus` gives); `None` when it does not fit.
+fn free_after(free: &NodeResources, req: &ResourceRequest, scratch: &mut Vec<u32>) -> Option<()> {
+    if free.cpu_milli < req.cpu_milli || free.mem_mib < req.mem_mib {
+        return None;
+    }
+    let alloc = allocate_gpus(&free.gpus, &req.gpu)?;
+    scratch.clear();
+    scratch.extend(free.gpus.iter().map(|d| d.free_milli));
+    for (dev, milli) in &alloc {
+        if let Some(f) = scratch.get_mut(*dev as usize) {
+            *f = f.saturating_sub(*milli);
+        }
+    }
+    Some(())
+}
+
+/// What one shape sees of a node's devices, summed device by device (the one-pass form of
+/// `shape_sees`, used by [`MixByShape::delta`]).
+#[derive(Default)]
+struct ShapeSees {
+    /// Free thousandths of the accepted devices.
+    total: u64,
+    /// Accepted devices with at least the shape's share free, and their thousandths.
+    usable: u32,
+    usable_milli: u64,
+}
+
+impl ShapeSees {
+    #[inline]
+    fn add(&mut self, free: u32, need: u32) {
+        self.total += free as u64;
+        if free >= need {
+            self.usable += 1;
+            self.usable_milli += free as u64;
+        }
+    }
+
+    /// As `shape_sees`: the part a task of `shape` cannot use, `None` when one cannot run.
+    fn unusable(&self, shape: &DemandShape) -> Option<u64> {
+        let enough = if shape.is_fraction() {
+            self.usable >= 1
+        } else {
+            self.usable >= shape.gpu_count
+        };
+        enough.then(|| self.total - self.usable_milli)
+    }
+}
+
 /// The classes of the mix that ask the same of GPUs (devices, share, models).
 #[derive(Clone, Debug)]
 struct ShapeGroup {
@@ -78,18 +127,27 @@ impl ShapeGroup {
         free: &[u32],
     ) -> u128 {
         let (total, unusable) = shape_sees(&self.shape, devices, free);
-        let Some(unusable) = unusable.filter(|_| total > 0) else {
-            return self.weight * total as u128;
+        let fitting: u128 = match unusable {
+            Some(_) => self
+                .classes
+                .iter()
+                .filter(|(cpu, mem, _)| cpu_milli >= *cpu && mem_mib >= *mem)
+                .map(|(_, _, w)| *w as u128)
+                .sum(),
+            None => 0,
         };
-        // Classes with room beside the GPUs lose only what the shape cannot use; the others
-        // all of it.
-        let fitting: u128 = self
-            .classes
-            .iter()
-            .filter(|(cpu, mem, _)| cpu_milli >= *cpu && mem_mib >= *mem)
-            .map(|(_, _, w)| *w as u128)
-            .sum();
-        fitting * unusable as u128 + (self.weight - fitting) * total as u128
+        self.value(total, unusable, fitting)
+    }
+
+    /// The group's term from what its shape sees (`total`, `unusable`: see `shape_sees`) and
+    /// the weight of its classes with room beside the GPUs (`fitting`): those lose only what
+    /// the shape cannot use, the others all of it.
+    #[inline]
+    fn value(&self, total: u64, unusable: Option<u64>, fitting: u128) -> u128 {
+        match unusable.filter(|_| total > 0) {
+            Some(unusable) => fitting * unusable as u128 + (self.weight - fitting) * total as u128,
+            None => self.weight * total as u128,
+        }
     }
 }
 
@@ -112,38 +170,71 @@ impl MixByShape {
 
     /// Replaces the mix, keeping the groups' buffers (a new mix follows every arrival).
     pub fn set<'a>(&mut self, mix: impl IntoIterator<Item = (&'a DemandShape, u64)>) {
+        self.clear_weights();
+        for (class, w) in mix {
+            let g = self.group_for(class);
+            self.add_class(g, class.cpu_milli, class.mem_mib, w);
+        }
+        self.groups.retain(|g| !g.classes.is_empty());
+    }
+
+    /// The number of the group of `class`'s GPU shape, made (with no classes) when new.
+    /// Numbers stay until [`set`](Self::set) drops empty groups: the `frag` placer keeps
+    /// each class's number and never calls `set`, so a new mix costs no search of shapes.
+    pub(crate) fn group_for(&mut self, class: &DemandShape) -> usize {
+        let same = |g: &ShapeGroup| {
+            g.shape.gpu_count == class.gpu_count
+                && g.shape.gpu_milli == class.gpu_milli
+                && g.shape.models == class.models
+        };
+        if let Some(i) = self.groups.iter().position(same) {
+            return i;
+        }
+        self.groups.push(ShapeGroup {
+            shape: DemandShape {
+                cpu_milli: 0,
+                mem_mib: 0,
+                ..class.clone()
+            },
+            classes: Vec::new(),
+            weight: 0,
+        });
+        self.groups.len() - 1
+    }
+
+    /// Empties every group, keeping the groups and their numbers.
+    pub(crate) fn clear_weights(&mut self) {
         for g in &mut self.groups {
             g.classes.clear();
             g.weight = 0;
         }
         self.all = 0;
-        for (class, w) in mix {
-            let same = |g: &&mut ShapeGroup| {
-                g.shape.gpu_count == class.gpu_count
-                    && g.shape.gpu_milli == class.gpu_milli
-                    && g.shape.models == class.models
-            };
-            let g = match self.groups.iter_mut().position(|g| same(&g)) {
-                Some(i) => &mut self.groups[i],
-                None => {
-                    self.groups.push(ShapeGroup {
-                        shape: DemandShape {
-                            cpu_milli: 0,
-                            mem_mib: 0,
-                            ..class.clone()
-                        },
-                        classes: Vec::new(),
-                        weight: 0,
-                    });
-                    let last = self.groups.len() - 1;
-                    &mut self.groups[last]
-                }
-            };
-            g.classes.push((class.cpu_milli, class.mem_mib, w));
-            g.weight += w as u128;
-            self.all += w as u128;
+    }
+
+    /// Adds a class of group `group` (from [`group_for`](Self::group_for)) with its CPU,
+    /// memory and weight.
+    pub(crate) fn add_class(&mut self, group: usize, cpu_milli: u64, mem_mib: u64, weight: u64) {
+        if let Some(g) = self.groups.get_mut(group) {
+            g.classes.push((cpu_milli, mem_mib, weight));
+            g.weight += weight as u128;
+            self.all += weight as u128;
         }
-        self.groups.retain(|g| !g.classes.is_empty());
+    }
+
+    /// Per group, in `out` (by group number): how many of `devices` a task of the group's
+    /// shape could use, i.e. of a model it accepts with at least its share free (none when
+    /// `devices` is `None`). What the placer's scarcity counts compare with each class's
+    /// device count: one walk of the devices per shape, not per class.
+    pub(crate) fn usable_devices(&self, devices: Option<&[GpuDevice]>, out: &mut Vec<u32>) {
+        out.clear();
+        out.extend(self.groups.iter().map(|g| {
+            let need = g.shape.gpu_milli.max(1);
+            devices.map_or(0, |ds| {
+                ds.iter()
+                    .filter(|d| d.free_milli >= need && g.shape.accepts(&d.model))
+                    .count() as u32
+            })
+        }));
     }
 
     /// A node's expected fragmentation: `Σ weight · F(n, m)` over the mix, for a node with
@@ -158,8 +249,10 @@ impl MixByShape {
         if free.iter().all(|f| *f == 0) {
             return 0;
         }
+        // Groups emptied by a new mix keep their numbers (see `group_for`): they add nothing.
         self.groups
             .iter()
+            .filter(|g| !g.classes.is_empty())
             .map(|g| g.fragmentation(cpu_milli, mem_mib, devices, free))
             .sum()
     }
@@ -167,32 +260,81 @@ impl MixByShape {
     /// How much placing `req` on a node with `free` grows its expected fragmentation, or
     /// `None` when it does not fit. Signed: a placement can also turn fragments into used
     /// capacity. `scratch` is a reusable buffer.
+    ///
+    /// One pass: per shape group the devices are walked once for the state before and after
+    /// the placement together, and the group's classes once for both CPU and memory checks
+    /// (this runs for every distinct fitting node state of every decision: two walks of the
+    /// mix and a third for the normalisation were most of `frag`'s time).
     pub fn delta(
         &self,
         free: &NodeResources,
         req: &ResourceRequest,
         scratch: &mut Vec<u32>,
     ) -> Option<i128> {
-        if free.cpu_milli < req.cpu_milli || free.mem_mib < req.mem_mib {
-            return None;
-        }
-        let alloc = allocate_gpus(&free.gpus, &req.gpu)?;
-        scratch.clear();
-        scratch.extend(free.gpus.iter().map(|d| d.free_milli));
-        let before = self.fragmentation(free.cpu_milli, free.mem_mib, &free.gpus, scratch);
-        for (dev, milli) in &alloc {
-            if let Some(f) = scratch.get_mut(*dev as usize) {
-                *f = f.saturating_sub(*milli);
+        free_after(free, req, scratch)?;
+        let (cpu_before, mem_before) = (free.cpu_milli, free.mem_mib);
+        let (cpu_after, mem_after) = (cpu_before - req.cpu_milli, mem_before - req.mem_mib);
+        let (mut before, mut after, mut here) = (0u128, 0u128, 0u128);
+        for g in self.groups.iter().filter(|g| !g.classes.is_empty()) {
+            let need = g.shape.gpu_milli.max(1);
+            let mut was = ShapeSees::default();
+            let mut is = ShapeSees::default();
+            let mut accepted = false;
+            for (d, f_after) in free.gpus.iter().zip(scratch.iter()) {
+                if !g.shape.accepts(&d.model) {
+                    continue;
+                }
+                accepted = true;
+                was.add(d.free_milli, need);
+                is.add(*f_after, need);
             }
+            if !accepted {
+                continue; // no fragment of this shape here, before or after
+            }
+            // The mix as this node's models see it (see below).
+            here += g.weight;
+            let (unusable_was, unusable_is) = (was.unusable(&g.shape), is.unusable(&g.shape));
+            let (mut fit_was, mut fit_is) = (0u128, 0u128);
+            if unusable_was.is_some() || unusable_is.is_some() {
+                for (cpu, mem, w) in &g.classes {
+                    if cpu_before >= *cpu && mem_before >= *mem {
+                        fit_was += *w as u128;
+                    }
+                    if cpu_after >= *cpu && mem_after >= *mem {
+                        fit_is += *w as u128;
+                    }
+                }
+            }
+            before += g.value(was.total, unusable_was, fit_was);
+            after += g.value(is.total, unusable_is, fit_is);
         }
+        // The mix as this node's models see it: normalised by the weight of the classes that
+        // accept one of them (all of the mix when no class names a model).
+        let delta = (after as i128).saturating_sub(before as i128);
+        if here == 0 || here == self.all {
+            return Some(delta);
+        }
+        Some(delta.saturating_mul(self.all as i128) / here as i128)
+    }
+
+    /// [`delta`](Self::delta) as two whole evaluations of the mix and a third walk for the
+    /// normalisation: the reference the one-pass form is tested against.
+    #[cfg(test)]
+    pub(crate) fn delta_reference(
+        &self,
+        free: &NodeResources,
+        req: &ResourceRequest,
+        scratch: &mut Vec<u32>,
+    ) -> Option<i128> {
+        let was: Vec<u32> = free.gpus.iter().map(|d| d.free_milli).collect();
+        free_after(free, req, scratch)?;
+        let before = self.fragmentation(free.cpu_milli, free.mem_mib, &free.gpus, &was);
         let after = self.fragmentation(
             free.cpu_milli - req.cpu_milli,
             free.mem_mib - req.mem_mib,
             &free.gpus,
             scratch,
         );
-        // The mix as this node's models see it: normalised by the weight of the classes that
-        // accept one of them (all of the mix when no class names a model).
         let here: u128 = self
             .groups
             .iter()

@@ -320,45 +320,64 @@ fn memo_across_decisions_changes_no_choice() {
     }
 }
 
+/// Models the random tests draw from.
+const MODELS: [&str; 3] = ["G2", "T4", "A10"];
+
+/// A random GPU shape (count, share, models) as the trace has them: shares, whole devices,
+/// 2–8 devices; a quarter name a model.
+fn random_gpu_shape(rng: &mut hetsched_common::rng::SplitMix64) -> (u32, u32, Vec<String>) {
+    let (count, milli) = match rng.below(4) {
+        0 => (1, [250, 500, 700][rng.below(3) as usize]),
+        1 => (1, 1000),
+        _ => ([2, 4, 8][rng.below(3) as usize], 1000),
+    };
+    let models = match rng.below(4) {
+        0 => vec![MODELS[rng.below(3) as usize].to_string()],
+        _ => vec![],
+    };
+    (count, milli, models)
+}
+
+/// A random mix of up to 40 classes (shapes shared, CPU and memory around nodes' sizes).
+fn random_mix(rng: &mut hetsched_common::rng::SplitMix64) -> Vec<(DemandShape, u64)> {
+    (0..rng.range(1, 40))
+        .map(|_| {
+            let (gpu_count, gpu_milli, models) = random_gpu_shape(rng);
+            let c = DemandShape {
+                cpu_milli: rng.range(0, 16) * 1000,
+                mem_mib: rng.range(0, 8) * 1024,
+                gpu_count,
+                gpu_milli,
+                models,
+            };
+            (c, rng.range(0, 1 << 40))
+        })
+        .collect()
+}
+
+/// Up to 8 random devices: mixed models, partly used.
+fn random_devices(rng: &mut hetsched_common::rng::SplitMix64) -> Vec<GpuDevice> {
+    (0..rng.below(9))
+        .map(|_| GpuDevice {
+            model: MODELS[rng.below(3) as usize].into(),
+            free_milli: [0, 100, 300, 500, 1000][rng.below(5) as usize],
+            emulated: true,
+        })
+        .collect()
+}
+
 /// The measure by GPU shape is `Σ weight · class_fragment` over the classes, exactly: on
 /// seeded random nodes (mixed models, partly used devices, CPU and memory around the
 /// classes' asks) and random mixes that share shapes and name models.
 #[test]
 fn measure_by_shape_equals_the_sum_over_classes() {
     use hetsched_common::rng::SplitMix64;
-    const MODELS: [&str; 3] = ["G2", "T4", "A10"];
     for seed in 1..=40u64 {
         let mut rng = SplitMix64::new(seed);
-        let mix: Vec<(DemandShape, u64)> = (0..rng.range(1, 40))
-            .map(|_| {
-                let (count, milli) = match rng.below(4) {
-                    0 => (1, [250, 500, 700][rng.below(3) as usize]),
-                    1 => (1, 1000),
-                    _ => ([2, 4, 8][rng.below(3) as usize], 1000),
-                };
-                let models = match rng.below(4) {
-                    0 => vec![MODELS[rng.below(3) as usize].to_string()],
-                    _ => vec![],
-                };
-                let c = DemandShape {
-                    cpu_milli: rng.range(0, 16) * 1000,
-                    mem_mib: rng.range(0, 8) * 1024,
-                    gpu_count: count,
-                    gpu_milli: milli,
-                    models,
-                };
-                (c, rng.range(0, 1 << 40))
-            })
-            .collect();
+        let mix = random_mix(&mut rng);
         let by_shape = MixByShape::new(&mix);
         for _ in 0..200 {
-            let devices: Vec<GpuDevice> = (0..rng.below(9))
-                .map(|_| GpuDevice {
-                    model: MODELS[rng.below(3) as usize].into(),
-                    free_milli: [0, 100, 300, 500, 1000][rng.below(5) as usize],
-                    emulated: true,
-                })
-                .collect();
+            let devices = random_devices(&mut rng);
             let free: Vec<u32> = devices.iter().map(|d| d.free_milli).collect();
             let (cpu, mem) = (rng.range(0, 16) * 1000, rng.range(0, 8) * 1024);
             let want: u128 = mix
@@ -371,5 +390,135 @@ fn measure_by_shape_equals_the_sum_over_classes() {
                 "seed {seed}"
             );
         }
+    }
+}
+
+/// The scaled mix the placer keeps in step (class rows with their scarcity counts, updated
+/// per arrival and node change, rows of departed classes compacted away) is the one built
+/// from scratch: every class of the window weighted by its demand and scaled by the GPU
+/// nodes over those that could hold it, recounted over the nodes as they are now. A seeded
+/// random cluster and stream with a small window (classes come and go, so rows are compacted).
+#[test]
+fn scaled_mix_kept_in_step_equals_one_built_from_scratch() {
+    use crate::sched::index::workload::{random, Event};
+    use crate::sched::index::{BestFit, IndexConfig, PlacementQuery};
+    for seed in [5u64, 6, 7] {
+        let w = random(40, 1200, seed);
+        let mut ix = PlacementIndex::with_nodes(IndexConfig::default(), w.nodes.clone());
+        let capacity: BTreeMap<NodeId, NodeResources> = w.nodes.iter().cloned().collect();
+        let mut p = FragPlacer::new(12);
+        for (id, f) in &w.nodes {
+            p.note_node(*id, Some(f));
+        }
+        let mut placed = BTreeMap::new();
+        let (mut checks, mut compactions, mut rows) = (0u32, 0u32, 0usize);
+        for (step, e) in w.events.iter().enumerate() {
+            match *e {
+                Event::Place { task, request, .. } => {
+                    let req = &w.requests[request as usize];
+                    p.observe(req);
+                    if let Some(n) = p.place(&mut ix, &PlacementQuery::new(req), &mut BestFit) {
+                        if let Some(alloc) = ix.take(n, req) {
+                            placed.insert(task, (n, req.clone(), alloc));
+                            p.note_node(n, ix.free(n));
+                        }
+                    }
+                }
+                Event::Release { task } => {
+                    if let Some((n, req, alloc)) = placed.remove(&task) {
+                        ix.give_back(n, &req, &alloc, &capacity[&n]);
+                        p.note_node(n, ix.free(n));
+                    }
+                }
+            }
+            p.scale_mix();
+            compactions += u32::from(p.rows.len() < rows);
+            rows = p.rows.len();
+            // From scratch: the window's classes, their holders recounted now.
+            let gpu_nodes: Vec<&NodeResources> = p.gpu_nodes.values().collect();
+            let nodes = gpu_nodes.len().max(1) as u64;
+            let scratch: Vec<(DemandShape, u64)> = p
+                .mix
+                .classes()
+                .iter()
+                .map(|(c, w)| {
+                    let h = gpu_nodes.iter().filter(|f| holds(f, c)).count() as u64;
+                    (
+                        c.clone(),
+                        w.saturating_mul(nodes).checked_div(h).unwrap_or(*w),
+                    )
+                })
+                .collect();
+            for r in p.rows.iter().filter(|r| r.count > 0) {
+                let h = gpu_nodes.iter().filter(|f| holds(f, &r.class)).count() as u64;
+                assert_eq!(r.holders, h, "seed {seed}, step {step}: {:?}", r.class);
+            }
+            let want = MixByShape::new(&scratch);
+            for f in capacity.values().chain(gpu_nodes.iter().copied()) {
+                let free: Vec<u32> = f.gpus.iter().map(|d| d.free_milli).collect();
+                assert_eq!(
+                    p.by_shape
+                        .fragmentation(f.cpu_milli, f.mem_mib, &f.gpus, &free),
+                    want.fragmentation(f.cpu_milli, f.mem_mib, &f.gpus, &free),
+                    "seed {seed}, step {step}"
+                );
+                checks += 1;
+            }
+        }
+        assert!(checks > 1000, "seed {seed}: only {checks} checks");
+        assert!(compactions > 0, "seed {seed}: rows never compacted");
+    }
+}
+
+/// The one-pass delta equals two whole evaluations of the mix and the normalisation walked
+/// apart, exactly: seeded random mixes (shared shapes, named models, groups emptied by a
+/// later mix), nodes (mixed models, partly used devices) and requests, fitting or not.
+#[test]
+fn one_pass_delta_equals_the_reference() {
+    use hetsched_common::rng::SplitMix64;
+    for seed in 1..=40u64 {
+        let mut rng = SplitMix64::new(seed);
+        let mix = random_mix(&mut rng);
+        // Half the seeds: a mix set over a larger one, so emptied groups stay numbered.
+        let mut by_shape = MixByShape::default();
+        if seed % 2 == 0 {
+            for (c, _) in &mix {
+                by_shape.group_for(c);
+            }
+            by_shape.group_for(&class(0, 3, 1000));
+        }
+        by_shape.clear_weights();
+        for (c, w) in &mix {
+            let g = by_shape.group_for(c);
+            by_shape.add_class(g, c.cpu_milli, c.mem_mib, *w);
+        }
+        let (mut scratch, mut fitted) = (Vec::new(), 0u32);
+        for _ in 0..300 {
+            let free = NodeResources {
+                cpu_milli: rng.range(0, 16) * 1000,
+                mem_mib: rng.range(0, 8) * 1024,
+                gpus: random_devices(&mut rng),
+                ..Default::default()
+            };
+            let (count, milli, models) = random_gpu_shape(&mut rng);
+            let req = ResourceRequest {
+                cpu_milli: rng.range(0, 8) * 1000,
+                mem_mib: rng.range(0, 4) * 1024,
+                gpu: GpuRequest {
+                    count,
+                    milli,
+                    models,
+                },
+                ..Default::default()
+            };
+            let want = by_shape.delta_reference(&free, &req, &mut scratch);
+            assert_eq!(
+                by_shape.delta(&free, &req, &mut scratch),
+                want,
+                "seed {seed}"
+            );
+            fitted += u32::from(want.is_some());
+        }
+        assert!(fitted > 0, "seed {seed}: no request fitted");
     }
 }

@@ -183,6 +183,13 @@ impl PlacementIndex {
         self.entry(node).map(|e| &e.state.free)
     }
 
+    /// `node`'s free resources, and whether all its devices are of one model (known from
+    /// its class: a caller that names devices' models can then compare one name, not each).
+    pub(crate) fn free_one_model(&self, node: NodeId) -> Option<(&NodeResources, bool)> {
+        self.entry(node)
+            .map(|e| (&e.state.free, self.classes.one_model(e.class)))
+    }
+
     /// The reservation `node` holds.
     pub fn reservation(&self, node: NodeId) -> Option<&Reservation> {
         self.entry(node).and_then(|e| e.state.reservation.as_ref())
