@@ -95,6 +95,7 @@ impl DemandShape {
     }
 }
 
+use super::frag_measure::GroupSees;
 pub use super::frag_measure::{class_fragment, MixByShape};
 
 /// A node's expected fragmentation under `mix`: `Σ weight · F(n, m)`.
@@ -215,6 +216,11 @@ pub struct FragPlacer {
     seen: HashMap<Box<[u64]>, Option<i128>, FxBuild>,
     /// The key being looked up (reused).
     key: Vec<u64>,
+    /// What each shape group sees of a device state (the key's part after CPU and memory):
+    /// kept across decisions and mixes, since it depends on the devices alone; cleared when
+    /// the groups are renumbered. Nodes return to the same few device states all the time,
+    /// so a decision rarely walks a device.
+    device_sees: HashMap<Box<[u64]>, Vec<GroupSees>, FxBuild>,
     /// GPU models by number, as `state_key` met them.
     models: Vec<String>,
     /// The model `state_key` numbered last (tried first: most nodes in a row share one).
@@ -254,6 +260,31 @@ struct ClassRow {
     group: usize,
 }
 
+/// Calls `f` with what each shape group of `by_shape` sees of the device state `key` (a
+/// `state_key`, written for `gpus`): kept in `cache`, extended to groups new since, or seen
+/// now and kept (the cache starts over past `FragPlacer::DEVICE_STATES_MAX` states).
+fn with_sees<R>(
+    cache: &mut HashMap<Box<[u64]>, Vec<GroupSees>, FxBuild>,
+    by_shape: &MixByShape,
+    key: &[u64],
+    gpus: &[hetsched_common::GpuDevice],
+    f: impl FnOnce(&[GroupSees]) -> R,
+) -> R {
+    let devices = &key[2..];
+    if let Some(sees) = cache.get_mut(devices) {
+        by_shape.see(gpus, sees); // shapes new since it was kept
+        return f(sees);
+    }
+    if cache.len() >= FragPlacer::DEVICE_STATES_MAX {
+        cache.clear();
+    }
+    let mut sees = Vec::new();
+    by_shape.see(gpus, &mut sees);
+    let r = f(&sees);
+    cache.insert(devices.into(), sees);
+    r
+}
+
 /// Whether a node with `free` could hold one task of `class` now.
 fn holds(free: &NodeResources, class: &DemandShape) -> bool {
     if free.cpu_milli < class.cpu_milli || free.mem_mib < class.mem_mib {
@@ -281,6 +312,9 @@ impl FragPlacer {
     /// Distinct states the memo holds before it starts over.
     const MEMO_MAX: usize = 4096;
 
+    /// Distinct device states kept before they start over.
+    const DEVICE_STATES_MAX: usize = 16384;
+
     /// A placer learning the mix from the last `window` arrivals.
     pub fn new(window: usize) -> Self {
         Self {
@@ -290,6 +324,7 @@ impl FragPlacer {
             scratch: Vec::new(),
             seen: HashMap::default(),
             key: Vec::new(),
+            device_sees: HashMap::default(),
             models: Vec::new(),
             last_model: None,
             memo_req: None,
@@ -351,6 +386,7 @@ impl FragPlacer {
         self.rows.retain(|r| r.count > 0);
         self.row_of.clear();
         self.by_shape = MixByShape::default();
+        self.device_sees.clear();
         for (i, r) in self.rows.iter_mut().enumerate() {
             r.group = self.by_shape.group_for(&r.class);
             self.row_of.insert(r.class.clone(), i);
@@ -371,6 +407,7 @@ impl FragPlacer {
         self.rows.clear();
         self.row_of.clear();
         self.by_shape = MixByShape::default();
+        self.device_sees.clear();
         self.scaled_fresh = false;
     }
 
@@ -393,12 +430,13 @@ impl FragPlacer {
         let old = self.gpu_nodes.remove(&node);
         // The scaled mix moves only with the number of GPU nodes or a class's holders.
         let mut moved = old.is_some() != new.is_some();
-        // `holds` for every class, with the devices walked once per GPU shape.
-        let (was_usable, is_usable) = (&mut self.usable_was, &mut self.usable_is);
-        self.by_shape
-            .usable_devices(old.as_ref().map(|f| &f.gpus[..]), was_usable);
-        self.by_shape
-            .usable_devices(new.map(|f| &f.gpus[..]), is_usable);
+        // `holds` for every class, from what each GPU shape sees of the devices.
+        let (mut was_usable, mut is_usable) = (
+            std::mem::take(&mut self.usable_was),
+            std::mem::take(&mut self.usable_is),
+        );
+        self.usable_per_group(old.as_ref(), &mut was_usable);
+        self.usable_per_group(new, &mut is_usable);
         let holds_row = |f: Option<&NodeResources>, usable: &[u32], r: &ClassRow| {
             f.is_some_and(|f| {
                 f.cpu_milli >= r.class.cpu_milli
@@ -407,8 +445,8 @@ impl FragPlacer {
             })
         };
         for r in self.rows.iter_mut().filter(|r| r.count > 0) {
-            let was = holds_row(old.as_ref(), was_usable, r);
-            let is = holds_row(new, is_usable, r);
+            let was = holds_row(old.as_ref(), &was_usable, r);
+            let is = holds_row(new, &is_usable, r);
             match (was, is) {
                 (true, false) => r.holders = r.holders.saturating_sub(1),
                 (false, true) => r.holders += 1,
@@ -416,12 +454,30 @@ impl FragPlacer {
             }
             moved = true;
         }
+        (self.usable_was, self.usable_is) = (was_usable, is_usable);
         if moved {
             self.scaled_fresh = false;
         }
         if let Some(f) = new {
             self.gpu_nodes.insert(node, f.clone());
         }
+    }
+
+    /// Into `out`, per shape group (by number): how many devices of a node with `free` a
+    /// task of the shape could use (none without `free`). Read from what the groups see of
+    /// its device state ([`device_sees`](Self::device_sees), kept for the deltas too).
+    fn usable_per_group(&mut self, free: Option<&NodeResources>, out: &mut Vec<u32>) {
+        out.clear();
+        let Some(free) = free else { return };
+        self.state_key(free, false);
+        let by_shape = &self.by_shape;
+        with_sees(
+            &mut self.device_sees,
+            by_shape,
+            &self.key,
+            &free.gpus,
+            |sees| out.extend(sees.iter().map(|s| s.usable())),
+        );
     }
 
     /// The mix with each class's weight multiplied by its scarcity: the GPU nodes there
@@ -481,7 +537,14 @@ impl FragPlacer {
             let d = match self.seen.get(&self.key[..]) {
                 Some(d) => *d,
                 None => {
-                    let d = self.by_shape.delta(free, q.request, &mut self.scratch);
+                    let (by_shape, scratch) = (&self.by_shape, &mut self.scratch);
+                    let d = with_sees(
+                        &mut self.device_sees,
+                        by_shape,
+                        &self.key,
+                        &free.gpus,
+                        |s| by_shape.delta_seen(free, q.request, s, scratch),
+                    );
                     self.seen.insert(self.key.as_slice().into(), d);
                     d
                 }

@@ -13,7 +13,7 @@
 //! `frag` decision's time while the cluster is mostly free (every node fits).
 
 use super::frag::DemandShape;
-use hetsched_common::{allocate_gpus, GpuDevice, NodeResources, ResourceRequest};
+use hetsched_common::{allocate_gpus, GpuAlloc, GpuDevice, NodeResources, ResourceRequest};
 
 /// What a GPU shape (devices, share, models) sees of a node's devices: the free thousandths
 /// of the devices it accepts, and of those the part it cannot use when one task of the shape
@@ -57,8 +57,12 @@ pub fn class_fragment(
 }
 
 /// Writes into `scratch` each device's free thousandths after `req` is placed on a node with
-/// `free` (the devices `allocate_gpus` gives); `None` when it does not fit.
-fn free_after(free: &NodeResources, req: &ResourceRequest, scratch: &mut Vec<u32>) -> Option<()> {
+/// `free`, and returns the devices `allocate_gpus` gives it; `None` when it does not fit.
+fn free_after(
+    free: &NodeResources,
+    req: &ResourceRequest,
+    scratch: &mut Vec<u32>,
+) -> Option<GpuAlloc> {
     if free.cpu_milli < req.cpu_milli || free.mem_mib < req.mem_mib {
         return None;
     }
@@ -70,12 +74,12 @@ fn free_after(free: &NodeResources, req: &ResourceRequest, scratch: &mut Vec<u32
             *f = f.saturating_sub(*milli);
         }
     }
-    Some(())
+    Some(alloc)
 }
 
 /// What one shape sees of a node's devices, summed device by device (the one-pass form of
 /// `shape_sees`, used by [`MixByShape::delta`]).
-#[derive(Default)]
+#[derive(Clone, Copy, Debug, Default)]
 struct ShapeSees {
     /// Free thousandths of the accepted devices.
     total: u64,
@@ -94,6 +98,21 @@ impl ShapeSees {
         }
     }
 
+    /// The same after one device of `free` thousandths free keeps `after` of them.
+    #[inline]
+    fn changed(mut self, free: u32, after: u32, need: u32) -> Self {
+        self.total -= (free - after.min(free)) as u64;
+        if free >= need {
+            self.usable -= 1;
+            self.usable_milli -= free as u64;
+        }
+        if after >= need {
+            self.usable += 1;
+            self.usable_milli += after as u64;
+        }
+        self
+    }
+
     /// As `shape_sees`: the part a task of `shape` cannot use, `None` when one cannot run.
     fn unusable(&self, shape: &DemandShape) -> Option<u64> {
         let enough = if shape.is_fraction() {
@@ -102,6 +121,27 @@ impl ShapeSees {
             self.usable >= shape.gpu_count
         };
         enough.then(|| self.total - self.usable_milli)
+    }
+}
+
+/// What one shape group sees of a node's devices: it depends on the devices alone (their
+/// models and free thousandths), not on the node's CPU and memory nor on the weights, so the
+/// `frag` placer keeps it per distinct device state across decisions and mixes (see
+/// [`MixByShape::delta_seen`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct GroupSees {
+    sees: ShapeSees,
+    /// Which devices the shape accepts (bit `i` for device `i` < 64; past that the model is
+    /// compared again).
+    accepted: u64,
+    /// Whether it accepts any.
+    any: bool,
+}
+
+impl GroupSees {
+    /// Devices a task of the shape could use: accepted, with at least its share free.
+    pub(crate) fn usable(&self) -> u32 {
+        self.sees.usable
     }
 }
 
@@ -114,9 +154,31 @@ struct ShapeGroup {
     classes: Vec<(u64, u64, u64)>,
     /// Their weights together.
     weight: u128,
+    /// The most CPU and memory a class of it asks, and the least: a node with at least the
+    /// most has room for all of them, one with less than the least for none, and neither
+    /// needs the classes walked (most nodes of a mostly free cluster are the first kind).
+    most: (u64, u64),
+    least: (u64, u64),
 }
 
 impl ShapeGroup {
+    /// The weight of the classes with room beside the GPUs on a node with `cpu_milli` and
+    /// `mem_mib`.
+    #[inline]
+    fn fitting(&self, cpu_milli: u64, mem_mib: u64) -> u128 {
+        if cpu_milli >= self.most.0 && mem_mib >= self.most.1 {
+            return self.weight;
+        }
+        if cpu_milli < self.least.0 || mem_mib < self.least.1 {
+            return 0;
+        }
+        self.classes
+            .iter()
+            .filter(|(cpu, mem, _)| cpu_milli >= *cpu && mem_mib >= *mem)
+            .map(|(_, _, w)| *w as u128)
+            .sum()
+    }
+
     /// `Σ weight · F(n, class)` over this shape's classes, for a node with `cpu_milli`,
     /// `mem_mib` and devices `devices` whose free thousandths are `free`.
     fn fragmentation(
@@ -127,13 +189,8 @@ impl ShapeGroup {
         free: &[u32],
     ) -> u128 {
         let (total, unusable) = shape_sees(&self.shape, devices, free);
-        let fitting: u128 = match unusable {
-            Some(_) => self
-                .classes
-                .iter()
-                .filter(|(cpu, mem, _)| cpu_milli >= *cpu && mem_mib >= *mem)
-                .map(|(_, _, w)| *w as u128)
-                .sum(),
+        let fitting = match unusable {
+            Some(_) => self.fitting(cpu_milli, mem_mib),
             None => 0,
         };
         self.value(total, unusable, fitting)
@@ -198,6 +255,8 @@ impl MixByShape {
             },
             classes: Vec::new(),
             weight: 0,
+            most: (0, 0),
+            least: (u64::MAX, u64::MAX),
         });
         self.groups.len() - 1
     }
@@ -207,6 +266,8 @@ impl MixByShape {
         for g in &mut self.groups {
             g.classes.clear();
             g.weight = 0;
+            g.most = (0, 0);
+            g.least = (u64::MAX, u64::MAX);
         }
         self.all = 0;
     }
@@ -217,24 +278,10 @@ impl MixByShape {
         if let Some(g) = self.groups.get_mut(group) {
             g.classes.push((cpu_milli, mem_mib, weight));
             g.weight += weight as u128;
+            g.most = (g.most.0.max(cpu_milli), g.most.1.max(mem_mib));
+            g.least = (g.least.0.min(cpu_milli), g.least.1.min(mem_mib));
             self.all += weight as u128;
         }
-    }
-
-    /// Per group, in `out` (by group number): how many of `devices` a task of the group's
-    /// shape could use, i.e. of a model it accepts with at least its share free (none when
-    /// `devices` is `None`). What the placer's scarcity counts compare with each class's
-    /// device count: one walk of the devices per shape, not per class.
-    pub(crate) fn usable_devices(&self, devices: Option<&[GpuDevice]>, out: &mut Vec<u32>) {
-        out.clear();
-        out.extend(self.groups.iter().map(|g| {
-            let need = g.shape.gpu_milli.max(1);
-            devices.map_or(0, |ds| {
-                ds.iter()
-                    .filter(|d| d.free_milli >= need && g.shape.accepts(&d.model))
-                    .count() as u32
-            })
-        }));
     }
 
     /// A node's expected fragmentation: `Σ weight · F(n, m)` over the mix, for a node with
@@ -261,50 +308,87 @@ impl MixByShape {
     /// `None` when it does not fit. Signed: a placement can also turn fragments into used
     /// capacity. `scratch` is a reusable buffer.
     ///
-    /// One pass: per shape group the devices are walked once for the state before and after
-    /// the placement together, and the group's classes once for both CPU and memory checks
-    /// (this runs for every distinct fitting node state of every decision: two walks of the
-    /// mix and a third for the normalisation were most of `frag`'s time).
+    /// One pass over the mix: what each shape sees of the devices is taken once
+    /// ([`see`](Self::see)) and the state after the placement differs from it only in the
+    /// devices the task takes ([`delta_seen`](Self::delta_seen)); the weights of each group's
+    /// classes are summed once for both states. The `frag` placer keeps what the shapes see
+    /// per device state, so a decision walks no device of a state met before.
     pub fn delta(
         &self,
         free: &NodeResources,
         req: &ResourceRequest,
         scratch: &mut Vec<u32>,
     ) -> Option<i128> {
-        free_after(free, req, scratch)?;
+        let mut seen = Vec::with_capacity(self.groups.len());
+        self.see(&free.gpus, &mut seen);
+        self.delta_seen(free, req, &seen, scratch)
+    }
+
+    /// Extends `out` (one entry per group, by number) to every group of the mix: what each
+    /// group's shape sees of `devices`. Entries already there are kept (groups keep their numbers
+    /// and only new shapes are added, until [`set`](Self::set) or a new `MixByShape`).
+    pub(crate) fn see(&self, devices: &[GpuDevice], out: &mut Vec<GroupSees>) {
+        for g in self.groups.iter().skip(out.len()) {
+            let need = g.shape.gpu_milli.max(1);
+            let mut seen = GroupSees::default();
+            for (i, d) in devices.iter().enumerate() {
+                if g.shape.accepts(&d.model) {
+                    seen.sees.add(d.free_milli, need);
+                    seen.any = true;
+                    if i < 64 {
+                        seen.accepted |= 1 << i;
+                    }
+                }
+            }
+            out.push(seen);
+        }
+    }
+
+    /// [`delta`](Self::delta) from what each group sees of the node's devices before the
+    /// placement (`seen`, from [`see`](Self::see) on `free.gpus`): the state after it
+    /// differs only in the devices the task takes, so no device is walked again.
+    pub(crate) fn delta_seen(
+        &self,
+        free: &NodeResources,
+        req: &ResourceRequest,
+        seen: &[GroupSees],
+        scratch: &mut Vec<u32>,
+    ) -> Option<i128> {
+        let taken = free_after(free, req, scratch)?;
         let (cpu_before, mem_before) = (free.cpu_milli, free.mem_mib);
         let (cpu_after, mem_after) = (cpu_before - req.cpu_milli, mem_before - req.mem_mib);
         let (mut before, mut after, mut here) = (0u128, 0u128, 0u128);
-        for g in self.groups.iter().filter(|g| !g.classes.is_empty()) {
+        for (g, sees) in self.groups.iter().zip(seen) {
+            if g.classes.is_empty() || !sees.any {
+                continue;
+            }
+            here += g.weight; // the mix as this node's models see it (see below)
             let need = g.shape.gpu_milli.max(1);
-            let mut was = ShapeSees::default();
-            let mut is = ShapeSees::default();
-            let mut accepted = false;
-            for (d, f_after) in free.gpus.iter().zip(scratch.iter()) {
-                if !g.shape.accepts(&d.model) {
+            let was = sees.sees;
+            let mut is = was;
+            for (dev, _) in &taken {
+                let i = *dev as usize;
+                let (Some(d), Some(f_after)) = (free.gpus.get(i), scratch.get(i)) else {
                     continue;
+                };
+                let accepted = if i < 64 {
+                    sees.accepted >> i & 1 == 1
+                } else {
+                    g.shape.accepts(&d.model)
+                };
+                if accepted {
+                    is = is.changed(d.free_milli, *f_after, need);
                 }
-                accepted = true;
-                was.add(d.free_milli, need);
-                is.add(*f_after, need);
             }
-            if !accepted {
-                continue; // no fragment of this shape here, before or after
-            }
-            // The mix as this node's models see it (see below).
-            here += g.weight;
             let (unusable_was, unusable_is) = (was.unusable(&g.shape), is.unusable(&g.shape));
-            let (mut fit_was, mut fit_is) = (0u128, 0u128);
-            if unusable_was.is_some() || unusable_is.is_some() {
-                for (cpu, mem, w) in &g.classes {
-                    if cpu_before >= *cpu && mem_before >= *mem {
-                        fit_was += *w as u128;
-                    }
-                    if cpu_after >= *cpu && mem_after >= *mem {
-                        fit_is += *w as u128;
-                    }
-                }
-            }
+            let fit_was = match unusable_was {
+                Some(_) => g.fitting(cpu_before, mem_before),
+                None => 0,
+            };
+            let fit_is = match unusable_is {
+                Some(_) => g.fitting(cpu_after, mem_after),
+                None => 0,
+            };
             before += g.value(was.total, unusable_was, fit_was);
             after += g.value(is.total, unusable_is, fit_is);
         }

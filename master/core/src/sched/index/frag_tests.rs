@@ -472,15 +472,24 @@ fn scaled_mix_kept_in_step_equals_one_built_from_scratch() {
 
 /// The one-pass delta equals two whole evaluations of the mix and the normalisation walked
 /// apart, exactly: seeded random mixes (shared shapes, named models, groups emptied by a
-/// later mix), nodes (mixed models, partly used devices) and requests, fitting or not.
+/// later mix), nodes (mixed models, partly used devices) and requests, fitting or not; and
+/// so does the delta from what the groups saw of a device state kept while new shapes
+/// joined the mix (the placer's `device_sees`).
 #[test]
 fn one_pass_delta_equals_the_reference() {
     use hetsched_common::rng::SplitMix64;
     for seed in 1..=40u64 {
         let mut rng = SplitMix64::new(seed);
         let mix = random_mix(&mut rng);
-        // Half the seeds: a mix set over a larger one, so emptied groups stay numbered.
         let mut by_shape = MixByShape::default();
+        // A device state seen while only the first classes' shapes had groups.
+        let kept = random_devices(&mut rng);
+        for (c, _) in mix.iter().take(mix.len() / 2) {
+            by_shape.group_for(c);
+        }
+        let mut kept_sees = Vec::new();
+        by_shape.see(&kept, &mut kept_sees);
+        // Half the seeds: a mix set over a larger one, so emptied groups stay numbered.
         if seed % 2 == 0 {
             for (c, _) in &mix {
                 by_shape.group_for(c);
@@ -518,6 +527,17 @@ fn one_pass_delta_equals_the_reference() {
                 "seed {seed}"
             );
             fitted += u32::from(want.is_some());
+            // The kept device state, with this node's CPU and memory.
+            let on_kept = NodeResources {
+                gpus: kept.clone(),
+                ..free
+            };
+            by_shape.see(&kept, &mut kept_sees);
+            assert_eq!(
+                by_shape.delta_seen(&on_kept, &req, &kept_sees, &mut scratch),
+                by_shape.delta_reference(&on_kept, &req, &mut scratch),
+                "seed {seed}, kept device state"
+            );
         }
         assert!(fitted > 0, "seed {seed}: no request fitted");
     }
