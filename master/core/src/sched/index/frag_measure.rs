@@ -11,6 +11,14 @@
 //! weighted sum is the same integer as `Σ weight · class_fragment` over the classes, which
 //! `frag` evaluated before placing every task on every distinct node state — most of a
 //! `frag` decision's time while the cluster is mostly free (every node fits).
+//!
+//! **What is kept.** What each shape sees of a node's devices depends on the devices alone,
+//! so the placer keeps it per device state ([`GroupSees`]) across decisions and new mixes;
+//! a delta then applies the placement to the few devices the task takes instead of walking
+//! every device twice, and a shape whose classes all fit (or none does) beside the GPUs
+//! costs no walk of its classes. On a trace that barely queues, where every plan follows
+//! one arrival and so meets a new mix, that took a third of `pipeline-frag`'s instructions
+//! away (BENCHMARKS.md, "`frag`'s cost where the trace barely queues").
 
 use super::frag::DemandShape;
 use hetsched_common::{allocate_gpus, GpuAlloc, GpuDevice, NodeResources, ResourceRequest};
@@ -77,8 +85,8 @@ fn free_after(
     Some(alloc)
 }
 
-/// What one shape sees of a node's devices, summed device by device (the one-pass form of
-/// `shape_sees`, used by [`MixByShape::delta`]).
+/// What one shape sees of a node's devices, summed device by device (`shape_sees` kept as
+/// numbers, so that a placement's change to a few devices can be applied to it).
 #[derive(Clone, Copy, Debug, Default)]
 struct ShapeSees {
     /// Free thousandths of the accepted devices.
