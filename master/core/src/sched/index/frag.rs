@@ -209,18 +209,14 @@ pub struct FragPlacer {
     cpu_only: BTreeSet<NodeId>,
     cpu_only_candidates: Option<Candidates>,
     scratch: Vec<u32>,
-    /// Memo: a node state's key (`state_key`) → its fragmentation delta for `memo_req`
-    /// under the current scaled mix. Kept across decisions (a plan's tasks of one shape,
-    /// the pools' second query for the same task) and cleared when the request or the
-    /// scaled mix changes: the delta depends on nothing else.
-    seen: HashMap<Box<[u64]>, Option<i128>, FxBuild>,
+    /// Node states by number, what the shape groups see of each device state, and the memo:
+    /// see [`StateTable`].
+    states: StateTable,
+    /// The memo's current stamp: a state's delta holds for `memo_req` under the current
+    /// scaled mix while it carries this stamp (a new stamp empties the memo at once).
+    memo_stamp: u64,
     /// The key being looked up (reused).
     key: Vec<u64>,
-    /// What each shape group sees of a device state (the key's part after CPU and memory):
-    /// kept across decisions and mixes, since it depends on the devices alone; cleared when
-    /// the groups are renumbered. Nodes return to the same few device states all the time,
-    /// so a decision rarely walks a device.
-    device_sees: HashMap<Box<[u64]>, Vec<GroupSees>, FxBuild>,
     /// GPU models by number, as `state_key` met them.
     models: Vec<String>,
     /// The model `state_key` numbered last (tried first: most nodes in a row share one).
@@ -260,29 +256,52 @@ struct ClassRow {
     group: usize,
 }
 
-/// Calls `f` with what each shape group of `by_shape` sees of the device state `key` (a
-/// `state_key`, written for `gpus`): kept in `cache`, extended to groups new since, or seen
-/// now and kept (the cache starts over past `FragPlacer::DEVICE_STATES_MAX` states).
-fn with_sees<R>(
-    cache: &mut HashMap<Box<[u64]>, Vec<GroupSees>, FxBuild>,
-    by_shape: &MixByShape,
-    key: &[u64],
-    gpus: &[hetsched_common::GpuDevice],
-    f: impl FnOnce(&[GroupSees]) -> R,
-) -> R {
-    let devices = &key[2..];
-    if let Some(sees) = cache.get_mut(devices) {
-        by_shape.see(gpus, sees); // shapes new since it was kept
-        return f(sees);
+/// Node states by number. A decision scores every fitting node, and most nodes are in a state
+/// met before (the index's version of a node says whether it changed since): a node whose
+/// version holds is looked up by id, not keyed and hashed again. Each state number has its
+/// device state's number (the key's part after CPU and memory) and its memoised delta; each
+/// device state what the shape groups see of it (it depends on the devices alone, so it holds
+/// across decisions and mixes: a delta then walks only the devices the task takes).
+#[derive(Clone, Debug, Default)]
+struct StateTable {
+    /// Node → (index version, state number) of the state last keyed for it.
+    of_node: HashMap<NodeId, (u64, u32), FxBuild>,
+    /// State key → number.
+    ids: HashMap<Box<[u64]>, u32, FxBuild>,
+    /// Per state: its device state's number.
+    device_of: Vec<u32>,
+    /// Per state: (memo stamp, delta) of its last scoring.
+    memo: Vec<(u64, Option<i128>)>,
+    /// Device state (the key's devices) → number.
+    device_ids: HashMap<Box<[u64]>, u32, FxBuild>,
+    /// Per device state: what each shape group sees of it (by group number).
+    sees: Vec<Vec<GroupSees>>,
+}
+
+impl StateTable {
+    /// The number of the state `key` (a `state_key`), made when new.
+    fn state(&mut self, key: &[u64]) -> usize {
+        if let Some(id) = self.ids.get(key) {
+            return *id as usize;
+        }
+        let device = self.device(&key[2..]) as u32;
+        let id = self.device_of.len();
+        self.device_of.push(device);
+        self.memo.push((0, None));
+        self.ids.insert(key.into(), id as u32);
+        id
     }
-    if cache.len() >= FragPlacer::DEVICE_STATES_MAX {
-        cache.clear();
+
+    /// The number of the device state `devices` (a `state_key`'s devices), made when new.
+    fn device(&mut self, devices: &[u64]) -> usize {
+        if let Some(id) = self.device_ids.get(devices) {
+            return *id as usize;
+        }
+        self.sees.push(Vec::new());
+        self.device_ids
+            .insert(devices.into(), (self.sees.len() - 1) as u32);
+        self.sees.len() - 1
     }
-    let mut sees = Vec::new();
-    by_shape.see(gpus, &mut sees);
-    let r = f(&sees);
-    cache.insert(devices.into(), sees);
-    r
 }
 
 /// Whether a node with `free` could hold one task of `class` now.
@@ -309,11 +328,8 @@ impl FragPlacer {
     /// Submissions relearned after a rebuild (new leadership, snapshot restore).
     pub const WINDOW_ON_RESET: usize = WorkloadMix::DEFAULT_WINDOW;
 
-    /// Distinct states the memo holds before it starts over.
-    const MEMO_MAX: usize = 4096;
-
-    /// Distinct device states kept before they start over.
-    const DEVICE_STATES_MAX: usize = 16384;
+    /// Distinct node states numbered before the numbering starts over.
+    const STATES_MAX: usize = 16384;
 
     /// A placer learning the mix from the last `window` arrivals.
     pub fn new(window: usize) -> Self {
@@ -322,9 +338,9 @@ impl FragPlacer {
             cpu_only: BTreeSet::new(),
             cpu_only_candidates: None,
             scratch: Vec::new(),
-            seen: HashMap::default(),
             key: Vec::new(),
-            device_sees: HashMap::default(),
+            states: StateTable::default(),
+            memo_stamp: 1,
             models: Vec::new(),
             last_model: None,
             memo_req: None,
@@ -386,7 +402,9 @@ impl FragPlacer {
         self.rows.retain(|r| r.count > 0);
         self.row_of.clear();
         self.by_shape = MixByShape::default();
-        self.device_sees.clear();
+        for sees in &mut self.states.sees {
+            sees.clear(); // seen again for the new group numbers
+        }
         for (i, r) in self.rows.iter_mut().enumerate() {
             r.group = self.by_shape.group_for(&r.class);
             self.row_of.insert(r.class.clone(), i);
@@ -407,7 +425,7 @@ impl FragPlacer {
         self.rows.clear();
         self.row_of.clear();
         self.by_shape = MixByShape::default();
-        self.device_sees.clear();
+        self.states = StateTable::default();
         self.scaled_fresh = false;
     }
 
@@ -465,19 +483,16 @@ impl FragPlacer {
 
     /// Into `out`, per shape group (by number): how many devices of a node with `free` a
     /// task of the shape could use (none without `free`). Read from what the groups see of
-    /// its device state ([`device_sees`](Self::device_sees), kept for the deltas too).
+    /// its device state (kept in [`StateTable`] for the deltas too).
     fn usable_per_group(&mut self, free: Option<&NodeResources>, out: &mut Vec<u32>) {
         out.clear();
         let Some(free) = free else { return };
         self.state_key(free, false);
-        let by_shape = &self.by_shape;
-        with_sees(
-            &mut self.device_sees,
-            by_shape,
-            &self.key,
-            &free.gpus,
-            |sees| out.extend(sees.iter().map(|s| s.usable())),
-        );
+        let device = self.states.device(&self.key[2..]);
+        if let Some(sees) = self.states.sees.get_mut(device) {
+            self.by_shape.see(&free.gpus, sees); // shapes new since it was kept
+            out.extend(sees.iter().map(|s| s.usable()));
+        }
     }
 
     /// The mix with each class's weight multiplied by its scarcity: the GPU nodes there
@@ -519,33 +534,49 @@ impl FragPlacer {
         }
         let fits = ix.fit_positions(q);
         let rescaled = self.scale_mix();
+        if self.states.device_of.len() > Self::STATES_MAX
+            || self.states.sees.len() > Self::STATES_MAX
+        {
+            self.states = StateTable::default();
+        }
         // Nodes in the same state score the same: evaluate each distinct state once (per
         // request and scaled mix, so across decisions while neither changes).
-        if rescaled || self.memo_req.as_ref() != Some(q.request) || self.seen.len() > Self::MEMO_MAX
-        {
-            self.seen.clear();
+        if rescaled || self.memo_req.as_ref() != Some(q.request) {
+            self.memo_stamp += 1;
             self.memo_req = Some(q.request.clone());
         }
         // The least growth wins; among equals the first node in the index's ascending
         // (best-fit) order.
         let mut best: Option<(i128, Pos)> = None;
         for pos in fits {
-            let Some((free, one_model)) = ix.free_one_model(pos.node) else {
+            let Some((free, one_model, version)) = ix.free_versioned(pos.node) else {
                 continue;
             };
-            self.state_key(free, one_model);
-            let d = match self.seen.get(&self.key[..]) {
-                Some(d) => *d,
-                None => {
-                    let (by_shape, scratch) = (&self.by_shape, &mut self.scratch);
-                    let d = with_sees(
-                        &mut self.device_sees,
-                        by_shape,
-                        &self.key,
-                        &free.gpus,
-                        |s| by_shape.delta_seen(free, q.request, s, scratch),
-                    );
-                    self.seen.insert(self.key.as_slice().into(), d);
+            let state = match self.states.of_node.get(&pos.node) {
+                Some(&(v, state)) if v == version => state as usize,
+                _ => {
+                    self.state_key(free, one_model);
+                    let state = self.states.state(&self.key);
+                    self.states
+                        .of_node
+                        .insert(pos.node, (version, state as u32));
+                    state
+                }
+            };
+            let d = match self.states.memo.get(state) {
+                Some(&(stamp, d)) if stamp == self.memo_stamp => d,
+                _ => {
+                    let device = self.states.device_of.get(state).copied().unwrap_or(0);
+                    let Some(sees) = self.states.sees.get_mut(device as usize) else {
+                        continue;
+                    };
+                    self.by_shape.see(&free.gpus, sees); // shapes new since it was kept
+                    let d = self
+                        .by_shape
+                        .delta_seen(free, q.request, sees, &mut self.scratch);
+                    if let Some(m) = self.states.memo.get_mut(state) {
+                        *m = (self.memo_stamp, d);
+                    }
                     d
                 }
             };

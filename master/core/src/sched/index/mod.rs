@@ -97,6 +97,19 @@ struct Entry {
     class: ClassId,
     /// Position in `live` (for O(1) removal and uniform draws).
     live_pos: u32,
+    /// Changes with every change of `state.free` (see [`next_version`]).
+    version: u64,
+}
+
+/// A number never handed out before in this process: an entry takes a new one whenever what
+/// its node has free changes, so a node's (id, version) names one state in every index, its
+/// clones included (a clone keeps the numbers of the states it copied; a change on either side
+/// takes a new one). Callers that derive something from a node's state (the `frag` placer's
+/// state numbers) keep it while the version holds. Not part of any decision.
+fn next_version() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The DistBuckets placement index.
@@ -183,11 +196,12 @@ impl PlacementIndex {
         self.entry(node).map(|e| &e.state.free)
     }
 
-    /// `node`'s free resources, and whether all its devices are of one model (known from
-    /// its class: a caller that names devices' models can then compare one name, not each).
-    pub(crate) fn free_one_model(&self, node: NodeId) -> Option<(&NodeResources, bool)> {
+    /// `node`'s free resources, whether all its devices are of one model (known from its
+    /// class: a caller that names devices' models can then compare one name, not each), and
+    /// the version of what it has free (see [`next_version`]).
+    pub(crate) fn free_versioned(&self, node: NodeId) -> Option<(&NodeResources, bool, u64)> {
         self.entry(node)
-            .map(|e| (&e.state.free, self.classes.one_model(e.class)))
+            .map(|e| (&e.state.free, self.classes.one_model(e.class), e.version))
     }
 
     /// The reservation `node` holds.
@@ -221,6 +235,7 @@ impl PlacementIndex {
             state,
             class,
             live_pos: self.live.len() as u32,
+            version: next_version(),
         });
         self.live.push(slot);
         self.by_id.insert(id, slot);
@@ -416,6 +431,7 @@ impl PlacementIndex {
         let Some(e) = self.slots[slot as usize].as_mut() else {
             return;
         };
+        e.version = next_version();
         let (old_key, old_class) = (e.state.key_pub, e.class);
         e.state.refresh(&self.config.theta);
         if reclassify {
