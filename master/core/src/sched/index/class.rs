@@ -87,13 +87,6 @@ impl Classes {
         id
     }
 
-    /// Whether every node of `class` has devices of at most one model.
-    pub fn one_model(&self, class: ClassId) -> bool {
-        self.keys
-            .get(class as usize)
-            .is_some_and(|k| k.models.len() <= 1)
-    }
-
     /// Which classes may serve `req`.
     pub fn eligible(&self, req: &ResourceRequest) -> Eligible {
         let unconstrained = (req.gpu.is_none() || req.gpu.models.is_empty())

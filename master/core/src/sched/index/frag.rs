@@ -219,8 +219,6 @@ pub struct FragPlacer {
     key: Vec<u64>,
     /// GPU models by number, as `state_key` met them.
     models: Vec<String>,
-    /// The model `state_key` numbered last (tried first: most nodes in a row share one).
-    last_model: Option<usize>,
     memo_req: Option<ResourceRequest>,
     /// Whether `by_shape` is up to date (no arrival, scarcity count moved or clear since).
     scaled_fresh: bool,
@@ -342,7 +340,6 @@ impl FragPlacer {
             states: StateTable::default(),
             memo_stamp: 1,
             models: Vec::new(),
-            last_model: None,
             memo_req: None,
             scaled_fresh: false,
             gpu_nodes: BTreeMap::new(),
@@ -487,7 +484,7 @@ impl FragPlacer {
     fn usable_per_group(&mut self, free: Option<&NodeResources>, out: &mut Vec<u32>) {
         out.clear();
         let Some(free) = free else { return };
-        self.state_key(free, false);
+        self.state_key(free);
         let device = self.states.device(&self.key[2..]);
         if let Some(sees) = self.states.sees.get_mut(device) {
             self.by_shape.see(&free.gpus, sees); // shapes new since it was kept
@@ -549,13 +546,13 @@ impl FragPlacer {
         // (best-fit) order.
         let mut best: Option<(i128, Pos)> = None;
         for pos in fits {
-            let Some((free, one_model, version)) = ix.free_versioned(pos.node) else {
+            let Some((free, version)) = ix.free_versioned(pos.node) else {
                 continue;
             };
             let state = match self.states.of_node.get(&pos.node) {
                 Some(&(v, state)) if v == version => state as usize,
                 _ => {
-                    self.state_key(free, one_model);
+                    self.state_key(free);
                     let state = self.states.state(&self.key);
                     self.states
                         .of_node
@@ -566,9 +563,10 @@ impl FragPlacer {
             let d = match self.states.memo.get(state) {
                 Some(&(stamp, d)) if stamp == self.memo_stamp => d,
                 _ => {
-                    let device = self.states.device_of.get(state).copied().unwrap_or(0);
-                    let Some(sees) = self.states.sees.get_mut(device as usize) else {
-                        continue;
+                    let device = self.states.device_of.get(state).copied();
+                    let Some(sees) = device.and_then(|d| self.states.sees.get_mut(d as usize))
+                    else {
+                        continue; // not reached: every state number has its device state
                     };
                     self.by_shape.see(&free.gpus, sees); // shapes new since it was kept
                     let d = self
@@ -594,16 +592,14 @@ impl FragPlacer {
     /// Writes into `self.key` what a node's fragmentation delta depends on: its free CPU
     /// and memory, and each device's free thousandths with its model's number (models are
     /// numbered as the placer meets them). Equal keys are equal states: exact, and with no
-    /// copy of the model names. With `one_model` (the index knows all the node's devices are
-    /// of one model) only the first device's model is compared: this runs for every fitting
-    /// node of every decision, and a name compared per device was a tenth of it.
-    fn state_key(&mut self, free: &NodeResources, one_model: bool) {
+    /// copy of the model names. Runs only for a node whose state changed since it was keyed
+    /// (see [`StateTable`]).
+    fn state_key(&mut self, free: &NodeResources) {
         self.key.clear();
         self.key.extend([free.cpu_milli, free.mem_mib]);
-        let mut last: Option<usize> = self.last_model;
-        for (i, d) in free.gpus.iter().enumerate() {
-            let same = one_model && i > 0;
-            let m = match last.filter(|m| same || self.models[*m] == d.model) {
+        let mut last: Option<usize> = None;
+        for d in &free.gpus {
+            let m = match last.filter(|m| self.models[*m] == d.model) {
                 Some(m) => m,
                 None => match self.models.iter().position(|m| *m == d.model) {
                     Some(m) => m,
@@ -616,7 +612,6 @@ impl FragPlacer {
             last = Some(m);
             self.key.push(((m as u64) << 32) | d.free_milli as u64);
         }
-        self.last_model = last;
     }
 }
 

@@ -28,23 +28,13 @@ use hetsched_common::{allocate_gpus, GpuAlloc, GpuDevice, NodeResources, Resourc
 /// could run on the devices (`None`: it could not, so all of it is a fragment).
 fn shape_sees(shape: &DemandShape, devices: &[GpuDevice], free: &[u32]) -> (u64, Option<u64>) {
     let need = shape.gpu_milli.max(1);
-    let (mut total, mut usable, mut usable_milli) = (0u64, 0u32, 0u64);
+    let mut sees = ShapeSees::default();
     for (d, f) in devices.iter().zip(free) {
-        if !shape.accepts(&d.model) {
-            continue;
-        }
-        total += *f as u64;
-        if *f >= need {
-            usable += 1;
-            usable_milli += *f as u64;
+        if shape.accepts(&d.model) {
+            sees.add(*f, need);
         }
     }
-    let enough = if shape.is_fraction() {
-        usable >= 1
-    } else {
-        usable >= shape.gpu_count
-    };
-    (total, enough.then(|| total - usable_milli))
+    (sees.total, sees.unusable(shape))
 }
 
 /// The fragment `F(n, m)` of one node for one class, in GPU thousandths: see `frag.rs`.
@@ -85,8 +75,8 @@ fn free_after(
     Some(alloc)
 }
 
-/// What one shape sees of a node's devices, summed device by device (`shape_sees` kept as
-/// numbers, so that a placement's change to a few devices can be applied to it).
+/// What one shape sees of a node's devices, summed device by device (what `shape_sees`
+/// gives, kept as numbers so that a placement's change to a few devices can be applied).
 #[derive(Clone, Copy, Debug, Default)]
 struct ShapeSees {
     /// Free thousandths of the accepted devices.

@@ -552,7 +552,7 @@ fn a_node_takes_a_new_version_with_every_change_and_never_an_old_one() {
     let id = NodeId(1);
     let capacity = node(8000, 1000, &[1000, 1000]);
     let mut ix = PlacementIndex::with_nodes(IndexConfig::default(), vec![(id, capacity.clone())]);
-    let version = |ix: &PlacementIndex| ix.free_versioned(id).map(|(_, _, v)| v);
+    let version = |ix: &PlacementIndex| ix.free_versioned(id).map(|(_, v)| v);
     let mut seen = BTreeSet::new();
     assert!(seen.insert(version(&ix)));
     let req = ResourceRequest {

@@ -196,12 +196,9 @@ impl PlacementIndex {
         self.entry(node).map(|e| &e.state.free)
     }
 
-    /// `node`'s free resources, whether all its devices are of one model (known from its
-    /// class: a caller that names devices' models can then compare one name, not each), and
-    /// the version of what it has free (see [`next_version`]).
-    pub(crate) fn free_versioned(&self, node: NodeId) -> Option<(&NodeResources, bool, u64)> {
-        self.entry(node)
-            .map(|e| (&e.state.free, self.classes.one_model(e.class), e.version))
+    /// `node`'s free resources and the version of them (see [`next_version`]).
+    pub(crate) fn free_versioned(&self, node: NodeId) -> Option<(&NodeResources, u64)> {
+        self.entry(node).map(|e| (&e.state.free, e.version))
     }
 
     /// The reservation `node` holds.
