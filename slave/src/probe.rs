@@ -69,6 +69,8 @@ pub trait GpuUtilProbe: Send {
     fn emulated(&self) -> bool;
     /// The task's GPU utilisation now, 0–100; `None` when there is no reading.
     fn sample(&mut self, t: &ProbeTarget) -> Option<f64>;
+    /// The task ended: drop what is kept for it.
+    fn forget(&mut self, _name: &str) {}
 }
 
 /// A source of per-task memory bandwidth.
@@ -110,8 +112,7 @@ impl GpuUtilProbe for EmulatedGpuUtilProbe {
 /// the highest over its devices).
 pub struct NvmlUtilProbe {
     nvml: nvml_wrapper::Nvml,
-    /// Per device, the timestamp of the newest sample seen (NVML returns newer ones only).
-    last_seen: BTreeMap<u32, u64>,
+    cursor: UtilCursor,
 }
 
 impl std::fmt::Debug for NvmlUtilProbe {
@@ -129,7 +130,7 @@ impl NvmlUtilProbe {
             .flatten()
             .map(|nvml| Self {
                 nvml,
-                last_seen: BTreeMap::new(),
+                cursor: UtilCursor::default(),
             })
     }
 }
@@ -142,19 +143,70 @@ impl GpuUtilProbe for NvmlUtilProbe {
         false
     }
     fn sample(&mut self, t: &ProbeTarget) -> Option<f64> {
-        let mut best: Option<f64> = None;
-        for &dev in &t.gpus {
-            let since = self.last_seen.get(&dev).copied().unwrap_or(0);
-            let nvml = &self.nvml;
+        let nvml = &self.nvml;
+        self.cursor.sample(t, |dev, since| {
             let samples = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 nvml.device_by_index(dev)
                     .and_then(|d| d.process_utilization_stats(since))
             }));
             let Ok(Ok(samples)) = samples else {
+                return None;
+            };
+            Some(
+                samples
+                    .iter()
+                    .map(|s| ProcessUtil {
+                        pid: s.pid,
+                        timestamp: s.timestamp,
+                        sm_util: s.sm_util,
+                    })
+                    .collect(),
+            )
+        })
+    }
+    fn forget(&mut self, name: &str) {
+        self.cursor.forget(name);
+    }
+}
+
+/// One process's utilisation sample as NVML returns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ProcessUtil {
+    pid: u32,
+    /// When the sample was taken (NVML's clock, microseconds).
+    timestamp: u64,
+    /// SM utilisation, percent.
+    sm_util: u32,
+}
+
+/// Where each task stands in each device's sample buffer.
+///
+/// NVML returns the samples newer than a timestamp the caller gives. The cursor is kept per
+/// task and device, not per device: tasks sharing a device (fractional GPUs) are sampled one
+/// after the other in a round, and a per-device cursor moved by the first would leave the
+/// second only samples newer than that read, usually none.
+#[derive(Debug, Default)]
+struct UtilCursor {
+    last_seen: BTreeMap<(String, u32), u64>,
+}
+
+impl UtilCursor {
+    /// The task's utilisation over the samples `read(device, since)` returns for its devices
+    /// (the highest among its processes and devices); `None` with no sample of its processes.
+    fn sample(
+        &mut self,
+        t: &ProbeTarget,
+        mut read: impl FnMut(u32, u64) -> Option<Vec<ProcessUtil>>,
+    ) -> Option<f64> {
+        let mut best: Option<f64> = None;
+        for &dev in &t.gpus {
+            let key = (t.name.clone(), dev);
+            let since = self.last_seen.get(&key).copied().unwrap_or(0);
+            let Some(samples) = read(dev, since) else {
                 continue;
             };
             if let Some(newest) = samples.iter().map(|s| s.timestamp).max() {
-                self.last_seen.insert(dev, newest);
+                self.last_seen.insert(key, newest);
             }
             let util = samples
                 .iter()
@@ -166,6 +218,11 @@ impl GpuUtilProbe for NvmlUtilProbe {
             }
         }
         best.map(|u| u.clamp(0.0, 100.0))
+    }
+
+    /// The task ended: drop its cursors.
+    fn forget(&mut self, name: &str) {
+        self.last_seen.retain(|(task, _), _| task != name);
     }
 }
 
@@ -343,6 +400,7 @@ pub async fn run_sampler(
             }
         }
         for gone in known.difference(&live) {
+            probes.gpu.forget(gone);
             probes.membw.forget(gone);
         }
         known = live;
@@ -488,6 +546,66 @@ mod tests {
         assert_eq!(g.sample(&t), None);
         std::fs::write(dir.path().join(MEMBW_FILE), "NaN").expect("write");
         assert_eq!(b.sample(&t, Instant::now()), None);
+    }
+
+    #[test]
+    fn tasks_sharing_a_device_each_read_their_own_samples() {
+        // Two half-GPU tasks on device 0, sampled one after the other in each round: each
+        // must see the samples its processes left since its own last read.
+        let mut buffer = vec![
+            ProcessUtil {
+                pid: 4242,
+                timestamp: 10,
+                sm_util: 80,
+            },
+            ProcessUtil {
+                pid: 5000,
+                timestamp: 11,
+                sm_util: 30,
+            },
+        ];
+        let read = |buffer: &[ProcessUtil]| {
+            let buffer = buffer.to_vec();
+            move |dev: u32, since: u64| {
+                (dev == 0).then(|| {
+                    buffer
+                        .iter()
+                        .copied()
+                        .filter(|s| s.timestamp > since)
+                        .collect()
+                })
+            }
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = target(dir.path(), "task-1-1");
+        let mut b = target(dir.path(), "task-2-1");
+        b.pids = BTreeSet::from([5000]);
+        let mut cursor = UtilCursor::default();
+        assert_eq!(cursor.sample(&a, read(&buffer)), Some(80.0));
+        assert_eq!(cursor.sample(&b, read(&buffer)), Some(30.0));
+        // Next round: only what is newer counts, for each task.
+        buffer.push(ProcessUtil {
+            pid: 4242,
+            timestamp: 20,
+            sm_util: 60,
+        });
+        buffer.push(ProcessUtil {
+            pid: 5000,
+            timestamp: 21,
+            sm_util: 40,
+        });
+        assert_eq!(cursor.sample(&a, read(&buffer)), Some(60.0));
+        assert_eq!(cursor.sample(&b, read(&buffer)), Some(40.0));
+        // Nothing new: no reading, not the old one again.
+        assert_eq!(cursor.sample(&a, read(&buffer)), None);
+        // A task that ended leaves no cursor behind; the other keeps its own.
+        cursor.forget("task-1-1");
+        assert_eq!(cursor.last_seen.len(), 1);
+        assert_eq!(cursor.sample(&b, read(&buffer)), None);
+        // A device whose read fails gives no reading.
+        let mut c = target(dir.path(), "task-3-1");
+        c.gpus = vec![1];
+        assert_eq!(cursor.sample(&c, read(&buffer)), None);
     }
 
     #[test]
