@@ -134,20 +134,40 @@ impl Cgroups {
 
     /// Detects the hierarchy under `root` (normally `/sys/fs/cgroup`) and creates the slave's
     /// own directory `hetsched-<slave>` under the slave process's cgroup (`proc_self_cgroup`
-    /// is the text of `/proc/self/cgroup`). Falls back to [`CgroupMode::None`], with a
+    /// is the text of `/proc/self/cgroup`). On cgroup v2, where that cgroup cannot delegate
+    /// the cpu and memory controllers (it holds other processes), the directory is made at
+    /// the top of the hierarchy instead. Falls back to [`CgroupMode::None`], with a
     /// warning, where nothing is writable.
     pub fn detect(root: &Path, proc_self_cgroup: &str, slave: &str) -> Self {
         let name = format!("hetsched-{slave}");
         if root.join("cgroup.controllers").exists() {
             let own = own_path(proc_self_cgroup, "").unwrap_or_else(|| "/".into());
-            match Self::setup_v2(root, &own, &name) {
+            let setup = Self::setup_v2(root, &own, &name).or_else(|under_own| {
+                if own.trim_matches('/').is_empty() {
+                    return Err(under_own);
+                }
+                // The slave's cgroup could not give its children the cpu and memory
+                // controllers: it is shared with other processes (a login shell's scope,
+                // `hetsched up` and its masters), and a cgroup holding processes cannot
+                // enable controllers for children. The top of the hierarchy is exempt from
+                // that rule, so a slave running as root keeps its tasks' limits there.
+                let _ = std::fs::remove_dir(join_own(root, &own).join(&name));
+                Self::setup_v2(root, "/", &name).map_err(|at_top| CgroupError::Io {
+                    path: root.join(&name),
+                    source: std::io::Error::other(format!(
+                        "under the slave's own cgroup: {under_own}; at the top: {at_top}"
+                    )),
+                })
+            });
+            match setup {
                 Ok(dir) => {
+                    tracing::info!(dir = %dir.display(), "cgroup v2: tasks' cgroups under this directory");
                     return Self {
                         mode: CgroupMode::V2,
                         cpu_dir: Some(dir.clone()),
                         mem_dir: Some(dir),
                         spares: Spares::default(),
-                    }
+                    };
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cgroup v2 hierarchy not usable; tasks run without limits");

@@ -156,17 +156,51 @@ fn fake_v2_tree_gets_the_expected_files() {
     cg.remove();
     assert!(!d.exists());
 
-    // Controllers not delegated: no limits, and the node says so.
+    // Controllers delegated neither under the slave's cgroup nor at the top: no limits, and
+    // the node says so.
     let r2 = tempfile::tempdir().expect("tempdir");
     touch(&r2.path().join("cgroup.controllers"), "cpu memory\n");
     touch(
         &r2.path().join("x/hetsched-s1/cgroup.controllers"),
         "pids\n",
     );
+    touch(&r2.path().join("hetsched-s1/cgroup.controllers"), "pids\n");
     assert_eq!(
         Cgroups::detect(r2.path(), "0::/x\n", "s1").mode(),
         CgroupMode::None
     );
+}
+
+#[test]
+fn v2_without_delegation_under_the_slave_uses_the_top_of_the_hierarchy() {
+    // The slave shares its cgroup with other processes (as under `hetsched up`, or in a login
+    // shell's scope): its child directory gets no cpu or memory controller. The top of the
+    // hierarchy can enable them, so the tasks' cgroups go there.
+    let root = tempfile::tempdir().expect("tempdir");
+    let r = root.path();
+    touch(&r.join("cgroup.controllers"), "cpuset cpu io memory pids\n");
+    touch(&r.join("shared/scope/hetsched-s1/cgroup.controllers"), "");
+    touch(
+        &r.join("hetsched-s1/cgroup.controllers"),
+        "cpu memory pids\n",
+    );
+    let cgs = Cgroups::detect(r, "0::/shared/scope\n", "s1");
+    assert_eq!(cgs.mode(), CgroupMode::V2);
+    let read = |p: PathBuf| std::fs::read_to_string(p).expect("read");
+    assert_eq!(
+        read(r.join("hetsched-s1/cgroup.subtree_control")),
+        "+cpu +memory"
+    );
+    let limits = Limits {
+        cpu_milli: 1500,
+        mem_mib: 64,
+    };
+    let cg = cgs.create("task-9-1", limits).expect("create");
+    let d = r.join("hetsched-s1/task-9-1");
+    assert_eq!(read(d.join("cpu.max")), "150000 100000");
+    assert_eq!(cg.procs_files(), vec![d.join("cgroup.procs")]);
+    // Nothing is created in the shared cgroup for tasks.
+    assert!(!r.join("shared/scope/hetsched-s1/task-9-1").exists());
 }
 
 #[test]
