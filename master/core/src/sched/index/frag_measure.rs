@@ -194,6 +194,18 @@ impl ShapeGroup {
         self.value(total, unusable, fitting)
     }
 
+    /// What the group's term loses below `weight · total` on a node with `cpu_milli` and
+    /// `mem_mib` whose devices it sees as `sees`: the usable thousandths, for the classes with
+    /// room beside the GPUs, when a task of the shape could run there (`value` is
+    /// `weight · total − lost`).
+    #[inline]
+    fn lost(&self, sees: &ShapeSees, cpu_milli: u64, mem_mib: u64) -> u128 {
+        if sees.usable_milli == 0 || sees.unusable(&self.shape).is_none() {
+            return 0;
+        }
+        self.fitting(cpu_milli, mem_mib) * sees.usable_milli as u128
+    }
+
     /// The group's term from what its shape sees (`total`, `unusable`: see `shape_sees`) and
     /// the weight of its classes with room beside the GPUs (`fitting`): those lose only what
     /// the shape cannot use, the others all of it.
@@ -355,7 +367,11 @@ impl MixByShape {
         let taken = free_after(free, req, scratch)?;
         let (cpu_before, mem_before) = (free.cpu_milli, free.mem_mib);
         let (cpu_after, mem_after) = (cpu_before - req.cpu_milli, mem_before - req.mem_mib);
-        let (mut before, mut after, mut here) = (0u128, 0u128, 0u128);
+        // A group's term is `W·total − lost`, `lost` = the fitting classes' weight times the
+        // usable thousandths when a task of the shape could run on the devices, else 0 (see
+        // `ShapeGroup::value`); so its change is `lost_was − lost_is − W·(what the task
+        // took from the devices the shape accepts)`, with no whole term evaluated twice.
+        let (mut delta, mut here) = (0i128, 0u128);
         for (g, sees) in self.groups.iter().zip(seen) {
             if g.classes.is_empty() || !sees.any {
                 continue;
@@ -378,21 +394,13 @@ impl MixByShape {
                     is = is.changed(d.free_milli, *f_after, need);
                 }
             }
-            let (unusable_was, unusable_is) = (was.unusable(&g.shape), is.unusable(&g.shape));
-            let fit_was = match unusable_was {
-                Some(_) => g.fitting(cpu_before, mem_before),
-                None => 0,
-            };
-            let fit_is = match unusable_is {
-                Some(_) => g.fitting(cpu_after, mem_after),
-                None => 0,
-            };
-            before += g.value(was.total, unusable_was, fit_was);
-            after += g.value(is.total, unusable_is, fit_is);
+            let lost_was = g.lost(&was, cpu_before, mem_before);
+            let lost_is = g.lost(&is, cpu_after, mem_after);
+            let took = (g.weight * (was.total - is.total) as u128) as i128;
+            delta += lost_was as i128 - lost_is as i128 - took;
         }
         // The mix as this node's models see it: normalised by the weight of the classes that
         // accept one of them (all of the mix when no class names a model).
-        let delta = (after as i128).saturating_sub(before as i128);
         if here == 0 || here == self.all {
             return Some(delta);
         }
