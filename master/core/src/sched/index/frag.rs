@@ -222,8 +222,10 @@ pub struct FragPlacer {
     memo_req: Option<ResourceRequest>,
     /// Whether `by_shape` is up to date (no arrival, scarcity count moved or clear since).
     scaled_fresh: bool,
-    /// Free resources of the nodes with GPUs, for the scarcity counts.
-    gpu_nodes: BTreeMap<NodeId, NodeResources>,
+    /// What the nodes with GPUs have free, for the scarcity counts, as their state keys
+    /// (`state_key`: CPU, memory, then each device's model number and free thousandths):
+    /// compared and kept without a copy of the model names.
+    gpu_nodes: BTreeMap<NodeId, Box<[u64]>>,
     /// Every class met (in the window or recently), by number: see [`ClassRow`].
     rows: Vec<ClassRow>,
     /// Each class's number in `rows`.
@@ -302,7 +304,34 @@ impl StateTable {
     }
 }
 
+/// Whether a node whose state key is `key` (`state_key`; `models` by number) could hold one
+/// task of `class` now: [`holds`] on the key.
+fn holds_key(key: &[u64], class: &DemandShape, models: &[String]) -> bool {
+    let [cpu, mem, devices @ ..] = key else {
+        return false;
+    };
+    if *cpu < class.cpu_milli || *mem < class.mem_mib {
+        return false;
+    }
+    let need = class.gpu_milli.max(1);
+    let usable = devices
+        .iter()
+        .filter(|k| {
+            let (model, free) = key_device(**k, models);
+            free >= need && class.accepts(model)
+        })
+        .count() as u32;
+    usable >= class.gpu_count.max(1)
+}
+
+/// A device of a state key: its model (by `models`' numbers) and free thousandths.
+fn key_device(k: u64, models: &[String]) -> (&str, u32) {
+    let model = models.get((k >> 32) as usize).map_or("", String::as_str);
+    (model, k as u32)
+}
+
 /// Whether a node with `free` could hold one task of `class` now.
+#[cfg(test)]
 fn holds(free: &NodeResources, class: &DemandShape) -> bool {
     if free.cpu_milli < class.cpu_milli || free.mem_mib < class.mem_mib {
         return false;
@@ -359,8 +388,11 @@ impl FragPlacer {
             let row = &mut self.rows[r];
             if row.count == 0 {
                 // New or back in the window: counted now, kept in step from here.
-                let gpu_nodes = &self.gpu_nodes;
-                row.holders = gpu_nodes.values().filter(|f| holds(f, &row.class)).count() as u64;
+                let (gpu_nodes, models) = (&self.gpu_nodes, &self.models);
+                row.holders = gpu_nodes
+                    .values()
+                    .filter(|k| holds_key(k, &row.class, models))
+                    .count() as u64;
             }
             row.count += 1;
         }
@@ -439,10 +471,19 @@ impl FragPlacer {
             self.cpu_only_candidates = None;
         }
         let new = free.filter(|f| !f.gpus.is_empty());
-        if self.gpu_nodes.get(&node) == new {
-            return; // unchanged (a start report, a CPU-only node): no count moves
+        if let Some(f) = new {
+            self.state_key(f);
+        }
+        let unchanged = match (self.gpu_nodes.get(&node), new) {
+            (None, None) => true,
+            (Some(kept), Some(_)) => **kept == self.key[..],
+            _ => false,
+        };
+        if unchanged {
+            return; // a start report, a CPU-only node: no count moves
         }
         let old = self.gpu_nodes.remove(&node);
+        let new: Option<Box<[u64]>> = new.map(|_| self.key.as_slice().into());
         // The scaled mix moves only with the number of GPU nodes or a class's holders.
         let mut moved = old.is_some() != new.is_some();
         // `holds` for every class, from what each GPU shape sees of the devices.
@@ -450,18 +491,18 @@ impl FragPlacer {
             std::mem::take(&mut self.usable_was),
             std::mem::take(&mut self.usable_is),
         );
-        self.usable_per_group(old.as_ref(), &mut was_usable);
-        self.usable_per_group(new, &mut is_usable);
-        let holds_row = |f: Option<&NodeResources>, usable: &[u32], r: &ClassRow| {
-            f.is_some_and(|f| {
-                f.cpu_milli >= r.class.cpu_milli
-                    && f.mem_mib >= r.class.mem_mib
+        self.usable_per_group(old.as_deref(), &mut was_usable);
+        self.usable_per_group(new.as_deref(), &mut is_usable);
+        let holds_row = |key: Option<&[u64]>, usable: &[u32], r: &ClassRow| {
+            key.is_some_and(|k| {
+                k.first().is_some_and(|cpu| *cpu >= r.class.cpu_milli)
+                    && k.get(1).is_some_and(|mem| *mem >= r.class.mem_mib)
                     && usable.get(r.group).copied().unwrap_or(0) >= r.class.gpu_count.max(1)
             })
         };
         for r in self.rows.iter_mut().filter(|r| r.count > 0) {
-            let was = holds_row(old.as_ref(), &was_usable, r);
-            let is = holds_row(new, &is_usable, r);
+            let was = holds_row(old.as_deref(), &was_usable, r);
+            let is = holds_row(new.as_deref(), &is_usable, r);
             match (was, is) {
                 (true, false) => r.holders = r.holders.saturating_sub(1),
                 (false, true) => r.holders += 1,
@@ -473,21 +514,25 @@ impl FragPlacer {
         if moved {
             self.scaled_fresh = false;
         }
-        if let Some(f) = new {
-            self.gpu_nodes.insert(node, f.clone());
+        if let Some(k) = new {
+            self.gpu_nodes.insert(node, k);
         }
     }
 
-    /// Into `out`, per shape group (by number): how many devices of a node with `free` a
-    /// task of the shape could use (none without `free`). Read from what the groups see of
-    /// its device state (kept in [`StateTable`] for the deltas too).
-    fn usable_per_group(&mut self, free: Option<&NodeResources>, out: &mut Vec<u32>) {
+    /// Into `out`, per shape group (by number): how many devices of a node whose state key
+    /// is `key` (`state_key`) a task of the shape could use (none without a key). Read from
+    /// what the groups see of its device state (kept in [`StateTable`] for the deltas too).
+    fn usable_per_group(&mut self, key: Option<&[u64]>, out: &mut Vec<u32>) {
         out.clear();
-        let Some(free) = free else { return };
-        self.state_key(free);
-        let device = self.states.device(&self.key[2..]);
+        let Some(devices) = key.and_then(|k| k.get(2..)) else {
+            return;
+        };
+        let device = self.states.device(devices);
+        let models = &self.models;
         if let Some(sees) = self.states.sees.get_mut(device) {
-            self.by_shape.see(&free.gpus, sees); // shapes new since it was kept
+            // Shapes new since it was kept.
+            self.by_shape
+                .see_each(|| devices.iter().map(|k| key_device(*k, models)), sees);
             out.extend(sees.iter().map(|s| s.usable()));
         }
     }
@@ -592,8 +637,9 @@ impl FragPlacer {
     /// Writes into `self.key` what a node's fragmentation delta depends on: its free CPU
     /// and memory, and each device's free thousandths with its model's number (models are
     /// numbered as the placer meets them). Equal keys are equal states: exact, and with no
-    /// copy of the model names. Runs only for a node whose state changed since it was keyed
-    /// (see [`StateTable`]).
+    /// copy of the model names. A decision keys only a node whose state changed since it was
+    /// keyed (see [`StateTable`]); `note_node` keys every GPU node it is told of, to compare
+    /// with the key it keeps for the scarcity counts.
     fn state_key(&mut self, free: &NodeResources) {
         self.key.clear();
         self.key.extend([free.cpu_milli, free.mem_mib]);

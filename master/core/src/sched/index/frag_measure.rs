@@ -338,12 +338,24 @@ impl MixByShape {
     /// group's shape sees of `devices`. Entries already there are kept (groups keep their numbers
     /// and only new shapes are added, until [`set`](Self::set) or a new `MixByShape`).
     pub(crate) fn see(&self, devices: &[GpuDevice], out: &mut Vec<GroupSees>) {
+        self.see_each(
+            || devices.iter().map(|d| (d.model.as_str(), d.free_milli)),
+            out,
+        );
+    }
+
+    /// [`see`](Self::see) from each device's model and free thousandths, in device order
+    /// (`devices` gives a fresh walk for each new group).
+    pub(crate) fn see_each<'a, I>(&self, devices: impl Fn() -> I, out: &mut Vec<GroupSees>)
+    where
+        I: Iterator<Item = (&'a str, u32)>,
+    {
         for g in self.groups.iter().skip(out.len()) {
             let need = g.shape.gpu_milli.max(1);
             let mut seen = GroupSees::default();
-            for (i, d) in devices.iter().enumerate() {
-                if g.shape.accepts(&d.model) {
-                    seen.sees.add(d.free_milli, need);
+            for (i, (model, free)) in devices().enumerate() {
+                if g.shape.accepts(model) {
+                    seen.sees.add(free, need);
                     seen.any = true;
                     if i < 64 {
                         seen.accepted |= 1 << i;

@@ -434,8 +434,18 @@ fn scaled_mix_kept_in_step_equals_one_built_from_scratch() {
             p.scale_mix();
             compactions += u32::from(p.rows.len() < rows);
             rows = p.rows.len();
-            // From scratch: the window's classes, their holders recounted now.
-            let gpu_nodes: Vec<&NodeResources> = p.gpu_nodes.values().collect();
+            // From scratch: the window's classes, their holders recounted over the nodes with
+            // GPUs as the index has them now.
+            let gpu_nodes: Vec<&NodeResources> = capacity
+                .keys()
+                .filter_map(|n| ix.free(*n))
+                .filter(|f| !f.gpus.is_empty())
+                .collect();
+            assert_eq!(
+                gpu_nodes.len(),
+                p.gpu_nodes.len(),
+                "seed {seed}, step {step}"
+            );
             let nodes = gpu_nodes.len().max(1) as u64;
             let scratch: Vec<(DemandShape, u64)> = p
                 .mix
