@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Checks hetsched's real GPU probes on a host with NVIDIA GPUs and a driver, end to end:
 #
-#   deploy/check-gpu-host.sh [HETSCHED_BINARY] [OUT_DIR]
+#   [GPU_CHECK_MASTERS=N] [GPU_CHECK_BUSY_SECONDS=S] \
+#     deploy/check-gpu-host.sh [HETSCHED_BINARY] [OUT_DIR]
+#
+# (GPU_CHECK_MASTERS: the cluster's masters, default 3; GPU_CHECK_BUSY_SECONDS: how long
+# the GPU tasks compute, default 8, the half-GPU tasks half of it.)
 #
 # It starts a secured local cluster (`hetsched up --no-demo --slaves 1`; its one slave asks
 # for 2 GPUs), then checks, each line printed PASS or FAIL:
@@ -14,7 +18,9 @@
 #      a device included (its debug log lines `probe sample` with `gpu_util=Some(..)` and
 #      `gpu_probe="nvml"`, not EMULATED).
 # Logs, the JSON read and the tasks' output are kept under OUT_DIR (default: a temp dir).
-# Exit status: 0 every check passed, 1 a check failed, 2 bad usage or no usable binary.
+# On a host without NVIDIA GPUs check 1 and check 4 fail and the rest pass (the slave offers
+# emulated devices; tests/gpu_host_check.rs runs it so). Exit status: 0 every check passed,
+# 1 a check failed, 2 bad usage or no usable binary.
 set -uo pipefail
 
 BIN=${1:-hetsched}
@@ -46,7 +52,7 @@ echo "== cluster"
 DATA="$OUT/cluster"
 # The slave's probe samples are debug lines; everything else at info.
 export HETSCHED_LOG=${HETSCHED_LOG:-info,hetsched_slave::probe=debug}
-"$BIN" up --no-demo --slaves 1 --data-dir "$DATA" >"$OUT/up.out" 2>"$OUT/up.err" &
+"$BIN" up --no-demo --masters "${GPU_CHECK_MASTERS:-3}" --slaves 1 --data-dir "$DATA" >"$OUT/up.out" 2>"$OUT/up.err" &
 UP=$!
 trap 'kill -INT $UP 2>/dev/null; wait $UP 2>/dev/null' EXIT
 if ! wait_for 60 grep -q '^export HETSCHED_TOKEN' "$OUT/up.out"; then
@@ -88,8 +94,11 @@ print("CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"
 print("HETSCHED_GPUS=" + os.environ.get("HETSCHED_GPUS", "<unset>"))
 try:
     import torch
+    cuda = torch.cuda.is_available()
 except ImportError:
-    print("torch: not installed")
+    torch, cuda = None, False
+if not cuda:
+    print("torch: not installed" if torch is None else "torch: no CUDA device")
     time.sleep(float(sys.argv[1]))
     print("end=%.3f" % time.time()); sys.exit(0)
 print("torch devices:", torch.cuda.device_count(), torch.cuda.get_device_name(0))
@@ -112,19 +121,20 @@ print(" ".join(str(t["id"]) for t in tasks if str(t["job_id"]) == sys.argv[1]))'
 }
 
 echo "== 2. one GPU task"
-JOB=$(submit_job --gpus 1 --cpus 1 --mem 512 -- python3 -c "$GPU_TASK" 8) || fail "submit"
+BUSY=${GPU_CHECK_BUSY_SECONDS:-8}
+JOB=$(submit_job --gpus 1 --cpus 1 --mem 512 -- python3 -c "$GPU_TASK" "$BUSY") || fail "submit"
 echo "job $JOB"
 if timeout 180 "$BIN" watch "$JOB" >"$OUT/watch-1.txt" 2>&1; then pass "the GPU task succeeded"; else fail "the GPU task did not succeed (see $OUT/watch-1.txt)"; fi
 TASK=$(task_ids "$JOB")
 "$BIN" logs "$TASK" | tee "$OUT/task-$TASK.out"
 "$BIN" logs --stderr "$TASK" >"$OUT/task-$TASK.err" 2>&1
 if grep -qx 'CUDA_VISIBLE_DEVICES=0' "$OUT/task-$TASK.out"; then pass "the task sees device 0 alone"; else fail "CUDA_VISIBLE_DEVICES"; fi
-if grep -q '^torch: not installed' "$OUT/task-$TASK.out"; then
-  echo "SKIP computing on the device: no PyTorch for python3"
+if grep -q '^torch: ' "$OUT/task-$TASK.out"; then
+  echo "SKIP computing on the device: $(grep -m1 '^torch: ' "$OUT/task-$TASK.out")"
 elif grep -q '^matmuls: [1-9]' "$OUT/task-$TASK.out"; then pass "the task computed on its GPU"; else fail "the task did not compute on its GPU (see $OUT/task-$TASK.err)"; fi
 
 echo "== 3. two half-GPU tasks share a device"
-JOB2=$(submit_job --gpus 0.5 --count 2 --cpus 1 --mem 512 -- python3 -c "$GPU_TASK" 4) || fail "submit"
+JOB2=$(submit_job --gpus 0.5 --count 2 --cpus 1 --mem 512 -- python3 -c "$GPU_TASK" "$(python3 -c "print($BUSY / 2)")") || fail "submit"
 if timeout 180 "$BIN" watch "$JOB2" >"$OUT/watch-2.txt" 2>&1; then pass "both half-GPU tasks succeeded"; else fail "half-GPU tasks (see $OUT/watch-2.txt)"; fi
 for T in $(task_ids "$JOB2"); do "$BIN" logs "$T" >"$OUT/task-$T.out"; done
 python3 - "$OUT" $(task_ids "$JOB2") <<'PY' && pass "the two half-GPU tasks overlapped in time" || fail "the half-GPU tasks did not overlap"
