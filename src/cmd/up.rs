@@ -76,7 +76,7 @@ fn demo_jobs() -> Vec<JobSpec> {
             2,
             250,
             GpuRequest::fraction(500),
-            "echo \"task $HETSCHED_TASK_ID on half an (emulated) GPU\"; sleep 0.2",
+            "echo \"task $HETSCHED_TASK_ID on half of GPU $HETSCHED_GPUS\"; sleep 0.2",
         ),
     ]
 }
