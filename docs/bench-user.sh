@@ -6,7 +6,8 @@
 #     0.3 s until every task is final: tasks/s from the submit's start.
 #  2. On the idle cluster, 15 times each, alternating: a fresh `hetsched submit` of a task
 #     that records the time it starts, against the time the shell read (`$EPOCHREALTIME`, no
-#     fork) just before it ran `submit`. Two tasks:
+#     fork) just before it ran `submit`; the task's output is found as the new file in the
+#     slave's logs (no other command runs while the task starts). Two tasks:
 #     - `first-instruction` (docs/first-instruction.c, built here with `cc` when there is
 #       one; x86-64): reads the clock at its first instruction, before any loader or libc;
 #     - `bash -c 'echo $EPOCHREALTIME'`: what a shell task sees, bash's own start-up
@@ -67,18 +68,30 @@ if command -v cc >/dev/null && [ "$(uname -m)" = x86_64 ] &&
     "$(dirname "$0")/first-instruction.c" 2>/dev/null; then
   PROBE=$DIR/first-instruction
 fi
+# A read with a timeout on a pipe nobody writes: a short wait that starts no process.
+mkfifo "$DIR/never" && exec 7<>"$DIR/never"
+shopt -s nullglob
 # One idle submit of `$@`; prints its task's start time minus the shell's clock read just
 # before `submit`, in microseconds.
 idle_once() {
-  local s out j t f e
+  local s out f g e i
+  local -A before=()
+  for g in "$DIR"/s/logs/task-*-1.out; do before[$g]=1; done
   # Nothing but `submit` between the clock read and the task: its output is parsed after
   # (a pipeline's grep/head/cut would start beside it and share the CPUs).
   s=${EPOCHREALTIME//[!0-9]/}
   out=$("$BIN" submit --json --cpus 1 --mem 16 -- "$@")
-  [[ $out =~ \"job_id\":([0-9]+) ]] && j=${BASH_REMATCH[1]}
-  t=$("$BIN" tasks --json --job "$j" | grep -o '"id":[0-9]*' | head -1 | cut -d: -f2)
-  f=$DIR/s/logs/task-$t-1.out
-  for _ in $(seq 200); do [ -s "$f" ] && break; sleep 0.05; done
+  # The task's output is the new file in the slave's logs. Found by looking, with no other
+  # process started while the task starts: a `tasks --json` run here to learn the task's id
+  # took the two CPUs beside it, ~0.6-1.2 ms at the p50 (BENCHMARKS.md, 2026-11-28).
+  f=
+  for ((i = 0; i < 500; i++)); do
+    for g in "$DIR"/s/logs/task-*-1.out; do
+      [ -z "${before[$g]:-}" ] && [ -s "$g" ] && { f=$g; break 2; }
+    done
+    read -rt 0.02 -u 7 _ || true
+  done
+  [ -n "$f" ] || { echo "no task output appeared for $out" >&2; exit 1; }
   e=$(tr -cd 0-9 <"$f")
   echo $((e - s))
 }
