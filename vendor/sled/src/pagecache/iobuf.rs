@@ -314,10 +314,69 @@ pub(crate) struct IoBufs {
     pub segment_accountant: Mutex<SegmentAccountant>,
     pub segment_cleaner: SegmentCleaner,
     deferred_segment_ops: stack::Stack<SegmentOp>,
+    // hetsched: buffer writes share their `fdatasync`s (see `SyncGroup`).
+    sync_group: SyncGroup,
     #[cfg(feature = "io_uring")]
     pub submission_mutex: Mutex<()>,
     #[cfg(feature = "io_uring")]
     pub io_uring: rio::Rio,
+}
+
+/// hetsched: group commit of the log file's syncs. A buffer write is durable once an
+/// `fdatasync` that *began after* its `pwrite` returned has completed: that call flushes
+/// every page dirty when it starts. So a writer that finds a sync already running, begun
+/// before its write, waits for it and then starts the next one, which covers every writer
+/// that queued meanwhile; one that finds a sync completed that began after its write is
+/// done. Writes of several IO buffers at once (sled's pool threads, a blocking flush) then
+/// cost one sync after the other instead of one each. A failed sync marks nothing durable:
+/// its waiters run their own.
+#[derive(Debug, Default)]
+struct SyncGroup {
+    state: Mutex<SyncState>,
+    done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct SyncState {
+    /// Syncs begun, numbered from 1.
+    started: u64,
+    /// The highest number of a sync that completed without error.
+    completed: u64,
+    /// Whether a sync is running now.
+    running: bool,
+}
+
+impl SyncGroup {
+    /// Makes durable every write to `file` that returned before this call.
+    fn sync_written(&self, file: &std::fs::File) -> std::io::Result<()> {
+        let mut s = self.state.lock();
+        // Any sync begun from here on covers the caller's write.
+        let need = s.started + 1;
+        loop {
+            if s.completed >= need {
+                return Ok(());
+            }
+            if !s.running {
+                s.started += 1;
+                let mine = s.started;
+                s.running = true;
+                drop(s);
+                #[cfg(target_os = "linux")]
+                let synced = file.sync_data();
+                #[cfg(not(target_os = "linux"))]
+                let synced = file.sync_all();
+                let mut s = self.state.lock();
+                s.running = false;
+                if synced.is_ok() {
+                    s.completed = s.completed.max(mine);
+                }
+                drop(s);
+                self.done.notify_all();
+                return synced;
+            }
+            self.done.wait(&mut s);
+        }
+    }
 }
 
 impl Drop for IoBufs {
@@ -417,6 +476,7 @@ impl IoBufs {
             segment_accountant: Mutex::new(segment_accountant),
             segment_cleaner,
             deferred_segment_ops: stack::Stack::default(),
+            sync_group: SyncGroup::default(),
             #[cfg(feature = "io_uring")]
             submission_mutex: Mutex::new(()),
             #[cfg(feature = "io_uring")]
@@ -737,12 +797,10 @@ impl IoBufs {
                 // made that durable only with its periodic `fsync` (every
                 // 500 ms), so an acknowledged write could be lost to a power
                 // cut in between. Measured cost: BENCHMARKS.md, "sled's
-                // flush made durable".
-                #[cfg(target_os = "linux")]
-                f.sync_data()?;
-
-                #[cfg(not(target_os = "linux"))]
-                f.sync_all()?;
+                // flush made durable". Concurrent buffer writes (sled's
+                // pool threads and a blocking flush) share one sync: see
+                // `SyncGroup`.
+                self.sync_group.sync_written(f)?;
             }
         }
         io_fail!(self, "buffer write post");
