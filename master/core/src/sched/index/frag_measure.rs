@@ -23,10 +23,9 @@
 use super::frag::DemandShape;
 use hetsched_common::{allocate_gpus, GpuAlloc, GpuDevice, NodeResources, ResourceRequest};
 
-/// What a GPU shape (devices, share, models) sees of a node's devices: the free thousandths
-/// of the devices it accepts, and of those the part it cannot use when one task of the shape
-/// could run on the devices (`None`: it could not, so all of it is a fragment).
-fn shape_sees(shape: &DemandShape, devices: &[GpuDevice], free: &[u32]) -> (u64, Option<u64>) {
+/// What a GPU shape (devices, share, models) sees of a node's devices whose free
+/// thousandths are `free`.
+fn shape_sees(shape: &DemandShape, devices: &[GpuDevice], free: &[u32]) -> ShapeSees {
     let need = shape.gpu_milli.max(1);
     let mut sees = ShapeSees::default();
     for (d, f) in devices.iter().zip(free) {
@@ -34,7 +33,7 @@ fn shape_sees(shape: &DemandShape, devices: &[GpuDevice], free: &[u32]) -> (u64,
             sees.add(*f, need);
         }
     }
-    (sees.total, sees.unusable(shape))
+    sees
 }
 
 /// The fragment `F(n, m)` of one node for one class, in GPU thousandths: see `frag.rs`.
@@ -47,11 +46,11 @@ pub fn class_fragment(
     free: &[u32],
     class: &DemandShape,
 ) -> u64 {
-    let (total, unusable) = shape_sees(class, devices, free);
+    let sees = shape_sees(class, devices, free);
     if cpu_milli < class.cpu_milli || mem_mib < class.mem_mib {
-        return total;
+        return sees.total;
     }
-    unusable.unwrap_or(total)
+    sees.unusable(class).unwrap_or(sees.total)
 }
 
 /// Writes into `scratch` each device's free thousandths after `req` is placed on a node with
@@ -75,8 +74,8 @@ fn free_after(
     Some(alloc)
 }
 
-/// What one shape sees of a node's devices, summed device by device (what `shape_sees`
-/// gives, kept as numbers so that a placement's change to a few devices can be applied).
+/// What one shape sees of a node's devices, summed device by device (kept as numbers so
+/// that a placement's change to a few devices can be applied).
 #[derive(Clone, Copy, Debug, Default)]
 struct ShapeSees {
     /// Free thousandths of the accepted devices.
@@ -111,7 +110,8 @@ impl ShapeSees {
         self
     }
 
-    /// As `shape_sees`: the part a task of `shape` cannot use, `None` when one cannot run.
+    /// Of `total`, the part a task of `shape` cannot use; `None` when one cannot run on these
+    /// devices at all (then all of it is a fragment).
     fn unusable(&self, shape: &DemandShape) -> Option<u64> {
         let enough = if shape.is_fraction() {
             self.usable >= 1
@@ -178,7 +178,9 @@ impl ShapeGroup {
     }
 
     /// `Σ weight · F(n, class)` over this shape's classes, for a node with `cpu_milli`,
-    /// `mem_mib` and devices `devices` whose free thousandths are `free`.
+    /// `mem_mib` and devices `devices` whose free thousandths are `free`: every class loses
+    /// all the free capacity of the devices the shape accepts (`weight · total`), except
+    /// what [`lost`](Self::lost) takes back.
     fn fragmentation(
         &self,
         cpu_milli: u64,
@@ -186,35 +188,20 @@ impl ShapeGroup {
         devices: &[GpuDevice],
         free: &[u32],
     ) -> u128 {
-        let (total, unusable) = shape_sees(&self.shape, devices, free);
-        let fitting = match unusable {
-            Some(_) => self.fitting(cpu_milli, mem_mib),
-            None => 0,
-        };
-        self.value(total, unusable, fitting)
+        let sees = shape_sees(&self.shape, devices, free);
+        self.weight * sees.total as u128 - self.lost(&sees, cpu_milli, mem_mib)
     }
 
     /// What the group's term loses below `weight · total` on a node with `cpu_milli` and
     /// `mem_mib` whose devices it sees as `sees`: the usable thousandths, for the classes with
-    /// room beside the GPUs, when a task of the shape could run there (`value` is
-    /// `weight · total − lost`).
+    /// room beside the GPUs, when a task of the shape could run there (those lose only what
+    /// the shape cannot use, the others all of it).
     #[inline]
     fn lost(&self, sees: &ShapeSees, cpu_milli: u64, mem_mib: u64) -> u128 {
         if sees.usable_milli == 0 || sees.unusable(&self.shape).is_none() {
             return 0;
         }
         self.fitting(cpu_milli, mem_mib) * sees.usable_milli as u128
-    }
-
-    /// The group's term from what its shape sees (`total`, `unusable`: see `shape_sees`) and
-    /// the weight of its classes with room beside the GPUs (`fitting`): those lose only what
-    /// the shape cannot use, the others all of it.
-    #[inline]
-    fn value(&self, total: u64, unusable: Option<u64>, fitting: u128) -> u128 {
-        match unusable.filter(|_| total > 0) {
-            Some(unusable) => fitting * unusable as u128 + (self.weight - fitting) * total as u128,
-            None => self.weight * total as u128,
-        }
     }
 }
 
@@ -381,7 +368,7 @@ impl MixByShape {
         let (cpu_after, mem_after) = (cpu_before - req.cpu_milli, mem_before - req.mem_mib);
         // A group's term is `W·total − lost`, `lost` = the fitting classes' weight times the
         // usable thousandths when a task of the shape could run on the devices, else 0 (see
-        // `ShapeGroup::value`); so its change is `lost_was − lost_is − W·(what the task
+        // `ShapeGroup::fragmentation`); so its change is `lost_was − lost_is − W·(what the task
         // took from the devices the shape accepts)`, with no whole term evaluated twice.
         let (mut delta, mut here) = (0i128, 0u128);
         for (g, sees) in self.groups.iter().zip(seen) {
