@@ -1,6 +1,6 @@
-//! The log: appending a Ready's entries and hard state in one sled batch, and the
-//! `raft::Storage` reads raft-rs makes (entries, terms from the in-memory index, the initial
-//! state, and which snapshot may be served).
+//! The log: appending a Ready's entries and hard state in an order that any crash leaves
+//! consistent, and the `raft::Storage` reads raft-rs makes (entries, terms from the in-memory
+//! index, the initial state, and which snapshot may be served).
 
 use super::{decode_index, entry_key, sled_err, store_err, SledStorage, KEY_HARD_STATE};
 use crate::Error;
@@ -9,10 +9,23 @@ use raft::eraftpb::{Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 
 impl SledStorage {
-    /// Appends `entries` (overwriting any conflicting suffix) and records `hs`, in one atomic
-    /// sled batch. Written, not flushed: the caller flushes before acting on it.
+    /// Appends `entries` (overwriting any conflicting suffix) and records `hs`. Written, not
+    /// flushed: the caller flushes before acting on it.
+    ///
+    /// **Not a `sled::Batch`.** sled starts every batch by writing out its current IO buffer
+    /// and ends it with the batch's manifest alone in another (`PageCache::pin_log`), and each
+    /// buffer write ends with an `fdatasync` (see `vendor/sled`), so one Ready cost three
+    /// syncs in a row on each member where one does (BENCHMARKS.md, "One sync per Raft
+    /// flush"). Plain writes in this order need no atomicity: the conflicting suffix is
+    /// removed from its top down, the new entries written from the bottom up, the hard state
+    /// last. sled recovers a prefix of its log (it stops at the first torn write), so a crash
+    /// part-way leaves a contiguous log: the old one cut short, then some of the new entries,
+    /// with the old hard state — what a member that crashed while receiving a shorter append
+    /// would hold. Nothing of this Ready was acknowledged (messages wait for the flush), the
+    /// old commit index is never past the kept log (committed entries never conflict), and a
+    /// lost term or vote was never sent. etcd's WAL saves a Ready in the same order, entries
+    /// then hard state, and syncs once.
     pub fn append(&mut self, entries: &[Entry], hs: Option<&HardState>) -> Result<(), Error> {
-        let mut batch = sled::Batch::default();
         if let Some(first) = entries.first() {
             let first_new = first.index;
             let last_old = self.last_index_now();
@@ -22,34 +35,27 @@ impl SledStorage {
                     self.first_index
                 )));
             }
-            let last_new = first_new + entries.len() as u64 - 1;
-            // Entries past the new tail belong to a deposed leader's term: remove them.
-            for index in (last_new + 1)..=last_old {
-                batch.remove(&entry_key(index));
+            // Entries from `first_new` on belong to a deposed leader's term (or are rewritten
+            // alike): removed top down, so that the log stays contiguous at every step.
+            // Memory follows each write that sled accepted.
+            for index in (first_new..=last_old).rev() {
+                self.tree.remove(entry_key(index)).map_err(sled_err)?;
+                self.terms.pop();
             }
             for e in entries {
                 let mut v = Vec::with_capacity(8 + e.compute_size() as usize);
                 v.extend_from_slice(&e.term.to_be_bytes());
                 e.write_to_vec(&mut v)
                     .map_err(|err| Error::Storage(format!("encode entry: {err}")))?;
-                batch.insert(&entry_key(e.index), v);
+                self.tree.insert(entry_key(e.index), v).map_err(sled_err)?;
+                self.terms.push(e.term);
             }
         }
         if let Some(hs) = hs {
             let bytes = hs
                 .write_to_bytes()
                 .map_err(|e| Error::Storage(format!("encode hard state: {e}")))?;
-            batch.insert(KEY_HARD_STATE, bytes);
-        }
-        self.tree.apply_batch(batch).map_err(sled_err)?;
-
-        // Memory follows only once sled accepted the batch.
-        if let Some(first) = entries.first() {
-            let keep = (first.index - self.first_index) as usize;
-            self.terms.truncate(keep);
-            self.terms.extend(entries.iter().map(|e| e.term));
-        }
-        if let Some(hs) = hs {
+            self.tree.insert(KEY_HARD_STATE, bytes).map_err(sled_err)?;
             self.hard_state = hs.clone();
         }
         Ok(())

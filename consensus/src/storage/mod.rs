@@ -1,7 +1,8 @@
 //! `raft::Storage` over sled.
 //!
-//! One sled tree holds everything, so that the entries and the hard state of one `Ready` go
-//! to disk in one atomic batch (and a snapshot with the compaction it allows in another):
+//! One sled tree holds everything: the entries and the hard state of one `Ready` go to disk
+//! in an order that any crash leaves consistent (see `SledStorage::append`), and a snapshot
+//! with the compaction it allows in one atomic batch:
 //!
 //! | key                     | value                                              |
 //! |-------------------------|----------------------------------------------------|
