@@ -26,23 +26,29 @@ impl SledStorage {
     /// lost term or vote was never sent. etcd's WAL saves a Ready in the same order, entries
     /// then hard state, and syncs once.
     pub fn append(&mut self, entries: &[Entry], hs: Option<&HardState>) -> Result<(), Error> {
+        let last_old = self.last_index_now();
         if let Some(first) = entries.first() {
-            let first_new = first.index;
-            let last_old = self.last_index_now();
-            if first_new < self.first_index || first_new > last_old + 1 {
+            if first.index < self.first_index || first.index > last_old + 1 {
                 return Err(Error::Storage(format!(
-                    "append at {first_new} does not fit the log [{}, {last_old}]",
-                    self.first_index
+                    "append at {} does not fit the log [{}, {last_old}]",
+                    first.index, self.first_index
                 )));
             }
-            // Entries from `first_new` on belong to a deposed leader's term (or are rewritten
-            // alike): removed top down, so that the log stays contiguous at every step.
-            // Memory follows each write that sled accepted.
-            for index in (first_new..=last_old).rev() {
+        }
+        for w in append_writes(last_old, entries, hs) {
+            self.write(w)?;
+        }
+        Ok(())
+    }
+
+    /// Makes one write of an append; memory follows once sled accepted it.
+    pub(super) fn write(&mut self, w: LogWrite<'_>) -> Result<(), Error> {
+        match w {
+            LogWrite::Remove(index) => {
                 self.tree.remove(entry_key(index)).map_err(sled_err)?;
                 self.terms.pop();
             }
-            for e in entries {
+            LogWrite::Entry(e) => {
                 let mut v = Vec::with_capacity(8 + e.compute_size() as usize);
                 v.extend_from_slice(&e.term.to_be_bytes());
                 e.write_to_vec(&mut v)
@@ -50,16 +56,47 @@ impl SledStorage {
                 self.tree.insert(entry_key(e.index), v).map_err(sled_err)?;
                 self.terms.push(e.term);
             }
-        }
-        if let Some(hs) = hs {
-            let bytes = hs
-                .write_to_bytes()
-                .map_err(|e| Error::Storage(format!("encode hard state: {e}")))?;
-            self.tree.insert(KEY_HARD_STATE, bytes).map_err(sled_err)?;
-            self.hard_state = hs.clone();
+            LogWrite::HardState(hs) => {
+                let bytes = hs
+                    .write_to_bytes()
+                    .map_err(|e| Error::Storage(format!("encode hard state: {e}")))?;
+                self.tree.insert(KEY_HARD_STATE, bytes).map_err(sled_err)?;
+                self.hard_state = hs.clone();
+            }
         }
         Ok(())
     }
+}
+
+/// One write of [`SledStorage::append`].
+#[derive(Clone, Copy, Debug)]
+pub(super) enum LogWrite<'a> {
+    /// Remove the entry at this index (the top of the log).
+    Remove(u64),
+    /// Write this entry (just past the top of the log).
+    Entry(&'a Entry),
+    HardState(&'a HardState),
+}
+
+/// The writes that append `entries` (which fit: their first index is at most one past
+/// `last_old`) to a log ending at `last_old`, then record `hs`, in the order `append`
+/// explains: the entries from the first new index on removed from the top down, the new
+/// entries written from the bottom up, the hard state last. Every prefix of them leaves a
+/// contiguous log (test: `every_prefix_of_an_append_reopens_as_a_contiguous_log`).
+pub(super) fn append_writes<'a>(
+    last_old: u64,
+    entries: &'a [Entry],
+    hs: Option<&'a HardState>,
+) -> impl Iterator<Item = LogWrite<'a>> {
+    let removed = match entries.first() {
+        Some(first) => first.index..=last_old,
+        None => 1..=0,
+    };
+    removed
+        .rev()
+        .map(LogWrite::Remove)
+        .chain(entries.iter().map(LogWrite::Entry))
+        .chain(hs.map(LogWrite::HardState))
 }
 
 impl raft::Storage for SledStorage {
