@@ -88,11 +88,9 @@ pub(super) fn append_writes<'a>(
     entries: &'a [Entry],
     hs: Option<&'a HardState>,
 ) -> impl Iterator<Item = LogWrite<'a>> {
-    let removed = match entries.first() {
-        Some(first) => first.index..=last_old,
-        None => 1..=0,
-    };
-    removed
+    // Nothing is removed without new entries.
+    let from = entries.first().map_or(last_old + 1, |first| first.index);
+    (from..=last_old)
         .rev()
         .map(LogWrite::Remove)
         .chain(entries.iter().map(LogWrite::Entry))
