@@ -129,9 +129,9 @@ impl PoolPlan {
 
     /// What lending and the hidden reserve depend on, at the plan's start: which queues
     /// are empty and the distinct requests waiting in the GPU queues (the blocked set is
-    /// probed again when these change).
-    pub fn terms(&self) -> Vec<u64> {
-        let mut out: Vec<u64> = self.waiting.iter().map(|w| (*w == 0) as u64).collect();
+    /// probed again when these change), appended to `out`.
+    pub fn terms_into(&self, out: &mut Vec<u64>) {
+        out.extend(self.waiting.iter().map(|w| (*w == 0) as u64));
         for shapes in &self.shapes {
             out.push(u64::MAX);
             for r in shapes {
@@ -147,7 +147,6 @@ impl PoolPlan {
                 }
             }
         }
-        out
     }
 
     /// Tasks of `q` still waiting in this plan.

@@ -95,8 +95,8 @@ impl DemandShape {
     }
 }
 
-use super::frag_measure::GroupSees;
 pub use super::frag_measure::{class_fragment, MixByShape};
+use super::frag_measure::{GroupChange, GroupSees};
 
 /// A node's expected fragmentation under `mix`: `Σ weight · F(n, m)`.
 pub fn node_fragmentation(free: &NodeResources, mix: &[(DemandShape, u64)]) -> u128 {
@@ -237,6 +237,10 @@ pub struct FragPlacer {
     /// Per shape group, the devices usable before and after a node change (reused).
     usable_was: Vec<u32>,
     usable_is: Vec<u32>,
+    /// The fitting nodes of a decision (reused).
+    fits: Vec<Pos>,
+    /// Per shape group, what placing the request at hand does to it (reused).
+    changes: Vec<(usize, GroupChange)>,
 }
 
 /// One class as the placer keeps it. Kept by number, with its count and scarcity beside it,
@@ -276,6 +280,79 @@ struct StateTable {
     device_ids: HashMap<Box<[u64]>, u32, FxBuild>,
     /// Per device state: what each shape group sees of it (by group number).
     sees: Vec<Vec<GroupSees>>,
+    /// Requests by number, for [`KeptChanges`]' keys.
+    requests: HashMap<ResourceRequest, u32, FxBuild>,
+    /// What placing each request does to each state, before any weight.
+    deltas: KeptChanges,
+}
+
+/// What placing a request on a node state does to each shape group's term, before any
+/// weight ([`GroupChange`]), kept per (state, request). A trace that barely queues meets a
+/// new scaled mix at nearly every decision, so the memo of whole deltas never carries over;
+/// but the same request meets the same node states again and again (on the Alibaba trace,
+/// every 8th node from the 4th at ×100: 99,524 deltas over 31,642 distinct pairs), and only
+/// the weights changed. Weighing kept changes skips the allocation of devices to the task
+/// and the walk of the devices it takes, per group. A shape group added since (a new GPU
+/// shape in the mix) makes a pair's changes stale; a compaction (groups renumbered) drops
+/// them all.
+#[derive(Clone, Debug, Default)]
+struct KeptChanges {
+    /// (state, request) → (start in `changes`, how many, shape groups then), or
+    /// [`KeptChanges::NO_FIT`].
+    at: HashMap<(u32, u32), (u32, u32, u32), FxBuild>,
+    changes: Vec<PackedChange>,
+}
+
+/// A [`GroupChange`] of group `group`, in 16 bytes (thousandths of a node's devices fit in
+/// `u32` but for nodes of over 4 million devices' worth, which are not kept).
+#[derive(Clone, Copy, Debug)]
+struct PackedChange {
+    group: u32,
+    usable_was: u32,
+    usable_is: u32,
+    took: u32,
+}
+
+impl PackedChange {
+    fn pack(group: usize, c: &GroupChange) -> Option<Self> {
+        Some(Self {
+            group: u32::try_from(group).ok()?,
+            usable_was: u32::try_from(c.usable_was).ok()?,
+            usable_is: u32::try_from(c.usable_is).ok()?,
+            took: u32::try_from(c.took).ok()?,
+        })
+    }
+
+    fn unpack(&self) -> (usize, GroupChange) {
+        let c = GroupChange {
+            usable_was: self.usable_was.into(),
+            usable_is: self.usable_is.into(),
+            took: self.took.into(),
+        };
+        (self.group as usize, c)
+    }
+}
+
+impl KeptChanges {
+    /// Changes kept before they start over (16 bytes each).
+    const MAX: usize = 1 << 20;
+    /// The request does not fit the state.
+    const NO_FIT: (u32, u32, u32) = (u32::MAX, 0, 0);
+
+    fn clear(&mut self) {
+        self.at.clear();
+        self.changes.clear();
+    }
+}
+
+/// What [`FragPlacer::keep_changes`] did.
+enum Kept {
+    /// The changes are kept here in `KeptChanges::changes`.
+    At(usize, usize),
+    /// The request does not fit the state.
+    NoFit,
+    /// A change past `u32`: not kept, the delta is computed directly.
+    TooLarge,
 }
 
 impl StateTable {
@@ -289,6 +366,16 @@ impl StateTable {
         self.device_of.push(device);
         self.memo.push((0, None));
         self.ids.insert(key.into(), id as u32);
+        id
+    }
+
+    /// The number of request `req`, made when new.
+    fn request(&mut self, req: &ResourceRequest) -> u32 {
+        if let Some(id) = self.requests.get(req) {
+            return *id;
+        }
+        let id = self.requests.len() as u32;
+        self.requests.insert(req.clone(), id);
         id
     }
 
@@ -377,6 +464,8 @@ impl FragPlacer {
             by_shape: MixByShape::default(),
             usable_was: Vec::new(),
             usable_is: Vec::new(),
+            changes: Vec::new(),
+            fits: Vec::new(),
         }
     }
 
@@ -434,6 +523,7 @@ impl FragPlacer {
         for sees in &mut self.states.sees {
             sees.clear(); // seen again for the new group numbers
         }
+        self.states.deltas.clear(); // the groups' numbers change
         for (i, r) in self.rows.iter_mut().enumerate() {
             r.group = self.by_shape.group_for(&r.class);
             self.row_of.insert(r.class.clone(), i);
@@ -574,13 +664,16 @@ impl FragPlacer {
                 return Some(n);
             }
         }
-        let fits = ix.fit_positions(q);
+        let mut fits = std::mem::take(&mut self.fits);
+        ix.fit_positions_into(q, &mut fits);
         let rescaled = self.scale_mix();
         if self.states.device_of.len() > Self::STATES_MAX
             || self.states.sees.len() > Self::STATES_MAX
+            || self.states.requests.len() > Self::STATES_MAX
         {
             self.states = StateTable::default();
         }
+        let request = self.states.request(q.request);
         // Nodes in the same state score the same: evaluate each distinct state once (per
         // request and scaled mix, so across decisions while neither changes).
         if rescaled || self.memo_req.as_ref() != Some(q.request) {
@@ -590,7 +683,7 @@ impl FragPlacer {
         // The least growth wins; among equals the first node in the index's ascending
         // (best-fit) order.
         let mut best: Option<(i128, Pos)> = None;
-        for pos in fits {
+        for &pos in &fits {
             let Some((free, version)) = ix.free_versioned(pos.node) else {
                 continue;
             };
@@ -608,15 +701,7 @@ impl FragPlacer {
             let d = match self.states.memo.get(state) {
                 Some(&(stamp, d)) if stamp == self.memo_stamp => d,
                 _ => {
-                    let device = self.states.device_of.get(state).copied();
-                    let Some(sees) = device.and_then(|d| self.states.sees.get_mut(d as usize))
-                    else {
-                        continue; // not reached: every state number has its device state
-                    };
-                    self.by_shape.see(&free.gpus, sees); // shapes new since it was kept
-                    let d = self
-                        .by_shape
-                        .delta_seen(free, q.request, sees, &mut self.scratch);
+                    let d = self.state_delta(state, request, free, q.request);
                     if let Some(m) = self.states.memo.get_mut(state) {
                         *m = (self.memo_stamp, d);
                     }
@@ -631,7 +716,79 @@ impl FragPlacer {
                 best = Some((d, pos));
             }
         }
+        self.fits = fits;
         best.map(|(_, p)| p.node)
+    }
+
+    /// How much placing `req` (request number `request`) on a node in state `state`, with
+    /// `free`, grows its expected fragmentation under the scaled mix; `None` when it does not
+    /// fit. Weighs the pair's kept changes when there are (see [`KeptChanges`]), else makes
+    /// and keeps them; equal, exactly, to [`MixByShape::delta_seen`].
+    fn state_delta(
+        &mut self,
+        state: usize,
+        request: u32,
+        free: &NodeResources,
+        req: &ResourceRequest,
+    ) -> Option<i128> {
+        let key = (state as u32, request);
+        let groups = self.by_shape.groups();
+        let (start, n) = match self.states.deltas.at.get(&key) {
+            Some(&KeptChanges::NO_FIT) => return None,
+            Some(&(start, n, g)) if g as usize == groups => (start as usize, n as usize),
+            _ => match self.keep_changes(key, free, req) {
+                Kept::At(start, n) => (start, n),
+                Kept::NoFit => return None,
+                Kept::TooLarge => {
+                    let device = self.states.device_of.get(state).copied();
+                    let sees = device.and_then(|d| self.states.sees.get(d as usize))?;
+                    return self.by_shape.delta_seen(free, req, sees, &mut self.scratch);
+                }
+            },
+        };
+        let kept = self.states.deltas.changes.get(start..start + n)?;
+        let before = (free.cpu_milli, free.mem_mib);
+        let after = (before.0 - req.cpu_milli, before.1 - req.mem_mib);
+        Some(
+            self.by_shape
+                .delta_of(kept.iter().map(PackedChange::unpack), before, after),
+        )
+    }
+
+    /// Makes and keeps the changes of (state, request) `key` (see [`KeptChanges`]).
+    fn keep_changes(
+        &mut self,
+        key: (u32, u32),
+        free: &NodeResources,
+        req: &ResourceRequest,
+    ) -> Kept {
+        let device = self.states.device_of.get(key.0 as usize).copied();
+        let Some(sees) = device.and_then(|d| self.states.sees.get_mut(d as usize)) else {
+            return Kept::NoFit; // not reached: every state number has its device state
+        };
+        self.by_shape.see(&free.gpus, sees); // shapes new since it was kept
+        let kept = &mut self.states.deltas;
+        if !self
+            .by_shape
+            .changes_seen(free, req, sees, &mut self.scratch, &mut self.changes)
+        {
+            kept.at.insert(key, KeptChanges::NO_FIT);
+            return Kept::NoFit;
+        }
+        if kept.changes.len() + self.changes.len() > KeptChanges::MAX {
+            kept.clear();
+        }
+        let start = kept.changes.len();
+        for (g, c) in &self.changes {
+            let Some(p) = PackedChange::pack(*g, c) else {
+                kept.changes.truncate(start);
+                return Kept::TooLarge;
+            };
+            kept.changes.push(p);
+        }
+        let (n, groups) = (self.changes.len(), self.by_shape.groups());
+        kept.at.insert(key, (start as u32, n as u32, groups as u32));
+        Kept::At(start, n)
     }
 
     /// Writes into `self.key` what a node's fragmentation delta depends on: its free CPU

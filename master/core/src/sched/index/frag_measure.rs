@@ -203,6 +203,86 @@ impl ShapeGroup {
         }
         self.fitting(cpu_milli, mem_mib) * sees.usable_milli as u128
     }
+
+    /// The usable thousandths that count toward [`lost`](Self::lost), given what the shape
+    /// sees: 0 where a task of the shape could not run on the devices.
+    #[inline]
+    fn counted(&self, sees: &ShapeSees) -> u64 {
+        if sees.unusable(&self.shape).is_none() {
+            return 0;
+        }
+        sees.usable_milli
+    }
+
+    /// The change of this group's term (see [`change`](Self::change)) under its weights, on
+    /// a node with free CPU and memory `before` that a placement leaves with `after`.
+    #[inline]
+    fn weigh(&self, c: GroupChange, before: (u64, u64), after: (u64, u64)) -> i128 {
+        let lost = |usable: u64, (cpu, mem): (u64, u64)| match usable {
+            0 => 0,
+            u => self.fitting(cpu, mem) * u as u128,
+        };
+        lost(c.usable_was, before) as i128
+            - lost(c.usable_is, after) as i128
+            - (self.weight * c.took as u128) as i128
+    }
+
+    /// What placing a task that takes `taken` (devices and thousandths; `after` holds each
+    /// device's free thousandths after it) does to this group's term on a node with `free`,
+    /// whose devices the shape sees as `seen`: the state after differs only in the devices
+    /// taken, so no device is walked again.
+    #[inline]
+    fn change(
+        &self,
+        seen: &GroupSees,
+        free: &NodeResources,
+        taken: &GpuAlloc,
+        after: &[u32],
+    ) -> GroupChange {
+        let need = self.shape.gpu_milli.max(1);
+        let was = seen.sees;
+        let mut is = was;
+        for (dev, _) in taken {
+            let i = *dev as usize;
+            let (Some(d), Some(f_after)) = (free.gpus.get(i), after.get(i)) else {
+                continue;
+            };
+            let accepted = if i < 64 {
+                seen.accepted >> i & 1 == 1
+            } else {
+                self.shape.accepts(&d.model)
+            };
+            if accepted {
+                is = is.changed(d.free_milli, *f_after, need);
+            }
+        }
+        GroupChange {
+            usable_was: self.counted(&was),
+            usable_is: self.counted(&is),
+            took: was.total - is.total,
+        }
+    }
+}
+
+/// What placing a task does to one shape group's term on a node, before any weight: the
+/// usable thousandths that count when a class of the shape has room beside the GPUs, before
+/// and after (0 where a task of the shape could not run on the devices), and the free
+/// thousandths the task took from the devices the shape accepts. The group's term changes by
+/// `fitting_before · usable_was − fitting_after · usable_is − weight · took`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GroupChange {
+    pub(crate) usable_was: u64,
+    pub(crate) usable_is: u64,
+    pub(crate) took: u64,
+}
+
+/// A delta normalised by the weight of the classes that accept one of the node's models
+/// (`here`) against the whole mix's (`all`); unchanged when every class does or none.
+pub(crate) fn normalised(delta: i128, here: u128, all: u128) -> i128 {
+    if here == 0 || here == all {
+        return delta;
+    }
+    delta.saturating_mul(all as i128) / here as i128
 }
 
 /// A weighted mix of classes grouped by GPU shape: evaluates `Σ weight · F(n, m)` walking a
@@ -376,34 +456,61 @@ impl MixByShape {
                 continue;
             }
             here += g.weight; // the mix as this node's models see it (see below)
-            let need = g.shape.gpu_milli.max(1);
-            let was = sees.sees;
-            let mut is = was;
-            for (dev, _) in &taken {
-                let i = *dev as usize;
-                let (Some(d), Some(f_after)) = (free.gpus.get(i), scratch.get(i)) else {
-                    continue;
-                };
-                let accepted = if i < 64 {
-                    sees.accepted >> i & 1 == 1
-                } else {
-                    g.shape.accepts(&d.model)
-                };
-                if accepted {
-                    is = is.changed(d.free_milli, *f_after, need);
-                }
-            }
-            let lost_was = g.lost(&was, cpu_before, mem_before);
-            let lost_is = g.lost(&is, cpu_after, mem_after);
-            let took = (g.weight * (was.total - is.total) as u128) as i128;
-            delta += lost_was as i128 - lost_is as i128 - took;
+            let c = g.change(sees, free, &taken, scratch);
+            delta += g.weigh(c, (cpu_before, mem_before), (cpu_after, mem_after));
         }
         // The mix as this node's models see it: normalised by the weight of the classes that
         // accept one of them (all of the mix when no class names a model).
-        if here == 0 || here == self.all {
-            return Some(delta);
+        Some(normalised(delta, here, self.all))
+    }
+
+    /// Placing `req` on a node with `free`, group by group, before any weight: into `out`,
+    /// each group that accepts one of the node's devices, by number, with its
+    /// [`GroupChange`]. `false` when it does not fit. The `frag` placer keeps them per node
+    /// state and request and weighs them under each new mix ([`delta_of`](Self::delta_of)).
+    pub(crate) fn changes_seen(
+        &self,
+        free: &NodeResources,
+        req: &ResourceRequest,
+        seen: &[GroupSees],
+        scratch: &mut Vec<u32>,
+        out: &mut Vec<(usize, GroupChange)>,
+    ) -> bool {
+        out.clear();
+        let Some(taken) = free_after(free, req, scratch) else {
+            return false;
+        };
+        for (i, (g, sees)) in self.groups.iter().zip(seen).enumerate() {
+            if sees.any {
+                out.push((i, g.change(sees, free, &taken, scratch)));
+            }
         }
-        Some(delta.saturating_mul(self.all as i128) / here as i128)
+        true
+    }
+
+    /// The delta [`delta_seen`](Self::delta_seen) gives, from the changes
+    /// [`changes_seen`](Self::changes_seen) gave for the same node (free CPU and memory
+    /// `before`) and request (leaving `after`), under the current weights.
+    pub(crate) fn delta_of(
+        &self,
+        changes: impl Iterator<Item = (usize, GroupChange)>,
+        before: (u64, u64),
+        after: (u64, u64),
+    ) -> i128 {
+        let (mut delta, mut here) = (0i128, 0u128);
+        for (i, c) in changes {
+            let Some(g) = self.groups.get(i).filter(|g| !g.classes.is_empty()) else {
+                continue;
+            };
+            here += g.weight;
+            delta += g.weigh(c, before, after);
+        }
+        normalised(delta, here, self.all)
+    }
+
+    /// Shape groups there are (numbered from 0; see [`group_for`](Self::group_for)).
+    pub(crate) fn groups(&self) -> usize {
+        self.groups.len()
     }
 
     /// [`delta`](Self::delta) as two whole evaluations of the mix and a third walk for the

@@ -543,11 +543,29 @@ fn one_pass_delta_equals_the_reference() {
                 ..free
             };
             by_shape.see(&kept, &mut kept_sees);
+            let seen = by_shape.delta_seen(&on_kept, &req, &kept_sees, &mut scratch);
             assert_eq!(
-                by_shape.delta_seen(&on_kept, &req, &kept_sees, &mut scratch),
+                seen,
                 by_shape.delta_reference(&on_kept, &req, &mut scratch),
                 "seed {seed}, kept device state"
             );
+            // The same through the changes the placer keeps per (state, request), weighed
+            // under these weights.
+            let mut changes = Vec::new();
+            let fits =
+                by_shape.changes_seen(&on_kept, &req, &kept_sees, &mut scratch, &mut changes);
+            let after = (
+                on_kept.cpu_milli.saturating_sub(req.cpu_milli),
+                on_kept.mem_mib.saturating_sub(req.mem_mib),
+            );
+            let weighed = fits.then(|| {
+                by_shape.delta_of(
+                    changes.iter().copied(),
+                    (on_kept.cpu_milli, on_kept.mem_mib),
+                    after,
+                )
+            });
+            assert_eq!(weighed, seen, "seed {seed}, kept changes weighed");
         }
         assert!(fitted > 0, "seed {seed}: no request fitted");
     }

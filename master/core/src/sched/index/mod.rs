@@ -375,9 +375,18 @@ impl PlacementIndex {
     /// again from each place for the next. For a caller that ranks every fitting node by
     /// its own measure and breaks ties by the place (`frag`).
     pub fn fit_positions(&mut self, q: &PlacementQuery<'_>) -> Vec<Pos> {
+        let mut out = Vec::new();
+        self.fit_positions_into(q, &mut out);
+        out
+    }
+
+    /// [`fit_positions`](Self::fit_positions) into `out` (cleared first), so that a caller
+    /// deciding again and again reuses one buffer.
+    pub fn fit_positions_into(&mut self, q: &PlacementQuery<'_>, out: &mut Vec<Pos>) {
+        out.clear();
         let t = self.tree_for(q.order);
         let elig = self.classes.eligible(q.request);
-        self.space(t, q, &elig).all_fits()
+        self.space(t, q, &elig).all_fits(out);
     }
 
     fn space<'a>(
@@ -522,14 +531,15 @@ impl IndexSpace<'_> {
     /// Every fitting node with its place, unordered: what `first` would return, called again
     /// and again from each place it returned. The tree is walked once with a leaf check that
     /// records each fit and answers "no", so the walk goes on to the next.
-    fn all_fits(&mut self) -> Vec<Pos> {
+    fn all_fits(&mut self, out: &mut Vec<Pos>) {
         let q = self.q;
         if self.direct {
             let c = q.candidates.map(|c| c.as_slice()).unwrap_or(&[]);
-            return c
-                .iter()
-                .filter_map(|id| self.state(id).and_then(|st| self.fit_of(st)))
-                .collect();
+            out.extend(
+                c.iter()
+                    .filter_map(|id| self.state(id).and_then(|st| self.fit_of(st))),
+            );
+            return;
         }
         let owned = self.owned.filter(|s| !s.is_empty());
         let slots = self.slots;
@@ -539,7 +549,6 @@ impl IndexSpace<'_> {
             dir: Dir::Asc,
             after: None,
         };
-        let mut out = Vec::new();
         self.tree.first(&search, &mut |slot, id| {
             if let Some(st) = tree_fit(slots, q, owned.is_some(), slot, id) {
                 out.push(Pos {
@@ -555,7 +564,6 @@ impl IndexSpace<'_> {
                     .filter_map(|id| self.state(id).and_then(|st| self.fit_of(st))),
             );
         }
-        out
     }
 }
 

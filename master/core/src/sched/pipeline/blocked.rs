@@ -108,6 +108,8 @@ pub(super) struct Blocked {
     keys: BTreeSet<BlockKey>,
     /// The pools' terms at the last plan (what lending and hiding depend on).
     terms: Vec<u64>,
+    /// The terms being compared with `terms` (reused: a plan follows nearly every arrival).
+    next_terms: Vec<u64>,
     /// The priority configuration at the last plan.
     priority: Option<PriorityConfig>,
     /// Distinct keys probed (for tests and benches).
@@ -129,10 +131,13 @@ impl Blocked {
         self.generation
     }
 
-    /// At a plan's start: the pools' terms now; a change clears the set.
-    pub fn check_terms(&mut self, terms: Vec<u64>) {
-        if terms != self.terms {
-            self.terms = terms;
+    /// At a plan's start: the pools' terms now, as `fill` writes them into an empty buffer;
+    /// a change clears the set.
+    pub fn check_terms(&mut self, fill: impl FnOnce(&mut Vec<u64>)) {
+        self.next_terms.clear();
+        fill(&mut self.next_terms);
+        if self.next_terms != self.terms {
+            std::mem::swap(&mut self.terms, &mut self.next_terms);
             self.changed();
         }
     }

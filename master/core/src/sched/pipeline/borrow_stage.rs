@@ -93,15 +93,12 @@ impl PoolRound {
         }
     }
 
-    /// The pools' terms at the plan's start, with the reserve's size (empty: pools off).
-    pub fn terms(&self) -> Vec<u64> {
-        match (&self.plan, &self.history) {
-            (Some(p), Some(h)) => {
-                let mut t = p.terms();
-                t.push(h.per_gpu_milli());
-                t
-            }
-            _ => Vec::new(),
+    /// Into `out`: the pools' terms at the plan's start, with the reserve's size (nothing:
+    /// pools off).
+    pub fn terms_into(&self, out: &mut Vec<u64>) {
+        if let (Some(p), Some(h)) = (&self.plan, &self.history) {
+            p.terms_into(out);
+            out.push(h.per_gpu_milli());
         }
     }
 

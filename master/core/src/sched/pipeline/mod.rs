@@ -314,7 +314,7 @@ impl Scheduler for IndexedScheduler {
         let partitions = self.partitions.sets(view);
         let loads = self.loads.take();
         let mut ctx = PlanContext::with(view, now_ms, &self.queue, loads, self.pools, partitions);
-        self.blocked.check_terms(ctx.pools.terms());
+        self.blocked.check_terms(|t| ctx.pools.terms_into(t));
         // Across plans only where nothing but resources decides (see blocked.rs).
         let across = self.slave_queue.depth == 0;
         let mut stuck_now: BTreeSet<BlockKey> = BTreeSet::new();
