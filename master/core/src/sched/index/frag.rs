@@ -336,6 +336,8 @@ impl PackedChange {
 impl KeptChanges {
     /// Changes kept before they start over (16 bytes each).
     const MAX: usize = 1 << 20;
+    /// Pairs kept before they start over (about 32 bytes each with the map's own).
+    const MAX_PAIRS: usize = 1 << 18;
     /// The request does not fit the state.
     const NO_FIT: (u32, u32, u32) = (u32::MAX, 0, 0);
 
@@ -768,6 +770,9 @@ impl FragPlacer {
         };
         self.by_shape.see(&free.gpus, sees); // shapes new since it was kept
         let kept = &mut self.states.deltas;
+        if kept.at.len() >= KeptChanges::MAX_PAIRS {
+            kept.clear();
+        }
         if !self
             .by_shape
             .changes_seen(free, req, sees, &mut self.scratch, &mut self.changes)
