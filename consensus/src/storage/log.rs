@@ -75,6 +75,7 @@ pub(super) enum LogWrite<'a> {
     Remove(u64),
     /// Write this entry (just past the top of the log).
     Entry(&'a Entry),
+    /// Record this hard state (last).
     HardState(&'a HardState),
 }
 

@@ -43,10 +43,9 @@
 //! fragmentation least (taking CPU or memory that a GPU class needs turns that node's free
 //! GPUs into fragments).
 
-use super::tree::FxBuild;
 use super::{Candidates, Dir, PlacementIndex, PlacementQuery, Policy, Pos};
 use hetsched_common::{NodeId, NodeResources, ResourceRequest};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// One task class of the workload mix and how many of the window's arrivals it holds.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -95,8 +94,14 @@ impl DemandShape {
     }
 }
 
+use super::frag_measure::GroupChange;
 pub use super::frag_measure::{class_fragment, MixByShape};
-use super::frag_measure::{GroupChange, GroupSees};
+use states::StateTable;
+
+/// What the placer keeps across decisions: node states by number, what each shape sees of
+/// a device state, and a placement's change per (state, request).
+#[path = "frag_states.rs"]
+mod states;
 
 /// A node's expected fragmentation under `mix`: `Σ weight · F(n, m)`.
 pub fn node_fragmentation(free: &NodeResources, mix: &[(DemandShape, u64)]) -> u128 {
@@ -260,139 +265,6 @@ struct ClassRow {
     group: usize,
 }
 
-/// Node states by number. A decision scores every fitting node, and most nodes are in a state
-/// met before (the index's version of a node says whether it changed since): a node whose
-/// version holds is looked up by id, not keyed and hashed again. Each state number has its
-/// device state's number (the key's part after CPU and memory) and its memoised delta; each
-/// device state what the shape groups see of it (it depends on the devices alone, so it holds
-/// across decisions and mixes: a delta then walks only the devices the task takes).
-#[derive(Clone, Debug, Default)]
-struct StateTable {
-    /// Node → (index version, state number) of the state last keyed for it.
-    of_node: HashMap<NodeId, (u64, u32), FxBuild>,
-    /// State key → number.
-    ids: HashMap<Box<[u64]>, u32, FxBuild>,
-    /// Per state: its device state's number.
-    device_of: Vec<u32>,
-    /// Per state: (memo stamp, delta) of its last scoring.
-    memo: Vec<(u64, Option<i128>)>,
-    /// Device state (the key's devices) → number.
-    device_ids: HashMap<Box<[u64]>, u32, FxBuild>,
-    /// Per device state: what each shape group sees of it (by group number).
-    sees: Vec<Vec<GroupSees>>,
-    /// Requests by number, for [`KeptChanges`]' keys.
-    requests: HashMap<ResourceRequest, u32, FxBuild>,
-    /// What placing each request does to each state, before any weight.
-    deltas: KeptChanges,
-}
-
-/// What placing a request on a node state does to each shape group's term, before any
-/// weight ([`GroupChange`]), kept per (state, request). A trace that barely queues meets a
-/// new scaled mix at nearly every decision, so the memo of whole deltas never carries over;
-/// but the same request meets the same node states again and again (on the Alibaba trace,
-/// every 8th node from the 4th at ×100: 99,524 deltas over 31,642 distinct pairs), and only
-/// the weights changed. Weighing kept changes skips the allocation of devices to the task
-/// and the walk of the devices it takes, per group. A shape group added since (a new GPU
-/// shape in the mix) makes a pair's changes stale; a compaction (groups renumbered) drops
-/// them all.
-#[derive(Clone, Debug, Default)]
-struct KeptChanges {
-    /// (state, request) → (start in `changes`, how many, shape groups then), or
-    /// [`KeptChanges::NO_FIT`].
-    at: HashMap<(u32, u32), (u32, u32, u32), FxBuild>,
-    changes: Vec<PackedChange>,
-}
-
-/// A [`GroupChange`] of group `group`, in 16 bytes (thousandths of a node's devices fit in
-/// `u32` but for nodes of over 4 million devices' worth, which are not kept).
-#[derive(Clone, Copy, Debug)]
-struct PackedChange {
-    group: u32,
-    usable_was: u32,
-    usable_is: u32,
-    took: u32,
-}
-
-impl PackedChange {
-    fn pack(group: usize, c: &GroupChange) -> Option<Self> {
-        Some(Self {
-            group: u32::try_from(group).ok()?,
-            usable_was: u32::try_from(c.usable_was).ok()?,
-            usable_is: u32::try_from(c.usable_is).ok()?,
-            took: u32::try_from(c.took).ok()?,
-        })
-    }
-
-    fn unpack(&self) -> (usize, GroupChange) {
-        let c = GroupChange {
-            usable_was: self.usable_was.into(),
-            usable_is: self.usable_is.into(),
-            took: self.took.into(),
-        };
-        (self.group as usize, c)
-    }
-}
-
-impl KeptChanges {
-    /// Changes kept before they start over (16 bytes each).
-    const MAX: usize = 1 << 20;
-    /// Pairs kept before they start over (about 32 bytes each with the map's own).
-    const MAX_PAIRS: usize = 1 << 18;
-    /// The request does not fit the state.
-    const NO_FIT: (u32, u32, u32) = (u32::MAX, 0, 0);
-
-    fn clear(&mut self) {
-        self.at.clear();
-        self.changes.clear();
-    }
-}
-
-/// What [`FragPlacer::keep_changes`] did.
-enum Kept {
-    /// The changes are kept here in `KeptChanges::changes`.
-    At(usize, usize),
-    /// The request does not fit the state.
-    NoFit,
-    /// A change past `u32`: not kept, the delta is computed directly.
-    TooLarge,
-}
-
-impl StateTable {
-    /// The number of the state `key` (a `state_key`), made when new.
-    fn state(&mut self, key: &[u64]) -> usize {
-        if let Some(id) = self.ids.get(key) {
-            return *id as usize;
-        }
-        let device = self.device(&key[2..]) as u32;
-        let id = self.device_of.len();
-        self.device_of.push(device);
-        self.memo.push((0, None));
-        self.ids.insert(key.into(), id as u32);
-        id
-    }
-
-    /// The number of request `req`, made when new.
-    fn request(&mut self, req: &ResourceRequest) -> u32 {
-        if let Some(id) = self.requests.get(req) {
-            return *id;
-        }
-        let id = self.requests.len() as u32;
-        self.requests.insert(req.clone(), id);
-        id
-    }
-
-    /// The number of the device state `devices` (a `state_key`'s devices), made when new.
-    fn device(&mut self, devices: &[u64]) -> usize {
-        if let Some(id) = self.device_ids.get(devices) {
-            return *id as usize;
-        }
-        self.sees.push(Vec::new());
-        self.device_ids
-            .insert(devices.into(), (self.sees.len() - 1) as u32);
-        self.sees.len() - 1
-    }
-}
-
 /// Whether a node whose state key is `key` (`state_key`; `models` by number) could hold one
 /// task of `class` now: [`holds`] on the key.
 fn holds_key(key: &[u64], class: &DemandShape, models: &[String]) -> bool {
@@ -522,10 +394,7 @@ impl FragPlacer {
         self.rows.retain(|r| r.count > 0);
         self.row_of.clear();
         self.by_shape = MixByShape::default();
-        for sees in &mut self.states.sees {
-            sees.clear(); // seen again for the new group numbers
-        }
-        self.states.deltas.clear(); // the groups' numbers change
+        self.states.groups_renumbered();
         for (i, r) in self.rows.iter_mut().enumerate() {
             r.group = self.by_shape.group_for(&r.class);
             self.row_of.insert(r.class.clone(), i);
@@ -720,80 +589,6 @@ impl FragPlacer {
         }
         self.fits = fits;
         best.map(|(_, p)| p.node)
-    }
-
-    /// How much placing `req` (request number `request`) on a node in state `state`, with
-    /// `free`, grows its expected fragmentation under the scaled mix; `None` when it does not
-    /// fit. Weighs the pair's kept changes when there are (see [`KeptChanges`]), else makes
-    /// and keeps them; equal, exactly, to [`MixByShape::delta_seen`].
-    fn state_delta(
-        &mut self,
-        state: usize,
-        request: u32,
-        free: &NodeResources,
-        req: &ResourceRequest,
-    ) -> Option<i128> {
-        let key = (state as u32, request);
-        let groups = self.by_shape.groups();
-        let (start, n) = match self.states.deltas.at.get(&key) {
-            Some(&KeptChanges::NO_FIT) => return None,
-            Some(&(start, n, g)) if g as usize == groups => (start as usize, n as usize),
-            _ => match self.keep_changes(key, free, req) {
-                Kept::At(start, n) => (start, n),
-                Kept::NoFit => return None,
-                Kept::TooLarge => {
-                    let device = self.states.device_of.get(state).copied();
-                    let sees = device.and_then(|d| self.states.sees.get(d as usize))?;
-                    return self.by_shape.delta_seen(free, req, sees, &mut self.scratch);
-                }
-            },
-        };
-        let kept = self.states.deltas.changes.get(start..start + n)?;
-        let before = (free.cpu_milli, free.mem_mib);
-        let after = (before.0 - req.cpu_milli, before.1 - req.mem_mib);
-        Some(
-            self.by_shape
-                .delta_of(kept.iter().map(PackedChange::unpack), before, after),
-        )
-    }
-
-    /// Makes and keeps the changes of (state, request) `key` (see [`KeptChanges`]).
-    fn keep_changes(
-        &mut self,
-        key: (u32, u32),
-        free: &NodeResources,
-        req: &ResourceRequest,
-    ) -> Kept {
-        let device = self.states.device_of.get(key.0 as usize).copied();
-        let Some(sees) = device.and_then(|d| self.states.sees.get_mut(d as usize)) else {
-            return Kept::NoFit; // not reached: every state number has its device state
-        };
-        self.by_shape.see(&free.gpus, sees); // shapes new since it was kept
-        let kept = &mut self.states.deltas;
-        if kept.at.len() >= KeptChanges::MAX_PAIRS {
-            kept.clear();
-        }
-        if !self
-            .by_shape
-            .changes_seen(free, req, sees, &mut self.scratch, &mut self.changes)
-        {
-            kept.at.insert(key, KeptChanges::NO_FIT);
-            return Kept::NoFit;
-        }
-        if kept.changes.len() + self.changes.len() > KeptChanges::MAX {
-            kept.clear();
-        }
-        let start = kept.changes.len();
-        for (g, c) in &self.changes {
-            let Some(p) = PackedChange::pack(*g, c) else {
-                kept.changes.truncate(start);
-                return Kept::TooLarge;
-            };
-            kept.changes.push(p);
-        }
-        let (n, groups) = (self.changes.len(), self.by_shape.groups());
-        kept.at.insert(key, (start as u32, n as u32, groups as u32));
-        Kept::At(start, n)
     }
 
     /// Writes into `self.key` what a node's fragmentation delta depends on: its free CPU

@@ -198,10 +198,16 @@ impl ShapeGroup {
     /// the shape cannot use, the others all of it).
     #[inline]
     fn lost(&self, sees: &ShapeSees, cpu_milli: u64, mem_mib: u64) -> u128 {
-        if sees.usable_milli == 0 || sees.unusable(&self.shape).is_none() {
-            return 0;
+        self.lost_of(self.counted(sees), cpu_milli, mem_mib)
+    }
+
+    /// [`lost`](Self::lost) from the usable thousandths that count ([`counted`](Self::counted)).
+    #[inline]
+    fn lost_of(&self, counted: u64, cpu_milli: u64, mem_mib: u64) -> u128 {
+        match counted {
+            0 => 0,
+            u => self.fitting(cpu_milli, mem_mib) * u as u128,
         }
-        self.fitting(cpu_milli, mem_mib) * sees.usable_milli as u128
     }
 
     /// The usable thousandths that count toward [`lost`](Self::lost), given what the shape
@@ -218,12 +224,8 @@ impl ShapeGroup {
     /// a node with free CPU and memory `before` that a placement leaves with `after`.
     #[inline]
     fn weigh(&self, c: GroupChange, before: (u64, u64), after: (u64, u64)) -> i128 {
-        let lost = |usable: u64, (cpu, mem): (u64, u64)| match usable {
-            0 => 0,
-            u => self.fitting(cpu, mem) * u as u128,
-        };
-        lost(c.usable_was, before) as i128
-            - lost(c.usable_is, after) as i128
+        self.lost_of(c.usable_was, before.0, before.1) as i128
+            - self.lost_of(c.usable_is, after.0, after.1) as i128
             - (self.weight * c.took as u128) as i128
     }
 

@@ -373,15 +373,8 @@ impl PlacementIndex {
     /// Every node `q` fits, each with its place in the order (`q.order`), in no particular
     /// order: one walk of the tree, where [`ordered_fits`](Self::ordered_fits) searches
     /// again from each place for the next. For a caller that ranks every fitting node by
-    /// its own measure and breaks ties by the place (`frag`).
-    pub fn fit_positions(&mut self, q: &PlacementQuery<'_>) -> Vec<Pos> {
-        let mut out = Vec::new();
-        self.fit_positions_into(q, &mut out);
-        out
-    }
-
-    /// [`fit_positions`](Self::fit_positions) into `out` (cleared first), so that a caller
-    /// deciding again and again reuses one buffer.
+    /// its own measure and breaks ties by the place (`frag`). Written into `out` (cleared
+    /// first), so that a caller deciding again and again reuses one buffer.
     pub fn fit_positions_into(&mut self, q: &PlacementQuery<'_>, out: &mut Vec<Pos>) {
         out.clear();
         let t = self.tree_for(q.order);

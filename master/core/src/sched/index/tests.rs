@@ -431,10 +431,11 @@ fn sim(seed: u64, theta: [u64; 4], scan_max: usize, steps: usize) {
                         assert!(really_fits(&sc, &ix, *n, &q), "{ctx}: {n} does not fit");
                     }
                     // The one-walk form: the same places, in no order.
-                    let mut all = ix.fit_positions(&q);
+                    let mut all = Vec::new();
+                    ix.fit_positions_into(&q, &mut all);
                     all.sort_by(|x, y| x.cmp_in(y, dir));
                     let nodes: Vec<NodeId> = all.iter().map(|p| p.node).collect();
-                    assert_eq!(nodes, a, "{ctx} fit_positions {dir:?} {q:?}");
+                    assert_eq!(nodes, a, "{ctx} fit_positions_into {dir:?} {q:?}");
                 }
                 let mut chosen = None;
                 for (k, (pi, ps)) in ix_pol.iter_mut().zip(sc_pol.iter_mut()).enumerate() {
