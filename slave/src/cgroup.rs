@@ -507,19 +507,33 @@ impl AttemptCgroup {
     /// same limits where nothing of this one carries over ([`crate::cgroup_spares`]), else
     /// removed.
     pub fn retire(&self) {
+        self.retire_with(false);
+    }
+
+    /// [`retire`](Self::retire) right after [`kill_all`](Self::kill_all) found the cgroup
+    /// empty: its `cgroup.procs` files are not read again. Nothing joins it in between: only
+    /// the supervisor moves processes in, before the attempt's task starts, and the attempt
+    /// has ended.
+    pub fn retire_emptied(&self) {
+        self.retire_with(true);
+    }
+
+    fn retire_with(&self, emptied: bool) {
         for d in self.dirs() {
             // v2 has no rename of cgroups.
-            if self.mode != CgroupMode::V1 || !self.spares.retire(d, |d| self.reusable(d)) {
+            if self.mode != CgroupMode::V1 || !self.spares.retire(d, |d| self.reusable(d, emptied))
+            {
                 remove_cgroup_dir(d);
             }
         }
     }
 
-    /// Whether directory `d` of this cgroup may serve another attempt: no process left, and
-    /// for its memory controller no OOM kill counted and little memory still charged.
-    fn reusable(&self, d: &Path) -> bool {
-        let empty =
-            std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|s| s.trim().is_empty());
+    /// Whether directory `d` of this cgroup may serve another attempt: no process left (known
+    /// when `emptied`), and for its memory controller no OOM kill counted and little memory
+    /// still charged.
+    fn reusable(&self, d: &Path, emptied: bool) -> bool {
+        let empty = emptied
+            || std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|s| s.trim().is_empty());
         if !empty || self.mem.as_deref() != Some(d) {
             return empty;
         }

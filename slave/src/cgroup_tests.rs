@@ -287,6 +287,24 @@ fn an_ended_attempts_cgroup_is_reused_by_the_next_with_the_same_limits() {
     ended("task-5-1", 0, 0);
     d.retire();
     assert!(!cpu.join("task-5-1").exists());
+    // After kill_all found it empty, retire_emptied does not read cgroup.procs again: a
+    // file that still names a process (as a live one would) keeps plain retire from reusing
+    // the cgroup, and does not stop retire_emptied.
+    for (name, emptied) in [("task-6-1", false), ("task-7-1", true)] {
+        let e = cgs.create(name, limits).expect("create");
+        ended(name, 0, 0);
+        touch(&cpu.join(name).join("cgroup.procs"), "4242\n");
+        std::fs::write(cpu.join(name).join("cpu.cfs_quota_us"), name).expect("write");
+        if emptied {
+            e.retire_emptied();
+        } else {
+            e.retire();
+        }
+        let next = cgs.create("task-8-1", limits).expect("create");
+        let reused = read(cpu.join("task-8-1/cpu.cfs_quota_us")) == name;
+        assert_eq!(reused, emptied, "{name}");
+        next.remove();
+    }
     std::fs::create_dir_all(cpu.join("spare-1-1")).expect("mkdir");
     cgs.clean_stale(&BTreeSet::new());
     assert!(!cpu.join("spare-1-1").exists());

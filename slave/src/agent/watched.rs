@@ -176,11 +176,12 @@ impl Watched {
         let name = exec::attempt_name(self.task, self.attempt);
         let status = supervisor::read_json::<ExitRecord>(&self.dir.join(STATUS_FILE))
             .or_else(|| crate::pool::journaled_exit(&self.pool_dir, &name));
+        let mut emptied = false;
         let result = match status {
             Some(rec) => {
                 // Whatever outlived the task in its cgroup (the supervisor already killed its
                 // process group) goes with it.
-                self.cgroup.kill_all();
+                emptied = self.cgroup.kill_all();
                 outcome_of(&rec)
             }
             None => {
@@ -199,7 +200,11 @@ impl Watched {
                 (exec::EXIT_LOST, Some(TaskReason::Lost))
             }
         };
-        self.cgroup.retire();
+        if emptied {
+            self.cgroup.retire_emptied();
+        } else {
+            self.cgroup.retire();
+        }
         // The supervisor keeps the output before it records the end; this keeps what one
         // that vanished (or an older one) left behind.
         crate::logs::keep_attempt(&self.log_dir, &self.dir, self.task, self.attempt);

@@ -91,6 +91,11 @@ pub fn drf_order(
         .collect()
 }
 
+/// Whether every entry is one user's.
+fn one_user(entries: &[DrfEntry<'_>]) -> bool {
+    entries.windows(2).all(|w| w[0].user == w[1].user)
+}
+
 /// [`drf_order`] as positions in `entries` (the queue stage keeps what it read of each
 /// task beside its entry, so that no later pass of the plan looks the task up again).
 fn drf_positions(
@@ -99,7 +104,7 @@ fn drf_positions(
     capacity: &DrfUsage,
 ) -> Vec<usize> {
     // One user (the common case while little queues): submission order, nothing to weigh.
-    if entries.windows(2).all(|w| w[0].user == w[1].user) {
+    if one_user(entries) {
         return (0..entries.len()).collect();
     }
     let mut queues: BTreeMap<&str, VecDeque<usize>> = BTreeMap::new();
@@ -252,11 +257,11 @@ pub fn ordered_refs<'v>(
     usage: &BTreeMap<String, DrfUsage>,
     capacity: &DrfUsage,
 ) -> Vec<Queued<'v>> {
-    let pending = view.pending().iter().filter_map(|id| {
-        let t = view.tasks().get(id)?;
-        let job = view.jobs().get(&t.job)?;
-        Some(Queued { task: *id, t, job })
-    });
+    // Every plan orders the whole backlog, so this walk is the plan's floor: the pending ids
+    // ascend, and so do the task map's keys, so a cursor walks both (`PendingLookup`); a
+    // job's tasks are consecutive, so its job is looked up once per run of them.
+    let mut lookup = PendingLookup::new(view);
+    let pending = view.pending().iter().filter_map(move |id| lookup.get(*id));
     if ordering == Ordering::Submission {
         // Already in id order: a stable sort by priority alone keeps submission order
         // (as `queue::queue_order`).
@@ -264,9 +269,14 @@ pub fn ordered_refs<'v>(
         all.sort_by_key(|q| Reverse(q.t.priority));
         return all;
     }
-    // (priority, queue rank, taken back first) → entries in submission order.
+    // (priority, queue rank, taken back first) → entries in submission order. Groups are
+    // kept in a list in the order they appear (consecutive tasks nearly always share one),
+    // and put in key order at the end.
+    type Key = (Reverse<i64>, u8, bool);
     type Group<'v> = (Vec<DrfEntry<'v>>, Vec<Queued<'v>>);
-    let mut groups: BTreeMap<(Reverse<i64>, u8, bool), Group<'v>> = BTreeMap::new();
+    let mut groups: Vec<Group<'v>> = Vec::new();
+    let mut by_key: BTreeMap<Key, usize> = BTreeMap::new();
+    let mut last: Option<(Key, usize)> = None;
     for q in pending {
         let (t, req) = (q.t, &q.job.spec.resources);
         let (rank, head) = match ordering {
@@ -278,7 +288,19 @@ pub fn ordered_refs<'v>(
             }
             _ => (0, true),
         };
-        let g = groups.entry((Reverse(t.priority), rank, head)).or_default();
+        let key = (Reverse(t.priority), rank, head);
+        let g = match last {
+            Some((k, g)) if k == key => g,
+            _ => {
+                let g = *by_key.entry(key).or_insert_with(|| {
+                    groups.push(Default::default());
+                    groups.len() - 1
+                });
+                last = Some((key, g));
+                g
+            }
+        };
+        let g = &mut groups[g];
         g.0.push(DrfEntry {
             task: q.task,
             user: &q.job.spec.user,
@@ -287,7 +309,12 @@ pub fn ordered_refs<'v>(
         g.1.push(q);
     }
     let mut out = Vec::with_capacity(view.pending().len());
-    for (entries, refs) in groups.values() {
+    for g in by_key.values() {
+        let (entries, refs) = &groups[*g];
+        if one_user(entries) {
+            out.extend_from_slice(refs); // DRF among one user: submission order
+            continue;
+        }
         out.extend(
             drf_positions(entries, usage, capacity)
                 .into_iter()
@@ -295,6 +322,70 @@ pub fn ordered_refs<'v>(
         );
     }
     out
+}
+
+/// Finds pending tasks, asked for in ascending id order, and their jobs in `view`: a cursor
+/// over the task map answers the next id in a few steps where the backlog is dense (a fresh
+/// search where it is not), and the last job found answers the tasks that follow it.
+struct PendingLookup<'v> {
+    view: &'v ClusterState,
+    tasks: std::iter::Peekable<std::collections::btree_map::Range<'v, TaskId, Task>>,
+    job: Option<&'v Job>,
+}
+
+impl<'v> PendingLookup<'v> {
+    /// How far the cursor walks before it searches afresh.
+    const STEPS: usize = 8;
+
+    fn new(view: &'v ClusterState) -> Self {
+        let from = view.pending().first().copied().unwrap_or(TaskId(0));
+        Self {
+            view,
+            tasks: view.tasks().range(from..).peekable(),
+            job: None,
+        }
+    }
+
+    /// Task `id` (greater than every id asked before) with its job; `None` when the state
+    /// holds either no longer.
+    fn get(&mut self, id: TaskId) -> Option<Queued<'v>> {
+        let t = self.task(id)?;
+        let job = match self.job {
+            Some(j) if j.id == t.job => j,
+            _ => {
+                let j = self.view.jobs().get(&t.job)?;
+                self.job = Some(j);
+                j
+            }
+        };
+        Some(Queued { task: id, t, job })
+    }
+
+    fn task(&mut self, id: TaskId) -> Option<&'v Task> {
+        for _ in 0..Self::STEPS {
+            match self.tasks.peek() {
+                Some((k, _)) if **k > id => return None,
+                Some((k, t)) if **k == id => {
+                    let t = *t;
+                    self.tasks.next();
+                    return Some(t);
+                }
+                Some(_) => {
+                    self.tasks.next();
+                }
+                None => return None,
+            }
+        }
+        self.tasks = self.view.tasks().range(id..).peekable();
+        match self.tasks.peek() {
+            Some((k, t)) if **k == id => {
+                let t = *t;
+                self.tasks.next();
+                Some(t)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The reserved CPU pool's size per GPU (§S3.3): the highest CPU demand per GPU seen among

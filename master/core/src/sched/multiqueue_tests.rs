@@ -3,7 +3,7 @@ use crate::sched::index::PolicyKind;
 use crate::sched::test_log::{self, Log};
 use crate::sched::{IndexedScheduler, Scheduler};
 use crate::state::{Command, Outcome, Plan};
-use hetsched_common::{GpuDevice, GpuRequest, NodeId, NodeResources, TaskState};
+use hetsched_common::{GpuDevice, GpuRequest, JobId, NodeId, NodeResources, TaskState};
 
 fn entry(task: u64, user: &str, cpu: u64, gpu: u64) -> DrfEntry<'_> {
     DrfEntry {
@@ -549,4 +549,106 @@ fn single_gpu_tasks_waiting_get_the_multi_pools_idle_gpus_in_the_next_plan() {
         .assignments
         .iter()
         .all(|a| pool(&l, a.node) == Some(GpuPool::Multi) && a.borrowed));
+}
+
+/// The queue order as the plan used to build it: every pending task looked up afresh, its
+/// group found in a map. `ordered_refs` walks a cursor and keeps the last job and group; it
+/// must give exactly this order, with the same tasks and jobs.
+fn reference_order(view: &ClusterState, ordering: Ordering) -> Vec<(TaskId, JobId)> {
+    let usage = BTreeMap::new();
+    let cap = DrfUsage::default();
+    let pending: Vec<(TaskId, &Task, &Job)> = view
+        .pending()
+        .iter()
+        .filter_map(|id| {
+            let t = view.tasks().get(id)?;
+            Some((*id, t, view.jobs().get(&t.job)?))
+        })
+        .collect();
+    if ordering == Ordering::Submission {
+        let mut all = pending;
+        all.sort_by_key(|q| Reverse(q.1.priority));
+        return all.iter().map(|q| (q.0, q.2.id)).collect();
+    }
+    let mut groups: BTreeMap<(Reverse<i64>, u8, bool), Vec<(TaskId, &Task, &Job)>> =
+        BTreeMap::new();
+    for q in pending {
+        let req = &q.2.spec.resources;
+        let (rank, head) = match ordering {
+            Ordering::Pipeline => {
+                let kind = QueueKind::of(req);
+                let back =
+                    kind == QueueKind::Cpu && q.1.status.reason == Some(TaskReason::Preempted);
+                (kind as u8, !back)
+            }
+            _ => (0, true),
+        };
+        groups
+            .entry((Reverse(q.1.priority), rank, head))
+            .or_default()
+            .push(q);
+    }
+    let mut out = Vec::new();
+    for g in groups.values() {
+        let entries: Vec<DrfEntry<'_>> = g
+            .iter()
+            .map(|q| DrfEntry {
+                task: q.0,
+                user: &q.2.spec.user,
+                demand: DrfUsage::of(&q.2.spec.resources),
+            })
+            .collect();
+        out.extend(drf_order(&entries, &usage, &cap).into_iter().map(|id| {
+            let q = g.iter().find(|q| q.0 == id).expect("in its group");
+            (q.0, q.2.id)
+        }));
+    }
+    out
+}
+
+#[test]
+fn the_pending_cursor_gives_the_order_of_fresh_lookups() {
+    // Jobs of three users, CPU and GPU (two queues), with holes in the pending ids of
+    // every size: tasks placed (running), a job cancelled whole, single tasks cancelled.
+    let mut l = Log::new();
+    let mut sched = pipeline();
+    l.apply(&mut sched, gpu_node(24, 2));
+    let mut jobs = Vec::new();
+    for (i, (count, gpus, user)) in [
+        (30, 0, "a"),
+        (12, 1, "b"),
+        (40, 0, "b"),
+        (25, 0, "a"),
+        (9, 1, "c"),
+        (80, 0, "a"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut spec = test_log::spec(count, 1, gpus);
+        spec.user = user.into();
+        let Outcome::Submitted { job, .. } = l.apply(&mut sched, test_log::submit(spec)) else {
+            panic!("job {i} not submitted");
+        };
+        jobs.push(job);
+    }
+    l.round(&mut sched);
+    l.apply(&mut sched, Command::CancelJob { job: jobs[3] });
+    let ids: Vec<TaskId> = l.s.pending().iter().copied().collect();
+    for id in ids.iter().step_by(7) {
+        l.apply(&mut sched, Command::CancelTask { task: *id });
+    }
+    assert!(l.s.pending().len() > 100, "a backlog with holes");
+    for ordering in [Ordering::Submission, Ordering::Drf, Ordering::Pipeline] {
+        let got: Vec<(TaskId, JobId)> =
+            ordered_refs(&l.s, ordering, &BTreeMap::new(), &DrfUsage::default())
+                .iter()
+                .map(|q| {
+                    assert!(std::ptr::eq(q.t, &l.s.tasks()[&q.task]), "its own task");
+                    assert_eq!(q.t.job, q.job.id, "its own job");
+                    (q.task, q.job.id)
+                })
+                .collect();
+        assert_eq!(got, reference_order(&l.s, ordering), "{ordering:?}");
+    }
 }
