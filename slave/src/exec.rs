@@ -252,8 +252,17 @@ impl Launcher {
             let path = path.to_path_buf();
             move |source| SpawnError::Io { path, source }
         };
-        std::fs::create_dir_all(&self.attempts_dir).map_err(io(&self.attempts_dir))?;
-        match std::fs::create_dir(&dir) {
+        // The attempts directory exists after the first start: made only when missing
+        // (two system calls saved per start).
+        let mut made = std::fs::create_dir(&dir);
+        if made
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            std::fs::create_dir_all(&self.attempts_dir).map_err(io(&self.attempts_dir))?;
+            made = std::fs::create_dir(&dir);
+        }
+        match made {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(SpawnError::AlreadyStarted(dir))

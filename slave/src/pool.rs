@@ -30,7 +30,7 @@ use crate::supervisor::{
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -52,6 +52,10 @@ pub const IDLE_EXIT: Duration = Duration::from_secs(2);
 const SPARES_AHEAD: usize = 4;
 /// The journal is compacted (entries of attempts whose directory is gone dropped) past this.
 const JOURNAL_COMPACT_BYTES: u64 = 4 << 20;
+/// The most threads starting attempts at once (more starts wait for one of them).
+const MAX_STARTERS: usize = 64;
+/// How long a starting thread waits for another start before it ends.
+const STARTER_IDLE: Duration = Duration::from_secs(10);
 
 /// One journal line: an attempt directory's name and how it ended.
 #[derive(Debug, Serialize, Deserialize)]
@@ -100,6 +104,27 @@ struct Pool {
     journal: Mutex<()>,
     /// Empty log files of ended attempts, for the next starts.
     spares: crate::log_spares::Spares,
+    /// Start requests and the threads that serve them.
+    starts: Mutex<Starts>,
+    /// Signalled when a start request is queued.
+    start_queued: Condvar,
+}
+
+/// Start requests waiting for a thread, and the starting threads.
+///
+/// Starts overlap, each on a thread of its own: a spawn waits for its child's exec, which on
+/// a busy machine is a scheduling round trip or more, and one start at a time capped a
+/// 16-CPU slave at about 80 tasks/s (BENCHMARKS.md, "Real tasks per second"). The threads
+/// are kept between starts (a thread made per start cost its creation, stack and exit
+/// every time) and made when every kept one is busy, up to [`MAX_STARTERS`].
+#[derive(Default)]
+struct Starts {
+    /// Requests (`ATTEMPT_DIR<TAB>SPEC`), oldest first.
+    queue: VecDeque<String>,
+    /// Threads waiting for a request.
+    idle: usize,
+    /// Threads alive.
+    threads: usize,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -155,6 +180,8 @@ pub fn main(dir: &Path) -> i32 {
         started: Condvar::new(),
         journal: Mutex::new(()),
         spares: Default::default(),
+        starts: Mutex::new(Starts::default()),
+        start_queued: Condvar::new(),
     });
     // Spares of an earlier pool (DATA/supervisor → DATA/logs).
     if let Some(data) = dir.parent() {
@@ -184,10 +211,8 @@ pub fn main(dir: &Path) -> i32 {
     }
 }
 
-/// One agent connection: greets it, then starts what it asks for — each start on a thread
-/// of its own, so that starts overlap: a spawn waits for its child's exec, which on a busy
-/// machine is a scheduling round trip or more, and one start at a time capped a 16-CPU
-/// slave at about 80 tasks/s (BENCHMARKS.md, "Real tasks per second").
+/// One agent connection: greets it, then starts what it asks for (on the starting threads,
+/// [`Starts`]).
 fn serve(pool: Arc<Pool>, conn: UnixStream) {
     let Ok(mut out) = conn.try_clone() else {
         return;
@@ -199,22 +224,62 @@ fn serve(pool: Arc<Pool>, conn: UnixStream) {
     for line in BufReader::new(conn).lines() {
         let Ok(line) = line else { break };
         if let Some(req) = line.strip_prefix("start ") {
-            let p = pool.clone();
-            let req = req.to_string();
-            let spawned = std::thread::Builder::new()
-                .name("pool-start".into())
-                .spawn(move || match req.split_once('\t') {
-                    Some((dir, spec)) => start(&p, Path::new(dir), Some(spec)),
-                    None => start(&p, Path::new(&req), None),
-                });
-            if let Err(e) = spawned {
-                eprintln!("hetsched supervise --pool: cannot start a thread: {e}");
-            }
+            queue_start(&pool, req.to_string());
         }
     }
     let mut s = lock(&pool.state);
     s.agent = None;
     s.busy_at = Some(Instant::now());
+}
+
+/// Queues a start request for the starting threads, making one when none is free.
+fn queue_start(pool: &Arc<Pool>, req: String) {
+    let mut q = pool.starts.lock().unwrap_or_else(|p| p.into_inner());
+    q.queue.push_back(req);
+    if q.queue.len() > q.idle && q.threads < MAX_STARTERS {
+        let p = pool.clone();
+        match std::thread::Builder::new()
+            .name("pool-start".into())
+            .spawn(move || starter(&p))
+        {
+            Ok(_) => q.threads += 1,
+            // The request waits for a thread that is alive, if any.
+            Err(e) => eprintln!("hetsched supervise --pool: cannot start a thread: {e}"),
+        }
+    }
+    drop(q);
+    pool.start_queued.notify_one();
+}
+
+/// A starting thread: serves queued requests until none came for [`STARTER_IDLE`].
+fn starter(pool: &Pool) {
+    loop {
+        let mut q = pool.starts.lock().unwrap_or_else(|p| p.into_inner());
+        let req = loop {
+            if let Some(r) = q.queue.pop_front() {
+                break Some(r);
+            }
+            q.idle += 1;
+            let (g, timeout) = pool
+                .start_queued
+                .wait_timeout(q, STARTER_IDLE)
+                .unwrap_or_else(|p| p.into_inner());
+            q = g;
+            q.idle -= 1;
+            if timeout.timed_out() && q.queue.is_empty() {
+                break None;
+            }
+        };
+        let Some(req) = req else {
+            q.threads -= 1;
+            return;
+        };
+        drop(q);
+        match req.split_once('\t') {
+            Some((dir, spec)) => start(pool, Path::new(dir), Some(spec)),
+            None => start(pool, Path::new(&req), None),
+        }
+    }
 }
 
 /// Starts the attempt in `dir` as `inline` (or its `spec.json`) says; a failure to start is

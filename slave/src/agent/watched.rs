@@ -85,6 +85,14 @@ impl Watched {
     /// Waits until the attempt has ended (see [`ended_now`](Self::ended_now)): woken by the
     /// pool's announcement, checked every [`ADOPTED_POLL`] without one.
     async fn supervisor_gone(&mut self) {
+        // With the pool's announcement to come, it is awaited before the first look: a look
+        // is a stat and a read of the pool's `/proc` entry, per task.
+        if let Some(rx) = &mut self.ended {
+            tokio::select! {
+                _ = rx => self.ended = None,
+                _ = tokio::time::sleep(ANNOUNCED_POLL) => {}
+            }
+        }
         while !self.ended_now() {
             match &mut self.ended {
                 Some(rx) => {
