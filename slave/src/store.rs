@@ -14,7 +14,9 @@
 use hetsched_common::protocol::Assignment;
 use hetsched_common::{Attempt, NodeId, TaskId, TaskReason};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Errors of the store.
@@ -84,6 +86,11 @@ pub struct Store {
     meta: sled::Tree,
     tasks: sled::Tree,
     done: sled::Tree,
+    /// The arrival sequence number of each stored task, kept beside the `tasks` tree by
+    /// its only writers (`put_task`, `remove_task`, `complete_task`, `load`): a task's start
+    /// and end rewrite its record under the same number, and reading that number back from
+    /// the record cost a lookup and a decode of the whole assignment twice per task.
+    seqs: Arc<Mutex<HashMap<u64, u64>>>,
 }
 
 const KEY: &[u8] = b"key";
@@ -98,11 +105,20 @@ impl Store {
     /// Opens (or creates) the store at `dir`.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let db = sled::Config::new().path(dir).open()?;
+        let tasks = db.open_tree("tasks")?;
+        let mut seqs = HashMap::new();
+        for kv in tasks.iter() {
+            let (k, v) = kv?;
+            if let (Some(task), Ok(t)) = (u64_of(&k), rmp_serde::from_slice::<StoredTask>(&v)) {
+                seqs.insert(task, t.seq);
+            }
+        }
         Ok(Self {
             meta: db.open_tree("meta")?,
-            tasks: db.open_tree("tasks")?,
+            tasks,
             done: db.open_tree("done")?,
             db,
+            seqs: Arc::new(Mutex::new(seqs)),
         })
     }
 
@@ -171,7 +187,18 @@ impl Store {
     pub fn put_task(&self, t: &StoredTask) -> Result<(), StoreError> {
         let v = rmp_serde::to_vec_named(t).map_err(|e| StoreError::Encode(e.to_string()))?;
         self.tasks.insert(t.assignment.task.0.to_be_bytes(), v)?;
+        self.seqs().insert(t.assignment.task.0, t.seq);
         Ok(())
+    }
+
+    /// The arrival sequence number of `task`'s stored record, if there is one (no read of
+    /// the record: see `seqs`).
+    pub fn seq_of(&self, task: TaskId) -> Option<u64> {
+        self.seqs().get(&task.0).copied()
+    }
+
+    fn seqs(&self) -> std::sync::MutexGuard<'_, HashMap<u64, u64>> {
+        self.seqs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The record of `task`, if stored and readable.
@@ -185,12 +212,14 @@ impl Store {
     /// Forgets a task (stopped before it ran).
     pub fn remove_task(&self, task: TaskId) -> Result<(), StoreError> {
         self.tasks.remove(task.0.to_be_bytes())?;
+        self.seqs().remove(&task.0);
         Ok(())
     }
 
     /// Forgets a task whose result was acknowledged, and remembers the attempt as done.
     pub fn complete_task(&self, task: TaskId, attempt: Attempt) -> Result<(), StoreError> {
         self.tasks.remove(task.0.to_be_bytes())?;
+        self.seqs().remove(&task.0);
         self.done
             .insert(task.0.to_be_bytes(), &attempt.to_be_bytes())?;
         Ok(())
@@ -298,6 +327,43 @@ mod tests {
             "kept, not regenerated"
         );
         assert_eq!(s.node().expect("node"), Some(NodeId(5)));
+    }
+
+    #[tokio::test]
+    async fn a_tasks_sequence_number_follows_its_record_across_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let put = |s: &Store, task: u64, seq: u64| {
+            s.put_task(&StoredTask {
+                seq,
+                assignment: asg(task, 1),
+                phase: StoredPhase::Queued,
+            })
+            .expect("put");
+        };
+        {
+            let s = Store::open(dir.path()).expect("open");
+            put(&s, 1, 10);
+            put(&s, 2, 11);
+            put(&s, 3, 12);
+            put(&s, 3, 12);
+            assert_eq!(s.seq_of(TaskId(1)), Some(10));
+            s.remove_task(TaskId(1)).expect("remove");
+            s.complete_task(TaskId(2), 1).expect("complete");
+            assert_eq!(s.seq_of(TaskId(1)), None, "removed");
+            assert_eq!(s.seq_of(TaskId(2)), None, "completed");
+            assert_eq!(s.seq_of(TaskId(4)), None, "never stored");
+            s.flush().await.expect("flush");
+        }
+        let s = Store::open_waiting(dir.path(), Duration::from_secs(5))
+            .await
+            .expect("reopen");
+        assert_eq!(s.seq_of(TaskId(3)), Some(12), "read back at open");
+        assert_eq!(s.seq_of(TaskId(2)), None);
+        assert_eq!(
+            s.seq_of(TaskId(3)),
+            s.get_task(TaskId(3)).expect("get").map(|t| t.seq),
+            "as its record says"
+        );
     }
 
     #[tokio::test]

@@ -72,7 +72,7 @@ impl Agent {
         let Some(entry) = self.queue.get(task) else {
             return;
         };
-        let seq = self.store.get_task(task).ok().flatten().map(|t| t.seq);
+        let seq = self.store.seq_of(task);
         let assignment = entry.assignment.clone();
         let r = match seq {
             Some(s) => Ok(s),

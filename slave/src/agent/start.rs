@@ -40,7 +40,7 @@ impl Agent {
                 Ok(started) => {
                     tracing::debug!(target: "hetsched::trace", task = %task, attempt, "pump: handed to the supervisor pool");
                     let (pid, start_time) = started.pool;
-                    let seq = self.store.get_task(task).ok().flatten().map(|t| t.seq);
+                    let seq = self.store.seq_of(task);
                     // Not flushed here: the next batch's flush carries it. A restart of the
                     // agent finds the attempt by its directory and its supervisor's record
                     // in it; a restart of the machine reports it lost (`restore`).
