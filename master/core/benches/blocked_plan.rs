@@ -10,6 +10,9 @@
 //!   changed: the whole backlog is ordered and passed over again);
 //! - `freed`: a plan after resources freed on a node (every key probed again).
 //!
+//! Then the shape of `docs/bench-user.sh`: one user's job of `--tasks` one-CPU tasks on one
+//! 16-CPU node, one task ending before each plan (the plan places one).
+//!
 //! Each figure is the mean of its rounds, in microseconds of wall time (run it on a quiet
 //! machine). A bench, not a test: it measures and prints, it asserts only that the backlog
 //! stays blocked.
@@ -241,4 +244,89 @@ fn main() {
              freed {freed:>9.1} us/plan   ({keys} keys blocked, {probes} probes)"
         );
     }
+    println!(
+        "one user's job of {tasks} one-CPU tasks on one 16-CPU node, one task ending per plan"
+    );
+    for (name, ordering) in [
+        ("fifo", Ordering::Submission),
+        ("drf", Ordering::Drf),
+        ("pipeline", Ordering::Pipeline),
+    ] {
+        let us = one_job(ordering, tasks);
+        println!("{name:>9}: {us:>9.1} us/plan");
+    }
+}
+
+/// The shape of `docs/bench-user.sh`: one user's job of `tasks` one-CPU tasks on one
+/// 16-CPU node, the node full; each round one task ends and a plan places the next. Every
+/// plan orders the whole backlog (the queue stage), so its cost follows the backlog's
+/// length. Returns the mean plan, in microseconds.
+fn one_job(ordering: Ordering, tasks: usize) -> f64 {
+    let mut sched = scheduler(ordering);
+    let mut l = Log {
+        s: ClusterState::new(),
+        i: 0,
+    };
+    l.apply(
+        &mut sched,
+        Command::RegisterNode {
+            key: 1,
+            node: None,
+            name: "n1".into(),
+            addr: String::new(),
+            capacity: NodeResources {
+                cpu_milli: 16_000,
+                mem_mib: 65_536,
+                ..Default::default()
+            },
+            labels: Default::default(),
+            partitions: vec![],
+        },
+    );
+    let Command::SubmitJob { mut spec } = job(0, 1000, 16, 0, 0) else {
+        unreachable!("job() builds a submission");
+    };
+    spec.count = u32::try_from(tasks).unwrap_or(u32::MAX);
+    l.apply(&mut sched, Command::SubmitJob { spec });
+    while l.round(&mut sched) > 0 {}
+    let rounds = 200u32;
+    let mut total = std::time::Duration::ZERO;
+    for _ in 0..rounds {
+        let running = l.s.tasks().iter().find_map(|(id, t)| {
+            (t.status.state == hetsched_common::TaskState::Running)
+                .then(|| (*id, t.status.node.unwrap_or(NodeId(0)), t.status.attempt))
+        });
+        let Some((task, node, attempt)) = running else {
+            break;
+        };
+        l.apply(
+            &mut sched,
+            Command::TaskFinished {
+                node,
+                task,
+                attempt,
+                exit_code: 0,
+                reason: None,
+            },
+        );
+        let t = Instant::now();
+        let p = sched.plan(&l.s);
+        total += t.elapsed();
+        assert_eq!(p.assignments.len(), 1, "the freed CPU is taken again");
+        let Outcome::PlanApplied { accepted, .. } = l.apply(&mut sched, Command::ApplyPlan(p))
+        else {
+            panic!("plan not applied");
+        };
+        for r in accepted {
+            l.apply(
+                &mut sched,
+                Command::TaskStarted {
+                    node: r.node,
+                    task: r.task,
+                    attempt: r.attempt,
+                },
+            );
+        }
+    }
+    total.as_secs_f64() * 1e6 / f64::from(rounds)
 }
