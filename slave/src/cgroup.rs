@@ -457,7 +457,7 @@ impl AttemptCgroup {
     pub fn pids(&self) -> BTreeSet<i32> {
         self.dirs()
             .iter()
-            .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
+            .filter_map(|d| crate::small_file::read_to_string(&d.join("cgroup.procs")).ok())
             .flat_map(|s| {
                 s.lines()
                     .filter_map(|l| l.trim().parse::<i32>().ok())
@@ -489,7 +489,7 @@ impl AttemptCgroup {
     /// OOM kills counted in this cgroup (0 where unknown).
     pub fn oom_kills(&self) -> u64 {
         self.oom_counter_file()
-            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|f| crate::small_file::read_to_string(&f).ok())
             .map(|s| oom_kills_of(&s))
             .unwrap_or(0)
     }
@@ -533,11 +533,12 @@ impl AttemptCgroup {
     /// still charged.
     fn reusable(&self, d: &Path, emptied: bool) -> bool {
         let empty = emptied
-            || std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|s| s.trim().is_empty());
+            || crate::small_file::read_to_string(&d.join("cgroup.procs"))
+                .is_ok_and(|s| s.trim().is_empty());
         if !empty || self.mem.as_deref() != Some(d) {
             return empty;
         }
-        let read = |f: &str| std::fs::read_to_string(d.join(f)).ok();
+        let read = |f: &str| crate::small_file::read_to_string(&d.join(f)).ok();
         let number = |f: &str| read(f).and_then(|s| s.trim().parse::<u64>().ok());
         let (left, limit) = match self.mode {
             CgroupMode::V2 => (number("memory.current"), number("memory.max")),
@@ -548,7 +549,7 @@ impl AttemptCgroup {
         };
         let no_oom = self
             .oom_counter_file()
-            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|f| crate::small_file::read_to_string(&f).ok())
             .is_some_and(|s| oom_kills_of(&s) == 0);
         no_oom && left.is_some_and(|left| memory_left_ok(left, limit))
     }

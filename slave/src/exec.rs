@@ -11,7 +11,8 @@
 
 use crate::cgroup::{AttemptCgroup, Cgroups, Limits};
 use crate::supervisor::{
-    proc_start_time, write_atomically, Spec, CPUS_FILE, FORMAT_VERSION, SPEC_FILE, SUPERVISOR_LOG,
+    proc_start_time, write_atomically, Spec, CPUS_FILE, FORMAT_VERSION, SPEC_FILE, STATUS_FILE,
+    SUPERVISOR_FILE, SUPERVISOR_LOG,
 };
 use hetsched_common::protocol::Assignment;
 use hetsched_common::{Attempt, TaskId};
@@ -177,6 +178,21 @@ impl Launcher {
     /// The directory of (task, attempt).
     pub fn attempt_dir(&self, task: TaskId, attempt: Attempt) -> PathBuf {
         self.attempts_dir.join(attempt_name(task, attempt))
+    }
+
+    /// Removes an ended attempt's directory. The files an attempt leaves in the common case
+    /// go by name, then the directory; anything else in it (an older supervisor's files, a
+    /// probe's) is found by the full walk. (The walk alone took twice the system calls, once
+    /// per task.)
+    pub fn remove_attempt_dir(&self, task: TaskId, attempt: Attempt) -> std::io::Result<()> {
+        let dir = self.attempt_dir(task, attempt);
+        for f in [CPUS_FILE, SUPERVISOR_FILE, STATUS_FILE] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+        match std::fs::remove_dir(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => std::fs::remove_dir_all(&dir),
+            _ => Ok(()),
+        }
     }
 
     /// Where the slave's long-lived supervisor keeps its socket, journal and log
@@ -480,6 +496,31 @@ pub fn kill_leftover(pgid: i32, task: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_attempt_dir_is_removed_with_its_usual_files_or_anything_else_in_it() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let l = Launcher {
+            supervisor: Vec::new(),
+            attempts_dir: tmp.path().join("attempts"),
+            log_dir: tmp.path().join("logs"),
+            cgroups: Cgroups::none(),
+            probe_files: ProbeFiles::default(),
+        };
+        for (task, extra) in [(1, None), (2, Some("probe.out")), (3, None)] {
+            let dir = l.attempt_dir(TaskId(task), 1);
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            for f in [CPUS_FILE, SUPERVISOR_FILE, STATUS_FILE].into_iter().chain(extra) {
+                std::fs::write(dir.join(f), "x").expect("write");
+            }
+            if task == 3 {
+                std::fs::remove_dir_all(&dir).expect("gone before");
+            }
+            l.remove_attempt_dir(TaskId(task), 1).expect("removed");
+            assert!(!dir.exists(), "task {task}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -58,6 +58,7 @@ pub use probe::ProbeOptions;
 pub mod program;
 pub mod queue;
 pub mod runtime_dir;
+pub mod small_file;
 pub mod store;
 pub mod supervisor;
 pub mod vspawn;

@@ -410,7 +410,7 @@ fn reap(pool: &Pool) {
                 .spec
                 .oom_counter
                 .as_deref()
-                .and_then(|f| std::fs::read_to_string(f).ok())
+                .and_then(|f| crate::small_file::read_to_string(f).ok())
                 .map(|s| crate::cgroup::oom_kills_of(&s))
                 .unwrap_or(0);
             ends.push((

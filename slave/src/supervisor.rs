@@ -120,7 +120,7 @@ pub struct ExitRecord {
 
 /// Reads a versioned JSON file of the attempt directory; `None` when missing or unreadable.
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = crate::small_file::read(path).ok()?;
     match serde_json::from_slice(&bytes) {
         Ok(v) => Some(v),
         Err(e) => {
@@ -160,7 +160,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Start time of process `pid` (`/proc/PID/stat` field 22), if it exists.
 pub fn proc_start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = crate::small_file::read_to_string(Path::new(&format!("/proc/{pid}/stat"))).ok()?;
     stat_fields(&stat)?.get(19)?.parse().ok()
 }
 
@@ -176,7 +176,8 @@ pub fn is_alive(pid: i32, start_time: u64) -> bool {
     if pid <= 1 {
         return false;
     }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Ok(stat) = crate::small_file::read_to_string(Path::new(&format!("/proc/{pid}/stat")))
+    else {
         return false;
     };
     let Some(f) = stat_fields(&stat) else {
@@ -382,7 +383,7 @@ fn supervise(dir: &Path) -> ExitRecord {
     let oom_kills = spec
         .oom_counter
         .as_deref()
-        .and_then(|f| std::fs::read_to_string(f).ok())
+        .and_then(|f| crate::small_file::read_to_string(f).ok())
         .map(|s| crate::cgroup::oom_kills_of(&s))
         .unwrap_or(0);
     match status {
@@ -409,7 +410,7 @@ pub fn kill_cgroup_members(procs_files: &[PathBuf]) {
     for _ in 0..20 {
         let pids: Vec<i32> = procs_files
             .iter()
-            .filter_map(|f| std::fs::read_to_string(f).ok())
+            .filter_map(|f| crate::small_file::read_to_string(f).ok())
             .flat_map(|s| {
                 s.lines()
                     .filter_map(|l| l.trim().parse::<i32>().ok())

@@ -47,10 +47,9 @@ impl Agent {
         }
         // The done record now keeps the attempt from running again; its directory (spec,
         // status) has served. Output files stay in the log dir.
-        let dir = self.launcher.attempt_dir(task, attempt);
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
+        if let Err(e) = self.launcher.remove_attempt_dir(task, attempt) {
             if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::debug!(dir = %dir.display(), error = %e, "cannot remove attempt directory");
+                tracing::debug!(task = %task, attempt, error = %e, "cannot remove attempt directory");
             }
         }
         tracing::debug!(task = %task, attempt, "result acknowledged");

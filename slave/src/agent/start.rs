@@ -64,14 +64,13 @@ impl Agent {
                     metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
                     tracing::info!(task = %task, attempt, supervisor = pid, command = ?a.command, "task started");
                     let _ = self.reports.send(Report::Started { task, attempt });
-                    let mut w = Watched::recovered(
+                    let w = Watched::started(
                         &self.launcher,
                         task,
                         attempt,
-                        Some((pid, start_time)),
-                        None,
+                        (pid, start_time),
+                        started.ended,
                     );
-                    w.ended = Some(started.ended);
                     self.watch(w);
                 }
                 Err(SpawnError::AlreadyStarted(dir)) => {

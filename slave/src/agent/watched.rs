@@ -71,6 +71,29 @@ impl Watched {
         }
     }
 
+    /// The watch of an attempt the pool (`pool`: its pid and start time) has just started,
+    /// whose end it announces on `ended`. Nothing to read: the pool's record in the attempt
+    /// directory says the same (and is often not written yet).
+    pub(super) fn started(
+        launcher: &Launcher,
+        task: TaskId,
+        attempt: Attempt,
+        pool: (i32, u64),
+        ended: tokio::sync::oneshot::Receiver<()>,
+    ) -> Self {
+        Self {
+            task,
+            attempt,
+            cgroup: launcher.cgroups.attempt(&exec::attempt_name(task, attempt)),
+            dir: launcher.attempt_dir(task, attempt),
+            log_dir: launcher.log_dir.clone(),
+            pool_dir: launcher.pool_dir(),
+            supervisor: Some(pool),
+            ended: Some(ended),
+            legacy_pgid: None,
+        }
+    }
+
     fn supervisor_alive(&self) -> bool {
         self.supervisor
             .is_some_and(|(pid, start)| supervisor::is_alive(pid, start))
