@@ -510,7 +510,10 @@ mod tests {
         for (task, extra) in [(1, None), (2, Some("probe.out")), (3, None)] {
             let dir = l.attempt_dir(TaskId(task), 1);
             std::fs::create_dir_all(&dir).expect("mkdir");
-            for f in [CPUS_FILE, SUPERVISOR_FILE, STATUS_FILE].into_iter().chain(extra) {
+            for f in [CPUS_FILE, SUPERVISOR_FILE, STATUS_FILE]
+                .into_iter()
+                .chain(extra)
+            {
                 std::fs::write(dir.join(f), "x").expect("write");
             }
             if task == 3 {

@@ -112,7 +112,7 @@ struct Pool {
 
 /// Start requests waiting for a thread, and the starting threads.
 ///
-/// Starts overlap, each on a thread of its own: a spawn waits for its child's exec, which on
+/// Starts overlap, each on a starting thread: a spawn waits for its child's exec, which on
 /// a busy machine is a scheduling round trip or more, and one start at a time capped a
 /// 16-CPU slave at about 80 tasks/s (BENCHMARKS.md, "Real tasks per second"). The threads
 /// are kept between starts (a thread made per start cost its creation, stack and exit

@@ -1,6 +1,6 @@
 //! Starting a task without copying the pool's address space: `clone(CLONE_VM | CLONE_VFORK)`.
 //!
-//! The pool is multi-threaded (a thread per start, the reaper, the journal). `fork` copies
+//! The pool is multi-threaded (its starting threads, the reaper, the journal). `fork` copies
 //! its page tables, and every write after it faults a page in the parent or the child, with
 //! TLB shootdowns across its threads: the largest part of the pool's CPU per task in a
 //! profile (BENCHMARKS.md, "Per-task CPU of the masters and the slave"). `posix_spawn`
