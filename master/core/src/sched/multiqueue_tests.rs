@@ -570,8 +570,8 @@ fn reference_order(view: &ClusterState, ordering: Ordering) -> Vec<(TaskId, JobI
         all.sort_by_key(|q| Reverse(q.1.priority));
         return all.iter().map(|q| (q.0, q.2.id)).collect();
     }
-    let mut groups: BTreeMap<(Reverse<i64>, u8, bool), Vec<(TaskId, &Task, &Job)>> =
-        BTreeMap::new();
+    type Found<'v> = (TaskId, &'v Task, &'v Job);
+    let mut groups: BTreeMap<(Reverse<i64>, u8, bool), Vec<Found<'_>>> = BTreeMap::new();
     for q in pending {
         let req = &q.2.spec.resources;
         let (rank, head) = match ordering {
