@@ -68,8 +68,8 @@ impl Agent {
                         &self.launcher,
                         task,
                         attempt,
-                        (pid, start_time),
-                        started.ended,
+                        Some((pid, start_time)),
+                        Some(started.ended),
                     );
                     self.watch(w);
                 }

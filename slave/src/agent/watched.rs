@@ -54,32 +54,24 @@ impl Watched {
         stored: Option<(i32, u64)>,
         legacy_pgid: Option<i32>,
     ) -> Self {
-        let dir = launcher.attempt_dir(task, attempt);
+        let mut w = Self::started(launcher, task, attempt, stored, None);
         // The supervisor's own record wins: it is written by the process itself.
-        let recorded = supervisor::read_json::<SupervisorRecord>(&dir.join(SUPERVISOR_FILE))
-            .map(|r| (r.pid, r.start_time));
-        Self {
-            task,
-            attempt,
-            cgroup: launcher.cgroups.attempt(&exec::attempt_name(task, attempt)),
-            dir,
-            log_dir: launcher.log_dir.clone(),
-            pool_dir: launcher.pool_dir(),
-            supervisor: recorded.or(stored),
-            ended: None,
-            legacy_pgid,
+        if let Some(r) = supervisor::read_json::<SupervisorRecord>(&w.dir.join(SUPERVISOR_FILE)) {
+            w.supervisor = Some((r.pid, r.start_time));
         }
+        w.legacy_pgid = legacy_pgid;
+        w
     }
 
-    /// The watch of an attempt the pool (`pool`: its pid and start time) has just started,
-    /// whose end it announces on `ended`. Nothing to read: the pool's record in the attempt
-    /// directory says the same (and is often not written yet).
+    /// The watch of an attempt `supervisor` (pid and start time) has just started; its end
+    /// is announced on `ended` when the pool started it. Nothing is read: the pool's record
+    /// in the attempt directory says the same (and is often not written yet).
     pub(super) fn started(
         launcher: &Launcher,
         task: TaskId,
         attempt: Attempt,
-        pool: (i32, u64),
-        ended: tokio::sync::oneshot::Receiver<()>,
+        supervisor: Option<(i32, u64)>,
+        ended: Option<tokio::sync::oneshot::Receiver<()>>,
     ) -> Self {
         Self {
             task,
@@ -88,8 +80,8 @@ impl Watched {
             dir: launcher.attempt_dir(task, attempt),
             log_dir: launcher.log_dir.clone(),
             pool_dir: launcher.pool_dir(),
-            supervisor: Some(pool),
-            ended: Some(ended),
+            supervisor,
+            ended,
             legacy_pgid: None,
         }
     }
@@ -108,23 +100,20 @@ impl Watched {
     /// Waits until the attempt has ended (see [`ended_now`](Self::ended_now)): woken by the
     /// pool's announcement, checked every [`ADOPTED_POLL`] without one.
     async fn supervisor_gone(&mut self) {
-        // With the pool's announcement to come, it is awaited before the first look: a look
-        // is a stat and a read of the pool's `/proc` entry, per task.
-        if let Some(rx) = &mut self.ended {
-            tokio::select! {
-                _ = rx => self.ended = None,
-                _ = tokio::time::sleep(ANNOUNCED_POLL) => {}
-            }
-        }
-        while !self.ended_now() {
-            match &mut self.ended {
-                Some(rx) => {
-                    tokio::select! {
-                        _ = rx => self.ended = None,
-                        _ = tokio::time::sleep(ANNOUNCED_POLL) => {}
-                    }
+        loop {
+            // With the pool's announcement to come, it is awaited before each look (a look
+            // is a stat and a read of the pool's `/proc` entry, per task).
+            if let Some(rx) = &mut self.ended {
+                tokio::select! {
+                    _ = rx => self.ended = None,
+                    _ = tokio::time::sleep(ANNOUNCED_POLL) => {}
                 }
-                None => tokio::time::sleep(ADOPTED_POLL).await,
+            }
+            if self.ended_now() {
+                return;
+            }
+            if self.ended.is_none() {
+                tokio::time::sleep(ADOPTED_POLL).await;
             }
         }
     }

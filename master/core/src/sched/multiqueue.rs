@@ -91,11 +91,6 @@ pub fn drf_order(
         .collect()
 }
 
-/// Whether every entry is one user's.
-fn one_user(entries: &[DrfEntry<'_>]) -> bool {
-    entries.windows(2).all(|w| w[0].user == w[1].user)
-}
-
 /// [`drf_order`] as positions in `entries` (the queue stage keeps what it read of each
 /// task beside its entry, so that no later pass of the plan looks the task up again).
 fn drf_positions(
@@ -104,7 +99,7 @@ fn drf_positions(
     capacity: &DrfUsage,
 ) -> Vec<usize> {
     // One user (the common case while little queues): submission order, nothing to weigh.
-    if one_user(entries) {
+    if entries.windows(2).all(|w| w[0].user == w[1].user) {
         return (0..entries.len()).collect();
     }
     let mut queues: BTreeMap<&str, VecDeque<usize>> = BTreeMap::new();
@@ -273,8 +268,7 @@ pub fn ordered_refs<'v>(
     // kept in a list in the order they appear (consecutive tasks nearly always share one),
     // and put in key order at the end.
     type Key = (Reverse<i64>, u8, bool);
-    type Group<'v> = (Vec<DrfEntry<'v>>, Vec<Queued<'v>>);
-    let mut groups: Vec<Group<'v>> = Vec::new();
+    let mut groups: Vec<Vec<Queued<'v>>> = Vec::new();
     let mut by_key: BTreeMap<Key, usize> = BTreeMap::new();
     let mut last: Option<(Key, usize)> = None;
     for q in pending {
@@ -293,30 +287,37 @@ pub fn ordered_refs<'v>(
             Some((k, g)) if k == key => g,
             _ => {
                 let g = *by_key.entry(key).or_insert_with(|| {
-                    groups.push(Default::default());
+                    groups.push(Vec::new());
                     groups.len() - 1
                 });
                 last = Some((key, g));
                 g
             }
         };
-        let g = &mut groups[g];
-        g.0.push(DrfEntry {
-            task: q.task,
-            user: &q.job.spec.user,
-            demand: DrfUsage::of(req),
-        });
-        g.1.push(q);
+        groups[g].push(q);
     }
     let mut out = Vec::with_capacity(view.pending().len());
     for g in by_key.values() {
-        let (entries, refs) = &groups[*g];
-        if one_user(entries) {
-            out.extend_from_slice(refs); // DRF among one user: submission order
+        let refs = &groups[*g];
+        // DRF among one user is submission order: its entries are made only for a group
+        // that holds more than one user's tasks.
+        if refs
+            .windows(2)
+            .all(|w| w[0].job.spec.user == w[1].job.spec.user)
+        {
+            out.extend_from_slice(refs);
             continue;
         }
+        let entries: Vec<DrfEntry<'v>> = refs
+            .iter()
+            .map(|q| DrfEntry {
+                task: q.task,
+                user: &q.job.spec.user,
+                demand: DrfUsage::of(&q.job.spec.resources),
+            })
+            .collect();
         out.extend(
-            drf_positions(entries, usage, capacity)
+            drf_positions(&entries, usage, capacity)
                 .into_iter()
                 .map(|i| refs[i]),
         );
