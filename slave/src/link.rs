@@ -113,8 +113,9 @@ pub const START_REPORT_HOLD: Duration = Duration::from_millis(50);
 /// [`FULL_BATCH`] reports wait already. Batches otherwise hold what arrived during the
 /// previous call, about one finish at a few hundred tasks/s: one log entry, one plan and
 /// one dispatch per task. A few milliseconds more from a task's end to its report gather
-/// several ends into one entry and one plan; nothing waits on a finish but its report
-/// (the agent persisted it before handing it over: "acknowledged ⇒ durable" holds).
+/// several ends into one entry, one plan and one flush of the slave's store (the agent
+/// writes a result without flushing; `deliver` flushes before the batch leaves, so
+/// "acknowledged ⇒ durable" holds); nothing waits on a finish but its report.
 pub const REPORT_LINGER: Duration = Duration::from_millis(5);
 
 /// Reports that make a batch worth sending without waiting further.
@@ -395,6 +396,13 @@ impl Link {
         let Some(node) = self.node else {
             return Err(LinkError::UnknownNode);
         };
+        if self
+            .pending
+            .iter()
+            .any(|r| matches!(r, Report::Finished { .. }))
+        {
+            self.make_results_durable().await;
+        }
         while self.batches && !self.pending.is_empty() {
             let n = self.pending.len().min(MAX_REPORTS_PER_BATCH);
             let mut batch: Vec<Report> = self.pending.drain(..n).collect();
@@ -555,6 +563,18 @@ impl Link {
     }
 
     /// One request to the leader (see the module documentation).
+    /// A finish report leaves only once its result is durable: the agent writes the record
+    /// without flushing and hands the report over at once, so the ends gathered for one
+    /// batch share this one flush (`agent/commit.rs`). A failed flush is logged and the
+    /// reports go anyway, as the agent did when it flushed: the master learning a result
+    /// beats holding it back, and the supervisor's status file still holds it for a restart.
+    async fn make_results_durable(&self) {
+        metrics::counter!("hetsched_slave_flushes_total").increment(1);
+        if let Err(e) = self.store.flush().await {
+            tracing::error!(error = %e, "cannot flush the store before reporting results");
+        }
+    }
+
     async fn call(&mut self, req: SlaveRequest) -> Result<SlaveResponse, LinkError> {
         match self.client.attempt(Message::Slave(req)).await {
             Ok(Message::SlaveReply(r)) => {

@@ -4,8 +4,12 @@ use super::*;
 use hetsched_common::TaskReason;
 
 fn link(dir: &std::path::Path) -> Link {
-    let store = Store::open(dir).expect("store");
     let (agent, _rx) = mpsc::unbounded_channel();
+    link_to(dir, "127.0.0.1:1", agent)
+}
+
+fn link_to(dir: &std::path::Path, master: &str, agent: mpsc::UnboundedSender<AgentMsg>) -> Link {
+    let store = Store::open(dir).expect("store");
     let me = Identity {
         key: 1,
         name: "s".into(),
@@ -20,7 +24,7 @@ fn link(dir: &std::path::Path) -> Link {
         backoff_min: Duration::from_millis(10),
         backoff_max: Duration::from_millis(100),
     };
-    let mut l = Link::new(vec!["127.0.0.1:1".into()], me, timing, store, agent);
+    let mut l = Link::new(vec![master.into()], me, timing, store, agent);
     l.registered = true;
     l
 }
@@ -63,4 +67,78 @@ fn start_reports_wait_for_a_finish_and_finishes_linger_briefly() {
     }
     assert_eq!(l.pending.len(), FULL_BATCH);
     assert_eq!(l.hold(false), None, "a full batch goes at once");
+}
+
+/// The agent writes a result without flushing and hands its report over at once
+/// (`agent/commit.rs`): the link must make it durable before the report leaves. The fake
+/// master flushes the slave's store the moment a batch arrives and records how many bytes
+/// that flush still found unflushed: none, if the link flushed first.
+#[tokio::test]
+async fn a_finish_report_leaves_only_once_its_result_is_flushed() {
+    use crate::store::{StoredPhase, StoredTask};
+    use hetsched_common::protocol::Assignment;
+    use hetsched_common::wire::{self, FrameLimits, Handler};
+    use hetsched_common::{JobId, ResourceRequest};
+    use std::sync::{Arc, Mutex};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind fake master");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let (agent, mut agent_rx) = mpsc::unbounded_channel();
+    let mut l = link_to(dir.path(), &addr, agent);
+    l.node = Some(NodeId(1));
+    // The agent's side of the link: nothing queued to ask for.
+    tokio::spawn(async move {
+        while let Some(m) = agent_rx.recv().await {
+            if let AgentMsg::Asks { reply } = m {
+                let _ = reply.send(Vec::new());
+            }
+        }
+    });
+    let unflushed_at_arrival: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let seen = unflushed_at_arrival.clone();
+    let store = l.store.clone();
+    let handler: Handler = Arc::new(move |msg, _peer| {
+        let seen = seen.clone();
+        let store = store.clone();
+        Box::pin(async move {
+            if let Message::Slave(SlaveRequest::TaskReports { .. }) = msg {
+                seen.lock().expect("seen").push(store.flush_counting());
+            }
+            Some(Message::SlaveReply(SlaveResponse::Ack))
+        })
+    });
+    tokio::spawn(wire::serve(listener, FrameLimits::default(), handler));
+
+    let assignment = Assignment {
+        task: TaskId(1),
+        job: JobId(1),
+        index: 0,
+        attempt: 1,
+        command: vec!["true".into()],
+        env: Default::default(),
+        resources: ResourceRequest::default(),
+        gpus: vec![],
+        queued: false,
+        engine: None,
+    };
+    l.store
+        .put_task(&StoredTask {
+            seq: 1,
+            assignment,
+            phase: StoredPhase::Finished {
+                exit_code: 0,
+                reason: None,
+            },
+        })
+        .expect("write the result");
+    l.pending.push_back(finished(1));
+    l.deliver().await.expect("deliver");
+    assert_eq!(
+        *unflushed_at_arrival.lock().expect("seen"),
+        vec![0],
+        "one batch arrived, and the result it reports was durable by then"
+    );
 }

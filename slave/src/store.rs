@@ -244,6 +244,13 @@ impl Store {
         Ok(())
     }
 
+    /// Flushes now and returns how many bytes were still unflushed (tests: whether an
+    /// earlier flush covered every write).
+    #[cfg(test)]
+    pub(crate) fn flush_counting(&self) -> usize {
+        self.db.flush().unwrap_or(usize::MAX)
+    }
+
     /// Loads every held task (arrival order) and acknowledged attempt.
     pub fn load(&self) -> Result<Loaded, StoreError> {
         let mut out = Loaded::default();

@@ -1,16 +1,22 @@
 //! Group commit: the one durability barrier of the agent's loop.
 //!
 //! Handlers write their records to the store without flushing and hand what must wait for
-//! durability — `Accepted` answers, `Released`/`Stopped` answers, finish reports — to
-//! [`Deferred`]. The run loop handles every message already waiting in the mailbox, then
-//! calls [`Agent::commit`]: one flush (one fsync) for the whole batch, and only then do the
-//! answers and reports go out. "Acknowledged ⇒ durable" holds exactly as with a flush per
-//! record: nothing deferred leaves before the flush that covers it has returned.
+//! durability — `Accepted` answers, `Released`/`Stopped` answers — to [`Deferred`]. The run
+//! loop handles every message already waiting in the mailbox, then calls
+//! [`Agent::commit`]: one flush (one fsync) for the whole batch, and only then do the
+//! answers go out. "Acknowledged ⇒ durable" holds exactly as with a flush per record:
+//! nothing deferred leaves before the flush that covers it has returned.
+//!
+//! Finish reports are the exception: their records are written here unflushed and the
+//! reports go to the link at once, which flushes the store before it sends a batch holding
+//! one (`Link::deliver`). The link gathers ends for a few milliseconds anyway
+//! (`REPORT_LINGER`), so the ends of a batch share one flush there instead of costing one
+//! each here, and a finish report still leaves only once its result is durable.
 //!
 //! A failed flush refuses every assignment of the batch (dequeued, answered with a storage
 //! error, so the master sends it again) — as a failed per-record flush did.
 
-use super::{Agent, ReplyTx, Report};
+use super::{Agent, ReplyTx};
 use hetsched_common::protocol::{ErrorKind, ErrorReply, Message, SlaveCommandReply};
 use hetsched_common::{Attempt, TaskId};
 
@@ -24,9 +30,6 @@ pub(super) struct Deferred {
     /// Other answers, sent after the flush whatever its outcome (their handlers logged a
     /// failed write already, as before).
     replies: Vec<(ReplyTx, Message)>,
-    /// Reports for the link, sent after the flush (a finish report is retried until
-    /// acknowledged, so it must describe a persisted result).
-    reports: Vec<Report>,
 }
 
 impl Deferred {
@@ -46,13 +49,8 @@ impl Deferred {
         self.replies.push((reply, msg));
     }
 
-    /// A report sent after the next flush.
-    pub(super) fn report(&mut self, r: Report) {
-        self.reports.push(r);
-    }
-
     fn is_empty(&self) -> bool {
-        !self.dirty && self.accepts.is_empty() && self.replies.is_empty() && self.reports.is_empty()
+        !self.dirty && self.accepts.is_empty() && self.replies.is_empty()
     }
 }
 
@@ -69,7 +67,7 @@ impl Agent {
         } else {
             Ok(())
         };
-        tracing::debug!(target: "hetsched::trace", accepted = d.accepts.len(), reports = d.reports.len(), "agent: batch flushed");
+        tracing::debug!(target: "hetsched::trace", accepted = d.accepts.len(), replies = d.replies.len(), "agent: batch flushed");
         match &flushed {
             Ok(()) => {
                 let n = d.accepts.len() as u64;
@@ -92,9 +90,6 @@ impl Agent {
         }
         for (reply, msg) in d.replies {
             let _ = reply.send(msg);
-        }
-        for r in d.reports {
-            let _ = self.reports.send(r);
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The end of an attempt: its exit recorded (persisted, and reported after the batch's flush),
+//! The end of an attempt: its exit recorded (written, and reported through the link, which
+//! flushes before the report leaves),
 //! waiting `StopTask` answers released, and — once the master acknowledges the result — the
 //! attempt forgotten except for its done record.
 //!
@@ -23,6 +24,10 @@ impl Agent {
     ) {
         self.running.remove(&(task, attempt));
         self.finished(task, attempt, exit_code, reason);
+        if !replies.is_empty() {
+            // The result's record is flushed with this batch before the answers leave.
+            self.deferred.wrote();
+        }
         for r in replies {
             // After the result is durable, as the finish report.
             self.deferred
@@ -55,7 +60,8 @@ impl Agent {
         tracing::debug!(task = %task, attempt, "result acknowledged");
     }
 
-    /// Records an exit: persisted, and reported after the batch's flush.
+    /// Records an exit: written (not flushed) and handed to the link, which flushes the
+    /// store before it sends a batch holding the report (`Link::deliver`).
     pub(super) fn finished(
         &mut self,
         task: TaskId,
@@ -84,7 +90,6 @@ impl Agent {
                 phase: StoredPhase::Finished { exit_code, reason },
             })
         });
-        self.deferred.wrote();
         if let Err(e) = r {
             // Report anyway: the master learning the result beats holding it back; the
             // supervisor's status file still holds it for a restart.
@@ -98,7 +103,7 @@ impl Agent {
         };
         metrics::counter!("hetsched_slave_tasks_finished_total", "outcome" => outcome).increment(1);
         tracing::info!(task = %task, attempt, exit_code, reason = ?reason, "task finished");
-        self.deferred.report(Report::Finished {
+        let _ = self.reports.send(Report::Finished {
             task,
             attempt,
             exit_code,
