@@ -76,9 +76,7 @@ fn start_reports_wait_for_a_finish_and_finishes_linger_briefly() {
 #[tokio::test]
 async fn a_finish_report_leaves_only_once_its_result_is_flushed() {
     use crate::store::{StoredPhase, StoredTask};
-    use hetsched_common::protocol::Assignment;
     use hetsched_common::wire::{self, FrameLimits, Handler};
-    use hetsched_common::{JobId, ResourceRequest};
     use std::sync::{Arc, Mutex};
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -112,18 +110,7 @@ async fn a_finish_report_leaves_only_once_its_result_is_flushed() {
     });
     tokio::spawn(wire::serve(listener, FrameLimits::default(), handler));
 
-    let assignment = Assignment {
-        task: TaskId(1),
-        job: JobId(1),
-        index: 0,
-        attempt: 1,
-        command: vec!["true".into()],
-        env: Default::default(),
-        resources: ResourceRequest::default(),
-        gpus: vec![],
-        queued: false,
-        engine: None,
-    };
+    let assignment = crate::store::test_assignment(1, 1);
     l.store
         .put_task(&StoredTask {
             seq: 1,

@@ -278,25 +278,30 @@ impl Store {
     }
 }
 
+/// A plain `true` assignment of job 7 (tests of the store and of its users).
+#[cfg(test)]
+pub(crate) fn test_assignment(task: u64, attempt: Attempt) -> Assignment {
+    Assignment {
+        task: TaskId(task),
+        job: hetsched_common::JobId(7),
+        index: 0,
+        attempt,
+        command: vec!["true".into()],
+        env: Default::default(),
+        resources: hetsched_common::ResourceRequest::default(),
+        gpus: vec![],
+        queued: false,
+        engine: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::queue::{LocalQueue, Offer, Phase};
-    use hetsched_common::{JobId, ResourceRequest};
 
     fn asg(task: u64, attempt: Attempt) -> Assignment {
-        Assignment {
-            task: TaskId(task),
-            job: JobId(7),
-            index: 0,
-            attempt,
-            command: vec!["true".into()],
-            env: Default::default(),
-            resources: ResourceRequest::default(),
-            gpus: vec![],
-            queued: false,
-            engine: None,
-        }
+        test_assignment(task, attempt)
     }
 
     /// Rebuilds a queue from storage the way the agent does at start.
