@@ -10,9 +10,10 @@
 //!
 //! It is actor-shaped (one mailbox, state touched only here) but a plain tokio task. It takes
 //! every message already waiting in its mailbox as one batch, handles each (store writes
-//! included, no flush), then flushes once and only then sends the batch's answers and reports
-//! (`commit`: group commit, one fsync per batch of assignments and per batch of exits, with
-//! "persist before acknowledging" kept exactly).
+//! included, no flush), then flushes once and only then sends the batch's answers (`commit`:
+//! group commit, one fsync per batch of assignments, with "persist before acknowledging" kept
+//! exactly). Finish reports go to the link as soon as their result is written; the link
+//! flushes before it sends them, one fsync per batch of reports.
 //!
 //! Each attempt runs under the slave's long-lived supervisor *process* ([`crate::pool`]), which
 //! outlives the agent (attempts of an older agent may run under a per-attempt supervisor,
@@ -240,7 +241,7 @@ pub struct Agent {
     /// S0.2: the GPU engine units each running command task's granted devices take out of
     /// the program pool (`gpu_holds.rs`).
     gpu_holds: HashMap<(TaskId, Attempt), crate::engine::held::HeldUnits>,
-    /// Answers and reports waiting for the batch's flush (`commit`).
+    /// Answers waiting for the batch's flush (`commit`).
     deferred: commit::Deferred,
     /// The slave's long-lived supervisor, which starts and reaps every task.
     pool: std::sync::Arc<crate::pool_client::PoolClient>,
