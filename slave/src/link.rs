@@ -562,7 +562,6 @@ impl Link {
         Ok(())
     }
 
-    /// One request to the leader (see the module documentation).
     /// A finish report leaves only once its result is durable: the agent writes the record
     /// without flushing and hands the report over at once, so the ends gathered for one
     /// batch share this one flush (`agent/commit.rs`). A failed flush is logged and the
@@ -575,6 +574,7 @@ impl Link {
         }
     }
 
+    /// One request to the leader (see the module documentation).
     async fn call(&mut self, req: SlaveRequest) -> Result<SlaveResponse, LinkError> {
         match self.client.attempt(Message::Slave(req)).await {
             Ok(Message::SlaveReply(r)) => {
