@@ -496,6 +496,7 @@ pub fn kill_leftover(pgid: i32, task: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn an_attempt_dir_is_removed_with_its_usual_files_or_anything_else_in_it() {
@@ -523,8 +524,6 @@ mod tests {
             assert!(!dir.exists(), "task {task}");
         }
     }
-
-    use super::*;
 
     #[test]
     fn stat_parsing_survives_odd_names() {

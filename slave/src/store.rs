@@ -86,8 +86,9 @@ pub struct Store {
     meta: sled::Tree,
     tasks: sled::Tree,
     done: sled::Tree,
-    /// The arrival sequence number of each stored task, kept beside the `tasks` tree by
-    /// its only writers (`put_task`, `remove_task`, `complete_task`, `load`): a task's start
+    /// The arrival sequence number of each stored task, read from the `tasks` tree at
+    /// `open` and kept beside it by its writers (`put_task`, `remove_task`,
+    /// `complete_task`): a task's start
     /// and end rewrite its record under the same number, and reading that number back from
     /// the record cost a lookup and a decode of the whole assignment twice per task.
     seqs: Arc<Mutex<HashMap<u64, u64>>>,

@@ -363,29 +363,24 @@ impl<'v> PendingLookup<'v> {
     }
 
     fn task(&mut self, id: TaskId) -> Option<&'v Task> {
-        for _ in 0..Self::STEPS {
+        for step in 0..=Self::STEPS {
+            if step == Self::STEPS {
+                // Far behind `id`: search afresh (the cursor then starts at `id` or past it).
+                self.tasks = self.view.tasks().range(id..).peekable();
+            }
             match self.tasks.peek() {
-                Some((k, _)) if **k > id => return None,
+                Some((k, _)) if **k < id => {
+                    self.tasks.next();
+                }
                 Some((k, t)) if **k == id => {
                     let t = *t;
                     self.tasks.next();
                     return Some(t);
                 }
-                Some(_) => {
-                    self.tasks.next();
-                }
-                None => return None,
+                _ => return None,
             }
         }
-        self.tasks = self.view.tasks().range(id..).peekable();
-        match self.tasks.peek() {
-            Some((k, t)) if **k == id => {
-                let t = *t;
-                self.tasks.next();
-                Some(t)
-            }
-            _ => None,
-        }
+        None
     }
 }
 
