@@ -430,6 +430,8 @@ impl Link {
                         attempt,
                         exit_code,
                         reason,
+                        reason_detail: None,
+                        usage: None,
                     },
                     Report::Compressed {
                         task,
