@@ -22,6 +22,7 @@
 //! [`attempt`]: LeaderClient::attempt
 //! [`request`]: LeaderClient::request
 
+use crate::backoff::Backoff;
 use crate::protocol::{ErrorKind, ErrorReply, Message};
 use crate::wire::{CallError, Connection};
 use std::time::{Duration, Instant};
@@ -244,7 +245,7 @@ impl LeaderClient {
         deadline: Duration,
     ) -> Result<Message, LeaderError> {
         let start = Instant::now();
-        let mut backoff = self.opts.backoff_min;
+        let mut backoff = Backoff::new(self.opts.backoff_min, self.opts.backoff_max);
         loop {
             let before = self.target.clone();
             let from_hint = self.on_hint;
@@ -266,8 +267,7 @@ impl LeaderClient {
             // hint (a stale remembered leader) moves on to the first master at once.
             if self.target == before || (self.round_over() && !from_hint) {
                 let left = deadline.saturating_sub(start.elapsed());
-                tokio::time::sleep(backoff.min(left)).await;
-                backoff = (backoff * 2).min(self.opts.backoff_max);
+                tokio::time::sleep(backoff.next_delay().min(left)).await;
             }
         }
     }

@@ -7,6 +7,7 @@
 //! [`leader`], the client that follows the leading master.
 
 #[cfg(feature = "net")]
+pub mod backoff;
 pub mod certs;
 mod error;
 mod ids;

@@ -11,6 +11,7 @@
 //! is full (the peer is slow, down, or we are backing off) the messages are dropped and the
 //! caller is told, so it can `report_unreachable`. Raft retransmits what matters.
 
+use hetsched_common::backoff::Backoff;
 use hetsched_common::protocol::Message;
 use hetsched_common::wire::Connection;
 use hetsched_common::MasterId;
@@ -141,7 +142,7 @@ async fn peer_loop(
     report: SnapshotReport,
 ) {
     let mut conn: Option<Connection> = None;
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
     let mut next_attempt = Instant::now();
     // An item taken from the queue that must wait for its injected delay.
     let mut held: Option<Outgoing> = None;
@@ -184,13 +185,13 @@ async fn peer_loop(
             match Connection::connect(&addr, CONNECT_TIMEOUT).await {
                 Ok(c) => {
                     tracing::debug!(peer = to, %addr, "connected to raft peer");
-                    backoff = BACKOFF_MIN;
+                    backoff.reset();
                     conn = Some(c);
                 }
                 Err(e) => {
-                    tracing::debug!(peer = to, %addr, error = %e, ?backoff, "raft peer unreachable");
-                    next_attempt = Instant::now() + backoff;
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    let wait = backoff.next_delay();
+                    tracing::debug!(peer = to, %addr, error = %e, ?wait, "raft peer unreachable");
+                    next_attempt = Instant::now() + wait;
                     (0..snapshots).for_each(|_| report(to, false));
                     continue;
                 }
@@ -227,8 +228,7 @@ async fn peer_loop(
             if let Err(e) = c.send(body).await {
                 tracing::debug!(peer = to, %addr, error = %e, "raft send failed; reconnecting");
                 conn = None;
-                next_attempt = Instant::now() + backoff;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                next_attempt = Instant::now() + backoff.next_delay();
                 ok = false;
                 break;
             }

@@ -5,6 +5,7 @@
 //! the link's registration stores.
 
 use crate::store::Store;
+use hetsched_common::backoff::Backoff;
 use hetsched_common::leader::{LeaderClient, LeaderError, LeaderOptions};
 use hetsched_common::program::{CallSummary, EngineDecl, SelectionTable};
 use hetsched_common::protocol::{ErrorKind, Message, SlaveRequest, SlaveResponse};
@@ -48,7 +49,7 @@ pub async fn run(
         })
         .with_leader_hint(store.leader_hint().ok().flatten());
     while let Some(a) = inbox.recv().await {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
             let node = match store.node() {
                 Ok(Some(n)) => n,
@@ -92,8 +93,7 @@ pub async fn run(
                     tracing::debug!(answer = ?other, "unexpected answer to an announcement")
                 }
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(2));
+            tokio::time::sleep(backoff.next_delay()).await;
         }
     }
 }

@@ -11,6 +11,7 @@
 
 use crate::agent::{AgentMsg, Report};
 use crate::store::Store;
+use hetsched_common::backoff::Backoff;
 use hetsched_common::leader::{LeaderClient, LeaderError, LeaderOptions};
 use hetsched_common::protocol::{
     ErrorKind, Message, ProbeSample, SlaveRequest, SlaveResponse, TaskReport,
@@ -191,7 +192,7 @@ impl Link {
 
     /// Runs until the agent is gone.
     pub async fn run(mut self, mut reports: mpsc::UnboundedReceiver<Report>) {
-        let mut backoff = self.timing.backoff_min;
+        let mut backoff = Backoff::new(self.timing.backoff_min, self.timing.backoff_max);
         let mut heartbeat = tokio::time::interval(self.timing.heartbeat);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Since when the pending reports have waited (START_REPORT_HOLD, REPORT_LINGER).
@@ -221,13 +222,13 @@ impl Link {
             held_since = None;
             hold_until = None;
             match self.round(beat).await {
-                Ok(()) => backoff = self.timing.backoff_min,
+                Ok(()) => backoff.reset(),
                 Err(LinkError::AgentGone) => return,
                 Err(e) => {
                     // The client's target has already moved on to the master tried next.
-                    tracing::warn!(error = %e, next = %self.client.target(), retry_in = ?backoff, "masters not reachable; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(self.timing.backoff_max);
+                    let wait = backoff.next_delay();
+                    tracing::warn!(error = %e, next = %self.client.target(), retry_in = ?wait, "masters not reachable; retrying");
+                    tokio::time::sleep(wait).await;
                 }
             }
         }

@@ -118,14 +118,16 @@ const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
 /// Binds `addr`, retrying while the address is in use for up to [`BIND_RETRY`].
 async fn bind_with_retry(what: &str, addr: &str) -> Result<tokio::net::TcpListener, Error> {
     let start = std::time::Instant::now();
-    let mut delay = std::time::Duration::from_millis(50);
+    let mut backoff = hetsched_common::backoff::Backoff::new(
+        std::time::Duration::from_millis(50),
+        std::time::Duration::from_millis(500),
+    );
     loop {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => return Ok(l),
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && start.elapsed() < BIND_RETRY => {
                 tracing::warn!(%addr, error = %e, "{what} address in use; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(std::time::Duration::from_millis(500));
+                tokio::time::sleep(backoff.next_delay()).await;
             }
             Err(e) => {
                 return Err(Error::Config(format!(

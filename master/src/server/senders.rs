@@ -7,6 +7,7 @@
 //! by request id), so a slow answer does not hold back the next assignment to the same
 //! slave either; each call has its own deadline.
 
+use hetsched_common::backoff::Backoff;
 use hetsched_common::protocol::{Assignment, ErrorKind, Message, SlaveCommand, SlaveCommandReply};
 use hetsched_common::wire::Connection;
 use hetsched_common::{Attempt, NodeId, TaskId};
@@ -202,13 +203,13 @@ async fn run_sender(
     results: mpsc::UnboundedSender<SenderResult>,
 ) {
     let mut conn: Option<Connection> = None;
-    let mut backoff = timing.backoff_min;
+    let mut backoff = Backoff::new(timing.backoff_min, timing.backoff_max);
     while let Some(msg) = rx.recv().await {
         let c = match conn.as_ref().filter(|c| !c.is_closed()) {
             Some(c) => c.clone(),
             None => match Connection::connect(&addr, timing.connect_timeout).await {
                 Ok(c) => {
-                    backoff = timing.backoff_min;
+                    backoff.reset();
                     conn = Some(c.clone());
                     c
                 }
@@ -220,8 +221,7 @@ async fn run_sender(
                     while let Ok(m) = rx.try_recv() {
                         fail(&results, node, &m);
                     }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(timing.backoff_max);
+                    tokio::time::sleep(backoff.next_delay()).await;
                     continue;
                 }
             },
