@@ -209,31 +209,33 @@ struct FileConfig {
     #[serde(default)]
     groups: BTreeMap<String, Vec<String>>,
     #[serde(default)]
-    users: Vec<FileEntry>,
+    users: Vec<toml::Spanned<FileEntry>>,
 }
 
 /// Parses a priority file (TOML). The whole file is rejected on the first error, with its
 /// line and key.
 pub fn parse_priority_toml(text: &str) -> Result<PriorityConfig, ConfigError> {
-    let file: FileConfig = toml::from_str(text).map_err(|e| {
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-        let message = e.message().to_string();
-        let key = message
-            .split('`')
-            .nth(1)
-            .filter(|_| message.contains("field"))
-            .map(str::to_string);
-        ConfigError { line, key, message }
+    let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
+    let syntax = |e: toml::de::Error| ConfigError {
+        line: e.span().map(|s| line_of(s.start)),
+        key: None,
+        message: e.message().to_string(),
+    };
+    let de = toml::Deserializer::parse(text).map_err(syntax)?;
+    // The path names the key at fault; the parser's span, its line.
+    let file: FileConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = e.path().iter().next_back().and_then(|seg| match seg {
+            serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+            _ => None,
+        });
+        let inner = e.into_inner();
+        ConfigError {
+            key,
+            ..syntax(inner)
+        }
     })?;
-    // Entries have no spans once parsed: find each `[[users]]` header's line for messages.
-    let entry_lines: Vec<usize> = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| l.trim_start().starts_with("[[users]]"))
-        .map(|(i, _)| i + 1)
-        .collect();
+    // Each `[[users]]` entry's span gives its line for the checks below.
+    let entry_lines: Vec<usize> = file.users.iter().map(|e| line_of(e.span().start)).collect();
     let at = |i: usize, key: &str, message: String| ConfigError {
         line: entry_lines.get(i).copied(),
         key: Some(key.to_string()),
@@ -246,7 +248,12 @@ pub fn parse_priority_toml(text: &str) -> Result<PriorityConfig, ConfigError> {
         groups: file.groups,
         entries: Vec::new(),
     };
-    for (i, e) in file.users.into_iter().enumerate() {
+    for (i, e) in file
+        .users
+        .into_iter()
+        .map(toml::Spanned::into_inner)
+        .enumerate()
+    {
         let who = match (e.name, e.group) {
             (Some(n), None) if !n.is_empty() => Principal::User(n),
             (None, Some(g)) => {
@@ -361,9 +368,11 @@ priority = 90
         )
         .expect_err("bad");
         assert_eq!(e.line, Some(4), "{e}");
+        assert_eq!(e.key.as_deref(), Some("priority"), "{e}");
         let e = parse_priority_toml("[[users]]\nname = \"a\"\npriority = 1\ncolour = 3\n")
             .expect_err("unknown key");
         assert!(e.to_string().contains("colour"), "{e}");
+        assert_eq!((e.line, e.key.as_deref()), (Some(4), Some("colour")));
         let e =
             parse_priority_toml("[[users]]\ngroup = \"nope\"\npriority = 1\n").expect_err("group");
         assert_eq!((e.line, e.key.as_deref()), (Some(1), Some("group")));
