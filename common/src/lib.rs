@@ -16,6 +16,7 @@ pub mod jobfile;
 pub mod leader;
 pub mod ports;
 pub mod priority;
+pub mod procstat;
 pub mod program;
 pub mod protocol;
 mod reason;

@@ -97,12 +97,7 @@ pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
 
 /// CPU time (user + system) of process `pid`, microseconds.
 fn cpu_us(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let f: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the command name.
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // `/proc` counts in USER_HZ, which Linux fixes at 100 for user space.
-    Some(ticks * 10_000)
+    hetsched_common::procstat::ProcStat::read(pid).map(|s| s.cpu_us())
 }
 
 /// Resident memory of process `pid`, MiB.

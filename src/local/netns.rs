@@ -151,12 +151,10 @@ fn tool_output(prog: &Path, args: &[&str]) -> String {
 
 /// Whether process `pid` runs (exists and is not a zombie).
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // `pid (comm) S ...`: the state follows the last `)`.
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z")
-    })
+    i32::try_from(pid)
+        .ok()
+        .and_then(hetsched_common::procstat::ProcStat::read)
+        .is_some_and(|s| !s.has_ended())
 }
 
 /// The launcher pid in one of this module's names (`hs-<pid>-…`, `hs-<pid>v<n>`).
