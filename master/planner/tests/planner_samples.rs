@@ -7,7 +7,7 @@
 //! meant to alter plans, rewrite the record with `PLANNER_SAMPLES_BLESS=1 cargo test
 //! --test planner_samples` and say why in the commit.
 
-use hetsched_master_core::plan::makespan::{parse, plan, BatchPlan, Shape};
+use hetsched_planner::{parse, plan, BatchPlan, Shape};
 use std::fmt::Write as _;
 
 const EXPECTED: &str = "tests/planner_samples/expected.txt";
