@@ -14,11 +14,11 @@ impl IndexedScheduler {
             // Draining nodes leave the index: they take no new tasks.
             Some(n) if n.takes_work() => {
                 self.index.upsert_node(node, &n.free);
-                self.selection.note_node(node, Some(&n.free));
+                self.chain.node_changed(node, Some(&n.free));
             }
             _ => {
                 self.index.remove_node(node);
-                self.selection.note_node(node, None);
+                self.chain.node_changed(node, None);
             }
         }
     }
@@ -69,6 +69,6 @@ impl IndexedScheduler {
                 .filter(|n| n.takes_work())
                 .map(|n| (n.id, n.free.clone())),
         );
-        self.selection.rebuild(view);
+        self.chain.rebuild(view);
     }
 }

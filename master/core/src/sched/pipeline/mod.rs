@@ -8,9 +8,11 @@
 //!             PlanContext is built: the queue order, partitions, pools, engine use
 //! per task, in queue order, the first stage that decides wins:
 //!   → QueueStage         S1/S3 order; skips tasks backing off and jobs stuck this plan
+//!   → feasibility        the nodes its partition and locality permit (the index's
+//!                        candidate constraint; resources, GPU model are the index's part),
+//!                        computed once and read by every stage below (`Step::scope`)
+//!   ── the chain (chain.rs), one `Stage` each ──
 //!   → GangStage          S2 batch jobs: the whole gang on its pinned slaves, or it waits
-//!   → FeasibilityStage   the nodes its partition and locality permit (the index's
-//!                        candidate constraint; resources, GPU model are the index's part)
 //!   → PoolBorrowStage    S3: hides GPU nodes' unused reserves from CPU tasks while GPU
 //!                        tasks wait
 //!   → EngineChoiceStage  S0.1–2, program tasks: a ranked engine, or wait/queue on a target
@@ -24,8 +26,9 @@
 //! ```
 //!
 //! Each stage is a type in a file of its own (`*_stage.rs`), with its tests beside it
-//! (`*_stage_tests.rs`); the scheduler holds the configured stages (as Nomad's
-//! `GenericStack` holds its iterators), and its `decide` runs one task through them.
+//! (`*_stage_tests.rs`), implementing the one interface of `stage.rs` and importing no
+//! other stage; the list is assembled in `chain.rs` only (as Nomad's `GenericStack` lists
+//! its iterators), and the scheduler's `decide` runs one task through it.
 //!
 //! Why a cache beside the replicated state rather than in it: the index is derived data
 //! (rebuildable from the nodes' free vectors at any time), so it stays out of the log and
@@ -37,16 +40,19 @@
 mod blocked;
 mod borrow_stage;
 mod caches;
+mod chain;
 mod context;
 mod engine_stage;
 mod feasibility_stage;
 mod gang_stage;
+mod pool_round;
 mod preemption_stage;
 mod queue_stage;
 mod quiet;
 mod reservations;
 mod selection_stage;
 mod slave_queue_stage;
+mod stage;
 mod take_back_stage;
 mod why;
 
@@ -63,19 +69,14 @@ use super::preemption::PreemptionConfig;
 use super::Scheduler;
 use crate::state::{ClusterState, Plan};
 use blocked::{BlockKey, Blocked};
-use borrow_stage::PoolBorrowStage;
+use chain::{Chain, ChainConfig};
 use context::{Decision, PlanContext};
-use engine_stage::EngineChoiceStage;
 use feasibility_stage::PartitionCache;
-use gang_stage::GangStage;
 use hetsched_common::{NodeId, TaskId};
-use preemption_stage::PreemptionStage;
-use queue_stage::{PendingTask, QueueStage};
+use queue_stage::QueueStage;
 use quiet::{Quiet, Tally};
-use selection_stage::SelectionStage;
-use slave_queue_stage::SlaveQueueStage;
+use stage::{PendingTask, Step};
 use std::collections::BTreeSet;
-use take_back_stage::TakeBackStage;
 use why::Reasons;
 
 /// Pending tasks in queue order, each to the node the policy picks among those that fit.
@@ -88,12 +89,10 @@ pub struct IndexedScheduler {
     index: PlacementIndex,
     /// The queue stage (S1 submission, S3 DRF or the S3 pipeline order).
     queue: QueueStage,
-    /// The selection stage: the placement policies and the `frag` placer.
-    selection: SelectionStage,
-    /// The engine-choice stage (S0.1–2, program tasks).
-    engine_choice: EngineChoiceStage,
-    /// The slave-queue stage (S0.3).
-    slave_queue: SlaveQueueStage,
+    /// What the chain is built from (policies, engine bounds, queue depth).
+    cfg: ChainConfig,
+    /// The stages after the queue stage, in order (`chain.rs`).
+    chain: Chain,
     /// Most assignments per plan: bounds the size of one `ApplyPlan` entry.
     pub max_per_plan: usize,
     /// The preemption stage's limits.
@@ -124,16 +123,20 @@ impl IndexedScheduler {
     /// exact index (θ = 1). CPU-only tasks use the same policy, except under `frag`, whose
     /// CPU policy is `least-fit` (see [`with_cpu_policy`](Self::with_cpu_policy)).
     pub fn new(policy: PolicyKind, seed: u64) -> Self {
+        let cfg = ChainConfig {
+            policy,
+            seed,
+            cpu_policy: None,
+            engine: EngineChoiceConfig::default(),
+            queue_depth: 0,
+        };
         Self {
             index: PlacementIndex::new(IndexConfig::default()),
             queue: QueueStage {
                 ordering: Ordering::Submission,
             },
-            selection: SelectionStage::new(policy, seed),
-            engine_choice: EngineChoiceStage {
-                cfg: EngineChoiceConfig::default(),
-            },
-            slave_queue: SlaveQueueStage { depth: 0 },
+            cfg,
+            chain: Chain::standard(&cfg),
             max_per_plan: 4096,
             preemption: PreemptionConfig::default(),
             reserved: BTreeSet::new(),
@@ -177,13 +180,15 @@ impl IndexedScheduler {
 
     /// The same with these engine-choice bounds (S0.1–2).
     pub fn with_engine_choice(mut self, cfg: EngineChoiceConfig) -> Self {
-        self.engine_choice.cfg = cfg;
+        self.cfg.engine = cfg;
+        self.chain = Chain::standard(&self.cfg);
         self
     }
 
     /// The same with slave queues of `depth` tasks beyond free resources (S0.3; 0: off).
     pub fn with_queue_depth(mut self, depth: u32) -> Self {
-        self.slave_queue.depth = depth;
+        self.cfg.queue_depth = depth;
+        self.chain = Chain::standard(&self.cfg);
         self
     }
 
@@ -196,7 +201,8 @@ impl IndexedScheduler {
     /// Uses `cpu` for tasks that ask no GPU (`frag` there means the same as for GPU tasks:
     /// CPU-only nodes first under the GPU policy's tie order, then the least fragmenting).
     pub fn with_cpu_policy(mut self, cpu: PolicyKind, seed: u64) -> Self {
-        self.selection.set_cpu_policy(cpu, seed);
+        self.cfg.cpu_policy = Some((cpu, seed));
+        self.chain = Chain::standard(&self.cfg);
         self
     }
 
@@ -217,12 +223,12 @@ impl IndexedScheduler {
 
     /// The policy in use for GPU tasks.
     pub fn policy(&self) -> PolicyKind {
-        self.selection.kind()
+        self.cfg.policy
     }
 
     /// The policy in use for tasks that ask no GPU.
     pub fn cpu_policy(&self) -> PolicyKind {
-        self.selection.cpu_kind()
+        self.cfg.cpu_kind()
     }
 
     /// Keys blocked until a change, and tasks probed through the stages so far.
@@ -235,6 +241,18 @@ impl IndexedScheduler {
         self.skipped
     }
 
+    /// The stages of the chain after the queue stage, in the order they run (`chain.rs`).
+    pub fn stages(&self) -> Vec<&'static str> {
+        self.chain.names()
+    }
+
+    /// The same without the stage named `name` (a chain without an optional stage).
+    #[cfg(test)]
+    fn without_stage(mut self, name: &str) -> Self {
+        self.chain = Chain::standard(&self.cfg).without(name);
+        self
+    }
+
     /// Nodes in the index.
     pub fn indexed_nodes(&self) -> usize {
         self.index.len()
@@ -243,42 +261,20 @@ impl IndexedScheduler {
     /// One task through the chain after the queue stage: each stage either decides (the
     /// task is placed, queued, preempts or is stuck) or hands it to the next.
     fn decide<'v>(&mut self, ctx: &mut PlanContext<'v>, head: &PendingTask<'v>) -> Decision {
-        let view = ctx.view;
-        let gangs = &mut ctx.decided.gangs;
-        if let Some(d) = GangStage::decide(&mut self.index, view, ctx.now_ms, gangs, head) {
-            return d;
-        }
-        PoolBorrowStage::before(&mut self.index, &mut ctx.pools, head.queue);
-        let scope = ctx.feasibility.scope(head.job);
-        let decided = &ctx.decided;
-        if let Some(d) = self.engine_choice.decide(
-            &mut self.index,
-            &mut ctx.engines,
-            &self.slave_queue,
-            &decided.queued_now,
-            view,
+        let mut step = Step {
             head,
-            &scope,
-        ) {
-            return d;
-        }
-        let pools = ctx.pools.active();
-        if let Some(d) = self.selection.decide(&mut self.index, pools, head, &scope) {
-            return d;
-        }
-        let take_back = TakeBackStage {
-            index: &self.index,
+            view: ctx.view,
+            now_ms: ctx.now_ms,
+            index: &mut self.index,
+            scope: ctx.feasibility.scope(head.job),
+            pools: &mut ctx.pools,
+            decided: &mut ctx.decided,
+            state: &mut ctx.state,
             reserved: &self.reserved,
-            cfg: &self.preemption,
+            preemption: &self.preemption,
+            queue_depth: self.cfg.queue_depth,
         };
-        if let Some(d) = take_back.decide(ctx.pools.active(), decided, view, head, &scope) {
-            return d;
-        }
-        if let Some(d) = PreemptionStage::decide(&self.preemption, decided, view, head, &scope) {
-            return d;
-        }
-        self.slave_queue
-            .decide(view, head, &scope, &decided.queued_now)
+        self.chain.decide(&mut step)
     }
 }
 
@@ -288,7 +284,7 @@ impl Scheduler for IndexedScheduler {
     }
 
     fn plan_at(&mut self, view: &ClusterState, now_ms: u64) -> Plan {
-        self.selection.observe_arrivals(view);
+        self.chain.begin_plan(view);
         self.observe_reserve(view);
         let held = self.reserved.len();
         reservations::sync(&mut self.index, &mut self.reserved, view);
@@ -306,7 +302,7 @@ impl Scheduler for IndexedScheduler {
                 self.quiet = Some(q);
                 self.skipped += 1;
                 return Plan {
-                    queue_depth: self.slave_queue.depth,
+                    queue_depth: self.cfg.queue_depth,
                     ..Plan::default()
                 };
             }
@@ -316,7 +312,7 @@ impl Scheduler for IndexedScheduler {
         let mut ctx = PlanContext::with(view, now_ms, &self.queue, loads, self.pools, partitions);
         self.blocked.check_terms(|t| ctx.pools.terms_into(t));
         // Across plans only where nothing but resources decides (see blocked.rs).
-        let across = self.slave_queue.depth == 0;
+        let across = self.cfg.queue_depth == 0;
         let mut stuck_now: BTreeSet<BlockKey> = BTreeSet::new();
         self.reasons
             .begin(self.queue.ordering, self.pools.is_some());
@@ -373,7 +369,7 @@ impl Scheduler for IndexedScheduler {
         let (mut plan, loads) = ctx.finish(&mut self.index);
         self.loads = loads;
         self.note_victims(view, &plan);
-        plan.queue_depth = self.slave_queue.depth;
+        plan.queue_depth = self.cfg.queue_depth;
         if whole && plan.is_empty() {
             self.quiet = Quiet::of(view, self.blocked.generation(), &tally);
         }
