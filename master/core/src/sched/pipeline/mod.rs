@@ -38,6 +38,7 @@
 //! once the plan is applied or refused, the touched nodes are re-read from the state.
 
 mod blocked;
+mod books;
 mod borrow_stage;
 mod caches;
 mod chain;
@@ -64,20 +65,18 @@ mod tests;
 use super::engine_choice::EngineChoiceConfig;
 use super::index::{IndexConfig, PlacementIndex, PolicyKind};
 use super::loads::Loads;
-use super::multiqueue::{Ordering, QueueingConfig, ReserveHistory};
+use super::multiqueue::{Ordering, Queued, QueueingConfig, ReserveHistory};
 use super::preemption::PreemptionConfig;
 use super::Scheduler;
 use crate::state::{ClusterState, Plan};
-use blocked::{BlockKey, Blocked};
+use books::{Books, PlanBooks};
 use chain::{Chain, ChainConfig};
 use context::{Decision, PlanContext};
 use feasibility_stage::PartitionCache;
 use hetsched_common::{NodeId, TaskId};
 use queue_stage::QueueStage;
-use quiet::{Quiet, Tally};
 use stage::{PendingTask, Step};
 use std::collections::BTreeSet;
-use why::Reasons;
 
 /// Pending tasks in queue order, each to the node the policy picks among those that fit.
 ///
@@ -106,14 +105,8 @@ pub struct IndexedScheduler {
     /// Users' holdings, capacity, GPU tasks' CPUs and GPU pools per node, kept in step like
     /// the index (`None` under plain submission order without pools: nothing reads them).
     loads: Option<Loads>,
-    /// Tasks blocked until a change (`blocked.rs`).
-    blocked: Blocked,
-    /// Why the tasks the latest plan left waiting wait (`why.rs`).
-    reasons: Reasons,
-    /// What the latest plan depended on, when it found everything blocked (`quiet.rs`).
-    quiet: Option<Quiet>,
-    /// Plans skipped as unchanged since a quiet one.
-    skipped: u64,
+    /// Blocked tasks, waiting reasons and quiet plans, kept around the chain (`books.rs`).
+    books: Books,
     /// The feasibility stage's partition sets, kept across plans.
     partitions: PartitionCache,
 }
@@ -143,10 +136,7 @@ impl IndexedScheduler {
             pools: None,
             pool_seen: TaskId(0),
             loads: None,
-            blocked: Blocked::default(),
-            reasons: Reasons::default(),
-            quiet: None,
-            skipped: 0,
+            books: Books::default(),
             partitions: PartitionCache::default(),
         }
     }
@@ -233,12 +223,12 @@ impl IndexedScheduler {
 
     /// Keys blocked until a change, and tasks probed through the stages so far.
     pub fn blocked(&self) -> (usize, u64) {
-        (self.blocked.len(), self.blocked.probes())
+        (self.books.blocked.len(), self.books.blocked.probes())
     }
 
     /// Plans skipped because nothing changed since a plan that found every task blocked.
     pub fn plans_skipped(&self) -> u64 {
-        self.skipped
+        self.books.skipped()
     }
 
     /// The stages of the chain after the queue stage, in the order they run (`chain.rs`).
@@ -256,6 +246,37 @@ impl IndexedScheduler {
     /// Nodes in the index.
     pub fn indexed_nodes(&self) -> usize {
         self.index.len()
+    }
+
+    /// The context of a plan over `view` at `now_ms` (the S3 loads go into it for the plan).
+    fn context<'v>(&mut self, view: &'v ClusterState, now_ms: u64) -> PlanContext<'v> {
+        let partitions = self.partitions.sets(view);
+        let loads = self.loads.take();
+        let ctx = PlanContext::with(view, now_ms, &self.queue, loads, self.pools, partitions);
+        self.books.blocked.check_terms(|t| ctx.pools.terms_into(t));
+        ctx
+    }
+
+    /// Ends the plan that reached `order[..reached]`: the books settle, the index gets back
+    /// what the pools hid, the loads come back.
+    fn finish_plan(
+        &mut self,
+        view: &ClusterState,
+        ctx: PlanContext<'_>,
+        order: &[Queued<'_>],
+        reached: usize,
+        pb: &PlanBooks,
+    ) -> Plan {
+        let no_nodes = self.index.is_empty();
+        let whole = reached == order.len() && !no_nodes;
+        let tasks = order.iter().map(|q| q.task).collect();
+        self.books.finish(pb, view, tasks, reached, no_nodes);
+        let (mut plan, loads) = ctx.finish(&mut self.index);
+        self.loads = loads;
+        self.note_victims(view, &plan);
+        plan.queue_depth = self.cfg.queue_depth;
+        self.books.after(pb, view, whole, plan.is_empty());
+        plan
     }
 
     /// One task through the chain after the queue stage: each stage either decides (the
@@ -284,103 +305,49 @@ impl Scheduler for IndexedScheduler {
     }
 
     fn plan_at(&mut self, view: &ClusterState, now_ms: u64) -> Plan {
-        self.chain.begin_plan(view);
-        self.observe_reserve(view);
-        let held = self.reserved.len();
-        reservations::sync(&mut self.index, &mut self.reserved, view);
-        if self.reserved.len() < held {
-            self.blocked.changed(); // a reservation released its node
+        self.refresh(view);
+        if self.books.quiet_holds(view, now_ms) {
+            let queue_depth = self.cfg.queue_depth;
+            return Plan {
+                queue_depth,
+                ..Plan::default()
+            };
         }
-        if let (Some(l), Some(h)) = (&mut self.loads, &self.pools) {
-            if l.resplit(h.demand()) {
-                self.blocked.changed();
-            }
-        }
-        self.blocked.check_priority(view.priority());
-        if let Some(q) = self.quiet.take() {
-            if q.holds(view, self.blocked.generation(), now_ms) {
-                self.quiet = Some(q);
-                self.skipped += 1;
-                return Plan {
-                    queue_depth: self.cfg.queue_depth,
-                    ..Plan::default()
-                };
-            }
-        }
-        let partitions = self.partitions.sets(view);
-        let loads = self.loads.take();
-        let mut ctx = PlanContext::with(view, now_ms, &self.queue, loads, self.pools, partitions);
-        self.blocked.check_terms(|t| ctx.pools.terms_into(t));
-        // Across plans only where nothing but resources decides (see blocked.rs).
-        let across = self.cfg.queue_depth == 0;
-        let mut stuck_now: BTreeSet<BlockKey> = BTreeSet::new();
-        self.reasons
-            .begin(self.queue.ordering, self.pools.is_some());
+        let mut ctx = self.context(view, now_ms);
+        let across = self.cfg.queue_depth == 0; // see blocked.rs
+        let mut pb = self
+            .books
+            .begin(self.queue.ordering, self.pools.is_some(), across);
         let order = std::mem::take(&mut ctx.order);
         let mut reached = order.len();
-        let mut tally = Tally::default();
         for (pos, &queued) in order.iter().enumerate() {
-            let task = queued.task;
             if ctx.decided.plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 reached = pos;
                 break;
             }
-            let Some(head) = QueueStage::admit_queued(ctx.now_ms, &ctx.decided.stuck, queued)
-            else {
-                if let Some(nb) = queued.t.not_before_ms.filter(|nb| *nb > ctx.now_ms) {
-                    tally.backoff(nb);
-                }
+            let stuck = &ctx.decided.stuck;
+            let Some((head, key)) = self.books.admit(&mut pb, now_ms, stuck, queued) else {
                 continue;
             };
-            let key = head.job.spec.program.is_none().then(|| BlockKey::of(&head));
-            if key
-                .as_ref()
-                .is_some_and(|k| stuck_now.contains(k) || self.blocked.contains(k))
-            {
-                continue; // blocked: keeps its place, probed again after a change
-            }
-            self.blocked.probed();
-            tally.probed += 1;
             let room = ctx.decided.preempt_room(self.preemption.max_per_plan);
-            let awaiting = view.awaiting().contains_key(&task);
             let decision = self.decide(&mut ctx, &head);
-            self.reasons.decided(view, &head, &decision, key.as_ref());
-            if let (Decision::Stuck, Some(k), false) = (&decision, key, awaiting) {
-                if across && room {
-                    self.blocked.insert(k.clone());
-                    tally.blocked += 1;
-                }
-                stuck_now.insert(k);
-            }
+            self.books
+                .decided(&mut pb, view, &head, &decision, key, room);
             if let Decision::Preempt(p) = &decision {
                 // Stopping a batch task stops its whole gang (S2): its mates are gone too,
                 // so no later preemption of this plan may count on them as victims.
-                let mates = gang_mates(view, &p.victims);
-                ctx.decided.victims.extend(mates);
+                ctx.decided.victims.extend(gang_mates(view, &p.victims));
             }
             ctx.decided.record(&head, decision);
         }
-        let no_nodes = self.index.is_empty();
-        let whole = reached == order.len() && !no_nodes;
-        let blocked = &self.blocked;
-        let keep = |k: &BlockKey| blocked.contains(k) || stuck_now.contains(k);
-        let order = order.iter().map(|q| q.task).collect();
-        self.reasons.finish(view, order, reached, no_nodes, keep);
-        let (mut plan, loads) = ctx.finish(&mut self.index);
-        self.loads = loads;
-        self.note_victims(view, &plan);
-        plan.queue_depth = self.cfg.queue_depth;
-        if whole && plan.is_empty() {
-            self.quiet = Quiet::of(view, self.blocked.generation(), &tally);
-        }
-        plan
+        self.finish_plan(view, ctx, &order, reached, &pb)
     }
 
     fn nodes_changed(&mut self, view: &ClusterState, nodes: &[NodeId]) {
         for n in nodes {
             if let Some(node) = view.nodes().get(n).filter(|n| n.takes_work()) {
                 if blocked::grew(self.index.free(*n), &node.free) {
-                    self.blocked.changed();
+                    self.books.blocked.changed();
                 }
             }
             self.sync(view, *n);
@@ -396,7 +363,7 @@ impl Scheduler for IndexedScheduler {
     }
 
     fn waiting(&self) -> Option<(std::sync::Arc<super::waiting::WaitBoard>, u64)> {
-        Some(self.reasons.board())
+        Some(self.books.reasons.board())
     }
 }
 
