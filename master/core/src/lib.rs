@@ -7,10 +7,12 @@
 //!
 //! - [`state`]: the replicated state machine, `ClusterState::apply(Command) -> Outcome`.
 //! - [`sched`]: the scheduler as stages (queue → engine choice → feasibility → selection →
-//!   preemption), the DistBuckets index, pools, DRF, stealing and the CPU-count search.
+//!   preemption), pools, DRF, stealing and the CPU-count search; the DistBuckets index
+//!   is the `hetsched-index` crate, re-exported as `sched::index`.
 //! - [`duties`]: the leader's duties as a pure engine (events in, effects out).
 //! - [`forward`]: which peer a slave should forward an API call to.
-//! - [`plan`]: the makespan planner for data-local batch jobs.
+//! - [`plan`]: batch submission, and the makespan planner for data-local batch jobs (the
+//!   `hetsched-planner` crate, re-exported as `plan::makespan`).
 //! - [`sim`]: the offline simulator that replays traces through the real scheduler.
 //! - [`policy`]: what `apply` and the scheduler both need (quota priority, queue kinds),
 //!   kept below `state` so that no import goes back up from the log to the scheduler.

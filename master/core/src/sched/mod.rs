@@ -12,7 +12,9 @@ mod engine_overflow_tests;
 pub mod explain;
 #[cfg(test)]
 mod explain_tests;
-pub mod index;
+/// S4 — the placement index, its policies and the `frag` placer: a crate of its own
+/// (`master/index`), since it needs nothing of the master; re-exported under its old path.
+pub use hetsched_index as index;
 pub mod loads;
 pub mod multiqueue;
 mod pipeline;

@@ -197,6 +197,11 @@ pub struct RunReport {
     /// Allocated GPU share after each arrival (for plots; not in JSON).
     #[serde(skip)]
     pub curve: Vec<f64>,
+    /// Every start, in the order the plans made them: the decisions themselves, so that a
+    /// change meant to keep them (a refactoring of the stages) can be checked against a
+    /// recorded run (`tests/sim_decisions.rs`); not in JSON.
+    #[serde(skip)]
+    pub starts: Vec<(TaskId, hetsched_common::NodeId)>,
 }
 
 /// The state, the scheduler and the log index, driven like the leader drives them.
@@ -208,6 +213,8 @@ struct Driver {
     preemptions: u64,
     /// Attempts stopped by preemption (their emulated slaves reported them stopped).
     stopped: Vec<crate::state::TaskRef>,
+    /// Every start so far ([`RunReport::starts`]).
+    starts: Vec<(TaskId, hetsched_common::NodeId)>,
 }
 
 impl Driver {
@@ -280,6 +287,7 @@ impl Driver {
                     .get(&r.task)
                     .map(|t| t.gpus.iter().map(|(_, m)| *m).sum())
                     .unwrap_or(0);
+                self.starts.push((r.task, r.node));
                 started.push((r.task, r.node, milli));
             }
         }
@@ -313,6 +321,7 @@ fn start(nodes: &[SimNode], policy: &PolicyName, setup: &Setup, seed: u64) -> Dr
         now_ms: 0,
         preemptions: 0,
         stopped: Vec::new(),
+        starts: Vec::new(),
     };
     if let Some(config) = &setup.priorities {
         d.apply(Command::SetPriorityConfig {
@@ -439,6 +448,7 @@ fn arrival_only(
         preemptions: d.preemptions,
         sim_ms: 0,
         curve,
+        starts: d.starts,
     }
 }
 
@@ -600,6 +610,7 @@ fn timed(
         preemptions: d.preemptions,
         sim_ms: 0,
         curve,
+        starts: d.starts,
     }
 }
 

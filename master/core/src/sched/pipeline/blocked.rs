@@ -24,7 +24,7 @@
 //! cleared on a rebuild, so it can only make a plan skip work, never decide differently
 //! from a fresh scheduler after the same change.
 
-use super::queue_stage::PendingTask;
+use super::stage::PendingTask;
 use crate::state::partition_of;
 
 /// The partition of a job that names none (`partition_of`).

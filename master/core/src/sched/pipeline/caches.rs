@@ -14,16 +14,35 @@ impl IndexedScheduler {
             // Draining nodes leave the index: they take no new tasks.
             Some(n) if n.takes_work() => {
                 self.index.upsert_node(node, &n.free);
-                self.selection.note_node(node, Some(&n.free));
+                self.chain.node_changed(node, Some(&n.free));
             }
             _ => {
                 self.index.remove_node(node);
-                self.selection.note_node(node, None);
+                self.chain.node_changed(node, None);
             }
         }
     }
 
     /// Teaches the reserve history the tasks submitted since the last plan.
+    /// At the start of a plan: the stages see the new state, the reserve history learns
+    /// the new arrivals, reservations are kept in step, the GPU pools re-split by demand,
+    /// and whatever of it can unblock a task marks the blocked set changed.
+    pub(super) fn refresh(&mut self, view: &ClusterState) {
+        self.chain.begin_plan(view);
+        self.observe_reserve(view);
+        let held = self.reserved.len();
+        super::reservations::sync(&mut self.index, &mut self.reserved, view);
+        if self.reserved.len() < held {
+            self.books.blocked.changed(); // a reservation released its node
+        }
+        if let (Some(l), Some(h)) = (&mut self.loads, &self.pools) {
+            if l.resplit(h.demand()) {
+                self.books.blocked.changed();
+            }
+        }
+        self.books.blocked.check_priority(view.priority());
+    }
+
     pub(super) fn observe_reserve(&mut self, view: &ClusterState) {
         let Some(pools) = &mut self.pools else { return };
         let from = TaskId(self.pool_seen.0.saturating_add(1));
@@ -39,7 +58,7 @@ impl IndexedScheduler {
     /// priority than a blocked key's (S1 preemption), or a CPU task on a borrowed reserve
     /// (S3 take-back).
     pub(super) fn note_victims(&mut self, view: &ClusterState, plan: &crate::state::Plan) {
-        let Some(top) = self.blocked.top_priority() else {
+        let Some(top) = self.books.blocked.top_priority() else {
             return;
         };
         let victim = plan.assignments.iter().any(|a| {
@@ -50,13 +69,13 @@ impl IndexedScheduler {
                 || (a.borrowed && view.job_resources(t.job).is_some_and(|r| r.gpu.is_none()))
         });
         if victim {
-            self.blocked.changed();
+            self.books.blocked.changed();
         }
     }
 
     /// Rebuilds everything derived from `view` (new leadership, snapshot restore).
     pub(super) fn rebuild(&mut self, view: &ClusterState) {
-        self.blocked.changed();
+        self.books.blocked.changed();
         self.partitions.clear();
         // Rebuilding drops every reservation; the next plan restores them.
         self.reserved.clear();
@@ -69,6 +88,6 @@ impl IndexedScheduler {
                 .filter(|n| n.takes_work())
                 .map(|n| (n.id, n.free.clone())),
         );
-        self.selection.rebuild(view);
+        self.chain.rebuild(view);
     }
 }

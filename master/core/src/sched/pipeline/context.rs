@@ -1,14 +1,14 @@
 //! The per-plan context: everything one plan carries from task to task, built at the start
 //! of a plan and dropped at its end.
 //!
-//! Grouped by the stage that owns each part (feasibility's partition and locality sets,
-//! the pools' bookkeeping, the engine use, what the plan decided so far), so that a stage
-//! borrows its own part mutably while it reads the others.
+//! Grouped by what each part is for (feasibility's partition and locality sets, the pools'
+//! bookkeeping, what the plan decided so far, the stages' own per-plan state by type), so
+//! that a stage borrows its own part mutably while it reads the others.
 
-use super::borrow_stage::PoolRound;
-use super::engine_stage::EngineRound;
 use super::feasibility_stage::{Feasibility, PartitionSets};
-use super::queue_stage::{PendingTask, QueueStage};
+use super::pool_round::PoolRound;
+use super::queue_stage::QueueStage;
+use super::stage::{PendingTask, PlanState};
 use crate::sched::index::PlacementIndex;
 use crate::sched::loads::Loads;
 use crate::sched::multiqueue::{Queued, ReserveHistory};
@@ -91,8 +91,8 @@ pub(super) struct PlanContext<'v> {
     pub feasibility: Feasibility,
     /// S3 pools: the loads, the reserve history and this plan's pool bookkeeping.
     pub pools: PoolRound,
-    /// S0.1–2: engine use and the jobs' task–engine relations.
-    pub engines: EngineRound<'v>,
+    /// The stages' own per-plan state (engine use, say), by type.
+    pub state: PlanState,
     /// What the plan decided so far.
     pub decided: Decided,
 }
@@ -129,7 +129,7 @@ impl<'v> PlanContext<'v> {
             order,
             feasibility: Feasibility::with(partitions),
             pools,
-            engines: EngineRound::default(),
+            state: PlanState::default(),
             decided: Decided::default(),
         }
     }

@@ -10,9 +10,7 @@
 //! whose permitted nodes have no engine of the relation, falls through to selection.
 
 use super::context::Decision;
-use super::feasibility_stage::Scope;
-use super::queue_stage::PendingTask;
-use super::slave_queue_stage::SlaveQueueStage;
+use super::stage::{queue_node, PendingTask, Scope, Stage, Step};
 use crate::sched::engine_choice::{self, EngineChoice, EngineChoiceConfig, EngineLoad};
 use crate::sched::index::PlacementIndex;
 use crate::state::{with_unit, Assign, ClusterState, Job};
@@ -20,28 +18,42 @@ use hetsched_common::program::EngineTotal;
 use hetsched_common::{EngineKind, JobId, NodeId};
 use std::collections::BTreeMap;
 
-/// The engine-choice part of one plan.
+/// The engine-choice part of one plan, kept in the plan context (`stage::PlanState`).
 #[derive(Debug, Default)]
-pub(super) struct EngineRound<'v> {
+pub(super) struct EngineRound {
     /// Engine use per node, built at the first program task of the plan, then counting
     /// this plan's decisions.
     pub load: Option<EngineLoad>,
-    /// Each job's task–engine relation (`None`: not a program task, or none known).
-    relations: BTreeMap<JobId, Option<&'v [EngineTotal]>>,
+    /// Each job's task–engine relation (`None`: not a program task, or none known), looked
+    /// up once per plan (a copy: the round outlives no state, but holds no borrow of one).
+    relations: BTreeMap<JobId, Option<Vec<EngineTotal>>>,
 }
 
-impl<'v> EngineRound<'v> {
-    /// `job`'s relation (kinds by total time, fastest first), looked up once per plan.
-    pub fn relation(&mut self, view: &'v ClusterState, job: &'v Job) -> Option<&'v [EngineTotal]> {
-        *self.relations.entry(job.id).or_insert_with(|| {
+impl EngineRound {
+    /// `job`'s relation (kinds by total time, fastest first).
+    #[cfg(test)]
+    pub fn relation(&mut self, view: &ClusterState, job: &Job) -> Option<&[EngineTotal]> {
+        relation(&mut self.relations, view, job)
+    }
+}
+
+/// `job`'s relation from `relations`, looked up in `view` on first use.
+fn relation<'r>(
+    relations: &'r mut BTreeMap<JobId, Option<Vec<EngineTotal>>>,
+    view: &ClusterState,
+    job: &Job,
+) -> Option<&'r [EngineTotal]> {
+    relations
+        .entry(job.id)
+        .or_insert_with(|| {
             job.spec
                 .program
                 .as_ref()
                 .and_then(|p| view.relations().get(&p.kind()))
-                .map(Vec::as_slice)
                 .filter(|r| !r.is_empty())
+                .cloned()
         })
-    }
+        .as_deref()
 }
 
 /// The engine-choice stage: its bounds.
@@ -58,14 +70,14 @@ impl EngineChoiceStage {
     pub fn decide<'v>(
         &self,
         index: &mut PlacementIndex,
-        round: &mut EngineRound<'v>,
-        slave_queue: &SlaveQueueStage,
+        round: &mut EngineRound,
+        queue_depth: u32,
         queued_now: &BTreeMap<NodeId, u32>,
         view: &'v ClusterState,
         head: &PendingTask<'v>,
         scope: &Scope<'_>,
     ) -> Option<Decision> {
-        let relation = round.relation(view, head.job)?;
+        let relation = relation(&mut round.relations, view, head.job)?;
         let load = round.load.get_or_insert_with(|| EngineLoad::of(view));
         let may_use = |n: NodeId| scope.may_use(n);
         let choice = engine_choice::choose(&self.cfg, relation, load, may_use)?;
@@ -75,7 +87,7 @@ impl EngineChoiceStage {
                 load,
                 relation,
                 &choice,
-                slave_queue,
+                queue_depth,
                 queued_now,
                 view,
                 head,
@@ -129,7 +141,7 @@ impl EngineChoiceStage {
         load: &mut EngineLoad,
         relation: &[EngineTotal],
         choice: &EngineChoice,
-        slave_queue: &SlaveQueueStage,
+        queue_depth: u32,
         queued_now: &BTreeMap<NodeId, u32>,
         view: &ClusterState,
         head: &PendingTask<'_>,
@@ -150,7 +162,14 @@ impl EngineChoiceStage {
             return None;
         }
         let may_use = |n: NodeId| scope.may_use(n);
-        let node = slave_queue.node(view, head.req, &may_use, queued_now, Some(&targets))?;
+        let node = queue_node(
+            queue_depth,
+            view,
+            head.req,
+            &may_use,
+            queued_now,
+            Some(&targets),
+        )?;
         let kind = choice
             .ranked
             .iter()
@@ -158,6 +177,28 @@ impl EngineChoiceStage {
             .map(|r| r.1)
             .unwrap_or(EngineKind::Cpu);
         Some((node, kind, true))
+    }
+}
+
+impl Stage for EngineChoiceStage {
+    fn name(&self) -> &'static str {
+        "engine-choice"
+    }
+
+    fn consider(&mut self, step: &mut Step<'_, '_>) -> Option<Decision> {
+        step.head.job.spec.program.as_ref()?; // not a program task: not this stage's
+        let round = step.state.part::<EngineRound>();
+        let queued_now = &step.decided.queued_now;
+        let (view, head, depth) = (step.view, step.head, step.queue_depth);
+        self.decide(
+            step.index,
+            round,
+            depth,
+            queued_now,
+            view,
+            head,
+            &step.scope,
+        )
     }
 }
 

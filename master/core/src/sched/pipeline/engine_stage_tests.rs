@@ -47,9 +47,8 @@ fn decide_all(l: &Log, queue_depth: u32, hold: Option<NodeId>) -> (Vec<Option<De
             .expect("reserve");
     }
     let mut round = EngineRound::default();
-    round.relations.insert(job.id, Some(&rel[..]));
+    round.relations.insert(job.id, Some(rel.clone()));
     let mut feasibility = Feasibility::new(&l.s);
-    let slave_queue = SlaveQueueStage { depth: queue_depth };
     let mut queued_now = BTreeMap::new();
     let mut out = Vec::new();
     for task in l.s.pending().clone() {
@@ -58,7 +57,7 @@ fn decide_all(l: &Log, queue_depth: u32, hold: Option<NodeId>) -> (Vec<Option<De
         let d = stage().decide(
             &mut index,
             &mut round,
-            &slave_queue,
+            queue_depth,
             &queued_now,
             &l.s,
             &head,
@@ -116,7 +115,7 @@ fn a_gpu_held_by_a_command_task_is_a_busy_gpu_engine() {
     let mut index = index_of(&l.s);
     let program_job = l.s.jobs().values().last().expect("job");
     let mut round = EngineRound::default();
-    round.relations.insert(program_job.id, Some(&rel[..]));
+    round.relations.insert(program_job.id, Some(rel.clone()));
     let task = *l.s.pending().first().expect("pending");
     let head = QueueStage::admit(&l.s, 0, &BTreeSet::new(), task).expect("admitted");
     let mut feasibility = Feasibility::new(&l.s);
@@ -124,7 +123,7 @@ fn a_gpu_held_by_a_command_task_is_a_busy_gpu_engine() {
     let d = stage().decide(
         &mut index,
         &mut round,
-        &SlaveQueueStage { depth: 4 },
+        4,
         &BTreeMap::new(),
         &l.s,
         &head,
@@ -158,11 +157,10 @@ fn a_task_without_a_relation_is_left_to_selection() {
     let head = QueueStage::admit(&l.s, 0, &BTreeSet::new(), task).expect("admitted");
     let mut feasibility = Feasibility::new(&l.s);
     let scope = feasibility.scope(head.job);
-    let slave_queue = SlaveQueueStage { depth: 4 };
     let d = stage().decide(
         &mut index,
         &mut round,
-        &slave_queue,
+        4,
         &BTreeMap::new(),
         &l.s,
         &head,

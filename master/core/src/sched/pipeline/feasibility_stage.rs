@@ -10,6 +10,7 @@
 //! a trace that barely queues), its locality sets built once per job per plan, not once per
 //! task.
 
+use super::stage::Scope;
 use crate::sched::index::Candidates;
 use crate::state::{partition_of, ClusterState, Job, Node};
 use hetsched_common::{JobId, NodeId};
@@ -100,17 +101,6 @@ pub(super) struct Feasibility {
     empty: Candidates,
 }
 
-/// Where one job's tasks may go.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Scope<'a> {
-    /// The job's locality within its partition (`None`: the job names no nodes).
-    locality: Option<&'a Candidates>,
-    /// Its partition's nodes: `None` when no up node serves it, `Some(None)` when every
-    /// up node does.
-    partition: Option<&'a Option<Candidates>>,
-    empty: &'a Candidates,
-}
-
 impl Feasibility {
     /// The sets of a plan over `view`.
     #[cfg(test)]
@@ -143,38 +133,7 @@ impl Feasibility {
                 .collect();
             self.localities.insert(job.id, within);
         }
-        Scope {
-            locality: self.localities.get(&job.id),
-            partition,
-            empty: &self.empty,
-        }
-    }
-}
-
-impl<'a> Scope<'a> {
-    /// The job's locality set (`None`: it names no nodes); preemption applies the
-    /// partition itself.
-    pub fn locality(&self) -> Option<&'a Candidates> {
-        self.locality
-    }
-
-    /// The candidate constraint for the index (`None`: any node taking work).
-    pub fn allowed(&self) -> Option<&'a Candidates> {
-        match (self.locality, self.partition) {
-            (Some(c), _) | (None, Some(Some(c))) => Some(c),
-            (None, Some(None)) => None,
-            // No up node serves the partition.
-            (None, None) => Some(self.empty),
-        }
-    }
-
-    /// Whether the job's tasks may use `node`.
-    pub fn may_use(&self, node: NodeId) -> bool {
-        match (self.locality, self.partition) {
-            (Some(c), _) | (None, Some(Some(c))) => c.contains(node),
-            (None, Some(None)) => true,
-            (None, None) => false,
-        }
+        Scope::new(self.localities.get(&job.id), partition, &self.empty)
     }
 }
 

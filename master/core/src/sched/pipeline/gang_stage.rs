@@ -10,13 +10,14 @@
 //! (`state::batch_gang`).
 
 use super::context::Decision;
-use super::queue_stage::PendingTask;
+use super::stage::{PendingTask, Stage, Step};
 use crate::sched::index::PlacementIndex;
 use crate::state::{partition_of, Assign, ClusterState};
 use hetsched_common::{GpuAlloc, JobId, NodeId, TaskState};
 use std::collections::BTreeSet;
 
 /// The gang stage (no configuration: batch jobs are always gangs).
+#[derive(Debug)]
 pub(super) struct GangStage;
 
 impl GangStage {
@@ -70,6 +71,17 @@ impl GangStage {
         Some(Decision::Gang(
             gang.into_iter().map(|(t, n)| Assign::to(t, n)).collect(),
         ))
+    }
+}
+
+impl Stage for GangStage {
+    fn name(&self) -> &'static str {
+        "gang"
+    }
+
+    fn consider(&mut self, step: &mut Step<'_, '_>) -> Option<Decision> {
+        let gangs = &mut step.decided.gangs;
+        Self::decide(step.index, step.view, step.now_ms, gangs, step.head)
     }
 }
 

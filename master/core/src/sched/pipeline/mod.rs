@@ -8,9 +8,11 @@
 //!             PlanContext is built: the queue order, partitions, pools, engine use
 //! per task, in queue order, the first stage that decides wins:
 //!   → QueueStage         S1/S3 order; skips tasks backing off and jobs stuck this plan
+//!   → feasibility        the nodes its partition and locality permit (the index's
+//!                        candidate constraint; resources, GPU model are the index's part),
+//!                        computed once and read by every stage below (`Step::scope`)
+//!   ── the chain (chain.rs), one `Stage` each ──
 //!   → GangStage          S2 batch jobs: the whole gang on its pinned slaves, or it waits
-//!   → FeasibilityStage   the nodes its partition and locality permit (the index's
-//!                        candidate constraint; resources, GPU model are the index's part)
 //!   → PoolBorrowStage    S3: hides GPU nodes' unused reserves from CPU tasks while GPU
 //!                        tasks wait
 //!   → EngineChoiceStage  S0.1–2, program tasks: a ranked engine, or wait/queue on a target
@@ -24,8 +26,9 @@
 //! ```
 //!
 //! Each stage is a type in a file of its own (`*_stage.rs`), with its tests beside it
-//! (`*_stage_tests.rs`); the scheduler holds the configured stages (as Nomad's
-//! `GenericStack` holds its iterators), and its `decide` runs one task through them.
+//! (`*_stage_tests.rs`), implementing the one interface of `stage.rs` and importing no
+//! other stage; the list is assembled in `chain.rs` only (as Nomad's `GenericStack` lists
+//! its iterators), and the scheduler's `decide` runs one task through it.
 //!
 //! Why a cache beside the replicated state rather than in it: the index is derived data
 //! (rebuildable from the nodes' free vectors at any time), so it stays out of the log and
@@ -35,18 +38,22 @@
 //! once the plan is applied or refused, the touched nodes are re-read from the state.
 
 mod blocked;
+mod books;
 mod borrow_stage;
 mod caches;
+mod chain;
 mod context;
 mod engine_stage;
 mod feasibility_stage;
 mod gang_stage;
+mod pool_round;
 mod preemption_stage;
 mod queue_stage;
 mod quiet;
 mod reservations;
 mod selection_stage;
 mod slave_queue_stage;
+mod stage;
 mod take_back_stage;
 mod why;
 
@@ -58,25 +65,18 @@ mod tests;
 use super::engine_choice::EngineChoiceConfig;
 use super::index::{IndexConfig, PlacementIndex, PolicyKind};
 use super::loads::Loads;
-use super::multiqueue::{Ordering, QueueingConfig, ReserveHistory};
+use super::multiqueue::{Ordering, Queued, QueueingConfig, ReserveHistory};
 use super::preemption::PreemptionConfig;
 use super::Scheduler;
 use crate::state::{ClusterState, Plan};
-use blocked::{BlockKey, Blocked};
-use borrow_stage::PoolBorrowStage;
+use books::{Books, PlanBooks};
+use chain::{Chain, ChainConfig};
 use context::{Decision, PlanContext};
-use engine_stage::EngineChoiceStage;
 use feasibility_stage::PartitionCache;
-use gang_stage::GangStage;
 use hetsched_common::{NodeId, TaskId};
-use preemption_stage::PreemptionStage;
-use queue_stage::{PendingTask, QueueStage};
-use quiet::{Quiet, Tally};
-use selection_stage::SelectionStage;
-use slave_queue_stage::SlaveQueueStage;
+use queue_stage::QueueStage;
+use stage::{PendingTask, Step};
 use std::collections::BTreeSet;
-use take_back_stage::TakeBackStage;
-use why::Reasons;
 
 /// Pending tasks in queue order, each to the node the policy picks among those that fit.
 ///
@@ -88,12 +88,10 @@ pub struct IndexedScheduler {
     index: PlacementIndex,
     /// The queue stage (S1 submission, S3 DRF or the S3 pipeline order).
     queue: QueueStage,
-    /// The selection stage: the placement policies and the `frag` placer.
-    selection: SelectionStage,
-    /// The engine-choice stage (S0.1–2, program tasks).
-    engine_choice: EngineChoiceStage,
-    /// The slave-queue stage (S0.3).
-    slave_queue: SlaveQueueStage,
+    /// What the chain is built from (policies, engine bounds, queue depth).
+    cfg: ChainConfig,
+    /// The stages after the queue stage, in order (`chain.rs`).
+    chain: Chain,
     /// Most assignments per plan: bounds the size of one `ApplyPlan` entry.
     pub max_per_plan: usize,
     /// The preemption stage's limits.
@@ -107,14 +105,8 @@ pub struct IndexedScheduler {
     /// Users' holdings, capacity, GPU tasks' CPUs and GPU pools per node, kept in step like
     /// the index (`None` under plain submission order without pools: nothing reads them).
     loads: Option<Loads>,
-    /// Tasks blocked until a change (`blocked.rs`).
-    blocked: Blocked,
-    /// Why the tasks the latest plan left waiting wait (`why.rs`).
-    reasons: Reasons,
-    /// What the latest plan depended on, when it found everything blocked (`quiet.rs`).
-    quiet: Option<Quiet>,
-    /// Plans skipped as unchanged since a quiet one.
-    skipped: u64,
+    /// Blocked tasks, waiting reasons and quiet plans, kept around the chain (`books.rs`).
+    books: Books,
     /// The feasibility stage's partition sets, kept across plans.
     partitions: PartitionCache,
 }
@@ -124,26 +116,27 @@ impl IndexedScheduler {
     /// exact index (θ = 1). CPU-only tasks use the same policy, except under `frag`, whose
     /// CPU policy is `least-fit` (see [`with_cpu_policy`](Self::with_cpu_policy)).
     pub fn new(policy: PolicyKind, seed: u64) -> Self {
+        let cfg = ChainConfig {
+            policy,
+            seed,
+            cpu_policy: None,
+            engine: EngineChoiceConfig::default(),
+            queue_depth: 0,
+        };
         Self {
             index: PlacementIndex::new(IndexConfig::default()),
             queue: QueueStage {
                 ordering: Ordering::Submission,
             },
-            selection: SelectionStage::new(policy, seed),
-            engine_choice: EngineChoiceStage {
-                cfg: EngineChoiceConfig::default(),
-            },
-            slave_queue: SlaveQueueStage { depth: 0 },
+            cfg,
+            chain: Chain::standard(&cfg),
             max_per_plan: 4096,
             preemption: PreemptionConfig::default(),
             reserved: BTreeSet::new(),
             pools: None,
             pool_seen: TaskId(0),
             loads: None,
-            blocked: Blocked::default(),
-            reasons: Reasons::default(),
-            quiet: None,
-            skipped: 0,
+            books: Books::default(),
             partitions: PartitionCache::default(),
         }
     }
@@ -177,13 +170,15 @@ impl IndexedScheduler {
 
     /// The same with these engine-choice bounds (S0.1–2).
     pub fn with_engine_choice(mut self, cfg: EngineChoiceConfig) -> Self {
-        self.engine_choice.cfg = cfg;
+        self.cfg.engine = cfg;
+        self.chain = Chain::standard(&self.cfg);
         self
     }
 
     /// The same with slave queues of `depth` tasks beyond free resources (S0.3; 0: off).
     pub fn with_queue_depth(mut self, depth: u32) -> Self {
-        self.slave_queue.depth = depth;
+        self.cfg.queue_depth = depth;
+        self.chain = Chain::standard(&self.cfg);
         self
     }
 
@@ -196,7 +191,8 @@ impl IndexedScheduler {
     /// Uses `cpu` for tasks that ask no GPU (`frag` there means the same as for GPU tasks:
     /// CPU-only nodes first under the GPU policy's tie order, then the least fragmenting).
     pub fn with_cpu_policy(mut self, cpu: PolicyKind, seed: u64) -> Self {
-        self.selection.set_cpu_policy(cpu, seed);
+        self.cfg.cpu_policy = Some((cpu, seed));
+        self.chain = Chain::standard(&self.cfg);
         self
     }
 
@@ -217,22 +213,34 @@ impl IndexedScheduler {
 
     /// The policy in use for GPU tasks.
     pub fn policy(&self) -> PolicyKind {
-        self.selection.kind()
+        self.cfg.policy
     }
 
     /// The policy in use for tasks that ask no GPU.
     pub fn cpu_policy(&self) -> PolicyKind {
-        self.selection.cpu_kind()
+        self.cfg.cpu_kind()
     }
 
     /// Keys blocked until a change, and tasks probed through the stages so far.
     pub fn blocked(&self) -> (usize, u64) {
-        (self.blocked.len(), self.blocked.probes())
+        (self.books.blocked.len(), self.books.blocked.probes())
     }
 
     /// Plans skipped because nothing changed since a plan that found every task blocked.
     pub fn plans_skipped(&self) -> u64 {
-        self.skipped
+        self.books.skipped()
+    }
+
+    /// The stages of the chain after the queue stage, in the order they run (`chain.rs`).
+    pub fn stages(&self) -> Vec<&'static str> {
+        self.chain.names()
+    }
+
+    /// The same without the stage named `name` (a chain without an optional stage).
+    #[cfg(test)]
+    fn without_stage(mut self, name: &str) -> Self {
+        self.chain = Chain::standard(&self.cfg).without(name);
+        self
     }
 
     /// Nodes in the index.
@@ -240,45 +248,54 @@ impl IndexedScheduler {
         self.index.len()
     }
 
+    /// The context of a plan over `view` at `now_ms` (the S3 loads go into it for the plan).
+    fn context<'v>(&mut self, view: &'v ClusterState, now_ms: u64) -> PlanContext<'v> {
+        let partitions = self.partitions.sets(view);
+        let loads = self.loads.take();
+        let ctx = PlanContext::with(view, now_ms, &self.queue, loads, self.pools, partitions);
+        self.books.blocked.check_terms(|t| ctx.pools.terms_into(t));
+        ctx
+    }
+
+    /// Ends the plan that reached `order[..reached]`: the books settle, the index gets back
+    /// what the pools hid, the loads come back.
+    fn finish_plan(
+        &mut self,
+        view: &ClusterState,
+        ctx: PlanContext<'_>,
+        order: &[Queued<'_>],
+        reached: usize,
+        pb: &PlanBooks,
+    ) -> Plan {
+        let no_nodes = self.index.is_empty();
+        let whole = reached == order.len() && !no_nodes;
+        let tasks = order.iter().map(|q| q.task).collect();
+        self.books.finish(pb, view, tasks, reached, no_nodes);
+        let (mut plan, loads) = ctx.finish(&mut self.index);
+        self.loads = loads;
+        self.note_victims(view, &plan);
+        plan.queue_depth = self.cfg.queue_depth;
+        self.books.after(pb, view, whole, plan.is_empty());
+        plan
+    }
+
     /// One task through the chain after the queue stage: each stage either decides (the
     /// task is placed, queued, preempts or is stuck) or hands it to the next.
     fn decide<'v>(&mut self, ctx: &mut PlanContext<'v>, head: &PendingTask<'v>) -> Decision {
-        let view = ctx.view;
-        let gangs = &mut ctx.decided.gangs;
-        if let Some(d) = GangStage::decide(&mut self.index, view, ctx.now_ms, gangs, head) {
-            return d;
-        }
-        PoolBorrowStage::before(&mut self.index, &mut ctx.pools, head.queue);
-        let scope = ctx.feasibility.scope(head.job);
-        let decided = &ctx.decided;
-        if let Some(d) = self.engine_choice.decide(
-            &mut self.index,
-            &mut ctx.engines,
-            &self.slave_queue,
-            &decided.queued_now,
-            view,
+        let mut step = Step {
             head,
-            &scope,
-        ) {
-            return d;
-        }
-        let pools = ctx.pools.active();
-        if let Some(d) = self.selection.decide(&mut self.index, pools, head, &scope) {
-            return d;
-        }
-        let take_back = TakeBackStage {
-            index: &self.index,
+            view: ctx.view,
+            now_ms: ctx.now_ms,
+            index: &mut self.index,
+            scope: ctx.feasibility.scope(head.job),
+            pools: &mut ctx.pools,
+            decided: &mut ctx.decided,
+            state: &mut ctx.state,
             reserved: &self.reserved,
-            cfg: &self.preemption,
+            preemption: &self.preemption,
+            queue_depth: self.cfg.queue_depth,
         };
-        if let Some(d) = take_back.decide(ctx.pools.active(), decided, view, head, &scope) {
-            return d;
-        }
-        if let Some(d) = PreemptionStage::decide(&self.preemption, decided, view, head, &scope) {
-            return d;
-        }
-        self.slave_queue
-            .decide(view, head, &scope, &decided.queued_now)
+        self.chain.decide(&mut step)
     }
 }
 
@@ -288,103 +305,49 @@ impl Scheduler for IndexedScheduler {
     }
 
     fn plan_at(&mut self, view: &ClusterState, now_ms: u64) -> Plan {
-        self.selection.observe_arrivals(view);
-        self.observe_reserve(view);
-        let held = self.reserved.len();
-        reservations::sync(&mut self.index, &mut self.reserved, view);
-        if self.reserved.len() < held {
-            self.blocked.changed(); // a reservation released its node
+        self.refresh(view);
+        if self.books.quiet_holds(view, now_ms) {
+            let queue_depth = self.cfg.queue_depth;
+            return Plan {
+                queue_depth,
+                ..Plan::default()
+            };
         }
-        if let (Some(l), Some(h)) = (&mut self.loads, &self.pools) {
-            if l.resplit(h.demand()) {
-                self.blocked.changed();
-            }
-        }
-        self.blocked.check_priority(view.priority());
-        if let Some(q) = self.quiet.take() {
-            if q.holds(view, self.blocked.generation(), now_ms) {
-                self.quiet = Some(q);
-                self.skipped += 1;
-                return Plan {
-                    queue_depth: self.slave_queue.depth,
-                    ..Plan::default()
-                };
-            }
-        }
-        let partitions = self.partitions.sets(view);
-        let loads = self.loads.take();
-        let mut ctx = PlanContext::with(view, now_ms, &self.queue, loads, self.pools, partitions);
-        self.blocked.check_terms(|t| ctx.pools.terms_into(t));
-        // Across plans only where nothing but resources decides (see blocked.rs).
-        let across = self.slave_queue.depth == 0;
-        let mut stuck_now: BTreeSet<BlockKey> = BTreeSet::new();
-        self.reasons
-            .begin(self.queue.ordering, self.pools.is_some());
+        let mut ctx = self.context(view, now_ms);
+        let across = self.cfg.queue_depth == 0; // see blocked.rs
+        let mut pb = self
+            .books
+            .begin(self.queue.ordering, self.pools.is_some(), across);
         let order = std::mem::take(&mut ctx.order);
         let mut reached = order.len();
-        let mut tally = Tally::default();
         for (pos, &queued) in order.iter().enumerate() {
-            let task = queued.task;
             if ctx.decided.plan.assignments.len() >= self.max_per_plan || self.index.is_empty() {
                 reached = pos;
                 break;
             }
-            let Some(head) = QueueStage::admit_queued(ctx.now_ms, &ctx.decided.stuck, queued)
-            else {
-                if let Some(nb) = queued.t.not_before_ms.filter(|nb| *nb > ctx.now_ms) {
-                    tally.backoff(nb);
-                }
+            let stuck = &ctx.decided.stuck;
+            let Some((head, key)) = self.books.admit(&mut pb, now_ms, stuck, queued) else {
                 continue;
             };
-            let key = head.job.spec.program.is_none().then(|| BlockKey::of(&head));
-            if key
-                .as_ref()
-                .is_some_and(|k| stuck_now.contains(k) || self.blocked.contains(k))
-            {
-                continue; // blocked: keeps its place, probed again after a change
-            }
-            self.blocked.probed();
-            tally.probed += 1;
             let room = ctx.decided.preempt_room(self.preemption.max_per_plan);
-            let awaiting = view.awaiting().contains_key(&task);
             let decision = self.decide(&mut ctx, &head);
-            self.reasons.decided(view, &head, &decision, key.as_ref());
-            if let (Decision::Stuck, Some(k), false) = (&decision, key, awaiting) {
-                if across && room {
-                    self.blocked.insert(k.clone());
-                    tally.blocked += 1;
-                }
-                stuck_now.insert(k);
-            }
+            self.books
+                .decided(&mut pb, view, &head, &decision, key, room);
             if let Decision::Preempt(p) = &decision {
                 // Stopping a batch task stops its whole gang (S2): its mates are gone too,
                 // so no later preemption of this plan may count on them as victims.
-                let mates = gang_mates(view, &p.victims);
-                ctx.decided.victims.extend(mates);
+                ctx.decided.victims.extend(gang_mates(view, &p.victims));
             }
             ctx.decided.record(&head, decision);
         }
-        let no_nodes = self.index.is_empty();
-        let whole = reached == order.len() && !no_nodes;
-        let blocked = &self.blocked;
-        let keep = |k: &BlockKey| blocked.contains(k) || stuck_now.contains(k);
-        let order = order.iter().map(|q| q.task).collect();
-        self.reasons.finish(view, order, reached, no_nodes, keep);
-        let (mut plan, loads) = ctx.finish(&mut self.index);
-        self.loads = loads;
-        self.note_victims(view, &plan);
-        plan.queue_depth = self.slave_queue.depth;
-        if whole && plan.is_empty() {
-            self.quiet = Quiet::of(view, self.blocked.generation(), &tally);
-        }
-        plan
+        self.finish_plan(view, ctx, &order, reached, &pb)
     }
 
     fn nodes_changed(&mut self, view: &ClusterState, nodes: &[NodeId]) {
         for n in nodes {
             if let Some(node) = view.nodes().get(n).filter(|n| n.takes_work()) {
                 if blocked::grew(self.index.free(*n), &node.free) {
-                    self.blocked.changed();
+                    self.books.blocked.changed();
                 }
             }
             self.sync(view, *n);
@@ -400,7 +363,7 @@ impl Scheduler for IndexedScheduler {
     }
 
     fn waiting(&self) -> Option<(std::sync::Arc<super::waiting::WaitBoard>, u64)> {
-        Some(self.reasons.board())
+        Some(self.books.reasons.board())
     }
 }
 

@@ -8,12 +8,12 @@
 //! a victim chosen by an earlier preemption of the plan is not chosen again.
 
 use super::context::{Decided, Decision};
-use super::feasibility_stage::Scope;
-use super::queue_stage::PendingTask;
+use super::stage::{PendingTask, Scope, Stage, Step};
 use crate::sched::preemption::{plan_preemption, PreemptionConfig};
 use crate::state::ClusterState;
 
 /// The preemption stage (its limits are the scheduler's public `preemption`).
+#[derive(Debug)]
 pub(super) struct PreemptionStage;
 
 impl PreemptionStage {
@@ -31,6 +31,22 @@ impl PreemptionStage {
         }
         plan_preemption(view, head.task, scope.locality(), &decided.victims, cfg)
             .map(Decision::Preempt)
+    }
+}
+
+impl Stage for PreemptionStage {
+    fn name(&self) -> &'static str {
+        "preemption"
+    }
+
+    fn consider(&mut self, step: &mut Step<'_, '_>) -> Option<Decision> {
+        Self::decide(
+            step.preemption,
+            step.decided,
+            step.view,
+            step.head,
+            &step.scope,
+        )
     }
 }
 

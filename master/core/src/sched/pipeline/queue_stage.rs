@@ -6,10 +6,13 @@
 //! order is the policy: when room is short, the most important work is placed first and
 //! only it may preempt, and everything after it works on one task at a time.
 
+use super::stage::PendingTask;
 use crate::sched::loads::Loads;
 use crate::sched::multiqueue::{ordered_refs, Ordering, QueueKind, Queued};
-use crate::state::{ClusterState, Job, Task};
-use hetsched_common::{JobId, ResourceRequest, TaskId};
+use crate::state::ClusterState;
+use hetsched_common::JobId;
+#[cfg(test)]
+use hetsched_common::TaskId;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The queue stage: the configured order.
@@ -17,28 +20,6 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(crate) struct QueueStage {
     /// S1 submission, S3 DRF or the S3 pipeline order.
     pub ordering: Ordering,
-}
-
-/// A task the queue stage let through, with what the later stages read of it.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct PendingTask<'v> {
-    /// Its id.
-    pub task: TaskId,
-    /// The task.
-    pub t: &'v Task,
-    /// Its job.
-    pub job: &'v Job,
-    /// What each of the job's tasks asks.
-    pub req: &'v ResourceRequest,
-    /// The S3 queue it belongs to (CPU, single-GPU or multi-GPU).
-    pub queue: QueueKind,
-}
-
-impl PendingTask<'_> {
-    /// Whether it asks for GPUs.
-    pub fn is_gpu(&self) -> bool {
-        self.queue.is_gpu()
-    }
 }
 
 impl QueueStage {

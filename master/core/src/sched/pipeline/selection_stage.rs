@@ -11,10 +11,9 @@
 //! as things stand never stops other work. The take is tentative: later tasks of the plan
 //! see the node without what this one took.
 
-use super::borrow_stage::Pools;
 use super::context::Decision;
-use super::feasibility_stage::Scope;
-use super::queue_stage::PendingTask;
+use super::pool_round::Pools;
+use super::stage::{PendingTask, Scope, Stage, Step};
 use crate::sched::index::{AnyPolicy, FragPlacer, PlacementIndex, PlacementQuery, PolicyKind};
 use crate::state::{Assign, ClusterState};
 use hetsched_common::{NodeId, NodeResources, ResourceRequest, TaskId};
@@ -36,10 +35,7 @@ impl SelectionStage {
     /// `policy` for GPU tasks (seeded with `seed` where random); the same for CPU tasks,
     /// except under `frag`, whose CPU policy is `least-fit`.
     pub fn new(policy: PolicyKind, seed: u64) -> Self {
-        let cpu_kind = match policy {
-            PolicyKind::Frag => PolicyKind::LeastFit,
-            k => k,
-        };
+        let cpu_kind = Self::default_cpu_kind(policy);
         Self {
             policy: policy.build(seed),
             kind: policy,
@@ -47,6 +43,15 @@ impl SelectionStage {
             cpu_kind,
             frag: (policy == PolicyKind::Frag).then(FragPlacer::default),
             seen: TaskId(0),
+        }
+    }
+
+    /// The policy of tasks that ask no GPU when none is set: `policy`, but `least-fit`
+    /// under `frag` (CPU-only nodes first, then the least fragmenting GPU node).
+    pub fn default_cpu_kind(policy: PolicyKind) -> PolicyKind {
+        match policy {
+            PolicyKind::Frag => PolicyKind::LeastFit,
+            k => k,
         }
     }
 
@@ -59,12 +64,8 @@ impl SelectionStage {
         }
     }
 
-    /// The policy for GPU tasks.
-    pub fn kind(&self) -> PolicyKind {
-        self.kind
-    }
-
     /// The policy for tasks that ask no GPU.
+    #[cfg(test)]
     pub fn cpu_kind(&self) -> PolicyKind {
         self.cpu_kind
     }
@@ -195,6 +196,28 @@ impl SelectionStage {
             }
             self.seen = id;
         }
+    }
+}
+
+impl Stage for SelectionStage {
+    fn name(&self) -> &'static str {
+        "selection"
+    }
+
+    fn consider(&mut self, step: &mut Step<'_, '_>) -> Option<Decision> {
+        self.decide(step.index, step.pools.active(), step.head, &step.scope)
+    }
+
+    fn begin_plan(&mut self, view: &ClusterState) {
+        self.observe_arrivals(view);
+    }
+
+    fn node_changed(&mut self, node: NodeId, free: Option<&NodeResources>) {
+        self.note_node(node, free);
+    }
+
+    fn rebuild(&mut self, view: &ClusterState) {
+        SelectionStage::rebuild(self, view);
     }
 }
 

@@ -3,6 +3,7 @@ use crate::sched::pipeline::feasibility_stage::Feasibility;
 use crate::sched::pipeline::queue_stage::QueueStage;
 use crate::sched::test_log::{node, spec, submit, Log};
 use hetsched_common::GpuRequest;
+use hetsched_common::ResourceRequest;
 use std::collections::BTreeSet;
 
 /// Node 1 with 2 CPUs, node 2 with 4 CPUs and a GPU (the stage reads capacities and
@@ -29,28 +30,34 @@ fn the_shortest_queue_with_room_among_nodes_that_could_run_it_ties_to_the_lower_
     let any = |_: NodeId| true;
     let none = BTreeMap::new();
     assert_eq!(
-        stage.node(&l.s, &req(1), &any, &none, None),
+        queue_node(stage.depth, &l.s, &req(1), &any, &none, None),
         Some(NodeId(1))
     );
     // 3 CPUs: only node 2 could ever run it.
     assert_eq!(
-        stage.node(&l.s, &req(3), &any, &none, None),
+        queue_node(stage.depth, &l.s, &req(3), &any, &none, None),
         Some(NodeId(2))
     );
     // This plan queued one on node 1 already: its queue (depth 1) is full.
     let one = BTreeMap::from([(NodeId(1), 1)]);
-    assert_eq!(stage.node(&l.s, &req(1), &any, &one, None), Some(NodeId(2)));
+    assert_eq!(
+        queue_node(stage.depth, &l.s, &req(1), &any, &one, None),
+        Some(NodeId(2))
+    );
     let both = BTreeMap::from([(NodeId(1), 1), (NodeId(2), 1)]);
-    assert_eq!(stage.node(&l.s, &req(1), &any, &both, None), None);
+    assert_eq!(
+        queue_node(stage.depth, &l.s, &req(1), &any, &both, None),
+        None
+    );
     // Restricted by what the task may use, and by `among`.
     let not_one = |n: NodeId| n != NodeId(1);
     assert_eq!(
-        stage.node(&l.s, &req(1), &not_one, &none, None),
+        queue_node(stage.depth, &l.s, &req(1), &not_one, &none, None),
         Some(NodeId(2))
     );
     let among = [NodeId(2)];
     assert_eq!(
-        stage.node(&l.s, &req(1), &any, &none, Some(&among)),
+        queue_node(stage.depth, &l.s, &req(1), &any, &none, Some(&among)),
         Some(NodeId(2))
     );
 }
@@ -61,14 +68,17 @@ fn no_queue_without_depth_nor_for_tasks_asking_devices() {
     let any = |_: NodeId| true;
     let none = BTreeMap::new();
     let off = SlaveQueueStage { depth: 0 };
-    assert_eq!(off.node(&l.s, &req(1), &any, &none, None), None);
+    assert_eq!(
+        queue_node(off.depth, &l.s, &req(1), &any, &none, None),
+        None
+    );
     let on = SlaveQueueStage { depth: 4 };
     let gpu = ResourceRequest {
         gpu: GpuRequest::whole(1),
         ..req(1)
     };
     assert_eq!(
-        on.node(&l.s, &gpu, &any, &none, None),
+        queue_node(on.depth, &l.s, &gpu, &any, &none, None),
         None,
         "GPUs granted at assignment"
     );

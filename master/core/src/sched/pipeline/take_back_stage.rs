@@ -8,10 +8,9 @@
 //! GPU task within its own GPU pool first. Take-backs count against the same per-plan
 //! limit as preemptions, and never pick a victim another preemption of the plan chose.
 
-use super::borrow_stage::Pools;
 use super::context::{Decided, Decision};
-use super::feasibility_stage::Scope;
-use super::queue_stage::PendingTask;
+use super::pool_round::Pools;
+use super::stage::{PendingTask, Scope, Stage, Step};
 use crate::sched::index::{Candidates, PlacementIndex};
 use crate::sched::multiqueue::ReserveHistory;
 use crate::sched::pools::{separated_pool, within};
@@ -188,6 +187,31 @@ fn borrowers(
         borrowed = borrowed.saturating_sub(r.cpu_milli);
     }
     (short == 0 && !victims.is_empty()).then_some(victims)
+}
+
+/// The take-back stage as a link of the chain: [`TakeBackStage`] over what the step shows.
+#[derive(Debug)]
+pub(super) struct TakeBackLink;
+
+impl Stage for TakeBackLink {
+    fn name(&self) -> &'static str {
+        "take-back"
+    }
+
+    fn consider(&mut self, step: &mut Step<'_, '_>) -> Option<Decision> {
+        let stage = TakeBackStage {
+            index: step.index,
+            reserved: step.reserved,
+            cfg: step.preemption,
+        };
+        stage.decide(
+            step.pools.active(),
+            step.decided,
+            step.view,
+            step.head,
+            &step.scope,
+        )
+    }
 }
 
 #[cfg(test)]

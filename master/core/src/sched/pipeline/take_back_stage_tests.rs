@@ -1,8 +1,8 @@
 use super::*;
 use crate::sched::index::Candidates;
 use crate::sched::loads::Loads;
-use crate::sched::pipeline::borrow_stage::PoolRound;
 use crate::sched::pipeline::feasibility_stage::Feasibility;
+use crate::sched::pipeline::pool_round::PoolRound;
 use crate::sched::pipeline::queue_stage::QueueStage;
 use crate::sched::test_log::{assign, index_of, node, spec, submit, Log};
 use crate::state::Outcome;

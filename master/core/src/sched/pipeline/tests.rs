@@ -178,3 +178,59 @@ fn a_job_that_does_not_fit_is_skipped_whole_and_later_jobs_still_place() {
     // Task 1 (job 1), then job 2's 500 tasks are skipped as one, then job 3's first.
     assert_eq!(tasks, vec![1, 502]);
 }
+
+#[test]
+fn the_chain_is_one_list_of_send_stages() {
+    fn send<T: Send>(_: &T) {}
+    let sched = IndexedScheduler::new(PolicyKind::BestFit, 0);
+    send(&sched);
+    assert_eq!(
+        sched.stages(),
+        [
+            "gang",
+            "pool-borrow",
+            "engine-choice",
+            "selection",
+            "take-back",
+            "preemption",
+            "slave-queue"
+        ]
+    );
+}
+
+/// Two nodes of two cores, slave queues two deep, six one-core tasks: with every stage the
+/// two that fit nowhere wait in slave queues; without the slave-queue stage they stay
+/// pending, and the plan the rest of the chain makes still applies whole.
+#[test]
+fn a_chain_without_the_slave_queue_stage_makes_plans_that_apply() {
+    let run = |sched: &mut IndexedScheduler| {
+        let mut l = Log {
+            s: ClusterState::new(),
+            i: 0,
+        };
+        l.apply(sched, register(2, 1));
+        l.apply(sched, register(2, 2));
+        l.apply(sched, job(6, 1000));
+        let plan = sched.plan(&l.s);
+        let queued = plan.assignments.iter().filter(|a| a.queued).count();
+        let placed = plan.assignments.len() - queued;
+        let applied = l.apply(sched, Command::ApplyPlan(plan));
+        let Outcome::PlanApplied {
+            accepted, rejected, ..
+        } = applied
+        else {
+            panic!("not applied: {applied:?}");
+        };
+        assert_eq!(rejected, 0, "every assignment holds");
+        assert_eq!(accepted.len(), placed + queued);
+        (placed, queued, l.s.pending().len())
+    };
+    let mut full = IndexedScheduler::new(PolicyKind::LeastFit, 0).with_queue_depth(2);
+    assert_eq!(run(&mut full), (4, 2, 0));
+    let mut bare = IndexedScheduler::new(PolicyKind::LeastFit, 0)
+        .with_queue_depth(2)
+        .without_stage("slave-queue");
+    assert!(!bare.stages().contains(&"slave-queue"));
+    assert_eq!(bare.stages().len(), full.stages().len() - 1);
+    assert_eq!(run(&mut bare), (4, 0, 2));
+}

@@ -19,7 +19,7 @@
 
 use super::blocked::BlockKey;
 use super::context::Decision;
-use super::queue_stage::PendingTask;
+use super::stage::PendingTask;
 use crate::sched::multiqueue::{Ordering, QueueKind};
 use crate::sched::waiting::{backoff_reason, free_fits, verdict_kind, Shape, Waiting};
 use crate::state::{partition_of, ClusterState, Job, Task};

@@ -22,7 +22,7 @@
 //! `--per-seed`, also one row per seed of the `course` shape. `--scale` plans large
 //! generated inputs instead and prints their plan times.
 
-use hetsched_master_core::plan::makespan::{generate, plan, GenParams, Shape};
+use hetsched_planner::{generate, plan, GenParams, Shape};
 use std::process::ExitCode;
 use std::time::Instant;
 

@@ -650,7 +650,7 @@ fn text_format_accepts_the_course_order_and_single_host_files() {
         parse(COURSE).expect("parses")
     );
     // Task 1: one host, no speed.
-    let t1 = include_str!("../../../../../deploy/samples/plan/course-task1.txt");
+    let t1 = include_str!("../../../deploy/samples/plan/course-task1.txt");
     let inst = parse(t1).expect("parses");
     assert_eq!(inst.transfer_speed(), f64::INFINITY);
     assert_eq!(inst.total_cores(), 4);
@@ -728,9 +728,9 @@ fn json_round_trips_and_rejects_unknown_keys() {
 #[test]
 fn the_samples_parse_and_plan() {
     for text in [
-        include_str!("../../../../../deploy/samples/plan/small.json"),
-        include_str!("../../../../../deploy/samples/plan/course.txt"),
-        include_str!("../../../../../deploy/samples/plan/course-task1.txt"),
+        include_str!("../../../deploy/samples/plan/small.json"),
+        include_str!("../../../deploy/samples/plan/course.txt"),
+        include_str!("../../../deploy/samples/plan/course-task1.txt"),
     ] {
         let inst = parse(text).expect("sample parses");
         let p = plan(&inst).expect("plans");

@@ -8,7 +8,7 @@
 //! The shape is `GenParams::new`: 2–8 cores per host, 4–40 blocks of 32–256 MB per job with
 //! 3 replicas, job speeds 20–80 MB/s, 125 MB/s between hosts, α = 0.05.
 
-use hetsched_master_core::plan::makespan::{generate, to_json, GenParams};
+use hetsched_planner::{generate, to_json, GenParams};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

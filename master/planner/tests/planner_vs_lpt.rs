@@ -8,7 +8,7 @@
 //! seed, so it can be replayed with `plan_vs_lpt` or these variables.
 
 use hetsched_common::rng::clock_seed;
-use hetsched_master_core::plan::makespan::{plan, uniform_lpt, validate, Shape};
+use hetsched_planner::{plan, uniform_lpt, validate, Shape};
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)

@@ -139,7 +139,7 @@ fn delta_prefers_filling_a_partly_used_device() {
 
 #[test]
 fn cpu_tasks_go_to_cpu_only_nodes_first_then_where_they_hurt_least() {
-    use crate::sched::index::{IndexConfig, LeastFit, PlacementQuery};
+    use crate::{IndexConfig, LeastFit, PlacementQuery};
     let nodes = [
         (NodeId(1), node(8000, 1000, &[1000, 1000])),
         (NodeId(2), node(2000, 1000, &[])),
@@ -179,7 +179,7 @@ fn cpu_tasks_go_to_cpu_only_nodes_first_then_where_they_hurt_least() {
 
 #[test]
 fn the_only_node_of_a_rare_large_class_is_kept_for_it() {
-    use crate::sched::index::{IndexConfig, LeastFit, PlacementQuery};
+    use crate::{IndexConfig, LeastFit, PlacementQuery};
     // Two 8-GPU nodes: 96 cores (like most) and 128 cores (the only one a 120-core 8-GPU
     // task fits). The mix: three 88-core 8-GPU arrivals, two 120-core ones.
     let nodes = [
@@ -230,11 +230,11 @@ fn the_only_node_of_a_rare_large_class_is_kept_for_it() {
 fn by_the_ordered_fits(
     p: &mut FragPlacer,
     ix: &mut PlacementIndex,
-    q: &crate::sched::index::PlacementQuery<'_>,
+    q: &crate::PlacementQuery<'_>,
 ) -> Option<NodeId> {
     p.scale_mix();
     let mut best: Option<(i128, NodeId)> = None;
-    for n in ix.ordered_fits(q, crate::sched::index::Dir::Asc) {
+    for n in ix.ordered_fits(q, crate::Dir::Asc) {
         let free = ix.free(n).expect("a fitting node is indexed");
         let Some(d) = p.by_shape.delta(free, q.request, &mut Vec::new()) else {
             continue;
@@ -252,8 +252,8 @@ fn by_the_ordered_fits(
 /// arrivals; every decision is compared with a placer whose memo starts empty.
 #[test]
 fn memo_across_decisions_changes_no_choice() {
-    use crate::sched::index::workload::{random, Event};
-    use crate::sched::index::{BestFit, IndexConfig, PlacementQuery};
+    use crate::workload::{random, Event};
+    use crate::{BestFit, IndexConfig, PlacementQuery};
     for seed in [1u64, 2, 3, 4] {
         println!("seed {seed}");
         let w = random(60, 1500, seed);
@@ -400,8 +400,8 @@ fn measure_by_shape_equals_the_sum_over_classes() {
 /// random cluster and stream with a small window (classes come and go, so rows are compacted).
 #[test]
 fn scaled_mix_kept_in_step_equals_one_built_from_scratch() {
-    use crate::sched::index::workload::{random, Event};
-    use crate::sched::index::{BestFit, IndexConfig, PlacementQuery};
+    use crate::workload::{random, Event};
+    use crate::{BestFit, IndexConfig, PlacementQuery};
     for seed in [5u64, 6, 7] {
         let w = random(40, 1200, seed);
         let mut ix = PlacementIndex::with_nodes(IndexConfig::default(), w.nodes.clone());
@@ -576,7 +576,7 @@ fn one_pass_delta_equals_the_reference() {
 /// of the state it copied).
 #[test]
 fn a_node_takes_a_new_version_with_every_change_and_never_an_old_one() {
-    use crate::sched::index::IndexConfig;
+    use crate::IndexConfig;
     let id = NodeId(1);
     let capacity = node(8000, 1000, &[1000, 1000]);
     let mut ix = PlacementIndex::with_nodes(IndexConfig::default(), vec![(id, capacity.clone())]);

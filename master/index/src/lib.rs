@@ -1,3 +1,5 @@
+#![deny(missing_docs)]
+
 //! S4 — DistBuckets: a multi-dimensional node index for fast placement; see docs/DESIGN.md §S4.
 //!
 //! Pure: no I/O, no clock; every structure is ordered or seeded, so equal inputs give equal

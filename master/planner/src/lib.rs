@@ -1,3 +1,5 @@
+#![deny(missing_docs)]
+
 //! S2 — makespan planner for data-local batch jobs; see docs/DESIGN.md §S2.
 //!
 //! Pure: an [`Instance`] in, a [`BatchPlan`] out — no I/O, no clock, deterministic.
