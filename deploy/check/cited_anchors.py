@@ -165,7 +165,7 @@ def check(root):
                 for sec in sections_of(m.group(2)):
                     if sec not in doc(target).sections:
                         problems.append("%s: %s §%s: no such section" % (where, m.group(1), sec))
-    return problems
+    return list(dict.fromkeys(problems))  # a path cited twice on a line is listed once
 
 
 def self_test():
