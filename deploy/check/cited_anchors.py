@@ -15,6 +15,7 @@ forms of citation of a Markdown file, and checks each against the file it names:
   end of the line is checked up to there;
 - `FILE.md §S2.3` and `FILE.md, S2.3` (the seed sections of docs/DESIGN.md): FILE has a
   heading `S2.3 — ...`;
+- `[text](#anchor)` in a Markdown file: the file itself has the anchor;
 - `[text](FILE.md)` and any path like `docs/X.md` or `BENCHMARKS.md`: the file exists.
 
 A path is looked up from the citing file's folder, then from the root; a path that leaves
@@ -153,6 +154,10 @@ def check(root):
                 target = resolve(root, path, m.group(1))
                 if target and m.group(2) not in doc(target).anchors:
                     problems.append("%s: %s#%s: no such anchor" % (where, m.group(1), m.group(2)))
+            if path.endswith(".md"):
+                for m in re.finditer(r"\]\(#([\w-]+)\)", line):
+                    if m.group(1) not in doc(path).anchors:
+                        problems.append("%s: #%s: no such anchor in this file" % (where, m.group(1)))
             for m in QUOTED_RE.finditer(line):
                 target = resolve(root, path, m.group(1))
                 quote = norm(m.group(2))
@@ -184,10 +189,12 @@ def self_test():
                 "//! planted: docs/MISSING.md\n"
             )
         with open(os.path.join(tmp, "README.md"), "w") as f:
-            f.write("[ok](docs/DESIGN.md#s23--packing) and [planted](docs/DESIGN.md#nope)\n")
+            f.write("[ok](docs/DESIGN.md#s23--packing) and [planted](docs/DESIGN.md#nope)\n"
+                    "[here](#here) [planted](#not-here)\n\n## Here\n")
         got = check(tmp)
         want = [
             "README.md:1: docs/DESIGN.md#nope: no such anchor",
+            "README.md:2: #not-here: no such anchor in this file",
             "lib.rs:3: docs/DESIGN.md#gone: no such anchor",
             'lib.rs:4: docs/DESIGN.md, "Vanished heading": no heading starts so',
             "lib.rs:5: docs/DESIGN.md §S2.9: no such section",
