@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Latency of the HTTP API against a running cluster (BENCHMARKS.md, "HTTP API").
+"""Latency of the HTTP API against a running cluster (BENCHMARKS.md#http-api).
 
 Usage: docs/bench-http.py LEADER_HTTP FOLLOWER_HTTP [N]
 Submits N one-task jobs (`true`, 0.1 CPU) sequentially over one keep-alive connection to

@@ -155,7 +155,7 @@ fn parse_cli() -> Result<Cli, clap::Error> {
 /// The commands scripts run at a rate (`submit`, and the reads that follow it), parsed with
 /// only their own arguments declared. Declaring the whole command line (hundreds of
 /// arguments over 29 commands) took 0.9–1.1 ms of each such command's start here, against
-/// 0.3–0.4 ms for one command's (BENCHMARKS.md, "Idle submit: the CLI's parse"), mostly
+/// 0.3–0.4 ms for one command's (docs/perf-log/2026-11-28.md, "Idle submit: the CLI's parse"), mostly
 /// first touches of code. `None` whenever this parse fails, for whatever reason (help, a
 /// usage error, an option before the command's name): the caller parses again against the
 /// whole command line, so everything it prints is unchanged.

@@ -1,4 +1,4 @@
-//! Benchmark (ignored by default; BENCHMARKS.md has the command): a heterogeneous mix of API
+//! Benchmark (ignored by default; BENCHMARKS.md#engine-mix has the command): a heterogeneous mix of API
 //! programs on two slaves — `cpu-node` (CPU only) and `gpu-node` (one emulated GPU, gemm 8×
 //! a core, labelled emulated) — run twice in one go: with engine choice and forwarding on
 //! (profiles, S0.1–S0.2 booking, S0.6 forwarding with measured links) and with both off (no

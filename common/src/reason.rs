@@ -1,4 +1,4 @@
-//! Why a task attempt ended: the `"reason"` vocabulary of docs/CONTRACT.md ("Task states and
+//! Why a task attempt ended: the `"reason"` vocabulary of docs/CONTRACT.md ("Tasks: states and
 //! reasons"), shared by the slave (which observes exits), the master (which records them) and
 //! the CLI (which shows them). A normal exit (code 0) has no reason: JSON `null`.
 

@@ -6,7 +6,7 @@
 //! quiet spell waits for an RCU grace period before it gets in. Measured here (cgroup v1,
 //! `strace -T` of the pool): the first `cgroup.procs` write of an idle task start took
 //! **10.8 ms**, the second hierarchy's 0.09 ms — two fifths of an idle submit's whole path
-//! (BENCHMARKS.md, "Idle submit: the cgroup move's RCU wait"). Busy slaves hardly see it:
+//! (docs/perf-log/2026-11-27.md#idle-submit-the-cgroup-moves-rcu-wait). Busy slaves hardly see it:
 //! starts that follow each other within a grace period find the semaphore already switched.
 //!
 //! **What.** Linux ≥ 6.2 keeps the semaphore switched for good while any cgroup hierarchy is

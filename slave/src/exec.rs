@@ -78,7 +78,7 @@ pub fn cpus_text(cpu_milli: u64) -> String {
 }
 
 /// The environment every task gets on top of the slave's own and the assignment's `env`
-/// (docs/CONTRACT.md "Task environment"). `cpus_file` is `HETSCHED_CPUS_FILE`, where the slave
+/// (docs/CONTRACT.md, "Environment variables"). `cpus_file` is `HETSCHED_CPUS_FILE`, where the slave
 /// keeps the current allocation when it changes live.
 pub fn task_env(a: &Assignment, cpus_file: Option<&Path>) -> Vec<(String, String)> {
     let gpus = gpu_ids(a);

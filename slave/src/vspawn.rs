@@ -3,7 +3,7 @@
 //! The pool is multi-threaded (its starting threads, the reaper, the journal). `fork` copies
 //! its page tables, and every write after it faults a page in the parent or the child, with
 //! TLB shootdowns across its threads: the largest part of the pool's CPU per task in a
-//! profile (BENCHMARKS.md, "Per-task CPU of the masters and the slave"). `posix_spawn`
+//! profile (docs/perf-log/2026-11-25.md, "Per-task CPU of the masters and the slave"). `posix_spawn`
 //! avoids that copy, but cannot join the task's cgroups before it executes on cgroup v1
 //! (no `CLONE_INTO_CGROUP`), and joining after the exec would let the task run outside
 //! them. Here the child shares the parent's memory and runs on a stack of its own until

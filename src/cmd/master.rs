@@ -46,7 +46,7 @@ pub struct Args {
     /// dominant share) or pipeline (cpu / gpu-single / gpu-multi queues, DRF within each,
     /// CPUs reserved for GPU tasks on GPU nodes with borrowing and take-back). The default
     /// is pipeline: on the Alibaba trace under load it has GPU tasks wait less than drf with
-    /// CPU tasks waiting no more (BENCHMARKS.md, "A trace that queues").
+    /// CPU tasks waiting no more (BENCHMARKS.md#s3-queueing-trace).
     #[arg(long, default_value = "pipeline")]
     pub queueing: hetsched_master_core::sched::multiqueue::Ordering,
     /// Under --queueing pipeline: CPUs reserved per GPU on GPU nodes until a GPU task's

@@ -15,8 +15,8 @@ impl SledStorage {
     /// **Not a `sled::Batch`.** sled starts every batch by writing out its current IO buffer
     /// and ends it with the batch's manifest alone in another (`PageCache::pin_log`), and each
     /// buffer write ends with an `fdatasync` (see `vendor/sled`), so one Ready cost three
-    /// syncs in a row on each member where one does (BENCHMARKS.md, "One sync per Raft
-    /// flush"). Plain writes in this order need no atomicity: the conflicting suffix is
+    /// syncs in a row on each member where one does
+    /// (docs/perf-log/2026-11-28.md#one-sync-per-raft-flush). Plain writes in this order need no atomicity: the conflicting suffix is
     /// removed from its top down, the new entries written from the bottom up, the hard state
     /// last. sled recovers a prefix of its log (it stops at the first torn write), so a crash
     /// part-way leaves a contiguous log: the old one cut short, then some of the new entries,

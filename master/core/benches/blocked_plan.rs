@@ -1,5 +1,5 @@
 //! `cargo bench -p hetsched-master-core --bench blocked_plan`: what a plan costs the leader
-//! with a deep backlog of tasks that fit nowhere (docs/DESIGN.md, S3; BENCHMARKS.md).
+//! with a deep backlog of tasks that fit nowhere (docs/DESIGN.md, S3; BENCHMARKS.md#blocked-plan).
 //!
 //! A full cluster (100 nodes, each held whole by one running task) and `--tasks` pending
 //! tasks (default 10,000; 8 users, a few hundred distinct requests, CPU and GPU) that all

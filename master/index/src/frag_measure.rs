@@ -18,7 +18,7 @@
 //! every device twice, and a shape whose classes all fit (or none does) beside the GPUs
 //! costs no walk of its classes. On a trace that barely queues, where every plan follows
 //! one arrival and so meets a new mix, that took a third of `pipeline-frag`'s instructions
-//! away (BENCHMARKS.md, "`frag`'s cost where the trace barely queues").
+//! away (docs/perf-log/2026-11-22.md#frag-cost-where-the-trace-barely-queues).
 
 use super::frag::DemandShape;
 use hetsched_common::{allocate_gpus, GpuAlloc, GpuDevice, NodeResources, ResourceRequest};

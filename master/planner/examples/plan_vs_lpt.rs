@@ -1,5 +1,5 @@
 //! The S2 planner's own schedule against the uniform-LPT baseline and the lower bound, on
-//! generated inputs of a few shapes, seeds 1..=N (BENCHMARKS.md, "Planner vs uniform_lpt"):
+//! generated inputs of a few shapes, seeds 1..=N (BENCHMARKS.md#planner-vs-uniform-lpt):
 //!
 //! ```text
 //! cargo run --release -p hetsched-master-core --example plan_vs_lpt -- [SEEDS] [--per-seed]

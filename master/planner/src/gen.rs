@@ -81,8 +81,8 @@ pub fn generate(p: &GenParams) -> Result<Instance, InstanceError> {
     Instance::new(cores, p.transfer_speed, p.alpha, jobs)
 }
 
-/// The generated input shapes the planner is measured on (docs/DESIGN.md §S2, BENCHMARKS.md
-/// "Planner vs uniform_lpt"). 20 jobs each, blocks as [`GenParams::new`] (4–40 per job,
+/// The generated input shapes the planner is measured on (docs/DESIGN.md §S2,
+/// BENCHMARKS.md#planner-vs-uniform-lpt). 20 jobs each, blocks as [`GenParams::new`] (4–40 per job,
 /// 32–256 MB, job speeds 20–80 MB/s), α = 0.05, s_t = 500 MB/s, one replica per block on a
 /// random host unless said otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

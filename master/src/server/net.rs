@@ -8,7 +8,7 @@
 //!
 //! Why: on one thread, a leader dispatching to thousands of slaves made their TLS
 //! handshakes, every heartbeat and every plan take turns; heartbeats then waited past the
-//! node timeout and live nodes were declared down (BENCHMARKS.md, `bench scale`). Requests
+//! node timeout and live nodes were declared down (BENCHMARKS.md#bench-scale). Requests
 //! reach the actors through their addresses (thread-safe) and the shared state through its
 //! lock, so they run the same from any thread.
 

@@ -360,7 +360,7 @@ impl Master {
 }
 
 /// Counts a task's end once, on the leader that committed the report that ended it: by the
-/// state it ended in and its reason (docs/CONTRACT.md, "Task states and reasons"). Ends the
+/// state it ended in and its reason (docs/CONTRACT.md, "Tasks: states and reasons"). Ends the
 /// leader decides itself (cancel, timeout) are counted in the duties.
 fn task_outcome_metric(s: &ClusterState, task: TaskId, attempt: u32) {
     let Some(t) = s.tasks().get(&task) else {

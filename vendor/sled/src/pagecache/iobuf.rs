@@ -796,7 +796,7 @@ impl IoBufs {
                 // man page: no guarantee the data survives a crash. sled
                 // made that durable only with its periodic `fsync` (every
                 // 500 ms), so an acknowledged write could be lost to a power
-                // cut in between. Measured cost: BENCHMARKS.md, "sled's
+                // cut in between. Measured cost: docs/perf-log/2026-11-28.md, "sled's
                 // flush made durable". Concurrent buffer writes (sled's
                 // pool threads and a blocking flush) share one sync: see
                 // `SyncGroup`.
