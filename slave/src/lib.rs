@@ -4,10 +4,10 @@
 //! Modules:
 //! - [`queue`] — the local queue (pure bookkeeping, unit-tested);
 //! - [`store`] — sled persistence: identity, held tasks, acknowledged attempts;
-//! - [`exec`] — starting attempts under supervisors, task environment, exit-code convention;
-//! - [`pool`] — the slave's long-lived supervisor that starts, reaps and journals every task;
-//!   [`pool_client`] — the agent's side of it;
-//! - [`supervisor`] — the attempt files, and the older per-attempt supervisor process;
+//! - [`attempt`] — a task attempt: its files and their format, preparing and launching it
+//!   (the supervisor pool, the one way command tasks start, behind a launcher seam), `/proc`
+//!   readings of its processes, the exit-code convention;
+//! - [`supervisor`] — the entry point of `hetsched supervise --pool DIR`;
 //! - [`cgroup`] — CPU and memory limits through cgroups v2 or v1;
 //! - [`agent`] — the task that owns queue and store and does their I/O;
 //! - [`link`] — registration, heartbeats, report delivery, leader following;
@@ -21,7 +21,7 @@
 //!   engine;
 //! - [`announce`] — delivery of the profile and program call summaries to the masters;
 //! - [`forward`] — S0.6 forwarding of single calls to peers (query the leader, send the
-//!   call to the peer it names) and serving peers' forwarded calls.
+//!   call to the peer it names); [`forward_serve`] — serving peers' forwarded calls.
 //!
 //! # Restart semantics (each attempt runs at most once)
 //! Everything accepted is in sled before the master hears `Accepted`; every result is in sled
@@ -38,21 +38,20 @@
 
 pub mod agent;
 pub mod announce;
+pub mod attempt;
 pub mod cgroup;
 pub mod cgroup_favor;
 pub mod cgroup_spares;
 pub mod contention;
 pub mod engine;
-pub mod exec;
 pub mod forward;
+pub mod forward_serve;
 pub mod gpu;
 pub mod http;
 pub mod link;
 pub mod log_spares;
 pub mod logs;
 pub mod membw_total;
-pub mod pool;
-pub mod pool_client;
 pub mod probe;
 pub use probe::ProbeOptions;
 pub mod program;
@@ -298,7 +297,7 @@ pub async fn run_with_engines(
         tracing::info!(membw_total_mbps = ?measured, "measured the node's memory bandwidth");
         cfg.probes.contention.membw_total_mbps = measured;
     }
-    let probe_files = exec::ProbeFiles {
+    let probe_files = attempt::ProbeFiles {
         gpu_util: probes.gpu.emulated(),
         membw: probes.membw.emulated(),
     };
@@ -375,7 +374,7 @@ pub async fn run_with_engines(
     if attempts.lost {
         tracing::warn!(dir = %attempts.path.display(), "the attempt directories of the last run are gone (machine restarted); held attempts that may have started are reported lost");
     }
-    let launcher = exec::Launcher {
+    let launcher = attempt::Launcher {
         supervisor: cfg.supervisor.clone(),
         attempts_dir: attempts.path.clone(),
         log_dir: log_dir.clone(),
@@ -401,8 +400,10 @@ pub async fn run_with_engines(
         probes,
         contention::Contention::new(cfg.probes.contention),
         cfg.probes.period,
-        agent_tx.clone(),
-        report_tx,
+        agent::SamplerLink {
+            mailbox: agent_tx.clone(),
+            reports: report_tx,
+        },
         sample_tx,
     ));
     let link = link::Link::new(
@@ -566,7 +567,7 @@ fn handler(
                     args,
                 }) => {
                     let run = tokio::task::spawn_blocking(move || {
-                        forward::serve(&programs, from, &call, &kinds, &args)
+                        forward_serve::serve(&programs, from, &call, &kinds, &args)
                     });
                     return Some(match run.await {
                         Ok(reply) => Message::PeerReply(reply),

@@ -11,7 +11,7 @@
 use super::stop::StopRequest;
 use super::watched::Watched;
 use super::{Agent, AgentMsg, ProgramHooks, Report};
-use crate::exec::{self, SpawnError};
+use crate::attempt::{self, SpawnError};
 use crate::store::{StoredPhase, StoredTask};
 use hetsched_common::protocol::Assignment;
 use hetsched_common::TaskReason;
@@ -29,17 +29,17 @@ impl Agent {
             }
             let (task, attempt) = (a.task, a.attempt);
             let launched = self.launcher.prepare(&a).and_then(|(dir, spec)| {
-                self.pool
-                    .start(&dir, &spec)
+                self.launch
+                    .launch(&dir, &spec)
                     .map_err(|source| SpawnError::Io {
-                        path: self.launcher.pool_dir(),
+                        path: self.launch.home(),
                         source,
                     })
             });
             match launched {
                 Ok(started) => {
                     tracing::debug!(target: "hetsched::trace", task = %task, attempt, "pump: handed to the supervisor pool");
-                    let (pid, start_time) = started.pool;
+                    let (pid, start_time) = started.supervisor;
                     let seq = self.store.seq_of(task);
                     // Not flushed here: the next batch's flush carries it. A restart of the
                     // agent finds the attempt by its directory and its supervisor's record
@@ -80,12 +80,12 @@ impl Agent {
                     self.watch(w);
                 }
                 Err(e) => {
-                    tracing::error!(task = %task, attempt, error = %e, exit_code = exec::EXIT_CANNOT_START, "task cannot start");
-                    exec::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {e}"));
+                    tracing::error!(task = %task, attempt, error = %e, exit_code = attempt::EXIT_CANNOT_START, "task cannot start");
+                    attempt::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {e}"));
                     self.finished(
                         task,
                         attempt,
-                        exec::EXIT_CANNOT_START,
+                        attempt::EXIT_CANNOT_START,
                         Some(TaskReason::CannotStart),
                     );
                 }
@@ -112,7 +112,7 @@ impl Agent {
             Ok(p) => p,
             Err(why) => {
                 tracing::error!(task = %task, attempt, %why, "program task cannot start");
-                exec::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {why}"));
+                attempt::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {why}"));
                 self.finished(
                     task,
                     attempt,
