@@ -3,9 +3,11 @@
 //!
 //! ```text
 //!  masters ──Assign/StopTask──▶ listener ─┐
-//!  supervisors ──Exited──────────────────┤  AgentMsg   ┌─────────┐   Report   ┌──────┐
+//!  supervisors ──Exited──────────────────┤  AgentMsg   ┌─────────┐ TaskReport ┌──────┐
 //!  link ──Acked / Held?──────────────────┴───────────▶ │  Agent  │ ─────────▶ │ Link │──▶ leader
 //!                                                      └─────────┘            └──────┘
+//!
+//! The agent's reports are the wire's [`TaskReport`]s: the link sends them as they are.
 //! ```
 //!
 //! It is actor-shaped (one mailbox, state touched only here) but a plain tokio task. It takes
@@ -58,7 +60,7 @@ use crate::attempt::{self, Launcher};
 use crate::probe::RunningAttempt;
 use crate::queue::LocalQueue;
 use crate::store::Store;
-use hetsched_common::protocol::{Assignment, HeldTask, Message};
+use hetsched_common::protocol::{Assignment, HeldTask, Message, TaskReport};
 use hetsched_common::{Attempt, TaskId, TaskReason};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -170,7 +172,7 @@ pub struct SamplerLink {
     /// The agent's mailbox.
     pub mailbox: mpsc::UnboundedSender<AgentMsg>,
     /// The reports to the masters.
-    pub reports: mpsc::UnboundedSender<Report>,
+    pub reports: mpsc::UnboundedSender<TaskReport>,
 }
 
 impl crate::probe::SamplerPort for SamplerLink {
@@ -192,54 +194,13 @@ impl crate::probe::SamplerPort for SamplerLink {
     }
 
     fn compressed(&self, c: &crate::contention::Compression) {
-        let _ = self.reports.send(Report::Compressed {
+        let _ = self.reports.send(TaskReport::Compressed {
             task: c.task,
             attempt: c.attempt,
             cpu_milli: c.cpu_milli,
             gpu_task: c.gpu_task,
         });
     }
-}
-
-/// A report for the masters, delivered by the link.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Report {
-    /// The process started (best effort: the finish report and heartbeats supersede it).
-    Started {
-        /// Task.
-        task: TaskId,
-        /// Attempt.
-        attempt: Attempt,
-    },
-    /// The process ended; persisted, retried until acknowledged.
-    Finished {
-        /// Task.
-        task: TaskId,
-        /// Attempt.
-        attempt: Attempt,
-        /// Exit code.
-        exit_code: i32,
-        /// Why (`None`: a normal exit; `lost`: the attempt vanished, to be run again).
-        reason: Option<TaskReason>,
-    },
-    /// S3.6: the contention rule halved a CPU task's cores (already applied live).
-    Compressed {
-        /// The CPU task.
-        task: TaskId,
-        /// Its attempt.
-        attempt: Attempt,
-        /// Its new allocation, millicores.
-        cpu_milli: u64,
-        /// The GPU task that suffered.
-        gpu_task: TaskId,
-    },
-    /// S0.3: asks the leader to start a queued attempt (see `promote`).
-    WantsStart {
-        /// Task.
-        task: TaskId,
-        /// Attempt.
-        attempt: Attempt,
-    },
 }
 
 /// What the agent needs to run API-program tasks (S0) in-process.
@@ -261,7 +222,7 @@ pub struct Agent {
     /// Started attempts found at restore, watched once `run` starts.
     adopt: Vec<Watched>,
     mailbox: mpsc::UnboundedSender<AgentMsg>,
-    reports: mpsc::UnboundedSender<Report>,
+    reports: mpsc::UnboundedSender<TaskReport>,
     programs: Option<ProgramHooks>,
     asked: promote::Asked,
     /// S0.2: the GPU engine units each running command task's granted devices take out of

@@ -7,11 +7,12 @@
 //! attempts no longer held are killed and removed before anything new starts.
 
 use super::watched::Watched;
-use super::{Agent, AgentMsg, Report};
+use super::{Agent, AgentMsg};
 use crate::attempt::files::{self, SupervisorRecord, SUPERVISOR_FILE};
 use crate::attempt::{self, Launcher};
 use crate::queue::{LocalQueue, Phase};
 use crate::store::{Store, StoreError, StoredPhase};
+use hetsched_common::protocol::TaskReport;
 use hetsched_common::{Attempt, TaskId};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -34,7 +35,7 @@ impl Agent {
         launcher: Launcher,
         grace: Duration,
         mailbox: mpsc::UnboundedSender<AgentMsg>,
-        reports: mpsc::UnboundedSender<Report>,
+        reports: mpsc::UnboundedSender<TaskReport>,
     ) -> Result<Self, StoreError> {
         let loaded = store.load()?;
         let mut queue = LocalQueue::new(cpu_capacity_milli);
@@ -75,7 +76,7 @@ impl Agent {
                     Phase::Running
                 }
                 StoredPhase::Finished { exit_code, reason } => {
-                    let _ = reports.send(Report::Finished {
+                    let _ = reports.send(TaskReport::Finished {
                         task,
                         attempt,
                         exit_code,

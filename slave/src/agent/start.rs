@@ -10,10 +10,11 @@
 
 use super::stop::StopRequest;
 use super::watched::Watched;
-use super::{Agent, AgentMsg, ProgramHooks, Report};
+use super::{Agent, AgentMsg, ProgramHooks};
 use crate::attempt::{self, SpawnError};
 use crate::store::{StoredPhase, StoredTask};
 use hetsched_common::protocol::Assignment;
+use hetsched_common::protocol::TaskReport;
 use hetsched_common::TaskReason;
 use tokio::sync::mpsc;
 
@@ -63,7 +64,7 @@ impl Agent {
                     self.hold_gpus(&a);
                     metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
                     tracing::info!(task = %task, attempt, supervisor = pid, command = ?a.command, "task started");
-                    let _ = self.reports.send(Report::Started { task, attempt });
+                    let _ = self.reports.send(TaskReport::Started { task, attempt });
                     let w = Watched::started(
                         &self.launcher,
                         task,
@@ -124,7 +125,7 @@ impl Agent {
         };
         metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
         tracing::info!(task = %task, attempt, calls = program.calls.len(), "program task started");
-        let _ = self.reports.send(Report::Started { task, attempt });
+        let _ = self.reports.send(TaskReport::Started { task, attempt });
         let (stop_tx, mut stop_rx) = mpsc::unbounded_channel::<StopRequest>();
         self.running.insert((task, attempt), stop_tx);
         let (log_dir, mailbox) = (self.launcher.log_dir.clone(), self.mailbox.clone());
