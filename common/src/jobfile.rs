@@ -171,6 +171,8 @@ impl JobFile {
             no_preempt: self.no_preempt,
             program,
             cpu_search: self.cpu_search()?,
+            // Not a spec-file key yet: the workflow and container issues give it meaning.
+            workdir: None,
         };
         spec.validate()?;
         spec.check_limits()?;

@@ -30,6 +30,12 @@ pub enum TaskReason {
     Drained,
     /// Its command could not be started (no such program, not executable, no log files).
     CannotStart,
+    /// A job it had to follow failed or was cancelled, so it never ran (`reason_detail`
+    /// names that job and its state).
+    Dependency,
+    /// Its container image could not be read, verified or unpacked (`reason_detail` names
+    /// the image and the step).
+    Image,
 }
 
 impl TaskReason {
@@ -45,6 +51,8 @@ impl TaskReason {
             TaskReason::Lost => "lost",
             TaskReason::Drained => "drained",
             TaskReason::CannotStart => "cannot-start",
+            TaskReason::Dependency => "dependency",
+            TaskReason::Image => "image",
         }
     }
 
@@ -81,6 +89,8 @@ mod tests {
             (TaskReason::Lost, "lost"),
             (TaskReason::Drained, "drained"),
             (TaskReason::CannotStart, "cannot-start"),
+            (TaskReason::Dependency, "dependency"),
+            (TaskReason::Image, "image"),
         ];
         for (r, name) in all {
             assert_eq!(

@@ -60,6 +60,11 @@ pub struct JobSpec {
     /// searches the task's best CPU count while it runs. `None`: no search.
     #[serde(default)]
     pub cpu_search: Option<CpuSearchSpec>,
+    /// The directory each task starts in (Slurm scripts' submit directory, a container's
+    /// working directory). `None`: the slave's default, as before. Left out of the encoding
+    /// when unset, so entries written before the key existed encode the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
 }
 
 /// A GPU task's class (S3.2): the CPU-count history is kept per class.
@@ -345,6 +350,11 @@ pub struct TaskStatus {
     /// vocabulary. Kept while a lost or preempted task waits for its next attempt.
     #[serde(default)]
     pub reason: Option<TaskReason>,
+    /// One human line beside `reason` (which job a `dependency` end followed, which image
+    /// step failed); `None` when there is nothing to add. Left out of the encoding when unset,
+    /// so snapshots written before it existed encode (and hash) the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_detail: Option<String>,
 }
 
 impl Default for TaskStatus {
@@ -362,6 +372,7 @@ impl TaskStatus {
             attempt: 0,
             exit_code: None,
             reason: None,
+            reason_detail: None,
         }
     }
 
@@ -381,6 +392,7 @@ impl TaskStatus {
         self.node = Some(node);
         self.attempt += 1;
         self.reason = None;
+        self.reason_detail = None;
         Ok(self.attempt)
     }
 
@@ -426,7 +438,15 @@ impl TaskStatus {
         } else {
             reason.or(TaskReason::of_exit_code(exit_code))
         };
+        self.reason_detail = None;
         Ok(())
+    }
+
+    /// Adds the human line that goes with the reason just recorded (a finish report's
+    /// `reason_detail`, the job a `dependency` end followed). Every transition clears it, so
+    /// it always belongs to the current `reason`.
+    pub fn explain_reason(&mut self, detail: Option<String>) {
+        self.reason_detail = detail;
     }
 
     /// assigned | running → pending (its node was lost or it was preempted); the next
@@ -444,6 +464,7 @@ impl TaskStatus {
         self.state = TaskState::Pending;
         self.node = None;
         self.reason = Some(reason);
+        self.reason_detail = None;
         Ok(())
     }
 
@@ -454,6 +475,7 @@ impl TaskStatus {
         }
         self.state = TaskState::Cancelled;
         self.reason = Some(TaskReason::Cancelled);
+        self.reason_detail = None;
         Ok(())
     }
 }
@@ -476,6 +498,23 @@ pub fn parse_host_port(s: &str) -> crate::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unset_slots_stay_out_of_the_encoding() {
+        // Snapshots and log entries written before `workdir` and `reason_detail` existed
+        // encode (and hash) the same as today's with them unset.
+        let spec = serde_json::to_value(JobSpec::default()).expect("json");
+        assert!(spec.get("workdir").is_none());
+        let status = serde_json::to_value(TaskStatus::new()).expect("json");
+        assert!(status.get("reason_detail").is_none());
+        let with = JobSpec {
+            workdir: Some("/data/run".into()),
+            ..JobSpec::default()
+        };
+        let bytes = rmp_serde::to_vec_named(&with).expect("encode");
+        let back: JobSpec = rmp_serde::from_slice(&bytes).expect("decode");
+        assert_eq!(back.workdir.as_deref(), Some("/data/run"));
+    }
 
     #[test]
     fn happy_path() {

@@ -248,6 +248,7 @@ fn message() -> impl Strategy<Value = Message> {
                 failures: 0,
                 not_before_ms: None,
                 reason: hetsched_common::TaskReason::of_exit_code(exit_code.unwrap_or(0)),
+                reason_detail: (a % 2 == 1).then(|| "job-3 failed".to_string()),
                 cpus: 1.5,
                 cpu_search: Some("probing".into()),
                 compressed: a % 2 == 0,

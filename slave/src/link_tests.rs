@@ -42,6 +42,8 @@ fn finished(task: u64) -> TaskReport {
         attempt: 1,
         exit_code: 0,
         reason: None::<TaskReason>,
+        reason_detail: None,
+        usage: None,
     }
 }
 

@@ -44,6 +44,7 @@ fn expand_reports(req: SlaveRequest) -> Vec<SlaveRequest> {
                     attempt,
                     exit_code,
                     reason,
+                    ..
                 } => Some(SlaveRequest::TaskFinished {
                     node,
                     task,

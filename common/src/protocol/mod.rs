@@ -33,8 +33,8 @@ pub use peer::{
 };
 pub use slave::{
     Assignment, EngineGrant, EngineLoad, GpuPool, HeldPhase, HeldTask, ProbeSample, SlaveCommand,
-    SlaveCommandReply, SlaveRequest, SlaveResponse, TaskReport, CGROUP_LABEL, GPU_POOL_LABEL,
-    PROBE_GPU_LABEL, PROBE_MEMBW_LABEL,
+    SlaveCommandReply, SlaveRequest, SlaveResponse, TaskReport, UsageRecord, CGROUP_LABEL,
+    GPU_POOL_LABEL, PROBE_GPU_LABEL, PROBE_MEMBW_LABEL,
 };
 pub use views::{
     EngineInfo, JobInfo, MemberInfo, NodeCounts, NodeInfo, NodeProfileInfo, ProbesInfo,

@@ -251,8 +251,34 @@ pub struct ProbeSample {
     pub membw_emulated: bool,
 }
 
+/// What one ended attempt used, as its slave measured it (the accounting issue's readings:
+/// `/proc` and cgroup counters, the GPU probe). Every field is `None` where nothing was
+/// measured; it travels in [`TaskReport::Finished`] and is left out of the encoding when
+/// absent, so reports and log entries written before it existed decode and encode the same.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageRecord {
+    /// Wall time from the process's start to its end, ms (the slave's monotonic clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elapsed_ms: Option<u64>,
+    /// CPU time, user + system, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_s: Option<f64>,
+    /// Peak resident memory, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_mem_mib: Option<u64>,
+    /// GPU utilisation integrated over time (utilisation × seconds / 100, summed over the
+    /// attempt's devices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_util_s: Option<f64>,
+    /// Whether `gpu_util_s` came from the emulated probe (`HETSCHED_GPU_UTIL_FILE`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gpu_emulated: bool,
+}
+
 /// One task report inside [`SlaveRequest::TaskReports`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Not `Copy`: a finish carries its reason's detail and its usage record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum TaskReport {
     /// The process started.
     Started {
@@ -272,6 +298,13 @@ pub enum TaskReport {
         /// Why it ended, as the slave saw it (`oom`, `cannot-start`, `lost`, …).
         #[serde(default)]
         reason: Option<crate::TaskReason>,
+        /// One human line beside `reason` (the image step that failed, ...); `None` from
+        /// older slaves and when there is nothing to add.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason_detail: Option<String>,
+        /// What the attempt used, where the slave measured it; `None` from older slaves.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<UsageRecord>,
     },
     /// S3.6: the slave halved a CPU task's cores (already applied live) because it
     /// contends for memory bandwidth with a GPU task on the node.
@@ -465,4 +498,75 @@ pub enum SlaveCommandReply {
         /// Whether it was released.
         released: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TaskReason;
+
+    /// A finish as slaves wrote it before `reason_detail` and `usage` existed.
+    #[derive(Serialize)]
+    enum OldTaskReport {
+        Finished {
+            task: TaskId,
+            attempt: Attempt,
+            exit_code: i32,
+            reason: Option<TaskReason>,
+        },
+    }
+
+    #[test]
+    fn a_finish_without_detail_or_usage_encodes_as_before_and_old_ones_decode() {
+        let old = OldTaskReport::Finished {
+            task: TaskId(7),
+            attempt: 2,
+            exit_code: 1,
+            reason: Some(TaskReason::Exit),
+        };
+        let old_bytes = rmp_serde::to_vec_named(&old).expect("encode");
+        let new = TaskReport::Finished {
+            task: TaskId(7),
+            attempt: 2,
+            exit_code: 1,
+            reason: Some(TaskReason::Exit),
+            reason_detail: None,
+            usage: None,
+        };
+        // Same bytes: log entries and state hashes of reports without the new slots are
+        // unchanged.
+        assert_eq!(rmp_serde::to_vec_named(&new).expect("encode"), old_bytes);
+        let decoded: TaskReport = rmp_serde::from_slice(&old_bytes).expect("decode");
+        assert_eq!(decoded, new);
+    }
+
+    #[test]
+    fn a_finish_with_detail_and_usage_round_trips() {
+        let report = TaskReport::Finished {
+            task: TaskId(7),
+            attempt: 1,
+            exit_code: 125,
+            reason: Some(TaskReason::Image),
+            reason_detail: Some("docker://r/x:1: manifest unknown".into()),
+            usage: Some(UsageRecord {
+                elapsed_ms: Some(1500),
+                cpu_s: Some(0.25),
+                max_mem_mib: Some(12),
+                gpu_util_s: Some(0.75),
+                gpu_emulated: true,
+            }),
+        };
+        let bytes = rmp_serde::to_vec_named(&report).expect("encode");
+        let back: TaskReport = rmp_serde::from_slice(&bytes).expect("decode");
+        assert_eq!(back, report);
+        // A usage record measured in part leaves the rest out, and decodes as `None`s.
+        let partial = UsageRecord {
+            cpu_s: Some(1.0),
+            ..UsageRecord::default()
+        };
+        let bytes = rmp_serde::to_vec_named(&partial).expect("encode");
+        let back: UsageRecord = rmp_serde::from_slice(&bytes).expect("decode");
+        assert_eq!(back, partial);
+        assert_eq!(back.max_mem_mib, None);
+    }
 }

@@ -225,6 +225,10 @@ pub struct TaskInfo {
     /// Why the last attempt ended, when not by a normal exit (docs/CONTRACT.md reasons).
     #[serde(default)]
     pub reason: Option<TaskReason>,
+    /// One human line beside `reason` (which job a `dependency` end followed, which image
+    /// step failed); `null` when there is nothing to add.
+    #[serde(default)]
+    pub reason_detail: Option<String>,
     /// Failed attempts so far (each retry consumes one).
     #[serde(default)]
     pub failures: u32,

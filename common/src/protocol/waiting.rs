@@ -9,7 +9,7 @@ use crate::{NodeId, TaskId};
 use serde::{Deserialize, Serialize};
 
 /// Every waiting reason, as `tasks --json` `"waiting": {"reason"}` names it.
-pub const WAIT_REASONS: [&str; 12] = [
+pub const WAIT_REASONS: [&str; 14] = [
     "resources",
     "quota",
     "priority",
@@ -22,6 +22,8 @@ pub const WAIT_REASONS: [&str; 12] = [
     "gang",
     "backoff",
     "blocked",
+    "dependency",
+    "throttle",
 ];
 
 /// Why a waiting task waits.

@@ -109,6 +109,8 @@ impl Agent {
             attempt,
             exit_code,
             reason,
+            reason_detail: None,
+            usage: None,
         });
     }
 }

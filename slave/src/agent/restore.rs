@@ -81,6 +81,8 @@ impl Agent {
                         attempt,
                         exit_code,
                         reason,
+                        reason_detail: None,
+                        usage: None,
                     });
                     Phase::Finished { exit_code }
                 }

@@ -355,6 +355,8 @@ async fn deliver(
                     attempt,
                     exit_code: 0,
                     reason: None,
+                    reason_detail: None,
+                    usage: None,
                 },
             ]
         })

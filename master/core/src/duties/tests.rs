@@ -805,6 +805,8 @@ fn ten_thousand_tasks_cost_at_most_half_a_log_entry_each() {
                 attempt: 99,
                 exit_code: 1,
                 reason: None,
+                reason_detail: None,
+                usage: None,
             }];
             for &(task, attempt) in chunk {
                 reports.push(TaskReport::Started { task, attempt });
@@ -813,6 +815,8 @@ fn ten_thousand_tasks_cost_at_most_half_a_log_entry_each() {
                     attempt,
                     exit_code: 0,
                     reason: None,
+                    reason_detail: None,
+                    usage: None,
                 });
             }
             let (o, _) = h.apply(Command::TaskReports { node: *n, reports });

@@ -38,6 +38,8 @@ fn finished(task: TaskId, attempt: u32) -> TaskReport {
         attempt,
         exit_code: 0,
         reason: None,
+        reason_detail: None,
+        usage: None,
     }
 }
 

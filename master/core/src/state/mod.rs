@@ -307,7 +307,14 @@ impl ClusterState {
                 attempt,
                 exit_code,
                 reason,
-            } => self.task_finished(node, task, attempt, exit_code, reason, env.at_ms),
+            } => {
+                let end = reports::AttemptEnd {
+                    exit_code,
+                    reason,
+                    reason_detail: None,
+                };
+                self.task_finished(node, task, attempt, end, env.at_ms)
+            }
             Command::Bench {
                 client,
                 seq,

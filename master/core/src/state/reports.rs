@@ -57,10 +57,14 @@ impl ClusterState {
         node: NodeId,
         task: TaskId,
         attempt: Attempt,
-        exit_code: i32,
-        reason: Option<hetsched_common::TaskReason>,
+        end: AttemptEnd,
         at_ms: u64,
     ) -> Outcome {
+        let AttemptEnd {
+            exit_code,
+            reason,
+            reason_detail,
+        } = end;
         if self.release_stopping(node, task, attempt) {
             return Outcome::TaskUpdated;
         }
@@ -69,13 +73,21 @@ impl ClusterState {
         }
         if exit_code != 0 {
             // The slave's observation (oom, cannot-start) wins over what the code implies.
-            return self.attempt_failed(
+            let o = self.attempt_failed(
                 task,
                 attempt,
                 reason.or(TaskReason::of_exit_code(exit_code)),
                 Some(exit_code),
                 at_ms,
             );
+            // The detail goes with the reason just recorded, whether the task ended or
+            // waits for its retry.
+            if o == Outcome::TaskUpdated {
+                if let Some(t) = self.tasks.get_mut(&task) {
+                    t.status.explain_reason(reason_detail);
+                }
+            }
+            return o;
         }
         let Some(t) = self.tasks.get_mut(&task) else {
             return Outcome::Rejected(format!("unknown {task}"));
@@ -83,6 +95,7 @@ impl ClusterState {
         if let Err(e) = t.status.finish_because(attempt, exit_code, reason) {
             return Outcome::Ignored(e.to_string());
         }
+        t.status.explain_reason(reason_detail);
         let gpus = std::mem::take(&mut t.gpus);
         let job = t.job;
         let now_final = t.status.state.is_final();
@@ -116,12 +129,23 @@ impl ClusterState {
                     reason: Some(TaskReason::Lost),
                     ..
                 } => self.task_lost(node, task, attempt),
+                // The usage record is the accounting book's to keep; the task's state needs
+                // only how it ended.
                 TaskReport::Finished {
                     task,
                     attempt,
                     exit_code,
                     reason,
-                } => self.task_finished(node, task, attempt, exit_code, reason, at_ms),
+                    reason_detail,
+                    usage: _,
+                } => {
+                    let end = AttemptEnd {
+                        exit_code,
+                        reason,
+                        reason_detail,
+                    };
+                    self.task_finished(node, task, attempt, end, at_ms)
+                }
                 TaskReport::Compressed {
                     task,
                     attempt,
@@ -147,4 +171,14 @@ impl ClusterState {
             Outcome::Ignored("no report in the batch changed anything".into())
         }
     }
+}
+
+/// How an attempt ended, as its slave reported it.
+pub(super) struct AttemptEnd {
+    /// The process's exit code (−N: killed by signal N).
+    pub exit_code: i32,
+    /// Why, as the slave saw it (`None` in older reports: the exit code decides).
+    pub reason: Option<hetsched_common::TaskReason>,
+    /// One human line beside the reason.
+    pub reason_detail: Option<String>,
 }

@@ -454,6 +454,76 @@ fn reasons_are_recorded_and_shown_with_cpus() {
 }
 
 #[test]
+fn a_finish_reports_detail_goes_with_its_reason_and_the_next_attempt_clears_it() {
+    use hetsched_common::protocol::{TaskReport, UsageRecord};
+    use hetsched_common::TaskReason;
+    let mut l = Log::new();
+    let n = l.register(9, 6);
+    let t = l.submit(2, 1000);
+    for &task in &t {
+        l.assign(task, n);
+    }
+    let finished = |task, exit_code, reason, detail: &str| TaskReport::Finished {
+        task,
+        attempt: 1,
+        exit_code,
+        reason,
+        reason_detail: Some(detail.to_string()),
+        usage: Some(UsageRecord {
+            cpu_s: Some(0.5),
+            ..UsageRecord::default()
+        }),
+    };
+    let o = l.apply(Command::TaskReports {
+        node: n,
+        reports: vec![
+            finished(t[0], 125, Some(TaskReason::Image), "oci:/img: no manifest"),
+            finished(t[1], 0, None, "done early"),
+        ],
+    });
+    assert_eq!(o, Outcome::TaskUpdated);
+    let info = |l: &Log, task: TaskId| l.state.task_info(&l.state.tasks[&task]);
+    let failed = info(&l, t[0]);
+    assert_eq!(failed.state, TaskState::Failed);
+    assert_eq!(failed.reason, Some(TaskReason::Image));
+    assert_eq!(
+        failed.reason_detail.as_deref(),
+        Some("oci:/img: no manifest")
+    );
+    assert_eq!(info(&l, t[1]).reason_detail.as_deref(), Some("done early"));
+    let json = serde_json::to_value(info(&l, t[0])).expect("json");
+    assert_eq!(json["reason"], "image");
+    assert_eq!(json["reason_detail"], "oci:/img: no manifest");
+
+    // A retried task keeps the detail with its reason while it waits, and loses both when
+    // its next attempt is assigned.
+    let mut retrying = spec(1, 100);
+    retrying.retries = 1;
+    let retried = match l.apply(Command::SubmitJob { spec: retrying }) {
+        Outcome::Submitted { tasks, .. } => tasks[0],
+        o => panic!("unexpected {o:?}"),
+    };
+    l.assign(retried, n);
+    l.apply(Command::TaskReports {
+        node: n,
+        reports: vec![finished(retried, 3, None, "exit 3 on n9")],
+    });
+    assert_eq!(info(&l, retried).state, TaskState::Pending);
+    assert_eq!(info(&l, retried).reason, Some(TaskReason::Exit));
+    assert_eq!(
+        info(&l, retried).reason_detail.as_deref(),
+        Some("exit 3 on n9")
+    );
+    l.assign(retried, n);
+    assert_eq!(info(&l, retried).reason, None);
+    assert_eq!(info(&l, retried).reason_detail, None);
+    assert_eq!(
+        serde_json::to_value(info(&l, retried)).expect("json")["reason_detail"],
+        serde_json::Value::Null
+    );
+}
+
+#[test]
 fn node_info_shows_the_cgroup_label() {
     let mut l = Log::new();
     let n = l.register(11, 1);

@@ -49,6 +49,7 @@ impl ClusterState {
             exit_code: t.status.exit_code,
             priority: t.priority,
             reason: t.status.reason,
+            reason_detail: t.status.reason_detail.clone(),
             user: self
                 .jobs
                 .get(&t.job)

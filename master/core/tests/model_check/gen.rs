@@ -544,6 +544,8 @@ impl Generator {
                         attempt: r.attempt,
                         exit_code: 0,
                         reason: self.chance(30).then_some(TaskReason::Lost),
+                        reason_detail: None,
+                        usage: None,
                     },
                 ],
             },
@@ -576,6 +578,8 @@ impl Generator {
                     attempt: r.attempt,
                     exit_code: self.rng.below(2) as i32,
                     reason: self.chance(20).then_some(TaskReason::Lost),
+                    reason_detail: None,
+                    usage: None,
                 },
                 _ => TaskReport::Compressed {
                     task: r.task,
@@ -958,6 +962,8 @@ impl Generator {
                     attempt: r.attempt,
                     exit_code: self.rng.below(2) as i32,
                     reason: None,
+                    reason_detail: None,
+                    usage: None,
                 });
             }
         }
