@@ -19,10 +19,11 @@
 //!
 //! Each attempt runs under the slave's long-lived supervisor *process*
 //! ([`crate::attempt::pool`]), which outlives the agent (attempts of an older agent may run
-//! under a per-attempt supervisor; they read the same, [`crate::attempt::files`]). Here a small watcher task per attempt waits for the attempt's end
-//! (announced by the pool, or seen by polling its `status.json` and its supervisor's `/proc`
-//! entry after a restart), stops the task when asked, then reads the exit status the
-//! supervisor wrote and mails `Exited` back.
+//! under a per-attempt supervisor; they read the same, [`crate::attempt::files`]). Here a
+//! small watcher task per attempt waits for the attempt's end (announced by the pool, or seen
+//! by polling its `status.json` and its supervisor's `/proc` entry after a restart), stops
+//! the task when asked, then reads the exit status the supervisor wrote and mails `Exited`
+//! back.
 //!
 //! # Restart: re-adopt, never run twice
 //! An attempt counts as started once its directory exists. On start every attempt the store
