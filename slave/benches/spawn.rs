@@ -1,17 +1,19 @@
 //! Spawn cost of a task with and without its supervisor (BENCHMARKS.md, "Task supervisor").
 //!
 //! `cargo bench -p hetsched-slave --bench spawn` (optionally `-- N`; set `HETSCHED_BIN` to a
-//! built `hetsched` to also measure the `hetsched supervise` subcommand). For each way of
+//! built `hetsched` to also measure the pool started as `hetsched supervise`). For each way of
 //! starting `true` it reports the agent-side start latency (the time the agent's loop is
-//! busy: fork/exec, plus the attempt's files and cgroup for the supervised ways) and the
-//! end-to-end time until the exit is known (for supervised tasks: the status file written
-//! durably and read back).
+//! busy: fork/exec, or the attempt's files and cgroup and the request to the supervisor
+//! pool) and the end-to-end time until the exit is known (for supervised tasks: the pool's
+//! announcement, then the status file read back). The per-attempt supervisor the figures of
+//! issue 9 compare with is gone (issue 49).
 
 use hetsched_common::protocol::Assignment;
 use hetsched_common::{JobId, ResourceRequest, TaskId};
+use hetsched_slave::attempt::files::{read_json, ExitRecord, STATUS_FILE};
+use hetsched_slave::attempt::pool::client::PoolClient;
+use hetsched_slave::attempt::{Launch, Launcher, Started};
 use hetsched_slave::cgroup::Cgroups;
-use hetsched_slave::exec::Launcher;
-use hetsched_slave::supervisor::{read_json, ExitRecord, STATUS_FILE};
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
@@ -77,16 +79,45 @@ async fn direct(n: usize) -> Stats {
     s
 }
 
-async fn supervised(n: usize, supervisor: Vec<OsString>, cgroups: Cgroups) -> Stats {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// A launcher and its supervisor pool in a fresh directory.
+fn pool_in(
+    dir: &std::path::Path,
+    program: Vec<OsString>,
+    cgroups: Cgroups,
+) -> (Launcher, PoolClient) {
     let launcher = Launcher {
-        supervisor,
-        attempts_dir: dir.path().join("attempts"),
-        log_dir: dir.path().join("logs"),
+        supervisor: program.clone(),
+        attempts_dir: dir.join("attempts"),
+        log_dir: dir.join("logs"),
         cgroups,
         probe_files: Default::default(),
     };
     std::fs::create_dir_all(&launcher.log_dir).expect("log dir");
+    let pool = PoolClient::new(program, launcher.pool_dir());
+    (launcher, pool)
+}
+
+/// Starts attempt `a` through the pool.
+fn start(launcher: &Launcher, pool: &PoolClient, a: &Assignment) -> Started {
+    let (dir, spec) = launcher.prepare(a).expect("prepare");
+    pool.launch(&dir, &spec).expect("launch")
+}
+
+/// Waits for the pool's announcement of `a`'s end and checks its recorded exit.
+async fn collected(launcher: &Launcher, started: Started, a: &Assignment) {
+    let _ = started.ended.await;
+    let adir = launcher.attempt_dir(a.task, a.attempt);
+    let rec: ExitRecord = read_json(&adir.join(STATUS_FILE)).expect("status");
+    assert_eq!(rec.exit_code, 0);
+    launcher
+        .cgroups
+        .attempt(&hetsched_slave::attempt::attempt_name(a.task, a.attempt))
+        .remove();
+}
+
+async fn supervised(n: usize, program: Vec<OsString>, cgroups: Cgroups) -> Stats {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (launcher, pool) = pool_in(dir.path(), program, cgroups);
     let mut s = Stats {
         start: Vec::new(),
         total: Vec::new(),
@@ -94,16 +125,9 @@ async fn supervised(n: usize, supervisor: Vec<OsString>, cgroups: Cgroups) -> St
     for i in 0..n {
         let a = assignment(i as u64 + 1);
         let t0 = Instant::now();
-        let mut l = launcher.launch(&a).expect("launch");
+        let started = start(&launcher, &pool, &a);
         s.start.push(t0.elapsed());
-        l.child.wait().await.expect("wait");
-        let adir = launcher.attempt_dir(a.task, a.attempt);
-        let rec: ExitRecord = read_json(&adir.join(STATUS_FILE)).expect("status");
-        assert_eq!(rec.exit_code, 0);
-        launcher
-            .cgroups
-            .attempt(&hetsched_slave::exec::attempt_name(a.task, a.attempt))
-            .remove();
+        collected(&launcher, started, &a).await;
         s.total.push(t0.elapsed());
     }
     s
@@ -111,51 +135,38 @@ async fn supervised(n: usize, supervisor: Vec<OsString>, cgroups: Cgroups) -> St
 
 /// Starts `n` tasks back to back (as the agent does when a batch arrives), then waits for all:
 /// tasks per second from the first start until every exit is known.
-async fn burst(n: usize, supervisor: Option<Vec<OsString>>, cgroups: Cgroups) -> f64 {
+async fn burst(n: usize, program: Option<Vec<OsString>>, cgroups: Cgroups) -> f64 {
     let dir = tempfile::tempdir().expect("tempdir");
-    let launcher = Launcher {
-        supervisor: supervisor.clone().unwrap_or_default(),
-        attempts_dir: dir.path().join("attempts"),
-        log_dir: dir.path().join("logs"),
-        cgroups,
-        probe_files: Default::default(),
-    };
-    std::fs::create_dir_all(&launcher.log_dir).expect("log dir");
     let t0 = Instant::now();
-    let mut children = Vec::with_capacity(n);
-    for i in 0..n {
-        let child = match supervisor {
-            None => tokio::process::Command::new("true")
-                .process_group(0)
-                .spawn()
-                .expect("spawn true"),
-            Some(_) => {
-                launcher
-                    .launch(&assignment(i as u64 + 1))
-                    .expect("launch")
-                    .child
+    match program {
+        None => {
+            let mut children = Vec::with_capacity(n);
+            for _ in 0..n {
+                children.push(
+                    tokio::process::Command::new("true")
+                        .process_group(0)
+                        .spawn()
+                        .expect("spawn true"),
+                );
             }
-        };
-        children.push(child);
-    }
-    for (i, mut c) in children.into_iter().enumerate() {
-        c.wait().await.expect("wait");
-        if supervisor.is_some() {
-            let a = assignment(i as u64 + 1);
-            let adir = launcher.attempt_dir(a.task, a.attempt);
-            let rec: ExitRecord = read_json(&adir.join(STATUS_FILE)).expect("status");
-            assert_eq!(rec.exit_code, 0);
+            for mut c in children {
+                c.wait().await.expect("wait");
+            }
+        }
+        Some(program) => {
+            let (launcher, pool) = pool_in(dir.path(), program, cgroups);
+            let all: Vec<_> = (0..n)
+                .map(|i| {
+                    let a = assignment(i as u64 + 1);
+                    (start(&launcher, &pool, &a), a)
+                })
+                .collect();
+            for (started, a) in all {
+                collected(&launcher, started, &a).await;
+            }
         }
     }
-    let rate = n as f64 / t0.elapsed().as_secs_f64();
-    for i in 0..n {
-        let a = assignment(i as u64 + 1);
-        launcher
-            .cgroups
-            .attempt(&hetsched_slave::exec::attempt_name(a.task, a.attempt))
-            .remove();
-    }
-    rate
+    n as f64 / t0.elapsed().as_secs_f64()
 }
 
 fn main() {
@@ -172,12 +183,12 @@ fn main() {
     rt.block_on(async {
         report("direct spawn (no supervisor)", direct(n).await);
         report(
-            "supervised, hetsched-supervise",
+            "pool, hetsched-supervise",
             supervised(n, helper.clone(), Cgroups::none()).await,
         );
         if let Ok(bin) = std::env::var("HETSCHED_BIN") {
             report(
-                "supervised, hetsched supervise",
+                "pool, hetsched supervise",
                 supervised(n, vec![bin.into(), "supervise".into()], Cgroups::none()).await,
             );
         }
@@ -188,7 +199,7 @@ fn main() {
             &format!("bench-{}", std::process::id()),
         );
         if cg.mode() != hetsched_slave::cgroup::CgroupMode::None {
-            let name = format!("supervised + cgroup {}", cg.mode().as_str());
+            let name = format!("pool + cgroup {}", cg.mode().as_str());
             report(&name, supervised(n, helper.clone(), cg.clone()).await);
         }
         println!("burst: {n} starts back to back, then every exit collected");
@@ -199,13 +210,13 @@ fn main() {
         );
         println!(
             "{:<34} {:7.0} tasks/s",
-            "supervised, hetsched-supervise",
+            "pool, hetsched-supervise",
             burst(n, Some(helper.clone()), Cgroups::none()).await
         );
         if let Ok(bin) = std::env::var("HETSCHED_BIN") {
             println!(
                 "{:<34} {:7.0} tasks/s",
-                "supervised, hetsched supervise",
+                "pool, hetsched supervise",
                 burst(
                     n,
                     Some(vec![bin.into(), "supervise".into()]),
@@ -217,7 +228,7 @@ fn main() {
         if cg.mode() != hetsched_slave::cgroup::CgroupMode::None {
             println!(
                 "{:<34} {:7.0} tasks/s",
-                format!("supervised + cgroup {}", cg.mode().as_str()),
+                format!("pool + cgroup {}", cg.mode().as_str()),
                 burst(n, Some(helper), cg.clone()).await
             );
             cg.clean_stale(&Default::default());

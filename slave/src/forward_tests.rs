@@ -1,4 +1,6 @@
 use super::*;
+use crate::forward_serve::serve;
+use crate::program::ProgramRuntime;
 
 fn remote(entries: &[(EngineKind, u64)]) -> BTreeMap<EngineKind, u64> {
     entries.iter().copied().collect()

@@ -4,10 +4,10 @@
 //! Modules:
 //! - [`queue`] — the local queue (pure bookkeeping, unit-tested);
 //! - [`store`] — sled persistence: identity, held tasks, acknowledged attempts;
-//! - [`exec`] — starting attempts under supervisors, task environment, exit-code convention;
-//! - [`pool`] — the slave's long-lived supervisor that starts, reaps and journals every task;
-//!   [`pool_client`] — the agent's side of it;
-//! - [`supervisor`] — the attempt files, and the older per-attempt supervisor process;
+//! - [`attempt`] — a task attempt: its files and their format, preparing and launching it
+//!   (the supervisor pool, the one way command tasks start, behind a launcher seam), `/proc`
+//!   readings of its processes, the exit-code convention;
+//! - [`supervisor`] — the entry point of `hetsched supervise --pool DIR`;
 //! - [`cgroup`] — CPU and memory limits through cgroups v2 or v1;
 //! - [`agent`] — the task that owns queue and store and does their I/O;
 //! - [`link`] — registration, heartbeats, report delivery, leader following;
@@ -21,7 +21,7 @@
 //!   engine;
 //! - [`announce`] — delivery of the profile and program call summaries to the masters;
 //! - [`forward`] — S0.6 forwarding of single calls to peers (query the leader, send the
-//!   call to the peer it names) and serving peers' forwarded calls.
+//!   call to the peer it names); [`forward_serve`] — serving peers' forwarded calls.
 //!
 //! # Restart semantics (each attempt runs at most once)
 //! Everything accepted is in sled before the master hears `Accepted`; every result is in sled
@@ -38,21 +38,20 @@
 
 pub mod agent;
 pub mod announce;
+pub mod attempt;
 pub mod cgroup;
 pub mod cgroup_favor;
 pub mod cgroup_spares;
 pub mod contention;
 pub mod engine;
-pub mod exec;
 pub mod forward;
+pub mod forward_serve;
 pub mod gpu;
 pub mod http;
 pub mod link;
 pub mod log_spares;
 pub mod logs;
 pub mod membw_total;
-pub mod pool;
-pub mod pool_client;
 pub mod probe;
 pub use probe::ProbeOptions;
 pub mod program;
@@ -228,15 +227,7 @@ pub async fn run_with_engines(
     tuning: Tuning,
     engine_opts: EngineOptions,
 ) -> Result<(), Error> {
-    if cfg.masters.is_empty() {
-        return Err(Error::Config("no master addresses".into()));
-    }
-    if cfg.cpus == 0 {
-        return Err(Error::Config("cpus must be at least 1".into()));
-    }
-    if cfg.supervisor.is_empty() {
-        return Err(Error::Config("no supervisor program".into()));
-    }
+    check_config(&cfg)?;
     let log_dir = cfg.data_dir.join("logs");
     std::fs::create_dir_all(&log_dir)?;
     let store =
@@ -249,30 +240,7 @@ pub async fn run_with_engines(
         Some(a) => a.clone(),
         None => listener.local_addr()?.to_string(),
     };
-    let gpus = gpu::detect(
-        cfg.gpus,
-        &gpu::NvmlProbe,
-        &gpu::EmulatedProbe {
-            count: cfg.gpus,
-            model: cfg
-                .gpu_model
-                .clone()
-                .unwrap_or_else(|| gpu::EMULATED_MODEL.to_string()),
-        },
-    );
-    let engines = engine::EngineSet::new(
-        &engine_opts.engines,
-        cfg.cpus,
-        gpus.len() as u32,
-        !gpus.is_empty() && gpus.iter().all(|g| g.emulated),
-    )
-    .map_err(|e| Error::Config(e.to_string()))?;
-    let capacity = NodeResources {
-        cpu_milli: u64::from(cfg.cpus) * 1000,
-        mem_mib: cfg.mem_mib,
-        gpus,
-        engines: engines.other_counts(),
-    };
+    let (capacity, engines) = capacity_of(&cfg, &engine_opts)?;
     let cgroups = match &cfg.cgroup_root {
         Some(root) => {
             let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
@@ -283,53 +251,21 @@ pub async fn run_with_engines(
     if cfg.favordynmods && cgroups.mode() != cgroup::CgroupMode::None {
         cgroup_favor::ensure_at_start();
     }
-    let real_gpus = capacity.gpus.iter().any(|g| !g.emulated);
-    let probes = probe::Probes::detect(real_gpus, &cfg.probes.resctrl_root);
     let mut cfg = cfg;
-    // S3.6: with resctrl monitoring and no `--membw-total`, measure the node's bandwidth.
-    if cfg.probes.contention.membw_total_mbps.is_none() && !probes.membw.emulated() {
-        let root = cfg.probes.resctrl_root.clone();
-        let measured = tokio::task::spawn_blocking(move || {
-            membw_total::measure(&root, Duration::from_millis(300))
-        })
-        .await
-        .ok()
-        .flatten();
-        tracing::info!(membw_total_mbps = ?measured, "measured the node's memory bandwidth");
-        cfg.probes.contention.membw_total_mbps = measured;
-    }
-    let probe_files = exec::ProbeFiles {
+    let probes = detect_probes(&mut cfg, &capacity).await;
+    let probe_files = attempt::ProbeFiles {
         gpu_util: probes.gpu.emulated(),
         membw: probes.membw.emulated(),
     };
-    let mut labels: BTreeMap<String, String> = [(
-        hetsched_common::protocol::CGROUP_LABEL.to_string(),
-        cgroups.mode().as_str().to_string(),
-    )]
-    .into();
-    labels.insert(
-        hetsched_common::protocol::PROBE_GPU_LABEL.to_string(),
-        probes.gpu.name().to_string(),
-    );
-    labels.insert(
-        hetsched_common::protocol::PROBE_MEMBW_LABEL.to_string(),
-        probes.membw.name().to_string(),
-    );
     // `auto` announces nothing: the master splits the pools by demand.
     let gpu_pool = cfg.gpu_pool.filter(|_| !capacity.gpus.is_empty());
-    if let Some(pool) = gpu_pool {
-        labels.insert(
-            hetsched_common::protocol::GPU_POOL_LABEL.to_string(),
-            pool.name().to_string(),
-        );
-    }
     let me = link::Identity {
         key,
         name: cfg.name.clone().unwrap_or_else(|| addr.clone()),
         addr: addr.clone(),
         capacity: capacity.clone(),
         partitions: cfg.partitions.clone(),
-        labels,
+        labels: node_labels(&cgroups, &probes, gpu_pool),
     };
     tracing::info!(
         listen = %cfg.listen, advertise = %addr, key = format_args!("{key:016x}"),
@@ -369,58 +305,28 @@ pub async fn run_with_engines(
         announce_tx.clone(),
     );
     reannounce_calls(&store, &log_dir, &announce_tx);
-    let (agent_tx, agent_rx) = mpsc::unbounded_channel();
-    let (report_tx, report_rx) = mpsc::unbounded_channel();
     let attempts = runtime_dir::prepare(&cfg.data_dir)?;
     if attempts.lost {
         tracing::warn!(dir = %attempts.path.display(), "the attempt directories of the last run are gone (machine restarted); held attempts that may have started are reported lost");
     }
-    let launcher = exec::Launcher {
+    let launcher = attempt::Launcher {
         supervisor: cfg.supervisor.clone(),
         attempts_dir: attempts.path.clone(),
         log_dir: log_dir.clone(),
         cgroups,
         probe_files,
     };
-    let agent = agent::Agent::restore(
-        store.clone(),
-        attempts.lost,
-        capacity.cpu_milli,
-        launcher,
-        tuning.stop_grace,
-        agent_tx.clone(),
-        report_tx.clone(),
-    )?
-    .with_programs(agent::ProgramHooks {
-        runtime: programs.clone(),
-        announce: announce_tx,
-    });
-    tokio::spawn(agent.run(agent_rx));
-    let (sample_tx, sample_rx) = mpsc::unbounded_channel();
-    tokio::spawn(probe::run_sampler(
-        probes,
-        contention::Contention::new(cfg.probes.contention),
-        cfg.probes.period,
-        agent_tx.clone(),
-        report_tx,
-        sample_tx,
-    ));
-    let link = link::Link::new(
-        cfg.masters.clone(),
-        me,
-        link::LinkTiming {
-            heartbeat: tuning.heartbeat,
-            call_timeout: tuning.call_timeout,
-            backoff_min: tuning.backoff_min,
-            backoff_max: tuning.backoff_max,
-        },
+    let parts = Parts {
         store,
-        agent_tx.clone(),
-    )
-    .with_samples(sample_rx)
-    .with_engines(programs.engines.clone())
-    .with_links(programs.forwarder.as_ref().map(|f| f.links()));
-    tokio::spawn(link.run(report_rx));
+        lost: attempts.lost,
+        capacity_milli: capacity.cpu_milli,
+        launcher,
+        probes,
+        me,
+        programs: programs.clone(),
+        announce: announce_tx,
+    };
+    let agent_tx = spawn_agent_sampler_link(&cfg, &tuning, parts)?;
 
     wire::serve(
         listener,
@@ -429,6 +335,166 @@ pub async fn run_with_engines(
     )
     .await
     .map_err(|e| Error::Serve(e.to_string()))
+}
+
+/// Refuses a configuration the slave cannot run with.
+fn check_config(cfg: &SlaveConfig) -> Result<(), Error> {
+    if cfg.masters.is_empty() {
+        return Err(Error::Config("no master addresses".into()));
+    }
+    if cfg.cpus == 0 {
+        return Err(Error::Config("cpus must be at least 1".into()));
+    }
+    if cfg.supervisor.is_empty() {
+        return Err(Error::Config("no supervisor program".into()));
+    }
+    Ok(())
+}
+
+/// What the node offers: its cores, memory, GPUs (real through NVML, else emulated) and
+/// engines.
+fn capacity_of(
+    cfg: &SlaveConfig,
+    engine_opts: &EngineOptions,
+) -> Result<(NodeResources, engine::EngineSet), Error> {
+    let gpus = gpu::detect(
+        cfg.gpus,
+        &gpu::NvmlProbe,
+        &gpu::EmulatedProbe {
+            count: cfg.gpus,
+            model: cfg
+                .gpu_model
+                .clone()
+                .unwrap_or_else(|| gpu::EMULATED_MODEL.to_string()),
+        },
+    );
+    let engines = engine::EngineSet::new(
+        &engine_opts.engines,
+        cfg.cpus,
+        gpus.len() as u32,
+        !gpus.is_empty() && gpus.iter().all(|g| g.emulated),
+    )
+    .map_err(|e| Error::Config(e.to_string()))?;
+    let capacity = NodeResources {
+        cpu_milli: u64::from(cfg.cpus) * 1000,
+        mem_mib: cfg.mem_mib,
+        gpus,
+        engines: engines.other_counts(),
+    };
+    Ok((capacity, engines))
+}
+
+/// The S3 probes of this node; with resctrl monitoring and no `--membw-total`, the node's
+/// memory bandwidth is measured (S3.6) and written into `cfg`.
+async fn detect_probes(cfg: &mut SlaveConfig, capacity: &NodeResources) -> probe::Probes {
+    let real_gpus = capacity.gpus.iter().any(|g| !g.emulated);
+    let probes = probe::Probes::detect(real_gpus, &cfg.probes.resctrl_root);
+    if cfg.probes.contention.membw_total_mbps.is_none() && !probes.membw.emulated() {
+        let root = cfg.probes.resctrl_root.clone();
+        let measured = tokio::task::spawn_blocking(move || {
+            membw_total::measure(&root, Duration::from_millis(300))
+        })
+        .await
+        .ok()
+        .flatten();
+        tracing::info!(membw_total_mbps = ?measured, "measured the node's memory bandwidth");
+        cfg.probes.contention.membw_total_mbps = measured;
+    }
+    probes
+}
+
+/// The labels the node registers with: its cgroup mode, its probes, its GPU pool (S3).
+fn node_labels(
+    cgroups: &cgroup::Cgroups,
+    probes: &probe::Probes,
+    gpu_pool: Option<hetsched_common::protocol::GpuPool>,
+) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = [(
+        hetsched_common::protocol::CGROUP_LABEL.to_string(),
+        cgroups.mode().as_str().to_string(),
+    )]
+    .into();
+    labels.insert(
+        hetsched_common::protocol::PROBE_GPU_LABEL.to_string(),
+        probes.gpu.name().to_string(),
+    );
+    labels.insert(
+        hetsched_common::protocol::PROBE_MEMBW_LABEL.to_string(),
+        probes.membw.name().to_string(),
+    );
+    if let Some(pool) = gpu_pool {
+        labels.insert(
+            hetsched_common::protocol::GPU_POOL_LABEL.to_string(),
+            pool.name().to_string(),
+        );
+    }
+    labels
+}
+
+/// What the agent, the sampler and the link are built from.
+struct Parts {
+    store: store::Store,
+    /// The attempt directories of the last run are gone (`runtime_dir`).
+    lost: bool,
+    capacity_milli: u64,
+    launcher: attempt::Launcher,
+    probes: probe::Probes,
+    me: link::Identity,
+    programs: Arc<program::ProgramRuntime>,
+    announce: mpsc::UnboundedSender<announce::Announcement>,
+}
+
+/// Restores the agent and starts it, the probes' sampler and the link to the masters, wired
+/// to each other; returns the agent's mailbox (the listener's way in).
+fn spawn_agent_sampler_link(
+    cfg: &SlaveConfig,
+    tuning: &Tuning,
+    p: Parts,
+) -> Result<mpsc::UnboundedSender<agent::AgentMsg>, Error> {
+    let (agent_tx, agent_rx) = mpsc::unbounded_channel();
+    let (report_tx, report_rx) = mpsc::unbounded_channel();
+    let agent = agent::Agent::restore(
+        p.store.clone(),
+        p.lost,
+        p.capacity_milli,
+        p.launcher,
+        tuning.stop_grace,
+        agent_tx.clone(),
+        report_tx.clone(),
+    )?
+    .with_programs(agent::ProgramHooks {
+        runtime: p.programs.clone(),
+        announce: p.announce,
+    });
+    tokio::spawn(agent.run(agent_rx));
+    let (sample_tx, sample_rx) = mpsc::unbounded_channel();
+    tokio::spawn(probe::run_sampler(
+        p.probes,
+        contention::Contention::new(cfg.probes.contention),
+        cfg.probes.period,
+        agent::SamplerLink {
+            mailbox: agent_tx.clone(),
+            reports: report_tx,
+        },
+        sample_tx,
+    ));
+    let link = link::Link::new(
+        cfg.masters.clone(),
+        p.me,
+        link::LinkTiming {
+            heartbeat: tuning.heartbeat,
+            call_timeout: tuning.call_timeout,
+            backoff_min: tuning.backoff_min,
+            backoff_max: tuning.backoff_max,
+        },
+        p.store,
+        agent_tx.clone(),
+    )
+    .with_samples(sample_rx)
+    .with_engines(p.programs.engines.clone())
+    .with_links(p.programs.forwarder.as_ref().map(|f| f.links()));
+    tokio::spawn(link.run(report_rx));
+    Ok(agent_tx)
 }
 
 /// Sets up the program runtime (S0.5): the persisted selection table when it was profiled
@@ -541,6 +607,16 @@ fn reannounce_calls(
     }
 }
 
+/// What the listener needs to answer a request: the agent's mailbox for what touches its
+/// state, the files for what does not.
+#[derive(Clone)]
+struct Listener {
+    agent: mpsc::UnboundedSender<agent::AgentMsg>,
+    log_dir: PathBuf,
+    attempts_dir: PathBuf,
+    programs: Arc<program::ProgramRuntime>,
+}
+
 /// The listener's handler: masters' commands go to the agent (call records are read from
 /// the log dir); peers' forwarded calls run on the engines (S0.6); anything else is refused.
 fn handler(
@@ -549,138 +625,143 @@ fn handler(
     attempts_dir: PathBuf,
     programs: Arc<program::ProgramRuntime>,
 ) -> Handler {
+    let listener = Listener {
+        agent,
+        log_dir,
+        attempts_dir,
+        programs,
+    };
     Arc::new(move |msg, peer| {
-        let agent = agent.clone();
-        let log_dir = log_dir.clone();
-        let attempts_dir = attempts_dir.clone();
-        let programs = programs.clone();
-        Box::pin(async move {
-            let msg = match msg {
-                Message::ToSlave(SlaveCommand::AssignBatch(batch)) => {
-                    return Some(agent::assign_batch(&agent, batch).await)
+        let l = listener.clone();
+        Box::pin(async move { Some(l.answer(msg, peer).await) })
+    })
+}
+
+/// The answer when the agent is gone.
+fn shutting_down() -> Message {
+    Message::Error(ErrorReply::new(
+        ErrorKind::Unavailable,
+        "slave is shutting down",
+    ))
+}
+
+impl Listener {
+    /// The answer to one request.
+    async fn answer(self, msg: Message, peer: wire::Peer) -> Message {
+        match msg {
+            Message::ToSlave(SlaveCommand::AssignBatch(batch)) => {
+                agent::assign_batch(&self.agent, batch).await
+            }
+            Message::Peer(PeerRequest::ForwardedCall {
+                from,
+                call,
+                kinds,
+                args,
+            }) => {
+                let programs = self.programs;
+                let run = tokio::task::spawn_blocking(move || {
+                    forward_serve::serve(&programs, from, &call, &kinds, &args)
+                });
+                run.await.map(Message::PeerReply).unwrap_or_else(|e| {
+                    Message::Error(ErrorReply::new(
+                        ErrorKind::Internal,
+                        format!("forwarded call failed: {e}"),
+                    ))
+                })
+            }
+            // Reading output files needs nothing of the agent's state.
+            Message::ToSlave(SlaveCommand::ReadLog {
+                task,
+                attempt,
+                stderr,
+                offset,
+                max_bytes,
+            }) => {
+                let (log, attempts) = (self.log_dir, self.attempts_dir);
+                let read = tokio::task::spawn_blocking(move || {
+                    logs::read_log(&log, &attempts, task, attempt, stderr, offset, max_bytes)
+                });
+                read.await.unwrap_or_else(|e| {
+                    Message::Error(ErrorReply::new(
+                        ErrorKind::Internal,
+                        format!("log reader failed: {e}"),
+                    ))
+                })
+            }
+            Message::ToSlave(SlaveCommand::Calls { task, attempt }) => {
+                match program::read_calls(&self.log_dir, task.0, attempt) {
+                    Some(calls) => Message::ToSlaveReply(SlaveCommandReply::Calls(calls)),
+                    None => Message::Error(ErrorReply::new(
+                        ErrorKind::Invalid,
+                        format!(
+                            "{task} attempt {attempt} has no call records on this slave \
+                             (not a program task, or no call has finished yet)"
+                        ),
+                    )),
                 }
-                Message::Peer(PeerRequest::ForwardedCall {
-                    from,
-                    call,
-                    kinds,
-                    args,
-                }) => {
-                    let run = tokio::task::spawn_blocking(move || {
-                        forward::serve(&programs, from, &call, &kinds, &args)
-                    });
-                    return Some(match run.await {
-                        Ok(reply) => Message::PeerReply(reply),
-                        Err(e) => Message::Error(ErrorReply::new(
-                            ErrorKind::Internal,
-                            format!("forwarded call failed: {e}"),
-                        )),
-                    });
-                }
-                other => other,
-            };
-            let (tx, rx) = oneshot::channel();
-            let m = match msg {
-                // Reading output files needs nothing of the agent's state.
-                Message::ToSlave(SlaveCommand::ReadLog {
-                    task,
-                    attempt,
-                    stderr,
-                    offset,
-                    max_bytes,
-                }) => {
-                    let read = tokio::task::spawn_blocking(move || {
-                        logs::read_log(
-                            &log_dir,
-                            &attempts_dir,
-                            task,
-                            attempt,
-                            stderr,
-                            offset,
-                            max_bytes,
-                        )
-                    });
-                    return Some(read.await.unwrap_or_else(|e| {
-                        Message::Error(ErrorReply::new(
-                            ErrorKind::Internal,
-                            format!("log reader failed: {e}"),
-                        ))
-                    }));
-                }
-                Message::ToSlave(SlaveCommand::Calls { task, attempt }) => {
-                    return Some(match program::read_calls(&log_dir, task.0, attempt) {
-                        Some(calls) => Message::ToSlaveReply(SlaveCommandReply::Calls(calls)),
-                        None => Message::Error(ErrorReply::new(
-                            ErrorKind::Invalid,
-                            format!(
-                                "{task} attempt {attempt} has no call records on this slave \
-                                 (not a program task, or no call has finished yet)"
-                            ),
-                        )),
-                    });
-                }
-                Message::ToSlave(SlaveCommand::Assign(assignment)) => agent::AgentMsg::Assign {
-                    assignment,
-                    reply: tx,
-                },
-                Message::ToSlave(SlaveCommand::SetCpus {
+            }
+            Message::ToSlave(SlaveCommand::SetCpus {
+                task,
+                attempt,
+                cpu_milli,
+            }) => {
+                let (done_tx, done_rx) = oneshot::channel();
+                let m = agent::AgentMsg::SetCpus {
                     task,
                     attempt,
                     cpu_milli,
-                }) => {
-                    let (done_tx, done_rx) = oneshot::channel();
-                    let m = agent::AgentMsg::SetCpus {
-                        task,
-                        attempt,
-                        cpu_milli,
-                        reply: done_tx,
-                    };
-                    if agent.send(m).is_err() {
-                        return Some(Message::Error(ErrorReply::new(
-                            ErrorKind::Unavailable,
-                            "slave is shutting down",
-                        )));
-                    }
-                    // Not running (any more) is no error: nothing is left to change.
-                    let _ = done_rx.await;
-                    return Some(Message::ToSlaveReply(SlaveCommandReply::Accepted));
+                    reply: done_tx,
+                };
+                if self.agent.send(m).is_err() {
+                    return shutting_down();
                 }
-                Message::ToSlave(SlaveCommand::ReleaseQueued { task, attempt }) => {
-                    agent::AgentMsg::Release {
-                        task,
-                        attempt,
-                        reply: tx,
-                    }
-                }
-                // A preemption's grace period comes with the request; otherwise the
-                // slave's own `stop_grace` applies.
-                Message::ToSlave(SlaveCommand::StopTask {
+                // Not running (any more) is no error: nothing is left to change.
+                let _ = done_rx.await;
+                Message::ToSlaveReply(SlaveCommandReply::Accepted)
+            }
+            Message::ToSlave(SlaveCommand::Assign(assignment)) => {
+                self.ask(|reply| agent::AgentMsg::Assign { assignment, reply })
+                    .await
+            }
+            Message::ToSlave(SlaveCommand::ReleaseQueued { task, attempt }) => {
+                self.ask(|reply| agent::AgentMsg::Release {
                     task,
                     attempt,
-                    grace_ms,
-                }) => agent::AgentMsg::Stop {
+                    reply,
+                })
+                .await
+            }
+            // A preemption's grace period comes with the request; otherwise the slave's own
+            // `stop_grace` applies.
+            Message::ToSlave(SlaveCommand::StopTask {
+                task,
+                attempt,
+                grace_ms,
+            }) => {
+                self.ask(|reply| agent::AgentMsg::Stop {
                     task,
                     attempt,
                     grace: grace_ms.map(Duration::from_millis),
-                    reply: tx,
-                },
-                other => {
-                    tracing::debug!(%peer, message = ?other, "unsupported request");
-                    return Some(Message::Error(ErrorReply::new(
-                        ErrorKind::Unsupported,
-                        "a slave serves only Assign, AssignBatch, StopTask, SetCpus, ReleaseQueued, ReadLog, Calls and peers' ForwardedCall",
-                    )));
-                }
-            };
-            let gone = || {
-                Message::Error(ErrorReply::new(
-                    ErrorKind::Unavailable,
-                    "slave is shutting down",
-                ))
-            };
-            if agent.send(m).is_err() {
-                return Some(gone());
+                    reply,
+                })
+                .await
             }
-            Some(rx.await.unwrap_or_else(|_| gone()))
-        })
-    })
+            other => {
+                tracing::debug!(%peer, message = ?other, "unsupported request");
+                Message::Error(ErrorReply::new(
+                    ErrorKind::Unsupported,
+                    "a slave serves only Assign, AssignBatch, StopTask, SetCpus, ReleaseQueued, ReadLog, Calls and peers' ForwardedCall",
+                ))
+            }
+        }
+    }
+
+    /// Mails the agent the message `m` makes with a reply channel, and waits for its answer.
+    async fn ask(&self, m: impl FnOnce(agent::ReplyTx) -> agent::AgentMsg) -> Message {
+        let (tx, rx) = oneshot::channel();
+        if self.agent.send(m(tx)).is_err() {
+            return shutting_down();
+        }
+        rx.await.unwrap_or_else(|_| shutting_down())
+    }
 }

@@ -9,7 +9,7 @@
 //! the request waiting for the next round. Rounds back off exponentially while nothing
 //! answers; the slave never gives up. The master that answers is remembered in the store.
 
-use crate::agent::{AgentMsg, Report};
+use crate::agent::AgentMsg;
 use crate::store::Store;
 use hetsched_common::backoff::Backoff;
 use hetsched_common::leader::{LeaderClient, LeaderError, LeaderOptions};
@@ -87,10 +87,7 @@ pub struct Link {
     timing: LinkTiming,
     store: Store,
     agent: mpsc::UnboundedSender<AgentMsg>,
-    pending: VecDeque<Report>,
-    /// Whether the masters take [`SlaveRequest::TaskReports`] (cleared when one answers that
-    /// it does not: an older master; reports then go one by one).
-    batches: bool,
+    pending: VecDeque<TaskReport>,
     /// Probe samples from the sampler, sent with the next heartbeat.
     samples: Option<mpsc::UnboundedReceiver<ProbeSample>>,
     /// The engines whose load heartbeats carry (S0.6 forwarding queries use it).
@@ -118,6 +115,13 @@ pub const START_REPORT_HOLD: Duration = Duration::from_millis(50);
 /// writes a result without flushing; `deliver` flushes before the batch leaves, so
 /// "acknowledged ⇒ durable" holds); nothing waits on a finish but its report.
 pub const REPORT_LINGER: Duration = Duration::from_millis(5);
+
+/// Puts an unsent batch back at the front of the pending reports, in order.
+fn put_back(pending: &mut VecDeque<TaskReport>, batch: Vec<TaskReport>) {
+    for r in batch.into_iter().rev() {
+        pending.push_front(r);
+    }
+}
 
 /// Reports that make a batch worth sending without waiting further.
 pub const FULL_BATCH: usize = 32;
@@ -149,7 +153,6 @@ impl Link {
             store,
             agent,
             pending: VecDeque::new(),
-            batches: true,
             samples: None,
             engines: None,
             links: None,
@@ -191,7 +194,7 @@ impl Link {
     }
 
     /// Runs until the agent is gone.
-    pub async fn run(mut self, mut reports: mpsc::UnboundedReceiver<Report>) {
+    pub async fn run(mut self, mut reports: mpsc::UnboundedReceiver<TaskReport>) {
         let mut backoff = Backoff::new(self.timing.backoff_min, self.timing.backoff_max);
         let mut heartbeat = tokio::time::interval(self.timing.heartbeat);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -243,7 +246,7 @@ impl Link {
         if self
             .pending
             .iter()
-            .all(|r| matches!(r, Report::Started { .. }))
+            .all(|r| matches!(r, TaskReport::Started { .. }))
         {
             Some(START_REPORT_HOLD)
         } else {
@@ -349,7 +352,7 @@ impl Link {
     /// leader adds nothing to its log for an ask it cannot grant).
     async fn ask_to_start(&mut self) -> Result<(), LinkError> {
         for (task, attempt) in self.asks().await? {
-            let ask = Report::WantsStart { task, attempt };
+            let ask = TaskReport::WantsStart { task, attempt };
             if !self.pending.contains(&ask) {
                 self.pending.push_back(ask);
             }
@@ -389,10 +392,10 @@ impl Link {
         }
     }
 
-    /// Sends pending reports in order, many per message (one log entry each) while the
-    /// masters take batches. A refused batch is retried report by report, so one bad report
-    /// cannot block the others; "retry later" stops this round's delivery until the next
-    /// tick; a transport failure ends the round with an error (the caller backs off).
+    /// Sends pending reports in order, many per `TaskReports` message (one log entry each).
+    /// A refused batch is sent again report by report, so one bad report cannot block the
+    /// others; "retry later" stops this round's delivery until the next tick; a transport
+    /// failure ends the round with an error (the caller backs off).
     async fn deliver(&mut self) -> Result<(), LinkError> {
         let Some(node) = self.node else {
             return Err(LinkError::UnknownNode);
@@ -400,90 +403,23 @@ impl Link {
         if self
             .pending
             .iter()
-            .any(|r| matches!(r, Report::Finished { .. }))
+            .any(|r| matches!(r, TaskReport::Finished { .. }))
         {
             self.make_results_durable().await;
         }
-        while self.batches && !self.pending.is_empty() {
+        while !self.pending.is_empty() {
             let n = self.pending.len().min(MAX_REPORTS_PER_BATCH);
-            let mut batch: Vec<Report> = self.pending.drain(..n).collect();
-            if batch.iter().any(|r| matches!(r, Report::Finished { .. })) {
-                // S0.3: the cores these ends free go to queued tasks in the same entry:
-                // the agent answers once it has handled the ends (its mailbox is in order).
-                for (task, attempt) in self.asks().await? {
-                    let ask = Report::WantsStart { task, attempt };
-                    if !batch.contains(&ask) {
-                        batch.push(ask);
-                    }
-                }
+            let mut batch: Vec<TaskReport> = self.pending.drain(..n).collect();
+            if let Err(e) = self.add_asks(&mut batch).await {
+                put_back(&mut self.pending, batch);
+                return Err(e);
             }
-            let reports = batch
-                .iter()
-                .map(|r| match *r {
-                    Report::Started { task, attempt } => TaskReport::Started { task, attempt },
-                    Report::Finished {
-                        task,
-                        attempt,
-                        exit_code,
-                        reason,
-                    } => TaskReport::Finished {
-                        task,
-                        attempt,
-                        exit_code,
-                        reason,
-                        reason_detail: None,
-                        usage: None,
-                    },
-                    Report::Compressed {
-                        task,
-                        attempt,
-                        cpu_milli,
-                        gpu_task,
-                    } => TaskReport::Compressed {
-                        task,
-                        attempt,
-                        cpu_milli,
-                        gpu_task,
-                    },
-                    Report::WantsStart { task, attempt } => {
-                        TaskReport::WantsStart { task, attempt }
-                    }
-                })
-                .collect();
-            let put_back = |pending: &mut VecDeque<Report>, batch: Vec<Report>| {
-                for r in batch.into_iter().rev() {
-                    pending.push_front(r);
-                }
-            };
-            match self.call(SlaveRequest::TaskReports { node, reports }).await {
-                Ok(reply @ (SlaveResponse::Ack | SlaveResponse::Promoted { .. })) => {
-                    for r in batch {
-                        if let Report::Finished { task, attempt, .. } = r {
-                            self.agent
-                                .send(AgentMsg::Acked { task, attempt })
-                                .map_err(|_| LinkError::AgentGone)?;
-                        }
-                    }
-                    if let SlaveResponse::Promoted { tasks } = reply {
-                        if !tasks.is_empty() {
-                            self.agent
-                                .send(AgentMsg::Promoted { tasks })
-                                .map_err(|_| LinkError::AgentGone)?;
-                        }
-                    }
-                }
-                Err(LinkError::Refused {
-                    kind: ErrorKind::Malformed | ErrorKind::Unsupported,
-                    message,
-                }) => {
-                    tracing::info!(%message, "masters do not take batched reports; sending them one by one");
-                    self.batches = false;
+            match self.send_reports(node, &batch).await {
+                Ok(()) => {}
+                Err(LinkError::Refused { kind, message }) => {
+                    tracing::info!(?kind, %message, "a batch of reports was refused; sending them one by one");
                     put_back(&mut self.pending, batch);
-                }
-                Ok(_) | Err(LinkError::Refused { .. }) => {
-                    // Sort it out report by report below.
-                    put_back(&mut self.pending, batch);
-                    break;
+                    return self.deliver_one_by_one(node).await;
                 }
                 Err(LinkError::Retry(why)) => {
                     tracing::debug!(%why, "reports deferred");
@@ -496,56 +432,77 @@ impl Link {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// S0.3: the cores the ends in `batch` free go to queued tasks in the same entry: the
+    /// agent answers once it has handled the ends (its mailbox is in order).
+    async fn add_asks(&mut self, batch: &mut Vec<TaskReport>) -> Result<(), LinkError> {
+        if !batch
+            .iter()
+            .any(|r| matches!(r, TaskReport::Finished { .. }))
+        {
+            return Ok(());
+        }
+        for (task, attempt) in self.asks().await? {
+            let ask = TaskReport::WantsStart { task, attempt };
+            if !batch.contains(&ask) {
+                batch.push(ask);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `batch` as one `TaskReports` message. Once it is taken the agent hears which
+    /// results the master acknowledged and which queued attempts it promoted; an answer of
+    /// another kind counts as a refusal.
+    async fn send_reports(&mut self, node: NodeId, batch: &[TaskReport]) -> Result<(), LinkError> {
+        let req = SlaveRequest::TaskReports {
+            node,
+            reports: batch.to_vec(),
+        };
+        let promoted = match self.call(req).await? {
+            SlaveResponse::Ack => Vec::new(),
+            SlaveResponse::Promoted { tasks } => tasks,
+            other => {
+                return Err(LinkError::Refused {
+                    kind: ErrorKind::Unsupported,
+                    message: format!("unexpected answer to TaskReports: {other:?}"),
+                })
+            }
+        };
+        for r in batch {
+            if let TaskReport::Finished { task, attempt, .. } = r {
+                let (task, attempt) = (*task, *attempt);
+                tracing::debug!(task = %task, attempt, "finish report acknowledged");
+                self.agent
+                    .send(AgentMsg::Acked { task, attempt })
+                    .map_err(|_| LinkError::AgentGone)?;
+            }
+        }
+        if !promoted.is_empty() {
+            self.agent
+                .send(AgentMsg::Promoted { tasks: promoted })
+                .map_err(|_| LinkError::AgentGone)?;
+        }
+        Ok(())
+    }
+
+    /// After a refused batch: each pending report in a batch of its own. A refused start
+    /// report, ask or compression is dropped (a start only informs — the finish report and
+    /// heartbeats carry the same facts —, asks are made again with the next end, and a
+    /// compressed task keeps running at its halved size); a refused result is kept for the
+    /// next round, never dropped.
+    async fn deliver_one_by_one(&mut self, node: NodeId) -> Result<(), LinkError> {
         for _ in 0..self.pending.len() {
             let Some(report) = self.pending.pop_front() else {
                 break;
             };
-            let req = match report {
-                // S0.3: only batches carry asks; a master that predates batches queues no
-                // task on a slave either.
-                Report::WantsStart { .. } => continue,
-                Report::Compressed { task, .. } => {
-                    // Only batches carry compressions; a master that predates batches does
-                    // not know them either (the task keeps running at its halved size).
-                    tracing::warn!(task = %task, "masters do not take compression reports; dropped");
-                    continue;
-                }
-                Report::Started { task, attempt } => SlaveRequest::TaskStarted {
-                    node,
-                    task,
-                    attempt,
-                },
-                Report::Finished {
-                    task,
-                    attempt,
-                    exit_code,
-                    reason,
-                } => SlaveRequest::TaskFinished {
-                    node,
-                    task,
-                    attempt,
-                    exit_code,
-                    reason,
-                },
-            };
-            match self.call(req).await {
-                Ok(SlaveResponse::Ack) => {
-                    if let Report::Finished { task, attempt, .. } = report {
-                        tracing::debug!(task = %task, attempt, "finish report acknowledged");
-                        self.agent
-                            .send(AgentMsg::Acked { task, attempt })
-                            .map_err(|_| LinkError::AgentGone)?;
-                    }
-                }
-                Ok(other) => {
-                    tracing::warn!(?report, answer = ?other, "unexpected answer to a report; will retry");
-                    self.pending.push_back(report);
-                }
+            match self.send_reports(node, std::slice::from_ref(&report)).await {
+                Ok(()) => {}
                 Err(LinkError::Refused { kind, message }) => {
-                    // A start report only informs; the finish report and heartbeats carry
-                    // the same facts, so a refused one is dropped. A result is never dropped.
                     tracing::warn!(?report, ?kind, %message, "master refused a report");
-                    if matches!(report, Report::Finished { .. }) {
+                    if matches!(report, TaskReport::Finished { .. }) {
                         self.pending.push_back(report);
                     }
                 }
@@ -554,7 +511,7 @@ impl Link {
                     // changing): try again at the next tick, without backing off the link.
                     tracing::debug!(?report, %why, "report deferred");
                     self.pending.push_front(report);
-                    break;
+                    return Ok(());
                 }
                 Err(e) => {
                     self.pending.push_front(report);

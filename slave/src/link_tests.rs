@@ -29,19 +29,21 @@ fn link_to(dir: &std::path::Path, master: &str, agent: mpsc::UnboundedSender<Age
     l
 }
 
-fn started(task: u64) -> Report {
-    Report::Started {
+fn started(task: u64) -> TaskReport {
+    TaskReport::Started {
         task: TaskId(task),
         attempt: 1,
     }
 }
 
-fn finished(task: u64) -> Report {
-    Report::Finished {
+fn finished(task: u64) -> TaskReport {
+    TaskReport::Finished {
         task: TaskId(task),
         attempt: 1,
         exit_code: 0,
         reason: None::<TaskReason>,
+        reason_detail: None,
+        usage: None,
     }
 }
 

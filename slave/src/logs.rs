@@ -2,7 +2,7 @@
 //! `hetsched logs` (the master proxies the client's request here).
 //!
 //! While an attempt runs its stdout and stderr are written where they are kept,
-//! `DATA/logs/task-<id>-<attempt>.out|.err` (the paths of [`exec::log_paths`]), on disk: not in
+//! `DATA/logs/task-<id>-<attempt>.out|.err` (the paths of [`attempt::log_paths`]), on disk: not in
 //! the attempt directory on tmpfs ([`crate::runtime_dir`]), whose pages are charged to the
 //! task's memory cgroup and cannot be written back (a task's output would count against its
 //! `--mem`). When it ends, its supervisor keeps them ([`KeepBatch`]): an empty stream is
@@ -15,7 +15,7 @@
 //! prints nothing, which `bench e2e` reads). Kept files stay for as long as the slave keeps
 //! them; a reader looks in the kept files, then the live ones, then the index.
 
-use crate::exec;
+use crate::attempt;
 use hetsched_common::protocol::{Assignment, ErrorKind, ErrorReply, Message, SlaveCommandReply};
 use hetsched_common::{Attempt, JobId, ResourceRequest, TaskId};
 use serde::{Deserialize, Serialize};
@@ -184,7 +184,7 @@ impl KeepBatch {
 /// the agent does for an attempt whose supervisor ended without keeping it (it vanished, or
 /// predates [`Keep`]). Costs two failed `stat`s on tmpfs when there is nothing left.
 pub fn keep_attempt(log_dir: &Path, attempt_dir: &Path, task: TaskId, attempt: Attempt) {
-    let (stdout, stderr) = exec::kept_logs(log_dir, task, attempt);
+    let (stdout, stderr) = attempt::kept_logs(log_dir, task, attempt);
     let (out, err) = live_paths(attempt_dir);
     let mut batch = KeepBatch::default();
     batch.keep((&out, &err), &Keep { stdout, stderr });
@@ -251,9 +251,9 @@ pub fn read_log(
         queued: false,
         engine: None,
     };
-    let (out, err) = exec::log_paths(log_dir, &key);
+    let (out, err) = attempt::log_paths(log_dir, &key);
     let kept = if stderr { err } else { out };
-    let name = exec::attempt_name(task, attempt);
+    let name = attempt::attempt_name(task, attempt);
     let (live_out, live_err) = live_paths(&attempts_dir.join(&name));
     let live = if stderr { live_err } else { live_out };
     let stream = if stderr { "stderr" } else { "stdout" };

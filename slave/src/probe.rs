@@ -16,10 +16,10 @@
 //! rule ([`crate::contention`]), applies its compressions live and reports them, and hands
 //! the samples to the link, which sends them with the next heartbeat.
 
-use crate::agent::{AgentMsg, Report, RunningAttempt};
-use crate::contention::{Contention, TaskSample};
-use crate::exec::{GPU_UTIL_FILE, MEMBW_FILE};
+use crate::attempt::{GPU_UTIL_FILE, MEMBW_FILE};
+use crate::contention::{Compression, Contention, TaskSample};
 use hetsched_common::protocol::ProbeSample;
+use hetsched_common::{Attempt, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -348,6 +348,32 @@ impl Probes {
     }
 }
 
+/// A running attempt as the probes see it (the agent lists them, [`SamplerPort::running`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunningAttempt {
+    /// Task.
+    pub task: TaskId,
+    /// Attempt.
+    pub attempt: Attempt,
+    /// Its CPU allocation now, millicores.
+    pub cpu_milli: u64,
+    /// Its name, directory, processes and GPUs.
+    pub target: ProbeTarget,
+}
+
+/// What the sampling loop asks of the agent and hands to the masters: kept behind this trait
+/// so that the probes know nothing of the agent's mailbox or its reports (the agent
+/// implements it, `crate::agent::SamplerLink`). Each call answers `None` once the agent is
+/// gone, which ends the loop.
+pub trait SamplerPort: Send + 'static {
+    /// The attempts running now, with their processes when `with_pids`.
+    fn running(&self, with_pids: bool) -> Option<oneshot::Receiver<Vec<RunningAttempt>>>;
+    /// Changes a running attempt's CPUs live; the answer says whether it ran and changed.
+    fn set_cpus(&self, c: &Compression) -> Option<oneshot::Receiver<bool>>;
+    /// A compression was applied: the masters hear of it.
+    fn compressed(&self, c: &Compression);
+}
+
 /// Most samples kept for the next heartbeat (older ones are dropped while no master is
 /// reachable).
 pub const MAX_PENDING_SAMPLES: usize = 4096;
@@ -358,8 +384,7 @@ pub async fn run_sampler(
     mut probes: Probes,
     mut rule: Contention,
     period: Duration,
-    agent: mpsc::UnboundedSender<AgentMsg>,
-    reports: mpsc::UnboundedSender<Report>,
+    agent: impl SamplerPort,
     samples: mpsc::UnboundedSender<ProbeSample>,
 ) {
     let mut tick = tokio::time::interval(period);
@@ -367,17 +392,10 @@ pub async fn run_sampler(
     let mut known: BTreeSet<String> = BTreeSet::new();
     loop {
         tick.tick().await;
-        let (tx, rx) = oneshot::channel();
         let with_pids = !(probes.gpu.emulated() && probes.membw.emulated());
-        if agent
-            .send(AgentMsg::Running {
-                with_pids,
-                reply: tx,
-            })
-            .is_err()
-        {
+        let Some(rx) = agent.running(with_pids) else {
             return;
-        }
+        };
         let Ok(running) = rx.await else {
             return;
         };
@@ -410,24 +428,12 @@ pub async fn run_sampler(
                 membw = probes.membw.name(), gpu = probes.gpu.name(),
                 "memory-bandwidth contention with a GPU task: halving the CPU task's cores"
             );
-            let (tx, rx) = oneshot::channel();
-            let msg = AgentMsg::SetCpus {
-                task: c.task,
-                attempt: c.attempt,
-                cpu_milli: c.cpu_milli,
-                reply: tx,
-            };
-            if agent.send(msg).is_err() {
+            let Some(rx) = agent.set_cpus(&c) else {
                 return;
-            }
+            };
             if let Ok(true) = rx.await {
                 metrics::counter!("hetsched_slave_compressions_total").increment(1);
-                let _ = reports.send(Report::Compressed {
-                    task: c.task,
-                    attempt: c.attempt,
-                    cpu_milli: c.cpu_milli,
-                    gpu_task: c.gpu_task,
-                });
+                agent.compressed(&c);
             }
         }
     }

@@ -315,7 +315,7 @@ impl ProgramRuntime {
         stop: &AtomicBool,
     ) -> (Vec<CallRecord>, i32) {
         let path = calls_path(log_dir, a.task.0, a.attempt);
-        let (out_log, _) = crate::exec::log_paths(log_dir, a);
+        let (out_log, _) = crate::attempt::log_paths(log_dir, a);
         let mut out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -22,7 +22,7 @@ pub enum Phase {
     Running,
     /// Its process ended; the result waits for the master's acknowledgement.
     Finished {
-        /// Exit code (see [`crate::exec::exit_code_of`]).
+        /// Exit code (see [`crate::attempt::exit_code_of`]).
         exit_code: i32,
     },
 }

@@ -49,7 +49,7 @@ pub enum StoredPhase {
         #[serde(default)]
         reason: Option<TaskReason>,
     },
-    /// Runs under the supervisor `pid` started at `start_time` (see [`crate::supervisor`]);
+    /// Runs under the supervisor `pid` started at `start_time` (see [`crate::attempt::files`]);
     /// re-adopted on restart while that supervisor lives.
     Supervised {
         /// The supervisor's pid.

@@ -530,12 +530,8 @@ async fn unacked_result_is_reported_again_after_restart() {
         })
         .await;
         master
-            .wait_for("the result in a heartbeat", |r| match r {
-                SlaveRequest::Heartbeat { held, .. } => held
-                    .iter()
-                    .any(|h| h.task.0 == 21 && h.phase == HeldPhase::Finished { exit_code: 3 })
-                    .then_some(()),
-                _ => None,
+            .wait_for("the result in a heartbeat", |r| {
+                heartbeat_holds(r, 21, HeldPhase::Finished { exit_code: 3 })
             })
             .await;
         master
@@ -580,6 +576,17 @@ async fn unacked_result_is_reported_again_after_restart() {
             .then_some(())
     })
     .await;
+}
+
+/// `Some` when `r` is a heartbeat holding `task` in `phase`.
+fn heartbeat_holds(r: &SlaveRequest, task: u64, phase: HeldPhase) -> Option<()> {
+    match r {
+        SlaveRequest::Heartbeat { held, .. } => held
+            .iter()
+            .any(|h| h.task.0 == task && h.phase == phase)
+            .then_some(()),
+        _ => None,
+    }
 }
 
 fn reason_of(r: &SlaveRequest, want: u64) -> Option<(i32, Option<TaskReason>)> {
@@ -1007,4 +1014,168 @@ async fn after_the_runtime_files_are_lost_held_attempts_are_reported_lost_not_st
     .await;
     assert_eq!(read_runs(), vec![(61, task)], "nothing started again");
     assert_eq!(started_count(&master.seen(), 62), 0);
+}
+
+/// The data directory a slave wrote before the attempt files moved to `attempt/` (issue 49),
+/// committed as written; see its README for how it was made.
+const FIXTURE_PRE_ATTEMPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/data-pre-attempt"
+);
+
+/// Copies `src` into `dst` recursively, following symlinks (the attempts directory is one,
+/// to tmpfs) and skipping what git cannot hold (the pool's socket) and what names this machine
+/// (`.owner`: the data directory; `.boot_id`: this boot).
+fn copy_tree(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).expect("mkdir");
+    for e in std::fs::read_dir(src).expect("read_dir").flatten() {
+        let name = e.file_name();
+        if name == ".owner" || name == ".boot_id" {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(e.path()) else {
+            continue;
+        };
+        if meta.is_dir() {
+            copy_tree(&e.path(), &dst.join(&name));
+        } else if meta.is_file() {
+            std::fs::copy(e.path(), dst.join(&name)).expect("copy");
+        }
+    }
+}
+
+/// The supervisor record of an attempt of the slave in `data`: (supervisor pid, task pid).
+async fn supervisor_of(data: &Path, task: u64) -> (i32, i32) {
+    let rec: serde_json::Value = wait_until("the supervisor record", || {
+        let p = data.join(format!("attempts/task-{task}-1/supervisor.json"));
+        serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+    })
+    .await;
+    let pid = |k: &str| rec[k].as_i64().and_then(|p| i32::try_from(p).ok());
+    (pid("pid").expect("pid"), pid("task_pid").expect("task_pid"))
+}
+
+/// Writes [`FIXTURE_PRE_ATTEMPT`] anew into `$HETSCHED_FIXTURE_OUT` with the build at hand:
+/// task 71 finished (exit 3), its result never acknowledged; task 73 ended (exit 5) while the
+/// agent was down, recorded by the pool; task 72 running when the pool and the task were
+/// killed (no exit recorded). Run by hand:
+/// `HETSCHED_FIXTURE_OUT=DIR cargo test -p hetsched-slave --test agent -- --ignored writes_the_pre_attempt_fixture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "writes the committed fixture; run by hand"]
+async fn writes_the_pre_attempt_fixture() {
+    let out =
+        PathBuf::from(std::env::var_os("HETSCHED_FIXTURE_OUT").expect("HETSCHED_FIXTURE_OUT"));
+    let master = FakeMaster::start(Role::Leader {
+        ack_finished: Arc::new(AtomicBool::new(false)),
+        forget: Arc::default(),
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = file(dir.path(), "data");
+    let (pool, t73) = {
+        let _slave = Slave::start(vec![master.addr.clone()], &data);
+        let conn = connect_to_slave(&master).await;
+        for (task, cmd) in [
+            (71, &["sh", "-c", "exit 3"][..]),
+            (72, &["sleep", "1000"][..]),
+            (
+                73,
+                &[
+                    "sh",
+                    "-c",
+                    "trap 'exit 5' USR1; while :; do sleep 0.1; done",
+                ][..],
+            ),
+        ] {
+            assert_eq!(
+                call(&conn, SlaveCommand::Assign(assignment(task, cmd))).await,
+                Message::ToSlaveReply(SlaveCommandReply::Accepted)
+            );
+        }
+        master
+            .wait_for("71's result in a heartbeat", |r| {
+                heartbeat_holds(r, 71, HeldPhase::Finished { exit_code: 3 })
+            })
+            .await;
+        let (pool, _) = supervisor_of(&data, 72).await;
+        let (_, t73) = supervisor_of(&data, 73).await;
+        (pool, t73)
+        // The agent stops here.
+    };
+    let (_, t72) = supervisor_of(&data, 72).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(t73),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .expect("signal task 73");
+    wait_until("73's recorded exit", || {
+        data.join("attempts/task-73-1/status.json")
+            .exists()
+            .then_some(())
+    })
+    .await;
+    for pid in [pool, t72] {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("kill");
+        wait_until("the process to die", || is_gone(pid).then_some(())).await;
+    }
+    copy_tree(&data, &out);
+}
+
+/// A data directory written before the attempt files moved (the committed fixture) is read
+/// by this build as after an agent restart: the unacknowledged result is reported again, the
+/// exit the pool recorded while the agent was down is reported, and the attempt whose pool
+/// died with no record is reported lost; nothing is started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_of_the_pre_attempt_slave_is_read() {
+    let master = FakeMaster::start(FakeMaster::leader()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = file(dir.path(), "data");
+    copy_tree(Path::new(FIXTURE_PRE_ATTEMPT), &data);
+    // The one machine-specific value the slave acts on: the leader it knew (a fake master's
+    // port, long gone, perhaps another test's now). Point it at this test's master.
+    {
+        let store = hetsched_slave::store::Store::open(&data.join("db")).expect("open store");
+        store.set_leader_hint(&master.addr).expect("hint");
+        store.flush().await.expect("flush");
+    }
+    let _slave = Slave::start(vec![master.addr.clone()], &data);
+    let held = master
+        .wait_for("registration", |r| match r {
+            SlaveRequest::Register { held, .. } => Some(held.clone()),
+            _ => None,
+        })
+        .await;
+    let phase = |t: u64| held.iter().find(|h| h.task.0 == t).map(|h| h.phase);
+    assert_eq!(
+        phase(71),
+        Some(HeldPhase::Finished { exit_code: 3 }),
+        "{held:?}"
+    );
+    assert_eq!(phase(72), Some(HeldPhase::Running), "{held:?}");
+    assert_eq!(phase(73), Some(HeldPhase::Running), "{held:?}");
+    for (t, want) in [
+        (71, (3, Some(TaskReason::Exit))),
+        (73, (5, Some(TaskReason::Exit))),
+        (72, (-9, Some(TaskReason::Lost))),
+    ] {
+        let got = master
+            .wait_for("the task's result", |r| reason_of(r, t))
+            .await;
+        assert_eq!(got, want, "task {t}");
+    }
+    let n = master.seen().len();
+    wait_until("an empty heartbeat after the acks", || {
+        master.seen()[n..]
+            .iter()
+            .any(|r| matches!(r, SlaveRequest::Heartbeat { held, .. } if held.is_empty()))
+            .then_some(())
+    })
+    .await;
+    for t in [71, 72, 73] {
+        assert_eq!(started_count(&master.seen(), t), 0, "task {t} not started");
+    }
 }

@@ -2,9 +2,9 @@
 //! started (or failing to start) has its end recorded exactly once, with its own exit code,
 //! whatever the order in which spawns, exits and reaping interleave.
 
-use hetsched_slave::pool::JOURNAL;
-use hetsched_slave::pool_client::PoolClient;
-use hetsched_slave::supervisor::{ExitRecord, Spec, FORMAT_VERSION, STATUS_FILE};
+use hetsched_slave::attempt::files::{ExitRecord, Spec, FORMAT_VERSION, STATUS_FILE};
+use hetsched_slave::attempt::pool::client::PoolClient;
+use hetsched_slave::attempt::pool::protocol::JOURNAL;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

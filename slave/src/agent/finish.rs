@@ -6,8 +6,9 @@
 //! Kept together because these steps are the result's life cycle in the store: written
 //! `Finished`, reported until acknowledged, then completed.
 
-use super::{Agent, ReplyTx, Report};
+use super::{Agent, ReplyTx};
 use crate::store::{StoredPhase, StoredTask};
+use hetsched_common::protocol::TaskReport;
 use hetsched_common::protocol::{Message, SlaveCommandReply};
 use hetsched_common::{Attempt, TaskId, TaskReason};
 
@@ -91,7 +92,7 @@ impl Agent {
             })
         });
         if let Err(e) = r {
-            // Report anyway: the master learning the result beats holding it back; the
+            // TaskReport anyway: the master learning the result beats holding it back; the
             // supervisor's status file still holds it for a restart.
             tracing::error!(task = %task, attempt, error = %e, "cannot persist result");
         }
@@ -103,11 +104,13 @@ impl Agent {
         };
         metrics::counter!("hetsched_slave_tasks_finished_total", "outcome" => outcome).increment(1);
         tracing::info!(task = %task, attempt, exit_code, reason = ?reason, "task finished");
-        let _ = self.reports.send(Report::Finished {
+        let _ = self.reports.send(TaskReport::Finished {
             task,
             attempt,
             exit_code,
             reason,
+            reason_detail: None,
+            usage: None,
         });
     }
 }

@@ -3,9 +3,11 @@
 //!
 //! ```text
 //!  masters ──Assign/StopTask──▶ listener ─┐
-//!  supervisors ──Exited──────────────────┤  AgentMsg   ┌─────────┐   Report   ┌──────┐
+//!  supervisors ──Exited──────────────────┤  AgentMsg   ┌─────────┐ TaskReport ┌──────┐
 //!  link ──Acked / Held?──────────────────┴───────────▶ │  Agent  │ ─────────▶ │ Link │──▶ leader
 //!                                                      └─────────┘            └──────┘
+//!
+//! The agent's reports are the wire's [`TaskReport`]s: the link sends them as they are.
 //! ```
 //!
 //! It is actor-shaped (one mailbox, state touched only here) but a plain tokio task. It takes
@@ -15,12 +17,13 @@
 //! exactly). Finish reports go to the link as soon as their result is written; the link
 //! flushes before it sends them, one fsync per batch of reports.
 //!
-//! Each attempt runs under the slave's long-lived supervisor *process* ([`crate::pool`]), which
-//! outlives the agent (attempts of an older agent may run under a per-attempt supervisor,
-//! [`crate::supervisor`]). Here a small watcher task per attempt waits for the attempt's end
-//! (announced by the pool, or seen by polling its `status.json` and its supervisor's `/proc`
-//! entry after a restart), stops the task when asked, then reads the exit status the
-//! supervisor wrote and mails `Exited` back.
+//! Each attempt runs under the slave's long-lived supervisor *process*
+//! ([`crate::attempt::pool`]), which outlives the agent (attempts of an older agent may run
+//! under a per-attempt supervisor; they read the same, [`crate::attempt::files`]). Here a
+//! small watcher task per attempt waits for the attempt's end (announced by the pool, or seen
+//! by polling its `status.json` and its supervisor's `/proc` entry after a restart), stops
+//! the task when asked, then reads the exit status the supervisor wrote and mails `Exited`
+//! back.
 //!
 //! # Restart: re-adopt, never run twice
 //! An attempt counts as started once its directory exists. On start every attempt the store
@@ -54,10 +57,11 @@ mod watched;
 pub use assign::assign_batch;
 pub use watched::outcome_of;
 
-use crate::exec::{self, Launcher};
+use crate::attempt::{self, Launcher};
+use crate::probe::RunningAttempt;
 use crate::queue::LocalQueue;
 use crate::store::Store;
-use hetsched_common::protocol::{Assignment, HeldTask, Message};
+use hetsched_common::protocol::{Assignment, HeldTask, Message, TaskReport};
 use hetsched_common::{Attempt, TaskId, TaskReason};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -96,7 +100,7 @@ pub enum AgentMsg {
         task: TaskId,
         /// Attempt.
         attempt: Attempt,
-        /// Exit code, per [`exec`]'s convention.
+        /// Exit code, per [`attempt`]'s convention.
         exit_code: i32,
         /// Why it ended (`None`: a normal exit).
         reason: Option<TaskReason>,
@@ -162,58 +166,42 @@ pub enum AgentMsg {
     },
 }
 
-/// A running attempt as the probes see it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RunningAttempt {
-    /// Task.
-    pub task: TaskId,
-    /// Attempt.
-    pub attempt: Attempt,
-    /// Its CPU allocation now, millicores.
-    pub cpu_milli: u64,
-    /// Its name, directory, processes and GPUs.
-    pub target: crate::probe::ProbeTarget,
+/// The probes' sampling loop's way to the agent and the masters
+/// ([`crate::probe::SamplerPort`]): the agent's mailbox and the link's reports.
+#[derive(Clone, Debug)]
+pub struct SamplerLink {
+    /// The agent's mailbox.
+    pub mailbox: mpsc::UnboundedSender<AgentMsg>,
+    /// The reports to the masters.
+    pub reports: mpsc::UnboundedSender<TaskReport>,
 }
 
-/// A report for the masters, delivered by the link.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Report {
-    /// The process started (best effort: the finish report and heartbeats supersede it).
-    Started {
-        /// Task.
-        task: TaskId,
-        /// Attempt.
-        attempt: Attempt,
-    },
-    /// The process ended; persisted, retried until acknowledged.
-    Finished {
-        /// Task.
-        task: TaskId,
-        /// Attempt.
-        attempt: Attempt,
-        /// Exit code.
-        exit_code: i32,
-        /// Why (`None`: a normal exit; `lost`: the attempt vanished, to be run again).
-        reason: Option<TaskReason>,
-    },
-    /// S3.6: the contention rule halved a CPU task's cores (already applied live).
-    Compressed {
-        /// The CPU task.
-        task: TaskId,
-        /// Its attempt.
-        attempt: Attempt,
-        /// Its new allocation, millicores.
-        cpu_milli: u64,
-        /// The GPU task that suffered.
-        gpu_task: TaskId,
-    },
-    /// S0.3: asks the leader to start a queued attempt (see `promote`).
-    WantsStart {
-        /// Task.
-        task: TaskId,
-        /// Attempt.
-        attempt: Attempt,
-    },
+impl crate::probe::SamplerPort for SamplerLink {
+    fn running(&self, with_pids: bool) -> Option<oneshot::Receiver<Vec<RunningAttempt>>> {
+        let (reply, rx) = oneshot::channel();
+        let msg = AgentMsg::Running { with_pids, reply };
+        self.mailbox.send(msg).ok().map(|()| rx)
+    }
+
+    fn set_cpus(&self, c: &crate::contention::Compression) -> Option<oneshot::Receiver<bool>> {
+        let (reply, rx) = oneshot::channel();
+        let msg = AgentMsg::SetCpus {
+            task: c.task,
+            attempt: c.attempt,
+            cpu_milli: c.cpu_milli,
+            reply,
+        };
+        self.mailbox.send(msg).ok().map(|()| rx)
+    }
+
+    fn compressed(&self, c: &crate::contention::Compression) {
+        let _ = self.reports.send(TaskReport::Compressed {
+            task: c.task,
+            attempt: c.attempt,
+            cpu_milli: c.cpu_milli,
+            gpu_task: c.gpu_task,
+        });
+    }
 }
 
 /// What the agent needs to run API-program tasks (S0) in-process.
@@ -235,7 +223,7 @@ pub struct Agent {
     /// Started attempts found at restore, watched once `run` starts.
     adopt: Vec<Watched>,
     mailbox: mpsc::UnboundedSender<AgentMsg>,
-    reports: mpsc::UnboundedSender<Report>,
+    reports: mpsc::UnboundedSender<TaskReport>,
     programs: Option<ProgramHooks>,
     asked: promote::Asked,
     /// S0.2: the GPU engine units each running command task's granted devices take out of
@@ -243,8 +231,9 @@ pub struct Agent {
     gpu_holds: HashMap<(TaskId, Attempt), crate::engine::held::HeldUnits>,
     /// Answers waiting for the batch's flush (`commit`).
     deferred: commit::Deferred,
-    /// The slave's long-lived supervisor, which starts and reaps every task.
-    pool: std::sync::Arc<crate::pool_client::PoolClient>,
+    /// What starts command tasks ([`crate::attempt::Launch`]): the slave's long-lived
+    /// supervisor pool, which starts and reaps every task.
+    launch: std::sync::Arc<dyn crate::attempt::Launch>,
 }
 
 /// The most messages handled before one flush: bounds how long the first answer of a
@@ -349,7 +338,7 @@ impl Agent {
             .filter(|a| self.running.contains_key(&(a.task, a.attempt)))
             .filter(|a| a.command != [hetsched_common::program::PROGRAM_COMMAND])
             .map(|a| {
-                let name = exec::attempt_name(a.task, a.attempt);
+                let name = attempt::attempt_name(a.task, a.attempt);
                 let dir = self.launcher.attempt_dir(a.task, a.attempt);
                 let mut pids = BTreeSet::new();
                 if with_pids {
@@ -357,7 +346,7 @@ impl Agent {
                 }
                 if with_pids && pids.is_empty() {
                     // No cgroup: the processes marked with this attempt.
-                    pids.extend(exec::marked_processes(a.task, a.attempt, &dir));
+                    pids.extend(attempt::marked_processes(a.task, a.attempt, &dir));
                 }
                 RunningAttempt {
                     task: a.task,
@@ -390,9 +379,9 @@ impl Agent {
         if !self.queue.set_cpus(task, attempt, cpu_milli) {
             return false;
         }
-        let name = exec::attempt_name(task, attempt);
+        let name = attempt::attempt_name(task, attempt);
         let dir = self.launcher.attempt_dir(task, attempt);
-        match exec::set_cpus(&dir, &self.launcher.cgroups.attempt(&name), cpu_milli) {
+        match attempt::set_cpus(&dir, &self.launcher.cgroups.attempt(&name), cpu_milli) {
             Ok(()) => {
                 if old != cpu_milli {
                     tracing::info!(task = %task, attempt, from_milli = old, to_milli = cpu_milli, "CPU allocation changed live");

@@ -1,13 +1,14 @@
 //! S0.3 promotion, the slave's side: a queued assignment (`Assignment::queued`) never starts
 //! on this slave's own say. When its cores free up the agent asks the leader
-//! (`Report::WantsStart`, delivered by the link in the same batch as the finish report that
+//! (`TaskReport::WantsStart`, delivered by the link in the same batch as the finish report that
 //! freed them, so the ask costs no extra round trip); the leader commits the start in the
 //! replicated state and answers with the attempts it promoted, and only then does the pump
 //! start them (docs/DESIGN.md, S0.3). An ask the leader could not grant (its room is
 //! promised to a preemptor, or held after a compression) is asked again when more cores free
 //! up here, and by the link with every heartbeat.
 
-use super::{Agent, Report};
+use super::Agent;
+use hetsched_common::protocol::TaskReport;
 use hetsched_common::{Attempt, TaskId};
 
 /// The last asks sent, and the cores running when they were: asked again when they change
@@ -32,7 +33,7 @@ impl Agent {
             return;
         }
         for &(task, attempt) in &asks {
-            let _ = self.reports.send(Report::WantsStart { task, attempt });
+            let _ = self.reports.send(TaskReport::WantsStart { task, attempt });
         }
         tracing::debug!(?asks, "asked the leader to start queued tasks");
         self.asked = Asked {

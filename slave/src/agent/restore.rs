@@ -7,11 +7,12 @@
 //! attempts no longer held are killed and removed before anything new starts.
 
 use super::watched::Watched;
-use super::{Agent, AgentMsg, Report};
-use crate::exec::{self, Launcher};
+use super::{Agent, AgentMsg};
+use crate::attempt::files::{self, SupervisorRecord, SUPERVISOR_FILE};
+use crate::attempt::{self, Launcher};
 use crate::queue::{LocalQueue, Phase};
 use crate::store::{Store, StoreError, StoredPhase};
-use crate::supervisor::{self, SupervisorRecord, SUPERVISOR_FILE};
+use hetsched_common::protocol::TaskReport;
 use hetsched_common::{Attempt, TaskId};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -34,7 +35,7 @@ impl Agent {
         launcher: Launcher,
         grace: Duration,
         mailbox: mpsc::UnboundedSender<AgentMsg>,
-        reports: mpsc::UnboundedSender<Report>,
+        reports: mpsc::UnboundedSender<TaskReport>,
     ) -> Result<Self, StoreError> {
         let loaded = store.load()?;
         let mut queue = LocalQueue::new(cpu_capacity_milli);
@@ -75,11 +76,13 @@ impl Agent {
                     Phase::Running
                 }
                 StoredPhase::Finished { exit_code, reason } => {
-                    let _ = reports.send(Report::Finished {
+                    let _ = reports.send(TaskReport::Finished {
                         task,
                         attempt,
                         exit_code,
                         reason,
+                        reason_detail: None,
+                        usage: None,
                     });
                     Phase::Finished { exit_code }
                 }
@@ -91,12 +94,12 @@ impl Agent {
         }
         let keep: BTreeSet<String> = adopt
             .iter()
-            .map(|w| exec::attempt_name(w.task, w.attempt))
+            .map(|w| attempt::attempt_name(w.task, w.attempt))
             .collect();
         let held: BTreeSet<String> = queue
             .held()
             .iter()
-            .map(|h| exec::attempt_name(h.task, h.attempt))
+            .map(|h| attempt::attempt_name(h.task, h.attempt))
             .collect();
         sweep_unheld_attempts(&launcher, &held);
         let removed = launcher.cgroups.clean_stale(&keep);
@@ -120,7 +123,7 @@ impl Agent {
             asked: Default::default(),
             gpu_holds: HashMap::new(),
             deferred: Default::default(),
-            pool: std::sync::Arc::new(crate::pool_client::PoolClient::new(
+            launch: std::sync::Arc::new(crate::attempt::pool::client::PoolClient::new(
                 launcher_supervisor,
                 pool_dir,
             )),
@@ -145,10 +148,10 @@ fn sweep_unheld_attempts(launcher: &Launcher, held: &BTreeSet<String>) {
             .and_then(|r| r.split_once('-'))
             .and_then(|(t, a)| Some((TaskId(t.parse().ok()?), a.parse::<Attempt>().ok()?)));
         if let Some((task, attempt)) = parsed {
-            let pgid = supervisor::read_json::<SupervisorRecord>(&e.path().join(SUPERVISOR_FILE))
+            let pgid = files::read_json::<SupervisorRecord>(&e.path().join(SUPERVISOR_FILE))
                 .map(|r| r.task_pid);
             let cg = launcher.cgroups.attempt(&name);
-            let found = exec::kill_attempt_leftovers(task, attempt, &e.path(), &cg, pgid);
+            let found = attempt::kill_attempt_leftovers(task, attempt, &e.path(), &cg, pgid);
             if found > 0 {
                 tracing::warn!(task = %task, attempt, processes = found, "killed a superseded attempt left from before the restart");
             }

@@ -10,10 +10,11 @@
 
 use super::stop::StopRequest;
 use super::watched::Watched;
-use super::{Agent, AgentMsg, ProgramHooks, Report};
-use crate::exec::{self, SpawnError};
+use super::{Agent, AgentMsg, ProgramHooks};
+use crate::attempt::{self, SpawnError};
 use crate::store::{StoredPhase, StoredTask};
 use hetsched_common::protocol::Assignment;
+use hetsched_common::protocol::TaskReport;
 use hetsched_common::TaskReason;
 use tokio::sync::mpsc;
 
@@ -29,17 +30,17 @@ impl Agent {
             }
             let (task, attempt) = (a.task, a.attempt);
             let launched = self.launcher.prepare(&a).and_then(|(dir, spec)| {
-                self.pool
-                    .start(&dir, &spec)
+                self.launch
+                    .launch(&dir, &spec)
                     .map_err(|source| SpawnError::Io {
-                        path: self.launcher.pool_dir(),
+                        path: self.launch.home(),
                         source,
                     })
             });
             match launched {
                 Ok(started) => {
                     tracing::debug!(target: "hetsched::trace", task = %task, attempt, "pump: handed to the supervisor pool");
-                    let (pid, start_time) = started.pool;
+                    let (pid, start_time) = started.supervisor;
                     let seq = self.store.seq_of(task);
                     // Not flushed here: the next batch's flush carries it. A restart of the
                     // agent finds the attempt by its directory and its supervisor's record
@@ -63,7 +64,7 @@ impl Agent {
                     self.hold_gpus(&a);
                     metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
                     tracing::info!(task = %task, attempt, supervisor = pid, command = ?a.command, "task started");
-                    let _ = self.reports.send(Report::Started { task, attempt });
+                    let _ = self.reports.send(TaskReport::Started { task, attempt });
                     let w = Watched::started(
                         &self.launcher,
                         task,
@@ -80,12 +81,12 @@ impl Agent {
                     self.watch(w);
                 }
                 Err(e) => {
-                    tracing::error!(task = %task, attempt, error = %e, exit_code = exec::EXIT_CANNOT_START, "task cannot start");
-                    exec::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {e}"));
+                    tracing::error!(task = %task, attempt, error = %e, exit_code = attempt::EXIT_CANNOT_START, "task cannot start");
+                    attempt::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {e}"));
                     self.finished(
                         task,
                         attempt,
-                        exec::EXIT_CANNOT_START,
+                        attempt::EXIT_CANNOT_START,
                         Some(TaskReason::CannotStart),
                     );
                 }
@@ -112,7 +113,7 @@ impl Agent {
             Ok(p) => p,
             Err(why) => {
                 tracing::error!(task = %task, attempt, %why, "program task cannot start");
-                exec::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {why}"));
+                attempt::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {why}"));
                 self.finished(
                     task,
                     attempt,
@@ -124,7 +125,7 @@ impl Agent {
         };
         metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
         tracing::info!(task = %task, attempt, calls = program.calls.len(), "program task started");
-        let _ = self.reports.send(Report::Started { task, attempt });
+        let _ = self.reports.send(TaskReport::Started { task, attempt });
         let (stop_tx, mut stop_rx) = mpsc::unbounded_channel::<StopRequest>();
         self.running.insert((task, attempt), stop_tx);
         let (log_dir, mailbox) = (self.launcher.log_dir.clone(), self.mailbox.clone());

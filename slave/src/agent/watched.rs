@@ -9,9 +9,9 @@
 
 use super::stop::StopRequest;
 use super::AgentMsg;
+use crate::attempt::files::{self, ExitRecord, SupervisorRecord, STATUS_FILE, SUPERVISOR_FILE};
+use crate::attempt::{self, procfs, Launcher};
 use crate::cgroup::AttemptCgroup;
-use crate::exec::{self, Launcher};
-use crate::supervisor::{self, ExitRecord, SupervisorRecord, STATUS_FILE, SUPERVISOR_FILE};
 use hetsched_common::{Attempt, TaskId, TaskReason};
 use nix::sys::signal::Signal;
 use std::path::PathBuf;
@@ -56,7 +56,7 @@ impl Watched {
     ) -> Self {
         let mut w = Self::started(launcher, task, attempt, stored, None);
         // The supervisor's own record wins: it is written by the process itself.
-        if let Some(r) = supervisor::read_json::<SupervisorRecord>(&w.dir.join(SUPERVISOR_FILE)) {
+        if let Some(r) = files::read_json::<SupervisorRecord>(&w.dir.join(SUPERVISOR_FILE)) {
             w.supervisor = Some((r.pid, r.start_time));
         }
         w.legacy_pgid = legacy_pgid;
@@ -76,7 +76,9 @@ impl Watched {
         Self {
             task,
             attempt,
-            cgroup: launcher.cgroups.attempt(&exec::attempt_name(task, attempt)),
+            cgroup: launcher
+                .cgroups
+                .attempt(&attempt::attempt_name(task, attempt)),
             dir: launcher.attempt_dir(task, attempt),
             log_dir: launcher.log_dir.clone(),
             pool_dir: launcher.pool_dir(),
@@ -88,7 +90,7 @@ impl Watched {
 
     fn supervisor_alive(&self) -> bool {
         self.supervisor
-            .is_some_and(|(pid, start)| supervisor::is_alive(pid, start))
+            .is_some_and(|(pid, start)| procfs::is_alive(pid, start))
     }
 
     /// Whether the attempt has ended: its exit is recorded, or its supervisor is gone (the
@@ -122,9 +124,7 @@ impl Watched {
     /// appear after the start).
     async fn task_pgid(&self) -> Option<i32> {
         for _ in 0..100 {
-            if let Some(r) =
-                supervisor::read_json::<SupervisorRecord>(&self.dir.join(SUPERVISOR_FILE))
-            {
+            if let Some(r) = files::read_json::<SupervisorRecord>(&self.dir.join(SUPERVISOR_FILE)) {
                 return Some(r.task_pid);
             }
             if !self.supervisor_alive() {
@@ -140,14 +140,14 @@ impl Watched {
     async fn stop(&mut self, grace: Duration) {
         let pgid = self.task_pgid().await;
         if let Some(pgid) = pgid {
-            exec::signal_group(pgid, Signal::SIGTERM);
+            attempt::signal_group(pgid, Signal::SIGTERM);
         }
         if tokio::time::timeout(grace, self.supervisor_gone())
             .await
             .is_err()
         {
             if let Some(pgid) = pgid {
-                exec::signal_group(pgid, Signal::SIGKILL);
+                attempt::signal_group(pgid, Signal::SIGKILL);
             }
             let cg = self.cgroup.clone();
             let _ = tokio::task::spawn_blocking(move || cg.kill_all()).await;
@@ -180,7 +180,7 @@ impl Watched {
         let (task, attempt) = (self.task, self.attempt);
         let (exit_code, reason) = tokio::task::spawn_blocking(move || self.collect())
             .await
-            .unwrap_or((exec::EXIT_LOST, Some(TaskReason::Lost)));
+            .unwrap_or((attempt::EXIT_LOST, Some(TaskReason::Lost)));
         let _ = mailbox.send(AgentMsg::Exited {
             task,
             attempt,
@@ -193,9 +193,9 @@ impl Watched {
     /// After the supervisor is gone: the recorded exit, or — with no record — the attempt's
     /// leftovers killed and the attempt reported lost. The attempt's cgroup is removed.
     fn collect(self) -> (i32, Option<TaskReason>) {
-        let name = exec::attempt_name(self.task, self.attempt);
-        let status = supervisor::read_json::<ExitRecord>(&self.dir.join(STATUS_FILE))
-            .or_else(|| crate::pool::journaled_exit(&self.pool_dir, &name));
+        let name = attempt::attempt_name(self.task, self.attempt);
+        let status = files::read_json::<ExitRecord>(&self.dir.join(STATUS_FILE))
+            .or_else(|| attempt::pool::protocol::journaled_exit(&self.pool_dir, &name));
         let mut emptied = false;
         let result = match status {
             Some(rec) => {
@@ -205,11 +205,10 @@ impl Watched {
                 outcome_of(&rec)
             }
             None => {
-                let pgid =
-                    supervisor::read_json::<SupervisorRecord>(&self.dir.join(SUPERVISOR_FILE))
-                        .map(|r| r.task_pid)
-                        .or(self.legacy_pgid);
-                let found = exec::kill_attempt_leftovers(
+                let pgid = files::read_json::<SupervisorRecord>(&self.dir.join(SUPERVISOR_FILE))
+                    .map(|r| r.task_pid)
+                    .or(self.legacy_pgid);
+                let found = attempt::kill_attempt_leftovers(
                     self.task,
                     self.attempt,
                     &self.dir,
@@ -217,7 +216,7 @@ impl Watched {
                     pgid,
                 );
                 tracing::warn!(task = %self.task, attempt = self.attempt, leftovers = found, "supervisor gone without an exit status; attempt lost");
-                (exec::EXIT_LOST, Some(TaskReason::Lost))
+                (attempt::EXIT_LOST, Some(TaskReason::Lost))
             }
         };
         if emptied {

@@ -1,4 +1,4 @@
-//! `hetsched-supervise ATTEMPT_DIR`: the per-attempt supervisor as a helper binary of its own
+//! `hetsched-supervise --pool DIR`: the slave's supervisor pool as a helper binary of its own
 //! (the same code as the hidden `hetsched supervise`; see `hetsched_slave::supervisor`).
 
 fn main() {

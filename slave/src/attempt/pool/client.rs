@@ -1,13 +1,14 @@
-//! The agent's side of the slave's long-lived supervisor ([`crate::pool`]): connecting to it
-//! (starting it when none runs), asking it to start attempts, and waking each attempt's
-//! watcher when the pool announces its end.
+//! The agent's side of the slave's long-lived supervisor ([`super::server`]): connecting to
+//! it (starting it when none runs), asking it to start attempts — the [`Launch`] of command
+//! tasks — and waking each attempt's watcher when the pool announces its end.
 //!
 //! Announcements are only a shortcut: a watcher also checks `status.json` and the pool's
 //! liveness on its own (`agent::watched`), so a lost connection, a restarted agent or a
 //! dead pool never loses an exit, it only delays its discovery by a poll period.
 
-use crate::pool::{ENV_POOL, SOCKET};
-use crate::supervisor::Spec;
+use super::protocol::{self, ENV_POOL, SOCKET};
+use crate::attempt::files::Spec;
+use crate::attempt::{Launch, Started};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -38,14 +39,6 @@ pub struct PoolClient {
     waiters: Waiters,
 }
 
-/// A started attempt: who supervises it, and a signal fired when its end is announced.
-pub struct PoolStarted {
-    /// The pool's pid and start time.
-    pub pool: (i32, u64),
-    /// Fires (or is dropped) when the pool announces the attempt's end or the connection is lost.
-    pub ended: oneshot::Receiver<()>,
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -62,12 +55,11 @@ impl PoolClient {
     }
 
     /// Asks the pool to start the attempt prepared in `attempt_dir` as `spec` says (see
-    /// [`crate::exec::Launcher::prepare`]).
-    pub fn start(&self, attempt_dir: &Path, spec: &Spec) -> std::io::Result<PoolStarted> {
-        let spec = serde_json::to_string(spec).map_err(std::io::Error::other)?;
+    /// [`crate::attempt::Launcher::prepare`]).
+    pub fn start(&self, attempt_dir: &Path, spec: &Spec) -> std::io::Result<Started> {
+        let line = protocol::start(attempt_dir, spec).map_err(std::io::Error::other)?;
         let (tx, ended) = oneshot::channel();
         lock(&self.waiters).insert(attempt_dir.to_path_buf(), tx);
-        let line = format!("start {}\t{spec}\n", attempt_dir.display());
         let mut conn = lock(&self.conn);
         // One retry on a fresh connection: the pool may have exited while idle.
         for _ in 0..2 {
@@ -76,8 +68,8 @@ impl PoolClient {
             }
             if let Some(c) = conn.as_mut() {
                 if c.stream.write_all(line.as_bytes()).is_ok() {
-                    return Ok(PoolStarted {
-                        pool: c.pool,
+                    return Ok(Started {
+                        supervisor: c.pool,
                         ended,
                     });
                 }
@@ -110,11 +102,7 @@ impl PoolClient {
         let mut reader = BufReader::new(stream.try_clone()?);
         let mut hello = String::new();
         reader.read_line(&mut hello)?;
-        let mut f = hello
-            .split_whitespace()
-            .skip(1)
-            .map(|x| x.parse::<i64>().ok());
-        let (Some(Some(pid)), Some(Some(start))) = (f.next(), f.next()) else {
+        let Some((pid, start)) = protocol::parse_hello(hello.trim_end()) else {
             return Err(std::io::Error::other(format!(
                 "unexpected greeting from the supervisor pool: {hello:?}"
             )));
@@ -126,7 +114,7 @@ impl PoolClient {
         tracing::debug!(pool = pid, "connected to the supervisor pool");
         Ok(Conn {
             stream,
-            pool: (pid as i32, start as u64),
+            pool: (pid, start),
         })
     }
 
@@ -159,13 +147,23 @@ impl PoolClient {
     }
 }
 
+impl Launch for PoolClient {
+    fn launch(&self, dir: &Path, spec: &Spec) -> std::io::Result<Started> {
+        self.start(dir, spec)
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.clone()
+    }
+}
+
 /// Fires the waiter of each announced end; at the end of the connection, every waiter (each
 /// watcher then checks on its own).
 fn read_exits(reader: BufReader<UnixStream>, waiters: &Waiters) {
     for line in reader.lines() {
         let Ok(line) = line else { break };
-        if let Some(dir) = line.strip_prefix("exited ") {
-            if let Some(tx) = lock(waiters).remove(Path::new(dir)) {
+        if let Some(dir) = protocol::parse_exited(&line) {
+            if let Some(tx) = lock(waiters).remove(dir) {
                 let _ = tx.send(());
             }
         }

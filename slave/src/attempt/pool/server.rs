@@ -1,7 +1,7 @@
 //! The slave's long-lived supervisor: one process per slave (`hetsched supervise --pool DIR`)
 //! that starts every task attempt, is the parent of each, reaps them, and records how each
-//! ended — what the per-attempt supervisor ([`crate::supervisor`]) does, without an exec of
-//! a supervisor and two fsyncs per task.
+//! ended — what a per-attempt supervisor did before it, without an exec of a supervisor and
+//! two fsyncs per task.
 //!
 //! It keeps every guarantee of supervision (docs/DESIGN.md, "Node loss"):
 //! - **Tasks outlive the agent**: the pool runs in a session of its own and does not end with
@@ -16,20 +16,18 @@
 //!   written beside (atomically, for readers) and the journal is where a machine crash finds
 //!   a result whose `status.json` did not reach the disk.
 //!
-//! Protocol on the Unix socket `DIR/pool.sock`, one line per message: the pool greets each
-//! connection with `hello PID START_TIME`; the agent sends `start ATTEMPT_DIR<TAB>SPEC`
-//! (the [`Spec`] as one line of JSON: no `spec.json` to create, read and delete); the pool
-//! answers nothing for a start (its failures end as a `cannot_start` status) and sends
-//! `exited ATTEMPT_DIR` once an attempt's end is durable. Only the newest connection hears
-//! exits. The pool exits when it has no task and no agent for [`IDLE_EXIT`].
+//! It speaks [`super::protocol`]. Only the newest connection hears exits. The pool exits
+//! when it has no task and no agent for [`IDLE_EXIT`].
 
-use crate::supervisor::{
-    self, cannot_start, proc_start_time, write_atomically, ExitRecord, Spec, SupervisorRecord,
-    FORMAT_VERSION, SPEC_FILE, STATUS_FILE, SUPERVISOR_FILE,
+use super::protocol::{self, JournalEntry, ENV_POOL, JOURNAL, SOCKET};
+use crate::attempt::files::{
+    self, cannot_start, write_atomically, ExitRecord, Spec, SupervisorRecord, FORMAT_VERSION,
+    SPEC_FILE, STATUS_FILE, SUPERVISOR_FILE,
 };
+use crate::attempt::procfs::{self, proc_start_time};
+use crate::attempt::task;
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
-use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -37,15 +35,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// The socket's file name in the pool directory.
-pub const SOCKET: &str = "pool.sock";
-/// The exit journal's file name in the pool directory.
-pub const JOURNAL: &str = "exits.jsonl";
 /// The lock that keeps one pool per directory.
 const LOCK: &str = "pool.lock";
-/// The environment variable naming the pool directory in the pool's own environment (so
-/// that whoever cleans up a data directory finds the pool); tasks do not inherit it.
-pub const ENV_POOL: &str = "HETSCHED_SUPERVISOR_POOL";
 /// How long the pool lingers with no task and no agent before it exits.
 pub const IDLE_EXIT: Duration = Duration::from_secs(2);
 /// Spare log files kept ready after each start (an attempt takes two).
@@ -56,25 +47,6 @@ const JOURNAL_COMPACT_BYTES: u64 = 4 << 20;
 const MAX_STARTERS: usize = 64;
 /// How long a starting thread waits for another start before it ends.
 const STARTER_IDLE: Duration = Duration::from_secs(10);
-
-/// One journal line: an attempt directory's name and how it ended.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct JournalEntry {
-    /// The attempt directory's name (`task-<id>-<attempt>`).
-    pub attempt: String,
-    /// Its end.
-    pub exit: ExitRecord,
-}
-
-/// The journaled end of the attempt named `attempt`, if the journal in `pool_dir` has one.
-pub fn journaled_exit(pool_dir: &Path, attempt: &str) -> Option<ExitRecord> {
-    let text = std::fs::read_to_string(pool_dir.join(JOURNAL)).ok()?;
-    text.lines()
-        .rev()
-        .filter_map(|l| serde_json::from_str::<JournalEntry>(l).ok())
-        .find(|e| e.attempt == attempt)
-        .map(|e| e.exit)
-}
 
 /// A running task: where its attempt lives and what to clean up after it.
 struct Running {
@@ -119,7 +91,7 @@ struct Pool {
 /// every time) and made when every kept one is busy, up to [`MAX_STARTERS`].
 #[derive(Default)]
 struct Starts {
-    /// Requests (`ATTEMPT_DIR<TAB>SPEC`), oldest first.
+    /// `start` lines ([`protocol::parse_start`]), oldest first.
     queue: VecDeque<String>,
     /// Threads waiting for a request.
     idle: usize,
@@ -217,14 +189,17 @@ fn serve(pool: Arc<Pool>, conn: UnixStream) {
     let Ok(mut out) = conn.try_clone() else {
         return;
     };
-    if writeln!(out, "hello {} {}", pool.me.0, pool.me.1).is_err() {
+    if out
+        .write_all(protocol::hello(pool.me.0, pool.me.1).as_bytes())
+        .is_err()
+    {
         return;
     }
     lock(&pool.state).agent = Some(out);
     for line in BufReader::new(conn).lines() {
         let Ok(line) = line else { break };
-        if let Some(req) = line.strip_prefix("start ") {
-            queue_start(&pool, req.to_string());
+        if protocol::parse_start(&line).is_some() {
+            queue_start(&pool, line);
         }
     }
     let mut s = lock(&pool.state);
@@ -275,9 +250,8 @@ fn starter(pool: &Pool) {
             return;
         };
         drop(q);
-        match req.split_once('\t') {
-            Some((dir, spec)) => start(pool, Path::new(dir), Some(spec)),
-            None => start(pool, Path::new(&req), None),
+        if let Some((dir, spec)) = protocol::parse_start(&req) {
+            start(pool, dir, spec);
         }
     }
 }
@@ -302,7 +276,7 @@ fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
     // no spawn is in progress (it may be this one's, or one whose exec failed, which the
     // spawn reaps itself).
     lock(&pool.state).spawning += 1;
-    let spawned = match supervisor::task_spawn(&spec, &[ENV_POOL], &pool.spares) {
+    let spawned = match task::task_spawn(&spec, &[ENV_POOL], &pool.spares) {
         Ok(r) => r,
         Err(rec) => {
             lock(&pool.state).spawning -= 1;
@@ -354,7 +328,7 @@ fn start(pool: &Pool, dir: &Path, inline: Option<&str>) {
             done(&mut lock(&pool.state));
             let program = spec.argv.first().map(String::as_str).unwrap_or_default();
             let why = format!("cannot start {program:?}: {e}");
-            supervisor::note(&spec, &why);
+            task::note(&spec, &why);
             ended(
                 pool,
                 vec![(dir.to_path_buf(), cannot_start(why), Some(spec))],
@@ -394,7 +368,7 @@ fn reap(pool: &Pool) {
             let (exit_code, signal) = match status {
                 Ok(WaitStatus::Exited(_, code)) => (code, None),
                 Ok(WaitStatus::Signaled(_, sig, _)) => (-(sig as i32), Some(sig as i32)),
-                _ => (crate::exec::EXIT_CANNOT_START, None),
+                _ => (crate::attempt::EXIT_CANNOT_START, None),
             };
             if let Some(r) = known {
                 batch.push((pid, exit_code, signal, r));
@@ -405,7 +379,7 @@ fn reap(pool: &Pool) {
         for (pid, exit_code, signal, r) in batch {
             // Whatever the task left behind ends with it, as under a per-attempt supervisor.
             let _ = killpg(pid, Signal::SIGKILL);
-            supervisor::kill_cgroup_members(&r.spec.cgroup_procs);
+            procfs::kill_cgroup_members(&r.spec.cgroup_procs);
             let oom_kills = r
                 .spec
                 .oom_counter
@@ -479,7 +453,7 @@ fn ended(pool: &Pool, ends: Vec<(PathBuf, ExitRecord, Option<Spec>)>) {
         {
             eprintln!("hetsched supervise --pool: cannot write the exit status: {e}");
         }
-        announce.push_str(&format!("exited {}\n", dir.display()));
+        announce.push_str(&protocol::exited(dir));
     }
     let mut s = lock(&pool.state);
     if let Some(out) = &mut s.agent {
@@ -510,7 +484,7 @@ fn compact(journal: &Path) {
         })
         .map(|l| format!("{l}\n"))
         .collect();
-    if let Err(e) = supervisor::write_durably(journal, kept.as_bytes()) {
+    if let Err(e) = files::write_durably(journal, kept.as_bytes()) {
         eprintln!("hetsched supervise --pool: cannot compact the journal: {e}");
     }
 }

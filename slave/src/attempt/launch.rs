@@ -1,66 +1,16 @@
-//! Starting task attempts under their supervisors ([`crate::supervisor`]), their
-//! environment, their output files, and ending what is left of them.
-//!
-//! # Exit-code convention
-//! - A process that exits normally reports its own exit status (0–255).
-//! - A process killed by signal N reports **−N** (SIGTERM → −15, SIGKILL → −9), as the
-//!   protocol's `HeldPhase::Finished` documents. Unlike the shell's 128+N this cannot be
-//!   confused with a program that itself exits 143.
-//! - A command that cannot be started (empty argv, no such program, not executable, log files
-//!   not creatable) reports **127** (the shell's "command not found") with an error log line.
+//! Preparing a task attempt for its launcher: its directory (the "started" mark), its cgroup
+//! with the task's limits, its `cpus` file, its environment and log files — the [`Spec`] a
+//! [`super::Launch`] starts it from — and changing a running attempt's CPU allocation live.
 
-use crate::cgroup::{AttemptCgroup, Cgroups, Limits};
-use crate::supervisor::{
-    proc_start_time, write_atomically, Spec, CPUS_FILE, FORMAT_VERSION, SPEC_FILE, STATUS_FILE,
-    SUPERVISOR_FILE, SUPERVISOR_LOG,
+use super::files::{
+    write_atomically, Spec, CPUS_FILE, FORMAT_VERSION, STATUS_FILE, SUPERVISOR_FILE,
 };
+use super::{attempt_name, log_paths};
+use crate::cgroup::{AttemptCgroup, Cgroups, Limits};
 use hetsched_common::protocol::Assignment;
 use hetsched_common::{Attempt, TaskId};
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
-use tokio::process::{Child, Command};
-
-/// Exit code of a task that could not be started.
-pub const EXIT_CANNOT_START: i32 = 127;
-
-/// Exit code reported (with reason `lost`) for an attempt whose supervisor vanished without
-/// recording an exit: its leftovers were killed with SIGKILL.
-pub const EXIT_LOST: i32 = -9;
-
-/// Exit code reported for an exit status, per the module's convention.
-pub fn exit_code_of(status: ExitStatus) -> i32 {
-    match (status.code(), status.signal()) {
-        (Some(c), _) => c,
-        (None, Some(sig)) => -sig,
-        // Neither exited nor signalled (cannot happen for a reaped child): treat as failure.
-        (None, None) => EXIT_CANNOT_START,
-    }
-}
-
-/// Paths of a task attempt's kept output files: `DIR/task-<id>-<attempt>.out|.err`. The one
-/// place that says where an attempt's output is kept once it ended (while it runs, it is in
-/// its attempt directory: [`crate::logs`]).
-pub fn log_paths(log_dir: &Path, a: &Assignment) -> (PathBuf, PathBuf) {
-    kept_logs(log_dir, a.task, a.attempt)
-}
-
-/// [`log_paths`] of (task, attempt).
-pub fn kept_logs(log_dir: &Path, task: TaskId, attempt: Attempt) -> (PathBuf, PathBuf) {
-    let stem = attempt_name(task, attempt);
-    (
-        log_dir.join(format!("{stem}.out")),
-        log_dir.join(format!("{stem}.err")),
-    )
-}
-
-/// Name of an attempt's directory and cgroup: `task-<id>-<attempt>`.
-pub fn attempt_name(task: TaskId, attempt: Attempt) -> String {
-    format!("task-{}-{attempt}", task.0)
-}
 
 /// The GPU device ids granted, comma-separated (`"0,1"`; empty for none). A fractional grant
 /// names its one device.
@@ -118,24 +68,13 @@ pub enum SpawnError {
         /// Cause.
         source: std::io::Error,
     },
-    /// The supervisor could not be executed.
-    #[error("cannot start the supervisor {program:?}: {source}")]
-    Spawn {
-        /// The supervisor program.
-        program: String,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// The child has no pid (it was already reaped): cannot happen right after spawn.
-    #[error("spawned supervisor has no pid")]
-    NoPid,
 }
 
-/// Starts task attempts under supervisors ([`crate::supervisor`]).
+/// Prepares task attempts (directory, cgroup, spec) for the launcher that starts them.
 #[derive(Clone, Debug)]
 pub struct Launcher {
     /// The supervisor command: program and leading arguments (`[hetsched, supervise]`); the
-    /// attempt directory is appended.
+    /// pool is started as `supervisor --pool DIR` ([`super::pool::client`]).
     pub supervisor: Vec<OsString>,
     /// Where attempt directories live (`DATA/attempts`).
     pub attempts_dir: PathBuf,
@@ -163,17 +102,6 @@ pub const GPU_UTIL_FILE: &str = "gpu_util";
 /// Name of the emulated memory-bandwidth file in an attempt's directory.
 pub const MEMBW_FILE: &str = "membw";
 
-/// A started supervisor.
-#[derive(Debug)]
-pub struct Launched {
-    /// The supervisor process (a child of the agent until the agent restarts).
-    pub child: Child,
-    /// Its pid.
-    pub pid: i32,
-    /// Its `/proc` start time (with the pid: its identity).
-    pub start_time: u64,
-}
-
 impl Launcher {
     /// The directory of (task, attempt).
     pub fn attempt_dir(&self, task: TaskId, attempt: Attempt) -> PathBuf {
@@ -196,69 +124,15 @@ impl Launcher {
     }
 
     /// Where the slave's long-lived supervisor keeps its socket, journal and log
-    /// (`DATA/supervisor`, beside `DATA/attempts`; see [`crate::pool`]).
+    /// (`DATA/supervisor`, beside `DATA/attempts`; see [`super::pool`]).
     pub fn pool_dir(&self) -> PathBuf {
         self.attempts_dir.with_file_name("supervisor")
-    }
-
-    /// Starts attempt `a` under a new per-attempt supervisor: [`prepare`](Self::prepare),
-    /// then executes the supervisor in a session of its own, detached from the agent. (The
-    /// agent starts attempts through the slave's long-lived supervisor instead,
-    /// [`crate::pool`]; this way remains for comparison in `benches/spawn.rs`.)
-    pub fn launch(&self, a: &Assignment) -> Result<Launched, SpawnError> {
-        let (dir, spec) = self.prepare(a)?;
-        let spec_path = dir.join(SPEC_FILE);
-        let bytes = serde_json::to_vec(&spec).map_err(|e| SpawnError::Io {
-            path: spec_path.clone(),
-            source: std::io::Error::other(e),
-        })?;
-        // Not fsynced: the supervisor reads it at once, and after a machine crash the task
-        // is gone anyway (the attempt is then reported lost).
-        std::fs::write(&spec_path, bytes).map_err(|source| SpawnError::Io {
-            path: spec_path.clone(),
-            source,
-        })?;
-        let log_path = dir.join(SUPERVISOR_LOG);
-        let log = std::fs::File::create(&log_path).map_err(|source| SpawnError::Io {
-            path: log_path.clone(),
-            source,
-        })?;
-        let (program, lead) = self
-            .supervisor
-            .split_first()
-            .ok_or_else(|| SpawnError::Spawn {
-                program: String::new(),
-                source: std::io::Error::other("no supervisor program configured"),
-            })?;
-        let child = Command::new(program)
-            .args(lead)
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            // The supervisor must outlive the agent: that is its purpose.
-            .kill_on_drop(false)
-            .spawn()
-            .map_err(|source| SpawnError::Spawn {
-                program: program.to_string_lossy().into_owned(),
-                source,
-            })?;
-        let pid = child
-            .id()
-            .and_then(|p| i32::try_from(p).ok())
-            .ok_or(SpawnError::NoPid)?;
-        let start_time = proc_start_time(pid).unwrap_or(0);
-        Ok(Launched {
-            child,
-            pid,
-            start_time,
-        })
     }
 
     /// Everything a supervisor needs to start attempt `a`: its directory (refusing if it
     /// exists — an attempt never starts twice), its cgroup with the task's limits (where
     /// cgroups are in use) and its `cpus` file. Returns the directory and the spec (which
-    /// the pool gets inline, [`crate::pool`], and a per-attempt supervisor as `spec.json`).
+    /// the launcher gets, [`super::Launch`]).
     pub fn prepare(&self, a: &Assignment) -> Result<(PathBuf, Spec), SpawnError> {
         if a.command.is_empty() {
             return Err(SpawnError::EmptyCommand);
@@ -367,66 +241,6 @@ pub fn set_cpus(
     })
 }
 
-/// Pids of live processes that carry `HETSCHED_TASK_ID=<task>`, `HETSCHED_ATTEMPT=<attempt>`
-/// and this slave's `HETSCHED_CPUS_FILE` for the attempt (`attempt_dir`/cpus) in their
-/// environment (from `/proc`). The file path makes the mark this slave's own: another slave
-/// or cluster on the machine has tasks with the same ids, and they are not ours to kill.
-pub fn marked_processes(task: TaskId, attempt: Attempt, attempt_dir: &Path) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let id = format!("HETSCHED_TASK_ID={}", task.0);
-    let att = format!("HETSCHED_ATTEMPT={attempt}");
-    let mine = format!(
-        "HETSCHED_CPUS_FILE={}",
-        attempt_dir.join(CPUS_FILE).display()
-    );
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .map(|env| {
-                    let mut vars = env.split(|b| *b == 0);
-                    let (mut has_id, mut has_att, mut has_mine) = (false, false, false);
-                    for kv in &mut vars {
-                        has_id |= kv == id.as_bytes();
-                        has_att |= kv == att.as_bytes();
-                        has_mine |= kv == mine.as_bytes();
-                    }
-                    has_id && has_att && has_mine
-                })
-                .unwrap_or(false)
-        })
-        .collect()
-}
-
-/// Kills whatever is left of an attempt whose supervisor is gone: its cgroup's processes,
-/// else its process group (checked to still carry its `HETSCHED_TASK_ID`), and in any case
-/// every process marked with its task id and attempt. Returns how many processes were found.
-pub fn kill_attempt_leftovers(
-    task: TaskId,
-    attempt: Attempt,
-    attempt_dir: &Path,
-    cgroup: &AttemptCgroup,
-    task_pgid: Option<i32>,
-) -> usize {
-    let mut found = cgroup.pids().len();
-    cgroup.kill_all();
-    if let Some(pgid) = task_pgid {
-        if kill_leftover(pgid, task.0) {
-            found += 1;
-        }
-    }
-    for pid in marked_processes(task, attempt, attempt_dir) {
-        found += 1;
-        match nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL) {
-            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-            Err(e) => tracing::warn!(pid, error = %e, "cannot kill a leftover task process"),
-        }
-    }
-    found
-}
-
 /// Appends a line to the task's `.err` log (best effort), so that a user reading the task's
 /// output sees why it never started.
 pub fn note_in_err_log(log_dir: &Path, a: &Assignment, line: &str) {
@@ -439,58 +253,6 @@ pub fn note_in_err_log(log_dir: &Path, a: &Assignment, line: &str) {
         .and_then(|mut f| writeln!(f, "{line}"));
     if let Err(e) = r {
         tracing::debug!(path = %err.display(), error = %e, "cannot write task log");
-    }
-}
-
-/// Sends `sig` to process group `pgid`; a group that is already gone is not an error.
-pub fn signal_group(pgid: i32, sig: Signal) {
-    if pgid <= 1 {
-        // Never signal "every process" (-1) or our own group (0).
-        return;
-    }
-    match killpg(Pid::from_raw(pgid), sig) {
-        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-        Err(e) => tracing::warn!(pgid, signal = ?sig, error = %e, "cannot signal process group"),
-    }
-}
-
-/// True when some live process in group `pgid` carries `HETSCHED_TASK_ID=<task>` in its
-/// environment — the check that a stored pgid still belongs to that task and not to an
-/// unrelated group that reused the number. Reads `/proc`; false where it cannot.
-pub fn group_runs_task(pgid: i32, task: u64) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    let marker = format!("HETSCHED_TASK_ID={task}");
-    dir.flatten().any(|e| {
-        let path = e.path();
-        let in_group = std::fs::read_to_string(path.join("stat"))
-            .ok()
-            .and_then(|s| pgrp_of_stat(&s))
-            == Some(pgid);
-        in_group
-            && std::fs::read(path.join("environ"))
-                .map(|env| env.split(|b| *b == 0).any(|kv| kv == marker.as_bytes()))
-                .unwrap_or(false)
-    })
-}
-
-/// The process group field of a `/proc/PID/stat` line. The command name in parentheses may
-/// contain spaces and parentheses, so fields are counted after the last ')'.
-fn pgrp_of_stat(stat: &str) -> Option<i32> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After ')': state, ppid, pgrp.
-    rest.split_whitespace().nth(2)?.parse().ok()
-}
-
-/// Kills the leftover process group of a task that was running when the slave stopped, if it
-/// is still there and still that task's.
-pub fn kill_leftover(pgid: i32, task: u64) -> bool {
-    if pgid > 1 && group_runs_task(pgid, task) {
-        signal_group(pgid, Signal::SIGKILL);
-        true
-    } else {
-        false
     }
 }
 
@@ -523,14 +285,6 @@ mod tests {
             l.remove_attempt_dir(TaskId(task), 1).expect("removed");
             assert!(!dir.exists(), "task {task}");
         }
-    }
-
-    #[test]
-    fn stat_parsing_survives_odd_names() {
-        assert_eq!(pgrp_of_stat("42 (a) b) c) S 1 77 77 0"), Some(77));
-        assert_eq!(pgrp_of_stat("42 (sleep) S 1 9 9"), Some(9));
-        assert_eq!(pgrp_of_stat("garbage"), None);
-        assert_eq!(pgrp_of_stat("1 (x) S"), None);
     }
 
     fn asg(gpus: Vec<(u32, u32)>, cpu_milli: u64) -> Assignment {
@@ -601,12 +355,5 @@ mod tests {
             std::fs::read_to_string(dir.join(CPUS_FILE)).expect("cpus file"),
             "1\n"
         );
-    }
-
-    #[test]
-    fn exit_codes_follow_the_convention() {
-        assert_eq!(exit_code_of(ExitStatus::from_raw(3 << 8)), 3);
-        assert_eq!(exit_code_of(ExitStatus::from_raw(15)), -15);
-        assert_eq!(exit_code_of(ExitStatus::from_raw(9)), -9);
     }
 }
