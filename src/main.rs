@@ -182,8 +182,9 @@ fn parse_hot(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option<Cli> 
 }
 
 fn main() -> ExitCode {
-    // The per-attempt supervisor the slave starts (`hetsched supervise ATTEMPT_DIR`): hidden
-    // from --help, and dispatched before anything else so that it stays cheap to start.
+    // The slave's long-lived supervisor pool (`hetsched supervise --pool DIR`, started by the
+    // slave): hidden from --help, and dispatched before anything else so that it stays cheap
+    // to start.
     let mut args = std::env::args_os();
     if args.nth(1).is_some_and(|a| a == "supervise") {
         let rest: Vec<std::ffi::OsString> = args.collect();

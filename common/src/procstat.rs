@@ -28,6 +28,13 @@ pub struct ProcStat {
     pub start_time: u64,
 }
 
+/// Field `n` (numbered from 1 as in proc(5); `n` ≥ 3, the fields after the command name) of
+/// a `/proc/PID/stat` line, for a caller that needs one field of a possibly short line.
+pub fn stat_field(line: &str, n: usize) -> Option<&str> {
+    let rest = &line[line.rfind(')')? + 1..];
+    rest.split_whitespace().nth(n.checked_sub(3)?)
+}
+
 impl ProcStat {
     /// Parses one `/proc/PID/stat` line; `None` if it is not one.
     pub fn parse(line: &str) -> Option<Self> {
@@ -94,6 +101,15 @@ mod tests {
                 .expect("zombie")
                 .has_ended()
         );
+    }
+
+    #[test]
+    fn one_field_of_a_short_line() {
+        assert_eq!(stat_field("42 (a) b) c) S 1 77 77 0", 5), Some("77"));
+        assert_eq!(stat_field("42 (a) S 1", 3), Some("S"));
+        assert_eq!(stat_field("42 (a) S 1", 5), None);
+        assert_eq!(stat_field("42 (a) S 1", 2), None);
+        assert_eq!(stat_field("garbage", 3), None);
     }
 
     #[test]

@@ -5,21 +5,21 @@
 
 use super::files::CPUS_FILE;
 use crate::cgroup::AttemptCgroup;
+use hetsched_common::procstat::{stat_field, ProcStat};
 use hetsched_common::{Attempt, TaskId};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use std::path::{Path, PathBuf};
 
-/// Start time of process `pid` (`/proc/PID/stat` field 22), if it exists.
-pub fn proc_start_time(pid: i32) -> Option<u64> {
-    let stat = crate::small_file::read_to_string(Path::new(&format!("/proc/{pid}/stat"))).ok()?;
-    stat_fields(&stat)?.get(19)?.parse().ok()
+/// `/proc/PID/stat` of `pid`, read without a size probe (a start and an end each read a few).
+fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let line = crate::small_file::read_to_string(Path::new(&format!("/proc/{pid}/stat"))).ok()?;
+    ProcStat::parse(&line)
 }
 
-/// Fields of a `/proc/PID/stat` line after the command name (which may contain spaces and
-/// parentheses): index 0 is the state (field 3), 19 the start time (field 22).
-fn stat_fields(stat: &str) -> Option<Vec<&str>> {
-    Some(stat[stat.rfind(')')? + 1..].split_whitespace().collect())
+/// Start time of process `pid` (`/proc/PID/stat` field 22), if it exists.
+pub fn proc_start_time(pid: i32) -> Option<u64> {
+    proc_stat(pid).map(|s| s.start_time)
 }
 
 /// Whether the process `pid` that started at `start_time` still runs (not a zombie, and not
@@ -28,15 +28,7 @@ pub fn is_alive(pid: i32, start_time: u64) -> bool {
     if pid <= 1 {
         return false;
     }
-    let Ok(stat) = crate::small_file::read_to_string(Path::new(&format!("/proc/{pid}/stat")))
-    else {
-        return false;
-    };
-    let Some(f) = stat_fields(&stat) else {
-        return false;
-    };
-    let state_ok = !matches!(f.first(), Some(&"Z") | Some(&"X") | Some(&"x"));
-    state_ok && f.get(19).and_then(|s| s.parse::<u64>().ok()) == Some(start_time)
+    proc_stat(pid).is_some_and(|s| !s.has_ended() && s.start_time == start_time)
 }
 
 /// Pids of live processes that carry `HETSCHED_TASK_ID=<task>`, `HETSCHED_ATTEMPT=<attempt>`
@@ -132,12 +124,9 @@ pub fn group_runs_task(pgid: i32, task: u64) -> bool {
     })
 }
 
-/// The process group field of a `/proc/PID/stat` line. The command name in parentheses may
-/// contain spaces and parentheses, so fields are counted after the last ')'.
+/// The process group (field 5) of a `/proc/PID/stat` line.
 fn pgrp_of_stat(stat: &str) -> Option<i32> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After ')': state, ppid, pgrp.
-    rest.split_whitespace().nth(2)?.parse().ok()
+    stat_field(stat, 5)?.parse().ok()
 }
 
 /// Kills the leftover process group of a task that was running when the slave stopped, if it
