@@ -16,7 +16,9 @@ forms of citation of a Markdown file, and checks each against the file it names:
 - `FILE.md §S2.3` and `FILE.md, S2.3` (the seed sections of docs/DESIGN.md): FILE has a
   heading `S2.3 — ...`;
 - `[text](#anchor)` in a Markdown file: the file itself has the anchor;
-- `[text](FILE.md)` and any path like `docs/X.md` or `BENCHMARKS.md`: the file exists.
+- `[text](FILE.md)` and any path like `docs/X.md` or `BENCHMARKS.md`: the file exists;
+- in a Markdown page (not the history of docs/perf-log/ and BENCHMARKS.md), a path into the
+  tree in backticks (`slave/src/link.rs`, `master/index/`): it exists.
 
 A path is looked up from the citing file's folder, then from the root; a path that leaves
 the repository (`../shared/...`) or is a URL is skipped. Exit status: 0 every citation
@@ -38,6 +40,14 @@ ANCHOR_RE = re.compile(PATH + r"#([\w-]+)")
 QUOTED_RE = re.compile(PATH + r"`?(?:,| \(|\)?,)? *[\"“](`?[^\"”]+)(?:[\"”]|$)")
 SECTION_RE = re.compile(PATH + r"`?(?:,| )? *§?((?:S\d(?:\.\d+)?)(?:(?:[–-]|, §?)S?\d(?:\.\d+)?)*)\b")
 BARE_RE = re.compile(PATH)
+# A path into the repository's own tree in backticks, in a Markdown page (`slave/src/link.rs`,
+# `master/core/src/sched/`): such a path must exist, so that a page does not send a reader to
+# a file that moved. History pages (docs/perf-log/, BENCHMARKS.md's past figures) describe the
+# tree of their day and are not checked.
+TREE_RE = re.compile(r"`((?:common|consensus|master|slave|src|tests|chaos|deploy|docs|fuzz)/[\w./-]*)`")
+HISTORY = ("docs" + os.sep + "perf-log" + os.sep, "BENCHMARKS.md")
+# Folders a reader makes by following the page (not in a checkout).
+MADE_BY_READER = {"deploy/certs/"}
 
 
 def slug(heading):
@@ -154,6 +164,13 @@ def check(root):
                 target = resolve(root, path, m.group(1))
                 if target and m.group(2) not in doc(target).anchors:
                     problems.append("%s: %s#%s: no such anchor" % (where, m.group(1), m.group(2)))
+            if path.endswith(".md") and not vendored and not rel.startswith(HISTORY):
+                for m in TREE_RE.finditer(line):
+                    bases = (os.path.dirname(path), root)
+                    if m.group(1) in MADE_BY_READER:
+                        continue
+                    if not any(os.path.exists(os.path.join(b, m.group(1))) for b in bases):
+                        problems.append("%s: %s: no such file or folder" % (where, m.group(1)))
             if path.endswith(".md"):
                 for m in re.finditer(r"\]\(#([\w-]+)\)", line):
                     if m.group(1) not in doc(path).anchors:
@@ -190,11 +207,13 @@ def self_test():
             )
         with open(os.path.join(tmp, "README.md"), "w") as f:
             f.write("[ok](docs/DESIGN.md#s23--packing) and [planted](docs/DESIGN.md#nope)\n"
-                    "[here](#here) [planted](#not-here)\n\n## Here\n")
+                    "[here](#here) [planted](#not-here)\n\n## Here\n"
+                    "good: `docs/DESIGN.md`, `docs/`; planted: `slave/src/moved.rs`\n")
         got = check(tmp)
         want = [
             "README.md:1: docs/DESIGN.md#nope: no such anchor",
             "README.md:2: #not-here: no such anchor in this file",
+            "README.md:5: slave/src/moved.rs: no such file or folder",
             "lib.rs:3: docs/DESIGN.md#gone: no such anchor",
             'lib.rs:4: docs/DESIGN.md, "Vanished heading": no heading starts so',
             "lib.rs:5: docs/DESIGN.md §S2.9: no such section",
