@@ -234,3 +234,29 @@ fn a_chain_without_the_slave_queue_stage_makes_plans_that_apply() {
     assert_eq!(bare.stages().len(), full.stages().len() - 1);
     assert_eq!(run(&mut bare), (4, 0, 2));
 }
+
+/// No stage file imports another stage (what several stages share lives in `stage.rs`,
+/// `context.rs` and `pool_round.rs`), so a stage can be left out of the chain or added to it
+/// without touching the others.
+#[test]
+fn no_stage_file_imports_another_stage() {
+    let stages = [
+        ("borrow_stage", include_str!("borrow_stage.rs")),
+        ("engine_stage", include_str!("engine_stage.rs")),
+        ("feasibility_stage", include_str!("feasibility_stage.rs")),
+        ("gang_stage", include_str!("gang_stage.rs")),
+        ("preemption_stage", include_str!("preemption_stage.rs")),
+        ("queue_stage", include_str!("queue_stage.rs")),
+        ("selection_stage", include_str!("selection_stage.rs")),
+        ("slave_queue_stage", include_str!("slave_queue_stage.rs")),
+        ("take_back_stage", include_str!("take_back_stage.rs")),
+    ];
+    for (name, text) in stages {
+        for line in text.lines().filter(|l| l.trim_start().starts_with("use ")) {
+            assert!(
+                !line.contains("_stage::"),
+                "{name}.rs imports another stage: {line}"
+            );
+        }
+    }
+}
