@@ -6,8 +6,8 @@
 //! sockets and sit behind the `net` feature (on by default): the async half of [`wire`] and
 //! [`leader`], the client that follows the leading master.
 
-#[cfg(feature = "net")]
 pub mod backoff;
+#[cfg(feature = "net")]
 pub mod certs;
 mod error;
 mod ids;
