@@ -415,4 +415,6 @@ impl ClusterState {
 }
 
 #[cfg(test)]
+mod encoding_tests;
+#[cfg(test)]
 mod tests;
