@@ -1,6 +1,8 @@
 //! Encoding the state for snapshots, and the state hash replicas and the chaos checker compare.
 
+use super::snapshot::{Snapshot, SnapshotRef};
 use super::*;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 impl ClusterState {
     /// A fixed hash (FNV-1a, 64 bit) of the canonical serialisation: equal on every replica
@@ -27,5 +29,76 @@ impl ClusterState {
     /// Size of the serialised state, bytes (`status --json` `"state_bytes"`).
     pub fn state_bytes(&self) -> u64 {
         rmp_serde::to_vec_named(self).map_or(0, |b| b.len() as u64)
+    }
+}
+
+impl ClusterState {
+    /// The snapshot document of this state, borrowed.
+    pub(super) fn document(&self) -> SnapshotRef<'_> {
+        SnapshotRef {
+            nodes: &self.nodes,
+            node_keys: &self.node_keys,
+            jobs: &self.jobs,
+            tasks: &self.tasks,
+            pending: &self.pending,
+            requests: &self.requests,
+            applied_requests: &self.applied_requests,
+            bench: &self.bench,
+            priority: &self.priority,
+            awaiting: &self.awaiting,
+            next_job: self.next_job,
+            next_task: self.next_task,
+            next_node: self.next_node,
+            profiles: &self.profiles,
+            relations: &self.relations,
+            cpu_history: &self.cpu_history,
+            batch: &self.batch,
+            acl: &self.acl,
+            last_index: self.last_index,
+            last_ms: self.last_ms,
+        }
+    }
+
+    /// The state a snapshot document describes, before its derived indexes are rebuilt.
+    fn from_document(d: Snapshot) -> Self {
+        Self {
+            nodes: d.nodes,
+            node_keys: d.node_keys,
+            jobs: d.jobs,
+            tasks: d.tasks,
+            pending: d.pending,
+            requests: d.requests,
+            applied_requests: d.applied_requests,
+            requests_by_time: BTreeSet::new(),
+            finished_jobs: BTreeSet::new(),
+            bench: d.bench,
+            priority: d.priority,
+            awaiting: d.awaiting,
+            next_job: d.next_job,
+            next_task: d.next_task,
+            next_node: d.next_node,
+            profiles: d.profiles,
+            relations: d.relations,
+            cpu_history: d.cpu_history,
+            batch: d.batch,
+            acl: d.acl,
+            last_index: d.last_index,
+            last_ms: d.last_ms,
+        }
+    }
+}
+
+/// Written as its snapshot document (see `snapshot.rs`), whatever the books look like.
+impl Serialize for ClusterState {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.document().serialize(serializer)
+    }
+}
+
+/// Read from its snapshot document; derived indexes are rebuilt by
+/// [`ClusterState::from_bytes`].
+impl<'de> Deserialize<'de> for ClusterState {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Snapshot::deserialize(deserializer).map(Self::from_document)
     }
 }

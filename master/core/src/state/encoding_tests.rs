@@ -177,3 +177,19 @@ fn a_decoded_state_equals_the_encoded_one_and_encodes_the_same() {
     assert_eq!(back, s);
     assert_eq!(back.to_bytes(), bytes);
 }
+
+#[test]
+fn a_snapshot_with_legacy_request_outcomes_folds_them_on_restore() {
+    let s = sample_state();
+    let legacy: BTreeMap<ClientRequestId, Outcome> =
+        [(ClientRequestId(77), Outcome::Ignored("old".into()))].into();
+    let mut doc = s.document();
+    doc.applied_requests = &legacy;
+    let bytes = rmp_serde::to_vec_named(&doc).expect("encode");
+    let back = ClusterState::from_bytes(&bytes).expect("decode");
+    assert!(back.request_applied(ClientRequestId(77)));
+    assert!(back.request_applied(ClientRequestId(1)));
+    // Folded: never written again.
+    let again = ClusterState::from_bytes(&back.to_bytes()).expect("decode");
+    assert_eq!(again, back);
+}

@@ -27,6 +27,7 @@ mod promote;
 mod reports;
 mod requests;
 mod slave_queue;
+mod snapshot;
 mod views;
 
 pub use acl::{AclBook, TokenRecord};
@@ -104,7 +105,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The whole replicated state.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterState {
     /// Nodes by id.
     nodes: BTreeMap<NodeId, Node>,
@@ -121,40 +122,30 @@ pub struct ClusterState {
     requests: BTreeMap<ClientRequestId, RecentRequest>,
     /// Snapshots written before compact request outcomes existed carry this; it is folded
     /// into `requests` on restore and never written again.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     applied_requests: BTreeMap<ClientRequestId, Outcome>,
     /// `requests` in time order (derived).
-    #[serde(skip)]
     requests_by_time: BTreeSet<(u64, ClientRequestId)>,
     /// Finished jobs in the order they finished (derived).
-    #[serde(skip)]
     finished_jobs: BTreeSet<(u64, JobId)>,
     /// Benchmark counters per benchmark client.
     bench: BTreeMap<u64, BenchCounter>,
     /// The S1 priority configuration in force.
-    #[serde(default)]
     priority: PriorityConfig,
     /// Preemptors waiting for their victims to stop: node and victims.
-    #[serde(default)]
     awaiting: BTreeMap<TaskId, (NodeId, Vec<TaskRef>)>,
     next_job: u64,
     next_task: u64,
     next_node: u64,
     /// Engines and selection tables by node (S0.5).
-    #[serde(default)]
     profiles: BTreeMap<NodeId, NodeProfile>,
     /// The task–engine relation (S0.1): per task kind of every program submitted, engines by
     /// total time ascending, built from all slaves' tables.
-    #[serde(default)]
     relations: BTreeMap<TaskKind, Vec<EngineTotal>>,
     /// S3.2 class history: each class's best CPU count as last recorded, millicores.
-    #[serde(default)]
     cpu_history: BTreeMap<hetsched_common::TaskClass, u64>,
     /// S2 batches: their jobs' plans, their tasks' pins and blocks.
-    #[serde(default)]
     batch: BatchBook,
     /// Users' API tokens (hashed) and whether the ACL was bootstrapped.
-    #[serde(default)]
     acl: AclBook,
     /// Last applied log index.
     last_index: u64,
