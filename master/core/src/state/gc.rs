@@ -53,17 +53,7 @@ impl ClusterState {
             }
         }
         if let Some(cut) = requests_before {
-            let due: Vec<(u64, ClientRequestId)> = self
-                .requests_by_time
-                .range(..(cut, ClientRequestId(0)))
-                .copied()
-                .collect();
-            for key in due {
-                self.requests_by_time.remove(&key);
-                if self.requests.remove(&key.1).is_some() {
-                    requests += 1;
-                }
-            }
+            requests = self.requests.forget_before(cut);
         }
         Outcome::Collected {
             jobs,
@@ -76,13 +66,12 @@ impl ClusterState {
     /// proposing one).
     pub fn gc_due(&self, jobs_before: Option<u64>, requests_before: Option<u64>) -> bool {
         jobs_before.is_some_and(|cut| self.finished_jobs.first().is_some_and(|f| f.0 < cut))
-            || requests_before
-                .is_some_and(|cut| self.requests_by_time.first().is_some_and(|r| r.0 < cut))
+            || requests_before.is_some_and(|cut| self.requests.any_before(cut))
     }
 
     /// Whether a client request id has applied (and its outcome is still remembered).
     pub fn request_applied(&self, request: ClientRequestId) -> bool {
-        self.requests.contains_key(&request)
+        self.requests.applied(request)
     }
 
     /// Whether `job` existed once and was garbage-collected (ids are never reused).
@@ -107,14 +96,7 @@ impl ClusterState {
     /// Recomputes what is derived rather than serialised: open-task counters, the
     /// finished-job and request orders; folds a legacy request map into the compact one.
     pub(super) fn rebuild_derived(&mut self) {
-        let legacy = std::mem::take(&mut self.applied_requests);
-        for (req, o) in legacy {
-            self.requests.entry(req).or_insert(RecentRequest {
-                at_ms: self.last_ms,
-                outcome: RequestOutcome::compact(&o),
-            });
-        }
-        self.requests_by_time = self.requests.iter().map(|(r, v)| (v.at_ms, *r)).collect();
+        self.requests.rebuild(self.last_ms);
         self.finished_jobs.clear();
         let tasks = &self.tasks;
         for j in self.jobs.values_mut() {

@@ -25,7 +25,7 @@ mod plan;
 mod planning_copy;
 mod promote;
 mod reports;
-mod requests;
+mod request_book;
 mod slave_queue;
 mod snapshot;
 mod views;
@@ -42,7 +42,7 @@ pub use hash::fnv1a64;
 pub use lifecycle::Drain;
 pub use listing::ListError;
 pub use model::{partition_of, Job, Node, NodeLiveness, NodeProfile, Stopping, Task};
-pub use requests::{RecentRequest, RequestOutcome};
+pub use request_book::{RecentRequest, RequestBook, RequestOutcome};
 
 /// The nodes whose free resources or liveness applying `command` may change, known before
 /// it applies (so the command need not be kept, or copied, past `apply`).
@@ -100,7 +100,7 @@ pub fn touched_nodes(mut nodes: BTreeSet<NodeId>, outcome: &Outcome) -> Vec<Node
 
 use hetsched_common::priority::PriorityConfig;
 use hetsched_common::program::{EngineTotal, TaskKind};
-use hetsched_common::{ClientRequestId, JobId, NodeId, TaskId};
+use hetsched_common::{JobId, NodeId, TaskId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -117,14 +117,8 @@ pub struct ClusterState {
     tasks: BTreeMap<TaskId, Task>,
     /// Pending tasks in queue order (lower id = submitted earlier).
     pending: BTreeSet<TaskId>,
-    /// Outcomes of client requests already applied, so a retried request applies once;
-    /// forgotten by `GcJobs` after the retry window.
-    requests: BTreeMap<ClientRequestId, RecentRequest>,
-    /// Snapshots written before compact request outcomes existed carry this; it is folded
-    /// into `requests` on restore and never written again.
-    applied_requests: BTreeMap<ClientRequestId, Outcome>,
-    /// `requests` in time order (derived).
-    requests_by_time: BTreeSet<(u64, ClientRequestId)>,
+    /// Outcomes of client requests already applied, so a retried request applies once.
+    requests: RequestBook,
     /// Finished jobs in the order they finished (derived).
     finished_jobs: BTreeSet<(u64, JobId)>,
     /// Benchmark counters per benchmark client.
@@ -276,8 +270,8 @@ impl ClusterState {
         self.last_index = index;
         self.last_ms = self.last_ms.max(env.at_ms);
         if let Some(req) = env.request {
-            if let Some(prev) = self.requests.get(&req) {
-                return prev.outcome.expand();
+            if let Some(prev) = self.requests.outcome_of(req) {
+                return prev;
             }
         }
         let outcome = match env.command {
@@ -390,15 +384,7 @@ impl ClusterState {
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {
-                let at_ms = self.last_ms;
-                self.requests.insert(
-                    req,
-                    RecentRequest {
-                        at_ms,
-                        outcome: RequestOutcome::compact(&outcome),
-                    },
-                );
-                self.requests_by_time.insert((at_ms, req));
+                self.requests.record(req, self.last_ms, &outcome);
             }
         }
         outcome

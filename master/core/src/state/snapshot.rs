@@ -14,7 +14,7 @@ use super::admin::BenchCounter;
 use super::batch::BatchBook;
 use super::command::{Outcome, TaskRef};
 use super::model::{Job, Node, NodeProfile, Task};
-use super::requests::RecentRequest;
+use super::request_book::RecentRequest;
 use hetsched_common::priority::PriorityConfig;
 use hetsched_common::program::{EngineTotal, TaskKind};
 use hetsched_common::{ClientRequestId, JobId, NodeId, TaskClass, TaskId};

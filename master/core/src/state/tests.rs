@@ -1,5 +1,7 @@
 use super::*;
-use hetsched_common::{GpuDevice, GpuRequest, JobSpec, NodeResources, ResourceRequest, TaskState};
+use hetsched_common::{
+    ClientRequestId, GpuDevice, GpuRequest, JobSpec, NodeResources, ResourceRequest, TaskState,
+};
 
 fn env(at_ms: u64, command: Command) -> CommandEnvelope {
     CommandEnvelope {
