@@ -132,7 +132,7 @@ impl ClusterState {
             return Outcome::Rejected(format!("unknown {task}"));
         };
         t.cpu_search = Some(CpuSearchPhase::Done);
-        self.cpu_history.insert(class, cpu_milli);
+        self.profiles.record_cpu(class, cpu_milli);
         Outcome::TaskUpdated
     }
 
@@ -348,7 +348,7 @@ mod tests {
             cpu_milli: 4000,
         });
         assert_eq!(l.state.tasks[&gpu].cpu_search, Some(CpuSearchPhase::Done));
-        assert_eq!(l.state.cpu_history[&TaskClass::Image], 4000);
+        assert_eq!(l.state.cpu_history()[&TaskClass::Image], 4000);
         let info = l.state.task_info(&l.state.tasks[&gpu]);
         assert_eq!((info.cpus, info.cpu_search.as_deref()), (4.0, Some("done")));
         // The task ends: its current allocation returns to the node.

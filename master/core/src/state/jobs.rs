@@ -2,7 +2,6 @@
 //! priority, and a job's end once its last task is final.
 
 use super::*;
-use hetsched_common::program::relation;
 use hetsched_common::{JobId, JobSpec, TaskId, TaskReason, TaskState, TaskStatus};
 use std::collections::BTreeMap;
 
@@ -43,9 +42,7 @@ impl ClusterState {
             Err(why) => return Outcome::Rejected(why),
         };
         if let Some(p) = &spec.program {
-            let kind = p.kind();
-            let r = relation(&kind, self.profiles.values().map(|p| &p.table));
-            self.relations.insert(kind, r);
+            self.profiles.learn_kind(p.kind());
             spec.carry_program();
         }
         self.next_job += 1;

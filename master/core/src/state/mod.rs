@@ -23,6 +23,7 @@ mod model;
 mod nodes;
 mod plan;
 mod planning_copy;
+mod profile_book;
 mod promote;
 mod reports;
 mod request_book;
@@ -42,6 +43,7 @@ pub use hash::fnv1a64;
 pub use lifecycle::Drain;
 pub use listing::ListError;
 pub use model::{partition_of, Job, Node, NodeLiveness, NodeProfile, Stopping, Task};
+pub use profile_book::ProfileBook;
 pub use request_book::{RecentRequest, RequestBook, RequestOutcome};
 
 /// The nodes whose free resources or liveness applying `command` may change, known before
@@ -130,13 +132,8 @@ pub struct ClusterState {
     next_job: u64,
     next_task: u64,
     next_node: u64,
-    /// Engines and selection tables by node (S0.5).
-    profiles: BTreeMap<NodeId, NodeProfile>,
-    /// The task–engine relation (S0.1): per task kind of every program submitted, engines by
-    /// total time ascending, built from all slaves' tables.
-    relations: BTreeMap<TaskKind, Vec<EngineTotal>>,
-    /// S3.2 class history: each class's best CPU count as last recorded, millicores.
-    cpu_history: BTreeMap<hetsched_common::TaskClass, u64>,
+    /// Engine profiles, the task–engine relation and the S3.2 CPU-count history.
+    profiles: ProfileBook,
     /// S2 batches: their jobs' plans, their tasks' pins and blocks.
     batch: BatchBook,
     /// Users' API tokens (hashed) and whether the ACL was bootstrapped.
@@ -240,17 +237,17 @@ impl ClusterState {
 
     /// Engines and selection tables by node (S0.5).
     pub fn profiles(&self) -> &BTreeMap<NodeId, NodeProfile> {
-        &self.profiles
+        self.profiles.profiles()
     }
 
     /// The task–engine relation (S0.1) by task kind: engines by total time ascending.
     pub fn relations(&self) -> &BTreeMap<TaskKind, Vec<EngineTotal>> {
-        &self.relations
+        self.profiles.relations()
     }
 
     /// S3.2 class history: each class's best CPU count as last recorded, millicores.
     pub fn cpu_history(&self) -> &BTreeMap<hetsched_common::TaskClass, u64> {
-        &self.cpu_history
+        self.profiles.cpu_history()
     }
 
     /// Last applied log index.

@@ -45,8 +45,6 @@ impl ClusterState {
             next_task: self.next_task,
             next_node: self.next_node,
             profiles: self.profiles.clone(),
-            relations: self.relations.clone(),
-            cpu_history: self.cpu_history.clone(),
             batch: self.batch.clone(),
             acl: AclBook::default(),
             last_index: self.last_index,

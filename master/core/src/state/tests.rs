@@ -576,7 +576,7 @@ fn program_jobs_build_the_task_engine_relation_from_every_profile() {
     let job = &l.state.jobs[&l.state.tasks[&t].job];
     assert_eq!(job.spec.command, vec![PROGRAM_COMMAND.to_string()]);
     assert!(job.spec.env.contains_key(PROGRAM_ENV));
-    assert_eq!(l.state.relations[&kind], vec![], "no profile yet");
+    assert_eq!(l.state.relations()[&kind], vec![], "no profile yet");
 
     let time = |engine, time_us| EngineTime {
         engine,
@@ -603,7 +603,7 @@ fn program_jobs_build_the_task_engine_relation_from_every_profile() {
         engines: vec![decl(EngineKind::Cpu, false)],
         table: ta,
     });
-    let cpu_only = l.state.relations[&kind].clone();
+    let cpu_only = l.state.relations()[&kind].clone();
     assert_eq!(cpu_only.len(), 1);
     assert_eq!(cpu_only[0].total_us, 800 + 2 * 100);
     l.apply(Command::RecordProfile {
@@ -611,7 +611,7 @@ fn program_jobs_build_the_task_engine_relation_from_every_profile() {
         engines: vec![decl(EngineKind::Cpu, false), decl(EngineKind::Gpu, true)],
         table: tb,
     });
-    let r = &l.state.relations[&kind];
+    let r = &l.state.relations()[&kind];
     assert_eq!(
         r.iter().map(|e| (e.engine, e.total_us)).collect::<Vec<_>>(),
         vec![(EngineKind::Gpu, 100 + 600), (EngineKind::Cpu, 800 + 200)],
