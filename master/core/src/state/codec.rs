@@ -36,8 +36,8 @@ impl ClusterState {
     /// The snapshot document of this state, borrowed.
     pub(super) fn document(&self) -> SnapshotRef<'_> {
         SnapshotRef {
-            nodes: &self.nodes,
-            node_keys: &self.node_keys,
+            nodes: self.nodes.all(),
+            node_keys: self.nodes.keys(),
             jobs: &self.jobs,
             tasks: &self.tasks,
             pending: &self.pending,
@@ -48,7 +48,7 @@ impl ClusterState {
             awaiting: &self.awaiting,
             next_job: self.next_job,
             next_task: self.next_task,
-            next_node: self.next_node,
+            next_node: self.nodes.next_id(),
             profiles: self.profiles.profiles(),
             relations: self.profiles.relations(),
             cpu_history: self.profiles.cpu_history(),
@@ -62,8 +62,7 @@ impl ClusterState {
     /// The state a snapshot document describes, before its derived indexes are rebuilt.
     fn from_document(d: Snapshot) -> Self {
         Self {
-            nodes: d.nodes,
-            node_keys: d.node_keys,
+            nodes: NodeBook::from_snapshot(d.nodes, d.node_keys, d.next_node),
             jobs: d.jobs,
             tasks: d.tasks,
             pending: d.pending,
@@ -74,7 +73,6 @@ impl ClusterState {
             awaiting: d.awaiting,
             next_job: d.next_job,
             next_task: d.next_task,
-            next_node: d.next_node,
             profiles: ProfileBook::from_snapshot(d.profiles, d.relations, d.cpu_history),
             batch: d.batch,
             acl: d.acl,

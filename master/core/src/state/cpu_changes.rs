@@ -300,7 +300,7 @@ mod tests {
         }
 
         fn free(&self, node: NodeId) -> u64 {
-            self.state.nodes[&node].free.cpu_milli
+            self.state.nodes()[&node].free.cpu_milli
         }
     }
 
@@ -380,7 +380,7 @@ mod tests {
         assert_eq!(info.cpus, 4.0);
         // 4 freed cores are held, not free.
         assert_eq!(l.free(n), 2000);
-        assert_eq!(l.state.nodes[&n].compress_reserves.len(), 1);
+        assert_eq!(l.state.nodes()[&n].compress_reserves.len(), 1);
         // The CPU task ending gives back its 4; the held 4 stay held.
         l.apply(Command::TaskFinished {
             node: n,
@@ -399,7 +399,7 @@ mod tests {
             reason: None,
         });
         assert_eq!(l.free(n), 12_000);
-        assert!(l.state.nodes[&n].compress_reserves.is_empty());
+        assert!(l.state.nodes()[&n].compress_reserves.is_empty());
     }
 
     #[test]
@@ -422,7 +422,7 @@ mod tests {
         });
         assert_eq!(o, Outcome::TaskUpdated);
         assert_eq!(l.free(n), 8000);
-        assert!(l.state.nodes[&n].compress_reserves.is_empty());
+        assert!(l.state.nodes()[&n].compress_reserves.is_empty());
         // A node lost re-queues both; everything returns and the next attempt starts over.
         l.apply(Command::NodeDown { node: n });
         assert_eq!(l.free(n), 12_000);

@@ -20,6 +20,7 @@ mod jobs;
 mod lifecycle;
 mod listing;
 mod model;
+mod node_book;
 mod nodes;
 mod plan;
 mod planning_copy;
@@ -43,6 +44,7 @@ pub use hash::fnv1a64;
 pub use lifecycle::Drain;
 pub use listing::ListError;
 pub use model::{partition_of, Job, Node, NodeLiveness, NodeProfile, Stopping, Task};
+pub use node_book::NodeBook;
 pub use profile_book::ProfileBook;
 pub use request_book::{RecentRequest, RequestBook, RequestOutcome};
 
@@ -109,10 +111,8 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The whole replicated state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterState {
-    /// Nodes by id.
-    nodes: BTreeMap<NodeId, Node>,
-    /// Registration key → node id.
-    node_keys: BTreeMap<u64, NodeId>,
+    /// Nodes, their registration keys and the next node id.
+    nodes: NodeBook,
     /// Jobs by id.
     jobs: BTreeMap<JobId, Job>,
     /// Tasks by id.
@@ -131,7 +131,6 @@ pub struct ClusterState {
     awaiting: BTreeMap<TaskId, (NodeId, Vec<TaskRef>)>,
     next_job: u64,
     next_task: u64,
-    next_node: u64,
     /// Engine profiles, the task–engine relation and the S3.2 CPU-count history.
     profiles: ProfileBook,
     /// S2 batches: their jobs' plans, their tasks' pins and blocks.
@@ -161,7 +160,7 @@ impl ClusterState {
     /// [`apply`](Self::apply) alone.
     #[cfg(feature = "forge")]
     pub fn forge_nodes_mut(&mut self) -> &mut BTreeMap<NodeId, Node> {
-        &mut self.nodes
+        self.nodes.all_mut()
     }
 
     /// Test hook, only with the `forge` feature: the tasks, mutable (see
@@ -187,7 +186,7 @@ impl ClusterState {
 
     /// Nodes by id.
     pub fn nodes(&self) -> &BTreeMap<NodeId, Node> {
-        &self.nodes
+        self.nodes.all()
     }
 
     /// One node.
@@ -272,9 +271,9 @@ impl ClusterState {
             }
         }
         let outcome = match env.command {
-            c @ Command::RegisterNode { .. } => self.register_node(c),
+            c @ Command::RegisterNode { .. } => self.nodes.register(c),
             Command::NodeDown { node } => self.node_down(node),
-            Command::NodeUp { node } => self.node_up(node),
+            Command::NodeUp { node } => self.nodes.up(node),
             Command::SubmitJob { spec } => self.submit(index, env.at_ms, spec),
             Command::CancelJob { job } => self.cancel(job),
             Command::ApplyPlan(plan) => self.apply_plan(plan, env.at_ms),

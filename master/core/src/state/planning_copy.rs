@@ -32,7 +32,6 @@ impl ClusterState {
             .collect();
         Self {
             nodes: self.nodes.clone(),
-            node_keys: self.node_keys.clone(),
             jobs,
             tasks,
             pending: self.pending.clone(),
@@ -43,7 +42,6 @@ impl ClusterState {
             awaiting: self.awaiting.clone(),
             next_job: self.next_job,
             next_task: self.next_task,
-            next_node: self.next_node,
             profiles: self.profiles.clone(),
             batch: self.batch.clone(),
             acl: AclBook::default(),

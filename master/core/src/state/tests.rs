@@ -97,7 +97,7 @@ fn task_runs_to_success_and_releases_resources() {
     assert!(
         matches!(l.assign(t, n), Outcome::PlanApplied { ref accepted, rejected: 0, .. } if accepted.len() == 1)
     );
-    assert_eq!(l.state.nodes[&n].free.cpu_milli, 500);
+    assert_eq!(l.state.nodes()[&n].free.cpu_milli, 500);
     assert_eq!(
         l.apply(Command::TaskStarted {
             node: n,
@@ -117,7 +117,7 @@ fn task_runs_to_success_and_releases_resources() {
         Outcome::TaskUpdated
     );
     assert_eq!(l.state.tasks[&t].status.state, TaskState::Succeeded);
-    assert_eq!(l.state.nodes[&n].free.cpu_milli, 2000);
+    assert_eq!(l.state.nodes()[&n].free.cpu_milli, 2000);
     assert!(l.state.pending.is_empty());
 }
 
@@ -129,7 +129,7 @@ fn registration_is_idempotent_on_key() {
     let c = l.register(12, 2);
     assert_eq!(a, b);
     assert_ne!(a, c);
-    assert_eq!(l.state.nodes.len(), 2);
+    assert_eq!(l.state.nodes().len(), 2);
 }
 
 #[test]
@@ -224,7 +224,7 @@ fn node_down_requeues_with_next_attempt_and_fences_old_reports() {
         o => panic!("unexpected {o:?}"),
     }
     assert_eq!(l.state.tasks[&t].status.state, TaskState::Pending);
-    assert_eq!(l.state.nodes[&a].free.cpu_milli, 1000);
+    assert_eq!(l.state.nodes()[&a].free.cpu_milli, 1000);
     // A down node takes no work.
     assert!(matches!(
         l.assign(t, a),
@@ -265,7 +265,7 @@ fn cancel_stops_running_tasks_and_frees_them() {
         }
         o => panic!("unexpected {o:?}"),
     }
-    assert_eq!(l.state.nodes[&n].free.cpu_milli, 4000);
+    assert_eq!(l.state.nodes()[&n].free.cpu_milli, 4000);
     assert!(l.state.pending.is_empty());
     assert_eq!(
         l.state.job_info(&l.state.jobs[&JobId(1)]).state,
@@ -306,7 +306,7 @@ fn gpu_grants_are_per_device_and_returned() {
         exit_code: 3,
         reason: None,
     });
-    assert_eq!(l.state.nodes[&n].free.gpus[0].free_milli, 1000);
+    assert_eq!(l.state.nodes()[&n].free.gpus[0].free_milli, 1000);
     assert_eq!(l.state.tasks[&t[0]].status.state, TaskState::Failed);
 }
 
@@ -529,7 +529,7 @@ fn a_finish_reports_detail_goes_with_its_reason_and_the_next_attempt_clears_it()
 fn node_info_shows_the_cgroup_label() {
     let mut l = Log::new();
     let n = l.register(11, 1);
-    assert_eq!(l.state.node_info(&l.state.nodes[&n]).cgroup, "none");
+    assert_eq!(l.state.node_info(&l.state.nodes()[&n]).cgroup, "none");
     let labels = [(
         hetsched_common::protocol::CGROUP_LABEL.to_string(),
         "v1".to_string(),
@@ -544,7 +544,7 @@ fn node_info_shows_the_cgroup_label() {
         labels,
         partitions: Vec::new(),
     });
-    assert_eq!(l.state.node_info(&l.state.nodes[&n]).cgroup, "v1");
+    assert_eq!(l.state.node_info(&l.state.nodes()[&n]).cgroup, "v1");
 }
 
 #[test]
