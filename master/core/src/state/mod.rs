@@ -33,7 +33,7 @@ mod snapshot;
 mod views;
 
 pub use acl::{AclBook, TokenRecord};
-pub use admin::BenchCounter;
+pub use admin::{BenchBook, BenchCounter};
 pub use batch::{
     Batch, BatchBlock, BatchBook, BatchJob, BatchJobSpec, BatchSpec, BatchTask, Real, TaskBlock,
 };
@@ -124,7 +124,7 @@ pub struct ClusterState {
     /// Finished jobs in the order they finished (derived).
     finished_jobs: BTreeSet<(u64, JobId)>,
     /// Benchmark counters per benchmark client.
-    bench: BTreeMap<u64, BenchCounter>,
+    bench: BenchBook,
     /// The S1 priority configuration in force.
     priority: PriorityConfig,
     /// Preemptors waiting for their victims to stop: node and victims.
@@ -221,7 +221,7 @@ impl ClusterState {
 
     /// Benchmark counters per benchmark client.
     pub fn bench(&self) -> &BTreeMap<u64, BenchCounter> {
-        &self.bench
+        self.bench.counters()
     }
 
     /// The S1 priority configuration in force.
@@ -301,7 +301,7 @@ impl ClusterState {
                 seq,
                 record,
                 ..
-            } => self.apply_bench(client, seq, record),
+            } => self.bench.apply(client, seq, record),
             Command::LeaderBarrier { master } => {
                 Outcome::Ignored(format!("barrier of master {master}"))
             }

@@ -37,7 +37,7 @@ impl ClusterState {
             pending: self.pending.clone(),
             requests: RequestBook::default(),
             finished_jobs: BTreeSet::new(),
-            bench: BTreeMap::new(),
+            bench: BenchBook::default(),
             priority: self.priority.clone(),
             awaiting: self.awaiting.clone(),
             next_job: self.next_job,
