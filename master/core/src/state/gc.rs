@@ -11,11 +11,7 @@ impl ClusterState {
     pub(super) fn gc(&mut self, jobs_before: Option<u64>, requests_before: Option<u64>) -> Outcome {
         let (mut jobs, mut tasks, mut requests) = (0u64, 0u64, 0u64);
         if let Some(cut) = jobs_before {
-            let due: Vec<(u64, JobId)> = self
-                .finished_jobs
-                .range(..(cut, JobId(0)))
-                .copied()
-                .collect();
+            let due = self.jobs.finished_before(cut);
             // A preempted attempt still stopping somewhere holds its job's resources on that
             // node until it is reported ended, and gives them back by the job's spec: such a
             // job (cancelled meanwhile) waits for a later GC.
@@ -28,7 +24,7 @@ impl ClusterState {
                 if stopping.contains(&key.1) {
                     continue;
                 }
-                self.finished_jobs.remove(&key);
+                self.jobs.unmark_finished(key);
                 let Some(j) = self.jobs.get(&key.1) else {
                     continue;
                 };
@@ -65,7 +61,7 @@ impl ClusterState {
     /// Whether a `GcJobs` with these cut-offs would remove anything (the leader asks before
     /// proposing one).
     pub fn gc_due(&self, jobs_before: Option<u64>, requests_before: Option<u64>) -> bool {
-        jobs_before.is_some_and(|cut| self.finished_jobs.first().is_some_and(|f| f.0 < cut))
+        jobs_before.is_some_and(|cut| self.jobs.any_finished_before(cut))
             || requests_before.is_some_and(|cut| self.requests.any_before(cut))
     }
 
@@ -76,7 +72,7 @@ impl ClusterState {
 
     /// Whether `job` existed once and was garbage-collected (ids are never reused).
     pub fn job_was_collected(&self, job: JobId) -> bool {
-        job.0 >= 1 && job.0 <= self.next_job && !self.jobs.contains_key(&job)
+        self.jobs.was_collected(job)
     }
 
     /// What to tell a client asking for a job that is not in the state.
@@ -97,21 +93,13 @@ impl ClusterState {
     /// finished-job and request orders; folds a legacy request map into the compact one.
     pub(super) fn rebuild_derived(&mut self) {
         self.requests.rebuild(self.last_ms);
-        self.finished_jobs.clear();
         let tasks = &self.tasks;
-        for j in self.jobs.values_mut() {
-            j.open = j
-                .tasks
+        let open_of = |j: &Job| {
+            j.tasks
                 .iter()
                 .filter(|t| tasks.get(t).is_some_and(|t| !t.status.state.is_final()))
-                .count() as u32;
-            if j.open == 0 && j.finished_ms.is_none() {
-                // Finished before retention was recorded: count from the snapshot's clock.
-                j.finished_ms = Some(self.last_ms);
-            }
-            if let (0, Some(f)) = (j.open, j.finished_ms) {
-                self.finished_jobs.insert((f, j.id));
-            }
-        }
+                .count() as u32
+        };
+        self.jobs.rebuild(open_of, self.last_ms);
     }
 }

@@ -45,8 +45,7 @@ impl ClusterState {
             self.profiles.learn_kind(p.kind());
             spec.carry_program();
         }
-        self.next_job += 1;
-        let id = JobId(self.next_job);
+        let id = self.jobs.allocate_id();
         let mut tasks = Vec::with_capacity(spec.count as usize);
         for (index, adm) in (0..spec.count).zip(admitted) {
             self.next_task += 1;
@@ -79,19 +78,16 @@ impl ClusterState {
             );
             self.pending.insert(tid);
         }
-        self.jobs.insert(
+        self.jobs.insert(Job {
             id,
-            Job {
-                id,
-                spec,
-                tasks: tasks.clone(),
-                submitted_ms: at_ms,
-                submitted_index: index,
-                finished_ms: None,
-                open: tasks.len() as u32,
-                candidates,
-            },
-        );
+            spec,
+            tasks: tasks.clone(),
+            submitted_ms: at_ms,
+            submitted_index: index,
+            finished_ms: None,
+            open: tasks.len() as u32,
+            candidates,
+        });
         Outcome::Submitted { job: id, tasks }
     }
 
@@ -163,14 +159,6 @@ impl ClusterState {
     /// `n` tasks of `job` reached a final state: once none is left open, the job is
     /// finished and its retention starts.
     pub(super) fn tasks_became_final(&mut self, job: JobId, n: u32) {
-        let at = self.last_ms;
-        let Some(j) = self.jobs.get_mut(&job) else {
-            return;
-        };
-        j.open = j.open.saturating_sub(n);
-        if j.open == 0 && j.finished_ms.is_none() {
-            j.finished_ms = Some(at);
-            self.finished_jobs.insert((at, job));
-        }
+        self.jobs.tasks_final(job, n, self.last_ms);
     }
 }

@@ -16,6 +16,7 @@ mod cpu_changes;
 mod engines;
 mod gc;
 mod hash;
+mod job_book;
 mod jobs;
 mod lifecycle;
 mod listing;
@@ -41,6 +42,7 @@ pub use booking::{engine_count, free_units, with_unit, Booking};
 pub use command::{Assign, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef};
 pub use cpu_changes::{CompressReserve, CpuSearchPhase};
 pub use hash::fnv1a64;
+pub use job_book::JobBook;
 pub use lifecycle::Drain;
 pub use listing::ListError;
 pub use model::{partition_of, Job, Node, NodeLiveness, NodeProfile, Stopping, Task};
@@ -113,23 +115,20 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct ClusterState {
     /// Nodes, their registration keys and the next node id.
     nodes: NodeBook,
-    /// Jobs by id.
-    jobs: BTreeMap<JobId, Job>,
+    /// Jobs, the next job id and the finished ones in finishing order.
+    jobs: JobBook,
     /// Tasks by id.
     tasks: BTreeMap<TaskId, Task>,
     /// Pending tasks in queue order (lower id = submitted earlier).
     pending: BTreeSet<TaskId>,
     /// Outcomes of client requests already applied, so a retried request applies once.
     requests: RequestBook,
-    /// Finished jobs in the order they finished (derived).
-    finished_jobs: BTreeSet<(u64, JobId)>,
     /// Benchmark counters per benchmark client.
     bench: BenchBook,
     /// The S1 priority configuration in force.
     priority: PriorityConfig,
     /// Preemptors waiting for their victims to stop: node and victims.
     awaiting: BTreeMap<TaskId, (NodeId, Vec<TaskRef>)>,
-    next_job: u64,
     next_task: u64,
     /// Engine profiles, the task–engine relation and the S3.2 CPU-count history.
     profiles: ProfileBook,
@@ -174,7 +173,7 @@ impl ClusterState {
     /// [`forge_nodes_mut`](Self::forge_nodes_mut)).
     #[cfg(feature = "forge")]
     pub fn forge_jobs_mut(&mut self) -> &mut BTreeMap<JobId, Job> {
-        &mut self.jobs
+        self.jobs.all_mut()
     }
 
     /// Test hook, only with the `forge` feature: the pending set, mutable (see
@@ -196,7 +195,7 @@ impl ClusterState {
 
     /// Jobs by id.
     pub fn jobs(&self) -> &BTreeMap<JobId, Job> {
-        &self.jobs
+        self.jobs.all()
     }
 
     /// One job.

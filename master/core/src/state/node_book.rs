@@ -67,7 +67,7 @@ impl NodeBook {
     }
 
     /// Every node, by id.
-    pub fn values(&self) -> impl Iterator<Item = &Node> {
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &Node> {
         self.nodes.values()
     }
 

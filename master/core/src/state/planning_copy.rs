@@ -19,12 +19,9 @@ impl ClusterState {
             .values()
             .flat_map(|n| n.stopping.iter().map(|s| s.job))
             .collect();
-        let jobs: BTreeMap<JobId, Job> = self
+        let jobs = self
             .jobs
-            .iter()
-            .filter(|(id, j)| j.open > 0 || stopping.contains(id))
-            .map(|(id, j)| (*id, j.clone()))
-            .collect();
+            .planning_copy(|j| j.open > 0 || stopping.contains(&j.id));
         let tasks = jobs
             .values()
             .flat_map(|j| j.tasks.iter())
@@ -36,11 +33,9 @@ impl ClusterState {
             tasks,
             pending: self.pending.clone(),
             requests: RequestBook::default(),
-            finished_jobs: BTreeSet::new(),
             bench: BenchBook::default(),
             priority: self.priority.clone(),
             awaiting: self.awaiting.clone(),
-            next_job: self.next_job,
             next_task: self.next_task,
             profiles: self.profiles.clone(),
             batch: self.batch.clone(),

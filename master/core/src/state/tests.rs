@@ -154,7 +154,7 @@ fn retried_submit_makes_one_job() {
         },
     );
     assert_eq!(o1, o2);
-    assert_eq!(l.state.jobs.len(), 1);
+    assert_eq!(l.state.jobs().len(), 1);
     assert_eq!(l.state.tasks.len(), 3);
 }
 
@@ -167,7 +167,7 @@ fn invalid_spec_is_rejected_without_change() {
         l.apply(Command::SubmitJob { spec: s }),
         Outcome::Rejected(_)
     ));
-    assert!(l.state.jobs.is_empty());
+    assert!(l.state.jobs().is_empty());
 }
 
 #[test]
@@ -268,7 +268,7 @@ fn cancel_stops_running_tasks_and_frees_them() {
     assert_eq!(l.state.nodes()[&n].free.cpu_milli, 4000);
     assert!(l.state.pending.is_empty());
     assert_eq!(
-        l.state.job_info(&l.state.jobs[&JobId(1)]).state,
+        l.state.job_info(&l.state.jobs()[&JobId(1)]).state,
         "cancelled"
     );
 }
@@ -350,7 +350,7 @@ fn retried_requests_get_the_compact_outcome_back_until_collected() {
     let again = submit(&mut l);
     assert_eq!(first, again);
     assert!(matches!(&first, Outcome::Submitted { tasks, .. } if tasks.len() == 3));
-    assert_eq!(l.state.jobs.len(), 1);
+    assert_eq!(l.state.jobs().len(), 1);
     // Forgotten once older than the cut-off: a retry after that is a new job.
     let o = l.apply(Command::GcJobs {
         jobs_finished_before_ms: None,
@@ -358,7 +358,7 @@ fn retried_requests_get_the_compact_outcome_back_until_collected() {
     });
     assert!(matches!(o, Outcome::Collected { requests: 1, .. }), "{o:?}");
     assert_ne!(submit(&mut l), first);
-    assert_eq!(l.state.jobs.len(), 2);
+    assert_eq!(l.state.jobs().len(), 2);
 }
 
 #[test]
@@ -375,8 +375,8 @@ fn finished_jobs_are_collected_and_restore_keeps_retention() {
         exit_code: 0,
         reason: None,
     });
-    let finished_at = l.state.jobs[&JobId(1)].finished_ms.expect("finished");
-    assert!(l.state.jobs[&JobId(2)].finished_ms.is_none());
+    let finished_at = l.state.jobs()[&JobId(1)].finished_ms.expect("finished");
+    assert!(l.state.jobs()[&JobId(2)].finished_ms.is_none());
     // The snapshot round trip rebuilds what is derived.
     let restored = ClusterState::from_bytes(&l.state.to_bytes()).expect("restore");
     assert_eq!(restored, l.state);
@@ -403,7 +403,7 @@ fn finished_jobs_are_collected_and_restore_keeps_retention() {
     assert!(l.state.tasks.contains_key(&live));
     // Cancelled jobs finish too.
     l.apply(Command::CancelJob { job: JobId(2) });
-    assert!(l.state.jobs[&JobId(2)].finished_ms.is_some());
+    assert!(l.state.jobs()[&JobId(2)].finished_ms.is_some());
 }
 
 #[test]
@@ -573,7 +573,7 @@ fn program_jobs_build_the_task_engine_relation_from_every_profile() {
         o => panic!("unexpected {o:?}"),
     };
     // The program travels with the assignment as the marker command plus env.
-    let job = &l.state.jobs[&l.state.tasks[&t].job];
+    let job = &l.state.jobs()[&l.state.tasks[&t].job];
     assert_eq!(job.spec.command, vec![PROGRAM_COMMAND.to_string()]);
     assert!(job.spec.env.contains_key(PROGRAM_ENV));
     assert_eq!(l.state.relations()[&kind], vec![], "no profile yet");
