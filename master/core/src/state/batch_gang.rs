@@ -146,7 +146,7 @@ impl ClusterState {
                         booked,
                     });
                 }
-                self.pending.insert(tid);
+                self.tasks.enqueue(tid);
                 more.push(TaskRef {
                     task: tid,
                     node,

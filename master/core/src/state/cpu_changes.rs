@@ -309,7 +309,7 @@ mod tests {
         let (mut l, n, gpu, _) = Log::with_two_tasks();
         assert_eq!(l.free(n), 2000);
         assert_eq!(
-            l.state.tasks[&gpu].cpu_search,
+            l.state.tasks()[&gpu].cpu_search,
             Some(CpuSearchPhase::Probing)
         );
         let set = |cpu_milli| Command::SetTaskCpus {
@@ -347,9 +347,9 @@ mod tests {
             class: TaskClass::Image,
             cpu_milli: 4000,
         });
-        assert_eq!(l.state.tasks[&gpu].cpu_search, Some(CpuSearchPhase::Done));
+        assert_eq!(l.state.tasks()[&gpu].cpu_search, Some(CpuSearchPhase::Done));
         assert_eq!(l.state.cpu_history()[&TaskClass::Image], 4000);
-        let info = l.state.task_info(&l.state.tasks[&gpu]);
+        let info = l.state.task_info(&l.state.tasks()[&gpu]);
         assert_eq!((info.cpus, info.cpu_search.as_deref()), (4.0, Some("done")));
         // The task ends: its current allocation returns to the node.
         l.apply(Command::TaskFinished {
@@ -375,7 +375,7 @@ mod tests {
         // Growing is no compression.
         assert!(matches!(l.apply(compress(9000)), Outcome::Rejected(_)));
         assert_eq!(l.apply(compress(4000)), Outcome::TaskUpdated);
-        let info = l.state.task_info(&l.state.tasks[&cpu]);
+        let info = l.state.task_info(&l.state.tasks()[&cpu]);
         assert!(info.compressed);
         assert_eq!(info.cpus, 4.0);
         // 4 freed cores are held, not free.
@@ -426,14 +426,14 @@ mod tests {
         // A node lost re-queues both; everything returns and the next attempt starts over.
         l.apply(Command::NodeDown { node: n });
         assert_eq!(l.free(n), 12_000);
-        assert_eq!(l.state.tasks[&cpu].cpu_milli, Some(4000));
+        assert_eq!(l.state.tasks()[&cpu].cpu_milli, Some(4000));
         l.apply(Command::NodeUp { node: n });
         l.apply(Command::ApplyPlan(Plan {
             assignments: vec![Assign::to(cpu, n)],
             ..Default::default()
         }));
-        assert_eq!(l.state.tasks[&cpu].cpu_milli, None);
-        assert!(!l.state.tasks[&cpu].compressed);
+        assert_eq!(l.state.tasks()[&cpu].cpu_milli, None);
+        assert!(!l.state.tasks()[&cpu].compressed);
         assert_eq!(l.free(n), 4000);
     }
 }

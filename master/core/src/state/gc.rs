@@ -38,10 +38,9 @@ impl ClusterState {
                 }
                 if let Some(j) = self.jobs.remove(&key.1) {
                     for t in &j.tasks {
-                        if self.tasks.remove(t).is_some() {
+                        if self.tasks.forget(t) {
                             tasks += 1;
                         }
-                        self.pending.remove(t);
                     }
                     self.batch_forget_job(j.id, &j.tasks);
                     jobs += 1;
@@ -86,7 +85,7 @@ impl ClusterState {
 
     /// Whether `task` existed once and was garbage-collected with its job.
     pub fn task_was_collected(&self, task: TaskId) -> bool {
-        task.0 >= 1 && task.0 <= self.next_task && !self.tasks.contains_key(&task)
+        self.tasks.was_collected(task)
     }
 
     /// Recomputes what is derived rather than serialised: open-task counters, the

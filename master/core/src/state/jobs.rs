@@ -2,7 +2,7 @@
 //! priority, and a job's end once its last task is final.
 
 use super::*;
-use hetsched_common::{JobId, JobSpec, TaskId, TaskReason, TaskState, TaskStatus};
+use hetsched_common::{JobId, JobSpec, TaskReason, TaskState, TaskStatus};
 use std::collections::BTreeMap;
 
 impl ClusterState {
@@ -48,8 +48,7 @@ impl ClusterState {
         let id = self.jobs.allocate_id();
         let mut tasks = Vec::with_capacity(spec.count as usize);
         for (index, adm) in (0..spec.count).zip(admitted) {
-            self.next_task += 1;
-            let tid = TaskId(self.next_task);
+            let tid = self.tasks.allocate_id();
             tasks.push(tid);
             self.tasks.insert(
                 tid,
@@ -76,7 +75,7 @@ impl ClusterState {
                     booked: None,
                 },
             );
-            self.pending.insert(tid);
+            self.tasks.enqueue(tid);
         }
         self.jobs.insert(Job {
             id,
@@ -135,11 +134,16 @@ impl ClusterState {
             cancelled += 1;
             task.status.reason = Some(TaskReason::Cancelled);
             task.not_before_ms = None;
-            self.pending.remove(&t);
-            self.awaiting.remove(&t);
+            let on_node = match (was.state, was.node) {
+                (TaskState::Assigned | TaskState::Running, Some(node)) => {
+                    Some((node, std::mem::take(&mut task.gpus)))
+                }
+                _ => None,
+            };
+            self.tasks.dequeue(&t);
+            self.tasks.stop_awaiting(&t);
             finals += 1;
-            if let (TaskState::Assigned | TaskState::Running, Some(node)) = (was.state, was.node) {
-                let gpus = std::mem::take(&mut task.gpus);
+            if let Some((node, gpus)) = on_node {
                 self.release(node, t, job, &gpus);
                 stop.push(TaskRef {
                     task: t,

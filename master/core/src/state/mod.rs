@@ -31,6 +31,7 @@ mod reports;
 mod request_book;
 mod slave_queue;
 mod snapshot;
+mod task_book;
 mod views;
 
 pub use acl::{AclBook, TokenRecord};
@@ -49,6 +50,7 @@ pub use model::{partition_of, Job, Node, NodeLiveness, NodeProfile, Stopping, Ta
 pub use node_book::NodeBook;
 pub use profile_book::ProfileBook;
 pub use request_book::{RecentRequest, RequestBook, RequestOutcome};
+pub use task_book::{Awaited, TaskBook};
 
 /// The nodes whose free resources or liveness applying `command` may change, known before
 /// it applies (so the command need not be kept, or copied, past `apply`).
@@ -117,19 +119,14 @@ pub struct ClusterState {
     nodes: NodeBook,
     /// Jobs, the next job id and the finished ones in finishing order.
     jobs: JobBook,
-    /// Tasks by id.
-    tasks: BTreeMap<TaskId, Task>,
-    /// Pending tasks in queue order (lower id = submitted earlier).
-    pending: BTreeSet<TaskId>,
+    /// Tasks, the next task id, the pending queue and the preemptors waiting.
+    tasks: TaskBook,
     /// Outcomes of client requests already applied, so a retried request applies once.
     requests: RequestBook,
     /// Benchmark counters per benchmark client.
     bench: BenchBook,
     /// The S1 priority configuration in force.
     priority: PriorityConfig,
-    /// Preemptors waiting for their victims to stop: node and victims.
-    awaiting: BTreeMap<TaskId, (NodeId, Vec<TaskRef>)>,
-    next_task: u64,
     /// Engine profiles, the task–engine relation and the S3.2 CPU-count history.
     profiles: ProfileBook,
     /// S2 batches: their jobs' plans, their tasks' pins and blocks.
@@ -166,7 +163,7 @@ impl ClusterState {
     /// [`forge_nodes_mut`](Self::forge_nodes_mut)).
     #[cfg(feature = "forge")]
     pub fn forge_tasks_mut(&mut self) -> &mut BTreeMap<TaskId, Task> {
-        &mut self.tasks
+        self.tasks.all_mut()
     }
 
     /// Test hook, only with the `forge` feature: the jobs, mutable (see
@@ -180,7 +177,7 @@ impl ClusterState {
     /// [`forge_nodes_mut`](Self::forge_nodes_mut)).
     #[cfg(feature = "forge")]
     pub fn forge_pending_mut(&mut self) -> &mut BTreeSet<TaskId> {
-        &mut self.pending
+        self.tasks.pending_mut()
     }
 
     /// Nodes by id.
@@ -205,7 +202,7 @@ impl ClusterState {
 
     /// Tasks by id.
     pub fn tasks(&self) -> &BTreeMap<TaskId, Task> {
-        &self.tasks
+        self.tasks.all()
     }
 
     /// One task.
@@ -215,7 +212,7 @@ impl ClusterState {
 
     /// Pending tasks in queue order (lower id = submitted earlier).
     pub fn pending(&self) -> &BTreeSet<TaskId> {
-        &self.pending
+        self.tasks.pending()
     }
 
     /// Benchmark counters per benchmark client.
@@ -230,7 +227,7 @@ impl ClusterState {
 
     /// Preemptors waiting for their victims to stop: node and victims.
     pub fn awaiting(&self) -> &BTreeMap<TaskId, (NodeId, Vec<TaskRef>)> {
-        &self.awaiting
+        self.tasks.awaiting()
     }
 
     /// Engines and selection tables by node (S0.5).

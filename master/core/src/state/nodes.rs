@@ -32,7 +32,7 @@ impl ClusterState {
         let gpus = std::mem::take(&mut t.gpus);
         let job = t.job;
         self.release(node, task, job, &gpus);
-        self.pending.insert(task);
+        self.tasks.enqueue(task);
         Some(TaskRef {
             task,
             node,

@@ -92,10 +92,10 @@ impl ClusterState {
                     booked,
                 });
             }
-            self.pending.insert(v.task);
+            self.tasks.enqueue(v.task);
         }
-        self.awaiting
-            .insert(p.preemptor, (p.node, p.victims.clone()));
+        self.tasks
+            .await_victims(p.preemptor, p.node, p.victims.clone());
         Some(p.victims.clone())
     }
 
@@ -134,7 +134,7 @@ impl ClusterState {
     /// What `who`'s non-final tasks holding its quota use in `partition`.
     pub(super) fn quota_usage(&self, who: &Principal, partition: &str) -> Usage {
         let mut used = Usage::default();
-        let live = self.pending.iter().chain(
+        let live = self.tasks.pending().iter().chain(
             self.nodes
                 .values()
                 .flat_map(|n| n.tasks.iter().chain(n.queued.iter())),
@@ -211,8 +211,8 @@ impl ClusterState {
         task.attempt_nodes.insert(attempt, a.node);
         task.borrowed = a.borrowed;
         task.booked = booked;
-        self.pending.remove(&a.task);
-        self.awaiting.remove(&a.task);
+        self.tasks.dequeue(&a.task);
+        self.tasks.stop_awaiting(&a.task);
         Some(TaskRef {
             task: a.task,
             node: a.node,

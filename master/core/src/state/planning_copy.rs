@@ -22,21 +22,16 @@ impl ClusterState {
         let jobs = self
             .jobs
             .planning_copy(|j| j.open > 0 || stopping.contains(&j.id));
-        let tasks = jobs
-            .values()
-            .flat_map(|j| j.tasks.iter())
-            .filter_map(|t| self.tasks.get(t).map(|task| (*t, task.clone())))
-            .collect();
+        let tasks = self
+            .tasks
+            .planning_copy(jobs.values().flat_map(|j| j.tasks.iter()));
         Self {
             nodes: self.nodes.clone(),
             jobs,
             tasks,
-            pending: self.pending.clone(),
             requests: RequestBook::default(),
             bench: BenchBook::default(),
             priority: self.priority.clone(),
-            awaiting: self.awaiting.clone(),
-            next_task: self.next_task,
             profiles: self.profiles.clone(),
             batch: self.batch.clone(),
             acl: AclBook::default(),

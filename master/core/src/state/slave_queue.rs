@@ -160,7 +160,7 @@ impl ClusterState {
             None
         };
         let Some(gpus) = grant else {
-            self.pending.insert(task);
+            self.tasks.enqueue(task);
             return Outcome::Stolen {
                 from: released,
                 assigned: None,

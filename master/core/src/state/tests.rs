@@ -116,9 +116,9 @@ fn task_runs_to_success_and_releases_resources() {
         }),
         Outcome::TaskUpdated
     );
-    assert_eq!(l.state.tasks[&t].status.state, TaskState::Succeeded);
+    assert_eq!(l.state.tasks()[&t].status.state, TaskState::Succeeded);
     assert_eq!(l.state.nodes()[&n].free.cpu_milli, 2000);
-    assert!(l.state.pending.is_empty());
+    assert!(l.state.pending().is_empty());
 }
 
 #[test]
@@ -155,7 +155,7 @@ fn retried_submit_makes_one_job() {
     );
     assert_eq!(o1, o2);
     assert_eq!(l.state.jobs().len(), 1);
-    assert_eq!(l.state.tasks.len(), 3);
+    assert_eq!(l.state.tasks().len(), 3);
 }
 
 #[test]
@@ -197,7 +197,7 @@ fn stale_plan_entries_are_rejected() {
         l.assign(t[1], NodeId(42)),
         Outcome::PlanApplied { rejected: 1, .. }
     ));
-    assert!(l.state.pending.contains(&t[1]));
+    assert!(l.state.pending().contains(&t[1]));
 }
 
 #[test]
@@ -223,7 +223,7 @@ fn node_down_requeues_with_next_attempt_and_fences_old_reports() {
         ),
         o => panic!("unexpected {o:?}"),
     }
-    assert_eq!(l.state.tasks[&t].status.state, TaskState::Pending);
+    assert_eq!(l.state.tasks()[&t].status.state, TaskState::Pending);
     assert_eq!(l.state.nodes()[&a].free.cpu_milli, 1000);
     // A down node takes no work.
     assert!(matches!(
@@ -245,7 +245,7 @@ fn node_down_requeues_with_next_attempt_and_fences_old_reports() {
         }),
         Outcome::Ignored(_)
     ));
-    assert_eq!(l.state.tasks[&t].status.state, TaskState::Assigned);
+    assert_eq!(l.state.tasks()[&t].status.state, TaskState::Assigned);
     assert_eq!(
         l.apply(Command::NodeUp { node: a }),
         Outcome::NodeUp { node: a }
@@ -266,7 +266,7 @@ fn cancel_stops_running_tasks_and_frees_them() {
         o => panic!("unexpected {o:?}"),
     }
     assert_eq!(l.state.nodes()[&n].free.cpu_milli, 4000);
-    assert!(l.state.pending.is_empty());
+    assert!(l.state.pending().is_empty());
     assert_eq!(
         l.state.job_info(&l.state.jobs()[&JobId(1)]).state,
         "cancelled"
@@ -297,8 +297,8 @@ fn gpu_grants_are_per_device_and_returned() {
     l.assign(t[0], n);
     l.assign(t[1], n);
     // 600 + 600 cannot share one device: each went to its own.
-    assert_eq!(l.state.tasks[&t[0]].gpus, vec![(0, 600)]);
-    assert_eq!(l.state.tasks[&t[1]].gpus, vec![(1, 600)]);
+    assert_eq!(l.state.tasks()[&t[0]].gpus, vec![(0, 600)]);
+    assert_eq!(l.state.tasks()[&t[1]].gpus, vec![(1, 600)]);
     l.apply(Command::TaskFinished {
         node: n,
         task: t[0],
@@ -307,7 +307,7 @@ fn gpu_grants_are_per_device_and_returned() {
         reason: None,
     });
     assert_eq!(l.state.nodes()[&n].free.gpus[0].free_milli, 1000);
-    assert_eq!(l.state.tasks[&t[0]].status.state, TaskState::Failed);
+    assert_eq!(l.state.tasks()[&t[0]].status.state, TaskState::Failed);
 }
 
 #[test]
@@ -400,7 +400,7 @@ fn finished_jobs_are_collected_and_restore_keeps_retention() {
     assert!(!l.state.job_was_collected(JobId(2)));
     assert!(!l.state.job_was_collected(JobId(3)));
     assert!(l.state.task_was_collected(done));
-    assert!(l.state.tasks.contains_key(&live));
+    assert!(l.state.tasks().contains_key(&live));
     // Cancelled jobs finish too.
     l.apply(Command::CancelJob { job: JobId(2) });
     assert!(l.state.jobs()[&JobId(2)].finished_ms.is_some());
@@ -426,7 +426,7 @@ fn reasons_are_recorded_and_shown_with_cpus() {
     l.apply(finish(t[1], 0, None));
     // An older slave sends no reason: the exit code decides.
     l.apply(finish(t[2], 4, None));
-    let info = |l: &Log, task: TaskId| l.state.task_info(&l.state.tasks[&task]);
+    let info = |l: &Log, task: TaskId| l.state.task_info(&l.state.tasks()[&task]);
     let oom = info(&l, t[0]);
     assert_eq!(oom.state, TaskState::Failed);
     assert_eq!(oom.reason, Some(TaskReason::Oom));
@@ -484,7 +484,7 @@ fn a_finish_reports_detail_goes_with_its_reason_and_the_next_attempt_clears_it()
         ],
     });
     assert_eq!(o, Outcome::TaskUpdated);
-    let info = |l: &Log, task: TaskId| l.state.task_info(&l.state.tasks[&task]);
+    let info = |l: &Log, task: TaskId| l.state.task_info(&l.state.tasks()[&task]);
     let failed = info(&l, t[0]);
     assert_eq!(failed.state, TaskState::Failed);
     assert_eq!(failed.reason, Some(TaskReason::Image));
@@ -573,7 +573,7 @@ fn program_jobs_build_the_task_engine_relation_from_every_profile() {
         o => panic!("unexpected {o:?}"),
     };
     // The program travels with the assignment as the marker command plus env.
-    let job = &l.state.jobs()[&l.state.tasks[&t].job];
+    let job = &l.state.jobs()[&l.state.tasks()[&t].job];
     assert_eq!(job.spec.command, vec![PROGRAM_COMMAND.to_string()]);
     assert!(job.spec.env.contains_key(PROGRAM_ENV));
     assert_eq!(l.state.relations()[&kind], vec![], "no profile yet");
@@ -647,7 +647,7 @@ fn program_jobs_build_the_task_engine_relation_from_every_profile() {
         summary,
     };
     assert_eq!(l.apply(ok), Outcome::TaskUpdated);
-    assert_eq!(l.state.task_info(&l.state.tasks[&t]).calls, Some(summary));
+    assert_eq!(l.state.task_info(&l.state.tasks()[&t]).calls, Some(summary));
     // A snapshot round-trips the new state.
     let back = ClusterState::from_bytes(&l.state.to_bytes()).expect("restores");
     assert_eq!(back, l.state);
@@ -685,7 +685,7 @@ fn timeouts_due_lists_running_attempts_past_their_jobs_timeout() {
     assert!(matches!(l.assign(timed[2], a), Outcome::PlanApplied { .. }));
     start(&mut l, untimed[0], a);
     start(&mut l, untimed[1], b);
-    let started = |t: TaskId| l.state.tasks[&t].started_ms.expect("started");
+    let started = |t: TaskId| l.state.tasks()[&t].started_ms.expect("started");
     let (s0, s1) = (started(timed[0]), started(timed[1]));
     assert!(l.state.timeouts_due(s0 + 499).is_empty());
     fn due(state: &ClusterState, now: u64) -> Vec<(TaskId, NodeId, hetsched_common::Attempt)> {

@@ -87,7 +87,7 @@ impl ClusterState {
             .iter()
             .map(|q| (q.name().to_string(), 0))
             .collect();
-        for t in &self.pending {
+        for t in self.tasks.pending() {
             if let Some(r) = self.tasks.get(t).and_then(|t| self.job_resources(t.job)) {
                 *m.entry(QueueKind::of(r).name().to_string()).or_insert(0) += 1;
             }
