@@ -1,7 +1,14 @@
 //! Encoding the state for snapshots, and the state hash replicas and the chaos checker compare.
 
+use super::admin::BenchBook;
+use super::hash::fnv1a64;
+use super::job_book::JobBook;
+use super::node_book::NodeBook;
+use super::profile_book::ProfileBook;
+use super::request_book::RequestBook;
 use super::snapshot::{Snapshot, SnapshotRef};
-use super::*;
+use super::task_book::TaskBook;
+use super::ClusterState;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 impl ClusterState {

@@ -203,6 +203,7 @@ impl ClusterState {
 mod tests {
     use super::super::{Assign, Command, CommandEnvelope, Plan};
     use super::*;
+    use crate::state::*;
     use hetsched_common::{
         CpuSearchSpec, GpuDevice, GpuRequest, JobSpec, NodeResources, ResourceRequest,
     };

@@ -1,7 +1,10 @@
 //! Engine profiles (S0.5 selection tables) recorded per node, the task–engine relation (S0.1)
 //! derived from them, and per-call records of API programs.
 
-use super::*;
+use super::command::Outcome;
+use super::model::Node;
+use super::model::NodeProfile;
+use super::ClusterState;
 use hetsched_common::program::{CallSummary, EngineDecl, SelectionTable};
 use hetsched_common::protocol::EngineInfo;
 use hetsched_common::{Attempt, EngineKind, NodeId, TaskId};

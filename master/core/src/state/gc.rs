@@ -2,8 +2,11 @@
 //! the command so every replica removes the same things; the derived indexes rebuilt on
 //! restore.
 
-use super::*;
+use super::command::Outcome;
+use super::model::Job;
+use super::ClusterState;
 use hetsched_common::{ClientRequestId, JobId, TaskId};
+use std::collections::BTreeSet;
 
 impl ClusterState {
     /// Removes finished jobs (with their tasks) that finished before `jobs_before`, and

@@ -1,7 +1,14 @@
 //! Submitting and cancelling jobs: ids handed out in apply order, S1 admission of each task's
 //! priority, and a job's end once its last task is final.
 
-use super::*;
+use super::command::Assign;
+use super::command::Outcome;
+use super::command::PlaceNew;
+use super::command::TaskRef;
+use super::model::partition_of;
+use super::model::Job;
+use super::model::Task;
+use super::ClusterState;
 use hetsched_common::{JobId, JobSpec, TaskReason, TaskState, TaskStatus};
 use std::collections::BTreeMap;
 

@@ -109,7 +109,6 @@ pub fn touched_nodes(mut nodes: BTreeSet<NodeId>, outcome: &Outcome) -> Vec<Node
 use hetsched_common::priority::PriorityConfig;
 use hetsched_common::program::{EngineTotal, TaskKind};
 use hetsched_common::{JobId, NodeId, TaskId};
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The whole replicated state.

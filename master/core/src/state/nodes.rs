@@ -1,7 +1,10 @@
 //! Node lifecycle in the log: registration (and re-registration), down and up, and putting a
 //! lost node's tasks back in the queue with the next attempt.
 
-use super::*;
+use super::command::Outcome;
+use super::command::TaskRef;
+use super::model::NodeLiveness;
+use super::ClusterState;
 use hetsched_common::{Attempt, GpuAlloc, JobId, NodeId, TaskId, TaskReason};
 
 impl ClusterState {

@@ -2,7 +2,15 @@
 //! state (a stale one is refused, as Nomad's plan applier does), quota usage for S1, and the
 //! stops a preemption starts.
 
-use super::*;
+use super::command::Assign;
+use super::command::Outcome;
+use super::command::Plan;
+use super::command::Preemption;
+use super::command::TaskRef;
+use super::cpu_changes::CpuSearchPhase;
+use super::model::partition_of;
+use super::model::Stopping;
+use super::ClusterState;
 use hetsched_common::priority::{Principal, Usage};
 use hetsched_common::{Attempt, NodeId, TaskId, TaskReason, TaskState};
 use std::collections::BTreeSet;

@@ -8,8 +8,12 @@
 //! client request outcomes, benchmark counters and tokens. It is never applied to the log's
 //! state and never snapshotted: it exists for one plan.
 
-use super::*;
+use super::acl::AclBook;
+use super::admin::BenchBook;
+use super::request_book::RequestBook;
+use super::ClusterState;
 use hetsched_common::JobId;
+use std::collections::BTreeSet;
 
 impl ClusterState {
     /// The live part of the state, for planning (see the module's documentation).

@@ -11,7 +11,7 @@
 //! state once the batch committed (`promoted`), so a slave never runs more than the leader
 //! promised.
 
-use super::*;
+use super::ClusterState;
 use hetsched_common::{Attempt, NodeId, ResourceRequest, TaskId, TaskState};
 
 impl ClusterState {

@@ -2,7 +2,10 @@
 //! beyond its free resources, their promotion when room frees, and a committed steal moving one
 //! to another slave with the next attempt.
 
-use super::*;
+use super::command::Outcome;
+use super::command::TaskRef;
+use super::model::partition_of;
+use super::ClusterState;
 use hetsched_common::{Attempt, NodeId, TaskId, TaskReason, TaskState};
 
 impl ClusterState {

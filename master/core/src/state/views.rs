@@ -1,7 +1,12 @@
 //! Read-only views of the state in the shapes the protocol sends (`tasks`, `jobs`, `nodes`,
 //! `status`).
 
-use super::*;
+use super::model::partition_of;
+use super::model::Job;
+use super::model::Node;
+use super::model::NodeLiveness;
+use super::model::Task;
+use super::ClusterState;
 use hetsched_common::protocol::{JobInfo, NodeCounts, NodeInfo, TaskInfo};
 use hetsched_common::{JobId, TaskState};
 use std::collections::BTreeMap;
