@@ -3,6 +3,24 @@
 //! iterates ordered maps only, so the same log yields byte-identical state on every replica.
 //!
 //! "Submitted later" means "a higher log index": ids are handed out in apply order.
+//!
+//! The state is a set of books, each owning its data (private to it) and the changes that
+//! touch only it:
+//! - [`NodeBook`] (`node_book.rs`): nodes, registration keys, node ids; registers, brings up.
+//! - [`JobBook`] (`job_book.rs`): jobs, job ids, the finishing order; closes finished jobs.
+//! - [`TaskBook`] (`task_book.rs`): tasks, task ids, the pending queue, waiting preemptors.
+//! - [`RequestBook`] (`request_book.rs`): client request outcomes for retries.
+//! - [`ProfileBook`] (`profile_book.rs`): engine profiles, the task–engine relation, the
+//!   CPU-count history.
+//! - [`BatchBook`] (`batch.rs`), [`AclBook`] (`acl.rs`), [`BenchBook`] (`admin.rs`).
+//!
+//! A change that moves a task also changes its node's resources and its job's open count,
+//! so such rules span books: they are the `ClusterState` methods of the other files
+//! (`nodes`, `jobs`, `plan`, `reports`, `lifecycle`, `promote`, `slave_queue`,
+//! `cpu_changes`, `batch_gang`, `gc`), each reaching the books through their methods, and
+//! [`apply`](ClusterState::apply) dispatches each command to a book or to one of those rules.
+//! The snapshot bytes do not follow this layout: `snapshot.rs` keeps the flat document
+//! older binaries wrote and read.
 
 mod acl;
 mod admin;
