@@ -1,8 +1,8 @@
 //! The task book: every task of every retained job. It owns the task table, the next task
 //! id, the pending queue (lower id = submitted earlier) and the preemptors waiting for their
 //! victims to stop. A task's moves between states change its node and its job too, so they
-//! are the rules in `ClusterState`; this book keeps the table, the queue and the waiting
-//! list consistent under them (a forgotten task leaves all three).
+//! are the rules in `ClusterState`; this book keeps the table and the queue consistent
+//! under them (a forgotten task leaves both).
 
 use super::command::TaskRef;
 use super::model::Task;
@@ -108,11 +108,12 @@ impl TaskBook {
         self.tasks.insert(id, task);
     }
 
-    /// Forgets a task (its job was collected): out of the table, the queue and the waiting
-    /// list. Whether it was in the table.
+    /// Forgets a task (its job was collected): out of the table and the queue. Whether it
+    /// was in the table. The waiting list is left as it is, as collection always left it: a
+    /// preemptor still waiting is pending, so its job is open and never collected, and
+    /// replicas of older binaries must reach the same state.
     pub(super) fn forget(&mut self, id: &TaskId) -> bool {
         self.pending.remove(id);
-        self.awaiting.remove(id);
         self.tasks.remove(id).is_some()
     }
 

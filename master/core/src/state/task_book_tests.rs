@@ -45,14 +45,12 @@ fn ids_are_consecutive_and_the_queue_is_in_id_order() {
 }
 
 #[test]
-fn a_forgotten_task_leaves_the_table_the_queue_and_the_waiting_list() {
+fn a_forgotten_task_leaves_the_table_and_the_queue() {
     let mut book = TaskBook::default();
     let a = task(&mut book);
     let b = task(&mut book);
-    book.await_victims(a, NodeId(1), Vec::new());
     assert!(book.forget(&a));
     assert!(!book.forget(&a));
-    assert!(book.awaiting().is_empty());
     assert!(!book.pending().contains(&a));
     assert!(book.was_collected(a));
     assert!(!book.was_collected(b));
