@@ -6,9 +6,11 @@
 //! token is presented: `apply` reads no clock. `bootstrapped` makes `acl bootstrap` answer
 //! once per cluster.
 
-use super::*;
+use super::command::Outcome;
+use super::ClusterState;
 use hetsched_common::protocol::{TokenInfo, TokenRole};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// One stored token.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +107,8 @@ impl ClusterState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::*;
+    use crate::state::{Command, CommandEnvelope};
 
     fn token(accessor: &str) -> TokenRecord {
         TokenRecord {

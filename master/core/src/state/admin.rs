@@ -3,9 +3,9 @@
 //! from the product commands; old log entries stay decodable because the command keeps its
 //! variant.
 
-use super::*;
+use super::command::Outcome;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What the state remembers of one benchmark client's proposals.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -16,10 +16,26 @@ pub struct BenchCounter {
     pub recorded: BTreeSet<u64>,
 }
 
-impl ClusterState {
+/// Benchmark counters per benchmark client.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BenchBook {
+    counters: BTreeMap<u64, BenchCounter>,
+}
+
+impl BenchBook {
+    /// The book a snapshot describes.
+    pub(super) fn from_snapshot(counters: BTreeMap<u64, BenchCounter>) -> Self {
+        Self { counters }
+    }
+
+    /// Counters per benchmark client.
+    pub fn counters(&self) -> &BTreeMap<u64, BenchCounter> {
+        &self.counters
+    }
+
     /// Applies one benchmark proposal: counts it, and remembers `seq` when `record`.
-    pub(super) fn apply_bench(&mut self, client: u64, seq: u64, record: bool) -> Outcome {
-        let c = self.bench.entry(client).or_default();
+    pub(super) fn apply(&mut self, client: u64, seq: u64, record: bool) -> Outcome {
+        let c = self.counters.entry(client).or_default();
         c.applied += 1;
         if record {
             c.recorded.insert(seq);
@@ -27,3 +43,7 @@ impl ClusterState {
         Outcome::Ignored(String::new())
     }
 }
+
+#[cfg(test)]
+#[path = "admin_tests.rs"]
+mod tests;

@@ -7,9 +7,12 @@
 //! Gang placement at apply (all pending tasks of a batch job or none) and the whole-gang
 //! preemption are in `batch_gang.rs`; the listing views in `batch_views.rs`.
 
-use super::*;
+use super::command::Outcome;
+use super::model::Job;
+use super::ClusterState;
 use hetsched_common::{JobId, JobSpec, NodeId, TaskId, TaskState};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// A finite float that may sit in the replicated state (which is `Eq`): every value comes
 /// from a validated planner input or output, never NaN.

@@ -6,8 +6,16 @@
 //! The scheduler's gang stage proposes whole gangs; this re-check makes the rule hold for
 //! any plan the log carries (a stale plan, a plan of another scheduler), on every replica.
 
-use super::*;
+use super::command::Assign;
+use super::command::TaskRef;
+use super::model::partition_of;
+use super::model::Stopping;
+use super::ClusterState;
+use hetsched_common::NodeId;
+use hetsched_common::TaskId;
 use hetsched_common::{JobId, NodeResources, TaskReason, TaskState};
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 impl ClusterState {
     /// The assignments of a plan, in order; those of a batch job's tasks only as a whole
@@ -146,7 +154,7 @@ impl ClusterState {
                         booked,
                     });
                 }
-                self.pending.insert(tid);
+                self.tasks.enqueue(tid);
                 more.push(TaskRef {
                     task: tid,
                     node,

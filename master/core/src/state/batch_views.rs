@@ -2,7 +2,8 @@
 //! (planned against actual makespan, per job and in total). Times are seconds after the
 //! batch's submission on the leader's clock, so planned and actual compare directly.
 
-use super::*;
+use super::model::Job;
+use super::ClusterState;
 use hetsched_common::protocol::{BatchInfo, BatchJobInfo, BatchTaskInfo, JobInfo};
 
 fn secs_after(ms: u64, from_ms: u64) -> f64 {

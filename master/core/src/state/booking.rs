@@ -15,10 +15,14 @@
 //! assignment, like GPU devices. Every node's booked units per kind stay at most its engines
 //! of that kind (the model check holds it).
 
-use super::*;
+use super::model::Node;
+use super::ClusterState;
+use hetsched_common::NodeId;
 use hetsched_common::{
     EngineKind, GpuAlloc, GpuRequest, NodeResources, ResourceRequest, GPU_MILLI_PER_DEVICE,
 };
+use serde::Deserialize;
+use serde::Serialize;
 
 /// One engine unit a task holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,5 +1,6 @@
 use super::*;
 use crate::sched::test_log::{node, spec, submit, submitted_tasks, Log};
+use crate::state::*;
 use hetsched_common::{Attempt, TaskId};
 
 fn plan(assignments: Vec<Assign>) -> Command {

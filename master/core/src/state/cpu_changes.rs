@@ -132,7 +132,7 @@ impl ClusterState {
             return Outcome::Rejected(format!("unknown {task}"));
         };
         t.cpu_search = Some(CpuSearchPhase::Done);
-        self.cpu_history.insert(class, cpu_milli);
+        self.profiles.record_cpu(class, cpu_milli);
         Outcome::TaskUpdated
     }
 
@@ -203,6 +203,7 @@ impl ClusterState {
 mod tests {
     use super::super::{Assign, Command, CommandEnvelope, Plan};
     use super::*;
+    use crate::state::*;
     use hetsched_common::{
         CpuSearchSpec, GpuDevice, GpuRequest, JobSpec, NodeResources, ResourceRequest,
     };
@@ -300,7 +301,7 @@ mod tests {
         }
 
         fn free(&self, node: NodeId) -> u64 {
-            self.state.nodes[&node].free.cpu_milli
+            self.state.nodes()[&node].free.cpu_milli
         }
     }
 
@@ -309,7 +310,7 @@ mod tests {
         let (mut l, n, gpu, _) = Log::with_two_tasks();
         assert_eq!(l.free(n), 2000);
         assert_eq!(
-            l.state.tasks[&gpu].cpu_search,
+            l.state.tasks()[&gpu].cpu_search,
             Some(CpuSearchPhase::Probing)
         );
         let set = |cpu_milli| Command::SetTaskCpus {
@@ -347,9 +348,9 @@ mod tests {
             class: TaskClass::Image,
             cpu_milli: 4000,
         });
-        assert_eq!(l.state.tasks[&gpu].cpu_search, Some(CpuSearchPhase::Done));
-        assert_eq!(l.state.cpu_history[&TaskClass::Image], 4000);
-        let info = l.state.task_info(&l.state.tasks[&gpu]);
+        assert_eq!(l.state.tasks()[&gpu].cpu_search, Some(CpuSearchPhase::Done));
+        assert_eq!(l.state.cpu_history()[&TaskClass::Image], 4000);
+        let info = l.state.task_info(&l.state.tasks()[&gpu]);
         assert_eq!((info.cpus, info.cpu_search.as_deref()), (4.0, Some("done")));
         // The task ends: its current allocation returns to the node.
         l.apply(Command::TaskFinished {
@@ -375,12 +376,12 @@ mod tests {
         // Growing is no compression.
         assert!(matches!(l.apply(compress(9000)), Outcome::Rejected(_)));
         assert_eq!(l.apply(compress(4000)), Outcome::TaskUpdated);
-        let info = l.state.task_info(&l.state.tasks[&cpu]);
+        let info = l.state.task_info(&l.state.tasks()[&cpu]);
         assert!(info.compressed);
         assert_eq!(info.cpus, 4.0);
         // 4 freed cores are held, not free.
         assert_eq!(l.free(n), 2000);
-        assert_eq!(l.state.nodes[&n].compress_reserves.len(), 1);
+        assert_eq!(l.state.nodes()[&n].compress_reserves.len(), 1);
         // The CPU task ending gives back its 4; the held 4 stay held.
         l.apply(Command::TaskFinished {
             node: n,
@@ -399,7 +400,7 @@ mod tests {
             reason: None,
         });
         assert_eq!(l.free(n), 12_000);
-        assert!(l.state.nodes[&n].compress_reserves.is_empty());
+        assert!(l.state.nodes()[&n].compress_reserves.is_empty());
     }
 
     #[test]
@@ -422,18 +423,18 @@ mod tests {
         });
         assert_eq!(o, Outcome::TaskUpdated);
         assert_eq!(l.free(n), 8000);
-        assert!(l.state.nodes[&n].compress_reserves.is_empty());
+        assert!(l.state.nodes()[&n].compress_reserves.is_empty());
         // A node lost re-queues both; everything returns and the next attempt starts over.
         l.apply(Command::NodeDown { node: n });
         assert_eq!(l.free(n), 12_000);
-        assert_eq!(l.state.tasks[&cpu].cpu_milli, Some(4000));
+        assert_eq!(l.state.tasks()[&cpu].cpu_milli, Some(4000));
         l.apply(Command::NodeUp { node: n });
         l.apply(Command::ApplyPlan(Plan {
             assignments: vec![Assign::to(cpu, n)],
             ..Default::default()
         }));
-        assert_eq!(l.state.tasks[&cpu].cpu_milli, None);
-        assert!(!l.state.tasks[&cpu].compressed);
+        assert_eq!(l.state.tasks()[&cpu].cpu_milli, None);
+        assert!(!l.state.tasks()[&cpu].compressed);
         assert_eq!(l.free(n), 4000);
     }
 }

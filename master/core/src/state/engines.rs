@@ -1,8 +1,11 @@
 //! Engine profiles (S0.5 selection tables) recorded per node, the task–engine relation (S0.1)
 //! derived from them, and per-call records of API programs.
 
-use super::*;
-use hetsched_common::program::{relation, CallSummary, EngineDecl, SelectionTable, TaskKind};
+use super::command::Outcome;
+use super::model::Node;
+use super::model::NodeProfile;
+use super::ClusterState;
+use hetsched_common::program::{CallSummary, EngineDecl, SelectionTable};
 use hetsched_common::protocol::EngineInfo;
 use hetsched_common::{Attempt, EngineKind, NodeId, TaskId};
 
@@ -16,18 +19,8 @@ impl ClusterState {
         if !self.nodes.contains_key(&node) {
             return Outcome::Rejected(format!("unknown {node}"));
         }
-        self.profiles.insert(node, NodeProfile { engines, table });
-        self.rebuild_relations();
+        self.profiles.record(node, NodeProfile { engines, table });
         Outcome::Ignored(String::new())
-    }
-
-    /// Recomputes the relation of every known task kind from all slaves' tables.
-    pub(super) fn rebuild_relations(&mut self) {
-        let kinds: Vec<TaskKind> = self.relations.keys().cloned().collect();
-        for k in kinds {
-            let r = relation(&k, self.profiles.values().map(|p| &p.table));
-            self.relations.insert(k, r);
-        }
     }
 
     pub(super) fn record_calls(
@@ -54,6 +47,7 @@ impl ClusterState {
     pub fn engine_info(&self, n: &Node) -> Vec<EngineInfo> {
         let declared_emulated = |k: EngineKind| {
             self.profiles
+                .profiles()
                 .get(&n.id)
                 .is_some_and(|p| p.engines.iter().any(|e| e.kind == k && e.emulated))
         };

@@ -2,8 +2,11 @@
 //! the command so every replica removes the same things; the derived indexes rebuilt on
 //! restore.
 
-use super::*;
+use super::command::Outcome;
+use super::model::Job;
+use super::ClusterState;
 use hetsched_common::{ClientRequestId, JobId, TaskId};
+use std::collections::BTreeSet;
 
 impl ClusterState {
     /// Removes finished jobs (with their tasks) that finished before `jobs_before`, and
@@ -11,11 +14,7 @@ impl ClusterState {
     pub(super) fn gc(&mut self, jobs_before: Option<u64>, requests_before: Option<u64>) -> Outcome {
         let (mut jobs, mut tasks, mut requests) = (0u64, 0u64, 0u64);
         if let Some(cut) = jobs_before {
-            let due: Vec<(u64, JobId)> = self
-                .finished_jobs
-                .range(..(cut, JobId(0)))
-                .copied()
-                .collect();
+            let due = self.jobs.finished_before(cut);
             // A preempted attempt still stopping somewhere holds its job's resources on that
             // node until it is reported ended, and gives them back by the job's spec: such a
             // job (cancelled meanwhile) waits for a later GC.
@@ -28,7 +27,7 @@ impl ClusterState {
                 if stopping.contains(&key.1) {
                     continue;
                 }
-                self.finished_jobs.remove(&key);
+                self.jobs.unmark_finished(key);
                 let Some(j) = self.jobs.get(&key.1) else {
                     continue;
                 };
@@ -42,10 +41,9 @@ impl ClusterState {
                 }
                 if let Some(j) = self.jobs.remove(&key.1) {
                     for t in &j.tasks {
-                        if self.tasks.remove(t).is_some() {
+                        if self.tasks.forget(t) {
                             tasks += 1;
                         }
-                        self.pending.remove(t);
                     }
                     self.batch_forget_job(j.id, &j.tasks);
                     jobs += 1;
@@ -53,17 +51,7 @@ impl ClusterState {
             }
         }
         if let Some(cut) = requests_before {
-            let due: Vec<(u64, ClientRequestId)> = self
-                .requests_by_time
-                .range(..(cut, ClientRequestId(0)))
-                .copied()
-                .collect();
-            for key in due {
-                self.requests_by_time.remove(&key);
-                if self.requests.remove(&key.1).is_some() {
-                    requests += 1;
-                }
-            }
+            requests = self.requests.forget_before(cut);
         }
         Outcome::Collected {
             jobs,
@@ -75,19 +63,18 @@ impl ClusterState {
     /// Whether a `GcJobs` with these cut-offs would remove anything (the leader asks before
     /// proposing one).
     pub fn gc_due(&self, jobs_before: Option<u64>, requests_before: Option<u64>) -> bool {
-        jobs_before.is_some_and(|cut| self.finished_jobs.first().is_some_and(|f| f.0 < cut))
-            || requests_before
-                .is_some_and(|cut| self.requests_by_time.first().is_some_and(|r| r.0 < cut))
+        jobs_before.is_some_and(|cut| self.jobs.any_finished_before(cut))
+            || requests_before.is_some_and(|cut| self.requests.any_before(cut))
     }
 
     /// Whether a client request id has applied (and its outcome is still remembered).
     pub fn request_applied(&self, request: ClientRequestId) -> bool {
-        self.requests.contains_key(&request)
+        self.requests.applied(request)
     }
 
     /// Whether `job` existed once and was garbage-collected (ids are never reused).
     pub fn job_was_collected(&self, job: JobId) -> bool {
-        job.0 >= 1 && job.0 <= self.next_job && !self.jobs.contains_key(&job)
+        self.jobs.was_collected(job)
     }
 
     /// What to tell a client asking for a job that is not in the state.
@@ -101,35 +88,20 @@ impl ClusterState {
 
     /// Whether `task` existed once and was garbage-collected with its job.
     pub fn task_was_collected(&self, task: TaskId) -> bool {
-        task.0 >= 1 && task.0 <= self.next_task && !self.tasks.contains_key(&task)
+        self.tasks.was_collected(task)
     }
 
     /// Recomputes what is derived rather than serialised: open-task counters, the
     /// finished-job and request orders; folds a legacy request map into the compact one.
     pub(super) fn rebuild_derived(&mut self) {
-        let legacy = std::mem::take(&mut self.applied_requests);
-        for (req, o) in legacy {
-            self.requests.entry(req).or_insert(RecentRequest {
-                at_ms: self.last_ms,
-                outcome: RequestOutcome::compact(&o),
-            });
-        }
-        self.requests_by_time = self.requests.iter().map(|(r, v)| (v.at_ms, *r)).collect();
-        self.finished_jobs.clear();
+        self.requests.rebuild(self.last_ms);
         let tasks = &self.tasks;
-        for j in self.jobs.values_mut() {
-            j.open = j
-                .tasks
+        let open_of = |j: &Job| {
+            j.tasks
                 .iter()
                 .filter(|t| tasks.get(t).is_some_and(|t| !t.status.state.is_final()))
-                .count() as u32;
-            if j.open == 0 && j.finished_ms.is_none() {
-                // Finished before retention was recorded: count from the snapshot's clock.
-                j.finished_ms = Some(self.last_ms);
-            }
-            if let (0, Some(f)) = (j.open, j.finished_ms) {
-                self.finished_jobs.insert((f, j.id));
-            }
-        }
+                .count() as u32
+        };
+        self.jobs.rebuild(open_of, self.last_ms);
     }
 }

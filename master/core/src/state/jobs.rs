@@ -1,9 +1,15 @@
 //! Submitting and cancelling jobs: ids handed out in apply order, S1 admission of each task's
 //! priority, and a job's end once its last task is final.
 
-use super::*;
-use hetsched_common::program::relation;
-use hetsched_common::{JobId, JobSpec, TaskId, TaskReason, TaskState, TaskStatus};
+use super::command::Assign;
+use super::command::Outcome;
+use super::command::PlaceNew;
+use super::command::TaskRef;
+use super::model::partition_of;
+use super::model::Job;
+use super::model::Task;
+use super::ClusterState;
+use hetsched_common::{JobId, JobSpec, TaskReason, TaskState, TaskStatus};
 use std::collections::BTreeMap;
 
 impl ClusterState {
@@ -43,17 +49,13 @@ impl ClusterState {
             Err(why) => return Outcome::Rejected(why),
         };
         if let Some(p) = &spec.program {
-            let kind = p.kind();
-            let r = relation(&kind, self.profiles.values().map(|p| &p.table));
-            self.relations.insert(kind, r);
+            self.profiles.learn_kind(p.kind());
             spec.carry_program();
         }
-        self.next_job += 1;
-        let id = JobId(self.next_job);
+        let id = self.jobs.allocate_id();
         let mut tasks = Vec::with_capacity(spec.count as usize);
         for (index, adm) in (0..spec.count).zip(admitted) {
-            self.next_task += 1;
-            let tid = TaskId(self.next_task);
+            let tid = self.tasks.allocate_id();
             tasks.push(tid);
             self.tasks.insert(
                 tid,
@@ -80,21 +82,18 @@ impl ClusterState {
                     booked: None,
                 },
             );
-            self.pending.insert(tid);
+            self.tasks.enqueue(tid);
         }
-        self.jobs.insert(
+        self.jobs.insert(Job {
             id,
-            Job {
-                id,
-                spec,
-                tasks: tasks.clone(),
-                submitted_ms: at_ms,
-                submitted_index: index,
-                finished_ms: None,
-                open: tasks.len() as u32,
-                candidates,
-            },
-        );
+            spec,
+            tasks: tasks.clone(),
+            submitted_ms: at_ms,
+            submitted_index: index,
+            finished_ms: None,
+            open: tasks.len() as u32,
+            candidates,
+        });
         Outcome::Submitted { job: id, tasks }
     }
 
@@ -142,11 +141,16 @@ impl ClusterState {
             cancelled += 1;
             task.status.reason = Some(TaskReason::Cancelled);
             task.not_before_ms = None;
-            self.pending.remove(&t);
-            self.awaiting.remove(&t);
+            let on_node = match (was.state, was.node) {
+                (TaskState::Assigned | TaskState::Running, Some(node)) => {
+                    Some((node, std::mem::take(&mut task.gpus)))
+                }
+                _ => None,
+            };
+            self.tasks.dequeue(&t);
+            self.tasks.stop_awaiting(&t);
             finals += 1;
-            if let (TaskState::Assigned | TaskState::Running, Some(node)) = (was.state, was.node) {
-                let gpus = std::mem::take(&mut task.gpus);
+            if let Some((node, gpus)) = on_node {
                 self.release(node, t, job, &gpus);
                 stop.push(TaskRef {
                     task: t,
@@ -166,14 +170,6 @@ impl ClusterState {
     /// `n` tasks of `job` reached a final state: once none is left open, the job is
     /// finished and its retention starts.
     pub(super) fn tasks_became_final(&mut self, job: JobId, n: u32) {
-        let at = self.last_ms;
-        let Some(j) = self.jobs.get_mut(&job) else {
-            return;
-        };
-        j.open = j.open.saturating_sub(n);
-        if j.open == 0 && j.finished_ms.is_none() {
-            j.finished_ms = Some(at);
-            self.finished_jobs.insert((at, job));
-        }
+        self.jobs.tasks_final(job, n, self.last_ms);
     }
 }

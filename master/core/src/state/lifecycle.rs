@@ -123,8 +123,8 @@ impl ClusterState {
         t.status.reason = Some(TaskReason::Cancelled);
         t.not_before_ms = None;
         let gpus = std::mem::take(&mut t.gpus);
-        self.pending.remove(&task);
-        self.awaiting.remove(&task);
+        self.tasks.dequeue(&task);
+        self.tasks.stop_awaiting(&task);
         self.tasks_became_final(job, 1);
         let mut stop = Vec::new();
         if let (TaskState::Assigned | TaskState::Running, Some(node)) = (was.state, was.node) {
@@ -236,7 +236,6 @@ impl ClusterState {
             }
             t.status.exit_code = exit_code;
             t.not_before_ms = (delay > 0).then(|| at_ms.saturating_add(delay));
-            self.pending.insert(task);
         } else {
             // `finish` with a non-zero code marks the task failed.
             if let Err(e) = t.status.finish(attempt, exit_code.unwrap_or(-1)) {
@@ -249,6 +248,9 @@ impl ClusterState {
         t.started_ms = None;
         let gpus = std::mem::take(&mut t.gpus);
         let now_final = t.status.state.is_final();
+        if failures <= retries {
+            self.tasks.enqueue(task);
+        }
         self.release(node, task, job, &gpus);
         if now_final {
             self.tasks_became_final(job, 1);

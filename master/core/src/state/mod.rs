@@ -3,6 +3,24 @@
 //! iterates ordered maps only, so the same log yields byte-identical state on every replica.
 //!
 //! "Submitted later" means "a higher log index": ids are handed out in apply order.
+//!
+//! The state is a set of books, each owning its data (private to it) and the changes that
+//! touch only it:
+//! - [`NodeBook`] (`node_book.rs`): nodes, registration keys, node ids; registers, brings up.
+//! - [`JobBook`] (`job_book.rs`): jobs, job ids, the finishing order; closes finished jobs.
+//! - [`TaskBook`] (`task_book.rs`): tasks, task ids, the pending queue, waiting preemptors.
+//! - [`RequestBook`] (`request_book.rs`): client request outcomes for retries.
+//! - [`ProfileBook`] (`profile_book.rs`): engine profiles, the task–engine relation, the
+//!   CPU-count history.
+//! - [`BatchBook`] (`batch.rs`), [`AclBook`] (`acl.rs`), [`BenchBook`] (`admin.rs`).
+//!
+//! A change that moves a task also changes its node's resources and its job's open count,
+//! so such rules span books: they are the `ClusterState` methods of the other files
+//! (`nodes`, `jobs`, `plan`, `reports`, `lifecycle`, `promote`, `slave_queue`,
+//! `cpu_changes`, `batch_gang`, `gc`), each reaching the books through their methods, and
+//! [`apply`](ClusterState::apply) dispatches each command to a book or to one of those rules.
+//! The snapshot bytes do not follow this layout: `snapshot.rs` keeps the flat document
+//! older binaries wrote and read.
 
 mod acl;
 mod admin;
@@ -16,21 +34,26 @@ mod cpu_changes;
 mod engines;
 mod gc;
 mod hash;
+mod job_book;
 mod jobs;
 mod lifecycle;
 mod listing;
 mod model;
+mod node_book;
 mod nodes;
 mod plan;
 mod planning_copy;
+mod profile_book;
 mod promote;
 mod reports;
-mod requests;
+mod request_book;
 mod slave_queue;
+mod snapshot;
+mod task_book;
 mod views;
 
 pub use acl::{AclBook, TokenRecord};
-pub use admin::BenchCounter;
+pub use admin::{BenchBook, BenchCounter};
 pub use batch::{
     Batch, BatchBlock, BatchBook, BatchJob, BatchJobSpec, BatchSpec, BatchTask, Real, TaskBlock,
 };
@@ -38,10 +61,14 @@ pub use booking::{engine_count, free_units, with_unit, Booking};
 pub use command::{Assign, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef};
 pub use cpu_changes::{CompressReserve, CpuSearchPhase};
 pub use hash::fnv1a64;
+pub use job_book::JobBook;
 pub use lifecycle::Drain;
 pub use listing::ListError;
 pub use model::{partition_of, Job, Node, NodeLiveness, NodeProfile, Stopping, Task};
-pub use requests::{RecentRequest, RequestOutcome};
+pub use node_book::NodeBook;
+pub use profile_book::ProfileBook;
+pub use request_book::{RecentRequest, RequestBook, RequestOutcome};
+pub use task_book::{Awaited, TaskBook};
 
 /// The nodes whose free resources or liveness applying `command` may change, known before
 /// it applies (so the command need not be kept, or copied, past `apply`).
@@ -99,62 +126,29 @@ pub fn touched_nodes(mut nodes: BTreeSet<NodeId>, outcome: &Outcome) -> Vec<Node
 
 use hetsched_common::priority::PriorityConfig;
 use hetsched_common::program::{EngineTotal, TaskKind};
-use hetsched_common::{ClientRequestId, JobId, NodeId, TaskId};
-use serde::{Deserialize, Serialize};
+use hetsched_common::{JobId, NodeId, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The whole replicated state.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterState {
-    /// Nodes by id.
-    nodes: BTreeMap<NodeId, Node>,
-    /// Registration key → node id.
-    node_keys: BTreeMap<u64, NodeId>,
-    /// Jobs by id.
-    jobs: BTreeMap<JobId, Job>,
-    /// Tasks by id.
-    tasks: BTreeMap<TaskId, Task>,
-    /// Pending tasks in queue order (lower id = submitted earlier).
-    pending: BTreeSet<TaskId>,
-    /// Outcomes of client requests already applied, so a retried request applies once;
-    /// forgotten by `GcJobs` after the retry window.
-    requests: BTreeMap<ClientRequestId, RecentRequest>,
-    /// Snapshots written before compact request outcomes existed carry this; it is folded
-    /// into `requests` on restore and never written again.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    applied_requests: BTreeMap<ClientRequestId, Outcome>,
-    /// `requests` in time order (derived).
-    #[serde(skip)]
-    requests_by_time: BTreeSet<(u64, ClientRequestId)>,
-    /// Finished jobs in the order they finished (derived).
-    #[serde(skip)]
-    finished_jobs: BTreeSet<(u64, JobId)>,
+    /// Nodes, their registration keys and the next node id.
+    nodes: NodeBook,
+    /// Jobs, the next job id and the finished ones in finishing order.
+    jobs: JobBook,
+    /// Tasks, the next task id, the pending queue and the preemptors waiting.
+    tasks: TaskBook,
+    /// Outcomes of client requests already applied, so a retried request applies once.
+    requests: RequestBook,
     /// Benchmark counters per benchmark client.
-    bench: BTreeMap<u64, BenchCounter>,
+    bench: BenchBook,
     /// The S1 priority configuration in force.
-    #[serde(default)]
     priority: PriorityConfig,
-    /// Preemptors waiting for their victims to stop: node and victims.
-    #[serde(default)]
-    awaiting: BTreeMap<TaskId, (NodeId, Vec<TaskRef>)>,
-    next_job: u64,
-    next_task: u64,
-    next_node: u64,
-    /// Engines and selection tables by node (S0.5).
-    #[serde(default)]
-    profiles: BTreeMap<NodeId, NodeProfile>,
-    /// The task–engine relation (S0.1): per task kind of every program submitted, engines by
-    /// total time ascending, built from all slaves' tables.
-    #[serde(default)]
-    relations: BTreeMap<TaskKind, Vec<EngineTotal>>,
-    /// S3.2 class history: each class's best CPU count as last recorded, millicores.
-    #[serde(default)]
-    cpu_history: BTreeMap<hetsched_common::TaskClass, u64>,
+    /// Engine profiles, the task–engine relation and the S3.2 CPU-count history.
+    profiles: ProfileBook,
     /// S2 batches: their jobs' plans, their tasks' pins and blocks.
-    #[serde(default)]
     batch: BatchBook,
     /// Users' API tokens (hashed) and whether the ACL was bootstrapped.
-    #[serde(default)]
     acl: AclBook,
     /// Last applied log index.
     last_index: u64,
@@ -179,33 +173,33 @@ impl ClusterState {
     /// [`apply`](Self::apply) alone.
     #[cfg(feature = "forge")]
     pub fn forge_nodes_mut(&mut self) -> &mut BTreeMap<NodeId, Node> {
-        &mut self.nodes
+        self.nodes.all_mut()
     }
 
     /// Test hook, only with the `forge` feature: the tasks, mutable (see
     /// [`forge_nodes_mut`](Self::forge_nodes_mut)).
     #[cfg(feature = "forge")]
     pub fn forge_tasks_mut(&mut self) -> &mut BTreeMap<TaskId, Task> {
-        &mut self.tasks
+        self.tasks.all_mut()
     }
 
     /// Test hook, only with the `forge` feature: the jobs, mutable (see
     /// [`forge_nodes_mut`](Self::forge_nodes_mut)).
     #[cfg(feature = "forge")]
     pub fn forge_jobs_mut(&mut self) -> &mut BTreeMap<JobId, Job> {
-        &mut self.jobs
+        self.jobs.all_mut()
     }
 
     /// Test hook, only with the `forge` feature: the pending set, mutable (see
     /// [`forge_nodes_mut`](Self::forge_nodes_mut)).
     #[cfg(feature = "forge")]
     pub fn forge_pending_mut(&mut self) -> &mut BTreeSet<TaskId> {
-        &mut self.pending
+        self.tasks.pending_mut()
     }
 
     /// Nodes by id.
     pub fn nodes(&self) -> &BTreeMap<NodeId, Node> {
-        &self.nodes
+        self.nodes.all()
     }
 
     /// One node.
@@ -215,7 +209,7 @@ impl ClusterState {
 
     /// Jobs by id.
     pub fn jobs(&self) -> &BTreeMap<JobId, Job> {
-        &self.jobs
+        self.jobs.all()
     }
 
     /// One job.
@@ -225,7 +219,7 @@ impl ClusterState {
 
     /// Tasks by id.
     pub fn tasks(&self) -> &BTreeMap<TaskId, Task> {
-        &self.tasks
+        self.tasks.all()
     }
 
     /// One task.
@@ -235,12 +229,12 @@ impl ClusterState {
 
     /// Pending tasks in queue order (lower id = submitted earlier).
     pub fn pending(&self) -> &BTreeSet<TaskId> {
-        &self.pending
+        self.tasks.pending()
     }
 
     /// Benchmark counters per benchmark client.
     pub fn bench(&self) -> &BTreeMap<u64, BenchCounter> {
-        &self.bench
+        self.bench.counters()
     }
 
     /// The S1 priority configuration in force.
@@ -250,22 +244,22 @@ impl ClusterState {
 
     /// Preemptors waiting for their victims to stop: node and victims.
     pub fn awaiting(&self) -> &BTreeMap<TaskId, (NodeId, Vec<TaskRef>)> {
-        &self.awaiting
+        self.tasks.awaiting()
     }
 
     /// Engines and selection tables by node (S0.5).
     pub fn profiles(&self) -> &BTreeMap<NodeId, NodeProfile> {
-        &self.profiles
+        self.profiles.profiles()
     }
 
     /// The task–engine relation (S0.1) by task kind: engines by total time ascending.
     pub fn relations(&self) -> &BTreeMap<TaskKind, Vec<EngineTotal>> {
-        &self.relations
+        self.profiles.relations()
     }
 
     /// S3.2 class history: each class's best CPU count as last recorded, millicores.
     pub fn cpu_history(&self) -> &BTreeMap<hetsched_common::TaskClass, u64> {
-        &self.cpu_history
+        self.profiles.cpu_history()
     }
 
     /// Last applied log index.
@@ -285,14 +279,14 @@ impl ClusterState {
         self.last_index = index;
         self.last_ms = self.last_ms.max(env.at_ms);
         if let Some(req) = env.request {
-            if let Some(prev) = self.requests.get(&req) {
-                return prev.outcome.expand();
+            if let Some(prev) = self.requests.outcome_of(req) {
+                return prev;
             }
         }
         let outcome = match env.command {
-            c @ Command::RegisterNode { .. } => self.register_node(c),
+            c @ Command::RegisterNode { .. } => self.nodes.register(c),
             Command::NodeDown { node } => self.node_down(node),
-            Command::NodeUp { node } => self.node_up(node),
+            Command::NodeUp { node } => self.nodes.up(node),
             Command::SubmitJob { spec } => self.submit(index, env.at_ms, spec),
             Command::CancelJob { job } => self.cancel(job),
             Command::ApplyPlan(plan) => self.apply_plan(plan, env.at_ms),
@@ -320,7 +314,7 @@ impl ClusterState {
                 seq,
                 record,
                 ..
-            } => self.apply_bench(client, seq, record),
+            } => self.bench.apply(client, seq, record),
             Command::LeaderBarrier { master } => {
                 Outcome::Ignored(format!("barrier of master {master}"))
             }
@@ -399,20 +393,14 @@ impl ClusterState {
         };
         if let Some(req) = env.request {
             if !matches!(outcome, Outcome::Rejected(_)) {
-                let at_ms = self.last_ms;
-                self.requests.insert(
-                    req,
-                    RecentRequest {
-                        at_ms,
-                        outcome: RequestOutcome::compact(&outcome),
-                    },
-                );
-                self.requests_by_time.insert((at_ms, req));
+                self.requests.record(req, self.last_ms, &outcome);
             }
         }
         outcome
     }
 }
 
+#[cfg(test)]
+mod encoding_tests;
 #[cfg(test)]
 mod tests;

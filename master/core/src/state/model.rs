@@ -1,7 +1,10 @@
 //! The things the replicated state keeps: jobs, tasks, nodes (with their liveness, slave
 //! queue, stopping attempts and engine profiles), and the partition a job runs in.
 
-use super::*;
+use super::booking::Booking;
+use super::cpu_changes::CompressReserve;
+use super::cpu_changes::CpuSearchPhase;
+use super::lifecycle::Drain;
 use hetsched_common::priority::Principal;
 use hetsched_common::program::{CallSummary, EngineDecl, SelectionTable};
 use hetsched_common::{

@@ -1,83 +1,13 @@
 //! Node lifecycle in the log: registration (and re-registration), down and up, and putting a
 //! lost node's tasks back in the queue with the next attempt.
 
-use super::*;
+use super::command::Outcome;
+use super::command::TaskRef;
+use super::model::NodeLiveness;
+use super::ClusterState;
 use hetsched_common::{Attempt, GpuAlloc, JobId, NodeId, TaskId, TaskReason};
-use std::collections::{BTreeMap, BTreeSet};
 
 impl ClusterState {
-    pub(super) fn register_node(&mut self, registration: Command) -> Outcome {
-        let Command::RegisterNode {
-            key,
-            node: claimed,
-            name,
-            addr,
-            capacity,
-            labels,
-            partitions,
-        } = registration
-        else {
-            return Outcome::Rejected("not a registration".into());
-        };
-        let known = self.node_keys.get(&key).copied();
-        if let (Some(c), Some(k)) = (claimed, known) {
-            if c != k {
-                return Outcome::Rejected(format!(
-                    "registration key belongs to {k}, not the claimed {c}"
-                ));
-            }
-        }
-        match known {
-            Some(id) => {
-                let Some(n) = self.nodes.get_mut(&id) else {
-                    return Outcome::Rejected(format!("{id} is missing from the node table"));
-                };
-                n.name = name;
-                n.addr = addr;
-                n.labels = labels;
-                n.partitions = partitions;
-                n.liveness = NodeLiveness::Up;
-                // A node's capacity can only change while it holds nothing: its free vector
-                // is capacity minus its tasks' grants and its stopping (preempted) attempts'
-                // holdings, and must stay consistent. A slave agent restarted while
-                // preempted attempts still stop there holds no tasks but still those.
-                if n.tasks.is_empty() && n.queued.is_empty() && n.stopping.is_empty() {
-                    n.free = capacity.clone();
-                    n.capacity = capacity;
-                }
-                Outcome::Registered { node: id }
-            }
-            None => {
-                self.next_node += 1;
-                let id = NodeId(self.next_node);
-                self.node_keys.insert(key, id);
-                self.nodes.insert(
-                    id,
-                    Node {
-                        id,
-                        key,
-                        name,
-                        addr,
-                        labels,
-                        free: capacity.clone(),
-                        capacity,
-                        liveness: NodeLiveness::Up,
-                        tasks: BTreeSet::new(),
-                        partitions,
-                        stopping: Vec::new(),
-                        drain: None,
-                        compress_reserves: Vec::new(),
-                        queued: Vec::new(),
-                        steals_in: 0,
-                        steals_out: 0,
-                        booked: BTreeMap::new(),
-                    },
-                );
-                Outcome::Registered { node: id }
-            }
-        }
-    }
-
     pub(super) fn node_down(&mut self, node: NodeId) -> Outcome {
         let Some(n) = self.nodes.get_mut(&node) else {
             return Outcome::Rejected(format!("unknown {node}"));
@@ -95,17 +25,6 @@ impl ClusterState {
         Outcome::NodeDown { node, requeued }
     }
 
-    pub(super) fn node_up(&mut self, node: NodeId) -> Outcome {
-        match self.nodes.get_mut(&node) {
-            Some(n) if n.liveness == NodeLiveness::Down => {
-                n.liveness = NodeLiveness::Up;
-                Outcome::NodeUp { node }
-            }
-            Some(_) => Outcome::Ignored("node already up".into()),
-            None => Outcome::Rejected(format!("unknown {node}")),
-        }
-    }
-
     /// Takes a task off its node (releasing its grant) and puts it back in the queue.
     /// Returns the attempt that was lost.
     pub(super) fn requeue(&mut self, task: TaskId, reason: TaskReason) -> Option<TaskRef> {
@@ -116,7 +35,7 @@ impl ClusterState {
         let gpus = std::mem::take(&mut t.gpus);
         let job = t.job;
         self.release(node, task, job, &gpus);
-        self.pending.insert(task);
+        self.tasks.enqueue(task);
         Some(TaskRef {
             task,
             node,

@@ -2,7 +2,15 @@
 //! state (a stale one is refused, as Nomad's plan applier does), quota usage for S1, and the
 //! stops a preemption starts.
 
-use super::*;
+use super::command::Assign;
+use super::command::Outcome;
+use super::command::Plan;
+use super::command::Preemption;
+use super::command::TaskRef;
+use super::cpu_changes::CpuSearchPhase;
+use super::model::partition_of;
+use super::model::Stopping;
+use super::ClusterState;
 use hetsched_common::priority::{Principal, Usage};
 use hetsched_common::{Attempt, NodeId, TaskId, TaskReason, TaskState};
 use std::collections::BTreeSet;
@@ -92,10 +100,10 @@ impl ClusterState {
                     booked,
                 });
             }
-            self.pending.insert(v.task);
+            self.tasks.enqueue(v.task);
         }
-        self.awaiting
-            .insert(p.preemptor, (p.node, p.victims.clone()));
+        self.tasks
+            .await_victims(p.preemptor, p.node, p.victims.clone());
         Some(p.victims.clone())
     }
 
@@ -134,7 +142,7 @@ impl ClusterState {
     /// What `who`'s non-final tasks holding its quota use in `partition`.
     pub(super) fn quota_usage(&self, who: &Principal, partition: &str) -> Usage {
         let mut used = Usage::default();
-        let live = self.pending.iter().chain(
+        let live = self.tasks.pending().iter().chain(
             self.nodes
                 .values()
                 .flat_map(|n| n.tasks.iter().chain(n.queued.iter())),
@@ -211,8 +219,8 @@ impl ClusterState {
         task.attempt_nodes.insert(attempt, a.node);
         task.borrowed = a.borrowed;
         task.booked = booked;
-        self.pending.remove(&a.task);
-        self.awaiting.remove(&a.task);
+        self.tasks.dequeue(&a.task);
+        self.tasks.stop_awaiting(&a.task);
         Some(TaskRef {
             task: a.task,
             node: a.node,

@@ -8,8 +8,12 @@
 //! client request outcomes, benchmark counters and tokens. It is never applied to the log's
 //! state and never snapshotted: it exists for one plan.
 
-use super::*;
+use super::acl::AclBook;
+use super::admin::BenchBook;
+use super::request_book::RequestBook;
+use super::ClusterState;
 use hetsched_common::JobId;
+use std::collections::BTreeSet;
 
 impl ClusterState {
     /// The live part of the state, for planning (see the module's documentation).
@@ -19,36 +23,20 @@ impl ClusterState {
             .values()
             .flat_map(|n| n.stopping.iter().map(|s| s.job))
             .collect();
-        let jobs: BTreeMap<JobId, Job> = self
+        let jobs = self
             .jobs
-            .iter()
-            .filter(|(id, j)| j.open > 0 || stopping.contains(id))
-            .map(|(id, j)| (*id, j.clone()))
-            .collect();
-        let tasks = jobs
-            .values()
-            .flat_map(|j| j.tasks.iter())
-            .filter_map(|t| self.tasks.get(t).map(|task| (*t, task.clone())))
-            .collect();
+            .planning_copy(|j| j.open > 0 || stopping.contains(&j.id));
+        let tasks = self
+            .tasks
+            .planning_copy(jobs.values().flat_map(|j| j.tasks.iter()));
         Self {
             nodes: self.nodes.clone(),
-            node_keys: self.node_keys.clone(),
             jobs,
             tasks,
-            pending: self.pending.clone(),
-            requests: BTreeMap::new(),
-            applied_requests: BTreeMap::new(),
-            requests_by_time: BTreeSet::new(),
-            finished_jobs: BTreeSet::new(),
-            bench: BTreeMap::new(),
+            requests: RequestBook::default(),
+            bench: BenchBook::default(),
             priority: self.priority.clone(),
-            awaiting: self.awaiting.clone(),
-            next_job: self.next_job,
-            next_task: self.next_task,
-            next_node: self.next_node,
             profiles: self.profiles.clone(),
-            relations: self.relations.clone(),
-            cpu_history: self.cpu_history.clone(),
             batch: self.batch.clone(),
             acl: AclBook::default(),
             last_index: self.last_index,

@@ -11,7 +11,7 @@
 //! state once the batch committed (`promoted`), so a slave never runs more than the leader
 //! promised.
 
-use super::*;
+use super::ClusterState;
 use hetsched_common::{Attempt, NodeId, ResourceRequest, TaskId, TaskState};
 
 impl ClusterState {
@@ -20,7 +20,7 @@ impl ClusterState {
     fn promised_room(&self, node: NodeId) -> (u64, u64) {
         let mut cpu = 0u64;
         let mut mem = 0u64;
-        for (task, (n, _)) in &self.awaiting {
+        for (task, (n, _)) in self.tasks.awaiting() {
             if *n != node {
                 continue;
             }

@@ -1,7 +1,9 @@
 //! Slaves' reports of attempts starting and finishing, fenced by attempt number so a stale
 //! report never counts.
 
-use super::*;
+use super::command::Outcome;
+use super::model::Task;
+use super::ClusterState;
 use hetsched_common::protocol::TaskReport;
 use hetsched_common::{Attempt, NodeId, TaskId, TaskReason, TaskState};
 

@@ -2,7 +2,10 @@
 //! beyond its free resources, their promotion when room frees, and a committed steal moving one
 //! to another slave with the next attempt.
 
-use super::*;
+use super::command::Outcome;
+use super::command::TaskRef;
+use super::model::partition_of;
+use super::ClusterState;
 use hetsched_common::{Attempt, NodeId, TaskId, TaskReason, TaskState};
 
 impl ClusterState {
@@ -160,7 +163,7 @@ impl ClusterState {
             None
         };
         let Some(gpus) = grant else {
-            self.pending.insert(task);
+            self.tasks.enqueue(task);
             return Outcome::Stolen {
                 from: released,
                 assigned: None,

@@ -1,5 +1,7 @@
 use super::*;
-use hetsched_common::{GpuDevice, GpuRequest, JobSpec, NodeResources, ResourceRequest, TaskState};
+use hetsched_common::{
+    ClientRequestId, GpuDevice, GpuRequest, JobSpec, NodeResources, ResourceRequest, TaskState,
+};
 
 fn env(at_ms: u64, command: Command) -> CommandEnvelope {
     CommandEnvelope {
@@ -95,7 +97,7 @@ fn task_runs_to_success_and_releases_resources() {
     assert!(
         matches!(l.assign(t, n), Outcome::PlanApplied { ref accepted, rejected: 0, .. } if accepted.len() == 1)
     );
-    assert_eq!(l.state.nodes[&n].free.cpu_milli, 500);
+    assert_eq!(l.state.nodes()[&n].free.cpu_milli, 500);
     assert_eq!(
         l.apply(Command::TaskStarted {
             node: n,
@@ -114,9 +116,9 @@ fn task_runs_to_success_and_releases_resources() {
         }),
         Outcome::TaskUpdated
     );
-    assert_eq!(l.state.tasks[&t].status.state, TaskState::Succeeded);
-    assert_eq!(l.state.nodes[&n].free.cpu_milli, 2000);
-    assert!(l.state.pending.is_empty());
+    assert_eq!(l.state.tasks()[&t].status.state, TaskState::Succeeded);
+    assert_eq!(l.state.nodes()[&n].free.cpu_milli, 2000);
+    assert!(l.state.pending().is_empty());
 }
 
 #[test]
@@ -127,7 +129,7 @@ fn registration_is_idempotent_on_key() {
     let c = l.register(12, 2);
     assert_eq!(a, b);
     assert_ne!(a, c);
-    assert_eq!(l.state.nodes.len(), 2);
+    assert_eq!(l.state.nodes().len(), 2);
 }
 
 #[test]
@@ -152,8 +154,8 @@ fn retried_submit_makes_one_job() {
         },
     );
     assert_eq!(o1, o2);
-    assert_eq!(l.state.jobs.len(), 1);
-    assert_eq!(l.state.tasks.len(), 3);
+    assert_eq!(l.state.jobs().len(), 1);
+    assert_eq!(l.state.tasks().len(), 3);
 }
 
 #[test]
@@ -165,7 +167,7 @@ fn invalid_spec_is_rejected_without_change() {
         l.apply(Command::SubmitJob { spec: s }),
         Outcome::Rejected(_)
     ));
-    assert!(l.state.jobs.is_empty());
+    assert!(l.state.jobs().is_empty());
 }
 
 #[test]
@@ -195,7 +197,7 @@ fn stale_plan_entries_are_rejected() {
         l.assign(t[1], NodeId(42)),
         Outcome::PlanApplied { rejected: 1, .. }
     ));
-    assert!(l.state.pending.contains(&t[1]));
+    assert!(l.state.pending().contains(&t[1]));
 }
 
 #[test]
@@ -221,8 +223,8 @@ fn node_down_requeues_with_next_attempt_and_fences_old_reports() {
         ),
         o => panic!("unexpected {o:?}"),
     }
-    assert_eq!(l.state.tasks[&t].status.state, TaskState::Pending);
-    assert_eq!(l.state.nodes[&a].free.cpu_milli, 1000);
+    assert_eq!(l.state.tasks()[&t].status.state, TaskState::Pending);
+    assert_eq!(l.state.nodes()[&a].free.cpu_milli, 1000);
     // A down node takes no work.
     assert!(matches!(
         l.assign(t, a),
@@ -243,7 +245,7 @@ fn node_down_requeues_with_next_attempt_and_fences_old_reports() {
         }),
         Outcome::Ignored(_)
     ));
-    assert_eq!(l.state.tasks[&t].status.state, TaskState::Assigned);
+    assert_eq!(l.state.tasks()[&t].status.state, TaskState::Assigned);
     assert_eq!(
         l.apply(Command::NodeUp { node: a }),
         Outcome::NodeUp { node: a }
@@ -263,10 +265,10 @@ fn cancel_stops_running_tasks_and_frees_them() {
         }
         o => panic!("unexpected {o:?}"),
     }
-    assert_eq!(l.state.nodes[&n].free.cpu_milli, 4000);
-    assert!(l.state.pending.is_empty());
+    assert_eq!(l.state.nodes()[&n].free.cpu_milli, 4000);
+    assert!(l.state.pending().is_empty());
     assert_eq!(
-        l.state.job_info(&l.state.jobs[&JobId(1)]).state,
+        l.state.job_info(&l.state.jobs()[&JobId(1)]).state,
         "cancelled"
     );
 }
@@ -295,8 +297,8 @@ fn gpu_grants_are_per_device_and_returned() {
     l.assign(t[0], n);
     l.assign(t[1], n);
     // 600 + 600 cannot share one device: each went to its own.
-    assert_eq!(l.state.tasks[&t[0]].gpus, vec![(0, 600)]);
-    assert_eq!(l.state.tasks[&t[1]].gpus, vec![(1, 600)]);
+    assert_eq!(l.state.tasks()[&t[0]].gpus, vec![(0, 600)]);
+    assert_eq!(l.state.tasks()[&t[1]].gpus, vec![(1, 600)]);
     l.apply(Command::TaskFinished {
         node: n,
         task: t[0],
@@ -304,8 +306,8 @@ fn gpu_grants_are_per_device_and_returned() {
         exit_code: 3,
         reason: None,
     });
-    assert_eq!(l.state.nodes[&n].free.gpus[0].free_milli, 1000);
-    assert_eq!(l.state.tasks[&t[0]].status.state, TaskState::Failed);
+    assert_eq!(l.state.nodes()[&n].free.gpus[0].free_milli, 1000);
+    assert_eq!(l.state.tasks()[&t[0]].status.state, TaskState::Failed);
 }
 
 #[test]
@@ -348,7 +350,7 @@ fn retried_requests_get_the_compact_outcome_back_until_collected() {
     let again = submit(&mut l);
     assert_eq!(first, again);
     assert!(matches!(&first, Outcome::Submitted { tasks, .. } if tasks.len() == 3));
-    assert_eq!(l.state.jobs.len(), 1);
+    assert_eq!(l.state.jobs().len(), 1);
     // Forgotten once older than the cut-off: a retry after that is a new job.
     let o = l.apply(Command::GcJobs {
         jobs_finished_before_ms: None,
@@ -356,7 +358,7 @@ fn retried_requests_get_the_compact_outcome_back_until_collected() {
     });
     assert!(matches!(o, Outcome::Collected { requests: 1, .. }), "{o:?}");
     assert_ne!(submit(&mut l), first);
-    assert_eq!(l.state.jobs.len(), 2);
+    assert_eq!(l.state.jobs().len(), 2);
 }
 
 #[test]
@@ -373,8 +375,8 @@ fn finished_jobs_are_collected_and_restore_keeps_retention() {
         exit_code: 0,
         reason: None,
     });
-    let finished_at = l.state.jobs[&JobId(1)].finished_ms.expect("finished");
-    assert!(l.state.jobs[&JobId(2)].finished_ms.is_none());
+    let finished_at = l.state.jobs()[&JobId(1)].finished_ms.expect("finished");
+    assert!(l.state.jobs()[&JobId(2)].finished_ms.is_none());
     // The snapshot round trip rebuilds what is derived.
     let restored = ClusterState::from_bytes(&l.state.to_bytes()).expect("restore");
     assert_eq!(restored, l.state);
@@ -398,10 +400,10 @@ fn finished_jobs_are_collected_and_restore_keeps_retention() {
     assert!(!l.state.job_was_collected(JobId(2)));
     assert!(!l.state.job_was_collected(JobId(3)));
     assert!(l.state.task_was_collected(done));
-    assert!(l.state.tasks.contains_key(&live));
+    assert!(l.state.tasks().contains_key(&live));
     // Cancelled jobs finish too.
     l.apply(Command::CancelJob { job: JobId(2) });
-    assert!(l.state.jobs[&JobId(2)].finished_ms.is_some());
+    assert!(l.state.jobs()[&JobId(2)].finished_ms.is_some());
 }
 
 #[test]
@@ -424,7 +426,7 @@ fn reasons_are_recorded_and_shown_with_cpus() {
     l.apply(finish(t[1], 0, None));
     // An older slave sends no reason: the exit code decides.
     l.apply(finish(t[2], 4, None));
-    let info = |l: &Log, task: TaskId| l.state.task_info(&l.state.tasks[&task]);
+    let info = |l: &Log, task: TaskId| l.state.task_info(&l.state.tasks()[&task]);
     let oom = info(&l, t[0]);
     assert_eq!(oom.state, TaskState::Failed);
     assert_eq!(oom.reason, Some(TaskReason::Oom));
@@ -482,7 +484,7 @@ fn a_finish_reports_detail_goes_with_its_reason_and_the_next_attempt_clears_it()
         ],
     });
     assert_eq!(o, Outcome::TaskUpdated);
-    let info = |l: &Log, task: TaskId| l.state.task_info(&l.state.tasks[&task]);
+    let info = |l: &Log, task: TaskId| l.state.task_info(&l.state.tasks()[&task]);
     let failed = info(&l, t[0]);
     assert_eq!(failed.state, TaskState::Failed);
     assert_eq!(failed.reason, Some(TaskReason::Image));
@@ -527,7 +529,7 @@ fn a_finish_reports_detail_goes_with_its_reason_and_the_next_attempt_clears_it()
 fn node_info_shows_the_cgroup_label() {
     let mut l = Log::new();
     let n = l.register(11, 1);
-    assert_eq!(l.state.node_info(&l.state.nodes[&n]).cgroup, "none");
+    assert_eq!(l.state.node_info(&l.state.nodes()[&n]).cgroup, "none");
     let labels = [(
         hetsched_common::protocol::CGROUP_LABEL.to_string(),
         "v1".to_string(),
@@ -542,7 +544,7 @@ fn node_info_shows_the_cgroup_label() {
         labels,
         partitions: Vec::new(),
     });
-    assert_eq!(l.state.node_info(&l.state.nodes[&n]).cgroup, "v1");
+    assert_eq!(l.state.node_info(&l.state.nodes()[&n]).cgroup, "v1");
 }
 
 #[test]
@@ -571,10 +573,10 @@ fn program_jobs_build_the_task_engine_relation_from_every_profile() {
         o => panic!("unexpected {o:?}"),
     };
     // The program travels with the assignment as the marker command plus env.
-    let job = &l.state.jobs[&l.state.tasks[&t].job];
+    let job = &l.state.jobs()[&l.state.tasks()[&t].job];
     assert_eq!(job.spec.command, vec![PROGRAM_COMMAND.to_string()]);
     assert!(job.spec.env.contains_key(PROGRAM_ENV));
-    assert_eq!(l.state.relations[&kind], vec![], "no profile yet");
+    assert_eq!(l.state.relations()[&kind], vec![], "no profile yet");
 
     let time = |engine, time_us| EngineTime {
         engine,
@@ -601,7 +603,7 @@ fn program_jobs_build_the_task_engine_relation_from_every_profile() {
         engines: vec![decl(EngineKind::Cpu, false)],
         table: ta,
     });
-    let cpu_only = l.state.relations[&kind].clone();
+    let cpu_only = l.state.relations()[&kind].clone();
     assert_eq!(cpu_only.len(), 1);
     assert_eq!(cpu_only[0].total_us, 800 + 2 * 100);
     l.apply(Command::RecordProfile {
@@ -609,7 +611,7 @@ fn program_jobs_build_the_task_engine_relation_from_every_profile() {
         engines: vec![decl(EngineKind::Cpu, false), decl(EngineKind::Gpu, true)],
         table: tb,
     });
-    let r = &l.state.relations[&kind];
+    let r = &l.state.relations()[&kind];
     assert_eq!(
         r.iter().map(|e| (e.engine, e.total_us)).collect::<Vec<_>>(),
         vec![(EngineKind::Gpu, 100 + 600), (EngineKind::Cpu, 800 + 200)],
@@ -645,7 +647,7 @@ fn program_jobs_build_the_task_engine_relation_from_every_profile() {
         summary,
     };
     assert_eq!(l.apply(ok), Outcome::TaskUpdated);
-    assert_eq!(l.state.task_info(&l.state.tasks[&t]).calls, Some(summary));
+    assert_eq!(l.state.task_info(&l.state.tasks()[&t]).calls, Some(summary));
     // A snapshot round-trips the new state.
     let back = ClusterState::from_bytes(&l.state.to_bytes()).expect("restores");
     assert_eq!(back, l.state);
@@ -683,7 +685,7 @@ fn timeouts_due_lists_running_attempts_past_their_jobs_timeout() {
     assert!(matches!(l.assign(timed[2], a), Outcome::PlanApplied { .. }));
     start(&mut l, untimed[0], a);
     start(&mut l, untimed[1], b);
-    let started = |t: TaskId| l.state.tasks[&t].started_ms.expect("started");
+    let started = |t: TaskId| l.state.tasks()[&t].started_ms.expect("started");
     let (s0, s1) = (started(timed[0]), started(timed[1]));
     assert!(l.state.timeouts_due(s0 + 499).is_empty());
     fn due(state: &ClusterState, now: u64) -> Vec<(TaskId, NodeId, hetsched_common::Attempt)> {

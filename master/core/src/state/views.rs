@@ -1,7 +1,12 @@
 //! Read-only views of the state in the shapes the protocol sends (`tasks`, `jobs`, `nodes`,
 //! `status`).
 
-use super::*;
+use super::model::partition_of;
+use super::model::Job;
+use super::model::Node;
+use super::model::NodeLiveness;
+use super::model::Task;
+use super::ClusterState;
 use hetsched_common::protocol::{JobInfo, NodeCounts, NodeInfo, TaskInfo};
 use hetsched_common::{JobId, TaskState};
 use std::collections::BTreeMap;
@@ -87,7 +92,7 @@ impl ClusterState {
             .iter()
             .map(|q| (q.name().to_string(), 0))
             .collect();
-        for t in &self.pending {
+        for t in self.tasks.pending() {
             if let Some(r) = self.tasks.get(t).and_then(|t| self.job_resources(t.job)) {
                 *m.entry(QueueKind::of(r).name().to_string()).or_insert(0) += 1;
             }
