@@ -139,14 +139,7 @@ fn read(path: &Path) -> Result<String, Failure> {
 fn load_nodes(path: &Path) -> Result<Vec<SimNode>, Failure> {
     let nodes =
         trace::parse_nodes(&read(path)?).map_err(|e| bad(format!("{}: {e}", path.display())))?;
-    Ok(nodes
-        .into_iter()
-        .map(|n| SimNode {
-            name: n.name,
-            resources: n.resources,
-            partitions: Vec::new(),
-        })
-        .collect())
+    Ok(nodes.into_iter().map(SimNode::from).collect())
 }
 
 fn load_pods(path: &Path) -> Result<trace::PodList, Failure> {

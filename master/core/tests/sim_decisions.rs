@@ -32,11 +32,7 @@ fn trace_input(scale: f64, users: u32) -> (Vec<SimNode>, Vec<SimTask>) {
     let nodes = trace::parse_nodes(NODES)
         .expect("the committed node list parses")
         .into_iter()
-        .map(|n| SimNode {
-            name: n.name,
-            resources: n.resources,
-            partitions: Vec::new(),
-        })
+        .map(SimNode::from)
         .collect();
     let list = trace::parse_pod_list(PODS).expect("the committed pod list parses");
     let order = sim::ordered(&list.pods, Order::Creation, 1);

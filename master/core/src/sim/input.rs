@@ -59,6 +59,17 @@ pub struct SimNode {
     pub partitions: Vec<String>,
 }
 
+impl From<crate::sched::index::trace::TraceNode> for SimNode {
+    /// A node of a trace's node list, serving the `default` partition.
+    fn from(n: crate::sched::index::trace::TraceNode) -> Self {
+        Self {
+            name: n.name,
+            resources: n.resources,
+            partitions: Vec::new(),
+        }
+    }
+}
+
 /// One task to simulate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimTask {

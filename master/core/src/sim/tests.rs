@@ -20,11 +20,7 @@ fn input() -> (Vec<SimNode>, Vec<TracePod>) {
     let nodes = trace::parse_nodes(NODES)
         .expect("nodes")
         .into_iter()
-        .map(|n| SimNode {
-            name: n.name,
-            resources: n.resources,
-            partitions: Vec::new(),
-        })
+        .map(SimNode::from)
         .collect();
     (nodes, trace::parse_pods(PODS).expect("pods"))
 }
