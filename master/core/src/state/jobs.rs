@@ -9,8 +9,7 @@ use super::model::partition_of;
 use super::model::Job;
 use super::model::Task;
 use super::ClusterState;
-use hetsched_common::{JobId, JobSpec, TaskReason, TaskState, TaskStatus};
-use std::collections::BTreeMap;
+use hetsched_common::{JobId, JobSpec, TaskReason, TaskState};
 
 impl ClusterState {
     pub(super) fn submit(&mut self, index: u64, at_ms: u64, mut spec: JobSpec) -> Outcome {
@@ -60,26 +59,10 @@ impl ClusterState {
             self.tasks.insert(
                 tid,
                 Task {
-                    id: tid,
-                    job: id,
-                    index,
-                    status: TaskStatus::new(),
-                    gpus: Vec::new(),
                     protected: spec.no_preempt,
                     priority: adm.priority,
                     quota: adm.quota,
-                    preemptions: 0,
-                    failures: 0,
-                    not_before_ms: None,
-                    started_ms: None,
-                    attempt_nodes: BTreeMap::new(),
-                    calls: None,
-                    cpu_milli: None,
-                    cpu_search: None,
-                    compressed: false,
-                    engine: None,
-                    borrowed: false,
-                    booked: None,
+                    ..Task::new(tid, id, index)
                 },
             );
             self.tasks.enqueue(tid);

@@ -99,6 +99,35 @@ pub struct Task {
     pub booked: Option<Booking>,
 }
 
+impl Task {
+    /// Task `index` of job `job`, as admitted: pending, never assigned, at priority 0 with no
+    /// quota (submit sets what admission decided).
+    pub fn new(id: TaskId, job: JobId, index: u32) -> Self {
+        Self {
+            id,
+            job,
+            index,
+            status: TaskStatus::new(),
+            gpus: Vec::new(),
+            protected: false,
+            priority: 0,
+            quota: None,
+            preemptions: 0,
+            failures: 0,
+            not_before_ms: None,
+            started_ms: None,
+            attempt_nodes: BTreeMap::new(),
+            calls: None,
+            cpu_milli: None,
+            cpu_search: None,
+            compressed: false,
+            engine: None,
+            borrowed: false,
+            booked: None,
+        }
+    }
+}
+
 /// Liveness of a node as committed in the log (heartbeats themselves are not logged).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -1,33 +1,9 @@
 use super::*;
-use hetsched_common::{JobId, TaskStatus};
+use hetsched_common::JobId;
 
 fn task(book: &mut TaskBook) -> TaskId {
     let id = book.allocate_id();
-    book.insert(
-        id,
-        Task {
-            id,
-            job: JobId(1),
-            index: 0,
-            status: TaskStatus::new(),
-            gpus: Vec::new(),
-            protected: false,
-            priority: 0,
-            quota: None,
-            preemptions: 0,
-            failures: 0,
-            not_before_ms: None,
-            started_ms: None,
-            attempt_nodes: BTreeMap::new(),
-            calls: None,
-            cpu_milli: None,
-            cpu_search: None,
-            compressed: false,
-            engine: None,
-            borrowed: false,
-            booked: None,
-        },
-    );
+    book.insert(id, Task::new(id, JobId(1), 0));
     book.enqueue(id);
     id
 }
