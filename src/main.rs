@@ -86,6 +86,8 @@ enum Command {
     SubmitBatch(cmd::batch::SubmitBatchArgs),
     /// A batch's planned and actual makespan, per job and in total (`N` or `batch-N`).
     Batch(cmd::batch::BatchArgs),
+    /// Submit a Slurm batch script unchanged (its #SBATCH lines; `sbatch --help` lists them).
+    Sbatch(cmd::sbatch::SbatchArgs),
     /// Print what a task wrote (stdout, or --stderr), also after it ended.
     Logs(cmd::ops::LogsArgs),
     /// Follow a job until it ends; exit 0 if every task succeeded, 1 otherwise.
@@ -209,6 +211,7 @@ fn main() -> ExitCode {
             | Command::PlanBatch(_)
             | Command::SubmitBatch(_)
             | Command::Batch(_)
+            | Command::Sbatch(_)
             | Command::Logs(_)
             | Command::Watch(_)
             | Command::Drain(_)
@@ -273,6 +276,7 @@ fn main() -> ExitCode {
         Command::PlanBatch(a) => cmd::plan_batch::run(a),
         Command::SubmitBatch(a) => cmd::batch::submit(&masters, a),
         Command::Batch(a) => cmd::batch::show(&masters, a),
+        Command::Sbatch(a) => cmd::sbatch::run(&masters, a),
         Command::Logs(a) => cmd::ops::logs(&masters, a),
         Command::Watch(a) => cmd::ops::watch(&masters, a),
         Command::Drain(a) => cmd::ops::drain(&masters, a),

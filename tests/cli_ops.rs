@@ -8,9 +8,8 @@ mod support;
 
 use serde_json::Value;
 use std::path::Path;
-use std::process::Output;
 use std::time::Duration;
-use support::{processes_under, wait_for, Cluster};
+use support::{output_text as text, processes_under, wait_for, Cluster};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -20,15 +19,6 @@ fn sample(name: &str) -> String {
         .join(name)
         .display()
         .to_string()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn submit(c: &Cluster, args: &[&str]) -> (u64, Vec<u64>) {

@@ -249,6 +249,8 @@ fn a_secured_cluster_refuses_plain_tcp_foreign_roles_and_other_users() {
         gpus: vec![],
         queued: false,
         engine: None,
+        job_name: String::new(),
+        workdir: None,
     }]));
     for who in [
         setup_for(c.dir.path(), Role::Client, "root"),

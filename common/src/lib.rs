@@ -22,6 +22,7 @@ pub mod protocol;
 mod reason;
 mod resources;
 pub mod rng;
+pub mod sbatch;
 mod spec;
 pub mod telemetry;
 pub mod tokens;

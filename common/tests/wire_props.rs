@@ -373,6 +373,8 @@ fn message() -> impl Strategy<Value = Message> {
                     gpus,
                     queued: false,
                     engine: None,
+                    job_name: String::new(),
+                    workdir: None,
                 })
             )),
         ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask {

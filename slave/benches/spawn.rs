@@ -58,6 +58,8 @@ fn assignment(task: u64) -> Assignment {
         gpus: vec![],
         queued: false,
         engine: None,
+        job_name: String::new(),
+        workdir: None,
     }
 }
 

@@ -250,6 +250,8 @@ pub fn read_log(
         gpus: Default::default(),
         queued: false,
         engine: None,
+        job_name: String::new(),
+        workdir: None,
     };
     let (out, err) = attempt::log_paths(log_dir, &key);
     let kept = if stderr { err } else { out };

@@ -432,6 +432,8 @@ mod tests {
             gpus: Default::default(),
             queued: false,
             engine: None,
+            job_name: String::new(),
+            workdir: None,
         }
     }
 

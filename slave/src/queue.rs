@@ -444,6 +444,8 @@ mod tests {
             gpus: vec![],
             queued: false,
             engine: None,
+            job_name: String::new(),
+            workdir: None,
         }
     }
 

@@ -293,6 +293,8 @@ pub(crate) fn test_assignment(task: u64, attempt: Attempt) -> Assignment {
         gpus: vec![],
         queued: false,
         engine: None,
+        job_name: String::new(),
+        workdir: None,
     }
 }
 

@@ -33,6 +33,8 @@ struct Child {
     envp: Vec<*const c_char>,
     stdio: [RawFd; 3],
     procs: Vec<RawFd>,
+    /// The directory to start in (`None`: the pool's own).
+    cwd: Option<CString>,
     /// The step that failed's errno, written by the child (0: it executed).
     err: c_int,
 }
@@ -54,6 +56,8 @@ pub struct Spawn<'a> {
     pub stderr: &'a File,
     /// Open `cgroup.procs` files to join.
     pub procs: &'a [File],
+    /// The directory to start in (the job's `workdir`); `None`: the pool's own.
+    pub cwd: Option<&'a Path>,
 }
 
 fn cstring(b: &[u8]) -> std::io::Result<CString> {
@@ -156,6 +160,10 @@ impl Spawn<'_> {
                 self.stderr.as_raw_fd(),
             ],
             procs: self.procs.iter().map(|f| f.as_raw_fd()).collect(),
+            cwd: self
+                .cwd
+                .map(|d| cstring(d.as_os_str().as_bytes()))
+                .transpose()?,
             err: 0,
         };
         let mut stack = vec![0u8; STACK_BYTES];
@@ -219,6 +227,11 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         }
         for &fd in &c.procs {
             if libc::write(fd, b"0".as_ptr() as *const c_void, 1) != 1 {
+                fail(c);
+            }
+        }
+        if let Some(dir) = &c.cwd {
+            if libc::chdir(dir.as_ptr()) != 0 {
                 fail(c);
             }
         }

@@ -47,6 +47,7 @@ fn runs_the_command_with_its_environment_streams_and_process_group() {
         stdout: &out,
         stderr: &err,
         procs: &[],
+        cwd: None,
     }
     .spawn()
     .expect("spawn");
@@ -75,6 +76,7 @@ fn a_missing_program_fails_to_start() {
         stdout: &out,
         stderr: &err,
         procs: &[],
+        cwd: None,
     }
     .spawn()
     .expect_err("no such program");
@@ -97,6 +99,7 @@ fn a_script_without_interpreter_line_runs_under_sh() {
         stdout: &out,
         stderr: &err,
         procs: &[],
+        cwd: None,
     }
     .spawn()
     .expect("spawn");
@@ -105,4 +108,36 @@ fn a_script_without_interpreter_line_runs_under_sh() {
         std::fs::read_to_string(&o).expect("stdout"),
         "from-script arg1\n"
     );
+}
+
+/// A plain spawn of `argv` with its output to `out`/`err`, starting in `cwd`.
+fn spawn_in(argv: &[String], out: &File, err: &File, cwd: &Path) -> std::io::Result<i32> {
+    Spawn {
+        argv,
+        env: &[],
+        remove: &[],
+        stdout: out,
+        stderr: err,
+        procs: &[],
+        cwd: Some(cwd),
+    }
+    .spawn()
+}
+
+#[test]
+fn starts_in_the_directory_it_is_given() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (out, err, o, _) = files(dir.path());
+    let work = dir.path().join("work dir");
+    std::fs::create_dir(&work).expect("mkdir");
+    let a = argv(&["sh", "-c", "pwd"]);
+    let pid = spawn_in(&a, &out, &err, &work).expect("spawn");
+    assert_eq!(exit_of(pid), 0);
+    let printed = std::fs::read_to_string(&o).expect("stdout");
+    assert_eq!(
+        std::fs::canonicalize(printed.trim()).expect("a path"),
+        std::fs::canonicalize(&work).expect("work")
+    );
+    let e = spawn_in(&a, &out, &err, &dir.path().join("gone")).expect_err("no such directory");
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
 }

@@ -244,6 +244,8 @@ fn assignment(task: u64, command: &[&str]) -> Assignment {
         gpus: vec![],
         queued: false,
         engine: None,
+        job_name: String::new(),
+        workdir: None,
     }
 }
 
@@ -312,10 +314,16 @@ async fn runs_an_assigned_task_and_reports_it() {
 
     let out = dir.path().join("out.txt");
     let script = format!(
-        "echo $HETSCHED_TASK_ID $HETSCHED_JOB_ID $HETSCHED_TASK_INDEX $HETSCHED_ATTEMPT $EXTRA > {}",
+        "echo $HETSCHED_TASK_ID $HETSCHED_JOB_ID $HETSCHED_TASK_INDEX $HETSCHED_ATTEMPT $EXTRA \
+         $SLURM_JOB_ID $SLURM_ARRAY_TASK_ID $SLURM_JOB_NAME $SLURM_NTASKS $(pwd) > {}",
         out.display()
     );
-    let a = assignment(17, &["sh", "-c", &script]);
+    // The job's working directory and name reach the task (Slurm scripts read them).
+    let workdir = dir.path().join("work");
+    std::fs::create_dir(&workdir).expect("mkdir workdir");
+    let mut a = assignment(17, &["sh", "-c", &script]);
+    a.workdir = Some(workdir.display().to_string());
+    a.job_name = "train".into();
     let accepted = Message::ToSlaveReply(SlaveCommandReply::Accepted);
     assert_eq!(call(&conn, SlaveCommand::Assign(a.clone())).await, accepted);
     // A duplicate is acknowledged and not run twice.
@@ -336,7 +344,12 @@ async fn runs_an_assigned_task_and_reports_it() {
         .expect("TaskFinished reported");
     assert!(started < finished, "started is reported before finished");
     let content = std::fs::read_to_string(&out).expect("task wrote its file");
-    assert_eq!(content.trim(), "17 3 4 1 yes");
+    let (ids, pwd) = content.trim().rsplit_once(' ').expect("two parts");
+    assert_eq!(ids, "17 3 4 1 yes 3 4 train 1");
+    assert_eq!(
+        std::fs::canonicalize(pwd).expect("pwd"),
+        std::fs::canonicalize(&workdir).expect("workdir")
+    );
 
     // Once acknowledged, the result is forgotten: a later heartbeat holds nothing, and the
     // same assignment again is a duplicate of a done attempt, not a second run.

@@ -43,6 +43,7 @@ async fn a_burst_of_starts_records_each_end_once_with_its_own_code() {
             cgroup_procs: Vec::new(),
             oom_counter: None,
             keep: None,
+            cwd: None,
         };
         let started = client.start(&dir, &spec).expect("start");
         waits.push((i, dir, started.ended));

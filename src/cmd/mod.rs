@@ -16,6 +16,7 @@ pub mod master;
 pub mod ops;
 pub mod plan_batch;
 pub mod programs;
+pub mod sbatch;
 pub mod security;
 pub mod sim;
 pub mod slave;

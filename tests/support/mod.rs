@@ -269,6 +269,16 @@ fn strings(flags: &[&str]) -> Vec<String> {
     flags.iter().map(|f| f.to_string()).collect()
 }
 
+/// A command's exit code and output, for assertion messages.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 pub fn cli_with(masters: &str, args: &[&str]) -> Output {
     let mut cmd = Command::new(BIN);
     // The clusters of this test process run secured with its CA: the CLI uses its

@@ -400,6 +400,12 @@ pub struct Assignment {
     /// its calls run there. `None`: a command task, or a program that books none.
     #[serde(default)]
     pub engine: Option<EngineGrant>,
+    /// The job's name (`SLURM_JOB_NAME`). Left out of the encoding when empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub job_name: String,
+    /// The directory the task starts in (the job's `workdir`); `None`: the slave's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
 }
 
 /// A booked engine unit: its kind, and for a GPU the device (also in `gpus`).
@@ -413,6 +419,9 @@ pub struct EngineGrant {
 }
 
 /// Master → slave commands.
+// `Assign` is the large one and the common one: boxing it would cost an allocation per
+// decoded assignment to save stack space in the rare small messages.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum SlaveCommand {
     /// Run this task.

@@ -60,6 +60,9 @@ pub struct Spec {
     /// they are written where they stay.
     #[serde(default)]
     pub keep: Option<crate::logs::Keep>,
+    /// The directory the task starts in; `None`: the supervisor's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
 }
 
 impl Spec {

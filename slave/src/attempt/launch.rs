@@ -43,7 +43,22 @@ pub fn task_env(a: &Assignment, cpus_file: Option<&Path>) -> Vec<(String, String
         ("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()),
         ("CUDA_VISIBLE_DEVICES".into(), gpus.clone()),
         ("NVIDIA_VISIBLE_DEVICES".into(), gpus),
+        // Slurm's names for the same values, so batch scripts run unchanged (a job made
+        // by `hetsched sbatch` sets its own SLURM_NTASKS and SLURM_CPUS_PER_TASK in its env,
+        // which comes after these).
+        ("SLURM_JOB_ID".into(), a.job.0.to_string()),
+        ("SLURM_ARRAY_JOB_ID".into(), a.job.0.to_string()),
+        ("SLURM_ARRAY_TASK_ID".into(), a.index.to_string()),
+        (
+            "SLURM_CPUS_PER_TASK".into(),
+            cpus_text(a.resources.cpu_milli),
+        ),
+        ("SLURM_NTASKS".into(), "1".into()),
+        ("SLURM_JOB_NAME".into(), a.job_name.clone()),
     ];
+    if let Some(dir) = &a.workdir {
+        env.push(("SLURM_SUBMIT_DIR".into(), dir.clone()));
+    }
     if let Some(f) = cpus_file {
         env.push(("HETSCHED_CPUS_FILE".into(), f.display().to_string()));
     }
@@ -216,6 +231,7 @@ impl Launcher {
                 stdout: keep_out,
                 stderr: keep_err,
             }),
+            cwd: a.workdir.as_ref().map(PathBuf::from),
         };
         Ok((dir, spec))
     }
@@ -302,6 +318,8 @@ mod tests {
             gpus,
             queued: false,
             engine: None,
+            job_name: String::new(),
+            workdir: None,
         }
     }
 

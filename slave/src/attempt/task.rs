@@ -33,6 +33,14 @@ pub fn task_spawn(
         note(spec, "empty command");
         return Err(cannot_start("empty command".into()));
     }
+    if let Some(dir) = spec.cwd.as_deref().filter(|d| !d.is_dir()) {
+        let why = format!(
+            "working directory {} is not a directory here",
+            dir.display()
+        );
+        note(spec, &why);
+        return Err(cannot_start(why));
+    }
     // Spares only for attempts in cgroups, whose files are recycled (`Spec::keep_output`).
     let open = |p: &Path| {
         if spec.cgroup_procs.is_empty() {
@@ -55,6 +63,7 @@ pub fn task_spawn(
         stdout: &out,
         stderr: &err,
         procs: &procs,
+        cwd: spec.cwd.as_deref(),
     }
     .spawn())
 }

@@ -27,4 +27,4 @@ pub use args::{
 pub use call::{block_on, call, request_id, short};
 pub use explain::{explain, ExplainArgs};
 pub use listings::{jobs, nodes, status, tasks};
-pub use spec::read_job_file;
+pub use spec::{default_user, read_job_file};

@@ -22,7 +22,9 @@ pub fn read_job_file(path: &str) -> anyhow::Result<JobFile> {
     jobfile::parse_job_file(path, &text).map_err(|e| exit::bad_input(e.to_string()))
 }
 
-fn default_user() -> String {
+/// The user a submission names when none is given: empty with a token (the master fills
+/// in the token's user), else the client certificate's name, else `$USER`.
+pub fn default_user() -> String {
     // With a token the master fills in the token's user (an empty name asks it to).
     if hetsched_common::wire::tls::client_token().is_some() {
         return String::new();

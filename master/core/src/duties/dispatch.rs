@@ -224,6 +224,8 @@ impl DutiesCore {
                         kind: b.kind,
                         device: b.device,
                     }),
+                    job_name: job.spec.name.clone(),
+                    workdir: job.spec.workdir.clone(),
                 });
         }
         for k in gone {
