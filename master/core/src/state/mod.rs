@@ -31,6 +31,9 @@
 //!       ─▶ CpuRules         SetTaskCpus CompressTask              (cpu_changes.rs)
 //!       ─▶ StealRules       StealTask                             (steal.rs)
 //!       ─▶ GcRules          GcJobs                                (gc.rs)
+//!       ─▶ here             SubmitPlaced (SubmitRules, then PlanRules), SetPriorityConfig,
+//!                           RecordProfile, RecordCpuConfig (a book and a setting or two)
+//!       ─▶ Replica          Bench                                 (replica.rs)
 //! ```
 //!
 //! Under them, [`Grants`](grants::Grants) (`grants.rs`) gives back what a task holds on its

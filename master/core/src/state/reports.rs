@@ -92,6 +92,7 @@ impl ReportRules<'_> {
         }
     }
 
+    /// The slave started the attempt (a slave-queued one takes its room now, S0.3).
     pub(super) fn started(&mut self, node: NodeId, task: TaskId, attempt: Attempt) -> Outcome {
         if let Err(o) = self.tasks.current(node, task, attempt) {
             return o;
@@ -118,6 +119,8 @@ impl ReportRules<'_> {
         }
     }
 
+    /// The attempt ended: a stopping (preempted) one gives its holdings back; a current one
+    /// succeeds, or fails (see [`attempt_failed`](Self::attempt_failed)).
     pub(super) fn finished(
         &mut self,
         node: NodeId,
@@ -166,6 +169,7 @@ impl ReportRules<'_> {
         Outcome::TaskUpdated
     }
 
+    /// The attempt is lost (its supervisor is gone): back to the queue, attempt + 1.
     pub(super) fn lost(&mut self, node: NodeId, task: TaskId, attempt: Attempt) -> Outcome {
         if self.grants().release_stopping(node, task, attempt) {
             return Outcome::TaskUpdated;

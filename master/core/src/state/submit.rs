@@ -170,6 +170,8 @@ impl SubmitRules<'_> {
         }
     }
 
+    /// Every job of the batch valid, pinning its tasks itself (to registered nodes, with
+    /// known blocks), one task per planned core; else why not.
     fn check_batch(&self, spec: &BatchSpec) -> Result<(), String> {
         if spec.jobs.is_empty() {
             return Err("a batch needs at least one job".into());
