@@ -1,6 +1,6 @@
 //! `over-commit` by log replay: each master's applied Raft log, as its admin port exports it
 //! (`ClientRequest::ExportLog`: the snapshot state when the log is compacted, then every
-//! command), is replayed through [`ClusterState::apply`], and after every index the checker
+//! command), is replayed through [`Replica::apply`], and after every index the checker
 //! adds up what each node holds — the resources of the tasks assigned to or running on it and
 //! of preempted attempts still stopping there — from the tasks and job specs themselves (not
 //! from the node's `free` vector, which the code under test keeps) and compares it with the
@@ -11,7 +11,7 @@
 use crate::checker::{Rule, Violation};
 use crate::history::MasterView;
 use hetsched_common::{NodeId, TaskState};
-use hetsched_master_core::state::{fnv1a64, ClusterState, CommandEnvelope};
+use hetsched_master_core::state::{fnv1a64, ClusterState, CommandEnvelope, Replica};
 use std::collections::BTreeMap;
 
 /// One item of an exported log, in index order.
@@ -21,7 +21,7 @@ pub enum LogItem {
     Snapshot {
         /// Its index.
         index: u64,
-        /// `ClusterState` bytes.
+        /// `Replica` bytes (the snapshot document).
         state: Vec<u8>,
     },
     /// A committed command.
@@ -159,7 +159,7 @@ pub fn replay(log: &MasterLog, view: Option<&MasterView>) -> Replayed {
         master,
         ..Default::default()
     };
-    let mut state = ClusterState::new();
+    let mut state = Replica::new();
     // Each node is reported once per master (its first over-committed index): a bug that
     // over-commits usually stays so for many entries.
     let mut flagged: BTreeMap<NodeId, ()> = BTreeMap::new();
@@ -169,7 +169,7 @@ pub fn replay(log: &MasterLog, view: Option<&MasterView>) -> Replayed {
                 index,
                 state: bytes,
             } => {
-                match ClusterState::from_bytes(bytes) {
+                match Replica::from_bytes(bytes) {
                     Ok(s) => state = s,
                     Err(e) => {
                         r.violations.push(Violation {

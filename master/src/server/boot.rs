@@ -9,7 +9,7 @@ use hetsched_common::wire::{self, FrameLimits};
 use hetsched_common::MasterId;
 use hetsched_consensus::{Consensus, RaftConfig, Role};
 use hetsched_master_core::sched::IndexedScheduler;
-use hetsched_master_core::state::ClusterState;
+use hetsched_master_core::state::Replica;
 use std::sync::{Arc, RwLock};
 
 impl Master {
@@ -21,7 +21,7 @@ impl Master {
                 cfg.id
             )));
         }
-        let state = Arc::new(RwLock::new(ClusterState::new()));
+        let state = Arc::new(RwLock::new(Replica::new()));
         let (applied_tx, mut applied_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut raft_cfg = RaftConfig::new(cfg.id, cfg.peers.clone(), cfg.data_dir.join("raft"));
         raft_cfg.join = cfg.join;

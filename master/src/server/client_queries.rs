@@ -12,7 +12,7 @@ use hetsched_common::protocol::{
 use hetsched_common::{JobId, JobSpec, MasterId, TaskId};
 use hetsched_consensus::Role;
 use hetsched_master_core::sched::{IndexedScheduler, Scheduler};
-use hetsched_master_core::state::{ClusterState, Command, CommandEnvelope, Outcome};
+use hetsched_master_core::state::{Command, CommandEnvelope, Outcome, Replica};
 
 /// The state hash and serialised size at one applied index.
 #[derive(Clone, Copy, Debug)]
@@ -23,7 +23,7 @@ pub(super) struct StateDigest {
 }
 
 impl StateDigest {
-    fn of(s: &ClusterState) -> Self {
+    fn of(s: &Replica) -> Self {
         let bytes = s.to_bytes();
         Self {
             index: s.last_index(),
@@ -231,7 +231,7 @@ impl Master {
     }
 
     /// The state's hash and size at its applied index (computed at most once per index).
-    fn digest(&self, s: &ClusterState) -> StateDigest {
+    fn digest(&self, s: &Replica) -> StateDigest {
         let mut cache = match self.digest.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),

@@ -49,7 +49,7 @@ use hetsched_common::MasterId;
 use hetsched_consensus::Consensus;
 use hetsched_master_core::sched::index::PolicyKind;
 use hetsched_master_core::sched::preemption::PreemptionConfig;
-use hetsched_master_core::state::ClusterState;
+use hetsched_master_core::state::Replica;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -60,14 +60,15 @@ pub struct MasterShared {
     /// This master.
     pub id: MasterId,
     peers: Arc<BTreeMap<u64, String>>,
-    state: Arc<RwLock<ClusterState>>,
+    state: Arc<RwLock<Replica>>,
     /// Set once consensus has started (for member addresses).
     raft: Arc<std::sync::OnceLock<Consensus<Replicated>>>,
 }
 
 impl MasterShared {
-    /// Read access to the applied state. Never held across an await.
-    pub fn read_state(&self) -> RwLockReadGuard<'_, ClusterState> {
+    /// Read access to the applied state (a [`Replica`] reads as its cluster state). Never
+    /// held across an await.
+    pub fn read_state(&self) -> RwLockReadGuard<'_, Replica> {
         match self.state.read() {
             Ok(g) => g,
             Err(p) => p.into_inner(),

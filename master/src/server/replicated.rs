@@ -1,10 +1,11 @@
-//! The bridge between consensus and [`ClusterState`]: decodes committed entries, applies
-//! them, and tells the leader-duties actor what changed.
+//! The bridge between consensus and the [`Replica`] (the cluster state and its benchmark
+//! counters): decodes committed entries, applies them, and tells the leader-duties actor
+//! what changed.
 
 use hetsched_common::NodeId;
 use hetsched_consensus::StateMachine;
 use hetsched_master_core::state::{
-    command_nodes, touched_nodes, ClusterState, CommandEnvelope, Outcome,
+    command_nodes, touched_nodes, CommandEnvelope, Outcome, Replica,
 };
 use std::sync::{Arc, RwLock};
 use tokio::sync::mpsc;
@@ -23,13 +24,13 @@ pub struct Applied {
 /// The state machine handed to consensus: the state behind a lock (readers are the request
 /// handlers and the scheduler) plus a channel of applied outcomes.
 pub struct Replicated {
-    state: Arc<RwLock<ClusterState>>,
+    state: Arc<RwLock<Replica>>,
     applied: mpsc::UnboundedSender<Applied>,
 }
 
 impl Replicated {
     /// Wraps shared state.
-    pub fn new(state: Arc<RwLock<ClusterState>>, applied: mpsc::UnboundedSender<Applied>) -> Self {
+    pub fn new(state: Arc<RwLock<Replica>>, applied: mpsc::UnboundedSender<Applied>) -> Self {
         Self { state, applied }
     }
 }
@@ -76,7 +77,7 @@ impl StateMachine for Replicated {
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        let restored = ClusterState::from_bytes(snapshot)?;
+        let restored = Replica::from_bytes(snapshot)?;
         match self.state.write() {
             Ok(mut s) => *s = restored,
             Err(p) => *p.into_inner() = restored,

@@ -13,10 +13,11 @@
 
 use super::makespan::{parse, plan, validate, BatchJob, Block, Instance};
 use crate::state::{
-    BatchBlock, BatchJobSpec, BatchSpec, BatchTask, ClusterState, Command, Node, Real, TaskBlock,
+    Batch, BatchBlock, BatchJob as StateBatchJob, BatchJobSpec, BatchSpec, BatchTask, ClusterState,
+    Command, Node, Real, TaskBlock,
 };
 use hetsched_common::protocol::BatchSubmit;
-use hetsched_common::{JobId, JobSpec, NodeId, ResourceRequest, TaskState};
+use hetsched_common::{JobId, JobSpec, NodeId, ResourceRequest, TaskId, TaskState};
 use std::cmp::Ordering;
 
 /// A parsed `submit-batch` file.
@@ -319,7 +320,7 @@ pub fn replan_job(view: &ClusterState, job: JobId) -> Option<Command> {
     let book = view.batch_book();
     let bj = book.jobs.get(&job)?;
     let batch = book.batches.get(&bj.batch)?;
-    let pending: Vec<_> = view
+    let pending: Vec<TaskId> = view
         .job(job)?
         .tasks
         .iter()
@@ -329,6 +330,9 @@ pub fn replan_job(view: &ClusterState, job: JobId) -> Option<Command> {
         })
         .copied()
         .collect();
+    if pending.is_empty() {
+        return None;
+    }
     // The blocks of the pending tasks, in block order.
     let mut blocks: Vec<u32> = pending
         .iter()
@@ -337,9 +341,28 @@ pub fn replan_job(view: &ClusterState, job: JobId) -> Option<Command> {
         .collect();
     blocks.sort_unstable();
     blocks.dedup();
-    if pending.is_empty() {
-        return None;
-    }
+    let cores = replan_cores(view, batch, pending.len());
+    let pins = if blocks.iter().all(|b| bj.blocks.get(*b as usize).is_none()) {
+        // Nothing left to process: the pending tasks run empty on a slave that works.
+        let h = cores.iter().position(|&c| c > 0)?;
+        vec![
+            BatchTask {
+                node: batch.hosts[h],
+                blocks: Vec::new(),
+            };
+            pending.len()
+        ]
+    } else {
+        replan_pins(batch, bj, &blocks, cores, pending.len())?
+    };
+    let tasks = pending.into_iter().zip(pins).collect();
+    Some(Command::ReplanBatchJob { job, tasks })
+}
+
+/// The cores each host of `batch` gives a re-plan of `pending` tasks: its planned cores
+/// within its free whole CPUs (within its capacity when no host has any free), none on a
+/// host that takes no work, and one per pending task at most (trimmed from the last host).
+fn replan_cores(view: &ClusterState, batch: &Batch, pending: usize) -> Vec<usize> {
     let cap = |h: usize, n: &NodeId, free: bool| -> usize {
         let planned = batch.host_cores.get(h).copied().unwrap_or(0) as usize;
         match view.node(*n).filter(|x| usable(x)) {
@@ -348,85 +371,74 @@ pub fn replan_job(view: &ClusterState, job: JobId) -> Option<Command> {
             None => 0,
         }
     };
-    let mut cores: Vec<usize> = batch
-        .hosts
-        .iter()
-        .enumerate()
-        .map(|(h, n)| cap(h, n, true))
-        .collect();
-    if cores.iter().all(|&c| c == 0) {
-        cores = batch
+    let caps = |free: bool| -> Vec<usize> {
+        batch
             .hosts
             .iter()
             .enumerate()
-            .map(|(h, n)| cap(h, n, false))
-            .collect();
+            .map(|(h, n)| cap(h, n, free))
+            .collect()
+    };
+    let mut cores = caps(true);
+    if cores.iter().all(|&c| c == 0) {
+        cores = caps(false);
     }
-    // At most one core per pending task: trim from the last host.
-    let mut excess = cores.iter().sum::<usize>().saturating_sub(pending.len());
+    let mut excess = cores.iter().sum::<usize>().saturating_sub(pending);
     for c in cores.iter_mut().rev() {
         let cut = excess.min(*c);
         *c -= cut;
         excess -= cut;
     }
-    let sub_blocks: Vec<Block> = blocks
+    cores
+}
+
+/// The new pins of `pending` tasks of batch job `bj` that still have `blocks` to process,
+/// planned over `cores` (see [`replan_job`]); tasks beyond the plan's cores get no block.
+fn replan_pins(
+    batch: &Batch,
+    bj: &StateBatchJob,
+    blocks: &[u32],
+    cores: Vec<usize>,
+    pending: usize,
+) -> Option<Vec<BatchTask>> {
+    let job_in = BatchJob {
+        speed: bj.speed.0,
+        blocks: blocks
+            .iter()
+            .filter_map(|b| bj.blocks.get(*b as usize))
+            .map(|b| Block {
+                size: b.size_mb.0,
+                replicas: b.replicas.iter().map(|&r| r as usize).collect(),
+            })
+            .collect(),
+    };
+    let inst = Instance::new(cores, batch.transfer_speed.0, batch.alpha.0, vec![job_in]).ok()?;
+    let planned = plan(&inst).ok()?;
+    let jp = planned.schedule.jobs.first()?;
+    let mut pins: Vec<BatchTask> = jp
+        .cores
         .iter()
-        .filter_map(|b| bj.blocks.get(*b as usize))
-        .map(|b| Block {
-            size: b.size_mb.0,
-            replicas: b.replicas.iter().map(|&r| r as usize).collect(),
+        .map(|c| BatchTask {
+            node: batch.hosts[c.core.host],
+            blocks: c
+                .blocks
+                .iter()
+                .map(|b| TaskBlock {
+                    block: blocks[b.block],
+                    read_from: batch.hosts[b.replica],
+                })
+                .collect(),
         })
         .collect();
-    let tasks = if sub_blocks.is_empty() {
-        // Nothing left to process: the pending tasks run empty on a slave that works.
-        let h = cores.iter().position(|&c| c > 0)?;
-        let node = batch.hosts[h];
-        pending
-            .iter()
-            .map(|t| {
-                (
-                    *t,
-                    BatchTask {
-                        node,
-                        blocks: Vec::new(),
-                    },
-                )
-            })
-            .collect()
-    } else {
-        let job_in = BatchJob {
-            speed: bj.speed.0,
-            blocks: sub_blocks,
-        };
-        let inst =
-            Instance::new(cores, batch.transfer_speed.0, batch.alpha.0, vec![job_in]).ok()?;
-        let planned = plan(&inst).ok()?;
-        let jp = planned.schedule.jobs.first()?;
-        let mut new: Vec<BatchTask> = jp
-            .cores
-            .iter()
-            .map(|c| BatchTask {
-                node: batch.hosts[c.core.host],
-                blocks: c
-                    .blocks
-                    .iter()
-                    .map(|b| TaskBlock {
-                        block: blocks[b.block],
-                        read_from: batch.hosts[b.replica],
-                    })
-                    .collect(),
-            })
-            .collect();
-        let spare = new.first().map(|b| b.node)?;
-        while new.len() < pending.len() {
-            new.push(BatchTask {
-                node: spare,
-                blocks: Vec::new(),
-            });
-        }
-        pending.iter().copied().zip(new).collect()
-    };
-    Some(Command::ReplanBatchJob { job, tasks })
+    let spare = pins.first().map(|b| b.node)?;
+    pins.resize(
+        pins.len().max(pending),
+        BatchTask {
+            node: spare,
+            blocks: Vec::new(),
+        },
+    );
+    Some(pins)
 }
 
 #[cfg(test)]

@@ -6,8 +6,6 @@
 //! token is presented: `apply` reads no clock. `bootstrapped` makes `acl bootstrap` answer
 //! once per cluster.
 
-use super::command::Outcome;
-use super::ClusterState;
 use hetsched_common::protocol::{TokenInfo, TokenRole};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -61,45 +59,41 @@ pub struct AclBook {
     pub bootstrapped: bool,
 }
 
-impl ClusterState {
-    /// The tokens and whether the ACL was bootstrapped.
-    pub fn acl(&self) -> &AclBook {
-        &self.acl
-    }
-
+impl AclBook {
     /// Stores a token (`bootstrap`: the first administrator token, refused once one was
-    /// bootstrapped). The leader's clock stamps its creation.
+    /// bootstrapped). The leader's clock stamps its creation. A note on what was done, or
+    /// why nothing was.
     pub(super) fn create_token(
         &mut self,
         mut token: TokenRecord,
         bootstrap: bool,
         at_ms: u64,
-    ) -> Outcome {
-        if bootstrap && self.acl.bootstrapped {
-            return Outcome::Rejected(
+    ) -> Result<String, String> {
+        if bootstrap && self.bootstrapped {
+            return Err(
                 "the ACL is already bootstrapped: an administrator creates further tokens \
                  (acl token create)"
                     .into(),
             );
         }
         if token.accessor.is_empty() || token.user.is_empty() {
-            return Outcome::Rejected("a token needs an accessor and a user".into());
+            return Err("a token needs an accessor and a user".into());
         }
-        if self.acl.tokens.contains_key(&token.accessor) {
-            return Outcome::Rejected(format!("token {} exists already", token.accessor));
+        if self.tokens.contains_key(&token.accessor) {
+            return Err(format!("token {} exists already", token.accessor));
         }
         token.created_ms = at_ms;
-        self.acl.bootstrapped |= bootstrap;
+        self.bootstrapped |= bootstrap;
         let accessor = token.accessor.clone();
-        self.acl.tokens.insert(accessor.clone(), token);
-        Outcome::Ignored(format!("token {accessor}"))
+        self.tokens.insert(accessor.clone(), token);
+        Ok(format!("token {accessor}"))
     }
 
-    /// Removes a token.
-    pub(super) fn revoke_token(&mut self, accessor: &str) -> Outcome {
-        match self.acl.tokens.remove(accessor) {
-            Some(_) => Outcome::Ignored(format!("token {accessor} revoked")),
-            None => Outcome::Rejected(format!("no such token: {accessor}")),
+    /// Removes a token; a note on what was done, or why nothing was.
+    pub(super) fn revoke_token(&mut self, accessor: &str) -> Result<String, String> {
+        match self.tokens.remove(accessor) {
+            Some(_) => Ok(format!("token {accessor} revoked")),
+            None => Err(format!("no such token: {accessor}")),
         }
     }
 }

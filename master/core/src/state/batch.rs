@@ -4,13 +4,11 @@
 //! to its slave with its blocks. Kept beside the jobs (not in `Job`/`Task`) so that plain
 //! jobs carry nothing of it and older snapshots load unchanged.
 //!
-//! Gang placement at apply (all pending tasks of a batch job or none) and the whole-gang
-//! preemption are in `batch_gang.rs`; the listing views in `batch_views.rs`.
+//! Submitting a batch (checked whole, then one job per input job) is a submit rule
+//! (`submit.rs`); gang placement at apply (all pending tasks of a batch job or none) and the
+//! whole-gang preemption are plan rules (`plan.rs`); the listing views are in `views.rs`.
 
-use super::command::Outcome;
-use super::model::Job;
-use super::ClusterState;
-use hetsched_common::{JobId, JobSpec, NodeId, TaskId, TaskState};
+use hetsched_common::{JobId, JobSpec, NodeId, TaskId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -137,56 +135,48 @@ pub struct BatchBook {
     pub next: u64,
 }
 
-impl ClusterState {
-    /// Everything kept of batches.
-    pub fn batch_book(&self) -> &BatchBook {
-        &self.batch
-    }
-
-    /// A batch task's pin and blocks (`None`: not a batch task).
-    pub fn batch_task(&self, task: TaskId) -> Option<&BatchTask> {
-        self.batch.tasks.get(&task)
-    }
-
+impl BatchBook {
     /// Whether `job` is a batch job (its tasks are a gang).
     pub fn is_gang(&self, job: JobId) -> bool {
-        self.batch.jobs.contains_key(&job)
+        self.jobs.contains_key(&job)
     }
 
-    /// Applies a planned batch: every job is checked first, so the batch is submitted
-    /// whole or not at all.
-    pub(super) fn submit_batch(&mut self, index: u64, at_ms: u64, spec: BatchSpec) -> Outcome {
-        if let Err(why) = self.check_batch(&spec) {
-            return Outcome::Rejected(why);
+    /// Hands out the next batch id.
+    pub(super) fn allocate_id(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// Records job `job` (with `tasks`, in index order) as job `index` of batch `batch`, as
+    /// `planned` (whose job spec went to the job book).
+    pub(super) fn add_job(
+        &mut self,
+        batch: u64,
+        index: u32,
+        job: JobId,
+        tasks: &[TaskId],
+        planned: BatchJobSpec,
+    ) {
+        for (t, bt) in tasks.iter().zip(planned.tasks) {
+            self.tasks.insert(*t, bt);
         }
-        self.batch.next += 1;
-        let id = self.batch.next;
-        let mut jobs = Vec::with_capacity(spec.jobs.len());
-        let mut all_tasks = Vec::new();
-        for (i, j) in spec.jobs.into_iter().enumerate() {
-            let (job, tasks) = match self.submit(index, at_ms, j.spec) {
-                Outcome::Submitted { job, tasks } => (job, tasks),
-                // Checked above: cannot happen; what applied so far stays consistent.
-                other => return other,
-            };
-            for (t, bt) in tasks.iter().zip(j.tasks) {
-                self.batch.tasks.insert(*t, bt);
-            }
-            self.batch.jobs.insert(
-                job,
-                BatchJob {
-                    batch: id,
-                    index: i as u32,
-                    planned_start_s: j.planned_start_s,
-                    planned_finish_s: j.planned_finish_s,
-                    speed: j.speed,
-                    blocks: j.blocks,
-                },
-            );
-            jobs.push(job);
-            all_tasks.extend(tasks);
-        }
-        self.batch.batches.insert(
+        self.jobs.insert(
+            job,
+            BatchJob {
+                batch,
+                index,
+                planned_start_s: planned.planned_start_s,
+                planned_finish_s: planned.planned_finish_s,
+                speed: planned.speed,
+                blocks: planned.blocks,
+            },
+        );
+    }
+
+    /// Records batch `id` of `jobs`, submitted at `at_ms` as `spec` plans it (its jobs
+    /// recorded with [`add_job`](Self::add_job)).
+    pub(super) fn add_batch(&mut self, id: u64, at_ms: u64, spec: BatchSpec, jobs: Vec<JobId>) {
+        self.batches.insert(
             id,
             Batch {
                 id,
@@ -196,140 +186,40 @@ impl ClusterState {
                 host_cores: spec.host_cores,
                 transfer_speed: spec.transfer_speed,
                 alpha: spec.alpha,
-                jobs: jobs.clone(),
+                jobs,
                 replans: 0,
             },
         );
-        Outcome::BatchSubmitted {
-            batch: id,
-            jobs,
-            tasks: all_tasks,
-        }
     }
 
-    fn check_batch(&self, spec: &BatchSpec) -> Result<(), String> {
-        if spec.jobs.is_empty() {
-            return Err("a batch needs at least one job".into());
-        }
-        if spec.host_cores.len() != spec.hosts.len() {
-            return Err("a batch needs a core count per host".into());
-        }
-        for (i, j) in spec.jobs.iter().enumerate() {
-            j.spec
-                .validate()
-                .map_err(|e| format!("batch job {i}: {e}"))?;
-            if j.spec.no_preempt || !j.spec.nodes.is_empty() {
-                return Err(format!(
-                    "batch job {i}: pins its tasks itself (no locality, no --no-preempt)"
-                ));
-            }
-            if j.tasks.is_empty() || j.tasks.len() != j.spec.count as usize {
-                return Err(format!("batch job {i}: one task per planned core"));
-            }
-            self.check_tasks(j.blocks.len(), &j.tasks)
-                .map_err(|e| format!("batch job {i}: {e}"))?;
-        }
-        Ok(())
-    }
-
-    /// Every pin and replica is a registered node, every block index within the job.
-    fn check_tasks(&self, blocks: usize, tasks: &[BatchTask]) -> Result<(), String> {
-        for t in tasks {
-            if !self.nodes.contains_key(&t.node) {
-                return Err(format!("{} is not registered", t.node));
-            }
-            for b in &t.blocks {
-                if b.block as usize >= blocks || !self.nodes.contains_key(&b.read_from) {
-                    return Err(format!(
-                        "block {} (read from {}) is unknown",
-                        b.block, b.read_from
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Re-pins pending tasks of a batch job with new blocks (a planned slave was lost):
-    /// every named task must be a pending task of the job, else nothing changes.
-    pub(super) fn replan_batch_job(
-        &mut self,
-        job: JobId,
-        tasks: Vec<(TaskId, BatchTask)>,
-    ) -> Outcome {
-        let Some(bj) = self.batch.jobs.get(&job) else {
-            return Outcome::Rejected(format!("{job} is not a batch job"));
-        };
-        let batch = bj.batch;
-        let blocks = bj.blocks.len();
-        let stale = tasks.iter().any(|(t, _)| {
-            self.tasks
-                .get(t)
-                .is_none_or(|t| t.job != job || t.status.state != TaskState::Pending)
-        });
-        if tasks.is_empty() || stale {
-            return Outcome::Ignored(format!("re-plan of {job} is stale"));
-        }
-        let new: Vec<BatchTask> = tasks.iter().map(|(_, b)| b.clone()).collect();
-        if let Err(why) = self.check_tasks(blocks, &new) {
-            return Outcome::Rejected(why);
-        }
+    /// Re-pins tasks of batch job `job` (checked by the caller) and counts a re-plan of its
+    /// batch; returns how many tasks.
+    pub(super) fn repin(&mut self, job: JobId, tasks: Vec<(TaskId, BatchTask)>) -> u32 {
         let n = tasks.len() as u32;
         for (t, b) in tasks {
-            self.batch.tasks.insert(t, b);
+            self.tasks.insert(t, b);
         }
-        if let Some(b) = self.batch.batches.get_mut(&batch) {
+        let batch = self.jobs.get(&job).map(|bj| bj.batch);
+        if let Some(b) = batch.and_then(|b| self.batches.get_mut(&b)) {
             b.replans += 1;
         }
-        Outcome::BatchReplanned { job, tasks: n }
+        n
     }
 
     /// A collected job leaves the batch book; a batch with no job left goes too.
-    pub(super) fn batch_forget_job(&mut self, job: JobId, tasks: &[TaskId]) {
+    pub(super) fn forget_job(&mut self, job: JobId, tasks: &[TaskId]) {
         for t in tasks {
-            self.batch.tasks.remove(t);
+            self.tasks.remove(t);
         }
-        let Some(bj) = self.batch.jobs.remove(&job) else {
+        let Some(bj) = self.jobs.remove(&job) else {
             return;
         };
         let empty = self
-            .batch
             .batches
             .get(&bj.batch)
-            .is_some_and(|b| b.jobs.iter().all(|j| !self.batch.jobs.contains_key(j)));
+            .is_some_and(|b| b.jobs.iter().all(|j| !self.jobs.contains_key(j)));
         if empty {
-            self.batch.batches.remove(&bj.batch);
+            self.batches.remove(&bj.batch);
         }
-    }
-
-    /// The environment of a task's attempt: its job's, plus `HETSCHED_BLOCKS` for a batch
-    /// task (docs/CONTRACT.md: `[{"job_block", "size_mb", "read_from"}]`).
-    pub fn task_env(&self, task: TaskId, job: &Job) -> BTreeMap<String, String> {
-        let mut env = job.spec.env.clone();
-        if let Some(blocks) = self.task_blocks(task) {
-            let json = serde_json::to_string(&blocks).unwrap_or_else(|_| "[]".into());
-            env.insert(hetsched_common::protocol::BLOCKS_ENV.to_string(), json);
-        }
-        env
-    }
-
-    /// A batch task's blocks as `HETSCHED_BLOCKS` lists them.
-    pub fn task_blocks(&self, task: TaskId) -> Option<Vec<hetsched_common::protocol::BlockRef>> {
-        let bt = self.batch.tasks.get(&task)?;
-        let job = self.tasks.get(&task)?.job;
-        let bj = self.batch.jobs.get(&job)?;
-        Some(
-            bt.blocks
-                .iter()
-                .map(|b| hetsched_common::protocol::BlockRef {
-                    job_block: b.block,
-                    size_mb: bj.blocks.get(b.block as usize).map_or(0.0, |x| x.size_mb.0),
-                    read_from: self
-                        .nodes
-                        .get(&b.read_from)
-                        .map_or_else(|| b.read_from.to_string(), |n| n.name.clone()),
-                })
-                .collect(),
-        )
     }
 }

@@ -15,28 +15,10 @@
 //! assignment, like GPU devices. Every node's booked units per kind stay at most its engines
 //! of that kind (the model check holds it).
 
-use super::model::Node;
-use super::ClusterState;
-use hetsched_common::NodeId;
+use super::model::{Booking, Node};
 use hetsched_common::{
     EngineKind, GpuAlloc, GpuRequest, NodeResources, ResourceRequest, GPU_MILLI_PER_DEVICE,
 };
-use serde::Deserialize;
-use serde::Serialize;
-
-/// One engine unit a task holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Booking {
-    /// Kind.
-    pub kind: EngineKind,
-    /// The GPU device (GPUs only).
-    #[serde(default)]
-    pub device: Option<u32>,
-    /// Taken on top of the job's own request (given back on release); false when the job
-    /// asked for a unit of the kind itself.
-    #[serde(default)]
-    pub extra: bool,
-}
 
 /// How many engines of `kind` a node with these resources has: CPU = whole cores, GPU =
 /// devices, other kinds as declared.
@@ -96,25 +78,26 @@ fn device_of(gpus: &GpuAlloc) -> Option<u32> {
         .map(|(d, _)| *d)
 }
 
-impl ClusterState {
-    /// Takes `req` (with a unit of `kind` when `kind` is given) from `node`'s free
+impl Node {
+    /// Takes `req` (with a unit of `kind` when `kind` is given) from the node's free
     /// resources and counts the booking; `None` (nothing changed) when it does not fit or
-    /// the node's units of the kind are all booked.
+    /// the node's units of the kind are all booked. Given back by
+    /// [`NodeBook::unbook`](super::NodeBook::unbook).
     pub(super) fn take_booked(
-        node: &mut Node,
+        &mut self,
         req: &ResourceRequest,
         kind: Option<EngineKind>,
     ) -> Option<(GpuAlloc, Option<Booking>)> {
         let Some(kind) = kind else {
-            return node.free.take(req).map(|g| (g, None));
+            return self.free.take(req).map(|g| (g, None));
         };
-        let booked = node.booked.get(&kind).copied().unwrap_or(0);
-        if booked >= engine_count(&node.capacity, kind) {
+        let booked = self.booked.get(&kind).copied().unwrap_or(0);
+        if booked >= engine_count(&self.capacity, kind) {
             return None;
         }
         let (eff, extra) = with_unit(req, kind);
-        let gpus = node.free.take(&eff)?;
-        *node.booked.entry(kind).or_insert(0) += 1;
+        let gpus = self.free.take(&eff)?;
+        *self.booked.entry(kind).or_insert(0) += 1;
         let device = (kind == EngineKind::Gpu)
             .then(|| device_of(&gpus))
             .flatten();
@@ -126,24 +109,6 @@ impl ClusterState {
                 extra,
             }),
         ))
-    }
-
-    /// Gives a booked unit back on `node` (its GPU device returns with the allocation).
-    pub(super) fn unbook(&mut self, node: NodeId, booking: Option<Booking>) {
-        let (Some(b), Some(n)) = (booking, self.nodes.get_mut(&node)) else {
-            return;
-        };
-        if let Some(c) = n.booked.get_mut(&b.kind) {
-            *c = c.saturating_sub(1);
-            if *c == 0 {
-                n.booked.remove(&b.kind);
-            }
-        }
-        if b.extra && !matches!(b.kind, EngineKind::Cpu | EngineKind::Gpu) {
-            let cap = n.capacity.engines.get(&b.kind).copied().unwrap_or(0);
-            let e = n.free.engines.entry(b.kind).or_insert(0);
-            *e = (*e + 1).min(cap);
-        }
     }
 }
 

@@ -16,13 +16,13 @@ fn env(at_ms: u64, request: Option<u64>, command: Command) -> CommandEnvelope {
     }
 }
 
-/// A state touched in every field the log can change: nodes (one drained), jobs and tasks
+/// A replica touched in every field the log can change: nodes (one drained), jobs and tasks
 /// in several states, requests, bench counters, a priority configuration, profiles, the
 /// CPU history and a token.
-fn sample_state() -> ClusterState {
-    let mut s = ClusterState::new();
+fn sample_state() -> Replica {
+    let mut s = Replica::new();
     let mut i = 0;
-    let mut apply = |s: &mut ClusterState, request: Option<u64>, c: Command| {
+    let mut apply = |s: &mut Replica, request: Option<u64>, c: Command| {
         i += 1;
         s.apply(i, env(10_000 + i * 7, request, c))
     };
@@ -167,13 +167,14 @@ fn the_encoding_and_the_hash_are_as_before_the_books() {
     assert_eq!(fnv1a64(&bytes), SAMPLE_BYTES_HASH);
     assert_eq!(bytes.len(), SAMPLE_LEN);
     assert_eq!(ClusterState::new().state_hash(), EMPTY_HASH);
+    assert_eq!(Replica::new().state_hash(), EMPTY_HASH);
 }
 
 #[test]
 fn a_decoded_state_equals_the_encoded_one_and_encodes_the_same() {
     let s = sample_state();
     let bytes = s.to_bytes();
-    let back = ClusterState::from_bytes(&bytes).expect("decode");
+    let back = Replica::from_bytes(&bytes).expect("decode");
     assert_eq!(back, s);
     assert_eq!(back.to_bytes(), bytes);
 }
@@ -183,13 +184,13 @@ fn a_snapshot_with_legacy_request_outcomes_folds_them_on_restore() {
     let s = sample_state();
     let legacy: BTreeMap<ClientRequestId, Outcome> =
         [(ClientRequestId(77), Outcome::Ignored("old".into()))].into();
-    let mut doc = s.document();
+    let mut doc = s.cluster().document_with(s.bench());
     doc.applied_requests = &legacy;
     let bytes = rmp_serde::to_vec_named(&doc).expect("encode");
-    let back = ClusterState::from_bytes(&bytes).expect("decode");
+    let back = Replica::from_bytes(&bytes).expect("decode");
     assert!(back.request_applied(ClientRequestId(77)));
     assert!(back.request_applied(ClientRequestId(1)));
     // Folded: never written again.
-    let again = ClusterState::from_bytes(&back.to_bytes()).expect("decode");
+    let again = Replica::from_bytes(&back.to_bytes()).expect("decode");
     assert_eq!(again, back);
 }

@@ -1,11 +1,11 @@
 //! The job book: the jobs the cluster was given. It owns the job table, the next job id
 //! and the order in which jobs finished (derived: rebuilt on restore), which garbage
 //! collection walks; it closes a job once its last task is final. A job's tasks live in
-//! the task table and move by the rules in `ClusterState`, which tell this book how many
+//! the task table and move by the rules of the handlers, which tell this book how many
 //! became final.
 
 use super::model::Job;
-use hetsched_common::JobId;
+use hetsched_common::{JobId, ResourceRequest};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Jobs by id, the next job id and the finished ones in the order they finished.
@@ -63,6 +63,11 @@ impl JobBook {
     /// One job.
     pub fn get(&self, id: &JobId) -> Option<&Job> {
         self.jobs.get(id)
+    }
+
+    /// The resources each task of `job` asks for.
+    pub fn resources(&self, job: JobId) -> Option<&ResourceRequest> {
+        self.jobs.get(&job).map(|j| &j.spec.resources)
     }
 
     /// Whether `id` is in the table.

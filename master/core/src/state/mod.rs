@@ -6,49 +6,67 @@
 //!
 //! The state is a set of books, each owning its data (private to it) and the changes that
 //! touch only it:
-//! - [`NodeBook`] (`node_book.rs`): nodes, registration keys, node ids; registers, brings up.
+//! - [`NodeBook`] (`node_book.rs`): nodes, registration keys, node ids; registers, brings up
+//!   and down, drains.
 //! - [`JobBook`] (`job_book.rs`): jobs, job ids, the finishing order; closes finished jobs.
-//! - [`TaskBook`] (`task_book.rs`): tasks, task ids, the pending queue, waiting preemptors.
+//! - [`TaskBook`] (`task_book.rs`): tasks, task ids, the pending queue, waiting preemptors;
+//!   fences reports to the current attempt.
 //! - [`RequestBook`] (`request_book.rs`): client request outcomes for retries.
 //! - [`ProfileBook`] (`profile_book.rs`): engine profiles, the task–engine relation, the
 //!   CPU-count history.
-//! - [`BatchBook`] (`batch.rs`), [`AclBook`] (`acl.rs`), [`BenchBook`] (`admin.rs`).
+//! - [`BatchBook`] (`batch.rs`), [`AclBook`] (`acl.rs`).
 //!
 //! A change that moves a task also changes its node's resources and its job's open count,
-//! so such rules span books: they are the `ClusterState` methods of the other files
-//! (`nodes`, `jobs`, `plan`, `reports`, `lifecycle`, `promote`, `slave_queue`,
-//! `cpu_changes`, `batch_gang`, `gc`), each reaching the books through their methods, and
-//! [`apply`](ClusterState::apply) dispatches each command to a book or to one of those rules.
-//! The snapshot bytes do not follow this layout: `snapshot.rs` keeps the flat document
-//! older binaries wrote and read.
+//! so such rules span books. They are handlers, one per command family, each borrowing
+//! only the books it touches (as openraft's engine handlers do) and saying in its doc why
+//! it spans them; [`apply`](ClusterState::apply) builds the one a command needs:
+//!
+//! ```text
+//! apply ─▶ book method      RegisterNode NodeUp DrainNode UndrainNode RecordCalls
+//!                           CreateToken RevokeToken
+//!       ─▶ SubmitRules      SubmitJob SubmitBatch ReplanBatchJob   (submit.rs)
+//!       ─▶ PlanRules        ApplyPlan, SubmitPlaced's placements  (plan.rs)
+//!       ─▶ ReportRules      TaskStarted TaskFinished TaskLost TimeoutTask TaskReports
+//!       ─▶ LifecycleRules   NodeDown RequeueDrained CancelJob CancelTask (lifecycle.rs)
+//!       ─▶ CpuRules         SetTaskCpus CompressTask              (cpu_changes.rs)
+//!       ─▶ StealRules       StealTask                             (steal.rs)
+//!       ─▶ GcRules          GcJobs                                (gc.rs)
+//!       ─▶ here             SubmitPlaced (SubmitRules, then PlanRules), SetPriorityConfig,
+//!                           RecordProfile, RecordCpuConfig (a book and a setting or two)
+//!       ─▶ Replica          Bench                                 (replica.rs)
+//! ```
+//!
+//! Under them, [`Grants`](grants::Grants) (`grants.rs`) gives back what a task holds on its
+//! node and [`QueueRules`](slave_queue::QueueRules) (`slave_queue.rs`) promotes slave-queued
+//! tasks into the room that frees. Read-only queries are in `views.rs`; encoding, the hash
+//! and the planning copy in `codec.rs`. Benchmark counters (`Command::Bench`) are not cluster
+//! state: they live beside it in the [`Replica`] the masters run. The snapshot bytes do not
+//! follow this layout: `snapshot.rs` keeps the flat document older binaries wrote and read.
 
 mod acl;
 mod admin;
 mod batch;
-mod batch_gang;
-mod batch_views;
 mod booking;
 mod codec;
 mod command;
 mod cpu_changes;
-mod engines;
 mod gc;
+mod grants;
 mod hash;
 mod job_book;
-mod jobs;
 mod lifecycle;
 mod listing;
 mod model;
 mod node_book;
-mod nodes;
 mod plan;
-mod planning_copy;
 mod profile_book;
-mod promote;
+mod replica;
 mod reports;
 mod request_book;
 mod slave_queue;
 mod snapshot;
+mod steal;
+mod submit;
 mod task_book;
 mod views;
 
@@ -57,16 +75,18 @@ pub use admin::{BenchBook, BenchCounter};
 pub use batch::{
     Batch, BatchBlock, BatchBook, BatchJob, BatchJobSpec, BatchSpec, BatchTask, Real, TaskBlock,
 };
-pub use booking::{engine_count, free_units, with_unit, Booking};
+pub use booking::{engine_count, free_units, with_unit};
 pub use command::{Assign, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef};
-pub use cpu_changes::{CompressReserve, CpuSearchPhase};
 pub use hash::fnv1a64;
 pub use job_book::JobBook;
-pub use lifecycle::Drain;
 pub use listing::ListError;
-pub use model::{partition_of, Job, Node, NodeLiveness, NodeProfile, Stopping, Task};
+pub use model::{
+    partition_of, Booking, CompressReserve, CpuSearchPhase, Drain, Job, Node, NodeLiveness,
+    NodeProfile, Stopping, Task,
+};
 pub use node_book::NodeBook;
 pub use profile_book::ProfileBook;
+pub use replica::Replica;
 pub use request_book::{RecentRequest, RequestBook, RequestOutcome};
 pub use task_book::{Awaited, TaskBook};
 
@@ -124,10 +144,17 @@ pub fn touched_nodes(mut nodes: BTreeSet<NodeId>, outcome: &Outcome) -> Vec<Node
     nodes.into_iter().collect()
 }
 
+use cpu_changes::CpuRules;
+use gc::GcRules;
 use hetsched_common::priority::PriorityConfig;
-use hetsched_common::program::{EngineTotal, TaskKind};
-use hetsched_common::{JobId, NodeId, TaskId};
+use hetsched_common::program::{EngineDecl, EngineTotal, SelectionTable, TaskKind};
+use hetsched_common::{ClientRequestId, JobId, JobSpec, NodeId, TaskClass, TaskId};
+use lifecycle::LifecycleRules;
+use plan::PlanRules;
+use reports::ReportRules;
 use std::collections::{BTreeMap, BTreeSet};
+use steal::StealRules;
+use submit::SubmitRules;
 
 /// The whole replicated state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -140,8 +167,6 @@ pub struct ClusterState {
     tasks: TaskBook,
     /// Outcomes of client requests already applied, so a retried request applies once.
     requests: RequestBook,
-    /// Benchmark counters per benchmark client.
-    bench: BenchBook,
     /// The S1 priority configuration in force.
     priority: PriorityConfig,
     /// Engine profiles, the task–engine relation and the S3.2 CPU-count history.
@@ -232,11 +257,6 @@ impl ClusterState {
         self.tasks.pending()
     }
 
-    /// Benchmark counters per benchmark client.
-    pub fn bench(&self) -> &BTreeMap<u64, BenchCounter> {
-        self.bench.counters()
-    }
-
     /// The S1 priority configuration in force.
     pub fn priority(&self) -> &PriorityConfig {
         &self.priority
@@ -274,133 +294,239 @@ impl ClusterState {
 
     /// Applies one committed command at log `index`. Never panics on any command: stale or
     /// invalid ones are answered with [`Outcome::Rejected`] or [`Outcome::Ignored`] and change
-    /// nothing but `last_index`.
+    /// nothing but `last_index`. Benchmark traffic (`Command::Bench`) is the [`Replica`]'s:
+    /// here it changes nothing else either.
     pub fn apply(&mut self, index: u64, env: CommandEnvelope) -> Outcome {
+        let CommandEnvelope {
+            at_ms,
+            request,
+            command,
+        } = env;
+        self.applied(index, at_ms, request, |s| s.dispatch(index, at_ms, command))
+    }
+
+    /// What every entry does around its command: the applied index and the clock move, a
+    /// retried client request is answered with its first outcome (and `command` does not
+    /// run), and a client request's outcome is remembered unless it was refused.
+    fn applied(
+        &mut self,
+        index: u64,
+        at_ms: u64,
+        request: Option<ClientRequestId>,
+        command: impl FnOnce(&mut Self) -> Outcome,
+    ) -> Outcome {
         self.last_index = index;
-        self.last_ms = self.last_ms.max(env.at_ms);
-        if let Some(req) = env.request {
-            if let Some(prev) = self.requests.outcome_of(req) {
-                return prev;
-            }
+        self.last_ms = self.last_ms.max(at_ms);
+        if let Some(prev) = request.and_then(|req| self.requests.outcome_of(req)) {
+            return prev;
         }
-        let outcome = match env.command {
-            c @ Command::RegisterNode { .. } => self.nodes.register(c),
-            Command::NodeDown { node } => self.node_down(node),
-            Command::NodeUp { node } => self.nodes.up(node),
-            Command::SubmitJob { spec } => self.submit(index, env.at_ms, spec),
-            Command::CancelJob { job } => self.cancel(job),
-            Command::ApplyPlan(plan) => self.apply_plan(plan, env.at_ms),
-            Command::TaskStarted {
-                node,
-                task,
-                attempt,
-            } => self.task_started(node, task, attempt, env.at_ms),
-            Command::TaskFinished {
-                node,
-                task,
-                attempt,
-                exit_code,
-                reason,
-            } => {
-                let end = reports::AttemptEnd {
-                    exit_code,
-                    reason,
-                    reason_detail: None,
-                };
-                self.task_finished(node, task, attempt, end, env.at_ms)
-            }
-            Command::Bench {
-                client,
-                seq,
-                record,
-                ..
-            } => self.bench.apply(client, seq, record),
-            Command::LeaderBarrier { master } => {
-                Outcome::Ignored(format!("barrier of master {master}"))
-            }
-            Command::TaskLost {
-                node,
-                task,
-                attempt,
-            } => self.task_lost(node, task, attempt),
-            Command::GcJobs {
-                jobs_finished_before_ms,
-                requests_before_ms,
-            } => self.gc(jobs_finished_before_ms, requests_before_ms),
-            Command::SetPriorityConfig { mut config } => {
-                config.version = self.priority.version + 1;
-                self.priority = config;
-                Outcome::Ignored(format!("priority configuration v{}", self.priority.version))
-            }
-            Command::DrainNode { node, deadline_ms } => {
-                self.drain_node(node, env.at_ms, deadline_ms)
-            }
-            Command::UndrainNode { node } => self.undrain_node(node),
-            Command::RequeueDrained { node } => self.requeue_drained(node),
-            Command::CancelTask { task } => self.cancel_task(task),
-            Command::TimeoutTask {
-                node,
-                task,
-                attempt,
-            } => self.timeout_task(node, task, attempt, env.at_ms),
-            Command::RecordProfile {
-                node,
-                engines,
-                table,
-            } => self.record_profile(node, engines, table),
-            Command::RecordCalls {
-                node,
-                task,
-                attempt,
-                summary,
-            } => self.record_calls(node, task, attempt, summary),
-            Command::TaskReports { node, reports } => self.task_reports(node, reports, env.at_ms),
-            Command::SetTaskCpus {
-                node,
-                task,
-                attempt,
-                cpu_milli,
-            } => self.set_task_cpus(node, task, attempt, cpu_milli),
-            Command::RecordCpuConfig {
-                task,
-                class,
-                cpu_milli,
-            } => self.record_cpu_config(task, class, cpu_milli),
-            Command::CompressTask {
-                node,
-                task,
-                attempt,
-                cpu_milli,
-                gpu_task,
-            } => self.compress_task(node, task, attempt, cpu_milli, gpu_task),
-            Command::StealTask {
-                task,
-                attempt,
-                from,
-                to,
-            } => self.steal_task(task, attempt, from, to),
-            Command::SubmitBatch { batch } => self.submit_batch(index, env.at_ms, batch),
-            Command::ReplanBatchJob { job, tasks } => self.replan_batch_job(job, tasks),
-            Command::CreateToken { token, bootstrap } => {
-                self.create_token(token, bootstrap, env.at_ms)
-            }
-            Command::RevokeToken { accessor } => self.revoke_token(&accessor),
-            Command::SubmitPlaced {
-                spec,
-                place,
-                queue_depth,
-            } => self.submit_placed(index, env.at_ms, spec, &place, queue_depth),
-        };
-        if let Some(req) = env.request {
+        let outcome = command(self);
+        if let Some(req) = request {
             if !matches!(outcome, Outcome::Rejected(_)) {
                 self.requests.record(req, self.last_ms, &outcome);
             }
         }
         outcome
     }
+
+    /// Hands `command` to the book or the handler of its family (see the module docs).
+    fn dispatch(&mut self, index: u64, at_ms: u64, command: Command) -> Outcome {
+        match command {
+            c @ Command::RegisterNode { .. } => self.nodes.register(c),
+            Command::NodeUp { node } => self.nodes.up(node),
+            Command::DrainNode { node, deadline_ms } => self.nodes.drain(node, at_ms, deadline_ms),
+            Command::UndrainNode { node } => self.nodes.undrain(node),
+            c @ (Command::NodeDown { .. }
+            | Command::RequeueDrained { .. }
+            | Command::CancelJob { .. }
+            | Command::CancelTask { .. }) => self.lifecycle_rules().apply(c),
+            c @ (Command::SubmitJob { .. }
+            | Command::SubmitBatch { .. }
+            | Command::ReplanBatchJob { .. }) => self.submit_rules(index, at_ms).apply(c),
+            Command::SubmitPlaced {
+                spec,
+                place,
+                queue_depth,
+            } => self.submit_placed(index, at_ms, spec, &place, queue_depth),
+            Command::ApplyPlan(plan) => self.plan_rules(at_ms).apply_plan(plan),
+            c @ (Command::TaskStarted { .. }
+            | Command::TaskFinished { .. }
+            | Command::TaskLost { .. }
+            | Command::TimeoutTask { .. }
+            | Command::TaskReports { .. }) => self.report_rules(at_ms).apply(c),
+            Command::RecordCalls {
+                node,
+                task,
+                attempt,
+                summary,
+            } => self.tasks.record_calls(node, task, attempt, summary),
+            c @ (Command::SetTaskCpus { .. } | Command::CompressTask { .. }) => {
+                self.cpu_rules().apply(c)
+            }
+            Command::RecordCpuConfig {
+                task,
+                class,
+                cpu_milli,
+            } => self.record_cpu_config(task, class, cpu_milli),
+            Command::StealTask {
+                task,
+                attempt,
+                from,
+                to,
+            } => self.steal_rules().steal(task, attempt, from, to),
+            Command::GcJobs {
+                jobs_finished_before_ms,
+                requests_before_ms,
+            } => self
+                .gc_rules()
+                .collect(jobs_finished_before_ms, requests_before_ms),
+            Command::SetPriorityConfig { config } => self.set_priority(config),
+            Command::RecordProfile {
+                node,
+                engines,
+                table,
+            } => self.record_profile(node, engines, table),
+            Command::CreateToken { token, bootstrap } => self
+                .acl
+                .create_token(token, bootstrap, at_ms)
+                .map_or_else(Outcome::Rejected, Outcome::Ignored),
+            Command::RevokeToken { accessor } => self
+                .acl
+                .revoke_token(&accessor)
+                .map_or_else(Outcome::Rejected, Outcome::Ignored),
+            Command::LeaderBarrier { master } => {
+                Outcome::Ignored(format!("barrier of master {master}"))
+            }
+            Command::Bench { .. } => {
+                Outcome::Ignored("benchmark traffic counts in a replica".into())
+            }
+        }
+    }
+
+    fn lifecycle_rules(&mut self) -> LifecycleRules<'_> {
+        LifecycleRules {
+            nodes: &mut self.nodes,
+            tasks: &mut self.tasks,
+            jobs: &mut self.jobs,
+            now_ms: self.last_ms,
+        }
+    }
+
+    fn submit_rules(&mut self, index: u64, at_ms: u64) -> SubmitRules<'_> {
+        SubmitRules {
+            jobs: &mut self.jobs,
+            tasks: &mut self.tasks,
+            nodes: &self.nodes,
+            profiles: &mut self.profiles,
+            priority: &self.priority,
+            batch: &mut self.batch,
+            index,
+            at_ms,
+        }
+    }
+
+    fn plan_rules(&mut self, at_ms: u64) -> PlanRules<'_> {
+        PlanRules {
+            nodes: &mut self.nodes,
+            tasks: &mut self.tasks,
+            jobs: &self.jobs,
+            batch: &self.batch,
+            at_ms,
+        }
+    }
+
+    fn report_rules(&mut self, at_ms: u64) -> ReportRules<'_> {
+        ReportRules {
+            nodes: &mut self.nodes,
+            tasks: &mut self.tasks,
+            jobs: &mut self.jobs,
+            at_ms,
+            now_ms: self.last_ms,
+        }
+    }
+
+    fn cpu_rules(&mut self) -> CpuRules<'_> {
+        CpuRules {
+            nodes: &mut self.nodes,
+            tasks: &mut self.tasks,
+            jobs: &self.jobs,
+        }
+    }
+
+    fn steal_rules(&mut self) -> StealRules<'_> {
+        StealRules {
+            nodes: &mut self.nodes,
+            tasks: &mut self.tasks,
+            jobs: &self.jobs,
+        }
+    }
+
+    fn gc_rules(&mut self) -> GcRules<'_> {
+        GcRules {
+            jobs: &mut self.jobs,
+            tasks: &mut self.tasks,
+            batch: &mut self.batch,
+            requests: &mut self.requests,
+            nodes: &self.nodes,
+        }
+    }
+
+    /// [`Command::SubmitPlaced`]: the submission, then its placements re-checked as a
+    /// plan's (the one road from a submit to a placement when the leader planned it ahead).
+    fn submit_placed(
+        &mut self,
+        index: u64,
+        at_ms: u64,
+        spec: JobSpec,
+        place: &[PlaceNew],
+        queue_depth: u32,
+    ) -> Outcome {
+        match self.submit_rules(index, at_ms).submit(spec) {
+            Outcome::Submitted { job, tasks } => {
+                self.plan_rules(at_ms)
+                    .place_submitted(job, tasks, place, queue_depth)
+            }
+            o => o,
+        }
+    }
+
+    /// S1: a new priority configuration, one version after the one in force.
+    fn set_priority(&mut self, mut config: PriorityConfig) -> Outcome {
+        config.version = self.priority.version + 1;
+        self.priority = config;
+        Outcome::Ignored(format!("priority configuration v{}", self.priority.version))
+    }
+
+    /// S0.5: a registered node's engines and selection table.
+    fn record_profile(
+        &mut self,
+        node: NodeId,
+        engines: Vec<EngineDecl>,
+        table: SelectionTable,
+    ) -> Outcome {
+        if !self.nodes.contains_key(&node) {
+            return Outcome::Rejected(format!("unknown {node}"));
+        }
+        self.profiles.record(node, NodeProfile { engines, table });
+        Outcome::Ignored(String::new())
+    }
+
+    /// S3.2: a task's CPU-count search ends with the count its class keeps.
+    fn record_cpu_config(&mut self, task: TaskId, class: TaskClass, cpu_milli: u64) -> Outcome {
+        if cpu_milli == 0 {
+            return Outcome::Rejected("a recorded CPU count is at least 1".into());
+        }
+        if !self.tasks.search_done(task) {
+            return Outcome::Rejected(format!("unknown {task}"));
+        }
+        self.profiles.record_cpu(class, cpu_milli);
+        Outcome::TaskUpdated
+    }
 }
 
 #[cfg(test)]
 mod encoding_tests;
+#[cfg(test)]
+mod fixture_tests;
 #[cfg(test)]
 mod tests;

@@ -1,10 +1,8 @@
 //! The things the replicated state keeps: jobs, tasks, nodes (with their liveness, slave
-//! queue, stopping attempts and engine profiles), and the partition a job runs in.
+//! queue, stopping attempts, drains, compression reserves, booked engine units and engine
+//! profiles), and the partition a job runs in. Data only: the books and rules that change
+//! them import this file, never the other way round.
 
-use super::booking::Booking;
-use super::cpu_changes::CompressReserve;
-use super::cpu_changes::CpuSearchPhase;
-use super::lifecycle::Drain;
 use hetsched_common::priority::Principal;
 use hetsched_common::program::{CallSummary, EngineDecl, SelectionTable};
 use hetsched_common::{
@@ -264,4 +262,59 @@ pub struct NodeProfile {
     pub engines: Vec<EngineDecl>,
     /// Selection table.
     pub table: SelectionTable,
+}
+
+/// A node's drain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Drain {
+    /// Leader time the drain began.
+    pub since_ms: u64,
+    /// Leader time after which what still runs is stopped and re-queued; `None`: never.
+    #[serde(default)]
+    pub deadline_ms: Option<u64>,
+}
+
+/// Where a GPU task's CPU-count search is (S3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuSearchPhase {
+    /// The leader steps the count after each probe period.
+    Probing,
+    /// The best count was found and recorded for the task's class.
+    Done,
+}
+
+impl CpuSearchPhase {
+    /// `probing` or `done` (`tasks --json` `"cpu_search"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuSearchPhase::Probing => "probing",
+            CpuSearchPhase::Done => "done",
+        }
+    }
+}
+
+/// Cores freed by a compression (S3.6), held on the node for one GPU task.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompressReserve {
+    /// The GPU task they are held for.
+    pub gpu_task: TaskId,
+    /// The compressed CPU task they came from.
+    pub from_task: TaskId,
+    /// How much, millicores.
+    pub cpu_milli: u64,
+}
+
+/// One engine unit a task holds (S0.2, `booking.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Booking {
+    /// Kind.
+    pub kind: EngineKind,
+    /// The GPU device (GPUs only).
+    #[serde(default)]
+    pub device: Option<u32>,
+    /// Taken on top of the job's own request (given back on release); false when the job
+    /// asked for a unit of the kind itself.
+    #[serde(default)]
+    pub extra: bool,
 }

@@ -1,12 +1,14 @@
 //! The node book: the slaves the cluster knows. It owns the node table, the registration
 //! keys that make a re-registering slave the same node, and the next node id; it registers
-//! nodes and brings them back up. What a node holds (its tasks, queue, stopping attempts,
-//! free resources) lives in its [`Node`] entry but is changed by the rules that move tasks
-//! (`ClusterState`), since every such change is also a task's.
+//! nodes, brings them up and down, drains them, and gives back what a node holds for a task
+//! that left it (a booked engine unit, cores held for it by compressions). Which tasks a node
+//! holds, and their grants, change with the tasks, by the rules that move tasks
+//! (`grants.rs` and the handlers that use it), since every such change is also a task's.
 
 use super::command::{Command, Outcome};
-use super::model::{Node, NodeLiveness};
-use hetsched_common::NodeId;
+use super::model::{Booking, Drain, Node, NodeLiveness};
+use hetsched_common::protocol::NodeCounts;
+use hetsched_common::{Attempt, EngineKind, JobId, NodeId, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Nodes by id, registration keys and the next node id.
@@ -166,6 +168,139 @@ impl NodeBook {
             Some(_) => Outcome::Ignored("node already up".into()),
             None => Outcome::Rejected(format!("unknown {node}")),
         }
+    }
+
+    /// Declares a node down; returns the preempted attempts still stopping there (their
+    /// holdings go back with them), or why nothing changed.
+    pub(super) fn down(&mut self, node: NodeId) -> Result<Vec<(TaskId, Attempt)>, Outcome> {
+        let Some(n) = self.nodes.get_mut(&node) else {
+            return Err(Outcome::Rejected(format!("unknown {node}")));
+        };
+        if n.liveness == NodeLiveness::Down {
+            return Err(Outcome::Ignored("node already down".into()));
+        }
+        n.liveness = NodeLiveness::Down;
+        Ok(n.stopping.iter().map(|s| (s.task, s.attempt)).collect())
+    }
+
+    /// Starts (or moves the deadline of) a node's drain.
+    pub(super) fn drain(&mut self, node: NodeId, at_ms: u64, deadline_ms: Option<u64>) -> Outcome {
+        let Some(n) = self.nodes.get_mut(&node) else {
+            return Outcome::Rejected(format!("unknown {node}"));
+        };
+        // Draining again moves the deadline (or removes it) but keeps when it began.
+        let since_ms = n.drain.as_ref().map_or(at_ms, |d| d.since_ms);
+        n.drain = Some(Drain {
+            since_ms,
+            deadline_ms,
+        });
+        Outcome::DrainChanged { node }
+    }
+
+    /// Ends a node's drain.
+    pub(super) fn undrain(&mut self, node: NodeId) -> Outcome {
+        match self.nodes.get_mut(&node) {
+            Some(n) => {
+                n.drain = None;
+                Outcome::DrainChanged { node }
+            }
+            None => Outcome::Rejected(format!("unknown {node}")),
+        }
+    }
+
+    /// Draining nodes whose deadline is at or before `now_ms` and that still hold tasks.
+    pub fn drains_due(&self, now_ms: u64) -> Vec<NodeId> {
+        self.nodes
+            .values()
+            .filter(|n| !n.tasks.is_empty())
+            .filter(|n| {
+                n.drain
+                    .as_ref()
+                    .and_then(|d| d.deadline_ms)
+                    .is_some_and(|d| d <= now_ms)
+            })
+            .map(|n| n.id)
+            .collect()
+    }
+
+    /// The node a user means by `name`: a registered name, an id (`3`) or `node-3`. A name
+    /// wins over an id when both match.
+    pub fn resolve(&self, name: &str) -> Option<NodeId> {
+        let name = name.trim();
+        if let Some(n) = self.nodes.values().find(|n| n.name == name) {
+            return Some(n.id);
+        }
+        name.parse::<NodeId>()
+            .ok()
+            .filter(|id| self.nodes.contains_key(id))
+    }
+
+    /// A job's locality names resolved to node ids (sorted, deduplicated).
+    pub(super) fn resolve_all(&self, names: &[String]) -> Result<Vec<NodeId>, String> {
+        let mut ids = Vec::with_capacity(names.len());
+        for n in names {
+            ids.push(
+                self.resolve(n)
+                    .ok_or_else(|| format!("no node named {n:?} is registered"))?,
+            );
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    /// How many nodes are up, down and draining.
+    pub fn counts(&self) -> NodeCounts {
+        let up = self.nodes.values().filter(|n| n.is_up()).count() as u64;
+        NodeCounts {
+            total: self.nodes.len() as u64,
+            up,
+            down: self.nodes.len() as u64 - up,
+            draining: self.nodes.values().filter(|n| n.drain.is_some()).count() as u64,
+        }
+    }
+
+    /// The jobs of the preempted attempts still stopping somewhere: they hold resources
+    /// sized by their job's request until they stop, so those jobs must stay.
+    pub(super) fn stopping_jobs(&self) -> BTreeSet<JobId> {
+        self.nodes
+            .values()
+            .flat_map(|n| n.stopping.iter().map(|s| s.job))
+            .collect()
+    }
+
+    /// Gives a booked unit back on `node` (its GPU device returns with the allocation).
+    pub(super) fn unbook(&mut self, node: NodeId, booking: Option<Booking>) {
+        let (Some(b), Some(n)) = (booking, self.nodes.get_mut(&node)) else {
+            return;
+        };
+        if let Some(c) = n.booked.get_mut(&b.kind) {
+            *c = c.saturating_sub(1);
+            if *c == 0 {
+                n.booked.remove(&b.kind);
+            }
+        }
+        if b.extra && !matches!(b.kind, EngineKind::Cpu | EngineKind::Gpu) {
+            let cap = n.capacity.engines.get(&b.kind).copied().unwrap_or(0);
+            let e = n.free.engines.entry(b.kind).or_insert(0);
+            *e = (*e + 1).min(cap);
+        }
+    }
+
+    /// `task` left `node`: the cores compressions held there for it return to `free`.
+    pub(super) fn end_reserves_for(&mut self, node: NodeId, task: TaskId) {
+        let Some(n) = self.nodes.get_mut(&node) else {
+            return;
+        };
+        let mut back = 0;
+        n.compress_reserves.retain(|r| {
+            let mine = r.gpu_task == task;
+            if mine {
+                back += r.cpu_milli;
+            }
+            !mine
+        });
+        n.free.cpu_milli = (n.free.cpu_milli + back).min(n.capacity.cpu_milli);
     }
 }
 

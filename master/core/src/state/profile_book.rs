@@ -4,9 +4,10 @@
 //! history of GPU task classes (S3.2). Kept together because they are measurements the
 //! placement stages read, never job or node life-cycle: a profile changes no task.
 
-use super::model::NodeProfile;
+use super::model::{Node, NodeProfile};
 use hetsched_common::program::{relation, EngineTotal, TaskKind};
-use hetsched_common::{NodeId, TaskClass};
+use hetsched_common::protocol::EngineInfo;
+use hetsched_common::{EngineKind, NodeId, TaskClass};
 use std::collections::BTreeMap;
 
 /// Profiles, the task–engine relation and the CPU-count history.
@@ -66,6 +67,47 @@ impl ProfileBook {
     pub(super) fn learn_kind(&mut self, kind: TaskKind) {
         let r = relation(&kind, self.profiles.values().map(|p| &p.table));
         self.relations.insert(kind, r);
+    }
+
+    /// The engines of node `n` as listed: CPU (whole cores) and GPU (devices) from its
+    /// resources, the other kinds from its capacity; emulation as its slave declared it.
+    pub fn engine_info(&self, n: &Node) -> Vec<EngineInfo> {
+        let declared_emulated = |k: EngineKind| {
+            self.profiles
+                .get(&n.id)
+                .is_some_and(|p| p.engines.iter().any(|e| e.kind == k && e.emulated))
+        };
+        let mut out = vec![EngineInfo {
+            kind: EngineKind::Cpu,
+            count: (n.capacity.cpu_milli / 1000) as u32,
+            free: (n.free.cpu_milli / 1000) as u32,
+            emulated: false,
+        }];
+        if !n.capacity.gpus.is_empty() {
+            out.push(EngineInfo {
+                kind: EngineKind::Gpu,
+                count: n.capacity.gpus.len() as u32,
+                free: n
+                    .free
+                    .gpus
+                    .iter()
+                    .filter(|g| g.free_milli >= hetsched_common::GPU_MILLI_PER_DEVICE)
+                    .count() as u32,
+                emulated: n.gpus_emulated(),
+            });
+        }
+        for (k, count) in &n.capacity.engines {
+            if *count == 0 || matches!(k, EngineKind::Cpu | EngineKind::Gpu) {
+                continue;
+            }
+            out.push(EngineInfo {
+                kind: *k,
+                count: *count,
+                free: n.free.engines.get(k).copied().unwrap_or(0),
+                emulated: declared_emulated(*k),
+            });
+        }
+        out
     }
 
     /// Records `class`'s best CPU count.

@@ -1,12 +1,16 @@
 //! The task book: every task of every retained job. It owns the task table, the next task
 //! id, the pending queue (lower id = submitted earlier) and the preemptors waiting for their
-//! victims to stop. A task's moves between states change its node and its job too, so they
-//! are the rules in `ClusterState`; this book keeps the table and the queue consistent
-//! under them (a forgotten task leaves both).
+//! victims to stop; it fences reports to a task's current attempt and keeps what only the
+//! task record holds (its call summary, its CPU search's end). A task's moves between states
+//! change its node and its job too, so they are the rules of the handlers (`grants.rs`,
+//! `reports.rs`, ...); this book keeps the table and the queue consistent under them (a
+//! forgotten task leaves both).
 
-use super::command::TaskRef;
-use super::model::Task;
-use hetsched_common::{NodeId, TaskId};
+use super::command::{Outcome, TaskRef};
+use super::listing::TASK_STATES;
+use super::model::{CpuSearchPhase, Task};
+use hetsched_common::program::CallSummary;
+use hetsched_common::{Attempt, NodeId, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A preemptor's node and the victims it waits for.
@@ -150,6 +154,68 @@ impl TaskBook {
     /// `preemptor` waits no more (placed, cancelled or gone).
     pub(super) fn stop_awaiting(&mut self, preemptor: &TaskId) {
         self.awaiting.remove(preemptor);
+    }
+
+    /// The task's current attempt on `node`, if the report is about it (fencing): a stale
+    /// attempt or node is answered `Ignored`, an unknown task `Rejected`.
+    pub(super) fn current(
+        &self,
+        node: NodeId,
+        task: TaskId,
+        attempt: Attempt,
+    ) -> Result<&Task, Outcome> {
+        let t = self
+            .tasks
+            .get(&task)
+            .ok_or_else(|| Outcome::Rejected(format!("unknown {task}")))?;
+        if t.status.attempt != attempt || t.status.node != Some(node) {
+            return Err(Outcome::Ignored(format!(
+                "stale report: {task} is at attempt {} on {:?}",
+                t.status.attempt, t.status.node
+            )));
+        }
+        Ok(t)
+    }
+
+    /// Keeps a program task's calls in brief, as the slave of its current attempt reported.
+    pub(super) fn record_calls(
+        &mut self,
+        node: NodeId,
+        task: TaskId,
+        attempt: Attempt,
+        summary: CallSummary,
+    ) -> Outcome {
+        if let Err(o) = self.current(node, task, attempt) {
+            return o;
+        }
+        match self.tasks.get_mut(&task) {
+            Some(t) => {
+                t.calls = Some(summary);
+                Outcome::TaskUpdated
+            }
+            None => Outcome::Rejected(format!("unknown {task}")),
+        }
+    }
+
+    /// S3.2: `task`'s CPU-count search found its count; whether the task is known.
+    pub(super) fn search_done(&mut self, task: TaskId) -> bool {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return false;
+        };
+        t.cpu_search = Some(CpuSearchPhase::Done);
+        true
+    }
+
+    /// Task counts by state name (every state present).
+    pub fn counts(&self) -> BTreeMap<String, u64> {
+        let mut m: BTreeMap<String, u64> = TASK_STATES
+            .iter()
+            .map(|s| (s.as_str().to_string(), 0))
+            .collect();
+        for t in self.tasks.values() {
+            *m.entry(t.status.state.as_str().to_string()).or_insert(0) += 1;
+        }
+        m
     }
 }
 
