@@ -78,6 +78,7 @@ impl ClusterState {
             profiles: ProfileBook::from_snapshot(d.profiles, d.relations, d.cpu_history),
             batch: d.batch,
             acl: d.acl,
+            deps: Default::default(), // derived: rebuilt with the other indexes
             last_index: d.last_index,
             last_ms: d.last_ms,
         }

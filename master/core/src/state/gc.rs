@@ -103,5 +103,6 @@ impl ClusterState {
                 .count() as u32
         };
         self.jobs.rebuild(open_of, self.last_ms);
+        self.rebuild_dependencies(); // issue 51
     }
 }

@@ -119,6 +119,14 @@ impl JobBook {
         self.finished.remove(&key);
     }
 
+    /// Puts a finished job back in the finished order (issue 51: its last dependent
+    /// resolved, so it may be collected); nothing for a job that has not finished.
+    pub(super) fn mark_finished(&mut self, job: JobId) {
+        if let Some(f) = self.jobs.get(&job).and_then(|j| j.finished_ms) {
+            self.finished.insert((f, job));
+        }
+    }
+
     /// Removes a job.
     pub(super) fn remove(&mut self, id: &JobId) -> Option<Job> {
         self.jobs.remove(id)

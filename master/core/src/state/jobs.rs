@@ -9,12 +9,16 @@ use super::model::partition_of;
 use super::model::Job;
 use super::model::Task;
 use super::ClusterState;
-use hetsched_common::{JobId, JobSpec, TaskReason, TaskState};
+use hetsched_common::{JobId, JobSpec, TaskId, TaskReason, TaskState};
 
 impl ClusterState {
     pub(super) fn submit(&mut self, index: u64, at_ms: u64, mut spec: JobSpec) -> Outcome {
         if let Err(e) = spec.validate() {
             return Outcome::Rejected(e.to_string());
+        }
+        // Issue 51: every job it follows must be here (before any id is handed out).
+        if let Err(why) = self.check_dependencies(&spec) {
+            return Outcome::Rejected(why);
         }
         let partition = partition_of(&spec).to_string();
         if spec.no_preempt {
@@ -77,6 +81,7 @@ impl ClusterState {
             open: tasks.len() as u32,
             candidates,
         });
+        self.follow_submit(id); // issue 51: its edges; cancelled now if it can never start
         Outcome::Submitted { job: id, tasks }
     }
 
@@ -111,7 +116,7 @@ impl ClusterState {
         };
         let ids = j.tasks.clone();
         let mut cancelled = 0u32;
-        let mut finals = 0u32;
+        let mut finals = Vec::new();
         let mut stop = Vec::new();
         for t in ids {
             let Some(task) = self.tasks.get_mut(&t) else {
@@ -132,7 +137,7 @@ impl ClusterState {
             };
             self.tasks.dequeue(&t);
             self.tasks.stop_awaiting(&t);
-            finals += 1;
+            finals.push(t);
             if let Some((node, gpus)) = on_node {
                 self.release(node, t, job, &gpus);
                 stop.push(TaskRef {
@@ -142,7 +147,7 @@ impl ClusterState {
                 });
             }
         }
-        self.tasks_became_final(job, finals);
+        self.tasks_became_final(job, &finals);
         Outcome::Cancelled {
             job,
             tasks: cancelled,
@@ -150,9 +155,10 @@ impl ClusterState {
         }
     }
 
-    /// `n` tasks of `job` reached a final state: once none is left open, the job is
-    /// finished and its retention starts.
-    pub(super) fn tasks_became_final(&mut self, job: JobId, n: u32) {
-        self.jobs.tasks_final(job, n, self.last_ms);
+    /// `tasks` of `job` reached a final state: once none is left open, the job is
+    /// finished and its retention starts; what follows them is settled in the same entry.
+    pub(super) fn tasks_became_final(&mut self, job: JobId, tasks: &[TaskId]) {
+        self.jobs.tasks_final(job, tasks.len() as u32, self.last_ms);
+        self.follow_ends(job, tasks); // issue 51: the dependency cascade
     }
 }

@@ -125,7 +125,7 @@ impl ClusterState {
         let gpus = std::mem::take(&mut t.gpus);
         self.tasks.dequeue(&task);
         self.tasks.stop_awaiting(&task);
-        self.tasks_became_final(job, 1);
+        self.tasks_became_final(job, &[task]);
         let mut stop = Vec::new();
         if let (TaskState::Assigned | TaskState::Running, Some(node)) = (was.state, was.node) {
             self.release(node, task, job, &gpus);
@@ -253,7 +253,7 @@ impl ClusterState {
         }
         self.release(node, task, job, &gpus);
         if now_final {
-            self.tasks_became_final(job, 1);
+            self.tasks_became_final(job, &[task]);
         }
         Outcome::TaskUpdated
     }

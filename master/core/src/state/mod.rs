@@ -13,11 +13,13 @@
 //! - [`ProfileBook`] (`profile_book.rs`): engine profiles, the task–engine relation, the
 //!   CPU-count history.
 //! - [`BatchBook`] (`batch.rs`), [`AclBook`] (`acl.rs`), [`BenchBook`] (`admin.rs`).
+//! - [`DependencyBook`] (`dependency_book.rs`, issue 51): dependents by the job they
+//!   follow, singleton jobs by user and name; derived from the open jobs' specs.
 //!
 //! A change that moves a task also changes its node's resources and its job's open count,
 //! so such rules span books: they are the `ClusterState` methods of the other files
 //! (`nodes`, `jobs`, `plan`, `reports`, `lifecycle`, `promote`, `slave_queue`,
-//! `cpu_changes`, `batch_gang`, `gc`), each reaching the books through their methods, and
+//! `cpu_changes`, `batch_gang`, `gc`, `dependencies`), each reaching the books through their methods, and
 //! [`apply`](ClusterState::apply) dispatches each command to a book or to one of those rules.
 //! The snapshot bytes do not follow this layout: `snapshot.rs` keeps the flat document
 //! older binaries wrote and read.
@@ -31,6 +33,8 @@ mod booking;
 mod codec;
 mod command;
 mod cpu_changes;
+mod dependencies;
+mod dependency_book;
 mod engines;
 mod gc;
 mod hash;
@@ -60,6 +64,8 @@ pub use batch::{
 pub use booking::{engine_count, free_units, with_unit, Booking};
 pub use command::{Assign, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef};
 pub use cpu_changes::{CompressReserve, CpuSearchPhase};
+pub use dependencies::{DepState, JobStates};
+pub use dependency_book::DependencyBook;
 pub use hash::fnv1a64;
 pub use job_book::JobBook;
 pub use lifecycle::Drain;
@@ -150,6 +156,9 @@ pub struct ClusterState {
     batch: BatchBook,
     /// Users' API tokens (hashed) and whether the ACL was bootstrapped.
     acl: AclBook,
+    /// Issue 51: dependents by the job they follow, singleton jobs (derived from the open
+    /// jobs' specs; rebuilt on restore, never written).
+    deps: DependencyBook,
     /// Last applied log index.
     last_index: u64,
     /// Leader's clock of the last applied command.

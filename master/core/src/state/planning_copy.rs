@@ -39,6 +39,7 @@ impl ClusterState {
             profiles: self.profiles.clone(),
             batch: self.batch.clone(),
             acl: AclBook::default(),
+            deps: self.deps.clone(), // issue 51: the gate reads singletons
             last_index: self.last_index,
             last_ms: self.last_ms,
         }

@@ -103,7 +103,7 @@ impl ClusterState {
         let now_final = t.status.state.is_final();
         self.release(node, task, job, &gpus);
         if now_final {
-            self.tasks_became_final(job, 1);
+            self.tasks_became_final(job, &[task]);
         }
         Outcome::TaskUpdated
     }

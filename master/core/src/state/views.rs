@@ -110,20 +110,8 @@ impl ClusterState {
                     .or_insert(0) += 1;
             }
         }
-        let n = |s: TaskState| counts.get(s.as_str()).copied().unwrap_or(0);
         let total = j.tasks.len() as u32;
-        let finals = n(TaskState::Succeeded) + n(TaskState::Failed) + n(TaskState::Cancelled);
-        let state = if n(TaskState::Succeeded) == total {
-            "succeeded"
-        } else if finals == total && n(TaskState::Cancelled) > 0 {
-            "cancelled"
-        } else if finals == total {
-            "failed"
-        } else if n(TaskState::Pending) == total {
-            "pending"
-        } else {
-            "running"
-        };
+        let state = self.job_state(j);
         let mut info = JobInfo {
             id: j.id,
             name: j.spec.name.clone(),
