@@ -19,6 +19,17 @@ use crate::{JobId, JobSpec};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// The workflow keys of a spec (and of `jobs --json`), in the order the spec declares them.
+pub const SPEC_KEYS: [&str; 7] = [
+    "after",
+    "after_any",
+    "after_fail",
+    "after_each",
+    "after_mode",
+    "singleton",
+    "max_running",
+];
+
 /// How a job's dependencies combine (`after_mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -194,15 +205,7 @@ mod tests {
     #[test]
     fn unset_workflow_keys_stay_out_of_the_encoding() {
         let spec = serde_json::to_value(JobSpec::default()).expect("json");
-        for key in [
-            "after",
-            "after_any",
-            "after_fail",
-            "after_each",
-            "after_mode",
-            "singleton",
-            "max_running",
-        ] {
+        for key in SPEC_KEYS {
             assert!(spec.get(key).is_none(), "{key} written while unset");
         }
         let with = JobSpec {

@@ -125,6 +125,14 @@ impl ClusterState {
             planned_start_s: None,
             planned_finish_s: None,
             actual_finish_s: None,
+            after: j.spec.after.clone(),
+            after_any: j.spec.after_any.clone(),
+            after_fail: j.spec.after_fail.clone(),
+            after_each: j.spec.after_each,
+            after_mode: j.spec.after_mode,
+            singleton: j.spec.singleton,
+            max_running: j.spec.max_running,
+            dependents: self.deps.dependents(j.id).collect(),
         };
         self.fill_batch_fields(j, &mut info);
         info
