@@ -36,11 +36,16 @@ fn volatile(listing: &str) -> &'static [&'static str] {
 }
 
 /// The fields added to a listing's entries since the fixture was recorded (an answer may
-/// gain fields, never lose or change one): `reason_detail`, a shared slot of issue 47.
-fn added_since(listing: &str) -> &'static [&'static str] {
+/// gain fields, never lose or change one): `reason_detail`, a shared slot of issue 47; the
+/// workflow keys of issue 51.
+fn added_since(listing: &str) -> Vec<&'static str> {
     match listing {
-        "tasks" => &["reason_detail"],
-        _ => &[],
+        "tasks" => vec!["reason_detail"],
+        "jobs" => {
+            let keys = hetsched_common::dependency::SPEC_KEYS.into_iter();
+            keys.chain(["dependents"]).collect()
+        }
+        _ => Vec::new(),
     }
 }
 
@@ -190,12 +195,12 @@ fn state_written_by_the_previous_binary_loads_and_answers_as_it_did() {
         for entry in got.as_array().into_iter().flatten() {
             for key in added_since(what) {
                 assert!(
-                    entry.get(*key).is_some(),
+                    entry.get(key).is_some(),
                     "`{what} --json` lacks {key}: {entry}"
                 );
             }
         }
-        let got = without(without(got, volatile(what)), added_since(what));
+        let got = without(without(got, volatile(what)), &added_since(what));
         let expected = without(expected, volatile(what));
         if let Some(diff) = first_difference(&got, &expected) {
             panic!("`{what} --json` differs from the earlier binary's answer: {diff}");

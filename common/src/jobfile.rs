@@ -11,6 +11,9 @@
 //! retries = 2                    # re-run a failed task up to 2 more times
 //! backoff = "5s"                 # doubling, capped at 5m
 //! timeout = "1h"                 # per attempt; reason "timeout"
+//! after = [12, 13]               # start once jobs 12 and 13 succeeded; also after_any,
+//!                                # after_fail, after_each = 14, after_mode = "any",
+//! max_running = 2                # singleton = true (crate::dependency)
 //! [resources]
 //! cpus = 2.0
 //! mem = 4096                     # MiB
@@ -94,6 +97,27 @@ pub struct JobFile {
     /// docs/CONTRACT.md). An option of the submission: not part of the job's spec.
     #[serde(default)]
     pub allow_unplaceable: bool,
+    /// Issue 51: start once each of these jobs succeeded (`submit --after`).
+    #[serde(default)]
+    pub after: Vec<crate::JobId>,
+    /// Start once each of these jobs ended (`--after-any`).
+    #[serde(default)]
+    pub after_any: Vec<crate::JobId>,
+    /// Start once each of these jobs failed or was cancelled (`--after-fail`).
+    #[serde(default)]
+    pub after_fail: Vec<crate::JobId>,
+    /// Task *i* starts once task *i* of this job succeeded (`--after-each`).
+    #[serde(default)]
+    pub after_each: Option<crate::JobId>,
+    /// `"all"` (default) or `"any"`: how the dependencies combine (`--after-mode`).
+    #[serde(default)]
+    pub after_mode: Option<crate::AfterMode>,
+    /// At most one singleton job per (user, name) under way (`--singleton`).
+    #[serde(default)]
+    pub singleton: bool,
+    /// At most this many tasks assigned or running at once (`--max-running`).
+    #[serde(default)]
+    pub max_running: Option<u32>,
 }
 
 /// The `[resources]` table.
@@ -173,6 +197,13 @@ impl JobFile {
             cpu_search: self.cpu_search()?,
             // Not a spec-file key yet: the workflow and container issues give it meaning.
             workdir: None,
+            after: self.after.clone(),
+            after_any: self.after_any.clone(),
+            after_fail: self.after_fail.clone(),
+            after_each: self.after_each,
+            after_mode: self.after_mode.unwrap_or_default(),
+            singleton: self.singleton,
+            max_running: self.max_running,
         };
         spec.validate()?;
         spec.check_limits()?;

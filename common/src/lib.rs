@@ -9,6 +9,7 @@
 pub mod backoff;
 #[cfg(feature = "net")]
 pub mod certs;
+pub mod dependency;
 mod error;
 mod ids;
 pub mod jobfile;
@@ -28,6 +29,7 @@ pub mod telemetry;
 pub mod tokens;
 pub mod wire;
 
+pub use dependency::{AfterMode, DependencyKind};
 pub use error::{Error, Result};
 pub use ids::{Attempt, ClientRequestId, JobId, MasterId, NodeId, TaskId};
 pub use reason::TaskReason;

@@ -7,7 +7,8 @@
 //! any non-final state ──cancel──▶ cancelled
 //! ```
 
-use crate::{Attempt, NodeId, ResourceRequest, TaskReason};
+use crate::dependency::AfterMode;
+use crate::{Attempt, JobId, NodeId, ResourceRequest, TaskReason};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -65,6 +66,29 @@ pub struct JobSpec {
     /// when unset, so entries written before the key existed encode the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    // Issue 51, workflows (`dependency.rs`): every key left out of the encoding when unset,
+    // so entries and snapshots written before they existed encode (and hash) the same.
+    /// Start once each of these jobs succeeded (Slurm `afterok`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<JobId>,
+    /// Start once each of these jobs ended, in any state (Slurm `afterany`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_any: Vec<JobId>,
+    /// Start once each of these jobs failed or was cancelled (Slurm `afternotok`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_fail: Vec<JobId>,
+    /// Task *i* starts once task *i* of this job succeeded (Slurm `aftercorr`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_each: Option<JobId>,
+    /// Whether every dependency must be met (`all`) or one is enough (`any`).
+    #[serde(default, skip_serializing_if = "AfterMode::is_all")]
+    pub after_mode: AfterMode,
+    /// At most one singleton job per (user, name) under way at a time.
+    #[serde(default, skip_serializing_if = "crate::dependency::is_false")]
+    pub singleton: bool,
+    /// At most this many of the job's tasks assigned or running at once (the throttle).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running: Option<u32>,
 }
 
 /// A GPU task's class (S3.2): the CPU-count history is kept per class.
@@ -220,6 +244,7 @@ impl JobSpec {
                 "--class searches whole CPUs: --cpus must be a whole number".into(),
             ));
         }
+        self.validate_workflow().map_err(bad)?;
         self.resources.validate()
     }
 

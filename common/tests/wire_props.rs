@@ -230,6 +230,14 @@ fn message() -> impl Strategy<Value = Message> {
                 planned_start_s: Some(1.5),
                 planned_finish_s: Some(2.5),
                 actual_finish_s: None,
+                after: vec![JobId(id / 2)],
+                after_any: Vec::new(),
+                after_fail: vec![JobId(1)],
+                after_each: Some(JobId(2)),
+                after_mode: hetsched_common::AfterMode::Any,
+                singleton: true,
+                max_running: Some(2),
+                dependents: vec![JobId(id)],
             }])
         )),
         (ids, state(), any::<Option<i32>>()).prop_map(|((t, j, a), state, exit_code)| {

@@ -235,6 +235,26 @@ impl Cluster {
         })
     }
 
+    /// Runs `scenario` against this cluster; when it panics, the processes' last log lines
+    /// are printed before the panic goes on.
+    pub fn scenario(&self, scenario: impl FnOnce(&Cluster)) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(self)));
+        if let Err(p) = result {
+            self.dump_logs();
+            std::panic::resume_unwind(p);
+        }
+    }
+
+    /// `submit ARGS --json`; the job's id (panics, with the CLI's answer, when refused).
+    pub fn submit_id(&self, args: &[&str]) -> u64 {
+        let mut a = vec!["submit"];
+        a.extend_from_slice(args);
+        let v = self
+            .json(&a)
+            .unwrap_or_else(|| panic!("submit {args:?}: {:?}", self.cli(&a)));
+        v["job_id"].as_u64().expect("job_id")
+    }
+
     pub fn dump_logs(&self) {
         for p in self.masters.iter().chain(&self.slaves) {
             let text = p.log_text();

@@ -41,7 +41,7 @@ pub use views::{
     ProfilesInfo, RaftCounters, RelationInfo, StatusInfo, TaskInfo,
 };
 pub use waiting::{
-    is_wait_reason, Amounts, AttemptInfo, ExplainInfo, HistorySample, NodeVerdict,
+    is_wait_reason, Amounts, AttemptInfo, DependencyInfo, ExplainInfo, HistorySample, NodeVerdict,
     PreemptionVerdict, QuotaLimits, UsageInfo, UserUsage, WaitingInfo, WAIT_REASONS,
 };
 

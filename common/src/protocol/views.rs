@@ -191,6 +191,30 @@ pub struct JobInfo {
     /// S2: when its last task ended, seconds after the batch's submission.
     #[serde(default)]
     pub actual_finish_s: Option<f64>,
+    /// Issue 51: the jobs it starts after once each succeeded (spec key `after`).
+    #[serde(default)]
+    pub after: Vec<JobId>,
+    /// The jobs it starts after once each ended (`after_any`).
+    #[serde(default)]
+    pub after_any: Vec<JobId>,
+    /// The jobs it starts after once each failed or was cancelled (`after_fail`).
+    #[serde(default)]
+    pub after_fail: Vec<JobId>,
+    /// The job whose task *i* its task *i* follows (`after_each`).
+    #[serde(default)]
+    pub after_each: Option<JobId>,
+    /// `all` or `any`: how its dependencies combine.
+    #[serde(default)]
+    pub after_mode: crate::AfterMode,
+    /// At most one singleton job of its user and name under way at a time.
+    #[serde(default)]
+    pub singleton: bool,
+    /// At most this many of its tasks assigned or running at once.
+    #[serde(default)]
+    pub max_running: Option<u32>,
+    /// The open jobs that follow it (their dependencies name it), ascending.
+    #[serde(default)]
+    pub dependents: Vec<JobId>,
 }
 
 /// One task as listed.

@@ -106,6 +106,22 @@ pub struct ExplainInfo {
     /// Every attempt so far and the node it went to, oldest first.
     #[serde(default)]
     pub attempts: Vec<AttemptInfo>,
+    /// Issue 51: each job it follows, with that job's state and whether it is met.
+    #[serde(default)]
+    pub dependencies: Vec<DependencyInfo>,
+}
+
+/// One dependency of a task (`explain --json` `"dependencies"`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DependencyInfo {
+    /// The spec key: `after`, `after_any`, `after_fail` or `after_each`.
+    pub kind: String,
+    /// The job it follows.
+    pub job: crate::JobId,
+    /// That job's state (for `after_each`, the state of its task with the same index).
+    pub state: String,
+    /// `met`, `waiting` or `never` (can no longer be met).
+    pub status: String,
 }
 
 /// One attempt of a task (`explain --json` `"attempts"`).

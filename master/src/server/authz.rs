@@ -230,6 +230,11 @@ impl Master {
         let Caller::Known { name, level } = caller else {
             return Ok(());
         };
+        // Issue 51: following another user's job needs read access to it.
+        if let Some(why) = self.dependency_refusal(name, *level, req) {
+            tracing::warn!(caller = %name, request = %what(req), %why, "request denied");
+            return Err(denied(why));
+        }
         let refusal = match need(req) {
             Need::Any => None,
             Need::Level(l) if *level >= l => None,

@@ -120,6 +120,7 @@ impl Master {
         spec.validate()
             .and_then(|()| spec.check_limits())
             .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
+        self.check_dependencies(request, &spec)?; // issue 51: exit 4 / 2
         if let Some(n) = {
             let s = self.shared.read_state();
             spec.nodes

@@ -22,6 +22,7 @@ mod client_api;
 mod client_queries;
 mod config;
 mod consensus_io;
+mod dependency_checks;
 mod duties_executor;
 mod forward_query;
 mod heartbeats;

@@ -83,6 +83,30 @@ pub struct SubmitArgs {
     /// higher.
     #[arg(long)]
     pub cpu_heavy: bool,
+    /// Start once each of these jobs succeeded (Slurm `afterok`); a job that fails or is
+    /// cancelled cancels this one (reason `dependency`).
+    #[arg(long, value_delimiter = ',', value_name = "JOB,...")]
+    pub after: Vec<JobId>,
+    /// Start once each of these jobs ended, in any state (Slurm `afterany`).
+    #[arg(long, value_delimiter = ',', value_name = "JOB,...")]
+    pub after_any: Vec<JobId>,
+    /// Start once each of these jobs failed or was cancelled (Slurm `afternotok`).
+    #[arg(long, value_delimiter = ',', value_name = "JOB,...")]
+    pub after_fail: Vec<JobId>,
+    /// Task i starts once task i of JOB succeeded (Slurm `aftercorr`; the task counts must
+    /// match); if it fails, task i of this job is cancelled and the others go on.
+    #[arg(long, value_name = "JOB")]
+    pub after_each: Option<JobId>,
+    /// How the dependencies combine: all (default) must be met, or any one is enough
+    /// (Slurm's `?`).
+    #[arg(long, value_name = "all|any")]
+    pub after_mode: Option<hetsched_common::AfterMode>,
+    /// At most one job of this user and name (--singleton) under way at a time.
+    #[arg(long)]
+    pub singleton: bool,
+    /// At most N of this job's tasks assigned or running at once (Slurm `--array=...%N`).
+    #[arg(long, value_name = "N")]
+    pub max_running: Option<u32>,
     /// The command each task runs (overrides the file's `command`).
     #[arg(last = true, value_name = "CMD", conflicts_with = "program")]
     pub command: Vec<String>,

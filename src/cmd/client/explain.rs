@@ -14,7 +14,8 @@ pub struct ExplainArgs {
     #[arg(value_name = "TASK")]
     pub task: String,
     /// Print one JSON line: {"task", "waiting", "nodes": [{"node", "name", "verdict",
-    /// "detail"}], "preemption", "queue_position"}.
+    /// "detail"}], "preemption", "queue_position", "dependencies": [{"kind", "job",
+    /// "state", "status"}]}.
     #[arg(long)]
     pub json: bool,
 }
@@ -36,6 +37,13 @@ pub fn explain(masters: &[String], a: ExplainArgs) -> anyhow::Result<()> {
     }
     if let Some(p) = e.queue_position {
         println!("queue:      position {p}");
+    }
+    // Issue 51: each job it follows, its state, and whether that dependency is met.
+    for d in &e.dependencies {
+        println!(
+            "depends:    {} {} ({}) — {}",
+            d.kind, d.job, d.state, d.status
+        );
     }
     let mut by: BTreeMap<&str, usize> = BTreeMap::new();
     for n in &e.nodes {

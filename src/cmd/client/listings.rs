@@ -125,19 +125,29 @@ pub fn jobs(masters: &[String], a: JobsArgs) -> anyhow::Result<()> {
             if read.json {
                 return crate::cmd::print_json(&jobs);
             }
-            let mut t = table::new(&["ID", "NAME", "USER", "STATE", "TASKS", "TASK STATES"]);
+            let mut t = table::new(&[
+                "ID",
+                "NAME",
+                "USER",
+                "STATE",
+                "TASKS",
+                "DEPENDS",
+                "TASK STATES",
+            ]);
             for j in jobs {
                 let states: Vec<String> = j
                     .task_states
                     .iter()
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();
+                let depends = depends_brief(&j);
                 t.add_row(vec![
                     j.id.to_string(),
                     j.name,
                     j.user,
                     j.state,
                     j.tasks.to_string(),
+                    depends,
                     states.join(" "),
                 ]);
             }
@@ -145,6 +155,21 @@ pub fn jobs(masters: &[String], a: JobsArgs) -> anyhow::Result<()> {
         }
         other => Err(anyhow!("unexpected answer: {}", short(&other))),
     }
+}
+
+/// Issue 51: the DEPENDS column (`after:12,13 each:14 singleton max:2`, `-` for none).
+fn depends_brief(j: &hetsched_common::protocol::JobInfo) -> String {
+    hetsched_common::JobSpec {
+        after: j.after.clone(),
+        after_any: j.after_any.clone(),
+        after_fail: j.after_fail.clone(),
+        after_each: j.after_each,
+        after_mode: j.after_mode,
+        singleton: j.singleton,
+        max_running: j.max_running,
+        ..Default::default()
+    }
+    .depends_brief()
 }
 
 /// `tasks`.

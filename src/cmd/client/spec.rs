@@ -105,6 +105,20 @@ fn spec_from(a: &SubmitArgs, allow_unplaceable: &mut bool) -> anyhow::Result<Job
     if let Some(c) = a.class {
         f.class = Some(c);
     }
+    // Issue 51: the flags add to the file's dependencies, and override its mode and throttle.
+    f.after.extend(&a.after);
+    f.after_any.extend(&a.after_any);
+    f.after_fail.extend(&a.after_fail);
+    if a.after_each.is_some() {
+        f.after_each = a.after_each;
+    }
+    if a.after_mode.is_some() {
+        f.after_mode = a.after_mode;
+    }
+    f.singleton |= a.singleton;
+    if a.max_running.is_some() {
+        f.max_running = a.max_running;
+    }
     f.pipelined |= a.pipelined;
     f.heavy_weights |= a.heavy_weights;
     f.cpu_heavy |= a.cpu_heavy;

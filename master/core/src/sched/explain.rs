@@ -6,9 +6,11 @@
 use super::index::Candidates;
 use super::preemption::{plan_preemption, PreemptionConfig};
 use super::waiting::{node_verdicts, queued_reason, Reader, WaitBoard};
-use crate::state::ClusterState;
-use hetsched_common::protocol::{AttemptInfo, ExplainInfo, PreemptionVerdict, WaitingInfo};
-use hetsched_common::{TaskId, TaskState};
+use crate::state::{ClusterState, DepState, Job, JobStates};
+use hetsched_common::protocol::{
+    AttemptInfo, DependencyInfo, ExplainInfo, PreemptionVerdict, WaitingInfo,
+};
+use hetsched_common::{DependencyKind, TaskId, TaskState};
 use std::collections::BTreeSet;
 
 /// What preemption could do for `task` now.
@@ -112,7 +114,37 @@ pub fn explain(
                 node: *n,
             })
             .collect(),
+        dependencies: dependencies(view, job, t.index),
     })
+}
+
+/// Issue 51: each job task `index` of `job` follows, its state, and whether it is met.
+pub fn dependencies(view: &ClusterState, job: &Job, index: u32) -> Vec<DependencyInfo> {
+    let mut states = JobStates::default();
+    job.spec
+        .dependencies()
+        .map(|(kind, up)| {
+            let state = if kind == DependencyKind::AfterEach {
+                view.job(up)
+                    .and_then(|j| j.tasks.get(index as usize))
+                    .and_then(|t| view.task(*t))
+                    .map_or("gone", |t| t.status.state.as_str())
+            } else {
+                states.of(&view.dependency_view(), up)
+            };
+            let status = match view.dependency_item(kind, up, index, &mut states) {
+                DepState::Met => "met",
+                DepState::Waiting(_) => "waiting",
+                DepState::Never(_) => "never",
+            };
+            DependencyInfo {
+                kind: kind.key().to_string(),
+                job: up,
+                state: state.to_string(),
+                status: status.to_string(),
+            }
+        })
+        .collect()
 }
 
 /// The node whose local queue holds `task`, and its place there (1: next).

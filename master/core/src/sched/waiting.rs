@@ -45,6 +45,13 @@ impl<'v> Reader<'v> {
 
     /// What users see of `w`, the latest plan's reason for `t` of `job`.
     pub fn read(&mut self, t: &Task, job: &Job, w: &Waiting) -> WaitingInfo {
+        // Issue 51: a hold names the jobs it waits for as they are now (a quiet plan's
+        // reason may be older than their latest moves).
+        if matches!(w.info.reason.as_str(), "dependency" | "throttle") {
+            if let Some(now) = held_reason(self.view, t, job) {
+                return now;
+            }
+        }
         let mut info = WaitingInfo::clone(&w.info);
         if w.refine {
             let view = self.view;
@@ -529,6 +536,45 @@ pub fn quota_reason(
         under.detail
     );
     Some(WaitingInfo::new("quota", d))
+}
+
+/// Issue 51: `dependency` while another singleton job of its user and name is under way.
+pub fn singleton_reason(other: hetsched_common::JobId) -> WaitingInfo {
+    WaitingInfo::new("dependency", format!("singleton: {other} running"))
+}
+
+/// Issue 51: `throttle` while `n` of its job's tasks are assigned or running, `max` allowed.
+pub fn throttle_reason(max: u32, n: u32) -> WaitingInfo {
+    WaitingInfo::new(
+        "throttle",
+        format!("max_running {max}: {n} of its tasks assigned or running"),
+    )
+}
+
+/// Issue 51: why the dependency gate (`sched/pipeline/dependency_stage.rs`) holds `t` of
+/// `job` in `view` now, as the gate decides it at the start of a plan; `None` when it
+/// would let it through.
+pub fn held_reason(view: &ClusterState, t: &Task, job: &Job) -> Option<WaitingInfo> {
+    if !job.spec.is_gated() {
+        return None;
+    }
+    if job.spec.has_dependencies() {
+        let mut states = crate::state::JobStates::default();
+        match view.dependency_state(job, t.index, &mut states) {
+            crate::state::DepState::Met => {}
+            crate::state::DepState::Waiting(d) | crate::state::DepState::Never(d) => {
+                return Some(WaitingInfo::new("dependency", d))
+            }
+        }
+    }
+    if job.spec.singleton {
+        if let Some(other) = view.singleton_holder(job) {
+            return Some(singleton_reason(other));
+        }
+    }
+    let max = job.spec.max_running?;
+    let n = view.tasks_under_way(job);
+    (n >= max).then(|| throttle_reason(max, n))
 }
 
 /// A retry back-off: the task is not considered before `until_ms`.

@@ -119,6 +119,7 @@ impl ClusterState {
             profiles: ProfileBook::from_snapshot(d.profiles, d.relations, d.cpu_history),
             batch: d.batch,
             acl: d.acl,
+            deps: Default::default(), // derived: rebuilt with the other indexes
             last_index: d.last_index,
             last_ms: d.last_ms,
         };
@@ -126,7 +127,8 @@ impl ClusterState {
     }
 
     /// Recomputes what is derived rather than serialised: open-task counters, the
-    /// finished-job and request orders; folds a legacy request map into the compact one.
+    /// finished-job and request orders, the dependency edges; folds a legacy request map
+    /// into the compact one.
     fn rebuild_derived(&mut self) {
         self.requests.rebuild(self.last_ms);
         let tasks = &self.tasks;
@@ -137,14 +139,16 @@ impl ClusterState {
                 .count() as u32
         };
         self.jobs.rebuild(open_of, self.last_ms);
+        self.dependency_rules().rebuild();
     }
 
     /// The live part of the state, for planning (see the module's documentation).
     pub fn planning_copy(&self) -> Self {
         let stopping = self.nodes.stopping_jobs();
-        let jobs = self
-            .jobs
-            .planning_copy(|j| j.open > 0 || stopping.contains(&j.id));
+        // The jobs open jobs follow come too, ended or not: the dependency gate reads them.
+        let jobs = self.jobs.planning_copy(|j| {
+            j.open > 0 || stopping.contains(&j.id) || self.deps.has_dependents(j.id)
+        });
         let tasks = self
             .tasks
             .planning_copy(jobs.values().flat_map(|j| j.tasks.iter()));
@@ -157,6 +161,7 @@ impl ClusterState {
             profiles: self.profiles.clone(),
             batch: self.batch.clone(),
             acl: AclBook::default(),
+            deps: self.deps.clone(),
             last_index: self.last_index,
             last_ms: self.last_ms,
         }

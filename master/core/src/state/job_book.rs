@@ -5,7 +5,7 @@
 //! became final.
 
 use super::model::Job;
-use hetsched_common::{JobId, ResourceRequest};
+use hetsched_common::{JobId, ResourceRequest, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Jobs by id, the next job id and the finished ones in the order they finished.
@@ -17,6 +17,9 @@ pub struct JobBook {
     finished: BTreeSet<(u64, JobId)>,
     /// The last job id handed out.
     next: u64,
+    /// Tasks that became final in the entry being applied, by job, in the order they did:
+    /// what the dependency rules settle before the entry ends (empty between entries).
+    ended: Vec<(JobId, Vec<TaskId>)>,
 }
 
 impl JobBook {
@@ -26,6 +29,7 @@ impl JobBook {
             jobs,
             finished: BTreeSet::new(),
             next,
+            ended: Vec::new(),
         }
     }
 
@@ -41,6 +45,7 @@ impl JobBook {
                 .collect(),
             finished: BTreeSet::new(),
             next: self.next,
+            ended: Vec::new(),
         }
     }
 
@@ -96,17 +101,36 @@ impl JobBook {
         job.0 >= 1 && job.0 <= self.next && !self.jobs.contains_key(&job)
     }
 
-    /// `n` tasks of `job` became final at `at_ms`: once none is left open, the job is
-    /// finished and its retention starts.
-    pub(super) fn tasks_final(&mut self, job: JobId, n: u32, at_ms: u64) {
+    /// What to tell a client asking for a job that is not in the book.
+    pub fn missing_message(&self, job: JobId) -> String {
+        if self.was_collected(job) {
+            format!("{job} finished and was collected (finished jobs are kept for --job-gc-after)")
+        } else {
+            format!("no such job: {job}")
+        }
+    }
+
+    /// `tasks` of `job` became final at `at_ms`: once none is left open, the job is
+    /// finished and its retention starts. They are noted for the dependency rules
+    /// ([`take_ended`](Self::take_ended)), which run before the entry ends.
+    pub(super) fn tasks_final(&mut self, job: JobId, tasks: &[TaskId], at_ms: u64) {
         let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
-        j.open = j.open.saturating_sub(n);
+        if tasks.is_empty() {
+            return;
+        }
+        self.ended.push((job, tasks.to_vec()));
+        j.open = j.open.saturating_sub(tasks.len() as u32);
         if j.open == 0 && j.finished_ms.is_none() {
             j.finished_ms = Some(at_ms);
             self.finished.insert((at_ms, job));
         }
+    }
+
+    /// The tasks noted final since the last call, by job (see [`tasks_final`](Self::tasks_final)).
+    pub(super) fn take_ended(&mut self) -> Vec<(JobId, Vec<TaskId>)> {
+        std::mem::take(&mut self.ended)
     }
 
     /// Jobs that finished before `cut`, oldest first.
@@ -122,6 +146,14 @@ impl JobBook {
     /// Takes a finished job out of the finished order (collected, or found not final).
     pub(super) fn unmark_finished(&mut self, key: (u64, JobId)) {
         self.finished.remove(&key);
+    }
+
+    /// Puts a finished job back in the finished order (issue 51: its last dependent
+    /// resolved, so it may be collected); nothing for a job that has not finished.
+    pub(super) fn mark_finished(&mut self, job: JobId) {
+        if let Some(f) = self.jobs.get(&job).and_then(|j| j.finished_ms) {
+            self.finished.insert((f, job));
+        }
     }
 
     /// Removes a job.

@@ -33,11 +33,18 @@ fn ids_are_handed_out_in_order_and_never_reused() {
 fn a_job_finishes_when_its_last_task_is_final() {
     let mut book = JobBook::default();
     let a = job(&mut book, 3);
-    book.tasks_final(a, 2, 50);
+    let tasks = [TaskId(1), TaskId(2), TaskId(3)];
+    book.tasks_final(a, &tasks[..2], 50);
     assert!(book.get(&a).is_some_and(|j| j.finished_ms.is_none()));
     assert!(!book.any_finished_before(1000));
-    book.tasks_final(a, 1, 70);
+    book.tasks_final(a, &tasks[2..], 70);
     assert_eq!(book.get(&a).and_then(|j| j.finished_ms), Some(70));
+    // Noted for the dependency rules, in the order they ended, once.
+    assert_eq!(
+        book.take_ended(),
+        vec![(a, tasks[..2].to_vec()), (a, tasks[2..].to_vec())]
+    );
+    assert!(book.take_ended().is_empty());
     assert_eq!(book.finished_before(71), vec![(70, a)]);
     assert!(book.finished_before(70).is_empty());
     book.unmark_finished((70, a));

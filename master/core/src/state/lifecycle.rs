@@ -82,18 +82,18 @@ impl LifecycleRules<'_> {
         let Some(j) = self.jobs.get(&job) else {
             return Outcome::Rejected(format!("unknown {job}"));
         };
-        let mut cancelled = 0u32;
+        let mut cancelled = Vec::new();
         let mut stop = Vec::new();
         for t in j.tasks.clone() {
             if let Some(on_node) = self.cancel_one(t) {
-                cancelled += 1;
+                cancelled.push(t);
                 stop.extend(on_node);
             }
         }
-        self.jobs.tasks_final(job, cancelled, self.now_ms);
+        self.jobs.tasks_final(job, &cancelled, self.now_ms);
         Outcome::Cancelled {
             job,
-            tasks: cancelled,
+            tasks: cancelled.len() as u32,
             stop,
         }
     }
@@ -110,7 +110,7 @@ impl LifecycleRules<'_> {
                 stop: Vec::new(),
             };
         };
-        self.jobs.tasks_final(job, 1, self.now_ms);
+        self.jobs.tasks_final(job, &[task], self.now_ms);
         Outcome::Cancelled {
             job,
             tasks: 1,

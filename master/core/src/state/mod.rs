@@ -15,6 +15,8 @@
 //! - [`ProfileBook`] (`profile_book.rs`): engine profiles, the task–engine relation, the
 //!   CPU-count history.
 //! - [`BatchBook`] (`batch.rs`), [`AclBook`] (`acl.rs`).
+//! - [`DependencyBook`] (`dependency_book.rs`): dependents by the job they follow, singleton
+//!   jobs by user and name; derived from the open jobs' specs (rebuilt on restore).
 //!
 //! A change that moves a task also changes its node's resources and its job's open count,
 //! so such rules span books. They are handlers, one per command family, each borrowing
@@ -31,6 +33,8 @@
 //!       ─▶ CpuRules         SetTaskCpus CompressTask              (cpu_changes.rs)
 //!       ─▶ StealRules       StealTask                             (steal.rs)
 //!       ─▶ GcRules          GcJobs                                (gc.rs)
+//!       ─▶ DependencyRules  after any entry that ended tasks, and after a submission:
+//!                           the dependency cascade                (dependencies.rs)
 //!       ─▶ here             SubmitPlaced (SubmitRules, then PlanRules), SetPriorityConfig,
 //!                           RecordProfile, RecordCpuConfig (a book and a setting or two)
 //!       ─▶ Replica          Bench                                 (replica.rs)
@@ -50,6 +54,8 @@ mod booking;
 mod codec;
 mod command;
 mod cpu_changes;
+mod dependencies;
+mod dependency_book;
 mod gc;
 mod grants;
 mod hash;
@@ -77,6 +83,8 @@ pub use batch::{
 };
 pub use booking::{engine_count, free_units, with_unit};
 pub use command::{Assign, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef};
+pub use dependencies::{DepState, DependencyView, JobStates};
+pub use dependency_book::DependencyBook;
 pub use hash::fnv1a64;
 pub use job_book::JobBook;
 pub use listing::ListError;
@@ -145,6 +153,7 @@ pub fn touched_nodes(mut nodes: BTreeSet<NodeId>, outcome: &Outcome) -> Vec<Node
 }
 
 use cpu_changes::CpuRules;
+use dependencies::DependencyRules;
 use gc::GcRules;
 use hetsched_common::priority::PriorityConfig;
 use hetsched_common::program::{EngineDecl, EngineTotal, SelectionTable, TaskKind};
@@ -175,6 +184,9 @@ pub struct ClusterState {
     batch: BatchBook,
     /// Users' API tokens (hashed) and whether the ACL was bootstrapped.
     acl: AclBook,
+    /// Issue 51: dependents by the job they follow, singleton jobs (derived from the open
+    /// jobs' specs; rebuilt on restore, never written).
+    deps: DependencyBook,
     /// Last applied log index.
     last_index: u64,
     /// Leader's clock of the last applied command.
@@ -302,7 +314,23 @@ impl ClusterState {
             request,
             command,
         } = env;
-        self.applied(index, at_ms, request, |s| s.dispatch(index, at_ms, command))
+        self.applied(index, at_ms, request, |s| {
+            let outcome = s.dispatch(index, at_ms, command);
+            s.follow_dependencies(&outcome);
+            outcome
+        })
+    }
+
+    /// After every command, inside its entry: a new job's edges (and what of it can never
+    /// start, cancelled at once), then the dependents of every task the command ended
+    /// ([`DependencyRules::settle`]) — so a leader change can neither start a dependent early
+    /// nor lose its cancellation, and nothing extra is proposed.
+    fn follow_dependencies(&mut self, outcome: &Outcome) {
+        let mut rules = self.dependency_rules();
+        if let Outcome::Submitted { job, .. } | Outcome::SubmittedPlaced { job, .. } = outcome {
+            rules.follow_submit(*job);
+        }
+        rules.settle();
     }
 
     /// What every entry does around its command: the applied index and the clock move, a
@@ -458,6 +486,15 @@ impl ClusterState {
             nodes: &mut self.nodes,
             tasks: &mut self.tasks,
             jobs: &self.jobs,
+        }
+    }
+
+    fn dependency_rules(&mut self) -> DependencyRules<'_> {
+        DependencyRules {
+            jobs: &mut self.jobs,
+            tasks: &mut self.tasks,
+            deps: &mut self.deps,
+            now_ms: self.last_ms,
         }
     }
 

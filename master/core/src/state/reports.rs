@@ -164,7 +164,7 @@ impl ReportRules<'_> {
         let now_final = t.status.state.is_final();
         self.grants().release(node, task, job, &gpus);
         if now_final {
-            self.jobs.tasks_final(job, 1, self.now_ms);
+            self.jobs.tasks_final(job, &[task], self.now_ms);
         }
         Outcome::TaskUpdated
     }
@@ -256,7 +256,7 @@ impl ReportRules<'_> {
         }
         self.grants().release(node, task, job, &gpus);
         if now_final {
-            self.jobs.tasks_final(job, 1, self.now_ms);
+            self.jobs.tasks_final(job, &[task], self.now_ms);
         }
         Outcome::TaskUpdated
     }

@@ -52,6 +52,11 @@ impl SubmitRules<'_> {
         if let Err(e) = spec.validate() {
             return Outcome::Rejected(e.to_string());
         }
+        // Every job it follows must be here (checked before any id is handed out); its
+        // edges are recorded after the command (`ClusterState::follow_dependencies`).
+        if let Err(why) = super::dependencies::check_dependencies(self.jobs, &spec) {
+            return Outcome::Rejected(why);
+        }
         let partition = partition_of(&spec).to_string();
         if let Err(why) = self.may_protect(&spec, &partition) {
             return Outcome::Rejected(why);

@@ -7,6 +7,8 @@
 use super::acl::AclBook;
 use super::batch::{BatchBook, BatchTask};
 use super::command::TaskRef;
+use super::dependencies::{DepState, DependencyView, JobStates};
+use super::dependency_book::DependencyBook;
 use super::listing::{check_state, ListError, JOB_STATES, TASK_STATES};
 use super::model::{partition_of, Job, Node, NodeLiveness, Task};
 use super::slave_queue::QueueView;
@@ -23,6 +25,52 @@ fn secs_after(ms: u64, from_ms: u64) -> f64 {
 }
 
 impl ClusterState {
+    /// What dependencies say (issue 51), read over the job, task and dependency books.
+    pub fn dependency_view(&self) -> DependencyView<'_> {
+        DependencyView {
+            jobs: &self.jobs,
+            tasks: &self.tasks,
+            deps: &self.deps,
+        }
+    }
+
+    /// The dependency book: dependents by job, singleton jobs by user and name.
+    pub fn dependency_book(&self) -> &DependencyBook {
+        &self.deps
+    }
+
+    /// See [`DependencyView::job_state`].
+    pub fn job_state(&self, j: &Job) -> &'static str {
+        self.dependency_view().job_state(j)
+    }
+
+    /// See [`DependencyView::dependency_item`].
+    pub fn dependency_item(
+        &self,
+        kind: hetsched_common::DependencyKind,
+        up: JobId,
+        index: u32,
+        states: &mut JobStates,
+    ) -> DepState {
+        self.dependency_view()
+            .dependency_item(kind, up, index, states)
+    }
+
+    /// See [`DependencyView::dependency_state`].
+    pub fn dependency_state(&self, job: &Job, index: u32, states: &mut JobStates) -> DepState {
+        self.dependency_view().dependency_state(job, index, states)
+    }
+
+    /// See [`DependencyView::tasks_under_way`].
+    pub fn tasks_under_way(&self, job: &Job) -> u32 {
+        self.dependency_view().tasks_under_way(job)
+    }
+
+    /// See [`DependencyView::singleton_holder`].
+    pub fn singleton_holder(&self, job: &Job) -> Option<JobId> {
+        self.dependency_view().singleton_holder(job)
+    }
+
     /// Task counts by state name (every state present).
     pub fn task_counts(&self) -> BTreeMap<String, u64> {
         self.tasks.counts()
@@ -101,20 +149,8 @@ impl ClusterState {
                     .or_insert(0) += 1;
             }
         }
-        let n = |s: TaskState| counts.get(s.as_str()).copied().unwrap_or(0);
         let total = j.tasks.len() as u32;
-        let finals = n(TaskState::Succeeded) + n(TaskState::Failed) + n(TaskState::Cancelled);
-        let state = if n(TaskState::Succeeded) == total {
-            "succeeded"
-        } else if finals == total && n(TaskState::Cancelled) > 0 {
-            "cancelled"
-        } else if finals == total {
-            "failed"
-        } else if n(TaskState::Pending) == total {
-            "pending"
-        } else {
-            "running"
-        };
+        let state = self.job_state(j);
         let mut info = JobInfo {
             id: j.id,
             name: j.spec.name.clone(),
@@ -128,6 +164,14 @@ impl ClusterState {
             planned_start_s: None,
             planned_finish_s: None,
             actual_finish_s: None,
+            after: j.spec.after.clone(),
+            after_any: j.spec.after_any.clone(),
+            after_fail: j.spec.after_fail.clone(),
+            after_each: j.spec.after_each,
+            after_mode: j.spec.after_mode,
+            singleton: j.spec.singleton,
+            max_running: j.spec.max_running,
+            dependents: self.deps.dependents(j.id).collect(),
         };
         self.fill_batch_fields(j, &mut info);
         info
@@ -429,11 +473,7 @@ impl ClusterState {
 
     /// What to tell a client asking for a job that is not in the state.
     pub fn job_missing_message(&self, job: JobId) -> String {
-        if self.job_was_collected(job) {
-            format!("{job} finished and was collected (finished jobs are kept for --job-gc-after)")
-        } else {
-            format!("no such job: {job}")
-        }
+        self.jobs.missing_message(job)
     }
 
     /// Whether `task` existed once and was garbage-collected with its job.

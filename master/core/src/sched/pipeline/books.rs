@@ -112,6 +112,11 @@ impl Books {
         room: bool,
     ) {
         self.reasons.decided(view, head, decision, key.as_ref());
+        // A held task waits for a job's end, a task's end or a start slot: each frees
+        // resources or changes the pending set, so it counts as blocked for a quiet plan.
+        if matches!(decision, Decision::Hold { .. }) && pb.across {
+            pb.tally.blocked += 1;
+        }
         let awaiting = view.awaiting().contains_key(&head.task);
         if let (Decision::Stuck, Some(k), false) = (decision, key, awaiting) {
             if pb.across && room {

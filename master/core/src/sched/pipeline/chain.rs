@@ -10,6 +10,7 @@
 
 use super::borrow_stage::PoolBorrowStage;
 use super::context::Decision;
+use super::dependency_stage::DependencyGate;
 use super::engine_stage::EngineChoiceStage;
 use super::gang_stage::GangStage;
 use super::preemption_stage::PreemptionStage;
@@ -55,6 +56,8 @@ pub(super) struct Chain {
 
 impl Chain {
     /// The master's chain. Why each sits where it does:
+    /// - the gate: `dependency` first (issue 51: a task held for its dependencies,
+    ///   singleton or throttle takes nothing from the index, whatever the resources);
     /// - filters: `gang` first (S2: a batch job's gang is placed whole on its pinned slaves
     ///   or waits, and no later stage may place one of its tasks alone); `pool-borrow` (S3:
     ///   hides the GPU nodes' unused reserves from a CPU task while GPU tasks wait) before
@@ -71,6 +74,7 @@ impl Chain {
             selection.set_cpu_policy(kind, seed);
         }
         let stages: Vec<Box<dyn Stage>> = vec![
+            Box::new(DependencyGate),
             Box::new(GangStage),
             Box::new(PoolBorrowStage),
             Box::new(EngineChoiceStage { cfg: cfg.engine }),

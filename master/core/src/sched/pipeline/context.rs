@@ -31,6 +31,16 @@ pub(super) enum Decision {
     /// Nothing for it this plan (its chosen node could not be taken after all); the next
     /// task of its job is still tried.
     Skip,
+    /// Issue 51: held by the dependency gate (`dependency_stage.rs`) whatever the resources:
+    /// `dependency` or `throttle`, with what it waits for. `job`: the whole job is held
+    /// (its other tasks are passed over this plan); else only this task (`after_each`).
+    /// Never blocks a resource key: other jobs asking the same are still probed.
+    Hold {
+        /// The waiting reason and its detail.
+        info: hetsched_common::protocol::WaitingInfo,
+        /// Whether the hold covers every task of the job.
+        job: bool,
+    },
 }
 
 /// What the plan decided so far: the plan itself and what later stages must not reuse.
@@ -73,7 +83,10 @@ impl Decided {
             Decision::Stuck => {
                 self.stuck.insert((head.t.job, head.t.priority));
             }
-            Decision::Skip => {}
+            Decision::Skip | Decision::Hold { job: false, .. } => {}
+            Decision::Hold { job: true, .. } => {
+                self.stuck.insert((head.t.job, head.t.priority));
+            }
         }
     }
 }

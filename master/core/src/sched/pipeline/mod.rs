@@ -12,6 +12,8 @@
 //!                        candidate constraint; resources, GPU model are the index's part),
 //!                        computed once and read by every stage below (`Step::scope`)
 //!   ── the chain (chain.rs), one `Stage` each ──
+//!   → DependencyGate     issue 51: held until its dependencies are met, its singleton
+//!                        slot is free and its job is under `max_running`
 //!   → GangStage          S2 batch jobs: the whole gang on its pinned slaves, or it waits
 //!   → PoolBorrowStage    S3: hides GPU nodes' unused reserves from CPU tasks while GPU
 //!                        tasks wait
@@ -43,6 +45,7 @@ mod borrow_stage;
 mod caches;
 mod chain;
 mod context;
+mod dependency_stage;
 mod engine_stage;
 mod feasibility_stage;
 mod gang_stage;

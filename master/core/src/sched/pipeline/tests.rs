@@ -187,6 +187,7 @@ fn the_chain_is_one_list_of_send_stages() {
     assert_eq!(
         sched.stages(),
         [
+            "dependency",
             "gang",
             "pool-borrow",
             "engine-choice",

@@ -214,6 +214,7 @@ impl Reasons {
                 (WaitingInfo::new("resources", d), false)
             }
             Decision::Stuck => self.stuck_info(view, head),
+            Decision::Hold { info, .. } => (info.clone(), false),
         };
         let plain = info.reason == "resources" && info.detail.is_empty();
         let info = match &self.resources {
@@ -222,6 +223,9 @@ impl Reasons {
             _ => Arc::new(info),
         };
         let w = (info, refine);
+        if let Decision::Hold { job: true, .. } = decision {
+            self.stuck.insert((head.t.job, head.t.priority), w.clone());
+        }
         if gang || matches!(decision, Decision::Stuck) {
             self.stuck.insert((head.t.job, head.t.priority), w.clone());
             if let Some(k) = key {
