@@ -13,6 +13,10 @@
 //! - `over-commit`: at some index of a master's committed log, a node's assigned and running
 //!   tasks held more than its capacity ([`crate::replay`] replays each master's exported log
 //!   through `ClusterState::apply`; [`check`] adds its findings).
+//! - `early-start` (issue 51): at some index of a master's committed log a task was assigned
+//!   while its dependencies were not met as committed before, a singleton job was under way
+//!   beside another of its user and name, or a job had more than `max_running` tasks under
+//!   way ([`crate::early_start`], on the same replay as `over-commit`).
 //! - `stuck`: a task was not finished when the settle period after heal ran out.
 
 use crate::history::{Event, FinalState};
@@ -35,6 +39,9 @@ pub enum Rule {
     StateDiverged,
     /// A node ran more than its capacity.
     OverCommit,
+    /// A task assigned before its dependencies ended as it needs (or beside its singleton,
+    /// or over its job's `max_running`).
+    EarlyStart,
     /// Not finished within the settle period.
     Stuck,
 }
@@ -50,6 +57,7 @@ impl Rule {
             Rule::StateDiverged => "state-diverged",
             Rule::OverCommit => "over-commit",
             Rule::Stuck => "stuck",
+            Rule::EarlyStart => "early-start",
         }
     }
 }
@@ -91,13 +99,10 @@ pub fn check(history: &[Event], end: &FinalState) -> Vec<Violation> {
                 .cloned(),
         );
     }
-    for r in &end.replays {
-        out.extend(
-            r.violations
-                .iter()
-                .filter(|v| v.rule == Rule::OverCommit)
-                .cloned(),
-        );
+    for rule in [Rule::OverCommit, Rule::EarlyStart] {
+        for r in &end.replays {
+            out.extend(r.violations.iter().filter(|v| v.rule == rule).cloned());
+        }
     }
     out.extend(stuck(end));
     out

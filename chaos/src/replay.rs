@@ -6,12 +6,17 @@
 //! from the node's `free` vector, which the code under test keeps) and compares it with the
 //! node's capacity. A replay that ends at the index a master reported also compares the
 //! replayed state's hash with the master's (`state-diverged`: apply is not deterministic, or
-//! the log is not what the master applied).
+//! the log is not what the master applied). `early-start` (issue 51, `early_start.rs`) is
+//! checked on the same replay, at every entry that assigns tasks.
 
 use crate::checker::{Rule, Violation};
+use crate::early_start;
 use crate::history::MasterView;
 use hetsched_common::{NodeId, TaskState};
-use hetsched_master_core::state::{fnv1a64, ClusterState, CommandEnvelope, Replica};
+use hetsched_master_core::state::{fnv1a64, ClusterState, CommandEnvelope, Outcome, Replica};
+
+/// Most `early-start` violations reported per master log (a broken gate breaks it often).
+const MAX_EARLY_STARTS: usize = 10;
 use std::collections::BTreeMap;
 
 /// One item of an exported log, in index order.
@@ -163,6 +168,7 @@ pub fn replay(log: &MasterLog, view: Option<&MasterView>) -> Replayed {
     // Each node is reported once per master (its first over-committed index): a bug that
     // over-commits usually stays so for many entries.
     let mut flagged: BTreeMap<NodeId, ()> = BTreeMap::new();
+    let mut early = 0usize;
     for item in &log.items {
         let index = match item {
             LogItem::Snapshot {
@@ -193,7 +199,25 @@ pub fn replay(log: &MasterLog, view: Option<&MasterView>) -> Replayed {
                 // Like the master: an undecodable entry is applied as a rejection.
                 match CommandEnvelope::decode(bytes) {
                     Ok(env) => {
-                        state.apply(*index, env);
+                        // Issue 51: `early-start`, what the entry assigns against what the
+                        // log had committed before it.
+                        let before = early_start::before(&state, &env.command);
+                        let outcome = state.apply(*index, env);
+                        let submitted = match outcome {
+                            Outcome::SubmittedPlaced { job, .. } => Some(job),
+                            _ => None,
+                        };
+                        for what in early_start::after(&state, &before, submitted) {
+                            if early < MAX_EARLY_STARTS {
+                                early += 1;
+                                r.violations.push(Violation {
+                                    rule: Rule::EarlyStart,
+                                    detail: format!(
+                                        "master-{master}'s log at index {index}: {what}"
+                                    ),
+                                });
+                            }
+                        }
                     }
                     Err(_) => state.skip_undecodable(*index),
                 }
@@ -230,7 +254,7 @@ pub fn replay(log: &MasterLog, view: Option<&MasterView>) -> Replayed {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use hetsched_common::{JobSpec, NodeResources, ResourceRequest, TaskId};
     use hetsched_master_core::state::{Assign, Command, Plan};
@@ -244,7 +268,8 @@ mod tests {
         .encode()
     }
 
-    fn register(cpu_milli: u64) -> Command {
+    /// A node `n1` of `cpu_milli` milli-cores and 4 GiB (also the `early-start` tests').
+    pub(crate) fn register(cpu_milli: u64) -> Command {
         Command::RegisterNode {
             key: 7,
             node: None,

@@ -133,6 +133,14 @@ pub struct Scenario {
     /// a command, 0..=1.
     #[serde(default = "default_program_share")]
     pub program_share: f64,
+    /// Issue 51: share of the workload's submissions that are a chain of `chain_length`
+    /// jobs, each `after` the one before (0: none; the `early-start` rule checks their
+    /// order in every master's log).
+    #[serde(default)]
+    pub chain_share: f64,
+    /// Jobs in one chain.
+    #[serde(default = "default_chain_length")]
+    pub chain_length: u32,
 }
 
 fn default_masters() -> u32 {
@@ -158,6 +166,9 @@ fn default_tasks() -> u32 {
 }
 fn default_program_share() -> f64 {
     0.2
+}
+fn default_chain_length() -> u32 {
+    5
 }
 fn default_task_time() -> Duration {
     Duration::from_millis(1500)

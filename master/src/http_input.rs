@@ -202,6 +202,26 @@ mod tests {
     }
 
     #[test]
+    fn submit_body_carries_the_workflow_keys() {
+        let body = br#"{"command":["true"],"count":2,"after":[3,4],"after_any":[5],
+            "after_fail":[6],"after_each":7,"after_mode":"any","singleton":true,
+            "max_running":2}"#;
+        let s = submit_body(body).expect("valid").spec;
+        assert_eq!(s.after, [JobId(3), JobId(4)]);
+        assert_eq!(
+            (s.after_any, s.after_fail),
+            (vec![JobId(5)], vec![JobId(6)])
+        );
+        assert_eq!(s.after_each, Some(JobId(7)));
+        assert_eq!(s.after_mode, hetsched_common::AfterMode::Any);
+        assert_eq!((s.singleton, s.max_running), (true, Some(2)));
+        let e = submit_body(br#"{"command":["true"],"max_running":0}"#).unwrap_err();
+        assert!(e.message.contains("max_running"), "{e}");
+        let e = submit_body(br#"{"command":["true"],"after_mode":"some"}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("after_mode"), "{e}");
+    }
+
+    #[test]
     fn queries_parse_and_refuse() {
         let q: ListQuery = query("job=3&stale=true").expect("valid");
         assert!(q.stale);

@@ -32,6 +32,10 @@ pub struct BugSpec {
     /// Acknowledge a submit without committing it (the job never exists): `acked-lost`.
     #[serde(default)]
     pub ack_before_commit: bool,
+    /// Issue 51: plan without the dependency gate (dependents, singletons and throttled
+    /// tasks start whenever resources allow): `early-start`.
+    #[serde(default)]
+    pub skip_dependency_gate: bool,
 }
 
 /// One page of a master's applied Raft log ([`ClientRequest::ExportLog`](super::ClientRequest::ExportLog)).

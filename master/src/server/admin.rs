@@ -103,6 +103,11 @@ impl Master {
     /// Switches this master's deliberate bugs.
     pub(super) fn set_bugs(&self, b: BugSpec) -> ClientResponse {
         tracing::warn!(bugs = ?b, "deliberate bugs changed");
+        // Issue 51: the gate lives in the scheduler, which the duties executor holds.
+        self.duties
+            .do_send(super::duties_executor::SetDependencyGate(
+                !b.skip_dependency_gate,
+            ));
         if let Ok(mut cur) = self.bugs.lock() {
             *cur = b;
         }

@@ -466,6 +466,20 @@ impl Handler<PlaceNew> for LeaderDuties {
     }
 }
 
+/// Issue 51, a deliberate bug for chaos tests: plan with (`true`) or without the
+/// dependency gate (`BugSpec::skip_dependency_gate`, admin port).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetDependencyGate(pub bool);
+
+impl Handler<SetDependencyGate> for LeaderDuties {
+    type Result = ();
+
+    fn handle(&mut self, m: SetDependencyGate, _ctx: &mut Self::Context) {
+        self.core.set_dependency_gate(m.0);
+    }
+}
+
 /// Frees the plan slot a [`PlaceNew`] took once its submission's proposal finished, or
 /// was dropped with its request (the slot must not stay held: scheduling waits on it).
 pub struct PlanSlotRelease {

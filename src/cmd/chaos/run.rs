@@ -12,7 +12,7 @@ use super::observe::{
     status_of, view_of, Recorder,
 };
 use super::setup::{attached_masters, local_masters, wait_ready};
-use super::workload::{submit, workload_job, workload_priorities};
+use super::workload::{submit, submit_chain, workload_job, workload_priorities};
 use anyhow::Context;
 use hetsched_chaos::history::{parse_side_effects, FinalState, FinalTask};
 use hetsched_chaos::replay::Replayed;
@@ -109,6 +109,7 @@ pub(super) fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
 async fn bug_on(admins: &[String], bug: &str) -> anyhow::Result<()> {
     let spec = BugSpec {
         ack_before_commit: bug == "ack-before-commit",
+        skip_dependency_gate: bug == "skip-dependency-gate",
     };
     for admin in admins {
         call(
@@ -279,6 +280,30 @@ async fn drive(a: &RunArgs, sc: &Scenario, seed: u64, dir: &Path) -> anyhow::Res
         let now = start.elapsed();
         while next_submit <= now {
             ops += 1;
+            // Issue 51: drawn only where the scenario asks for chains, so that the seeds of
+            // the others replay the same workload as before.
+            let chain = sc.chain_share > 0.0
+                && (wl_rng.below(1000) as f64) < sc.chain_share * 1000.0
+                && sc.chain_length > 1;
+            if chain {
+                let first = ops;
+                let mut specs = Vec::new();
+                let mut requests = Vec::new();
+                for k in 0..u64::from(sc.chain_length) {
+                    specs.push(workload_job(&mut wl_rng, sc, &effects, &tag, first + k));
+                    requests.push(wl_rng.next_u64());
+                }
+                ops += u64::from(sc.chain_length) - 1;
+                submits.push(tokio::spawn(submit_chain(
+                    masters.clone(),
+                    rec.clone(),
+                    first,
+                    requests,
+                    specs,
+                )));
+                next_submit += gap;
+                continue;
+            }
             let spec = workload_job(&mut wl_rng, sc, &effects, &tag, ops);
             let request = wl_rng.next_u64();
             submits.push(tokio::spawn(submit(

@@ -89,12 +89,48 @@ pub(super) async fn submit(
     request: u64,
     spec: JobSpec,
 ) {
+    submit_one(&masters, &rec, op, request, spec).await;
+}
+
+/// Issue 51: submits `specs` as a chain, each job `after` the one before, as operations
+/// `first_op`, `first_op + 1`, ... (requests in the same order); a step whose submission
+/// failed ends the chain (what follows it would name a job that may not exist).
+pub(super) async fn submit_chain(
+    masters: Vec<String>,
+    rec: Recorder,
+    first_op: u64,
+    requests: Vec<u64>,
+    specs: Vec<JobSpec>,
+) {
+    let mut before: Option<u64> = None;
+    for (k, (request, mut spec)) in requests.into_iter().zip(specs).enumerate() {
+        spec.after = before.map(hetsched_common::JobId).into_iter().collect();
+        before = submit_one(&masters, &rec, first_op + k as u64, request, spec).await;
+        if before.is_none() {
+            return;
+        }
+    }
+}
+
+/// Submits one job as operation `op`, recording the invocation and its ack or failure;
+/// the job's id once acknowledged.
+async fn submit_one(
+    masters: &[String],
+    rec: &Recorder,
+    op: u64,
+    request: u64,
+    spec: JobSpec,
+) -> Option<u64> {
     let program = spec.program.is_some();
+    let after = match spec.after.first() {
+        Some(j) => format!(" after={}", j.0),
+        None => String::new(),
+    };
     rec.push(Event::Invoke {
         t_ms: rec.now_ms(),
         op,
         what: format!(
-            "submit {} user={} count={}{}",
+            "submit {} user={} count={}{}{after}",
             spec.name,
             spec.user,
             spec.count,
@@ -106,23 +142,24 @@ pub(super) async fn submit(
         spec,
         allow_unplaceable: false,
     };
-    match call(&masters, req, false).await {
-        Ok(ClientResponse::Submitted { job, tasks }) => rec.push(Event::Ack {
-            t_ms: rec.now_ms(),
-            op,
-            job: job.0,
-            tasks: tasks.iter().map(|t| t.0).collect(),
-            program,
-        }),
-        Ok(other) => rec.push(Event::Fail {
-            t_ms: rec.now_ms(),
-            op,
-            error: short(&other),
-        }),
-        Err(e) => rec.push(Event::Fail {
-            t_ms: rec.now_ms(),
-            op,
-            error: e.to_string(),
-        }),
-    }
+    let error = match call(masters, req, false).await {
+        Ok(ClientResponse::Submitted { job, tasks }) => {
+            rec.push(Event::Ack {
+                t_ms: rec.now_ms(),
+                op,
+                job: job.0,
+                tasks: tasks.iter().map(|t| t.0).collect(),
+                program,
+            });
+            return Some(job.0);
+        }
+        Ok(other) => short(&other),
+        Err(e) => e.to_string(),
+    };
+    rec.push(Event::Fail {
+        t_ms: rec.now_ms(),
+        op,
+        error,
+    });
+    None
 }

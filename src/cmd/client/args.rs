@@ -176,7 +176,7 @@ pub struct FilterFlags {
     pub limit: Option<u32>,
     /// Only tasks waiting for this reason (jobs: with such a task): resources, quota,
     /// priority, fair-share, pool, engine, locality, drained, reserved, gang, backoff,
-    /// blocked.
+    /// blocked, dependency, throttle.
     #[arg(long, value_name = "R")]
     pub reason: Option<String>,
 }

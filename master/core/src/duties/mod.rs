@@ -104,6 +104,12 @@ impl DutiesCore {
         self.scheduler.waiting()
     }
 
+    /// Issue 51, a deliberate bug for chaos tests (`BugSpec::skip_dependency_gate`): plan
+    /// with (`true`) or without the dependency gate.
+    pub fn set_dependency_gate(&mut self, on: bool) {
+        self.scheduler.set_dependency_gate(on);
+    }
+
     /// Whether this core leads with its barrier applied.
     pub fn is_leading(&self) -> bool {
         matches!(self.role, Role::Leading(_))

@@ -62,4 +62,8 @@ pub trait Scheduler: Send {
     fn waiting(&self) -> Option<(std::sync::Arc<waiting::WaitBoard>, u64)> {
         None
     }
+
+    /// Issue 51, a deliberate bug for chaos tests only (admin port, `BugSpec`): `false`
+    /// plans without the dependency gate. Schedulers without the gate ignore it.
+    fn set_dependency_gate(&mut self, _on: bool) {}
 }

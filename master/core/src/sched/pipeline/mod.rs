@@ -239,6 +239,15 @@ impl IndexedScheduler {
         self.chain.names()
     }
 
+    /// Issue 51, a deliberate bug (chaos): the chain without the dependency gate when
+    /// `on` is false, the standard chain again when true.
+    fn gate(&mut self, on: bool) {
+        self.chain = match on {
+            true => Chain::standard(&self.cfg),
+            false => Chain::standard(&self.cfg).without("dependency"),
+        };
+    }
+
     /// The same without the stage named `name` (a chain without an optional stage).
     #[cfg(test)]
     fn without_stage(mut self, name: &str) -> Self {
@@ -367,6 +376,10 @@ impl Scheduler for IndexedScheduler {
 
     fn waiting(&self) -> Option<(std::sync::Arc<super::waiting::WaitBoard>, u64)> {
         Some(self.books.reasons.board())
+    }
+
+    fn set_dependency_gate(&mut self, on: bool) {
+        self.gate(on);
     }
 }
 

@@ -196,6 +196,21 @@ async function renderNodePage(id, nodes) {
     '<tr><td colspan="5" class="dim">no tasks</td></tr>';
 }
 
+// Issue 51: what a job follows (linked) and the open jobs that follow it.
+function dependsHtml(job) {
+  const links = (ids) => (ids || []).map((j) => `<a href="#job-${j}">job-${j}</a>`).join(", ");
+  const parts = [];
+  for (const [key, label] of [["after", "after"], ["after_any", "after any"], ["after_fail", "after fail"]]) {
+    if ((job[key] || []).length) parts.push(`${label} ${links(job[key])}`);
+  }
+  if (job.after_each != null) parts.push(`task by task after ${links([job.after_each])}`);
+  if (parts.length && job.after_mode === "any") parts.push("(any one is enough)");
+  if (job.singleton) parts.push("singleton");
+  if (job.max_running != null) parts.push(`at most ${job.max_running} running`);
+  if ((job.dependents || []).length) parts.push(`followed by ${links(job.dependents)}`);
+  return parts.length ? "depends: " + parts.join(" · ") : "";
+}
+
 async function renderDetail(route) {
   const detail = $("detail");
   if (!route) { detail.hidden = true; return; }
@@ -205,6 +220,7 @@ async function renderDetail(route) {
   $("detail-title").innerHTML = `job-${job.id} · ${esc(job.name)} · ${state(job.state)}`;
   $("detail-progress").innerHTML = progress(job.task_states, job.tasks) +
     ` <span class="dim">${ORDER.filter((s) => job.task_states[s]).map((s) => job.task_states[s] + " " + s).join(", ")}</span>`;
+  $("detail-deps").innerHTML = dependsHtml(job);
   const tasks = await api(`/v1/tasks?job=${jobId}`);
   $("tasks").tBodies[0].innerHTML = tasks.map((t) =>
     `<tr><td><a href="#job-${jobId}/task-${t.id}">task-${t.id}</a> <a class="dim" href="#task-${t.id}">why</a></td><td>${t.index}</td><td>${state(t.state)}</td>` +
