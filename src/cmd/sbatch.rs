@@ -84,16 +84,6 @@ pub fn run(masters: &[String], a: SbatchArgs) -> anyhow::Result<()> {
     for w in &job.warnings {
         eprintln!("warning: {w}");
     }
-    if job.dependency.is_some() {
-        return Err(exit::bad_input(
-            "-d/--dependency: this build cannot yet hold a job until others end",
-        ));
-    }
-    if job.max_running.is_some() {
-        return Err(exit::bad_input(
-            "--array=…%N: this build cannot yet throttle an array",
-        ));
-    }
     let req = ClientRequest::Submit {
         request: request_id(),
         spec: job.spec,

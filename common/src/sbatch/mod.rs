@@ -21,7 +21,7 @@ pub use values::{
     Dependency, DependencyTerm, Export, GpuAsk,
 };
 
-use crate::{GpuRequest, JobSpec, ResourceRequest};
+use crate::{GpuRequest, JobId, JobSpec, ResourceRequest};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -316,6 +316,11 @@ pub fn job(
         workdir: Some(workdir),
         ..JobSpec::default()
     };
+    let mut spec = spec;
+    if let Some(d) = &o.dependency {
+        follow(&mut spec, d).map_err(|why| bad(format!("--dependency: {why}")))?;
+    }
+    spec.max_running = o.array.as_ref().and_then(|a| a.max_running);
     spec.validate().map_err(|e| bad(e.to_string()))?;
     spec.check_limits().map_err(|e| bad(e.to_string()))?;
     Ok(SbatchJob {
@@ -326,6 +331,31 @@ pub fn job(
         json: o.json,
         warnings,
     })
+}
+
+/// Slurm's dependency terms as the job's keys: `afterok` → `after`, `afterany` →
+/// `after_any`, `afternotok` → `after_fail`, `aftercorr` → `after_each`, `singleton`; `?`
+/// (any of) → `after_mode = any`.
+fn follow(spec: &mut JobSpec, d: &Dependency) -> Result<(), String> {
+    for term in &d.terms {
+        match term {
+            DependencyTerm::AfterOk(ids) => spec.after.extend(ids.iter().map(|i| JobId(*i))),
+            DependencyTerm::AfterAny(ids) => spec.after_any.extend(ids.iter().map(|i| JobId(*i))),
+            DependencyTerm::AfterNotOk(ids) => {
+                spec.after_fail.extend(ids.iter().map(|i| JobId(*i)))
+            }
+            DependencyTerm::AfterCorr(id) => {
+                if spec.after_each.replace(JobId(*id)).is_some() {
+                    return Err("aftercorr may name one job only".into());
+                }
+            }
+            DependencyTerm::Singleton => spec.singleton = true,
+        }
+    }
+    if d.any_of {
+        spec.after_mode = crate::AfterMode::Any;
+    }
+    Ok(())
 }
 
 fn shown_cpus(c: f64) -> String {

@@ -268,10 +268,42 @@ fn a_script_becomes_one_job_per_array_with_the_tasks_cpus() {
     assert_eq!(spec.workdir.as_deref(), Some("/home/ada/run"));
     assert_eq!(spec.partition, "");
     assert_eq!(j.max_running, Some(2));
+    assert_eq!(spec.max_running, Some(2), "%2 throttles the array");
+    assert_eq!(spec.after, vec![crate::JobId(12)], "-d afterok:12");
     assert_eq!(
         j.dependency.as_ref().map(|d| d.terms.clone()),
         Some(vec![DependencyTerm::AfterOk(vec![12])])
     );
+    let any = job(
+        "p.sh",
+        "#!/bin/sh\n",
+        &s(&[
+            "-d",
+            "afterany:3?afternotok:4",
+            "-d",
+            "singleton,aftercorr:5,afterok:6:7",
+        ]),
+        &[],
+        &ctx(),
+    )
+    .unwrap();
+    // The later -d wins, as Slurm's last option does.
+    assert_eq!(any.spec.after_any, vec![]);
+    assert!(any.spec.singleton);
+    assert_eq!(any.spec.after_each, Some(crate::JobId(5)));
+    assert_eq!(any.spec.after, vec![crate::JobId(6), crate::JobId(7)]);
+    assert_eq!(any.spec.after_mode, crate::AfterMode::All);
+    let any = job(
+        "p.sh",
+        "#!/bin/sh\n",
+        &s(&["-d", "afterany:3?afternotok:4"]),
+        &[],
+        &ctx(),
+    )
+    .unwrap();
+    assert_eq!(any.spec.after_any, vec![crate::JobId(3)]);
+    assert_eq!(any.spec.after_fail, vec![crate::JobId(4)]);
+    assert_eq!(any.spec.after_mode, crate::AfterMode::Any);
     assert_eq!(spec.command[..2], s(&["/bin/sh", "-c"]));
     assert_eq!(spec.command[3..], s(&["/tmp/run.sh", "a", "b c"]));
     assert_eq!(j.warnings.len(), 1, "{:?}", j.warnings);
