@@ -86,6 +86,10 @@ enum Command {
     SubmitBatch(cmd::batch::SubmitBatchArgs),
     /// A batch's planned and actual makespan, per job and in total (`N` or `batch-N`).
     Batch(cmd::batch::BatchArgs),
+    /// Submit a flow file's steps as jobs, all or none (`[[step]]` tables with `needs`).
+    SubmitFlow(cmd::flow::SubmitFlowArgs),
+    /// A flow's steps with their jobs and states (`N` or `flow-N`).
+    Flow(cmd::flow::FlowArgs),
     /// Submit a Slurm batch script unchanged (its #SBATCH lines; `sbatch --help` lists them).
     Sbatch(cmd::sbatch::SbatchArgs),
     /// Print what a task wrote (stdout, or --stderr), also after it ended.
@@ -133,6 +137,9 @@ enum BenchCommand {
     /// Many slaves: heartbeat cost, placements/s, submit→dispatch, memory, with in-process
     /// slaves speaking the full protocol.
     Scale(cmd::bench_scale::ScaleArgs),
+    /// Issue 51: a 1 → N → 1 flow against the same jobs without dependencies (time to the
+    /// last step's start).
+    Flow(cmd::bench_flow::FlowArgs),
 }
 
 /// The command line with the exit-code table in every command's `--help`.
@@ -211,6 +218,8 @@ fn main() -> ExitCode {
             | Command::PlanBatch(_)
             | Command::SubmitBatch(_)
             | Command::Batch(_)
+            | Command::SubmitFlow(_)
+            | Command::Flow(_)
             | Command::Sbatch(_)
             | Command::Logs(_)
             | Command::Watch(_)
@@ -273,9 +282,12 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Placement(a)) => cmd::bench_placement::run(a),
         Command::Bench(BenchCommand::E2e(a)) => cmd::bench_e2e::run(a),
         Command::Bench(BenchCommand::Scale(a)) => cmd::bench_scale::run(a),
+        Command::Bench(BenchCommand::Flow(a)) => cmd::bench_flow::run(a),
         Command::PlanBatch(a) => cmd::plan_batch::run(a),
         Command::SubmitBatch(a) => cmd::batch::submit(&masters, a),
         Command::Batch(a) => cmd::batch::show(&masters, a),
+        Command::SubmitFlow(a) => cmd::flow::submit(&masters, a),
+        Command::Flow(a) => cmd::flow::show(&masters, a),
         Command::Sbatch(a) => cmd::sbatch::run(&masters, a),
         Command::Logs(a) => cmd::ops::logs(&masters, a),
         Command::Watch(a) => cmd::ops::watch(&masters, a),

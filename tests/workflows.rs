@@ -77,20 +77,6 @@ fn tasks_of(c: &Cluster, id: u64) -> Vec<Value> {
     ts
 }
 
-/// A stamp a task wrote: nanoseconds since the epoch.
-fn stamp(c: &Cluster, name: &str) -> u128 {
-    let p = c.dir.path().join(name);
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    text.trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("{}: {text:?}: {e}", p.display()))
-}
-
-/// The script that stamps `NAME.start`, sleeps `secs`, stamps `NAME.end`.
-fn stamped(name: &str, secs: &str) -> String {
-    format!("date +%s%N > {{d}}/{name}.start; sleep {secs}; date +%s%N > {{d}}/{name}.end")
-}
-
 /// The most intervals open at once.
 fn most_at_once(intervals: &[(u128, u128)]) -> usize {
     let mut edges: Vec<(u128, i32)> = Vec::new();

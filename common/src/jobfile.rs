@@ -434,7 +434,7 @@ impl fmt::Display for SpecFileError {
 impl std::error::Error for SpecFileError {}
 
 /// 1-based line and column of byte `offset` in `text`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
     let before = &text[..text.floor_char_boundary_compat(offset)];
     let line = before.matches('\n').count() + 1;

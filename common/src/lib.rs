@@ -11,6 +11,8 @@ pub mod backoff;
 pub mod certs;
 pub mod dependency;
 mod error;
+pub mod flow;
+pub mod flowfile;
 mod ids;
 pub mod jobfile;
 #[cfg(feature = "net")]
@@ -31,6 +33,7 @@ pub mod wire;
 
 pub use dependency::{AfterMode, DependencyKind};
 pub use error::{Error, Result};
+pub use flow::{FlowSpec, FlowStep};
 pub use ids::{Attempt, ClientRequestId, JobId, MasterId, NodeId, TaskId};
 pub use reason::TaskReason;
 pub use resources::{

@@ -42,22 +42,8 @@ pub struct SubmitBody {
 pub fn submit_body(body: &[u8]) -> Result<SubmitBody, InputError> {
     let text = std::str::from_utf8(body)
         .map_err(|e| InputError::new(format!("the body is not UTF-8: {e}"), None))?;
-    let file = jobfile::parse_job_file("request.json", text).map_err(|e| {
-        let field = e.field.clone();
-        InputError::new(
-            format!(
-                "invalid job spec at line {}, column {}{}: {}",
-                e.line,
-                e.column,
-                field
-                    .as_deref()
-                    .map(|f| format!(", field {f}"))
-                    .unwrap_or_default(),
-                e.message
-            ),
-            field,
-        )
-    })?;
+    let file = jobfile::parse_job_file("request.json", text)
+        .map_err(|e| located("job spec", Some((e.line, e.column)), e))?;
     // No user in the body: the caller's (its token's user; `anonymous` on an insecure
     // master), filled in by the master.
     let spec = file
@@ -67,6 +53,36 @@ pub fn submit_body(body: &[u8]) -> Result<SubmitBody, InputError> {
         spec,
         allow_unplaceable: file.allow_unplaceable,
     })
+}
+
+/// Reads a `POST /v1/flows` body: a flow file's schema in JSON, `{"step": [{"name":
+/// "prep", "command": [...], "needs": [...]}, ...]}` (docs/guide/cli.md, "Flow files"),
+/// checked whole as `submit-flow` checks the file; steps run commands, not programs.
+pub fn flow_body(body: &[u8]) -> Result<hetsched_common::FlowSpec, InputError> {
+    use hetsched_common::flowfile;
+    let json: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| InputError::new(format!("flow body: {e}"), None))?;
+    // The same reader as the file's: JSON's data model is TOML's (positions are the
+    // rewritten text's, so only the field and the message are kept).
+    let text =
+        toml::to_string(&json).map_err(|e| InputError::new(format!("flow body: {e}"), None))?;
+    let file =
+        flowfile::parse_flow_file("request.toml", &text).map_err(|e| located("flow", None, e))?;
+    // No user in the body: the caller's, filled in by the master.
+    file.to_flow_with(|s| flowfile::step_spec(s, "", None))
+        .map_err(|e| located("flow", None, e))
+}
+
+/// A spec file's error as a body's: `invalid WHAT at line L, column C, field F: why` (the
+/// position only where it is the body's own).
+fn located(what: &str, at: Option<(usize, usize)>, e: jobfile::SpecFileError) -> InputError {
+    let at = at.map_or_else(String::new, |(l, c)| format!(" at line {l}, column {c}"));
+    let field = e.field.clone();
+    let named = field
+        .as_deref()
+        .map(|f| format!(", field {f}"))
+        .unwrap_or_default();
+    InputError::new(format!("invalid {what}{at}{named}: {}", e.message), field)
 }
 
 /// `POST /v1/nodes/{id}/drain`, optional body `{"deadline": "30s"}`.
@@ -199,6 +215,29 @@ mod tests {
         let ok = submit_body(br#"{"command":["true"]}"#).expect("valid");
         assert_eq!(ok.spec.user, "", "left to the master to fill in");
         assert!(!ok.allow_unplaceable);
+    }
+
+    #[test]
+    fn flow_body_reads_steps_and_refuses_a_cycle() {
+        let body = br#"{"step": [
+            {"name": "prep", "command": ["true"]},
+            {"name": "train", "count": 2, "command": ["true"], "needs": ["prep"],
+             "resources": {"cpus": 2}}]}"#;
+        let f = flow_body(body).expect("valid");
+        assert_eq!(f.steps[1].needs, ["prep"]);
+        assert_eq!(f.steps[1].spec.resources.cpu_milli, 2000);
+        assert_eq!(f.steps[0].spec.user, "", "left to the master to fill in");
+        let e = flow_body(
+            br#"{"step": [{"name": "a", "command": ["true"], "needs": ["b"]},
+                          {"name": "b", "command": ["true"], "needs": ["a"]}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("cycle: a → b → a"), "{e}");
+        let e = flow_body(
+            br#"{"step": [{"name": "a", "command": ["true"], "resources": {"cpus": -1}}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("step[0].resources.cpus"), "{e}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 pub mod acl;
 pub mod batch;
 pub mod bench_e2e;
+pub mod bench_flow;
 pub mod bench_placement;
 pub mod bench_raft;
 pub mod bench_scale;
@@ -10,6 +11,7 @@ pub mod chaos;
 pub mod client;
 pub mod config;
 pub mod exit;
+pub mod flow;
 /// The launcher lives in the library (tests use it too).
 pub use hetsched::local;
 pub mod master;

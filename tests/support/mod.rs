@@ -384,3 +384,17 @@ pub fn wire_call_direct(
             .map_err(|e| e.to_string())
     })
 }
+
+/// A stamp a task wrote in the cluster's scratch dir (see [`stamped`]): nanoseconds since the epoch.
+pub fn stamp(c: &Cluster, name: &str) -> u128 {
+    let p = c.dir.path().join(name);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {text:?}: {e}", p.display()))
+}
+
+/// The shell script (`{d}`: the scratch dir) that stamps `NAME.start`, sleeps `secs`, stamps `NAME.end`.
+pub fn stamped(name: &str, secs: &str) -> String {
+    format!("date +%s%N > {{d}}/{name}.start; sleep {secs}; date +%s%N > {{d}}/{name}.end")
+}

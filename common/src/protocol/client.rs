@@ -32,6 +32,29 @@ pub enum ClientRequest {
         /// The batch.
         batch: super::batch::BatchSubmit,
     },
+    /// Issue 51: submit a flow's steps in one log entry, every step's job or none
+    /// (idempotent on `request`).
+    SubmitFlow {
+        /// Client request id.
+        request: ClientRequestId,
+        /// The flow, checked by the client ([`crate::flowfile`]).
+        flow: crate::FlowSpec,
+    },
+    /// Issue 51: a flow's steps with their jobs and states.
+    Flow {
+        /// As in `Status`.
+        #[serde(default)]
+        stale: bool,
+        /// The flow.
+        flow: u64,
+    },
+    /// Issue 51: cancel every unfinished step of a flow.
+    CancelFlow {
+        /// Client request id.
+        request: ClientRequestId,
+        /// The flow.
+        flow: u64,
+    },
     /// S2: a batch's planned and actual makespan.
     Batch {
         /// As in `Status`.
@@ -287,6 +310,10 @@ pub enum ClientResponse {
     BatchSubmitted(super::batch::BatchSubmitted),
     /// S2: one batch.
     Batch(super::batch::BatchInfo),
+    /// Issue 51: a flow was submitted.
+    FlowSubmitted(super::flow::FlowSubmitted),
+    /// Issue 51: one flow.
+    Flow(super::flow::FlowInfo),
     /// Cancellation applied.
     Cancelled {
         /// The job.

@@ -6,7 +6,7 @@
 //!
 //! This module holds the frame body ([`Message`]) and the error answer any request may get;
 //! the messages themselves live by conversation: `client.rs` (client ↔ master),
-//! `views.rs` (what listings show), `acl.rs` (tokens and roles), `waiting.rs` (why tasks wait,
+//! `views.rs` (what listings show), `flow.rs` (flows), `acl.rs` (tokens and roles), `waiting.rs` (why tasks wait,
 //! `explain`), `slave.rs` (master ↔ slave), `peer.rs` (slave ↔ slave
 //! forwarding) and `admin.rs` (admin-port payloads). Everything is re-exported here, so
 //! `hetsched_common::protocol::X` names every type. The frame envelope is
@@ -16,6 +16,7 @@ mod acl;
 mod admin;
 mod batch;
 mod client;
+mod flow;
 mod peer;
 mod slave;
 mod views;
@@ -27,6 +28,7 @@ pub use batch::{
     BatchInfo, BatchJobInfo, BatchSubmit, BatchSubmitted, BatchTaskInfo, BlockRef, BLOCKS_ENV,
 };
 pub use client::{ClientRequest, ClientResponse, DryRunTask, ListFilter, LogChunk};
+pub use flow::{FlowInfo, FlowStepInfo, FlowSubmitted};
 pub use peer::{
     ForwardQuery, ForwardTarget, LinkEstimate, PeerReply, PeerRequest, MAX_FORWARD_ARG_BYTES,
     MAX_FORWARD_RESULT_BYTES,

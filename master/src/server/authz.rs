@@ -87,12 +87,15 @@ pub(super) fn scope_request(caller: &Caller, req: &mut ClientRequest) {
             filter.user.get_or_insert_with(|| name.clone());
         }
     }
-    let user = match req {
-        ClientRequest::Submit { spec, .. } | ClientRequest::DryRun { spec } => &mut spec.user,
-        ClientRequest::SubmitBatch { batch, .. } => &mut batch.user,
+    let users: Vec<&mut String> = match req {
+        ClientRequest::Submit { spec, .. } | ClientRequest::DryRun { spec } => vec![&mut spec.user],
+        ClientRequest::SubmitBatch { batch, .. } => vec![&mut batch.user],
+        ClientRequest::SubmitFlow { flow, .. } => {
+            flow.steps.iter_mut().map(|s| &mut s.spec.user).collect()
+        }
         _ => return,
     };
-    if user.is_empty() {
+    for user in users.into_iter().filter(|u| u.is_empty()) {
         *user = match caller {
             Caller::Known { name, .. } => name.clone(),
             Caller::Trusted => "anonymous".into(),
@@ -116,6 +119,7 @@ enum Need {
     OwnJob(JobId),
     OwnTask(TaskId),
     OwnBatch(u64),
+    OwnFlow(u64),
 }
 
 fn need(req: &ClientRequest) -> Need {
@@ -128,6 +132,12 @@ fn need(req: &ClientRequest) -> Need {
         R::DryRun { spec } => Need::SubmitAs(spec.user.clone()),
         R::SubmitBatch { batch, .. } => Need::SubmitAs(batch.user.clone()),
         R::CancelBatch { batch, .. } => Need::OwnBatch(*batch),
+        // Every step must be the caller's own (apply refuses a flow of two users).
+        R::SubmitFlow { flow, .. } => match flow.steps.iter().find(|s| s.spec.user != flow.steps[0].spec.user) {
+            Some(other) => Need::SubmitAs(other.spec.user.clone()),
+            None => Need::SubmitAs(flow.steps.first().map(|s| s.spec.user.clone()).unwrap_or_default()),
+        },
+        R::Flow { flow, .. } | R::CancelFlow { flow, .. } => Need::OwnFlow(*flow),
         R::Cancel { job, .. } => Need::OwnJob(*job),
         R::CancelTask { task, .. } => Need::OwnTask(*task),
         R::Logs { task, .. } | R::Calls { task } | R::Explain { task } => Need::OwnTask(*task),
@@ -256,6 +266,7 @@ impl Master {
             Need::OwnJob(job) => self.owner_refusal(name, req, self.job_owner(job)),
             Need::OwnTask(task) => self.owner_refusal(name, req, self.task_owner(task)),
             Need::OwnBatch(batch) => self.owner_refusal(name, req, self.batch_owner(batch)),
+            Need::OwnFlow(flow) => self.owner_refusal(name, req, self.flow_owner(flow)),
         };
         match refusal {
             None => Ok(()),
@@ -295,6 +306,12 @@ impl Master {
         let s = self.shared.read_state();
         let job = *s.batch_book().batches.get(&batch)?.jobs.first()?;
         s.job(job).map(|j| j.spec.user.clone())
+    }
+
+    /// A flow records the user whose jobs its steps are.
+    fn flow_owner(&self, flow: u64) -> Option<String> {
+        let s = self.shared.read_state();
+        s.flow_book().get(flow).map(|f| f.user.clone())
     }
 
     fn task_owner(&self, task: TaskId) -> Option<String> {

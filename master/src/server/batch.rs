@@ -6,18 +6,14 @@
 //! Planning runs off the Raft and apply paths: the hosts are read under the state's read
 //! lock, then the lock is dropped and the planner runs on a blocking thread.
 
-use super::reply::{not_found, unexpected};
+use super::reply::{invalid, not_found, unexpected};
 use super::Master;
 use hetsched_common::protocol::{
     BatchSubmit, BatchSubmitted, ClientResponse, ErrorKind, ErrorReply,
 };
-use hetsched_common::ClientRequestId;
+use hetsched_common::{ClientRequestId, JobId};
 use hetsched_master_core::plan::batch_submit::{live_hosts, parse_batch_file, plan_on};
 use hetsched_master_core::state::{Command, Outcome};
-
-fn invalid(why: String) -> ErrorReply {
-    ErrorReply::new(ErrorKind::Invalid, why)
-}
 
 impl Master {
     /// Plans and submits a batch.
@@ -76,6 +72,25 @@ impl Master {
             .ok_or_else(|| not_found(format!("no such batch: batch-{id} (or it was collected)")))
     }
 
+    /// Cancels `jobs`, each `(i, job)` in one entry idempotent on its own request id, the
+    /// client's plus `i` (so a retry names each job as the first try did); the tasks
+    /// cancelled. Shared by `cancel batch-N` and `cancel flow-N`.
+    pub(super) async fn cancel_jobs(
+        &self,
+        request: ClientRequestId,
+        jobs: impl Iterator<Item = (usize, JobId)>,
+    ) -> Result<u32, ErrorReply> {
+        let mut cancelled = 0u32;
+        for (i, job) in jobs {
+            let req = ClientRequestId(request.0.wrapping_add(i as u64));
+            match self.propose(Command::CancelJob { job }, Some(req)).await? {
+                Outcome::Cancelled { tasks, .. } => cancelled += tasks,
+                o => return Err(unexpected(o)),
+            }
+        }
+        Ok(cancelled)
+    }
+
     /// Cancels every job of a batch (one entry per job; each is idempotent on its own
     /// request id derived from the client's).
     pub(super) async fn cancel_batch(
@@ -91,17 +106,9 @@ impl Master {
             .get(&id)
             .map(|b| b.jobs.clone())
             .ok_or_else(|| not_found(format!("no such batch: batch-{id}")))?;
-        let mut cancelled = 0u32;
-        for (i, job) in jobs.iter().enumerate() {
-            let req = ClientRequestId(request.0.wrapping_add(i as u64));
-            match self
-                .propose(Command::CancelJob { job: *job }, Some(req))
-                .await?
-            {
-                Outcome::Cancelled { tasks, .. } => cancelled += tasks,
-                o => return Err(unexpected(o)),
-            }
-        }
+        let cancelled = self
+            .cancel_jobs(request, jobs.iter().copied().enumerate())
+            .await?;
         match jobs.first() {
             Some(job) => Ok(ClientResponse::Cancelled {
                 job: *job,

@@ -25,6 +25,8 @@ impl Master {
             ClientRequest::Submit { .. }
                 | ClientRequest::SubmitBatch { .. }
                 | ClientRequest::CancelBatch { .. }
+                | ClientRequest::SubmitFlow { .. }
+                | ClientRequest::CancelFlow { .. }
                 | ClientRequest::Cancel { .. }
                 | ClientRequest::CancelTask { .. }
                 | ClientRequest::Drain { .. }
@@ -43,6 +45,9 @@ impl Master {
             R::SubmitBatch { request, batch } => self.submit_batch(request, batch).await,
             R::Batch { stale, batch } => self.batch(stale, batch).await,
             R::CancelBatch { request, batch } => self.cancel_batch(request, batch).await,
+            R::SubmitFlow { request, flow } => self.submit_flow(request, flow).await,
+            R::Flow { stale, flow } => self.flow(stale, flow).await,
+            R::CancelFlow { request, flow } => self.cancel_flow(request, flow).await,
             R::CancelTask { request, task } => self.cancel_task(request, task).await,
             R::Drain {
                 request,
@@ -136,7 +141,7 @@ impl Master {
         if !allow_unplaceable {
             self.check_placeable(request, &spec)?;
         }
-        self.admit(request, &spec)?;
+        self.admit(request, &spec.user, u64::from(spec.count))?;
         if let Some(fake) = self.ack_before_commit_bug(request, &spec) {
             return Ok(fake);
         }
@@ -174,7 +179,11 @@ impl Master {
     /// saying why (`cpus 1000: no node has more than 2`). Advisory, at the edge: it reads
     /// the applied state before proposing and never runs in `apply`. A retried request that
     /// already applied is never refused.
-    fn check_placeable(&self, request: ClientRequestId, spec: &JobSpec) -> Result<(), ErrorReply> {
+    pub(super) fn check_placeable(
+        &self,
+        request: ClientRequestId,
+        spec: &JobSpec,
+    ) -> Result<(), ErrorReply> {
         let s = self.shared.read_state();
         if s.request_applied(request) {
             return Ok(());
@@ -200,7 +209,12 @@ impl Master {
     /// refuses with `Busy` "busy, retry" (exit 5) when the pending queue is at its
     /// cap or the user is over the submit rate. A retried request that already applied is
     /// never refused (its answer is in the state).
-    fn admit(&self, request: ClientRequestId, spec: &JobSpec) -> Result<(), ErrorReply> {
+    pub(super) fn admit(
+        &self,
+        request: ClientRequestId,
+        user: &str,
+        tasks: u64,
+    ) -> Result<(), ErrorReply> {
         if self.raft.status().role != Role::Leader {
             return Ok(());
         }
@@ -217,11 +231,10 @@ impl Master {
         };
         let now = now_ms();
         a.forget_idle(now);
-        a.admit(&spec.user, u64::from(spec.count), pending, now)
-            .map_err(|busy| {
-                metrics::counter!("hetsched_master_submits_refused_busy_total").increment(1);
-                ErrorReply::new(ErrorKind::Busy, busy.to_string())
-            })
+        a.admit(user, tasks, pending, now).map_err(|busy| {
+            metrics::counter!("hetsched_master_submits_refused_busy_total").increment(1);
+            ErrorReply::new(ErrorKind::Busy, busy.to_string())
+        })
     }
 
     /// Cancels a whole job.

@@ -59,21 +59,27 @@ impl Master {
         level: Level,
         req: &ClientRequest,
     ) -> Option<String> {
-        let (ClientRequest::Submit { spec, .. } | ClientRequest::DryRun { spec }) = req else {
-            return None;
+        let specs: Vec<&JobSpec> = match req {
+            ClientRequest::Submit { spec, .. } | ClientRequest::DryRun { spec } => vec![spec],
+            // A flow's steps follow jobs outside it by their own keys alone.
+            ClientRequest::SubmitFlow { flow, .. } => flow.steps.iter().map(|s| &s.spec).collect(),
+            _ => return None,
         };
-        if level >= Level::Operator || !spec.has_dependencies() {
+        if level >= Level::Operator {
             return None;
         }
         let s = self.shared.read_state();
-        spec.dependencies().find_map(|(kind, up)| {
-            let owner = &s.job(up)?.spec.user;
-            (owner != name).then(|| {
-                format!(
-                    "{} {up}: it is a job of {owner:?}, and {name} may read only its own jobs",
-                    kind.flag()
-                )
+        specs
+            .iter()
+            .flat_map(|spec| spec.dependencies())
+            .find_map(|(kind, up)| {
+                let owner = &s.job(up)?.spec.user;
+                (owner != name).then(|| {
+                    format!(
+                        "{} {up}: it is a job of {owner:?}, and {name} may read only its own jobs",
+                        kind.flag()
+                    )
+                })
             })
-        })
     }
 }

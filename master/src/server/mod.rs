@@ -24,6 +24,7 @@ mod config;
 mod consensus_io;
 mod dependency_checks;
 mod duties_executor;
+mod flows;
 mod forward_query;
 mod heartbeats;
 mod http;

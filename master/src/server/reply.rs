@@ -50,6 +50,11 @@ pub(super) fn not_found(message: String) -> ErrorReply {
     ErrorReply::new(ErrorKind::NotFound, message)
 }
 
+/// Bad input (exit 2, HTTP 400).
+pub(super) fn invalid(why: String) -> ErrorReply {
+    ErrorReply::new(ErrorKind::Invalid, why)
+}
+
 /// A listing's refusal (an unknown job, a bad filter) as a reply.
 pub(super) fn list_error(e: ListError) -> ErrorReply {
     match e {

@@ -39,6 +39,8 @@ enum CancelTarget {
     Task(TaskId),
     /// S2: every job of a batch (`batch-N`).
     Batch(u64),
+    /// Issue 51: every unfinished step of a flow (`flow-N`).
+    Flow(u64),
 }
 
 fn cancel_target(a: &CancelArgs) -> anyhow::Result<CancelTarget> {
@@ -46,6 +48,9 @@ fn cancel_target(a: &CancelArgs) -> anyhow::Result<CancelTarget> {
         (_, Some(t)) => Ok(CancelTarget::Task(t)),
         (Some(s), None) if s.trim().starts_with("batch-") => {
             crate::cmd::batch::parse_batch_id(s).map(CancelTarget::Batch)
+        }
+        (Some(s), None) if s.trim().starts_with("flow-") => {
+            crate::cmd::flow::parse_flow_id(s).map(CancelTarget::Flow)
         }
         (Some(s), None) if s.trim().starts_with("task-") => s
             .parse::<TaskId>()
@@ -74,10 +79,15 @@ pub fn cancel(masters: &[String], a: CancelArgs) -> anyhow::Result<()> {
             request: request_id(),
             batch,
         },
+        CancelTarget::Flow(flow) => ClientRequest::CancelFlow {
+            request: request_id(),
+            flow,
+        },
     };
-    let batch = match &req {
-        ClientRequest::CancelBatch { batch, .. } => Some(*batch),
-        _ => None,
+    let (batch, flow) = match &req {
+        ClientRequest::CancelBatch { batch, .. } => (Some(*batch), None),
+        ClientRequest::CancelFlow { flow, .. } => (None, Some(*flow)),
+        _ => (None, None),
     };
     let task = match &req {
         ClientRequest::CancelTask { task, .. } => Some(*task),
@@ -93,6 +103,9 @@ pub fn cancel(masters: &[String], a: CancelArgs) -> anyhow::Result<()> {
                 if let Some(b) = batch {
                     v["batch_id"] = serde_json::json!(b);
                 }
+                if let Some(f) = flow {
+                    v["flow_id"] = serde_json::json!(f);
+                }
                 crate::cmd::print_json(&v)
             } else {
                 match task {
@@ -100,6 +113,9 @@ pub fn cancel(masters: &[String], a: CancelArgs) -> anyhow::Result<()> {
                     Some(t) => println!("cancelled {t} of {job}"),
                     None if batch.is_some() => {
                         println!("cancelled {tasks} task(s) of batch-{}", batch.unwrap_or(0))
+                    }
+                    None if flow.is_some() => {
+                        println!("cancelled {tasks} task(s) of flow-{}", flow.unwrap_or(0))
                     }
                     None => println!("cancelled {tasks} task(s) of {job}"),
                 }

@@ -115,7 +115,8 @@ pub struct SubmitArgs {
 /// Arguments of `hetsched cancel`.
 #[derive(clap::Args, Debug)]
 pub struct CancelArgs {
-    /// The job (`5`, `job-5`); `task-17` cancels one task, `batch-3` a whole batch.
+    /// The job (`5`, `job-5`); `task-17` cancels one task, `batch-3` a whole batch,
+    /// `flow-2` every unfinished step of a flow.
     #[arg(value_name = "JOB", required_unless_present = "task")]
     pub job: Option<String>,
     /// Cancel only this task (`17`, `task-17`).

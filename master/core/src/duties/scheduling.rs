@@ -81,6 +81,7 @@ impl DutiesCore {
             // New work or freed resources can make a placement possible.
             Outcome::Submitted { .. }
             | Outcome::BatchSubmitted { .. }
+            | Outcome::FlowSubmitted { .. }
             | Outcome::BatchReplanned { .. }
             | Outcome::Registered { .. }
             | Outcome::NodeUp { .. }

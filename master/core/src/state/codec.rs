@@ -11,6 +11,7 @@
 
 use super::acl::AclBook;
 use super::admin::{BenchBook, BenchCounter};
+use super::flows::FlowBook;
 use super::hash::fnv1a64;
 use super::job_book::JobBook;
 use super::model::Job;
@@ -94,6 +95,7 @@ impl ClusterState {
             cpu_history: self.profiles.cpu_history(),
             batch: &self.batch,
             acl: &self.acl,
+            flows: &self.flows,
             last_index: self.last_index,
             last_ms: self.last_ms,
         }
@@ -120,6 +122,7 @@ impl ClusterState {
             batch: d.batch,
             acl: d.acl,
             deps: Default::default(), // derived: rebuilt with the other indexes
+            flows: d.flows.restored(),
             last_index: d.last_index,
             last_ms: d.last_ms,
         };
@@ -162,6 +165,7 @@ impl ClusterState {
             batch: self.batch.clone(),
             acl: AclBook::default(),
             deps: self.deps.clone(),
+            flows: FlowBook::default(),
             last_index: self.last_index,
             last_ms: self.last_ms,
         }

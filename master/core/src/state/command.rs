@@ -297,6 +297,12 @@ pub enum Command {
         #[serde(default)]
         queue_depth: u32,
     },
+    /// Issue 51: a flow's steps, every step's job or none (`flows.rs`); each step's names
+    /// resolved to the jobs its upstream steps became in this entry.
+    SubmitFlow {
+        /// The steps.
+        flow: hetsched_common::FlowSpec,
+    },
 }
 
 /// One placement of a task of a job not yet applied: the task is named by its index in
@@ -553,6 +559,13 @@ pub enum Outcome {
         job: JobId,
         /// How many tasks.
         tasks: u32,
+    },
+    /// Issue 51: a flow was submitted, one job per step.
+    FlowSubmitted {
+        /// Its id (`flow-N`).
+        flow: u64,
+        /// Each step's name and job, in the file's order.
+        jobs: Vec<(String, JobId)>,
     },
     /// An attempt timed out; its slave must stop it.
     TimedOut {

@@ -3,14 +3,15 @@
 
 use super::batch::BatchBook;
 use super::command::Outcome;
+use super::flows::FlowBook;
 use super::job_book::JobBook;
 use super::node_book::NodeBook;
 use super::request_book::RequestBook;
 use super::task_book::TaskBook;
 use hetsched_common::JobId;
 
-/// The collection rule. Spans the job, task and batch books (a collected job leaves all
-/// three at once) and the request book (old outcomes go with the same command), reading the
+/// The collection rule. Spans the job, task, batch and flow books (a collected job leaves
+/// all four at once) and the request book (old outcomes go with the same command), reading the
 /// node book: a job a stopping attempt still names must stay.
 pub(super) struct GcRules<'a> {
     /// Finished jobs.
@@ -19,6 +20,8 @@ pub(super) struct GcRules<'a> {
     pub tasks: &'a mut TaskBook,
     /// Their batch records.
     pub batch: &'a mut BatchBook,
+    /// Their flows' records.
+    pub flows: &'a mut FlowBook,
     /// Request outcomes.
     pub requests: &'a mut RequestBook,
     /// Stopping attempts.
@@ -64,6 +67,7 @@ impl GcRules<'_> {
                     }
                 }
                 self.batch.forget_job(j.id, &j.tasks);
+                self.flows.forget_job(j.id);
                 jobs += 1;
             }
         }

@@ -11,6 +11,7 @@ fn collect(l: &mut Log, jobs_before: Option<u64>) -> Outcome {
         jobs: &mut l.s.jobs,
         tasks: &mut l.s.tasks,
         batch: &mut l.s.batch,
+        flows: &mut l.s.flows,
         requests: &mut l.s.requests,
         nodes: &l.s.nodes,
     }

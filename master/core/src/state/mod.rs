@@ -14,7 +14,7 @@
 //! - [`RequestBook`] (`request_book.rs`): client request outcomes for retries.
 //! - [`ProfileBook`] (`profile_book.rs`): engine profiles, the task–engine relation, the
 //!   CPU-count history.
-//! - [`BatchBook`] (`batch.rs`), [`AclBook`] (`acl.rs`).
+//! - [`BatchBook`] (`batch.rs`), [`AclBook`] (`acl.rs`), [`FlowBook`] (`flows.rs`).
 //! - [`DependencyBook`] (`dependency_book.rs`): dependents by the job they follow, singleton
 //!   jobs by user and name; derived from the open jobs' specs (rebuilt on restore).
 //!
@@ -27,6 +27,7 @@
 //! apply ─▶ book method      RegisterNode NodeUp DrainNode UndrainNode RecordCalls
 //!                           CreateToken RevokeToken
 //!       ─▶ SubmitRules      SubmitJob SubmitBatch ReplanBatchJob   (submit.rs)
+//!       ─▶ FlowRules        SubmitFlow: SubmitRules per step, the record (flows.rs)
 //!       ─▶ PlanRules        ApplyPlan, SubmitPlaced's placements  (plan.rs)
 //!       ─▶ ReportRules      TaskStarted TaskFinished TaskLost TimeoutTask TaskReports
 //!       ─▶ LifecycleRules   NodeDown RequeueDrained CancelJob CancelTask (lifecycle.rs)
@@ -56,6 +57,7 @@ mod command;
 mod cpu_changes;
 mod dependencies;
 mod dependency_book;
+mod flows;
 mod gc;
 mod grants;
 mod hash;
@@ -85,6 +87,7 @@ pub use booking::{engine_count, free_units, with_unit};
 pub use command::{Assign, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef};
 pub use dependencies::{DepState, DependencyView, JobStates};
 pub use dependency_book::DependencyBook;
+pub use flows::{Flow, FlowBook};
 pub use hash::fnv1a64;
 pub use job_book::JobBook;
 pub use listing::ListError;
@@ -154,6 +157,7 @@ pub fn touched_nodes(mut nodes: BTreeSet<NodeId>, outcome: &Outcome) -> Vec<Node
 
 use cpu_changes::CpuRules;
 use dependencies::DependencyRules;
+use flows::FlowRules;
 use gc::GcRules;
 use hetsched_common::priority::PriorityConfig;
 use hetsched_common::program::{EngineDecl, EngineTotal, SelectionTable, TaskKind};
@@ -187,6 +191,8 @@ pub struct ClusterState {
     /// Issue 51: dependents by the job they follow, singleton jobs (derived from the open
     /// jobs' specs; rebuilt on restore, never written).
     deps: DependencyBook,
+    /// Issue 51: flows, each step's job (written only once a flow was submitted).
+    flows: FlowBook,
     /// Last applied log index.
     last_index: u64,
     /// Leader's clock of the last applied command.
@@ -327,8 +333,16 @@ impl ClusterState {
     /// nor lose its cancellation, and nothing extra is proposed.
     fn follow_dependencies(&mut self, outcome: &Outcome) {
         let mut rules = self.dependency_rules();
-        if let Outcome::Submitted { job, .. } | Outcome::SubmittedPlaced { job, .. } = outcome {
-            rules.follow_submit(*job);
+        match outcome {
+            Outcome::Submitted { job, .. } | Outcome::SubmittedPlaced { job, .. } => {
+                rules.follow_submit(*job);
+            }
+            Outcome::FlowSubmitted { jobs, .. } => {
+                for (_, job) in jobs {
+                    rules.follow_submit(*job);
+                }
+            }
+            _ => {}
         }
         rules.settle();
     }
@@ -376,6 +390,7 @@ impl ClusterState {
                 place,
                 queue_depth,
             } => self.submit_placed(index, at_ms, spec, &place, queue_depth),
+            Command::SubmitFlow { flow } => self.flow_rules(index, at_ms).submit_flow(flow),
             Command::ApplyPlan(plan) => self.plan_rules(at_ms).apply_plan(plan),
             c @ (Command::TaskStarted { .. }
             | Command::TaskFinished { .. }
@@ -441,15 +456,22 @@ impl ClusterState {
     }
 
     fn submit_rules(&mut self, index: u64, at_ms: u64) -> SubmitRules<'_> {
-        SubmitRules {
-            jobs: &mut self.jobs,
-            tasks: &mut self.tasks,
-            nodes: &self.nodes,
-            profiles: &mut self.profiles,
-            priority: &self.priority,
-            batch: &mut self.batch,
-            index,
-            at_ms,
+        self.flow_rules(index, at_ms).submit
+    }
+
+    fn flow_rules(&mut self, index: u64, at_ms: u64) -> FlowRules<'_> {
+        FlowRules {
+            submit: SubmitRules {
+                jobs: &mut self.jobs,
+                tasks: &mut self.tasks,
+                nodes: &self.nodes,
+                profiles: &mut self.profiles,
+                priority: &self.priority,
+                batch: &mut self.batch,
+                index,
+                at_ms,
+            },
+            flows: &mut self.flows,
         }
     }
 
@@ -503,6 +525,7 @@ impl ClusterState {
             jobs: &mut self.jobs,
             tasks: &mut self.tasks,
             batch: &mut self.batch,
+            flows: &mut self.flows,
             requests: &mut self.requests,
             nodes: &self.nodes,
         }

@@ -13,6 +13,7 @@ use super::acl::AclBook;
 use super::admin::BenchCounter;
 use super::batch::BatchBook;
 use super::command::{Outcome, TaskRef};
+use super::flows::FlowBook;
 use super::model::{Job, Node, NodeProfile, Task};
 use super::request_book::RecentRequest;
 use hetsched_common::priority::PriorityConfig;
@@ -44,6 +45,9 @@ pub(super) struct SnapshotRef<'a> {
     pub cpu_history: &'a BTreeMap<TaskClass, u64>,
     pub batch: &'a BatchBook,
     pub acl: &'a AclBook,
+    /// Issue 51: left out until a flow was ever submitted, so older states keep their bytes.
+    #[serde(skip_serializing_if = "FlowBook::is_unused")]
+    pub flows: &'a FlowBook,
     pub last_index: u64,
     pub last_ms: u64,
 }
@@ -78,6 +82,8 @@ pub(super) struct Snapshot {
     pub batch: BatchBook,
     #[serde(default)]
     pub acl: AclBook,
+    #[serde(default)]
+    pub flows: FlowBook,
     pub last_index: u64,
     pub last_ms: u64,
 }

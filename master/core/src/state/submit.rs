@@ -37,7 +37,8 @@ pub(super) struct SubmitRules<'a> {
 }
 
 impl SubmitRules<'_> {
-    /// Applies `SubmitJob`, `SubmitBatch` or `ReplanBatchJob`.
+    /// Applies `SubmitJob`, `SubmitBatch` or `ReplanBatchJob` (`SubmitFlow` is the flow
+    /// rules', `flows.rs`, which submit each step here).
     pub(super) fn apply(&mut self, command: Command) -> Outcome {
         match command {
             Command::SubmitJob { spec } => self.submit(spec),
@@ -49,18 +50,16 @@ impl SubmitRules<'_> {
 
     /// Submits one job: validated, admitted (S1), its tasks pending in id order.
     pub(super) fn submit(&mut self, mut spec: JobSpec) -> Outcome {
-        if let Err(e) = spec.validate() {
-            return Outcome::Rejected(e.to_string());
-        }
         // Every job it follows must be here (checked before any id is handed out); its
         // edges are recorded after the command (`ClusterState::follow_dependencies`).
-        if let Err(why) = super::dependencies::check_dependencies(self.jobs, &spec) {
-            return Outcome::Rejected(why);
-        }
+        let checked = self.precheck(&spec).and_then(|candidates| {
+            super::dependencies::check_dependencies(self.jobs, &spec).map(|()| candidates)
+        });
+        let candidates = match checked {
+            Ok(c) => c,
+            Err(why) => return Outcome::Rejected(why),
+        };
         let partition = partition_of(&spec).to_string();
-        if let Err(why) = self.may_protect(&spec, &partition) {
-            return Outcome::Rejected(why);
-        }
         let admitted = crate::policy::quota::admit(
             self.priority,
             &spec.user,
@@ -69,10 +68,6 @@ impl SubmitRules<'_> {
             spec.count,
             |who| self.quota_usage(who, &partition),
         );
-        let candidates = match self.nodes.resolve_all(&spec.nodes) {
-            Ok(c) => c,
-            Err(why) => return Outcome::Rejected(why),
-        };
         if let Some(p) = &spec.program {
             self.profiles.learn_kind(p.kind());
             spec.carry_program();
@@ -104,6 +99,15 @@ impl SubmitRules<'_> {
             candidates,
         });
         Outcome::Submitted { job: id, tasks }
+    }
+
+    /// What [`submit`](Self::submit) checks of `spec` alone, changing nothing (its
+    /// dependencies aside): valid, `--no-preempt` allowed, locality names known; the
+    /// locality candidates.
+    pub(super) fn precheck(&self, spec: &JobSpec) -> Result<Vec<hetsched_common::NodeId>, String> {
+        spec.validate().map_err(|e| e.to_string())?;
+        self.may_protect(spec, partition_of(spec))?;
+        self.nodes.resolve_all(&spec.nodes)
     }
 
     /// `--no-preempt` needs the configured minimum priority.

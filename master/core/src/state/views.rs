@@ -9,13 +9,14 @@ use super::batch::{BatchBook, BatchTask};
 use super::command::TaskRef;
 use super::dependencies::{DepState, DependencyView, JobStates};
 use super::dependency_book::DependencyBook;
+use super::flows::FlowBook;
 use super::listing::{check_state, ListError, JOB_STATES, TASK_STATES};
 use super::model::{partition_of, Job, Node, NodeLiveness, Task};
 use super::slave_queue::QueueView;
 use super::ClusterState;
 use hetsched_common::protocol::{
-    BatchInfo, BatchJobInfo, BatchTaskInfo, EngineInfo, JobInfo, ListFilter, NodeCounts, NodeInfo,
-    TaskInfo,
+    BatchInfo, BatchJobInfo, BatchTaskInfo, EngineInfo, FlowInfo, FlowStepInfo, JobInfo,
+    ListFilter, NodeCounts, NodeInfo, TaskInfo,
 };
 use hetsched_common::{Attempt, ClientRequestId, JobId, NodeId, TaskId, TaskState};
 use std::collections::BTreeMap;
@@ -370,6 +371,35 @@ impl ClusterState {
             replans: b.replans,
             jobs,
         })
+    }
+
+    /// `flow N --json` (`None`: no such flow, or collected).
+    pub fn flow_info(&self, id: u64) -> Option<FlowInfo> {
+        let f = self.flows.get(id)?;
+        let steps = f
+            .steps
+            .iter()
+            .map(|(name, job)| {
+                let j = self.jobs.get(job);
+                FlowStepInfo {
+                    name: name.clone(),
+                    job_id: *job,
+                    state: j.map_or_else(|| "collected".into(), |j| self.job_state(j).into()),
+                    tasks: j.map_or(0, |j| j.tasks.len() as u32),
+                }
+            })
+            .collect();
+        Some(FlowInfo {
+            flow_id: f.id,
+            user: f.user.clone(),
+            submitted_ms: f.submitted_ms,
+            steps,
+        })
+    }
+
+    /// Everything kept of flows.
+    pub fn flow_book(&self) -> &FlowBook {
+        &self.flows
     }
 
     /// Everything kept of batches.

@@ -90,6 +90,7 @@ fn outcome_kind(o: &Outcome) -> &'static str {
         Outcome::TimedOut { .. } => "timed-out",
         Outcome::BatchSubmitted { .. } => "batch-submitted",
         Outcome::BatchReplanned { .. } => "batch-replanned",
+        Outcome::FlowSubmitted { .. } => "flow-submitted",
     }
 }
 

@@ -24,6 +24,8 @@ pub(super) fn routes() -> Vec<Route> {
         r("GET", "/v1/jobs", get(jobs)),
         r("GET", "/v1/jobs/{id}", get(job)),
         r("DELETE", "/v1/jobs/{id}", delete(cancel)),
+        r("POST", "/v1/flows", post(submit_flow)),
+        r("GET", "/v1/flows/{id}", get(flow)),
         r("GET", "/v1/tasks", get(tasks)),
         r("GET", "/v1/tasks/{id}/logs", get(logs)),
         r("GET", "/v1/tasks/{id}/explain", get(explain)),
@@ -112,6 +114,45 @@ async fn submit(
             Json(json!({ "job_id": job, "tasks": tasks.len() })),
         )
             .into_response()),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// `POST /v1/flows`: a flow file's schema in JSON; answered as `submit-flow --json`.
+async fn submit_flow(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let flow = http_input::flow_body(&body)?;
+    let request = request_id(&headers)?;
+    match ctx.ask(ClientRequest::SubmitFlow { request, flow }).await? {
+        ClientResponse::FlowSubmitted(f) => Ok((
+            StatusCode::CREATED,
+            [(header::LOCATION, format!("/v1/flows/{}", f.flow_id))],
+            Json(json!(f)),
+        )
+            .into_response()),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// `GET /v1/flows/{id}` (`3` or `flow-3`): as `flow N --json`.
+async fn flow(State(ctx): State<Ctx>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let Some(flow) = id
+        .strip_prefix("flow-")
+        .unwrap_or(&id)
+        .parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0)
+    else {
+        return Err(ApiError::bad_input(
+            format!("flow: {id:?} is not a flow (give N or flow-N)"),
+            Some("flow".into()),
+        ));
+    };
+    match ctx.ask(ClientRequest::Flow { stale: false, flow }).await? {
+        ClientResponse::Flow(f) => Ok(Json(json!(f))),
         other => Err(unexpected(&other)),
     }
 }
