@@ -74,32 +74,30 @@ pub fn run(a: FlowArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let mut cluster = LocalCluster::launch(&dir, &spec)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?;
-    let result = rt.block_on(bench(&cluster, &a));
-    drop(rt);
+        .context("cannot start the async runtime")
+        .and_then(|rt| rt.block_on(bench(&cluster, &a)));
     cluster.stop();
-    if result.is_ok() {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    let report = result?;
+    let report = result?; // a failed run keeps its directory, logs and all
+    let _ = std::fs::remove_dir_all(&dir);
     if a.json {
-        super::print_json(&report)
-    } else {
-        println!(
-            "1 → {} → 1 steps, {} real slaves × {} CPUs: last step started {:.0} ms after the flow's commit with dependencies, {:.0} ms without (medians of {}); ratio {:.3}",
-            a.width,
-            a.slaves,
-            a.slave_cpus,
-            report["with_dependencies_ms"].as_f64().unwrap_or(0.0),
-            report["without_dependencies_ms"].as_f64().unwrap_or(0.0),
-            a.rounds,
-            report["ratio"].as_f64().unwrap_or(0.0),
-        );
-        Ok(())
+        return super::print_json(&report);
     }
+    let ms = |k: &str| report[k].as_f64().unwrap_or(0.0);
+    println!(
+        "1 → {} → 1 steps, {} real slaves × {} CPUs: last step started {:.0} ms after the \
+         flow's commit with dependencies, {:.0} ms without (medians of {}); ratio {:.3}",
+        a.width,
+        a.slaves,
+        a.slave_cpus,
+        ms("with_dependencies_ms"),
+        ms("without_dependencies_ms"),
+        a.rounds,
+        ms("ratio"),
+    );
+    Ok(())
 }
 
 /// The flow: `first`, `width` middle steps, `last`; with `needs` when `dependencies`.
