@@ -9,7 +9,7 @@ use super::acl::{Acl, TokenToCreate};
 use super::admin::Admin;
 use super::client_jobs::ClientJobs;
 use super::client_queries::{ClientQueries, RaftFacts};
-use super::duties_executor::{PlaceNew, PlanSlotRelease};
+use super::duties_executor::Submit;
 use super::{hooks, logs, now_ms, Master};
 use hetsched_common::protocol::{
     BatchSubmit, ClientRequest, ClientResponse, ErrorKind, ErrorReply,
@@ -251,7 +251,9 @@ impl Master {
         }
     }
 
-    /// A job submission: checked, admitted on the leader, proposed.
+    /// A job submission: checked and admitted on the leader here, then handed to the
+    /// duties, which plan it when nothing else waits and propose it (docs/ARCHITECTURE.md,
+    /// the submit flow).
     async fn submit(
         &self,
         request: ClientRequestId,
@@ -270,28 +272,15 @@ impl Master {
             };
             jobs.admit(request, &spec, &mut admission, now_ms())
         })?;
-        // When nothing else waits, the leader plans the job's tasks now and the submission
-        // carries the placements: one Raft round to the dispatch instead of two. With tasks
-        // pending the duties would decline: a busy leader's submits skip asking them.
-        let nothing_pending = self.shared.read_state().pending().is_empty();
-        let placed = match self.raft.status().role {
-            Role::Leader if nothing_pending => self
-                .duties
-                .send(PlaceNew { spec: spec.clone() })
-                .await
-                .ok()
-                .flatten(),
-            _ => None,
-        };
-        let (command, _slot) = match placed {
-            Some(p) => (
-                p.command(spec),
-                Some(PlanSlotRelease::new(self.duties.clone(), p.tag)),
-            ),
-            None => (Command::SubmitJob { spec }, None),
-        };
-        tracing::debug!(target: "hetsched::trace", request = request.0, "submit: proposing");
-        let o = self.propose(command, Some(request)).await?;
+        // The duties plan it when nothing else waits, and propose it.
+        let proposed = self
+            .duties
+            .send(Submit { request, spec })
+            .await
+            .map_err(|e| ErrorReply::new(ErrorKind::Unavailable, e.to_string()))?
+            .await
+            .map_err(|e| ErrorReply::new(ErrorKind::Unknown, e.to_string()))?;
+        let o = proposed.map_err(|e| self.shared.propose_error(e))?;
         tracing::debug!(target: "hetsched::trace", request = request.0, "submit: applied, answering");
         ClientJobs::submitted(o)
     }

@@ -11,10 +11,10 @@ use super::waiting::{sample_of, WaitReasons, SAMPLE_EVERY};
 use super::{now_ms, MasterShared, Replicated};
 use actix::prelude::*;
 use hetsched_common::protocol::{ErrorKind, ErrorReply, HeldTask};
-use hetsched_common::{MasterId, NodeId};
-use hetsched_consensus::{Consensus, RaftStatus, Role};
+use hetsched_common::{ClientRequestId, MasterId, NodeId};
+use hetsched_consensus::{Consensus, ProposeError, RaftStatus, Role};
 use hetsched_master_core::duties::{
-    DutiesConfig, DutiesCore, DutyEvent, Effect, HeartbeatVerdict, NewPlacement, Now, ProposalTag,
+    DutiesConfig, DutiesCore, DutyEvent, Effect, HeartbeatVerdict, Now, ProposalTag,
 };
 use hetsched_master_core::sched::Scheduler;
 use hetsched_master_core::state::{CommandEnvelope, Outcome};
@@ -445,48 +445,51 @@ fn outcome_metrics(o: &Outcome) {
         .increment(n);
 }
 
-/// Plans a submission's tasks before it is proposed (one Raft round from an idle submit
-/// to its dispatch; `DutiesCore::place_new`): `None` submits it the ordinary way.
+/// A submission the client API checked, handed to the duties: they plan it when nothing
+/// else waits and always propose it as a `SubmitPlaced` (`DutiesCore::submission`), the one
+/// road from a submit to its placement. The answer is the proposal's result, to await.
 #[derive(Message)]
-#[rtype(result = "Option<NewPlacement>")]
-pub struct PlaceNew {
+#[rtype(result = "tokio::sync::oneshot::Receiver<Result<Outcome, ProposeError>>")]
+pub struct Submit {
+    /// The client's request id (the entry carries it: a retry applies once).
+    pub request: ClientRequestId,
     /// The job.
     pub spec: hetsched_common::JobSpec,
 }
 
-impl Handler<PlaceNew> for LeaderDuties {
-    type Result = Option<NewPlacement>;
+impl Handler<Submit> for LeaderDuties {
+    type Result = MessageResult<Submit>;
 
-    fn handle(&mut self, m: PlaceNew, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, m: Submit, ctx: &mut Self::Context) -> Self::Result {
         let now = self.now();
-        let view = self.shared.read_state();
-        let placed = self.core.place_new(&m.spec, now, &view);
-        tracing::debug!(target: "hetsched::trace", placed = placed.as_ref().map_or(0, |p| p.place.len()), "submit: planned before proposing");
-        placed
-    }
-}
-
-/// Frees the plan slot a [`PlaceNew`] took once its submission's proposal finished, or
-/// was dropped with its request (the slot must not stay held: scheduling waits on it).
-pub struct PlanSlotRelease {
-    duties: Addr<LeaderDuties>,
-    tag: ProposalTag,
-}
-
-impl PlanSlotRelease {
-    /// Releases `tag`'s slot when dropped.
-    pub fn new(duties: Addr<LeaderDuties>, tag: ProposalTag) -> Self {
-        Self { duties, tag }
-    }
-}
-
-impl Drop for PlanSlotRelease {
-    fn drop(&mut self) {
-        // Applied or not, the slot frees the same way (a stale placement is the plan's).
-        self.duties.do_send(DutiesMsg::Proposed {
-            tag: self.tag,
-            ok: true,
+        let s = {
+            let view = self.shared.read_state();
+            self.core.submission(m.spec, now, &view)
+        };
+        tracing::debug!(target: "hetsched::trace", request = m.request.0, planned = s.slot.is_some(), "submit: proposing");
+        let bytes = CommandEnvelope {
+            at_ms: now.wall_ms,
+            request: Some(m.request),
+            command: s.command,
+        }
+        .encode();
+        let (answer, rx) = tokio::sync::oneshot::channel();
+        let (raft, me) = (self.raft.clone(), ctx.address());
+        // The proposal is the duties' own: it runs to its end whether or not the client
+        // still waits, and its end frees the plan slot the placements hold.
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let r = raft.propose(bytes).await;
+            if r.is_ok() {
+                metrics::histogram!("hetsched_master_raft_commit_seconds")
+                    .record(started.elapsed());
+            }
+            if let Some(tag) = s.slot {
+                me.do_send(DutiesMsg::Proposed { tag, ok: r.is_ok() });
+            }
+            let _ = answer.send(r);
         });
+        MessageResult(rx)
     }
 }
 

@@ -2,7 +2,7 @@
 //! `apply`, as the log would put them; no sockets, no runtime.
 
 use hetsched_common::protocol::TokenRole;
-use hetsched_common::{GpuRequest, JobId, JobSpec, NodeId, NodeResources, ResourceRequest, TaskId};
+use hetsched_common::{JobId, JobSpec, NodeId, NodeResources, ResourceRequest, TaskId};
 use hetsched_master_core::state::{ClusterState, Command, CommandEnvelope, Outcome, TokenRecord};
 
 /// The leader's clock of the entries applied here.

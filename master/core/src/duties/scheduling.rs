@@ -46,14 +46,18 @@ impl DutiesCore {
                 self.dispatch(now, view, fx);
             }
             Outcome::SubmittedPlaced {
-                accepted, rejected, ..
+                tasks,
+                accepted,
+                rejected,
+                ..
             } => {
                 for r in &accepted {
                     l.undelivered.send_now((r.task, r.attempt), r.node);
                 }
                 self.dispatch(now, view, fx);
-                // Stale placements left tasks pending (planned again once the slot frees).
-                wake = rejected > 0;
+                // Tasks left pending (not planned at submit, or their placement went
+                // stale) are planned like every pending task, once the slot is free.
+                wake = rejected > 0 || accepted.len() < tasks.len();
             }
             Outcome::Cancelled { stop, .. } => stop_effects(&stop, None, view, fx),
             Outcome::Drained { requeued, .. } => {
