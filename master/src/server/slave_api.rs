@@ -9,7 +9,9 @@ use super::duties_executor::{Heartbeat, StealRequest};
 use super::heartbeats::Pending;
 use super::slave_reports::SlaveReports;
 use super::Master;
-use hetsched_common::protocol::{ErrorKind, ErrorReply, SlaveRequest, SlaveResponse, TaskReport};
+use hetsched_common::protocol::{
+    ErrorKind, ErrorReply, HeldTask, SlaveRequest, SlaveResponse, TaskReport,
+};
 use hetsched_common::NodeId;
 use hetsched_master_core::state::{Command, Outcome};
 
@@ -37,17 +39,7 @@ impl Master {
                     labels,
                     partitions,
                 };
-                self.require_leader()?;
-                SlaveReports::check_register(&cmd)?;
-                let node = SlaveReports::registered(self.propose(cmd, None).await?)?;
-                // Registration doubles as the first heartbeat.
-                let first = Heartbeat {
-                    node,
-                    held,
-                    samples: Vec::new(),
-                };
-                let _ = self.duties.send(first).await;
-                Ok(SlaveResponse::Registered { node })
+                self.register(cmd, held).await
             }
             S::Heartbeat {
                 node,
@@ -71,20 +63,50 @@ impl Master {
                     leader: self.shared.id,
                 })
             }
+            other => {
+                self.require_leader()?;
+                self.slave_records(other).await
+            }
+        }
+    }
+
+    /// A slave registers (`cmd` is its `RegisterNode`): the registration doubles as its
+    /// first heartbeat.
+    async fn register(
+        &self,
+        cmd: Command,
+        held: Vec<HeldTask>,
+    ) -> Result<SlaveResponse, ErrorReply> {
+        self.require_leader()?;
+        SlaveReports::check_register(&cmd)?;
+        let node = SlaveReports::registered(self.propose(cmd, None).await?)?;
+        let first = Heartbeat {
+            node,
+            held,
+            samples: Vec::new(),
+        };
+        let _ = self.duties.send(first).await;
+        Ok(SlaveResponse::Registered { node })
+    }
+
+    /// Task reports, profiles, call records, steal requests and forwarding queries (this
+    /// master leads).
+    async fn slave_records(&self, req: SlaveRequest) -> Result<SlaveResponse, ErrorReply> {
+        use SlaveRequest as S;
+        let ack = |_: Outcome| SlaveResponse::Ack;
+        match req {
             S::TaskStarted {
                 node,
                 task,
                 attempt,
             } => {
-                self.require_leader()?;
                 let cmd = Command::TaskStarted {
                     node,
                     task,
                     attempt,
                 };
-                self.propose(cmd, None).await?;
                 // Stale or not, the report is settled: the slave may forget it.
-                Ok(SlaveResponse::Ack)
+                self.propose(cmd, None).await.map(ack)
             }
             S::TaskFinished {
                 node,
@@ -93,7 +115,6 @@ impl Master {
                 exit_code,
                 reason,
             } => {
-                self.require_leader()?;
                 let cmd = SlaveReports::task_finished(node, task, attempt, exit_code, reason);
                 let was_final = self.slave_reports(|r| r.task_is_final(task));
                 self.propose(cmd, None).await?;
@@ -102,15 +123,6 @@ impl Master {
                 }
                 Ok(SlaveResponse::Ack)
             }
-            other => self.slave_records(other).await,
-        }
-    }
-
-    /// Profiles, call records, steal requests, forwarding queries and report batches.
-    async fn slave_records(&self, req: SlaveRequest) -> Result<SlaveResponse, ErrorReply> {
-        use SlaveRequest as S;
-        self.require_leader()?;
-        match req {
             S::RecordProfile {
                 node,
                 engines,
@@ -135,17 +147,15 @@ impl Master {
                     attempt,
                     summary,
                 };
-                self.propose(cmd, None).await?;
-                Ok(SlaveResponse::Ack)
+                self.propose(cmd, None).await.map(ack)
             }
             // S0.4: an idle slave asks for work; the duties executor picks a victim.
-            S::StealRequest { node } => {
-                self.duties
-                    .send(StealRequest { thief: node })
-                    .await
-                    .map_err(|e| ErrorReply::new(ErrorKind::Unavailable, e.to_string()))?;
-                Ok(SlaveResponse::Ack)
-            }
+            S::StealRequest { node } => self
+                .duties
+                .send(StealRequest { thief: node })
+                .await
+                .map(|()| SlaveResponse::Ack)
+                .map_err(|e| ErrorReply::new(ErrorKind::Unavailable, e.to_string())),
             S::ForwardQuery(q) => Ok(self.slave_reports(|r| r.forward(&self.engine_loads, &q))),
             S::TaskReports { node, reports } => self.task_reports(node, reports).await,
             other => Err(ErrorReply::new(

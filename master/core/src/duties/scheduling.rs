@@ -32,6 +32,23 @@ impl DutiesCore {
             return;
         };
         l.sched_dirty = true;
+        if self.act_on(outcome, now, view, fx) {
+            self.schedule(now, view, fx);
+        }
+    }
+
+    /// What an applied outcome sets off: dispatches, stops, CPU changes; whether it may
+    /// have made a placement possible (then the queue is looked at now).
+    fn act_on(
+        &mut self,
+        outcome: Outcome,
+        now: Now,
+        view: &ClusterState,
+        fx: &mut Vec<Effect>,
+    ) -> bool {
+        let Role::Leading(l) = &mut self.role else {
+            return false;
+        };
         let mut wake = false;
         match outcome {
             Outcome::PlanApplied {
@@ -92,9 +109,7 @@ impl DutiesCore {
             | Outcome::TaskUpdated => wake = true,
             _ => {}
         }
-        if wake {
-            self.schedule(now, view, fx);
-        }
+        wake
     }
 
     /// Proposes a plan when none is in flight, tasks wait and something changed.
