@@ -295,74 +295,76 @@ impl Handler<DutiesMsg> for LeaderDuties {
     type Result = ();
 
     fn handle(&mut self, msg: DutiesMsg, ctx: &mut Self::Context) {
-        let ev = match msg {
-            DutiesMsg::Raft(st) => {
-                let leading = st.role == Role::Leader;
-                if !leading {
-                    // Whatever was queued for slaves belongs to a leadership that ended.
-                    self.senders.clear();
-                }
-                DutyEvent::Leadership(leading)
+        match &msg {
+            // Whatever was queued for slaves belongs to a leadership that ended.
+            DutiesMsg::Raft(st) if st.role != Role::Leader => self.senders.clear(),
+            DutiesMsg::Applied(a) if self.core.is_leading() => self.applied_metrics(a),
+            _ => {}
+        }
+        self.feed(event(msg), ctx);
+    }
+}
+
+/// The core's event for a message.
+fn event(msg: DutiesMsg) -> DutyEvent {
+    match msg {
+        DutiesMsg::Raft(st) => DutyEvent::Leadership(st.role == Role::Leader),
+        DutiesMsg::Applied(a) => DutyEvent::Applied {
+            index: a.index,
+            outcome: a.outcome,
+            touched: a.touched,
+        },
+        DutiesMsg::Proposed { tag, ok } => DutyEvent::Proposed { tag, ok },
+        DutiesMsg::Delivered(r) => DutyEvent::DeliveredBatch {
+            node: r.node,
+            tasks: r.tasks,
+            ok: r.ok,
+        },
+        DutiesMsg::Released {
+            task,
+            attempt,
+            from,
+            to,
+            released,
+        } => DutyEvent::Released {
+            task,
+            attempt,
+            from,
+            to,
+            released,
+        },
+    }
+}
+
+impl LeaderDuties {
+    /// What the leader counts of an entry it applied (once, by the leader that proposed
+    /// it: docs/CONTRACT.md): preemptions, placement latency, tasks it ended, steals.
+    fn applied_metrics(&self, a: &Applied) {
+        match &a.outcome {
+            Outcome::PlanApplied {
+                preempted,
+                accepted,
+                ..
+            } => {
+                tracing::debug!(target: "hetsched::trace", index = a.index, accepted = accepted.len(), "plan: applied");
+                metrics::counter!("hetsched_master_preemptions_total")
+                    .increment(preempted.len() as u64);
+                self.placement_latency(accepted);
             }
-            DutiesMsg::Applied(a) => {
-                if let (
-                    true,
-                    Outcome::PlanApplied {
-                        preempted,
-                        accepted,
-                        ..
-                    },
-                ) = (self.core.is_leading(), &a.outcome)
-                {
-                    tracing::debug!(target: "hetsched::trace", index = a.index, accepted = accepted.len(), "plan: applied");
-                    // Counted once, by the leader that proposed the plan (docs/CONTRACT.md).
-                    metrics::counter!("hetsched_master_preemptions_total")
-                        .increment(preempted.len() as u64);
-                    self.placement_latency(accepted);
-                }
-                if let (true, Outcome::SubmittedPlaced { accepted, .. }) =
-                    (self.core.is_leading(), &a.outcome)
-                {
-                    tracing::debug!(target: "hetsched::trace", index = a.index, accepted = accepted.len(), "submit with placements: applied");
-                    self.placement_latency(accepted);
-                }
-                if self.core.is_leading() {
-                    outcome_metrics(&a.outcome);
-                    if let Outcome::Stolen {
-                        assigned: Some(_), ..
-                    } = &a.outcome
-                    {
-                        // Counted once, by the leader that proposed the move (docs/CONTRACT.md).
-                        metrics::counter!("hetsched_master_steals_total").increment(1);
-                    }
-                }
-                DutyEvent::Applied {
-                    index: a.index,
-                    outcome: a.outcome,
-                    touched: a.touched,
+            Outcome::SubmittedPlaced { accepted, .. } => {
+                tracing::debug!(target: "hetsched::trace", index = a.index, accepted = accepted.len(), "submit with placements: applied");
+                self.placement_latency(accepted);
+            }
+            Outcome::Stolen {
+                assigned: Some(_), ..
+            } => metrics::counter!("hetsched_master_steals_total").increment(1),
+            o => {
+                if let Some((n, state, reason)) = ended_by_leader(o) {
+                    metrics::counter!("hetsched_master_task_outcomes_total", "state" => state, "reason" => reason)
+                        .increment(n);
                 }
             }
-            DutiesMsg::Proposed { tag, ok } => DutyEvent::Proposed { tag, ok },
-            DutiesMsg::Delivered(r) => DutyEvent::DeliveredBatch {
-                node: r.node,
-                tasks: r.tasks,
-                ok: r.ok,
-            },
-            DutiesMsg::Released {
-                task,
-                attempt,
-                from,
-                to,
-                released,
-            } => DutyEvent::Released {
-                task,
-                attempt,
-                from,
-                to,
-                released,
-            },
-        };
-        self.feed(ev, ctx);
+        }
     }
 }
 
@@ -434,15 +436,14 @@ impl LeaderDuties {
 }
 
 /// Tasks ended for good by a command the leader applied (cancellations, timeouts without a
-/// re-run); ends reported by slaves are counted where the report is committed.
-fn outcome_metrics(o: &Outcome) {
-    let (n, state, reason) = match o {
-        Outcome::Cancelled { tasks, .. } => (u64::from(*tasks), "cancelled", "cancelled"),
-        Outcome::TimedOut { retried: false, .. } => (1, "failed", "timeout"),
-        _ => return,
-    };
-    metrics::counter!("hetsched_master_task_outcomes_total", "state" => state, "reason" => reason)
-        .increment(n);
+/// re-run), as (how many, state, reason); ends reported by slaves are counted where the
+/// report is committed.
+fn ended_by_leader(o: &Outcome) -> Option<(u64, &'static str, &'static str)> {
+    match o {
+        Outcome::Cancelled { tasks, .. } => Some((u64::from(*tasks), "cancelled", "cancelled")),
+        Outcome::TimedOut { retried: false, .. } => Some((1, "failed", "timeout")),
+        _ => None,
+    }
 }
 
 /// A submission the client API checked, handed to the duties: they plan it when nothing
@@ -507,5 +508,87 @@ impl Handler<StealRequest> for LeaderDuties {
 
     fn handle(&mut self, m: StealRequest, ctx: &mut Self::Context) {
         self.feed(DutyEvent::StealRequest { thief: m.thief }, ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsched_common::TaskId;
+    use hetsched_master_core::state::TaskRef;
+
+    #[test]
+    fn messages_become_the_cores_events() {
+        let st = |role| RaftStatus {
+            id: 1,
+            leader: Some(1),
+            term: 2,
+            role,
+            commit_index: 0,
+            applied_index: 0,
+        };
+        assert_eq!(
+            event(DutiesMsg::Raft(st(Role::Leader))),
+            DutyEvent::Leadership(true)
+        );
+        assert_eq!(
+            event(DutiesMsg::Raft(st(Role::Candidate))),
+            DutyEvent::Leadership(false)
+        );
+        let d = DispatchResult {
+            node: NodeId(3),
+            tasks: vec![(TaskId(4), 1)],
+            ok: false,
+        };
+        assert_eq!(
+            event(DutiesMsg::Delivered(d)),
+            DutyEvent::DeliveredBatch {
+                node: NodeId(3),
+                tasks: vec![(TaskId(4), 1)],
+                ok: false
+            }
+        );
+        let applied = Applied {
+            index: 7,
+            outcome: Outcome::TaskUpdated,
+            touched: vec![NodeId(3)],
+        };
+        assert_eq!(
+            event(DutiesMsg::Applied(applied)),
+            DutyEvent::Applied {
+                index: 7,
+                outcome: Outcome::TaskUpdated,
+                touched: vec![NodeId(3)]
+            }
+        );
+    }
+
+    #[test]
+    fn the_leader_counts_the_ends_it_decided() {
+        let stop = TaskRef {
+            task: TaskId(1),
+            node: NodeId(1),
+            attempt: 1,
+        };
+        let cancelled = Outcome::Cancelled {
+            job: hetsched_common::JobId(1),
+            tasks: 3,
+            stop: Vec::new(),
+        };
+        assert_eq!(
+            ended_by_leader(&cancelled),
+            Some((3, "cancelled", "cancelled"))
+        );
+        let timed_out = |retried| Outcome::TimedOut { stop, retried };
+        assert_eq!(
+            ended_by_leader(&timed_out(false)),
+            Some((1, "failed", "timeout"))
+        );
+        assert_eq!(
+            ended_by_leader(&timed_out(true)),
+            None,
+            "re-run: not an end"
+        );
+        assert_eq!(ended_by_leader(&Outcome::TaskUpdated), None);
     }
 }
