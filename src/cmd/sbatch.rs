@@ -25,7 +25,9 @@ pub struct SbatchArgs {
 }
 
 const HELP: &str = "\
-Submit a Slurm batch script, unchanged: hetsched sbatch [OPTIONS] SCRIPT [ARGS...]
+Submit a Slurm batch script, unchanged.
+
+Usage: hetsched sbatch [OPTIONS] SCRIPT [ARGS...]
 
 Options come from the script's #SBATCH lines (up to its first command) and from the
 command line, which wins. The script runs once per array task, in the submit directory,
@@ -60,7 +62,7 @@ pub fn run(masters: &[String], a: SbatchArgs) -> anyhow::Result<()> {
     let bad = |e: sbatch::SbatchError| exit::bad_input(e.to_string());
     let (options, script, args) = match sbatch::split_command_line(&a.args).map_err(bad)? {
         CommandLine::Help => {
-            println!("{HELP}");
+            println!("{HELP}\n\n{}", exit::EXIT_CODES_HELP);
             return Ok(());
         }
         CommandLine::Run {

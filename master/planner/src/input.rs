@@ -243,62 +243,84 @@ fn positive(line: usize, token: &str, what: &str) -> Result<f64, InputError> {
 pub fn parse_text(input: &str) -> Result<Instance, InputError> {
     let mut lines = Lines::new(input);
     let (l, head) = lines.next("the first line: jobs hosts transfer_speed alpha")?;
-    let (jobs, hosts, transfer_speed, alpha) = match head.as_slice() {
-        [j, h, rest @ ..] if rest.len() == 1 || rest.len() == 2 => {
-            let jobs = whole(l, j, "the number of jobs")?;
-            let hosts = whole(l, h, "the number of hosts")?;
-            if jobs == 0 {
-                return Err(text_err(l, "the number of jobs must be at least 1".into()));
-            }
-            if hosts == 0 {
-                return Err(text_err(l, "the number of hosts must be at least 1".into()));
-            }
-            let (speed, alpha) = if let [a] = rest {
-                if hosts != 1 {
-                    return Err(text_err(
-                        l,
-                        format!(
-                            "three values (jobs hosts alpha) give no transfer speed, which only \
-                             a single host can do without; this file has {hosts} hosts"
-                        ),
-                    ));
-                }
-                (f64::INFINITY, number(l, a, "alpha")?)
-            } else {
-                let x = number(l, rest[0], "the transfer speed")?;
-                let y = number(l, rest[1], "alpha")?;
-                // Our order is (speed, alpha); the course writes (alpha, speed).
-                if (0.0..1.0).contains(&x) && y >= 1.0 {
-                    (y, x)
-                } else {
-                    (x, y)
-                }
-            };
-            if speed <= 0.0 {
-                return Err(text_err(
-                    l,
-                    format!("the transfer speed must be > 0, found {speed}"),
-                ));
-            }
-            if !(0.0..1.0).contains(&alpha) {
-                return Err(text_err(
-                    l,
-                    format!("alpha must be in [0, 1), found {alpha}"),
-                ));
-            }
-            (jobs, hosts, speed, alpha)
-        }
-        _ => {
+    let (jobs, hosts, transfer_speed, alpha) = parse_header(l, &head)?;
+    let cores = parse_cores(&mut lines, hosts)?;
+    let job_list = parse_jobs(&mut lines, jobs, hosts)?;
+    if let Some((i, _)) = lines.inner.find(|(_, t)| !t.trim().is_empty()) {
+        return Err(text_err(
+            i + 1,
+            format!("unexpected extra line after the {jobs} lines of block hosts"),
+        ));
+    }
+    Ok(Instance::new(cores, transfer_speed, alpha, job_list)?)
+}
+
+/// The first line: `jobs hosts transfer_speed alpha` (or `jobs hosts alpha` for one host).
+fn parse_header(l: usize, head: &[&str]) -> Result<(usize, usize, f64, f64), InputError> {
+    let [j, h, rest @ ..] = head else {
+        return Err(header_count(l, head.len()));
+    };
+    if rest.len() != 1 && rest.len() != 2 {
+        return Err(header_count(l, head.len()));
+    }
+    let jobs = whole(l, j, "the number of jobs")?;
+    let hosts = whole(l, h, "the number of hosts")?;
+    if jobs == 0 {
+        return Err(text_err(l, "the number of jobs must be at least 1".into()));
+    }
+    if hosts == 0 {
+        return Err(text_err(l, "the number of hosts must be at least 1".into()));
+    }
+    let (speed, alpha) = speed_and_alpha(l, hosts, rest)?;
+    if speed <= 0.0 {
+        return Err(text_err(
+            l,
+            format!("the transfer speed must be > 0, found {speed}"),
+        ));
+    }
+    if !(0.0..1.0).contains(&alpha) {
+        return Err(text_err(
+            l,
+            format!("alpha must be in [0, 1), found {alpha}"),
+        ));
+    }
+    Ok((jobs, hosts, speed, alpha))
+}
+
+fn header_count(l: usize, found: usize) -> InputError {
+    text_err(
+        l,
+        format!("expected 'jobs hosts transfer_speed alpha' (4 values), found {found} values"),
+    )
+}
+
+/// The transfer speed and alpha of the first line: with three values, one host and no
+/// transfers; with four, in either order (the course writes alpha first).
+fn speed_and_alpha(l: usize, hosts: usize, rest: &[&str]) -> Result<(f64, f64), InputError> {
+    if let [a] = rest {
+        if hosts != 1 {
             return Err(text_err(
                 l,
                 format!(
-                    "expected 'jobs hosts transfer_speed alpha' (4 values), found {} values",
-                    head.len()
+                    "three values (jobs hosts alpha) give no transfer speed, which only \
+                     a single host can do without; this file has {hosts} hosts"
                 ),
-            ))
+            ));
         }
-    };
+        return Ok((f64::INFINITY, number(l, a, "alpha")?));
+    }
+    let x = number(l, rest[0], "the transfer speed")?;
+    let y = number(l, rest[1], "alpha")?;
+    // Our order is (speed, alpha); the course writes (alpha, speed).
+    Ok(if (0.0..1.0).contains(&x) && y >= 1.0 {
+        (y, x)
+    } else {
+        (x, y)
+    })
+}
 
+/// The line of each host's cores.
+fn parse_cores(lines: &mut Lines<'_>, hosts: usize) -> Result<Vec<usize>, InputError> {
     let (l, toks) = lines.next_n(hosts, "the cores of each host")?;
     let cores = toks
         .iter()
@@ -313,7 +335,15 @@ pub fn parse_text(input: &str) -> Result<Instance, InputError> {
             format!("the hosts have more than {MAX_TOTAL_CORES} cores in all"),
         ));
     }
+    Ok(cores)
+}
 
+/// The jobs: block counts, speeds, then each job's block sizes, then each job's block hosts.
+fn parse_jobs(
+    lines: &mut Lines<'_>,
+    jobs: usize,
+    hosts: usize,
+) -> Result<Vec<BatchJob>, InputError> {
     let (l, toks) = lines.next_n(jobs, "the number of blocks of each job")?;
     let counts = toks
         .iter()
@@ -322,13 +352,11 @@ pub fn parse_text(input: &str) -> Result<Instance, InputError> {
             n => Ok(n),
         })
         .collect::<Result<Vec<_>, _>>()?;
-
     let (l, toks) = lines.next_n(jobs, "the speed of each job")?;
     let speeds = toks
         .iter()
         .map(|t| positive(l, t, "a job's speed"))
         .collect::<Result<Vec<_>, _>>()?;
-
     let mut sizes = Vec::with_capacity(jobs);
     for (j, &n) in counts.iter().enumerate() {
         let (l, toks) = lines.next_n(n, &format!("the block sizes of job {j}"))?;
@@ -338,7 +366,6 @@ pub fn parse_text(input: &str) -> Result<Instance, InputError> {
                 .collect::<Result<Vec<_>, _>>()?,
         );
     }
-
     let mut job_list = Vec::with_capacity(jobs);
     for (j, (&n, sizes)) in counts.iter().zip(sizes).enumerate() {
         let (l, toks) = lines.next_n(n, &format!("the block hosts of job {j}"))?;
@@ -361,12 +388,5 @@ pub fn parse_text(input: &str) -> Result<Instance, InputError> {
             blocks,
         });
     }
-
-    if let Some((i, _)) = lines.inner.find(|(_, t)| !t.trim().is_empty()) {
-        return Err(text_err(
-            i + 1,
-            format!("unexpected extra line after the {jobs} lines of block hosts"),
-        ));
-    }
-    Ok(Instance::new(cores, transfer_speed, alpha, job_list)?)
+    Ok(job_list)
 }

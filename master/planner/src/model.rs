@@ -149,6 +149,50 @@ pub struct Instance {
     max_cores: usize,
 }
 
+/// Job `j`: a positive finite speed, and blocks each of a positive size with distinct
+/// replicas on hosts that exist.
+fn check_job(j: usize, job: &BatchJob, hosts: usize) -> Result<(), InstanceError> {
+    if !(job.speed.is_finite() && job.speed > 0.0) {
+        return Err(InstanceError::BadSpeed {
+            job: j,
+            speed: job.speed,
+        });
+    }
+    if job.blocks.is_empty() {
+        return Err(InstanceError::NoBlocks { job: j });
+    }
+    for (b, block) in job.blocks.iter().enumerate() {
+        if !(block.size.is_finite() && block.size > 0.0) {
+            return Err(InstanceError::BadSize {
+                job: j,
+                block: b,
+                size: block.size,
+            });
+        }
+        if block.replicas.is_empty() {
+            return Err(InstanceError::NoReplicas { job: j, block: b });
+        }
+        for (r, &host) in block.replicas.iter().enumerate() {
+            if host >= hosts {
+                return Err(InstanceError::NoSuchHost {
+                    job: j,
+                    block: b,
+                    host,
+                    hosts,
+                });
+            }
+            if block.replicas[..r].contains(&host) {
+                return Err(InstanceError::DuplicateReplica {
+                    job: j,
+                    block: b,
+                    host,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Instance {
     /// Checks and builds an instance. `transfer_speed` may be `f64::INFINITY` (the course's
     /// single-host files give none: nothing is ever transferred there).
@@ -185,44 +229,7 @@ impl Instance {
             return Err(InstanceError::NoJobs);
         }
         for (j, job) in jobs.iter().enumerate() {
-            if !(job.speed.is_finite() && job.speed > 0.0) {
-                return Err(InstanceError::BadSpeed {
-                    job: j,
-                    speed: job.speed,
-                });
-            }
-            if job.blocks.is_empty() {
-                return Err(InstanceError::NoBlocks { job: j });
-            }
-            for (b, block) in job.blocks.iter().enumerate() {
-                if !(block.size.is_finite() && block.size > 0.0) {
-                    return Err(InstanceError::BadSize {
-                        job: j,
-                        block: b,
-                        size: block.size,
-                    });
-                }
-                if block.replicas.is_empty() {
-                    return Err(InstanceError::NoReplicas { job: j, block: b });
-                }
-                for (r, &host) in block.replicas.iter().enumerate() {
-                    if host >= hosts {
-                        return Err(InstanceError::NoSuchHost {
-                            job: j,
-                            block: b,
-                            host,
-                            hosts,
-                        });
-                    }
-                    if block.replicas[..r].contains(&host) {
-                        return Err(InstanceError::DuplicateReplica {
-                            job: j,
-                            block: b,
-                            host,
-                        });
-                    }
-                }
-            }
+            check_job(j, job, hosts)?;
         }
         let mut core_host = Vec::with_capacity(total);
         let mut host_first = Vec::with_capacity(hosts);

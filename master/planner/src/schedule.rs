@@ -161,67 +161,8 @@ pub fn validate(inst: &Instance, schedule: &Schedule) -> Result<Evaluation, Sche
     // (start, finish, job) per global core id, for the overlap check.
     let mut holds: Vec<Vec<(f64, f64, usize)>> = vec![Vec::new(); inst.total_cores()];
     for (j, plan) in schedule.jobs.iter().enumerate() {
-        if !(plan.start.is_finite() && plan.start >= 0.0) {
-            return Err(ScheduleError::BadStart {
-                job: j,
-                start: plan.start,
-            });
-        }
-        let e = plan.cores.len();
-        if e == 0 {
-            return Err(ScheduleError::NoCores { job: j });
-        }
-        if e > inst.max_cores() {
-            return Err(ScheduleError::TooManyCores {
-                job: j,
-                cores: e,
-                max: inst.max_cores(),
-            });
-        }
-        let mut ids = Vec::with_capacity(e);
-        for w in &plan.cores {
-            let id = inst.core_id(w.core).ok_or(ScheduleError::NoSuchCore {
-                job: j,
-                core: w.core,
-            })?;
-            if ids.contains(&id) {
-                return Err(ScheduleError::CoreTwice {
-                    job: j,
-                    core: w.core,
-                });
-            }
-            ids.push(id);
-        }
-        let blocks = &jobs[j].blocks;
-        let mut seen = vec![false; blocks.len()];
-        let mut times = Vec::with_capacity(e);
-        for w in &plan.cores {
-            let mut t = 0.0;
-            for r in &w.blocks {
-                let block = blocks.get(r.block).ok_or(ScheduleError::NoSuchBlock {
-                    job: j,
-                    block: r.block,
-                })?;
-                if std::mem::replace(&mut seen[r.block], true) {
-                    return Err(ScheduleError::BlockTwice {
-                        job: j,
-                        block: r.block,
-                    });
-                }
-                if !block.replicas.contains(&r.replica) {
-                    return Err(ScheduleError::NoSuchReplica {
-                        job: j,
-                        block: r.block,
-                        host: r.replica,
-                    });
-                }
-                t += inst.block_time(j, r.block, e, w.core.host, r.replica);
-            }
-            times.push(t);
-        }
-        if let Some(b) = seen.iter().position(|s| !s) {
-            return Err(ScheduleError::BlockMissing { job: j, block: b });
-        }
+        let ids = check_cores(inst, j, plan)?;
+        let times = block_times(inst, j, plan)?;
         let end = plan.start + times.iter().copied().fold(0.0, f64::max);
         for &id in &ids {
             holds[id].push((plan.start, end, j));
@@ -229,6 +170,94 @@ pub fn validate(inst: &Instance, schedule: &Schedule) -> Result<Evaluation, Sche
         finish.push(end);
         core_times.push(times);
     }
+    check_overlaps(inst, &mut holds)?;
+    let makespan = finish.iter().copied().fold(0.0, f64::max);
+    Ok(Evaluation {
+        finish,
+        core_times,
+        makespan,
+    })
+}
+
+/// Job `j`'s start and cores: a start in time, at least one core and at most the most a job
+/// may use, each one that exists and is named once. Returns their global ids.
+fn check_cores(inst: &Instance, j: usize, plan: &JobPlan) -> Result<Vec<usize>, ScheduleError> {
+    if !(plan.start.is_finite() && plan.start >= 0.0) {
+        return Err(ScheduleError::BadStart {
+            job: j,
+            start: plan.start,
+        });
+    }
+    let e = plan.cores.len();
+    if e == 0 {
+        return Err(ScheduleError::NoCores { job: j });
+    }
+    if e > inst.max_cores() {
+        return Err(ScheduleError::TooManyCores {
+            job: j,
+            cores: e,
+            max: inst.max_cores(),
+        });
+    }
+    let mut ids = Vec::with_capacity(e);
+    for w in &plan.cores {
+        let id = inst.core_id(w.core).ok_or(ScheduleError::NoSuchCore {
+            job: j,
+            core: w.core,
+        })?;
+        if ids.contains(&id) {
+            return Err(ScheduleError::CoreTwice {
+                job: j,
+                core: w.core,
+            });
+        }
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+/// Each core's busy time in job `j`: every block read exactly once, from a host that holds
+/// a replica of it.
+fn block_times(inst: &Instance, j: usize, plan: &JobPlan) -> Result<Vec<f64>, ScheduleError> {
+    let blocks = &inst.jobs()[j].blocks;
+    let e = plan.cores.len();
+    let mut seen = vec![false; blocks.len()];
+    let mut times = Vec::with_capacity(e);
+    for w in &plan.cores {
+        let mut t = 0.0;
+        for r in &w.blocks {
+            let block = blocks.get(r.block).ok_or(ScheduleError::NoSuchBlock {
+                job: j,
+                block: r.block,
+            })?;
+            if std::mem::replace(&mut seen[r.block], true) {
+                return Err(ScheduleError::BlockTwice {
+                    job: j,
+                    block: r.block,
+                });
+            }
+            if !block.replicas.contains(&r.replica) {
+                return Err(ScheduleError::NoSuchReplica {
+                    job: j,
+                    block: r.block,
+                    host: r.replica,
+                });
+            }
+            t += inst.block_time(j, r.block, e, w.core.host, r.replica);
+        }
+        times.push(t);
+    }
+    if let Some(b) = seen.iter().position(|s| !s) {
+        return Err(ScheduleError::BlockMissing { job: j, block: b });
+    }
+    Ok(times)
+}
+
+/// No core held by two jobs at once.
+fn check_overlaps(
+    inst: &Instance,
+    holds: &mut [Vec<(f64, f64, usize)>],
+) -> Result<(), ScheduleError> {
     for (id, list) in holds.iter_mut().enumerate() {
         list.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)));
         for pair in list.windows(2) {
@@ -245,12 +274,7 @@ pub fn validate(inst: &Instance, schedule: &Schedule) -> Result<Evaluation, Sche
             }
         }
     }
-    let makespan = finish.iter().copied().fold(0.0, f64::max);
-    Ok(Evaluation {
-        finish,
-        core_times,
-        makespan,
-    })
+    Ok(())
 }
 
 /// Relative slack of the overlap check.

@@ -2,12 +2,13 @@
 //!
 //! The leader generates each token's secret and proposes only its salted hash, so the
 //! secret is never in the Raft log or a snapshot; the answer carries it this once. Who may
-//! send these is decided before (`authz`: administrators only).
+//! send these is decided before (`authz`: administrators only). [`Acl`] decides (what a
+//! request may carry, the command, the answer to its outcome); `client_api` proposes.
 
 use super::reply::{not_found, unexpected};
-use super::{now_ms, Master};
 use hetsched_common::protocol::{ClientResponse, ErrorKind, ErrorReply, NewToken, TokenRole};
-use hetsched_master_core::state::{Command, Outcome, TokenRecord};
+use hetsched_common::tokens::Generated;
+use hetsched_master_core::state::{ClusterState, Command, Outcome, TokenRecord};
 
 /// The user the bootstrap token acts as (the administrator, like the `client.root`
 /// certificate).
@@ -16,22 +17,64 @@ pub const BOOTSTRAP_USER: &str = super::authz::ROOT_USER;
 /// Longest user name a token may carry.
 const MAX_USER_LEN: usize = 128;
 
-impl Master {
-    /// The first administrator token; refused once one was bootstrapped.
-    pub(super) async fn acl_bootstrap(&self) -> Result<ClientResponse, ErrorReply> {
-        self.require_leader()?;
-        self.new_token(BOOTSTRAP_USER.into(), TokenRole::Admin, None, true)
-            .await
+/// A token to create: the command that stores its hash, and the answer once it applied.
+#[derive(Debug)]
+pub(super) struct TokenToCreate {
+    /// `CreateToken`, without the secret.
+    pub command: Command,
+    /// The answer when it applied (it carries the secret, this once).
+    answer: NewToken,
+    bootstrap: bool,
+}
+
+impl TokenToCreate {
+    /// The answer to the proposal's outcome.
+    pub fn answer(self, o: Outcome) -> Result<ClientResponse, ErrorReply> {
+        let t = self.answer;
+        match o {
+            Outcome::Ignored(_) => {
+                tracing::info!(user = %t.user, role = %t.role, accessor = %t.accessor, bootstrap = self.bootstrap, "token created");
+                Ok(ClientResponse::Token(t))
+            }
+            Outcome::Rejected(why) if self.bootstrap => Err(ErrorReply::new(
+                ErrorKind::PermissionDenied,
+                format!("permission denied: {why}"),
+            )),
+            Outcome::Rejected(why) => Err(ErrorReply::new(ErrorKind::Invalid, why)),
+            o => Err(unexpected(o)),
+        }
+    }
+}
+
+/// The token requests' decisions, over the applied state's ACL.
+pub(super) struct Acl<'a> {
+    state: &'a ClusterState,
+}
+
+impl<'a> Acl<'a> {
+    /// Decisions against `state`.
+    pub fn new(state: &'a ClusterState) -> Self {
+        Self { state }
     }
 
-    /// A token for `user` with `role`, valid for `ttl_ms` when given.
-    pub(super) async fn create_token(
-        &self,
+    /// A fresh token secret, from the operating system's random source.
+    pub fn secret() -> Result<Generated, ErrorReply> {
+        hetsched_common::tokens::generate().map_err(|e| ErrorReply::new(ErrorKind::Internal, e))
+    }
+
+    /// The first administrator token (`g`: its freshly generated secret).
+    pub fn bootstrap(g: Generated) -> TokenToCreate {
+        token(g, BOOTSTRAP_USER.into(), TokenRole::Admin, None, true)
+    }
+
+    /// A token for `user` with `role`, valid for `ttl_ms` from `now_ms` when given.
+    pub fn create(
+        g: Generated,
         user: String,
         role: TokenRole,
         ttl_ms: Option<u64>,
-    ) -> Result<ClientResponse, ErrorReply> {
-        self.require_leader()?;
+        now_ms: u64,
+    ) -> Result<TokenToCreate, ErrorReply> {
         if user.is_empty()
             || user.len() > MAX_USER_LEN
             || user.chars().any(|c| c.is_whitespace() || c.is_control())
@@ -47,86 +90,32 @@ impl Master {
                 "--ttl must be positive",
             ));
         }
-        self.new_token(user, role, ttl_ms, false).await
-    }
-
-    async fn new_token(
-        &self,
-        user: String,
-        role: TokenRole,
-        ttl_ms: Option<u64>,
-        bootstrap: bool,
-    ) -> Result<ClientResponse, ErrorReply> {
-        let g = hetsched_common::tokens::generate()
-            .map_err(|e| ErrorReply::new(ErrorKind::Internal, e))?;
-        let expires_ms = ttl_ms.map(|t| now_ms().saturating_add(t));
-        let token = TokenRecord {
-            accessor: g.accessor.clone(),
-            user: user.clone(),
-            role,
-            salt: g.salt,
-            hash: g.hash,
-            created_ms: 0,
-            expires_ms,
-        };
-        match self
-            .propose(Command::CreateToken { token, bootstrap }, None)
-            .await?
-        {
-            Outcome::Ignored(_) => {
-                tracing::info!(%user, %role, accessor = %g.accessor, bootstrap, "token created");
-                Ok(ClientResponse::Token(NewToken {
-                    token: g.token,
-                    user,
-                    role,
-                    accessor: g.accessor,
-                    expires_ms,
-                }))
-            }
-            Outcome::Rejected(why) if bootstrap => Err(ErrorReply::new(
-                ErrorKind::PermissionDenied,
-                format!("permission denied: {why}"),
-            )),
-            Outcome::Rejected(why) => Err(ErrorReply::new(ErrorKind::Invalid, why)),
-            o => Err(unexpected(o)),
-        }
+        let expires_ms = ttl_ms.map(|t| now_ms.saturating_add(t));
+        Ok(token(g, user, role, expires_ms, false))
     }
 
     /// Every token, without secrets.
-    pub(super) fn tokens(&self) -> ClientResponse {
-        let s = self.shared.read_state();
-        ClientResponse::Tokens(s.acl().tokens.values().map(|t| t.info()).collect())
+    pub fn tokens(&self) -> ClientResponse {
+        ClientResponse::Tokens(self.state.acl().tokens.values().map(|t| t.info()).collect())
     }
 
-    /// Revokes a token by accessor (or by the whole token, whose accessor it names).
-    pub(super) async fn revoke_token(
-        &self,
-        accessor: String,
-    ) -> Result<ClientResponse, ErrorReply> {
-        self.require_leader()?;
+    /// The `RevokeToken` of a token named by accessor (or by the whole token, whose
+    /// accessor it names), or not found.
+    pub fn revoke(&self, accessor: String) -> Result<Command, ErrorReply> {
         let accessor = hetsched_common::tokens::parse(&accessor)
             .map(|(a, _)| a.to_string())
             .unwrap_or(accessor);
-        if !self
-            .shared
-            .read_state()
-            .acl()
-            .tokens
-            .contains_key(&accessor)
-        {
+        if !self.state.acl().tokens.contains_key(&accessor) {
             return Err(not_found(format!("no such token: {accessor}")));
         }
-        match self
-            .propose(
-                Command::RevokeToken {
-                    accessor: accessor.clone(),
-                },
-                None,
-            )
-            .await?
-        {
+        Ok(Command::RevokeToken { accessor })
+    }
+
+    /// The answer to a revocation's outcome.
+    pub fn revoked(o: Outcome) -> Result<ClientResponse, ErrorReply> {
+        match o {
             Outcome::Ignored(_) => {
-                tracing::info!(%accessor, "token revoked");
+                tracing::info!("token revoked");
                 Ok(ClientResponse::Done)
             }
             Outcome::Rejected(why) => Err(not_found(why)),
@@ -134,3 +123,39 @@ impl Master {
         }
     }
 }
+
+fn token(
+    g: Generated,
+    user: String,
+    role: TokenRole,
+    expires_ms: Option<u64>,
+    bootstrap: bool,
+) -> TokenToCreate {
+    let record = TokenRecord {
+        accessor: g.accessor.clone(),
+        user: user.clone(),
+        role,
+        salt: g.salt,
+        hash: g.hash,
+        created_ms: 0,
+        expires_ms,
+    };
+    TokenToCreate {
+        command: Command::CreateToken {
+            token: record,
+            bootstrap,
+        },
+        answer: NewToken {
+            token: g.token,
+            user,
+            role,
+            accessor: g.accessor,
+            expires_ms,
+        },
+        bootstrap,
+    }
+}
+
+#[cfg(test)]
+#[path = "acl_tests.rs"]
+mod tests;

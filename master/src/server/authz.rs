@@ -14,11 +14,11 @@
 //! `permission denied: ...` (exit 3, HTTP 403); no credentials answer `Unauthenticated`
 //! (exit 3, HTTP 401). Every denial is logged.
 
-use super::Master;
 use hetsched_common::certs::{Identity, Role};
-use hetsched_common::protocol::{ClientRequest, ErrorKind, ErrorReply};
+use hetsched_common::protocol::{ClientRequest, ErrorKind, ErrorReply, SlaveRequest};
 use hetsched_common::wire::Peer;
 use hetsched_common::{JobId, TaskId};
+use hetsched_master_core::state::ClusterState;
 
 /// The client certificate name that is the cluster administrator.
 pub const ROOT_USER: &str = "root";
@@ -88,7 +88,9 @@ pub(super) fn scope_request(caller: &Caller, req: &mut ClientRequest) {
         }
     }
     let users: Vec<&mut String> = match req {
-        ClientRequest::Submit { spec, .. } | ClientRequest::DryRun { spec } => vec![&mut spec.user],
+        ClientRequest::Submit { spec, .. } | ClientRequest::DryRun { spec } => {
+            vec![&mut spec.user]
+        }
         ClientRequest::SubmitBatch { batch, .. } => vec![&mut batch.user],
         ClientRequest::SubmitFlow { flow, .. } => {
             flow.steps.iter_mut().map(|s| &mut s.spec.user).collect()
@@ -133,10 +135,11 @@ fn need(req: &ClientRequest) -> Need {
         R::SubmitBatch { batch, .. } => Need::SubmitAs(batch.user.clone()),
         R::CancelBatch { batch, .. } => Need::OwnBatch(*batch),
         // Every step must be the caller's own (apply refuses a flow of two users).
-        R::SubmitFlow { flow, .. } => match flow.steps.iter().find(|s| s.spec.user != flow.steps[0].spec.user) {
-            Some(other) => Need::SubmitAs(other.spec.user.clone()),
-            None => Need::SubmitAs(flow.steps.first().map(|s| s.spec.user.clone()).unwrap_or_default()),
-        },
+        R::SubmitFlow { flow, .. } => {
+            let first = flow.steps.first().map(|s| s.spec.user.as_str());
+            let other = flow.steps.iter().find(|s| Some(s.spec.user.as_str()) != first);
+            Need::SubmitAs(other.map_or(first.unwrap_or_default(), |s| &s.spec.user).to_string())
+        }
         R::Flow { flow, .. } | R::CancelFlow { flow, .. } => Need::OwnFlow(*flow),
         R::Cancel { job, .. } => Need::OwnJob(*job),
         R::CancelTask { task, .. } => Need::OwnTask(*task),
@@ -183,11 +186,29 @@ fn what(req: &ClientRequest) -> String {
         .to_lowercase()
 }
 
-impl Master {
+/// The authorization decisions of one request (docs/SECURITY.md): who the caller is and
+/// whether it may send what it sent. Borrows the applied state (token records, the owners
+/// of jobs, tasks, batches and nodes), the verified-token cache and the time; no I/O.
+pub(super) struct Authz<'a> {
+    state: &'a ClusterState,
+    tokens: &'a TokenCache,
+    now_ms: u64,
+}
+
+impl<'a> Authz<'a> {
+    /// Decisions against `state` at `now_ms`, remembering verified tokens in `tokens`.
+    pub fn new(state: &'a ClusterState, tokens: &'a TokenCache, now_ms: u64) -> Self {
+        Self {
+            state,
+            tokens,
+            now_ms,
+        }
+    }
+
     /// The caller a peer is: everyone trusted on an insecure master; else the user of the
     /// request's token when it carries one (a token decides over the certificate), else
     /// the certificate's identity.
-    pub(super) fn caller(&self, peer: &Peer) -> Result<Caller, ErrorReply> {
+    pub fn caller(&self, peer: &Peer) -> Result<Caller, ErrorReply> {
         if !peer.secured {
             return Ok(Caller::Trusted);
         }
@@ -200,23 +221,23 @@ impl Master {
     }
 
     /// The user and role of an API token, or `Unauthenticated` (logged).
-    pub(super) fn token_caller(&self, token: &str) -> Result<Caller, ErrorReply> {
+    pub fn token_caller(&self, token: &str) -> Result<Caller, ErrorReply> {
         let refused = |why: &str| {
             tracing::warn!(%why, "request with a bad token refused");
             invalid_token()
         };
         let (accessor, secret) =
             hetsched_common::tokens::parse(token).ok_or_else(|| refused("not a token"))?;
-        let s = self.shared.read_state();
-        let rec = s
+        let rec = self
+            .state
             .acl()
             .tokens
             .get(accessor)
             .ok_or_else(|| refused("unknown or revoked"))?;
-        if !rec.valid_at(super::now_ms()) {
+        if !rec.valid_at(self.now_ms) {
             return Err(refused("expired"));
         }
-        let mut cache = match self.token_cache.lock() {
+        let mut cache = match self.tokens.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
         };
@@ -236,12 +257,14 @@ impl Master {
     }
 
     /// Admits `req` from `caller`, or says why not (and logs it).
-    pub(super) fn authorize(&self, caller: &Caller, req: &ClientRequest) -> Result<(), ErrorReply> {
+    pub fn authorize(&self, caller: &Caller, req: &ClientRequest) -> Result<(), ErrorReply> {
         let Caller::Known { name, level } = caller else {
             return Ok(());
         };
         // Issue 51: following another user's job needs read access to it.
-        if let Some(why) = self.dependency_refusal(name, *level, req) {
+        if let Some(why) =
+            super::dependency_checks::dependency_refusal(self.state, name, *level, req)
+        {
             tracing::warn!(caller = %name, request = %what(req), %why, "request denied");
             return Err(denied(why));
         }
@@ -263,10 +286,10 @@ impl Master {
                 "{name} sees only its own jobs, not those of {user:?}"
             )),
             _ if *level >= Level::Operator => None,
-            Need::OwnJob(job) => self.owner_refusal(name, req, self.job_owner(job)),
-            Need::OwnTask(task) => self.owner_refusal(name, req, self.task_owner(task)),
-            Need::OwnBatch(batch) => self.owner_refusal(name, req, self.batch_owner(batch)),
-            Need::OwnFlow(flow) => self.owner_refusal(name, req, self.flow_owner(flow)),
+            Need::OwnJob(job) => owner_refusal(name, req, self.job_owner(job)),
+            Need::OwnTask(task) => owner_refusal(name, req, self.task_owner(task)),
+            Need::OwnBatch(batch) => owner_refusal(name, req, self.batch_owner(batch)),
+            Need::OwnFlow(flow) => owner_refusal(name, req, self.flow_owner(flow)),
         };
         match refusal {
             None => Ok(()),
@@ -277,64 +300,36 @@ impl Master {
         }
     }
 
-    fn owner_refusal(
-        &self,
-        name: &str,
-        req: &ClientRequest,
-        owner: Option<String>,
-    ) -> Option<String> {
-        match owner {
-            // Unknown jobs answer "not found" as before: only a known owner can differ.
-            None => None,
-            Some(o) if o == name => None,
-            Some(o) => Some(format!(
-                "{} on a job of {o:?}: {name} may act only on its own jobs",
-                what(req)
-            )),
-        }
-    }
-
     fn job_owner(&self, job: JobId) -> Option<String> {
-        self.shared
-            .read_state()
-            .job(job)
-            .map(|j| j.spec.user.clone())
+        self.state.job(job).map(|j| j.spec.user.clone())
     }
 
     /// A batch's jobs all carry the submitting user, so its first job names the owner.
     fn batch_owner(&self, batch: u64) -> Option<String> {
-        let s = self.shared.read_state();
-        let job = *s.batch_book().batches.get(&batch)?.jobs.first()?;
-        s.job(job).map(|j| j.spec.user.clone())
+        let job = *self.state.batch_book().batches.get(&batch)?.jobs.first()?;
+        self.job_owner(job)
     }
 
     /// A flow records the user whose jobs its steps are.
     fn flow_owner(&self, flow: u64) -> Option<String> {
-        let s = self.shared.read_state();
-        s.flow_book().get(flow).map(|f| f.user.clone())
+        self.state.flow_book().get(flow).map(|f| f.user.clone())
     }
 
     fn task_owner(&self, task: TaskId) -> Option<String> {
-        let s = self.shared.read_state();
-        let job = s.task(task)?.job;
-        s.job(job).map(|j| j.spec.user.clone())
+        self.job_owner(self.state.task(task)?.job)
     }
 
     /// A slave request's name check: a slave registers and reports only as the name in its
     /// certificate.
-    pub(super) fn check_slave_name(
-        &self,
-        peer: &Peer,
-        req: &hetsched_common::protocol::SlaveRequest,
-    ) -> Result<(), ErrorReply> {
-        use hetsched_common::protocol::SlaveRequest as S;
+    pub fn check_slave_name(&self, peer: &Peer, req: &SlaveRequest) -> Result<(), ErrorReply> {
         let Some(id) = peer.identity.as_ref().filter(|_| peer.secured) else {
             return Ok(());
         };
         let claimed = match req {
-            S::Register { name, .. } => Some(name.clone()),
-            other => slave_request_node(other)
-                .and_then(|n| self.shared.read_state().node(n).map(|n| n.name.clone())),
+            SlaveRequest::Register { name, .. } => Some(name.clone()),
+            other => {
+                slave_request_node(other).and_then(|n| self.state.node(n).map(|n| n.name.clone()))
+            }
         };
         match claimed {
             Some(c) if c != id.name => {
@@ -349,9 +344,19 @@ impl Master {
     }
 }
 
-fn slave_request_node(
-    req: &hetsched_common::protocol::SlaveRequest,
-) -> Option<hetsched_common::NodeId> {
+fn owner_refusal(name: &str, req: &ClientRequest, owner: Option<String>) -> Option<String> {
+    match owner {
+        // Unknown jobs answer "not found" as before: only a known owner can differ.
+        None => None,
+        Some(o) if o == name => None,
+        Some(o) => Some(format!(
+            "{} on a job of {o:?}: {name} may act only on its own jobs",
+            what(req)
+        )),
+    }
+}
+
+fn slave_request_node(req: &SlaveRequest) -> Option<hetsched_common::NodeId> {
     // Every request after Register names its node; read it from the serialized form so
     // that new request kinds are covered without a list here.
     let v = serde_json::to_value(req).ok()?;
@@ -359,3 +364,7 @@ fn slave_request_node(
     let n = inner.get("node")?;
     serde_json::from_value(n.clone()).ok()
 }
+
+#[cfg(test)]
+#[path = "authz_tests.rs"]
+mod tests;

@@ -2,85 +2,79 @@
 //! entries and role changes; then binding the cluster, admin and HTTP listeners (retrying a
 //! port its previous incarnation still holds) and serving them.
 
+use super::client_queries::SchedulerSettings;
 use super::duties_executor::{DutiesMsg, LeaderDuties};
+use super::hooks::AdminHooks;
 use super::{http, Error, Master, MasterConfig, MasterShared, Replicated};
 use actix::prelude::*;
 use hetsched_common::wire::{self, FrameLimits};
 use hetsched_common::MasterId;
 use hetsched_consensus::{Consensus, RaftConfig, Role};
-use hetsched_master_core::sched::IndexedScheduler;
 use hetsched_master_core::state::Replica;
 use std::sync::{Arc, RwLock};
 
-impl Master {
-    /// Starts consensus and the duties actor (inside an actix System).
-    pub fn start(cfg: &MasterConfig) -> Result<Self, Error> {
-        if !cfg.peers.contains_key(&cfg.id) {
-            return Err(Error::Config(format!(
-                "--peers must include this master (id {})",
-                cfg.id
-            )));
-        }
-        let state = Arc::new(RwLock::new(Replica::new()));
-        let (applied_tx, mut applied_rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut raft_cfg = RaftConfig::new(cfg.id, cfg.peers.clone(), cfg.data_dir.join("raft"));
-        raft_cfg.join = cfg.join;
-        raft_cfg.snapshot_entries = cfg.snapshot_entries;
-        let raft = Consensus::start(raft_cfg, Replicated::new(state.clone(), applied_tx))?;
-        let shared = MasterShared {
-            id: MasterId(cfg.id),
-            peers: Arc::new(cfg.peers.clone()),
-            state,
-            raft: Arc::new(std::sync::OnceLock::new()),
-        };
-        let _ = shared.raft.set(raft.clone());
-        let reasons: Arc<super::waiting::WaitReasons> = Arc::default();
-        let heartbeats: Arc<super::heartbeats::HeartbeatDesk> = Arc::default();
-        let duties = LeaderDuties::new(
-            shared.clone(),
-            raft.clone(),
-            reasons.clone(),
-            heartbeats.clone(),
-            Box::new(
-                IndexedScheduler::new(cfg.policy, cfg.id)
-                    .with_cpu_policy(cfg.cpu_policy, cfg.id)
-                    .with_preemption(cfg.preemption)
-                    .with_queueing(cfg.queueing)
-                    .with_engine_choice(cfg.engine_choice)
-                    .with_queue_depth(cfg.queue_depth),
-            ),
-            cfg.duties,
-        )
-        .start();
-        let d = duties.clone();
-        tokio::spawn(async move {
-            while let Some(a) = applied_rx.recv().await {
-                d.do_send(DutiesMsg::Applied(a));
-            }
-        });
-        watch_role(&raft, duties.clone());
-        Ok(Self {
-            shared,
-            raft,
-            duties,
-            snapshot_file: cfg.data_dir.join("raft").join("raft-snapshot.bin"),
-            policy: cfg.policy,
-            cpu_policy: cfg.cpu_policy,
-            preemption: cfg.preemption,
-            queueing: cfg.queueing,
-            engine_choice: cfg.engine_choice,
-            queue_depth: cfg.queue_depth,
-            digest: Arc::new(std::sync::Mutex::new(None)),
-            bugs: Arc::default(),
-            engine_loads: Arc::default(),
-            token_cache: Default::default(),
-            reasons,
-            heartbeats,
-            admission: Arc::new(std::sync::Mutex::new(crate::backpressure::Admission::new(
-                cfg.admission,
-            ))),
-        })
+/// Starts consensus and the duties actor (inside an actix System).
+fn start(cfg: &MasterConfig) -> Result<Master, Error> {
+    if !cfg.peers.contains_key(&cfg.id) {
+        return Err(Error::Config(format!(
+            "--peers must include this master (id {})",
+            cfg.id
+        )));
     }
+    let state = Arc::new(RwLock::new(Replica::new()));
+    let (applied_tx, mut applied_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut raft_cfg = RaftConfig::new(cfg.id, cfg.peers.clone(), cfg.data_dir.join("raft"));
+    raft_cfg.join = cfg.join;
+    raft_cfg.snapshot_entries = cfg.snapshot_entries;
+    let raft = Consensus::start(raft_cfg, Replicated::new(state.clone(), applied_tx))?;
+    let shared = MasterShared {
+        id: MasterId(cfg.id),
+        peers: Arc::new(cfg.peers.clone()),
+        state,
+        raft: Arc::new(std::sync::OnceLock::new()),
+    };
+    let _ = shared.raft.set(raft.clone());
+    let reasons: Arc<super::waiting::WaitReasons> = Arc::default();
+    let heartbeats: Arc<super::heartbeats::HeartbeatDesk> = Arc::default();
+    let sched = SchedulerSettings {
+        policy: cfg.policy,
+        cpu_policy: cfg.cpu_policy,
+        preemption: cfg.preemption,
+        queueing: cfg.queueing,
+        engine_choice: cfg.engine_choice,
+        queue_depth: cfg.queue_depth,
+    };
+    let duties = LeaderDuties::new(
+        shared.clone(),
+        raft.clone(),
+        reasons.clone(),
+        heartbeats.clone(),
+        Box::new(sched.scheduler(cfg.id)),
+        cfg.duties,
+    )
+    .start();
+    let d = duties.clone();
+    tokio::spawn(async move {
+        while let Some(a) = applied_rx.recv().await {
+            d.do_send(DutiesMsg::Applied(a));
+        }
+    });
+    watch_role(&raft, duties.clone());
+    Ok(Master {
+        shared,
+        raft,
+        duties,
+        snapshot_file: cfg.data_dir.join("raft").join("raft-snapshot.bin"),
+        sched,
+        digest: Arc::new(std::sync::Mutex::new(None)),
+        engine_loads: Arc::default(),
+        token_cache: Default::default(),
+        reasons,
+        heartbeats,
+        admission: Arc::new(std::sync::Mutex::new(crate::backpressure::Admission::new(
+            cfg.admission,
+        ))),
+    })
 }
 
 /// Follows Raft's role: leader-change, term and is-leader metrics, and each change of
@@ -154,7 +148,7 @@ pub async fn run(cfg: MasterConfig) -> Result<(), Error> {
         )),
         None => None,
     };
-    let master = Master::start(&cfg)?;
+    let master = start(&cfg)?;
     tracing::info!(id = cfg.id, listen = %cfg.listen, admin = ?cfg.admin, "master started");
     if let Some((listener, prometheus)) = http {
         let m = master.clone();
@@ -164,16 +158,33 @@ pub async fn run(cfg: MasterConfig) -> Result<(), Error> {
             }
         });
     }
+    let mut handler = master.handler(false);
     if let Some(admin) = admin {
-        let handler = master.handler(true);
+        // Test hooks come with the admin listener only: switched there, carried out in
+        // front of the cluster port.
+        let hooks = AdminHooks::default();
+        let raft = master.raft.clone();
+        handler = hooks.cluster_port(
+            handler,
+            Arc::new(move || raft.status().role == Role::Leader),
+        );
+        let duties = master.duties.clone();
+        let admin_handler = hooks.admin_port(
+            master.handler(true),
+            // The dependency gate lives in the duties' scheduler.
+            Arc::new(move |b| {
+                duties.do_send(super::duties_executor::SetDependencyGate(
+                    !b.skip_dependency_gate,
+                ))
+            }),
+        );
         tokio::spawn(async move {
-            if let Err(e) = wire::serve(admin, FrameLimits::default(), handler).await {
+            if let Err(e) = wire::serve(admin, FrameLimits::default(), admin_handler).await {
                 tracing::error!(error = %e, "admin listener stopped");
             }
         });
     }
     // The cluster port is served on the network runtime, off the actor thread.
-    let handler = master.handler(false);
     match super::net::spawn(wire::serve(listener, FrameLimits::default(), handler)).await {
         Ok(served) => served.map_err(|e| Error::Config(e.to_string())),
         Err(e) => Err(Error::Config(format!("cluster listener stopped: {e}"))),

@@ -1,37 +1,47 @@
-//! The client API: [`Master::client`] routes each request to its handler (one per request,
-//! grouped by family in `client_api` for writes, `client_queries` for reads, `membership`
-//! and `admin`), and the writes live here: submit (with admission back-pressure), cancel,
-//! drain and undrain, and the priority configuration.
+//! The client API's I/O: [`Master::client`] routes each request (the cluster port, the
+//! admin port and the HTTP API all come through here) to the handler of its family —
+//! [`ClientJobs`] for writes, [`ClientQueries`] for reads, [`Admin`] for membership,
+//! benchmarks, faults and log exports, [`Acl`] for tokens — and carries out what it decides:
+//! the read barrier before a read, the proposal of the command it built, the answer to the
+//! outcome. No decision is taken here.
 
-use super::duties_executor::{PlaceNew, PlanSlotRelease};
-use super::reply::{job_not_found, not_found, unexpected};
-use super::{logs, now_ms, Master};
-use hetsched_common::priority::PriorityConfig;
-use hetsched_common::protocol::{ClientRequest, ClientResponse, ErrorKind, ErrorReply};
-use hetsched_common::{ClientRequestId, JobId, JobSpec, NodeId, TaskId};
+use super::acl::{Acl, TokenToCreate};
+use super::admin::Admin;
+use super::client_flows::ClientFlows;
+use super::client_jobs::ClientJobs;
+use super::client_queries::{ClientQueries, RaftFacts};
+use super::duties_executor::Submit;
+use super::{hooks, logs, now_ms, Master};
+use hetsched_common::protocol::{
+    BatchSubmit, ClientRequest, ClientResponse, ErrorKind, ErrorReply,
+};
+use hetsched_common::{ClientRequestId, FlowSpec, JobId, JobSpec, MasterId};
 use hetsched_consensus::Role;
-use hetsched_master_core::policy::unplaceable;
-use hetsched_master_core::state::{Command, Outcome};
+use hetsched_master_core::plan::batch_submit::plan_on;
+use hetsched_master_core::state::{Command, Replica};
+
+/// Writes check what they name (a job, a task, a node) against the applied state before
+/// proposing: only the leader's is current for that. A follower's may lag behind a submit
+/// the leader already acknowledged, so it redirects instead.
+fn checked_on_the_leader(req: &ClientRequest) -> bool {
+    matches!(
+        req,
+        ClientRequest::Submit { .. }
+            | ClientRequest::SubmitBatch { .. }
+            | ClientRequest::CancelBatch { .. }
+            | ClientRequest::SubmitFlow { .. }
+            | ClientRequest::CancelFlow { .. }
+            | ClientRequest::Cancel { .. }
+            | ClientRequest::CancelTask { .. }
+            | ClientRequest::Drain { .. }
+            | ClientRequest::Undrain { .. }
+    )
+}
 
 impl Master {
-    /// Answers one client request (the cluster port, the admin port and the HTTP API all
-    /// come through here).
+    /// Answers one client request.
     pub(crate) async fn client(&self, req: ClientRequest) -> Result<ClientResponse, ErrorReply> {
-        // Writes check what they name (a job, a task, a node) against the applied state
-        // before proposing: only the leader's is current for that. A follower's may lag
-        // behind a submit the leader already acknowledged, so it redirects instead.
-        if matches!(
-            req,
-            ClientRequest::Submit { .. }
-                | ClientRequest::SubmitBatch { .. }
-                | ClientRequest::CancelBatch { .. }
-                | ClientRequest::SubmitFlow { .. }
-                | ClientRequest::CancelFlow { .. }
-                | ClientRequest::Cancel { .. }
-                | ClientRequest::CancelTask { .. }
-                | ClientRequest::Drain { .. }
-                | ClientRequest::Undrain { .. }
-        ) {
+        if checked_on_the_leader(&req) {
             self.require_leader()?;
         }
         use ClientRequest as R;
@@ -41,31 +51,40 @@ impl Master {
                 spec,
                 allow_unplaceable,
             } => self.submit(request, spec, allow_unplaceable).await,
-            R::Cancel { request, job } => self.cancel_job(request, job).await,
+            R::Cancel { request, job } => {
+                let cmd = self.decide(|s| ClientJobs::new(s).cancel_job(job))?;
+                ClientJobs::cancelled(self.propose(cmd, Some(request)).await?)
+            }
+            R::CancelTask { request, task } => {
+                let cmd = self.decide(|s| ClientJobs::new(s).cancel_task(task))?;
+                ClientJobs::cancelled(self.propose(cmd, Some(request)).await?)
+            }
             R::SubmitBatch { request, batch } => self.submit_batch(request, batch).await,
-            R::Batch { stale, batch } => self.batch(stale, batch).await,
             R::CancelBatch { request, batch } => self.cancel_batch(request, batch).await,
             R::SubmitFlow { request, flow } => self.submit_flow(request, flow).await,
-            R::Flow { stale, flow } => self.flow(stale, flow).await,
-            R::CancelFlow { request, flow } => self.cancel_flow(request, flow).await,
-            R::CancelTask { request, task } => self.cancel_task(request, task).await,
+            R::CancelFlow { request, flow } => {
+                let (job, cancels) = self.decide(|s| ClientFlows::new(s).cancel(request, flow))?;
+                self.cancel_each(job, cancels).await
+            }
             R::Drain {
                 request,
                 node,
                 deadline_after_ms,
-            } => self.drain(request, &node, deadline_after_ms).await,
-            R::Undrain { request, node } => self.undrain(request, &node).await,
-            R::SetPriorityConfig { request, config } => {
-                self.set_priority_config(request, config).await
+            } => {
+                let cmd =
+                    self.decide(|s| ClientJobs::new(s).drain(&node, deadline_after_ms, now_ms()))?;
+                self.drain_change(cmd, request).await
             }
-            R::Status { stale } => self.status(stale).await,
-            R::Jobs { stale, filter } => self.jobs(stale, filter).await,
-            R::Tasks { stale, job, filter } => self.tasks(stale, job, filter).await,
-            R::Explain { task } => self.explain(task).await,
-            R::Usage => self.usage().await,
-            R::Nodes { stale } => self.nodes(stale).await,
-            R::PriorityConfig { stale } => self.priority_config(stale).await,
-            R::DryRun { spec } => self.dry_run_request(spec).await,
+            R::Undrain { request, node } => {
+                let cmd = self.decide(|s| ClientJobs::new(s).undrain(&node))?;
+                self.drain_change(cmd, request).await
+            }
+            R::SetPriorityConfig { request, config } => {
+                let o = self
+                    .propose(Command::SetPriorityConfig { config }, Some(request))
+                    .await?;
+                self.decide(|s| ClientJobs::new(s).priority_set(o))
+            }
             R::Logs {
                 task,
                 attempt,
@@ -82,12 +101,76 @@ impl Master {
                 };
                 logs::read(&self.shared, q).await
             }
-            R::Calls { task } => self.calls(task).await,
-            R::Profiles { stale } => self.profiles(stale).await,
-            R::Members { stale } => self.members(stale).await,
-            R::AddMember { id, addr } => self.add_member(id, addr).await,
-            R::RemoveMember { id } => self.remove_member(id).await,
-            R::TransferLeader { id } => self.transfer_leader(id).await,
+            other => self.read_or_admin(other).await,
+        }
+    }
+
+    /// The reads, membership, benchmark, fault, export and token requests.
+    async fn read_or_admin(&self, req: ClientRequest) -> Result<ClientResponse, ErrorReply> {
+        use ClientRequest as R;
+        match req {
+            R::Status { stale } => {
+                self.read_barrier(stale).await?;
+                let raft = self.raft_facts();
+                self.query(true, |q| {
+                    Ok(ClientResponse::Status(q.status(raft, &self.digest, stale)))
+                })
+                .await
+            }
+            R::Jobs { stale, filter } => self.query(stale, |q| q.jobs(filter)).await,
+            R::Tasks { stale, job, filter } => self.query(stale, |q| q.tasks(job, filter)).await,
+            R::Explain { task } => {
+                self.query(false, |q| q.explain(task, &self.sched.preemption))
+                    .await
+            }
+            R::Usage => self.query(false, |q| Ok(q.usage())).await,
+            R::Nodes { stale } => self.query(stale, |q| Ok(q.nodes(&self.engine_loads))).await,
+            R::PriorityConfig { stale } => self.query(stale, |q| Ok(q.priority_config())).await,
+            R::Profiles { stale } => self.query(stale, |q| Ok(q.profiles())).await,
+            R::Batch { stale, batch } => self.query(stale, |q| q.batch(batch)).await,
+            R::Flow { stale, flow } => {
+                self.read_barrier(stale).await?;
+                self.decide(|s| ClientFlows::new(s).show(flow))
+            }
+            R::DryRun { spec } => {
+                ClientQueries::check_dry_run(&spec)?;
+                let id = self.shared.id.0;
+                self.query(false, |q| q.dry_run(spec, &self.sched, id))
+                    .await
+            }
+            R::Calls { task } => {
+                self.read_barrier(false).await?;
+                let (node, addr, attempt) =
+                    super::programs::locate(&self.shared.read_state(), task)?;
+                super::programs::fetch_calls(task, node, &addr, attempt).await
+            }
+            other => self.admin(other).await,
+        }
+    }
+
+    /// Membership, benchmark, fault, export and token requests.
+    async fn admin(&self, req: ClientRequest) -> Result<ClientResponse, ErrorReply> {
+        use ClientRequest as R;
+        let consensus = |e| self.shared.propose_error(e);
+        match req {
+            R::Members { stale } => {
+                self.read_barrier(stale).await?;
+                let leader = self.raft.status().leader;
+                Ok(Admin::members(self.raft.members(), leader))
+            }
+            R::AddMember { id, addr } => {
+                Admin::member_to_add(id, &addr)?;
+                self.raft.add_member(id.0, addr).await.map_err(consensus)?;
+                Ok(ClientResponse::Done)
+            }
+            R::RemoveMember { id } => {
+                self.raft.remove_member(id.0).await.map_err(consensus)?;
+                Ok(ClientResponse::Done)
+            }
+            R::TransferLeader { id } => {
+                self.raft.transfer_leader(id.0).await.map_err(consensus)?;
+                Ok(ClientResponse::Done)
+            }
             R::BenchPropose {
                 client,
                 seq,
@@ -100,250 +183,210 @@ impl Master {
                     record,
                     payload,
                 };
-                self.bench_propose(cmd).await
+                self.propose(cmd, None).await?;
+                Ok(ClientResponse::Done)
             }
-            R::BenchCheck { client, acked } => self.bench_check(client, acked).await,
-            R::SetFaults(f) => Ok(self.set_faults(f)),
-            R::SetBugs(b) => Ok(self.set_bugs(b)),
-            R::ExportLog { from, max_bytes } => self.export_log(from, max_bytes).await,
-            R::AclBootstrap => self.acl_bootstrap().await,
-            R::CreateToken { user, role, ttl_ms } => self.create_token(user, role, ttl_ms).await,
-            R::Tokens => Ok(self.tokens()),
-            R::RevokeToken { accessor } => self.revoke_token(accessor).await,
+            R::BenchCheck { client, acked } => {
+                self.read_barrier(false).await?;
+                Ok(self.decide(|s| Admin::new(s).bench_checked(client, acked)))
+            }
+            R::SetFaults(f) => {
+                tracing::warn!(faults = ?f, "fault injection changed");
+                self.raft.set_faults(Admin::faults(&f));
+                Ok(ClientResponse::Done)
+            }
+            R::SetBugs(_) => Err(hooks::not_here()),
+            R::ExportLog { from, max_bytes } => {
+                let page = self
+                    .raft
+                    .export_log(from, Admin::page_bytes(max_bytes))
+                    .await
+                    .map_err(|e| ErrorReply::new(ErrorKind::Unavailable, e.to_string()))?;
+                Ok(Admin::log_page(MasterId(self.raft.id()), page))
+            }
+            other => self.acl(other).await,
         }
     }
 
-    /// A job submission: validated and held to the per-task limits, its locality candidates
-    /// checked, refused when no registered node could ever hold a task (unless
-    /// `allow_unplaceable`), admitted, proposed.
+    /// The token requests.
+    async fn acl(&self, req: ClientRequest) -> Result<ClientResponse, ErrorReply> {
+        use ClientRequest as R;
+        match req {
+            R::AclBootstrap => {
+                self.require_leader()?;
+                self.create_token(Acl::bootstrap(Acl::secret()?)).await
+            }
+            R::CreateToken { user, role, ttl_ms } => {
+                self.require_leader()?;
+                let t = Acl::create(Acl::secret()?, user, role, ttl_ms, now_ms())?;
+                self.create_token(t).await
+            }
+            R::Tokens => Ok(self.decide(|s| Acl::new(s).tokens())),
+            R::RevokeToken { accessor } => {
+                self.require_leader()?;
+                let cmd = self.decide(|s| Acl::new(s).revoke(accessor))?;
+                Acl::revoked(self.propose(cmd, None).await?)
+            }
+            other => Err(ErrorReply::new(
+                ErrorKind::Internal,
+                format!("no handler for {other:?}"),
+            )),
+        }
+    }
+
+    /// A decision over the applied state (its lock is let go before any await).
+    fn decide<T>(&self, decide: impl FnOnce(&Replica) -> T) -> T {
+        decide(&self.shared.read_state())
+    }
+
+    /// A read: the barrier (unless `stale`), then the answer over the applied state.
+    async fn query(
+        &self,
+        stale: bool,
+        answer: impl FnOnce(&ClientQueries<'_>) -> Result<ClientResponse, ErrorReply>,
+    ) -> Result<ClientResponse, ErrorReply> {
+        self.read_barrier(stale).await?;
+        let s = self.shared.read_state();
+        answer(&ClientQueries::new(&s, &self.reasons, now_ms()))
+    }
+
+    /// Consensus as this master sees it, for `status`.
+    fn raft_facts(&self) -> RaftFacts {
+        let status = self.raft.status();
+        RaftFacts {
+            master: self.shared.id,
+            leader_addr: status.leader.and_then(|l| self.shared.addr_of(l)),
+            stats: self.raft.stats(),
+            snapshot_bytes: std::fs::metadata(&self.snapshot_file).map_or(0, |m| m.len()),
+            insecure: hetsched_common::wire::tls::current().is_none(),
+            status,
+        }
+    }
+
+    /// A job submission: checked and admitted on the leader here, then handed to the
+    /// duties, which plan it when nothing else waits and propose it (docs/ARCHITECTURE.md,
+    /// the submit flow).
     async fn submit(
         &self,
         request: ClientRequestId,
         spec: JobSpec,
         allow_unplaceable: bool,
     ) -> Result<ClientResponse, ErrorReply> {
-        spec.validate()
-            .and_then(|()| spec.check_limits())
-            .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
-        self.check_dependencies(request, &spec)?; // issue 51: exit 4 / 2
-        if let Some(n) = {
-            let s = self.shared.read_state();
-            spec.nodes
-                .iter()
-                .find(|n| s.resolve_node(n).is_none())
-                .cloned()
-        } {
-            return Err(ErrorReply::new(
-                ErrorKind::NotFound,
-                format!("no such node: {n:?} (locality candidates must be registered nodes)"),
-            ));
-        }
-        if !allow_unplaceable {
-            self.check_placeable(request, &spec)?;
-        }
-        self.admit(request, &spec.user, u64::from(spec.count))?;
-        if let Some(fake) = self.ack_before_commit_bug(request, &spec) {
-            return Ok(fake);
-        }
-        // When nothing else waits, the leader plans the job's tasks now and the submission
-        // carries the placements: one Raft round to the dispatch instead of two. With tasks
-        // pending the duties would decline: a busy leader's submits skip asking them.
-        let nothing_pending = self.shared.read_state().pending().is_empty();
-        let placed = match self.raft.status().role {
-            Role::Leader if nothing_pending => self
-                .duties
-                .send(PlaceNew { spec: spec.clone() })
-                .await
-                .ok()
-                .flatten(),
-            _ => None,
-        };
-        let (command, _slot) = match placed {
-            Some(p) => (
-                p.command(spec),
-                Some(PlanSlotRelease::new(self.duties.clone(), p.tag)),
-            ),
-            None => (Command::SubmitJob { spec }, None),
-        };
-        tracing::debug!(target: "hetsched::trace", request = request.0, "submit: proposing");
-        match self.propose(command, Some(request)).await? {
-            Outcome::Submitted { job, tasks } | Outcome::SubmittedPlaced { job, tasks, .. } => {
-                tracing::debug!(target: "hetsched::trace", request = request.0, %job, tasks = tasks.len(), "submit: applied, answering");
-                Ok(ClientResponse::Submitted { job, tasks })
-            }
-            o => Err(unexpected(o)),
-        }
-    }
-
-    /// Refuses (as invalid: exit 2, HTTP 400) a job no registered node could ever hold,
-    /// saying why (`cpus 1000: no node has more than 2`). Advisory, at the edge: it reads
-    /// the applied state before proposing and never runs in `apply`. A retried request that
-    /// already applied is never refused.
-    pub(super) fn check_placeable(
-        &self,
-        request: ClientRequestId,
-        spec: &JobSpec,
-    ) -> Result<(), ErrorReply> {
-        let s = self.shared.read_state();
-        if s.request_applied(request) {
-            return Ok(());
-        }
-        let capacities = s.nodes().values().map(|n| &n.capacity);
-        match unplaceable(&spec.resources, capacities) {
-            None => Ok(()),
-            Some(why) => {
-                metrics::counter!("hetsched_master_submits_refused_unplaceable_total").increment(1);
-                Err(ErrorReply::new(
-                    ErrorKind::Invalid,
-                    format!(
-                        "{why}; no registered node could ever run this job's tasks \
-                         (submit --allow-unplaceable, or \"allow_unplaceable\": true over \
-                         HTTP, to queue it for nodes that may join later)"
-                    ),
-                ))
-            }
-        }
-    }
-
-    /// Admission back-pressure on the leader (a follower's submit is redirected anyway):
-    /// refuses with `Busy` "busy, retry" (exit 5) when the pending queue is at its
-    /// cap or the user is over the submit rate. A retried request that already applied is
-    /// never refused (its answer is in the state).
-    pub(super) fn admit(
-        &self,
-        request: ClientRequestId,
-        user: &str,
-        tasks: u64,
-    ) -> Result<(), ErrorReply> {
-        if self.raft.status().role != Role::Leader {
-            return Ok(());
-        }
-        let pending = {
-            let s = self.shared.read_state();
-            if s.request_applied(request) {
+        self.decide(|s| {
+            let jobs = ClientJobs::new(s);
+            jobs.check_submit(request, &spec, allow_unplaceable)?;
+            if self.raft.status().role != Role::Leader {
                 return Ok(());
             }
-            s.pending().len() as u64
-        };
-        let mut a = match self.admission.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        let now = now_ms();
-        a.forget_idle(now);
-        a.admit(user, tasks, pending, now).map_err(|busy| {
-            metrics::counter!("hetsched_master_submits_refused_busy_total").increment(1);
-            ErrorReply::new(ErrorKind::Busy, busy.to_string())
-        })
-    }
-
-    /// Cancels a whole job.
-    async fn cancel_job(
-        &self,
-        request: ClientRequestId,
-        job: JobId,
-    ) -> Result<ClientResponse, ErrorReply> {
-        {
-            let s = self.shared.read_state();
-            if !s.jobs().contains_key(&job) {
-                return Err(job_not_found(&s, job));
-            }
-        }
-        match self
-            .propose(Command::CancelJob { job }, Some(request))
-            .await?
-        {
-            Outcome::Cancelled { job, tasks, .. } => Ok(ClientResponse::Cancelled { job, tasks }),
-            o => Err(unexpected(o)),
-        }
-    }
-
-    /// Cancels one task of a job.
-    async fn cancel_task(
-        &self,
-        request: ClientRequestId,
-        task: TaskId,
-    ) -> Result<ClientResponse, ErrorReply> {
-        if !self.shared.read_state().tasks().contains_key(&task) {
-            return Err(not_found(format!("no such task: {task}")));
-        }
-        match self
-            .propose(Command::CancelTask { task }, Some(request))
-            .await?
-        {
-            Outcome::Cancelled { job, tasks, .. } => Ok(ClientResponse::Cancelled { job, tasks }),
-            o => Err(unexpected(o)),
-        }
-    }
-
-    /// Drains a node, with a deadline after which what still runs there is re-queued.
-    async fn drain(
-        &self,
-        request: ClientRequestId,
-        node: &str,
-        deadline_after_ms: Option<u64>,
-    ) -> Result<ClientResponse, ErrorReply> {
-        let id = self.node_named(node)?;
-        let deadline_ms = deadline_after_ms.map(|d| now_ms().saturating_add(d));
-        let cmd = Command::DrainNode {
-            node: id,
-            deadline_ms,
-        };
-        self.node_change(cmd, request, id).await
-    }
-
-    /// Lifts a node's drain.
-    async fn undrain(
-        &self,
-        request: ClientRequestId,
-        node: &str,
-    ) -> Result<ClientResponse, ErrorReply> {
-        let id = self.node_named(node)?;
-        self.node_change(Command::UndrainNode { node: id }, request, id)
+            let mut admission = match self.admission.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            jobs.admit(request, &spec, &mut admission, now_ms())
+        })?;
+        // The duties plan it when nothing else waits, and propose it.
+        let proposed = self
+            .duties
+            .send(Submit { request, spec })
             .await
-    }
-
-    /// The node a client names (name, id or `node-N`), or a not-found answer.
-    fn node_named(&self, name: &str) -> Result<NodeId, ErrorReply> {
-        self.shared
-            .read_state()
-            .resolve_node(name)
-            .ok_or_else(|| not_found(format!("no such node: {name:?}")))
+            .map_err(|e| ErrorReply::new(ErrorKind::Unavailable, e.to_string()))?
+            .await
+            .map_err(|e| ErrorReply::new(ErrorKind::Unknown, e.to_string()))?;
+        let o = proposed.map_err(|e| self.shared.propose_error(e))?;
+        tracing::debug!(target: "hetsched::trace", request = request.0, "submit: applied, answering");
+        ClientJobs::submitted(o)
     }
 
     /// Proposes a drain change and answers with the node as it is after it applied.
-    async fn node_change(
+    async fn drain_change(
         &self,
         cmd: Command,
         request: ClientRequestId,
-        id: NodeId,
     ) -> Result<ClientResponse, ErrorReply> {
-        match self.propose(cmd, Some(request)).await? {
-            Outcome::DrainChanged { node } => {
-                let s = self.shared.read_state();
-                s.nodes()
-                    .get(&node)
-                    .map(|n| ClientResponse::Node(s.node_info(n)))
-                    .ok_or_else(|| not_found(format!("no such node: {id}")))
-            }
-            o => Err(unexpected(o)),
-        }
+        let o = self.propose(cmd, Some(request)).await?;
+        self.decide(|s| ClientJobs::new(s).drain_changed(o))
     }
 
-    /// Replaces the priority configuration; answers with the one in force after it applied.
-    async fn set_priority_config(
+    /// Plans a batch off the Raft and apply paths (the hosts read under the state's lock,
+    /// the planner on a blocking thread), then submits it as one `SubmitBatch` entry.
+    async fn submit_batch(
         &self,
         request: ClientRequestId,
-        config: PriorityConfig,
+        batch: BatchSubmit,
     ) -> Result<ClientResponse, ErrorReply> {
-        match self
-            .propose(Command::SetPriorityConfig { config }, Some(request))
-            .await?
-        {
-            Outcome::Rejected(why) => Err(ErrorReply::new(ErrorKind::Invalid, why)),
-            _ => Ok(ClientResponse::PriorityConfig(
-                self.shared.read_state().priority().clone(),
-            )),
+        let spec = match self.decide(|s| ClientJobs::new(s).batch_input(request, &batch))? {
+            // A retry: the log answers it, whatever the cluster looks like now.
+            None => None,
+            Some((file, hosts)) => {
+                let started = std::time::Instant::now();
+                let spec = tokio::task::spawn_blocking(move || plan_on(&file, &hosts, &batch))
+                    .await
+                    .map_err(|e| ErrorReply::new(ErrorKind::Internal, e.to_string()))?
+                    .map_err(|why| ErrorReply::new(ErrorKind::Invalid, why))?;
+                metrics::histogram!("hetsched_master_batch_plan_seconds")
+                    .record(started.elapsed().as_secs_f64());
+                Some(spec)
+            }
+        };
+        let planned = spec.as_ref().map_or(0.0, |s| s.planned_makespan_s.0);
+        // A retry proposes an empty batch: apply answers it from the request id before
+        // reading the command (and refuses it if the id was forgotten meanwhile).
+        let command = Command::SubmitBatch {
+            batch: spec.unwrap_or_default(),
+        };
+        let o = self.propose(command, Some(request)).await?;
+        self.decide(|s| ClientJobs::new(s).batch_submitted(o, planned))
+    }
+
+    /// Cancels every job of a batch, one entry per job.
+    async fn cancel_batch(
+        &self,
+        request: ClientRequestId,
+        id: u64,
+    ) -> Result<ClientResponse, ErrorReply> {
+        let (job, cancels) = self.decide(|s| ClientJobs::new(s).cancel_batch(request, id))?;
+        self.cancel_each(job, cancels).await
+    }
+
+    /// Proposes `cancels` one by one (a batch's or a flow's jobs); the answer names `job`.
+    async fn cancel_each(
+        &self,
+        job: JobId,
+        cancels: Vec<(ClientRequestId, Command)>,
+    ) -> Result<ClientResponse, ErrorReply> {
+        let mut tasks = 0u32;
+        for (req, cmd) in cancels {
+            tasks += ClientJobs::cancelled_tasks(self.propose(cmd, Some(req)).await?)?;
         }
+        Ok(ClientResponse::Cancelled { job, tasks })
+    }
+
+    /// Checks and admits a flow on the leader, then proposes it as one `SubmitFlow` entry.
+    async fn submit_flow(
+        &self,
+        request: ClientRequestId,
+        flow: FlowSpec,
+    ) -> Result<ClientResponse, ErrorReply> {
+        self.decide(|s| {
+            let (user, tasks) = ClientFlows::new(s).check(request, &flow)?;
+            if self.raft.status().role != Role::Leader {
+                return Ok(());
+            }
+            let mut admission = match self.admission.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            ClientJobs::new(s).admit_tasks(request, &user, tasks, &mut admission, now_ms())
+        })?;
+        let o = self
+            .propose(Command::SubmitFlow { flow }, Some(request))
+            .await?;
+        ClientFlows::submitted(o)
+    }
+
+    /// Creates a token: its hash proposed, its secret in the answer.
+    async fn create_token(&self, t: TokenToCreate) -> Result<ClientResponse, ErrorReply> {
+        let o = self.propose(t.command.clone(), None).await?;
+        t.answer(o)
     }
 }

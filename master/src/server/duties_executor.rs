@@ -11,10 +11,10 @@ use super::waiting::{sample_of, WaitReasons, SAMPLE_EVERY};
 use super::{now_ms, MasterShared, Replicated};
 use actix::prelude::*;
 use hetsched_common::protocol::{ErrorKind, ErrorReply, HeldTask};
-use hetsched_common::{MasterId, NodeId};
-use hetsched_consensus::{Consensus, RaftStatus, Role};
+use hetsched_common::{ClientRequestId, MasterId, NodeId};
+use hetsched_consensus::{Consensus, ProposeError, RaftStatus, Role};
 use hetsched_master_core::duties::{
-    DutiesConfig, DutiesCore, DutyEvent, Effect, HeartbeatVerdict, NewPlacement, Now, ProposalTag,
+    DutiesConfig, DutiesCore, DutyEvent, Effect, HeartbeatVerdict, Now, ProposalTag,
 };
 use hetsched_master_core::sched::Scheduler;
 use hetsched_master_core::state::{CommandEnvelope, Outcome};
@@ -295,74 +295,76 @@ impl Handler<DutiesMsg> for LeaderDuties {
     type Result = ();
 
     fn handle(&mut self, msg: DutiesMsg, ctx: &mut Self::Context) {
-        let ev = match msg {
-            DutiesMsg::Raft(st) => {
-                let leading = st.role == Role::Leader;
-                if !leading {
-                    // Whatever was queued for slaves belongs to a leadership that ended.
-                    self.senders.clear();
-                }
-                DutyEvent::Leadership(leading)
+        match &msg {
+            // Whatever was queued for slaves belongs to a leadership that ended.
+            DutiesMsg::Raft(st) if st.role != Role::Leader => self.senders.clear(),
+            DutiesMsg::Applied(a) if self.core.is_leading() => self.applied_metrics(a),
+            _ => {}
+        }
+        self.feed(event(msg), ctx);
+    }
+}
+
+/// The core's event for a message.
+fn event(msg: DutiesMsg) -> DutyEvent {
+    match msg {
+        DutiesMsg::Raft(st) => DutyEvent::Leadership(st.role == Role::Leader),
+        DutiesMsg::Applied(a) => DutyEvent::Applied {
+            index: a.index,
+            outcome: a.outcome,
+            touched: a.touched,
+        },
+        DutiesMsg::Proposed { tag, ok } => DutyEvent::Proposed { tag, ok },
+        DutiesMsg::Delivered(r) => DutyEvent::DeliveredBatch {
+            node: r.node,
+            tasks: r.tasks,
+            ok: r.ok,
+        },
+        DutiesMsg::Released {
+            task,
+            attempt,
+            from,
+            to,
+            released,
+        } => DutyEvent::Released {
+            task,
+            attempt,
+            from,
+            to,
+            released,
+        },
+    }
+}
+
+impl LeaderDuties {
+    /// What the leader counts of an entry it applied (once, by the leader that proposed
+    /// it: docs/CONTRACT.md): preemptions, placement latency, tasks it ended, steals.
+    fn applied_metrics(&self, a: &Applied) {
+        match &a.outcome {
+            Outcome::PlanApplied {
+                preempted,
+                accepted,
+                ..
+            } => {
+                tracing::debug!(target: "hetsched::trace", index = a.index, accepted = accepted.len(), "plan: applied");
+                metrics::counter!("hetsched_master_preemptions_total")
+                    .increment(preempted.len() as u64);
+                self.placement_latency(accepted);
             }
-            DutiesMsg::Applied(a) => {
-                if let (
-                    true,
-                    Outcome::PlanApplied {
-                        preempted,
-                        accepted,
-                        ..
-                    },
-                ) = (self.core.is_leading(), &a.outcome)
-                {
-                    tracing::debug!(target: "hetsched::trace", index = a.index, accepted = accepted.len(), "plan: applied");
-                    // Counted once, by the leader that proposed the plan (docs/CONTRACT.md).
-                    metrics::counter!("hetsched_master_preemptions_total")
-                        .increment(preempted.len() as u64);
-                    self.placement_latency(accepted);
-                }
-                if let (true, Outcome::SubmittedPlaced { accepted, .. }) =
-                    (self.core.is_leading(), &a.outcome)
-                {
-                    tracing::debug!(target: "hetsched::trace", index = a.index, accepted = accepted.len(), "submit with placements: applied");
-                    self.placement_latency(accepted);
-                }
-                if self.core.is_leading() {
-                    outcome_metrics(&a.outcome);
-                    if let Outcome::Stolen {
-                        assigned: Some(_), ..
-                    } = &a.outcome
-                    {
-                        // Counted once, by the leader that proposed the move (docs/CONTRACT.md).
-                        metrics::counter!("hetsched_master_steals_total").increment(1);
-                    }
-                }
-                DutyEvent::Applied {
-                    index: a.index,
-                    outcome: a.outcome,
-                    touched: a.touched,
+            Outcome::SubmittedPlaced { accepted, .. } => {
+                tracing::debug!(target: "hetsched::trace", index = a.index, accepted = accepted.len(), "submit with placements: applied");
+                self.placement_latency(accepted);
+            }
+            Outcome::Stolen {
+                assigned: Some(_), ..
+            } => metrics::counter!("hetsched_master_steals_total").increment(1),
+            o => {
+                if let Some((n, state, reason)) = ended_by_leader(o) {
+                    metrics::counter!("hetsched_master_task_outcomes_total", "state" => state, "reason" => reason)
+                        .increment(n);
                 }
             }
-            DutiesMsg::Proposed { tag, ok } => DutyEvent::Proposed { tag, ok },
-            DutiesMsg::Delivered(r) => DutyEvent::DeliveredBatch {
-                node: r.node,
-                tasks: r.tasks,
-                ok: r.ok,
-            },
-            DutiesMsg::Released {
-                task,
-                attempt,
-                from,
-                to,
-                released,
-            } => DutyEvent::Released {
-                task,
-                attempt,
-                from,
-                to,
-                released,
-            },
-        };
-        self.feed(ev, ctx);
+        }
     }
 }
 
@@ -434,73 +436,61 @@ impl LeaderDuties {
 }
 
 /// Tasks ended for good by a command the leader applied (cancellations, timeouts without a
-/// re-run); ends reported by slaves are counted where the report is committed.
-fn outcome_metrics(o: &Outcome) {
-    let (n, state, reason) = match o {
-        Outcome::Cancelled { tasks, .. } => (u64::from(*tasks), "cancelled", "cancelled"),
-        Outcome::TimedOut { retried: false, .. } => (1, "failed", "timeout"),
-        _ => return,
-    };
-    metrics::counter!("hetsched_master_task_outcomes_total", "state" => state, "reason" => reason)
-        .increment(n);
+/// re-run), as (how many, state, reason); ends reported by slaves are counted where the
+/// report is committed.
+fn ended_by_leader(o: &Outcome) -> Option<(u64, &'static str, &'static str)> {
+    match o {
+        Outcome::Cancelled { tasks, .. } => Some((u64::from(*tasks), "cancelled", "cancelled")),
+        Outcome::TimedOut { retried: false, .. } => Some((1, "failed", "timeout")),
+        _ => None,
+    }
 }
 
-/// Plans a submission's tasks before it is proposed (one Raft round from an idle submit
-/// to its dispatch; `DutiesCore::place_new`): `None` submits it the ordinary way.
+/// A submission the client API checked, handed to the duties: they plan it when nothing
+/// else waits and always propose it as a `SubmitPlaced` (`DutiesCore::submission`), the one
+/// road from a submit to its placement. The answer is the proposal's result, to await.
 #[derive(Message)]
-#[rtype(result = "Option<NewPlacement>")]
-pub struct PlaceNew {
+#[rtype(result = "tokio::sync::oneshot::Receiver<Result<Outcome, ProposeError>>")]
+pub struct Submit {
+    /// The client's request id (the entry carries it: a retry applies once).
+    pub request: ClientRequestId,
     /// The job.
     pub spec: hetsched_common::JobSpec,
 }
 
-impl Handler<PlaceNew> for LeaderDuties {
-    type Result = Option<NewPlacement>;
+impl Handler<Submit> for LeaderDuties {
+    type Result = MessageResult<Submit>;
 
-    fn handle(&mut self, m: PlaceNew, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, m: Submit, ctx: &mut Self::Context) -> Self::Result {
         let now = self.now();
-        let view = self.shared.read_state();
-        let placed = self.core.place_new(&m.spec, now, &view);
-        tracing::debug!(target: "hetsched::trace", placed = placed.as_ref().map_or(0, |p| p.place.len()), "submit: planned before proposing");
-        placed
-    }
-}
-
-/// Issue 51, a deliberate bug for chaos tests: plan with (`true`) or without the
-/// dependency gate (`BugSpec::skip_dependency_gate`, admin port).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct SetDependencyGate(pub bool);
-
-impl Handler<SetDependencyGate> for LeaderDuties {
-    type Result = ();
-
-    fn handle(&mut self, m: SetDependencyGate, _ctx: &mut Self::Context) {
-        self.core.set_dependency_gate(m.0);
-    }
-}
-
-/// Frees the plan slot a [`PlaceNew`] took once its submission's proposal finished, or
-/// was dropped with its request (the slot must not stay held: scheduling waits on it).
-pub struct PlanSlotRelease {
-    duties: Addr<LeaderDuties>,
-    tag: ProposalTag,
-}
-
-impl PlanSlotRelease {
-    /// Releases `tag`'s slot when dropped.
-    pub fn new(duties: Addr<LeaderDuties>, tag: ProposalTag) -> Self {
-        Self { duties, tag }
-    }
-}
-
-impl Drop for PlanSlotRelease {
-    fn drop(&mut self) {
-        // Applied or not, the slot frees the same way (a stale placement is the plan's).
-        self.duties.do_send(DutiesMsg::Proposed {
-            tag: self.tag,
-            ok: true,
+        let s = {
+            let view = self.shared.read_state();
+            self.core.submission(m.spec, now, &view)
+        };
+        tracing::debug!(target: "hetsched::trace", request = m.request.0, planned = s.slot.is_some(), "submit: proposing");
+        let bytes = CommandEnvelope {
+            at_ms: now.wall_ms,
+            request: Some(m.request),
+            command: s.command,
+        }
+        .encode();
+        let (answer, rx) = tokio::sync::oneshot::channel();
+        let (raft, me) = (self.raft.clone(), ctx.address());
+        // The proposal is the duties' own: it runs to its end whether or not the client
+        // still waits, and its end frees the plan slot the placements hold.
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let r = raft.propose(bytes).await;
+            if r.is_ok() {
+                metrics::histogram!("hetsched_master_raft_commit_seconds")
+                    .record(started.elapsed());
+            }
+            if let Some(tag) = s.slot {
+                me.do_send(DutiesMsg::Proposed { tag, ok: r.is_ok() });
+            }
+            let _ = answer.send(r);
         });
+        MessageResult(rx)
     }
 }
 
@@ -513,10 +503,106 @@ pub struct StealRequest {
     pub thief: NodeId,
 }
 
+/// A deliberate bug for chaos tests (issue 51): plan with (`true`) or without the dependency
+/// gate (`BugSpec::skip_dependency_gate`, switched through the admin port's hooks).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetDependencyGate(pub bool);
+
+impl Handler<SetDependencyGate> for LeaderDuties {
+    type Result = ();
+
+    fn handle(&mut self, m: SetDependencyGate, _ctx: &mut Self::Context) {
+        self.core.set_dependency_gate(m.0);
+    }
+}
+
 impl Handler<StealRequest> for LeaderDuties {
     type Result = ();
 
     fn handle(&mut self, m: StealRequest, ctx: &mut Self::Context) {
         self.feed(DutyEvent::StealRequest { thief: m.thief }, ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsched_common::TaskId;
+    use hetsched_master_core::state::TaskRef;
+
+    #[test]
+    fn messages_become_the_cores_events() {
+        let st = |role| RaftStatus {
+            id: 1,
+            leader: Some(1),
+            term: 2,
+            role,
+            commit_index: 0,
+            applied_index: 0,
+        };
+        assert_eq!(
+            event(DutiesMsg::Raft(st(Role::Leader))),
+            DutyEvent::Leadership(true)
+        );
+        assert_eq!(
+            event(DutiesMsg::Raft(st(Role::Candidate))),
+            DutyEvent::Leadership(false)
+        );
+        let d = DispatchResult {
+            node: NodeId(3),
+            tasks: vec![(TaskId(4), 1)],
+            ok: false,
+        };
+        assert_eq!(
+            event(DutiesMsg::Delivered(d)),
+            DutyEvent::DeliveredBatch {
+                node: NodeId(3),
+                tasks: vec![(TaskId(4), 1)],
+                ok: false
+            }
+        );
+        let applied = Applied {
+            index: 7,
+            outcome: Outcome::TaskUpdated,
+            touched: vec![NodeId(3)],
+        };
+        assert_eq!(
+            event(DutiesMsg::Applied(applied)),
+            DutyEvent::Applied {
+                index: 7,
+                outcome: Outcome::TaskUpdated,
+                touched: vec![NodeId(3)]
+            }
+        );
+    }
+
+    #[test]
+    fn the_leader_counts_the_ends_it_decided() {
+        let stop = TaskRef {
+            task: TaskId(1),
+            node: NodeId(1),
+            attempt: 1,
+        };
+        let cancelled = Outcome::Cancelled {
+            job: hetsched_common::JobId(1),
+            tasks: 3,
+            stop: Vec::new(),
+        };
+        assert_eq!(
+            ended_by_leader(&cancelled),
+            Some((3, "cancelled", "cancelled"))
+        );
+        let timed_out = |retried| Outcome::TimedOut { stop, retried };
+        assert_eq!(
+            ended_by_leader(&timed_out(false)),
+            Some((1, "failed", "timeout"))
+        );
+        assert_eq!(
+            ended_by_leader(&timed_out(true)),
+            None,
+            "re-run: not an end"
+        );
+        assert_eq!(ended_by_leader(&Outcome::TaskUpdated), None);
     }
 }

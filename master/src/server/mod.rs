@@ -2,34 +2,41 @@
 //! the leader duties. Everything here does I/O; the decisions live in `hetsched-master-core`
 //! (`state`, `sched`, `duties`).
 //!
-//! By concern: `config` (the master's configuration and errors), `boot` (starting
-//! consensus and the duties executor, binding the listeners), `ports` (what the cluster and
-//! admin ports serve), `client_api` (client writes), `client_queries` (client reads, the
-//! status and dry runs), `membership` (Raft membership requests), `slave_api` (slave
-//! requests), `heartbeats` (heartbeats answered off the duties actor), `net` (the
-//! multi-threaded runtime of the cluster port), `admin` (benchmark requests, faults and deliberate-bug switches), `authz` (who may
-//! send which client request), `acl` (token requests),
-//! `consensus_io` (proposing, read barriers, the leader check), `reply` (error replies);
-//! `duties_executor` carries out the pure duties core's effects, `senders` talk to slaves,
-//! `forward_query` answers S0.6 forwarding queries, `waiting` keeps why tasks wait, `usage` answers users' quota standing, `http` serves metrics, the API and the UI.
+//! Requests are decided by a handler per family, each a small struct over the applied
+//! state with unit tests that need no socket or runtime: [`client_jobs::ClientJobs`]
+//! (submit, cancel, drain, priorities, batches), [`client_queries::ClientQueries`] (reads,
+//! the status, dry runs), [`slave_reports::SlaveReports`] (registration, heartbeats, task
+//! reports, forwarding), [`admin::Admin`] (membership, benchmarks, faults, log exports),
+//! [`acl::Acl`] (tokens) and [`authz::Authz`] (who may send what). [`Master`] keeps the
+//! async glue in three files: `ports` (the frame handler, the caller check, proposing,
+//! read barriers, the leader check), `client_api` and `slave_api` (each request routed to
+//! its handler, the handler's command proposed, its answer sent).
+//!
+//! Besides: `config` (the master's configuration and errors), `boot` (starting consensus
+//! and the duties executor, binding the listeners), `hooks` (the chaos tests' deliberate
+//! bugs, installed only with an admin listener), `heartbeats` (heartbeats answered off the
+//! duties actor), `net` (the multi-threaded runtime of the cluster port), `reply` (error
+//! replies); `duties_executor` carries out the pure duties core's effects, `senders` talk to
+//! slaves, `forward_query` keeps S0.6 engine loads, `waiting` keeps why tasks wait, `usage`
+//! computes users' quota standing, `logs` and `programs` fetch from slaves, `http` serves
+//! metrics, the API and the UI.
 
 mod acl;
 mod admin;
 mod authz;
-mod batch;
 mod boot;
 mod client_api;
+mod client_flows;
+mod client_jobs;
 mod client_queries;
 mod config;
-mod consensus_io;
 mod dependency_checks;
 mod duties_executor;
-mod flows;
 mod forward_query;
 mod heartbeats;
+mod hooks;
 mod http;
 mod logs;
-mod membership;
 mod net;
 mod ports;
 mod programs;
@@ -37,6 +44,9 @@ mod replicated;
 mod reply;
 mod senders;
 mod slave_api;
+mod slave_reports;
+#[cfg(test)]
+mod test_state;
 mod usage;
 mod waiting;
 
@@ -49,8 +59,6 @@ use actix::prelude::*;
 use duties_executor::LeaderDuties;
 use hetsched_common::MasterId;
 use hetsched_consensus::Consensus;
-use hetsched_master_core::sched::index::PolicyKind;
-use hetsched_master_core::sched::preemption::PreemptionConfig;
 use hetsched_master_core::state::Replica;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -68,8 +76,7 @@ pub struct MasterShared {
 }
 
 impl MasterShared {
-    /// Read access to the applied state (a [`Replica`] reads as its cluster state). Never
-    /// held across an await.
+    /// Read access to the applied state. Never held across an await.
     pub fn read_state(&self) -> RwLockReadGuard<'_, Replica> {
         match self.state.read() {
             Ok(g) => g,
@@ -102,19 +109,13 @@ pub struct Master {
     raft: Consensus<Replicated>,
     duties: Addr<LeaderDuties>,
     snapshot_file: PathBuf,
-    policy: PolicyKind,
-    cpu_policy: PolicyKind,
-    preemption: PreemptionConfig,
-    queueing: hetsched_master_core::sched::multiqueue::QueueingConfig,
-    engine_choice: hetsched_master_core::sched::engine_choice::EngineChoiceConfig,
-    queue_depth: u32,
+    /// How the scheduler is configured (dry runs plan with it too).
+    sched: client_queries::SchedulerSettings,
     /// State hash and size, cached per applied index: `status` serialises the whole state
     /// only when something applied since the last one asked.
     digest: Arc<std::sync::Mutex<Option<client_queries::StateDigest>>>,
     /// Admission back-pressure (leader-local).
     admission: Arc<std::sync::Mutex<crate::backpressure::Admission>>,
-    /// Deliberate bugs switched on through the admin listener (chaos tests).
-    bugs: Arc<std::sync::Mutex<hetsched_common::protocol::BugSpec>>,
     /// S0.6: the slaves' engine load from their heartbeats (leader-local).
     engine_loads: Arc<forward_query::EngineLoads>,
     /// Verified API tokens (docs/SECURITY.md).

@@ -195,6 +195,52 @@ fn batch_not_understood(r: &Result<Message, hetsched_common::wire::CallError>) -
     )
 }
 
+/// Whether the slave accepted what it was sent.
+fn accepted(r: &Result<Message, hetsched_common::wire::CallError>) -> bool {
+    matches!(r, Ok(Message::ToSlaveReply(SlaveCommandReply::Accepted)))
+}
+
+/// Whether the victim dropped the queued attempt it was asked to release.
+fn released(r: &Result<Message, hetsched_common::wire::CallError>) -> bool {
+    matches!(
+        r,
+        Ok(Message::ToSlaveReply(SlaveCommandReply::Released {
+            released: true
+        }))
+    )
+}
+
+/// The command a message is to its slave.
+fn command(msg: &Outgoing) -> SlaveCommand {
+    match msg {
+        Outgoing::DispatchBatch(batch) => SlaveCommand::AssignBatch(batch.clone()),
+        Outgoing::Stop {
+            task,
+            attempt,
+            grace_ms,
+        } => SlaveCommand::StopTask {
+            task: *task,
+            attempt: *attempt,
+            grace_ms: *grace_ms,
+        },
+        Outgoing::SetCpus {
+            task,
+            attempt,
+            cpu_milli,
+        } => SlaveCommand::SetCpus {
+            task: *task,
+            attempt: *attempt,
+            cpu_milli: *cpu_milli,
+        },
+        Outgoing::Release { task, attempt, .. } => SlaveCommand::ReleaseQueued {
+            task: *task,
+            attempt: *attempt,
+        },
+    }
+}
+
+/// One slave's sender: its messages in order, over one connection made again (after a
+/// back-off) when it breaks.
 async fn run_sender(
     node: NodeId,
     addr: String,
@@ -226,101 +272,68 @@ async fn run_sender(
                 }
             },
         };
-        let results = results.clone();
-        let timeout = timing.call_timeout;
-        tokio::spawn(async move {
-            match msg {
-                Outgoing::DispatchBatch(batch) => {
-                    let tasks: Vec<(TaskId, Attempt)> =
-                        batch.iter().map(|a| (a.task, a.attempt)).collect();
-                    tracing::debug!(target: "hetsched::trace", %node, tasks = tasks.len(), first = ?tasks.first(), "dispatch: sending");
-                    let r = c
-                        .call(
-                            Message::ToSlave(SlaveCommand::AssignBatch(batch.clone())),
-                            timeout,
-                        )
-                        .await;
-                    let ok = if batch_not_understood(&r) {
-                        // An older slave: one message per assignment, as before batches.
-                        let mut all = true;
-                        for a in batch {
-                            let r = c
-                                .call(Message::ToSlave(SlaveCommand::Assign(a)), timeout)
-                                .await;
-                            all &=
-                                matches!(r, Ok(Message::ToSlaveReply(SlaveCommandReply::Accepted)));
-                        }
-                        all
-                    } else {
-                        matches!(r, Ok(Message::ToSlaveReply(SlaveCommandReply::Accepted)))
-                    };
-                    if !ok {
-                        tracing::debug!(%node, tasks = tasks.len(), reply = ?r, "batch dispatch not acknowledged; will retry");
-                    }
-                    tracing::debug!(target: "hetsched::trace", %node, tasks = tasks.len(), ok, "dispatch: answered");
-                    let _ =
-                        results.send(SenderResult::Dispatch(DispatchResult { node, tasks, ok }));
-                }
-                Outgoing::Stop {
-                    task,
-                    attempt,
-                    grace_ms,
-                } => {
-                    let r = c
-                        .call(
-                            Message::ToSlave(SlaveCommand::StopTask {
-                                task,
-                                attempt,
-                                grace_ms,
-                            }),
-                            timeout,
-                        )
-                        .await;
-                    if let Err(e) = r {
-                        tracing::debug!(%node, %task, error = %e, "stop not delivered; reconciliation will retry");
-                    }
-                }
-                Outgoing::SetCpus {
-                    task,
-                    attempt,
-                    cpu_milli,
-                } => {
-                    let r = c
-                        .call(
-                            Message::ToSlave(SlaveCommand::SetCpus {
-                                task,
-                                attempt,
-                                cpu_milli,
-                            }),
-                            timeout,
-                        )
-                        .await;
-                    if !matches!(r, Ok(Message::ToSlaveReply(SlaveCommandReply::Accepted))) {
-                        tracing::debug!(%node, %task, reply = ?r, "CPU change not applied; the search will send it again");
-                    }
-                }
-                Outgoing::Release { task, attempt, to } => {
-                    let r = c
-                        .call(
-                            Message::ToSlave(SlaveCommand::ReleaseQueued { task, attempt }),
-                            timeout,
-                        )
-                        .await;
-                    let released = matches!(
-                        r,
-                        Ok(Message::ToSlaveReply(SlaveCommandReply::Released {
-                            released: true
-                        }))
-                    );
-                    let _ = results.send(SenderResult::Released {
-                        node,
-                        task,
-                        attempt,
-                        to,
-                        released,
-                    });
-                }
-            }
-        });
+        tokio::spawn(deliver(c, node, msg, timing.call_timeout, results.clone()));
     }
 }
+
+/// Sends one message over `c` and reports what the duties wait for (dispatches and
+/// releases); stops and CPU changes are fire and forget.
+async fn deliver(
+    c: Connection,
+    node: NodeId,
+    msg: Outgoing,
+    timeout: Duration,
+    results: mpsc::UnboundedSender<SenderResult>,
+) {
+    let call = Message::ToSlave(command(&msg));
+    match msg {
+        Outgoing::DispatchBatch(batch) => {
+            let tasks: Vec<(TaskId, Attempt)> = batch.iter().map(|a| (a.task, a.attempt)).collect();
+            tracing::debug!(target: "hetsched::trace", %node, tasks = tasks.len(), first = ?tasks.first(), "dispatch: sending");
+            let r = c.call(call, timeout).await;
+            let ok = if batch_not_understood(&r) {
+                // An older slave: one message per assignment, as before batches.
+                let mut all = true;
+                for a in batch {
+                    let r = c
+                        .call(Message::ToSlave(SlaveCommand::Assign(a)), timeout)
+                        .await;
+                    all &= accepted(&r);
+                }
+                all
+            } else {
+                accepted(&r)
+            };
+            if !ok {
+                tracing::debug!(%node, tasks = tasks.len(), reply = ?r, "batch dispatch not acknowledged; will retry");
+            }
+            tracing::debug!(target: "hetsched::trace", %node, tasks = tasks.len(), ok, "dispatch: answered");
+            let _ = results.send(SenderResult::Dispatch(DispatchResult { node, tasks, ok }));
+        }
+        Outgoing::Stop { task, .. } => {
+            if let Err(e) = c.call(call, timeout).await {
+                tracing::debug!(%node, %task, error = %e, "stop not delivered; reconciliation will retry");
+            }
+        }
+        Outgoing::SetCpus { task, .. } => {
+            let r = c.call(call, timeout).await;
+            if !accepted(&r) {
+                tracing::debug!(%node, %task, reply = ?r, "CPU change not applied; the search will send it again");
+            }
+        }
+        Outgoing::Release { task, attempt, to } => {
+            let r = c.call(call, timeout).await;
+            let _ = results.send(SenderResult::Released {
+                node,
+                task,
+                attempt,
+                to,
+                released: released(&r),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "senders_tests.rs"]
+mod tests;

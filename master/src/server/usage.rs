@@ -2,11 +2,8 @@
 //! (S1), what they hold on nodes and the DRF dominant share (S3) — with the leader's last
 //! hour of queue lengths and allocation, for the dashboard.
 
-use super::Master;
 use hetsched_common::priority::Principal;
-use hetsched_common::protocol::{
-    Amounts, ClientResponse, ErrorReply, QuotaLimits, UsageInfo, UserUsage,
-};
+use hetsched_common::protocol::{Amounts, QuotaLimits, UserUsage};
 use hetsched_common::{ResourceRequest, TaskState, GPU_MILLI_PER_DEVICE};
 use hetsched_master_core::state::{partition_of, ClusterState};
 use std::collections::BTreeMap;
@@ -93,16 +90,4 @@ pub(super) fn usage(s: &ClusterState) -> Vec<UserUsage> {
             u
         })
         .collect()
-}
-
-impl Master {
-    /// Users against their quotas, and the leader's last hour.
-    pub(super) async fn usage(&self) -> Result<ClientResponse, ErrorReply> {
-        self.read_barrier(false).await?;
-        let users = usage(&self.shared.read_state());
-        Ok(ClientResponse::Usage(UsageInfo {
-            users,
-            history: self.reasons.history(),
-        }))
-    }
 }

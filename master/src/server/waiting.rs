@@ -4,9 +4,8 @@
 //! Both are leader-local, like heartbeat data: the duties executor copies the scheduler's
 //! latest reasons here after each event that changed them, and samples the applied state
 //! every [`SAMPLE_EVERY`]; nothing of it is in the log. Every read of a task's reason goes
-//! through [`Master::waiting_of`], the one place a per-user filter would go.
+//! through [`Reasons::source`], the one place a per-user filter would go.
 
-use super::Master;
 use hetsched_common::protocol::{HistorySample, ListFilter, TaskInfo, WaitingInfo};
 use hetsched_common::{TaskId, TaskState};
 use hetsched_master_core::sched::explain::queued_on;
@@ -164,46 +163,42 @@ impl<'s> Reasons<'s> {
     }
 }
 
-impl Master {
-    /// A read of the reasons against `s`, now.
-    pub(super) fn reasons_in<'s>(&self, s: &'s ClusterState) -> Reasons<'s> {
+impl WaitReasons {
+    /// A read of the reasons against `s` at `now_ms`.
+    pub(super) fn read<'s>(&self, s: &'s ClusterState, now_ms: u64) -> Reasons<'s> {
         Reasons {
-            board: self.reasons.board(),
+            board: self.board(),
             reader: Reader::new(s),
             s,
-            now_ms: super::now_ms(),
+            now_ms,
         }
     }
+}
 
+impl Reasons<'_> {
     /// Fills `tasks`' reasons, keeps those `filter` asks for (its reason) and applies its
     /// limit (taken off the state's listing when a reason is asked for).
-    pub(super) fn with_reasons(
-        &self,
-        s: &ClusterState,
-        mut tasks: Vec<TaskInfo>,
-        filter: &ListFilter,
-    ) -> Vec<TaskInfo> {
-        let mut r = self.reasons_in(s);
+    pub(super) fn fill(&mut self, mut tasks: Vec<TaskInfo>, filter: &ListFilter) -> Vec<TaskInfo> {
         if let Some(want) = &filter.reason {
-            tasks.retain(|t| r.name(t.id).is_some_and(|n| n == *want));
+            tasks.retain(|t| self.name(t.id).is_some_and(|n| n == *want));
         }
         if let Some(l) = filter.limit {
             tasks.truncate(l as usize);
         }
         for t in &mut tasks {
-            t.waiting = r.waiting(t.id);
+            t.waiting = self.waiting(t.id);
         }
         tasks
     }
 
     /// Waiting tasks by reason (`status`): pending tasks and the slaves' local queues;
     /// names only, nothing formatted.
-    pub(super) fn waiting_counts(&self, s: &ClusterState) -> BTreeMap<String, u64> {
+    pub(super) fn counts(&self) -> BTreeMap<String, u64> {
         let mut by: BTreeMap<String, u64> = BTreeMap::new();
-        let r = self.reasons_in(s);
+        let s = self.s;
         let queued = s.nodes().values().flat_map(|n| n.queued.iter());
         for task in s.pending().iter().chain(queued) {
-            if let Some(name) = r.name(*task) {
+            if let Some(name) = self.name(*task) {
                 *by.entry(name).or_insert(0) += 1;
             }
         }

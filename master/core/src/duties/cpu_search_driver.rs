@@ -8,7 +8,7 @@ use super::{DutiesCore, Effect, Leading, Now, ProposalTag, Role};
 use crate::sched::cpu_search::{CpuSearch, SearchStep};
 use crate::state::{ClusterState, Command, CpuSearchPhase, TaskRef};
 use hetsched_common::protocol::ProbeSample;
-use hetsched_common::{Attempt, NodeId, TaskId, TaskState};
+use hetsched_common::{Attempt, CpuSearchSpec, NodeId, TaskId, TaskState};
 
 /// A CPU change not seen in the slave's samples is sent again after this long.
 const RESEND_MS: u64 = 1_000;
@@ -120,32 +120,9 @@ fn step_search(
         node,
         attempt,
     };
-    if let std::collections::btree_map::Entry::Vacant(slot) = l.searches.entry(key) {
-        if t.cpu_search != Some(CpuSearchPhase::Probing) {
-            return;
-        }
-        let free = view.nodes().get(&node).map_or(0, |n| n.free.cpu_milli);
-        let max = ((free + committed) / 1000) as u32;
-        let base = view
-            .cpu_history()
-            .get(&spec.class)
-            .copied()
-            .unwrap_or(committed);
-        let start = spec.start((base / 1000) as u32, max);
-        let search = CpuSearch::new(start, 1, max, epsilon);
-        let target_milli = u64::from(search.current()) * 1000;
-        tracing::info!(%task, class = %spec.class, start, max, "CPU-count search starts");
-        slot.insert(SearchRun {
-            search,
-            target_milli,
-            proposing: false,
-            utils: Vec::new(),
-            period_start: None,
-            last_sent: 0,
-            finished: false,
-        });
-        if target_milli != committed {
-            propose_cpus(l, here, target_milli, fx);
+    if !l.searches.contains_key(&key) {
+        if t.cpu_search == Some(CpuSearchPhase::Probing) {
+            start_search(l, here, &spec, committed, epsilon, view, fx);
         }
         return;
     }
@@ -173,25 +150,75 @@ fn step_search(
     if run.finished {
         return;
     }
-    match run.period_start {
-        // The first sample at a new count may predate the task's adjustment to it.
-        None => {
-            run.period_start = Some(now.mono_ms);
-            return;
-        }
-        Some(_) => run.utils.push(util.clamp(0.0, 100.0)),
-    }
-    let started = run.period_start.unwrap_or(now.mono_ms);
-    if now.mono_ms.saturating_sub(started) < period_ms || run.utils.is_empty() {
+    let Some(mean) = run.period_mean(util, period_ms, now) else {
         return;
-    }
-    let mean = run.utils.iter().sum::<f64>() / run.utils.len() as f64;
-    run.utils.clear();
-    run.period_start = None;
+    };
     let count = run.search.current();
     let step = run.search.measured(mean);
     tracing::info!(%task, cpus = count, mean_util = mean, ?step, "CPU-count search measured a period");
     apply_step(l, here, step, spec.class, committed, fx);
+}
+
+impl SearchRun {
+    /// Adds a sample's utilisation to the current period: the period's mean once it is
+    /// `period_ms` long (and a new period starts), else `None`.
+    fn period_mean(&mut self, util: f64, period_ms: u64, now: Now) -> Option<f64> {
+        match self.period_start {
+            // The first sample at a new count may predate the task's adjustment to it.
+            None => {
+                self.period_start = Some(now.mono_ms);
+                return None;
+            }
+            Some(_) => self.utils.push(util.clamp(0.0, 100.0)),
+        }
+        let started = self.period_start.unwrap_or(now.mono_ms);
+        if now.mono_ms.saturating_sub(started) < period_ms || self.utils.is_empty() {
+            return None;
+        }
+        let mean = self.utils.iter().sum::<f64>() / self.utils.len() as f64;
+        self.utils.clear();
+        self.period_start = None;
+        Some(mean)
+    }
+}
+
+/// A probing task's first sample: its search starts from its class's last best count
+/// (else what it holds), bounded by what the node could give it.
+fn start_search(
+    l: &mut Leading,
+    here: TaskRef,
+    spec: &CpuSearchSpec,
+    committed: u64,
+    epsilon: f64,
+    view: &ClusterState,
+    fx: &mut Vec<Effect>,
+) {
+    let free = view.nodes().get(&here.node).map_or(0, |n| n.free.cpu_milli);
+    let max = ((free + committed) / 1000) as u32;
+    let base = view
+        .cpu_history()
+        .get(&spec.class)
+        .copied()
+        .unwrap_or(committed);
+    let start = spec.start((base / 1000) as u32, max);
+    let search = CpuSearch::new(start, 1, max, epsilon);
+    let target_milli = u64::from(search.current()) * 1000;
+    tracing::info!(task = %here.task, class = %spec.class, start, max, "CPU-count search starts");
+    l.searches.insert(
+        (here.task, here.attempt),
+        SearchRun {
+            search,
+            target_milli,
+            proposing: false,
+            utils: Vec::new(),
+            period_start: None,
+            last_sent: 0,
+            finished: false,
+        },
+    );
+    if target_milli != committed {
+        propose_cpus(l, here, target_milli, fx);
+    }
 }
 
 fn apply_step(

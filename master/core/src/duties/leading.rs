@@ -142,6 +142,32 @@ impl DutiesCore {
         }));
     }
 
+    /// The barrier of leadership `epoch` finished: applied, the duties resume; dropped (an
+    /// election in between, or a deposed leader not told yet), it is tried again shortly,
+    /// unless leadership is lost meanwhile.
+    fn barrier_proposed(
+        &mut self,
+        epoch: u64,
+        ok: bool,
+        now: Now,
+        view: &ClusterState,
+        fx: &mut Vec<Effect>,
+    ) {
+        if !matches!(self.role, Role::CatchingUp { epoch: e, .. } if e == epoch) {
+            return;
+        }
+        if ok {
+            self.resume(now, view);
+            self.schedule(now, view, fx);
+            self.dispatch(now, view, fx);
+        } else {
+            self.role = Role::CatchingUp {
+                epoch,
+                retry_at: Some(now.mono_ms + self.cfg.retry_min_ms),
+            };
+        }
+    }
+
     /// A proposal finished: its tag says which duty asked, and that duty's bookkeeping
     /// is updated (a dropped barrier retried later, the plan slot freed, and so on).
     pub(super) fn proposed(
@@ -153,23 +179,7 @@ impl DutiesCore {
         fx: &mut Vec<Effect>,
     ) {
         match tag {
-            ProposalTag::Barrier { epoch } => {
-                if !matches!(self.role, Role::CatchingUp { epoch: e, .. } if e == epoch) {
-                    return;
-                }
-                if ok {
-                    self.resume(now, view);
-                    self.schedule(now, view, fx);
-                    self.dispatch(now, view, fx);
-                } else {
-                    // Dropped (an election in between, or a deposed leader not told yet):
-                    // try again shortly, unless leadership is lost meanwhile.
-                    self.role = Role::CatchingUp {
-                        epoch,
-                        retry_at: Some(now.mono_ms + self.cfg.retry_min_ms),
-                    };
-                }
-            }
+            ProposalTag::Barrier { epoch } => self.barrier_proposed(epoch, ok, now, view, fx),
             ProposalTag::Plan { epoch } => {
                 let Role::Leading(l) = &mut self.role else {
                     return;

@@ -35,7 +35,8 @@
 //! `leading` (the role, the barrier, what a leader keeps, proposal results); `scheduling`
 //! (the one plan in flight, what applied entries set off); `dispatch` (batches, back-off);
 //! `reconcile` (liveness, heartbeats against the log); `timers` (deadlines, timeouts, GC,
-//! rescans); `place_new` (an idle submit planned before it is proposed); `steals` (S0.4);
+//! rescans); `place_new` (the one road of a submission: planned before it is proposed when
+//! nothing else waits, else left to the queue); `steals` (S0.4);
 //! `cpu_search_driver` (S3.2 searches driven by probe samples).
 //! This file holds the engine itself and routes each event to its concern.
 
@@ -62,7 +63,7 @@ pub use config::DutiesConfig;
 pub use effects::{Effect, MAX_ASSIGNMENTS_PER_MESSAGE};
 pub use events::{DeadlineKey, DutyEvent, HeartbeatVerdict, Now, ProposalTag};
 use leading::{Leading, PlanSlot, Role};
-pub use place_new::{NewPlacement, MAX_COPIED};
+pub use place_new::{NewPlacement, Submission, MAX_COPIED};
 
 /// The leader duties as a pure engine.
 pub struct DutiesCore {

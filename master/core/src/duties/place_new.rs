@@ -1,16 +1,20 @@
-//! An idle submit in one Raft round: the leader plans a new job's tasks before proposing
-//! the job, and the submission carries the placements ([`Command::SubmitPlaced`]).
+//! The one road from a submit to its placement (docs/ARCHITECTURE.md#submit-flow): every
+//! submission the client API checked comes here, and [`DutiesCore::submission`] always
+//! answers with a [`Command::SubmitPlaced`] for the executor to propose. When nothing else
+//! waits it carries the placements of the job's tasks (an idle submit in one Raft round);
+//! otherwise its `place` is empty and the tasks wait in the queue, placed by the next
+//! `ApplyPlan` like every pending task.
 //!
-//! Without this, a submit costs two rounds before its dispatch: `SubmitJob` commits, the
-//! duties see it applied, the scheduler plans, `ApplyPlan` commits. Here, when nothing else
-//! waits (no pending task, no plan in flight), the scheduler plans on a copy of the applied
-//! state with the job applied to it: the same decisions the next plan would take, since
-//! the job's tasks would be the only ones it looks at. The placements travel by task index
-//! in the job and are re-checked at apply like a plan's, so a placement made stale by an
-//! entry that landed in between leaves its task pending for the ordinary loop. The slot of
-//! the one plan in flight is held until the submission's proposal finishes (the executor
-//! reports it as the plan's [`ProposalTag::Plan`]), so no other plan counts on the same
-//! resources meanwhile.
+//! Why planning here: without it a submit costs two rounds before its dispatch (the job
+//! commits, the duties see it applied, the scheduler plans, the plan commits). When
+//! nothing else waits (no pending task, no plan in flight), the scheduler plans on a copy
+//! of the applied state with the job applied to it: the same decisions the next plan would
+//! take, since the job's tasks would be the only ones it looks at. The placements travel by
+//! task index in the job and are re-checked at apply like a plan's, so a placement made
+//! stale by an entry that landed in between leaves its task pending for the ordinary loop.
+//! The slot of the one plan in flight is the duties' own: held from the planning until the
+//! executor reports the submission's proposal finished (as the plan's
+//! [`ProposalTag::Plan`]), so no other plan counts on the same resources meanwhile.
 //!
 //! The copy ([`ClusterState::planning_copy`]: nodes, open jobs and their tasks, none of
 //! the history) costs time in the size of what is live, so above [`MAX_COPIED`] nodes and
@@ -47,9 +51,39 @@ impl NewPlacement {
     }
 }
 
+/// What the executor proposes for one submission.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Submission {
+    /// Always a [`Command::SubmitPlaced`]; its `place` is empty when nothing was planned.
+    pub command: Command,
+    /// The plan slot the placements hold: reported back as
+    /// [`DutyEvent::Proposed`](super::DutyEvent::Proposed) once the proposal finished,
+    /// applied or not. `None`: nothing planned, nothing to report.
+    pub slot: Option<ProposalTag>,
+}
+
 impl DutiesCore {
+    /// The submission of `spec` as it is proposed: planned when nothing else waits (see
+    /// [`DutiesCore::place_new`]), else with no placement, its tasks left to the queue.
+    pub fn submission(&mut self, spec: JobSpec, now: Now, view: &ClusterState) -> Submission {
+        match self.place_new(&spec, now, view) {
+            Some(p) => Submission {
+                command: p.command(spec),
+                slot: Some(p.tag),
+            },
+            None => Submission {
+                command: Command::SubmitPlaced {
+                    spec,
+                    place: Vec::new(),
+                    queue_depth: 0,
+                },
+                slot: None,
+            },
+        }
+    }
+
     /// Plans the tasks of `spec` before it is proposed, when nothing else waits: `None`
-    /// (submit it the ordinary way) when not leading, a plan is in flight, tasks are
+    /// (its tasks go to the queue) when not leading, a plan is in flight, tasks are
     /// pending, the state is too large to copy, or the plan places none of them.
     pub fn place_new(
         &mut self,

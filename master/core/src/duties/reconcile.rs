@@ -57,25 +57,9 @@ impl DutiesCore {
                 command: Command::NodeUp { node },
             });
         }
-        let mut stops = Vec::new();
+        let stops = unwanted(l, node, held, view);
         let held_keys: BTreeSet<(TaskId, Attempt)> =
             held.iter().map(|h| (h.task, h.attempt)).collect();
-        for h in held {
-            let current = view.tasks().get(&h.task).is_some_and(|t| {
-                t.status.node == Some(node)
-                    && t.status.attempt == h.attempt
-                    && !t.status.state.is_final()
-            });
-            if current {
-                l.undelivered.remove(&(h.task, h.attempt));
-            } else if !matches!(h.phase, HeldPhase::Finished { .. }) {
-                stops.push(TaskRef {
-                    task: h.task,
-                    node,
-                    attempt: h.attempt,
-                });
-            }
-        }
         for tid in n.tasks.iter().chain(n.queued.iter()) {
             let Some(t) = view.tasks().get(tid) else {
                 continue;
@@ -120,6 +104,29 @@ impl DutiesCore {
         }
         self.dispatch(now, view, fx);
     }
+}
+
+/// What `node`'s slave holds that the log no longer gives it (to stop, unless it ended
+/// there); what the log does give it has been delivered.
+fn unwanted(l: &mut Leading, node: NodeId, held: &[HeldTask], view: &ClusterState) -> Vec<TaskRef> {
+    let mut stops = Vec::new();
+    for h in held {
+        let current = view.tasks().get(&h.task).is_some_and(|t| {
+            t.status.node == Some(node)
+                && t.status.attempt == h.attempt
+                && !t.status.state.is_final()
+        });
+        if current {
+            l.undelivered.remove(&(h.task, h.attempt));
+        } else if !matches!(h.phase, HeldPhase::Finished { .. }) {
+            stops.push(TaskRef {
+                task: h.task,
+                node,
+                attempt: h.attempt,
+            });
+        }
+    }
+    stops
 }
 
 /// An attempt the log places on `node` is missing from its slave's report: once missing for

@@ -32,6 +32,23 @@ impl DutiesCore {
             return;
         };
         l.sched_dirty = true;
+        if self.act_on(outcome, now, view, fx) {
+            self.schedule(now, view, fx);
+        }
+    }
+
+    /// What an applied outcome sets off: dispatches, stops, CPU changes; whether it may
+    /// have made a placement possible (then the queue is looked at now).
+    fn act_on(
+        &mut self,
+        outcome: Outcome,
+        now: Now,
+        view: &ClusterState,
+        fx: &mut Vec<Effect>,
+    ) -> bool {
+        let Role::Leading(l) = &mut self.role else {
+            return false;
+        };
         let mut wake = false;
         match outcome {
             Outcome::PlanApplied {
@@ -46,14 +63,18 @@ impl DutiesCore {
                 self.dispatch(now, view, fx);
             }
             Outcome::SubmittedPlaced {
-                accepted, rejected, ..
+                tasks,
+                accepted,
+                rejected,
+                ..
             } => {
                 for r in &accepted {
                     l.undelivered.send_now((r.task, r.attempt), r.node);
                 }
                 self.dispatch(now, view, fx);
-                // Stale placements left tasks pending (planned again once the slot frees).
-                wake = rejected > 0;
+                // Tasks left pending (not planned at submit, or their placement went
+                // stale) are planned like every pending task, once the slot is free.
+                wake = rejected > 0 || accepted.len() < tasks.len();
             }
             Outcome::Cancelled { stop, .. } => stop_effects(&stop, None, view, fx),
             Outcome::Drained { requeued, .. } => {
@@ -89,9 +110,7 @@ impl DutiesCore {
             | Outcome::TaskUpdated => wake = true,
             _ => {}
         }
-        if wake {
-            self.schedule(now, view, fx);
-        }
+        wake
     }
 
     /// Proposes a plan when none is in flight, tasks wait and something changed.

@@ -1049,6 +1049,19 @@ fn job(count: u32, cpus: u32) -> JobSpec {
     }
 }
 
+/// A placed submission's tasks, accepted placements and rejected count.
+fn placed_parts(o: Outcome) -> (Vec<TaskId>, Vec<crate::state::TaskRef>, u32) {
+    match o {
+        Outcome::SubmittedPlaced {
+            tasks,
+            accepted,
+            rejected,
+            ..
+        } => (tasks, accepted, rejected),
+        o => panic!("not a placed submission: {o:?}"),
+    }
+}
+
 #[test]
 fn an_idle_submit_is_placed_and_dispatched_in_one_round() {
     let mut h = Harness::new();
@@ -1064,15 +1077,7 @@ fn an_idle_submit_is_placed_and_dispatched_in_one_round() {
     // The slot is held: nothing else is planned until the submission's proposal finished.
     assert!(h.core.place_new(&job(1, 1), now, &h.state).is_none());
     let (o, fx) = h.apply(placed.command(spec));
-    let Outcome::SubmittedPlaced {
-        tasks,
-        accepted,
-        rejected,
-        ..
-    } = o
-    else {
-        panic!("not placed: {o:?}");
-    };
+    let (tasks, accepted, rejected) = placed_parts(o);
     assert_eq!((accepted.len(), rejected), (2, 0));
     assert_eq!(
         dispatched(&fx),
@@ -1122,15 +1127,7 @@ fn a_stale_placement_leaves_its_task_to_the_ordinary_loop() {
     // The chosen node goes down between the planning and the apply.
     h.apply(Command::NodeDown { node: chosen });
     let (o, fx) = h.apply(placed.command(spec));
-    let Outcome::SubmittedPlaced {
-        tasks,
-        accepted,
-        rejected,
-        ..
-    } = o
-    else {
-        panic!("not a placed submission: {o:?}");
-    };
+    let (tasks, accepted, rejected) = placed_parts(o);
     assert!(accepted.is_empty() && rejected == 1);
     assert!(dispatched(&fx).is_empty());
     assert_eq!(h.state.tasks()[&tasks[0]].status.state, TaskState::Pending);
@@ -1185,4 +1182,82 @@ fn the_planning_copy_leaves_history_out_and_hands_out_the_same_ids() {
     assert_eq!(live.pending(), full.pending());
     // And the idle submit is still planned ahead with history in the state.
     assert!(h.core.place_new(&job(1, 1), h.now(), &h.state).is_some());
+}
+
+#[test]
+fn every_submission_is_a_submit_placed_and_a_busy_ones_tasks_go_by_the_plan() {
+    let mut h = Harness::new();
+    let n = h.register(1, 1);
+    // Not leading: proposed with no placement and no slot to report.
+    let s = h.core.submission(job(1, 1), h.now(), &h.state);
+    assert_eq!(s.slot, None);
+    assert!(matches!(&s.command, Command::SubmitPlaced { place, .. } if place.is_empty()));
+    h.lead();
+    // Idle: planned, the slot held until the proposal is reported finished.
+    let idle = h.core.submission(job(1, 1), h.now(), &h.state);
+    let Some(slot) = idle.slot else {
+        panic!("an idle submit is planned: {idle:?}");
+    };
+    let (o, fx) = h.apply(idle.command);
+    assert!(matches!(o, Outcome::SubmittedPlaced { ref accepted, .. } if accepted.len() == 1));
+    assert_eq!(dispatched(&fx).len(), 1);
+    // Busy (the slot held): the next one carries no placement.
+    let busy = h.core.submission(job(1, 1), h.now(), &h.state);
+    assert_eq!(busy.slot, None);
+    let (o, fx) = h.apply(busy.command);
+    let (tasks, accepted, rejected) = placed_parts(o);
+    assert!(accepted.is_empty() && rejected == 0);
+    assert_eq!(
+        h.state.pending().iter().collect::<Vec<_>>(),
+        vec![&tasks[0]]
+    );
+    assert_eq!(plan_of(&fx), None, "the slot is still held");
+    // Once the idle submit's proposal finished, its task is planned like any pending one
+    // (it waits for the node's one core).
+    let fx = h.on(DutyEvent::Proposed {
+        tag: slot,
+        ok: true,
+    });
+    assert_eq!(plan_of(&fx), None, "the node is full");
+    h.apply(Command::TaskStarted {
+        node: n,
+        task: TaskId(1),
+        attempt: 1,
+    });
+    let (_, fx) = h.apply(Command::TaskFinished {
+        node: n,
+        task: TaskId(1),
+        attempt: 1,
+        exit_code: 0,
+        reason: None,
+    });
+    assert_eq!(plan_of(&fx), Some(vec![(tasks[0], n)]));
+}
+
+#[test]
+fn a_submission_with_no_placement_applies_as_a_plain_submit() {
+    let mut h = Harness::new();
+    h.register(1, 4);
+    let mut plain = h.state.clone();
+    let spec = job(2, 1);
+    let (o, _) = h.apply(Command::SubmitPlaced {
+        spec: spec.clone(),
+        place: Vec::new(),
+        queue_depth: 0,
+    });
+    let o2 = plain.apply(
+        h.state.last_index(),
+        CommandEnvelope {
+            at_ms: h.state.last_ms(),
+            request: None,
+            command: Command::SubmitJob { spec },
+        },
+    );
+    let (Outcome::SubmittedPlaced { job, tasks, .. }, Outcome::Submitted { job: j2, tasks: t2 }) =
+        (o, o2)
+    else {
+        panic!("not submitted");
+    };
+    assert_eq!((job, &tasks), (j2, &t2));
+    assert_eq!(plain, h.state, "the same state as the old road's SubmitJob");
 }

@@ -60,6 +60,31 @@ impl ModelShapes {
         m
     }
 
+    /// Pins a GPU pod to one model (`in_kind`) drawn in proportion to the devices of the
+    /// models with a node able to hold it, or to none.
+    fn pin(&self, p: &mut TracePod, in_kind: bool, rng: &mut SplitMix64) {
+        p.request.gpu.models.clear();
+        let fitting = self.for_pod(p);
+        let total: u64 = fitting.iter().map(|m| m.1).sum();
+        if !in_kind || total == 0 {
+            return;
+        }
+        let mut w = rng.below(total);
+        let m = fitting
+            .iter()
+            .find(|m| {
+                if w < m.1 {
+                    true
+                } else {
+                    w -= m.1;
+                    false
+                }
+            })
+            .map(|m| m.0.to_string())
+            .unwrap_or_default();
+        p.request.gpu.models = vec![m];
+    }
+
     /// Models with a node that could hold `pod` alone, weighted by their devices.
     fn for_pod(&self, pod: &TracePod) -> Vec<(&str, u64)> {
         let r = &pod.request;
@@ -141,25 +166,7 @@ pub fn variant(
         if let Some(p) = &mut pod {
             p.name = format!("gen-pod-{i:05}");
             if kind == VariantKind::GpuSpec && !p.request.gpu.is_none() {
-                p.request.gpu.models.clear();
-                let fitting = models.for_pod(p);
-                let total: u64 = fitting.iter().map(|m| m.1).sum();
-                if in_kind && total > 0 {
-                    let mut w = rng.below(total);
-                    let m = fitting
-                        .iter()
-                        .find(|m| {
-                            if w < m.1 {
-                                true
-                            } else {
-                                w -= m.1;
-                                false
-                            }
-                        })
-                        .map(|m| m.0.to_string())
-                        .unwrap_or_default();
-                    p.request.gpu.models = vec![m];
-                }
+                models.pin(p, in_kind, &mut rng);
             }
             p.created = 0;
             p.deleted = None;

@@ -460,6 +460,165 @@ enum Event {
     Arrive { task: usize },
 }
 
+/// A timed run's bookkeeping beside the driver: the event queue, what runs where, and the
+/// waits and GPU share measured.
+struct TimedRun<'a> {
+    tasks: &'a [SimTask],
+    events: BinaryHeap<Reverse<(u64, Event)>>,
+    by_id: BTreeMap<TaskId, usize>,
+    /// Running attempts: node, GPU thousandths, attempt.
+    running: BTreeMap<TaskId, (hetsched_common::NodeId, u32, u32)>,
+    started_once: std::collections::BTreeSet<TaskId>,
+    waits_cpu: Vec<u64>,
+    waits_gpu: Vec<u64>,
+    allocated: u64,
+    placed: u64,
+    /// The trace ended: tasks without a deletion time end as they start.
+    ended: bool,
+}
+
+impl<'a> TimedRun<'a> {
+    /// Every arrival queued, and the end of the trace: when its last task would have ended
+    /// had it started on arrival.
+    fn new(tasks: &'a [SimTask]) -> Self {
+        let trace_end = tasks
+            .iter()
+            .map(|t| t.arrival_ms + t.duration_ms.unwrap_or(0))
+            .max()
+            .unwrap_or(0);
+        let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
+        for (i, t) in tasks.iter().enumerate() {
+            events.push(Reverse((t.arrival_ms, Event::Arrive { task: i })));
+        }
+        events.push(Reverse((trace_end, Event::EndOfTrace)));
+        Self {
+            tasks,
+            events,
+            by_id: BTreeMap::new(),
+            running: BTreeMap::new(),
+            started_once: Default::default(),
+            waits_cpu: Vec::new(),
+            waits_gpu: Vec::new(),
+            allocated: 0,
+            placed: 0,
+            ended: false,
+        }
+    }
+
+    /// The time of the next event.
+    fn next_instant(&self) -> Option<u64> {
+        self.events.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Takes every event at `now` into the driver; returns how many tasks arrived.
+    fn take_events(&mut self, d: &mut Driver, now: u64) -> usize {
+        let mut arrivals = 0;
+        while let Some(Reverse((t, ev))) = self.events.peek().copied() {
+            if t != now {
+                break;
+            }
+            self.events.pop();
+            match ev {
+                Event::Finish { task, attempt } => self.finish(d, task, attempt),
+                Event::EndOfTrace => self.end_of_trace(now),
+                Event::Arrive { task } => {
+                    arrivals += 1;
+                    if let Some(id) = d.submit(&self.tasks[task]) {
+                        self.by_id.insert(id, task);
+                    }
+                }
+            }
+        }
+        arrivals
+    }
+
+    /// An attempt's end (stale when the attempt was preempted since).
+    fn finish(&mut self, d: &mut Driver, task: TaskId, attempt: u32) {
+        if self.running.get(&task).is_none_or(|r| r.2 != attempt) {
+            return;
+        }
+        let Some((node, milli, _)) = self.running.remove(&task) else {
+            return;
+        };
+        d.apply(Command::TaskFinished {
+            node,
+            task,
+            attempt,
+            exit_code: 0,
+            reason: None,
+        });
+        self.allocated -= milli as u64;
+    }
+
+    /// The trace ended: tasks without a deletion time run until now.
+    fn end_of_trace(&mut self, now: u64) {
+        self.ended = true;
+        let open: Vec<TaskId> = self
+            .running
+            .keys()
+            .filter(|id| {
+                self.by_id
+                    .get(id)
+                    .is_some_and(|i| self.tasks[*i].duration_ms.is_none())
+            })
+            .copied()
+            .collect();
+        for task in open {
+            let attempt = self.running.get(&task).map_or(0, |r| r.2);
+            self.events
+                .push(Reverse((now, Event::Finish { task, attempt })));
+        }
+    }
+
+    /// Preempted attempts stopped (before any restart of theirs).
+    fn stopped(&mut self, d: &mut Driver) {
+        for v in std::mem::take(&mut d.stopped) {
+            if self.running.get(&v.task).is_some_and(|r| r.2 == v.attempt) {
+                if let Some((_, milli, _)) = self.running.remove(&v.task) {
+                    self.allocated -= milli as u64;
+                }
+            }
+        }
+    }
+
+    /// Attempts the plan at `now` started: held, their first wait counted, their end queued.
+    fn started(
+        &mut self,
+        d: &Driver,
+        now: u64,
+        started: Vec<(TaskId, hetsched_common::NodeId, u32)>,
+    ) {
+        for (id, node, milli) in started {
+            let Some(i) = self.by_id.get(&id).copied() else {
+                continue;
+            };
+            let t = &self.tasks[i];
+            let attempt = d.state.tasks().get(&id).map_or(0, |t| t.status.attempt);
+            self.allocated += milli as u64;
+            self.running.insert(id, (node, milli, attempt));
+            // A restart after preemption waited already: its first wait counts.
+            if self.started_once.insert(id) {
+                self.placed += 1;
+                let wait = now.saturating_sub(t.arrival_ms);
+                if t.request.gpu.is_none() {
+                    self.waits_cpu.push(wait);
+                } else {
+                    self.waits_gpu.push(wait);
+                }
+            }
+            let end = match t.duration_ms {
+                Some(dur) => Some(now + dur),
+                None if self.ended => Some(now),
+                None => None,
+            };
+            if let Some(end) = end {
+                self.events
+                    .push(Reverse((end, Event::Finish { task: id, attempt })));
+            }
+        }
+    }
+}
+
 fn timed(
     nodes: &[SimNode],
     tasks: &[SimTask],
@@ -470,120 +629,23 @@ fn timed(
 ) -> RunReport {
     let mut d = start(nodes, policy, setup, seed);
     let total = total_gpu_milli(nodes);
-    // The trace ends when its last task would have ended had it started on arrival.
-    let trace_end = tasks
-        .iter()
-        .map(|t| t.arrival_ms + t.duration_ms.unwrap_or(0))
-        .max()
-        .unwrap_or(0);
-    let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
-    for (i, t) in tasks.iter().enumerate() {
-        events.push(Reverse((t.arrival_ms, Event::Arrive { task: i })));
-    }
-    events.push(Reverse((trace_end, Event::EndOfTrace)));
-    let mut by_id: BTreeMap<TaskId, usize> = BTreeMap::new();
-    // Running attempts: node, GPU thousandths, attempt.
-    let mut running: BTreeMap<TaskId, (hetsched_common::NodeId, u32, u32)> = BTreeMap::new();
-    let mut started_once: std::collections::BTreeSet<TaskId> = Default::default();
-    let mut waits_cpu: Vec<u64> = Vec::new();
-    let mut waits_gpu: Vec<u64> = Vec::new();
-    let (mut allocated, mut placed, mut arrived) = (0u64, 0u64, 0usize);
+    let mut run = TimedRun::new(tasks);
+    let mut arrived = 0usize;
     let mut at_last_arrival = 0.0;
-    let mut ended = false;
     let mut curve = Vec::with_capacity(tasks.len());
-    while let Some(Reverse((now, _))) = events.peek().copied() {
+    while let Some(now) = run.next_instant() {
         d.now_ms = now;
-        let mut arrivals_now = 0;
-        while let Some(Reverse((t, ev))) = events.peek().copied() {
-            if t != now {
-                break;
-            }
-            events.pop();
-            match ev {
-                Event::Finish { task, attempt } => {
-                    // A finish of an attempt since preempted is stale.
-                    if running.get(&task).is_some_and(|r| r.2 == attempt) {
-                        let Some((node, milli, _)) = running.remove(&task) else {
-                            continue;
-                        };
-                        d.apply(Command::TaskFinished {
-                            node,
-                            task,
-                            attempt,
-                            exit_code: 0,
-                            reason: None,
-                        });
-                        allocated -= milli as u64;
-                    }
-                }
-                Event::EndOfTrace => {
-                    ended = true;
-                    // Tasks without a deletion time run until now.
-                    let open: Vec<TaskId> = running
-                        .keys()
-                        .filter(|id| {
-                            by_id
-                                .get(id)
-                                .is_some_and(|i| tasks[*i].duration_ms.is_none())
-                        })
-                        .copied()
-                        .collect();
-                    for task in open {
-                        let attempt = running.get(&task).map_or(0, |r| r.2);
-                        events.push(Reverse((now, Event::Finish { task, attempt })));
-                    }
-                }
-                Event::Arrive { task } => {
-                    arrivals_now += 1;
-                    if let Some(id) = d.submit(&tasks[task]) {
-                        by_id.insert(id, task);
-                    }
-                }
-            }
-        }
+        let arrivals_now = run.take_events(&mut d, now);
         let started = d.schedule();
-        // Preempted attempts stopped (before any restart of theirs below).
-        for v in std::mem::take(&mut d.stopped) {
-            if running.get(&v.task).is_some_and(|r| r.2 == v.attempt) {
-                if let Some((_, milli, _)) = running.remove(&v.task) {
-                    allocated -= milli as u64;
-                }
-            }
-        }
-        for (id, node, milli) in started {
-            let Some(i) = by_id.get(&id).copied() else {
-                continue;
-            };
-            let t = &tasks[i];
-            let attempt = d.state.tasks().get(&id).map_or(0, |t| t.status.attempt);
-            allocated += milli as u64;
-            running.insert(id, (node, milli, attempt));
-            // A restart after preemption waited already: its first wait counts.
-            if started_once.insert(id) {
-                placed += 1;
-                let wait = now.saturating_sub(t.arrival_ms);
-                if t.request.gpu.is_none() {
-                    waits_cpu.push(wait);
-                } else {
-                    waits_gpu.push(wait);
-                }
-            }
-            let end = match t.duration_ms {
-                Some(dur) => Some(now + dur),
-                None if ended => Some(now),
-                None => None,
-            };
-            if let Some(end) = end {
-                events.push(Reverse((end, Event::Finish { task: id, attempt })));
-            }
-        }
+        run.stopped(&mut d);
+        run.started(&d, now, started);
         for _ in 0..arrivals_now {
             arrived += 1;
-            curve.push(share(allocated, total));
+            curve.push(share(run.allocated, total));
             progress(arrived);
         }
         if arrived == tasks.len() && arrivals_now > 0 {
-            at_last_arrival = share(allocated, total);
+            at_last_arrival = share(run.allocated, total);
         }
     }
     let mean_s = |v: &[u64]| {
@@ -597,6 +659,7 @@ fn timed(
         let rank = ((v.len() as f64 * 0.95).ceil() as usize).clamp(1, v.len());
         Some(v[rank - 1] as f64 / 1e3)
     };
+    let placed = run.placed;
     RunReport {
         policy: policy.given.clone(),
         placed,
@@ -604,9 +667,9 @@ fn timed(
         first_failure_index: None,
         unallocated_gpu_share_at_first_failure: None,
         gpu_allocated_share_at_end: at_last_arrival,
-        cpu_queue_mean_s: mean_s(&waits_cpu),
-        gpu_queue_mean_s: mean_s(&waits_gpu),
-        gpu_queue_p95_s: p95_s(&mut waits_gpu),
+        cpu_queue_mean_s: mean_s(&run.waits_cpu),
+        gpu_queue_mean_s: mean_s(&run.waits_gpu),
+        gpu_queue_p95_s: p95_s(&mut run.waits_gpu),
         preemptions: d.preemptions,
         sim_ms: 0,
         curve,

@@ -78,30 +78,43 @@ pub fn svg(title: &str, lines: &[(String, Vec<f64>)]) -> String {
         r#"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
     );
     for (k, (name, v)) in lines.iter().enumerate() {
-        let color = COLORS[k % COLORS.len()];
-        let step = v.len().div_ceil(MAX_POINTS).max(1);
-        let mut pts = String::new();
-        for (i, val) in v.iter().enumerate() {
-            if i % step == 0 || i + 1 == v.len() {
-                let _ = write!(pts, "{:.1},{:.1} ", x(i), y(*val));
-            }
-        }
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/>"#,
-            pts.trim_end()
-        );
-        let ly = TOP + 14.0 + 18.0 * k as f64;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{0:.1}" y1="{ly:.1}" x2="{1:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"/><text x="{2:.1}" y="{3:.1}">{4}</text>"#,
-            LEFT + pw + 10.0,
-            LEFT + pw + 30.0,
-            LEFT + pw + 36.0,
-            ly + 4.0,
-            esc(name)
-        );
+        curve(&mut s, k, name, v, &x, &y);
     }
     s.push_str("</svg>\n");
     s
+}
+
+/// One line of the plot and its legend entry (the `k`-th).
+fn curve(
+    s: &mut String,
+    k: usize,
+    name: &str,
+    v: &[f64],
+    x: &dyn Fn(usize) -> f64,
+    y: &dyn Fn(f64) -> f64,
+) {
+    let pw = W - LEFT - RIGHT;
+    let color = COLORS[k % COLORS.len()];
+    let step = v.len().div_ceil(MAX_POINTS).max(1);
+    let mut pts = String::new();
+    for (i, val) in v.iter().enumerate() {
+        if i % step == 0 || i + 1 == v.len() {
+            let _ = write!(pts, "{:.1},{:.1} ", x(i), y(*val));
+        }
+    }
+    let _ = writeln!(
+        s,
+        r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/>"#,
+        pts.trim_end()
+    );
+    let ly = TOP + 14.0 + 18.0 * k as f64;
+    let _ = writeln!(
+        s,
+        r#"<line x1="{0:.1}" y1="{ly:.1}" x2="{1:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"/><text x="{2:.1}" y="{3:.1}">{4}</text>"#,
+        LEFT + pw + 10.0,
+        LEFT + pw + 30.0,
+        LEFT + pw + 36.0,
+        ly + 4.0,
+        esc(name)
+    );
 }

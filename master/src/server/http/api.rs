@@ -284,27 +284,8 @@ async fn logs(
                     }
                 },
             };
-            // The latest attempt changed while following (a retry, a re-queue): start
-            // over at the beginning of the new attempt's file, as `hetsched logs -f`.
-            if st.attempt.is_some_and(|a| a != chunk.attempt) && !pinned && chunk.offset != 0 {
-                st.offset = 0;
-                st.attempt = Some(chunk.attempt);
-                continue;
-            }
-            st.attempt = Some(chunk.attempt);
-            let got = chunk.data.len() as u64;
-            st.offset = chunk.offset + got;
-            let more_now = st.offset < chunk.size;
-            let finished = chunk.task_final && !more_now;
-            if !more_now {
-                if follow && !finished {
-                    st.sleep = true;
-                } else {
-                    st.done = true;
-                }
-            }
-            if got > 0 {
-                return Some((Ok(Bytes::from(chunk.data.into_vec())), st));
+            if let Some(bytes) = st.take(chunk, follow, pinned) {
+                return Some((Ok(bytes), st));
             }
         }
     });
@@ -326,6 +307,38 @@ struct LogFollow {
     pending: Option<hetsched_common::protocol::LogChunk>,
     sleep: bool,
     done: bool,
+}
+
+impl LogFollow {
+    /// Takes one chunk (`follow`: wait for more while the task runs; `pinned`: the client
+    /// named the attempt): its bytes to send, `None` to ask again at once.
+    fn take(
+        &mut self,
+        chunk: hetsched_common::protocol::LogChunk,
+        follow: bool,
+        pinned: bool,
+    ) -> Option<Bytes> {
+        // The latest attempt changed while following (a retry, a re-queue): start over at
+        // the beginning of the new attempt's file, as `hetsched logs -f`.
+        if self.attempt.is_some_and(|a| a != chunk.attempt) && !pinned && chunk.offset != 0 {
+            self.offset = 0;
+            self.attempt = Some(chunk.attempt);
+            return None;
+        }
+        self.attempt = Some(chunk.attempt);
+        let got = chunk.data.len() as u64;
+        self.offset = chunk.offset + got;
+        let more_now = self.offset < chunk.size;
+        let finished = chunk.task_final && !more_now;
+        if !more_now {
+            if follow && !finished {
+                self.sleep = true;
+            } else {
+                self.done = true;
+            }
+        }
+        (got > 0).then(|| Bytes::from(chunk.data.into_vec()))
+    }
 }
 
 /// `POST /v1/nodes/{id}/drain`, optional body `{"deadline": "30s"}`.

@@ -1,4 +1,4 @@
-//! DependencyGate — issue 51, workflows (docs/CONTRACT.md, "Jobs: dependencies,
+//! DependencyGate — workflows (docs/CONTRACT.md, "Workflows: dependencies, singletons,
 //! throttles"): holds a task whatever the resources until
 //! - its dependencies are met (`after`, `after_any`, `after_fail`, `after_each`, combined
 //!   by `after_mode`) — waiting reason `dependency`, naming the jobs and their states;
