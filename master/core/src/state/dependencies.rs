@@ -65,6 +65,17 @@ fn ended(state: &str) -> bool {
     matches!(state, "succeeded" | "failed" | "cancelled")
 }
 
+/// How many waiting dependencies a task's `waiting` detail names (the others counted).
+const SHOWN: usize = 3;
+
+/// One dependency, met or not, without the words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Met,
+    Waiting,
+    Never,
+}
+
 /// Tasks to cancel per job, each with the detail of its end.
 type Doomed = BTreeMap<JobId, Vec<(TaskId, String)>>;
 
@@ -115,47 +126,95 @@ impl DependencyView<'_> {
         index: u32,
         states: &mut JobStates,
     ) -> DepState {
+        let verdict = self.verdict(kind, up, index, states);
+        if verdict == Verdict::Met {
+            return DepState::Met;
+        }
         let key = kind.key();
+        let words = match (kind, self.task_of(up, index)) {
+            (DependencyKind::AfterEach, None) => format!("task {index} of {up} gone ({key})"),
+            (DependencyKind::AfterEach, Some(t)) => {
+                format!("task {index} of {up} {} ({key})", t.status.state)
+            }
+            _ => format!("{up} {} ({key})", states.of(self, up)),
+        };
+        match verdict {
+            Verdict::Never => DepState::Never(words),
+            _ => DepState::Waiting(words),
+        }
+    }
+
+    /// Task `index` of job `up`, while the job is kept.
+    fn task_of(&self, up: JobId, index: u32) -> Option<&super::model::Task> {
+        self.jobs
+            .get(&up)
+            .and_then(|j| j.tasks.get(index as usize))
+            .and_then(|t| self.tasks.get(t))
+    }
+
+    /// Whether one dependency of task `index` is met, not yet, or never — as
+    /// [`dependency_item`](Self::dependency_item) says, without the words.
+    fn verdict(
+        &self,
+        kind: DependencyKind,
+        up: JobId,
+        index: u32,
+        states: &mut JobStates,
+    ) -> Verdict {
         if kind == DependencyKind::AfterEach {
-            let task = self
-                .jobs
-                .get(&up)
-                .and_then(|j| j.tasks.get(index as usize))
-                .and_then(|t| self.tasks.get(t));
-            let Some(t) = task else {
-                return DepState::Waiting(format!("task {index} of {up} gone ({key})"));
-            };
-            return match t.status.state {
-                TaskState::Succeeded => DepState::Met,
-                s if s.is_final() => DepState::Never(format!("task {index} of {up} {s} ({key})")),
-                s => DepState::Waiting(format!("task {index} of {up} {s} ({key})")),
+            return match self.task_of(up, index).map(|t| t.status.state) {
+                Some(TaskState::Succeeded) => Verdict::Met,
+                Some(s) if s.is_final() => Verdict::Never,
+                _ => Verdict::Waiting,
             };
         }
         let state = states.of(self, up);
         if !ended(state) {
-            return DepState::Waiting(format!("{up} {state} ({key})"));
+            return Verdict::Waiting;
         }
         match (kind, state) {
             (DependencyKind::After, "succeeded")
             | (DependencyKind::AfterAny, _)
-            | (DependencyKind::AfterFail, "failed" | "cancelled") => DepState::Met,
-            _ => DepState::Never(format!("{up} {state} ({key})")),
+            | (DependencyKind::AfterFail, "failed" | "cancelled") => Verdict::Met,
+            _ => Verdict::Never,
+        }
+    }
+
+    /// The words of a dependency that is not met.
+    fn detail(
+        &self,
+        kind: DependencyKind,
+        up: JobId,
+        index: u32,
+        states: &mut JobStates,
+    ) -> String {
+        match self.dependency_item(kind, up, index, states) {
+            DepState::Waiting(d) | DepState::Never(d) => d,
+            DepState::Met => String::new(),
         }
     }
 
     /// What the dependencies of task `index` of `job` say now, combined by its
-    /// `after_mode` (a job without dependencies: met).
+    /// `after_mode` (a job without dependencies: met). A fan-in job may follow thousands:
+    /// the first [`SHOWN`] that wait are named, the others counted, and only those named
+    /// are put in words (the gate and the cascade ask this per plan and per end).
     pub fn dependency_state(&self, job: &Job, index: u32, states: &mut JobStates) -> DepState {
-        let (mut met, mut waiting, mut never) = (0usize, Vec::new(), Vec::new());
+        let (mut met, mut waiting, mut never, mut unnamed) = (0usize, Vec::new(), Vec::new(), 0);
         for (kind, up) in job.spec.dependencies() {
-            match self.dependency_item(kind, up, index, states) {
-                DepState::Met => met += 1,
-                DepState::Waiting(d) => waiting.push(d),
-                DepState::Never(d) if job.spec.after_mode == AfterMode::All => {
-                    return DepState::Never(d)
+            match self.verdict(kind, up, index, states) {
+                Verdict::Met => met += 1,
+                Verdict::Waiting if waiting.len() < SHOWN => {
+                    waiting.push(self.detail(kind, up, index, states))
                 }
-                DepState::Never(d) => never.push(d),
+                Verdict::Waiting => unnamed += 1,
+                Verdict::Never if job.spec.after_mode == AfterMode::All => {
+                    return DepState::Never(self.detail(kind, up, index, states))
+                }
+                Verdict::Never => never.push(self.detail(kind, up, index, states)),
             }
+        }
+        if unnamed > 0 {
+            waiting.push(format!("and {unnamed} more"));
         }
         match job.spec.after_mode {
             AfterMode::All if waiting.is_empty() => DepState::Met,
@@ -166,6 +225,23 @@ impl DependencyView<'_> {
             }
             AfterMode::Any => DepState::Waiting(format!("any of: {}", waiting.join("; "))),
         }
+    }
+
+    /// Whether the dependencies of task `index` of `job` on `up` alone can never be met
+    /// (its words if so). In mode `all` that is enough after `up` ended: a task still
+    /// pending had no impossible dependency before (it would have been cancelled then).
+    fn never_through(
+        &self,
+        job: &Job,
+        up: JobId,
+        index: u32,
+        states: &mut JobStates,
+    ) -> Option<String> {
+        job.spec
+            .dependencies()
+            .filter(|(_, u)| *u == up)
+            .find(|(kind, _)| self.verdict(*kind, up, index, states) == Verdict::Never)
+            .map(|(kind, _)| self.detail(kind, up, index, states))
     }
 
     /// Tasks of `job` assigned or running (what `max_running` bounds).
@@ -267,7 +343,7 @@ impl DependencyRules<'_> {
             self.jobs.unmark_finished(key);
         }
         let mut doomed = Doomed::new();
-        self.doom_never_met(job, 0..count, &mut JobStates::default(), &mut doomed);
+        self.doom_never_met(job, None, 0..count, &mut JobStates::default(), &mut doomed);
         self.cancel_doomed(doomed);
         self.settle();
     }
@@ -304,14 +380,20 @@ impl DependencyRules<'_> {
                 .filter_map(|t| self.tasks.get(t).map(|t| t.index))
                 .collect();
             for d in each {
-                self.doom_never_met(d, indexes.iter().copied(), &mut states, &mut doomed);
+                self.doom_never_met(
+                    d,
+                    Some(up),
+                    indexes.iter().copied(),
+                    &mut states,
+                    &mut doomed,
+                );
             }
         }
         if finished {
             let dependents: Vec<JobId> = self.deps.dependents(up).collect();
             for d in dependents {
                 let n = self.jobs.get(&d).map_or(0, |j| j.tasks.len() as u32);
-                self.doom_never_met(d, 0..n, &mut states, &mut doomed);
+                self.doom_never_met(d, Some(up), 0..n, &mut states, &mut doomed);
             }
         }
         self.cancel_doomed(doomed);
@@ -321,10 +403,13 @@ impl DependencyRules<'_> {
     }
 
     /// Adds to `doomed` the pending tasks of `job` among `indexes` whose dependencies can
-    /// never be met any more.
+    /// never be met any more: all its edges at its submission (`up` none), else now that
+    /// tasks of `up` ended (in mode `all`, only its edges from `up` are read: a fan-in
+    /// job's cascade costs one edge per end, not all of them).
     fn doom_never_met(
         &self,
         job: JobId,
+        up: Option<JobId>,
         indexes: impl Iterator<Item = u32>,
         states: &mut JobStates,
         doomed: &mut Doomed,
@@ -340,7 +425,14 @@ impl DependencyRules<'_> {
             if t.status.state != TaskState::Pending {
                 continue;
             }
-            if let DepState::Never(detail) = view.dependency_state(j, i, states) {
+            let never = match (j.spec.after_mode, up) {
+                (AfterMode::All, Some(up)) => view.never_through(j, up, i, states),
+                _ => match view.dependency_state(j, i, states) {
+                    DepState::Never(detail) => Some(detail),
+                    _ => None,
+                },
+            };
+            if let Some(detail) = never {
                 doomed.entry(job).or_default().push((t.id, detail));
             }
         }

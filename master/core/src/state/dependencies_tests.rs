@@ -316,3 +316,32 @@ fn singleton_holders_and_tasks_under_way() {
         "its own job does not hold it"
     );
 }
+
+#[test]
+fn a_fan_in_names_three_waiting_jobs_and_is_cancelled_by_the_one_that_fails() {
+    let mut l = log();
+    let ups: Vec<(JobId, Vec<TaskId>)> = (0..6).map(|_| job(&mut l, 1, |_| {})).collect();
+    let ids: Vec<JobId> = ups.iter().map(|(j, _)| *j).collect();
+    let (fan, fan_tasks) = job(&mut l, 1, |s| s.after = ids.clone());
+    let waiting = |l: &Log| {
+        let j = l.s.job(fan).expect("fan-in");
+        l.s.dependency_state(j, 0, &mut JobStates::default())
+    };
+    assert_eq!(
+        waiting(&l),
+        DepState::Waiting(
+            "job-1 pending (after); job-2 pending (after); job-3 pending (after); and 3 more"
+                .into()
+        )
+    );
+    for (_, t) in &ups[..5] {
+        run(&mut l, t[0], 0);
+    }
+    assert_eq!(waiting(&l), DepState::Waiting("job-6 pending (after)".into()));
+    assert_eq!(state_of(&l, fan_tasks[0]).0, TaskState::Pending);
+    run(&mut l, ups[5].1[0], 1);
+    assert_eq!(
+        state_of(&l, fan_tasks[0]),
+        cancelled_because("job-6 failed (after)")
+    );
+}
