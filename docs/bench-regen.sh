@@ -17,6 +17,7 @@ CMDS=(
   "e2e|BIN bench e2e --tasks 3000 --job-size 3000 --json"
   "e2e|BIN bench e2e --masters 3 --slaves 4 --slave-cpus 100000 --tasks 50000 --job-size 10000 --in-process-slaves --json"
   "bench-scale|BIN bench scale --slaves 2000 --tasks 20000 --json"
+  "flows|BIN bench flow --width 1000 --rounds 3 --json"
   "blocked-plan|cargo bench -p hetsched-master-core --bench blocked_plan -- --tasks 3000"
   "cli|docs/bench-cli.sh BIN"
   "s3-sim|BIN sim --scenario docs/sim/s3-burst.toml --mode timed --compare fifo-best-fit,drf-best-fit,pipeline-frag"
