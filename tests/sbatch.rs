@@ -5,11 +5,12 @@
 
 mod support;
 
+use hetsched::local::{ClusterSpec, SlaveSpec};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-use support::{output_text as text, wait_for, Cluster, BIN};
+use support::{output_text as text, test_spec, wait_for, Cluster, BIN};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -36,7 +37,7 @@ fn sbatch(c: &Cluster, dir: &Path, args: &[&str]) -> Output {
 const SCRIPT: &str = r#"#!/bin/sh
 #SBATCH -J train
 #SBATCH -c 1
-#SBATCH --mem=1G
+#SBATCH --mem=2G
 #SBATCH -n 2
 #SBATCH --array=0-7%2
 #SBATCH -t 1:00
@@ -55,7 +56,22 @@ echo "end=$(date +%s%N)"
 
 #[test]
 fn a_slurm_script_runs_unchanged_with_its_directives() {
-    let c = Cluster::start("sbatch", 1, 1, 8);
+    // 8 cores and 16 GiB: room for four of the array's tasks (2 CPUs, 2 GiB each), so only
+    // the %2 throttle keeps it to two.
+    let c = Cluster::launch(
+        "sbatch",
+        ClusterSpec {
+            masters: 1,
+            master_http: false,
+            slaves: vec![SlaveSpec {
+                cpus: 8,
+                mem_mib: 16 * 1024,
+                gpus: 0,
+                extra_args: Vec::new(),
+            }],
+            ..test_spec()
+        },
+    );
     c.wait_nodes_up(1, WAIT);
     let work = c.dir.path().join("submit here");
     std::fs::create_dir_all(&work).expect("mkdir");
@@ -114,15 +130,15 @@ fn a_slurm_script_runs_unchanged_with_its_directives() {
             .find_map(|l| l.strip_prefix("pwd="))
             .expect("pwd line");
         assert_eq!(std::fs::canonicalize(pwd).expect("pwd"), canonical, "{f}");
-        // --mem=1G is the task's memory limit where the slave has a memory cgroup.
+        // --mem=2G is the task's memory limit where the slave has a memory cgroup.
         let limit = f
             .lines()
             .find_map(|l| l.strip_prefix("memlimit="))
             .expect("memlimit");
-        assert!(limit == "none" || limit == "1073741824", "--mem=1G: {f}");
+        assert!(limit == "none" || limit == "2147483648", "--mem=2G: {f}");
     }
     // -d afterok:A: no array task started before A ended; %2: never three at once (the
-    // slave's 8 CPUs would hold four of these 2-CPU tasks).
+    // slave would hold four).
     let a_end: u128 = std::fs::read_to_string(&a_stamp)
         .expect("A's stamp")
         .trim()

@@ -337,7 +337,10 @@ fn a_fan_in_names_three_waiting_jobs_and_is_cancelled_by_the_one_that_fails() {
     for (_, t) in &ups[..5] {
         run(&mut l, t[0], 0);
     }
-    assert_eq!(waiting(&l), DepState::Waiting("job-6 pending (after)".into()));
+    assert_eq!(
+        waiting(&l),
+        DepState::Waiting("job-6 pending (after)".into())
+    );
     assert_eq!(state_of(&l, fan_tasks[0]).0, TaskState::Pending);
     run(&mut l, ups[5].1[0], 1);
     assert_eq!(
