@@ -141,6 +141,15 @@ pub struct Scenario {
     /// Jobs in one chain.
     #[serde(default = "default_chain_length")]
     pub chain_length: u32,
+    /// Issue 51: share of the workload's submissions that are a flow (submitted as
+    /// `submit-flow` does, in one entry): a `prep` step, `flow_width` steps each needing it,
+    /// and a `join` step needing them all (0: none; the `early-start` rule checks their order
+    /// in every master's log).
+    #[serde(default)]
+    pub flow_share: f64,
+    /// Parallel steps in one flow (between `prep` and `join`).
+    #[serde(default = "default_flow_width")]
+    pub flow_width: u32,
 }
 
 fn default_masters() -> u32 {
@@ -169,6 +178,9 @@ fn default_program_share() -> f64 {
 }
 fn default_chain_length() -> u32 {
     5
+}
+fn default_flow_width() -> u32 {
+    3
 }
 fn default_task_time() -> Duration {
     Duration::from_millis(1500)
@@ -225,6 +237,14 @@ impl Scenario {
         }
         if !(0.0..=1.0).contains(&s.program_share) {
             return Err(invalid("field `program_share`: between 0 and 1".into()));
+        }
+        for (key, share) in [("chain_share", s.chain_share), ("flow_share", s.flow_share)] {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(invalid(format!("field `{key}`: between 0 and 1")));
+            }
+        }
+        if s.flow_width == 0 {
+            return Err(invalid("field `flow_width`: at least 1".into()));
         }
         if s.max_tasks_per_job == 0 || s.interval.is_zero() {
             return Err(invalid(
@@ -306,6 +326,34 @@ mod tests {
         assert_ne!(a, s.schedule(8, Duration::from_secs(40)));
         let last = a.last().unwrap();
         assert!(last.at_ms + last.hold_ms <= 40_000);
+    }
+
+    #[test]
+    fn flow_keys_parse_with_defaults_and_mixed_submits_flows() {
+        let s = Scenario::parse("x.toml", "name = \"x\"\nfaults = [\"delay\"]\n").unwrap();
+        assert_eq!((s.flow_share, s.flow_width), (0.0, 3));
+        let s = Scenario::parse(
+            "x.toml",
+            "name = \"x\"\nfaults = [\"delay\"]\nflow_share = 0.25\nflow_width = 5\n",
+        )
+        .unwrap();
+        assert_eq!((s.flow_share, s.flow_width), (0.25, 5));
+        let mixed = Scenario::builtin("mixed").unwrap().unwrap();
+        assert!(mixed.flow_share > 0.0 && mixed.chain_share > 0.0);
+        for bad in [
+            "flow_share = 1.5",
+            "flow_share = -0.1",
+            "flow_width = 0",
+            "chain_share = 2.0",
+        ] {
+            let key = bad.split(' ').next().unwrap();
+            let e = Scenario::parse(
+                "x.toml",
+                &format!("name = \"x\"\nfaults = [\"delay\"]\n{bad}\n"),
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains(key), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub struct RunArgs {
     /// Switch on a deliberate bug in every master (admin port) to see the checker catch it:
     /// `ack-before-commit` (acknowledge submits that never commit: `acked-lost`),
     /// `skip-dependency-gate` (plan without the dependency gate: `early-start`; needs a
-    /// scenario with `chain_share`).
+    /// scenario with `chain_share` or `flow_share`).
     #[arg(long, value_name = "BUG", value_parser = ["ack-before-commit", "skip-dependency-gate"])]
     pub bug: Option<String>,
     /// Print the report as one JSON line.

@@ -12,7 +12,9 @@ use super::observe::{
     status_of, view_of, Recorder,
 };
 use super::setup::{attached_masters, local_masters, wait_ready};
-use super::workload::{submit, submit_chain, workload_job, workload_priorities};
+use super::workload::{
+    submit, submit_chain, submit_flow, workload_flow, workload_job, workload_priorities,
+};
 use anyhow::Context;
 use hetsched_chaos::history::{parse_side_effects, FinalState, FinalTask};
 use hetsched_chaos::replay::Replayed;
@@ -300,6 +302,26 @@ async fn drive(a: &RunArgs, sc: &Scenario, seed: u64, dir: &Path) -> anyhow::Res
                     first,
                     requests,
                     specs,
+                )));
+                next_submit += gap;
+                continue;
+            }
+            // Issue 51: likewise drawn only where the scenario asks for flows.
+            let flow = sc.flow_share > 0.0 && (wl_rng.below(1000) as f64) < sc.flow_share * 1000.0;
+            if flow {
+                let first = ops;
+                let steps = u64::from(sc.flow_width) + 2;
+                let specs = (0..steps)
+                    .map(|k| workload_job(&mut wl_rng, sc, &effects, &tag, first + k))
+                    .collect();
+                let request = wl_rng.next_u64();
+                ops += steps - 1;
+                submits.push(tokio::spawn(submit_flow(
+                    masters.clone(),
+                    rec.clone(),
+                    first,
+                    request,
+                    workload_flow(specs),
                 )));
                 next_submit += gap;
                 continue;

@@ -8,7 +8,7 @@ use hetsched_chaos::history::Event;
 use hetsched_chaos::Scenario;
 use hetsched_common::protocol::{ClientRequest, ClientResponse};
 use hetsched_common::rng::SplitMix64;
-use hetsched_common::{ClientRequestId, JobSpec, ResourceRequest};
+use hetsched_common::{ClientRequestId, FlowSpec, FlowStep, JobId, JobSpec, ResourceRequest};
 use std::path::Path;
 
 /// The workload's users and the S1 priorities a local run configures for them (carol has no
@@ -112,6 +112,126 @@ pub(super) async fn submit_chain(
     }
 }
 
+/// Issue 51: the flow the workload submits from `specs` (at least three): the first is step
+/// `prep`, the last `join`, those between `step-1`, `step-2`, ... each needing `prep`, and
+/// `join` needing all of them. A flow is one user's: every step takes the first one's user.
+pub(super) fn workload_flow(specs: Vec<JobSpec>) -> FlowSpec {
+    let last = specs.len().saturating_sub(1);
+    let user = specs.first().map(|s| s.user.clone()).unwrap_or_default();
+    let middle: Vec<String> = (1..last).map(|k| format!("step-{k}")).collect();
+    let steps = specs
+        .into_iter()
+        .enumerate()
+        .map(|(k, mut spec)| {
+            spec.user = user.clone();
+            if k == 0 {
+                return FlowStep::new("prep", spec);
+            }
+            if k == last {
+                let mut s = FlowStep::new("join", spec);
+                s.needs = middle.clone();
+                return s;
+            }
+            let mut s = FlowStep::new(&middle[k - 1], spec);
+            s.needs = vec!["prep".into()];
+            s
+        })
+        .collect();
+    FlowSpec { steps }
+}
+
+/// Issue 51: submits `flow` in one request (as `submit-flow` does), its steps as operations
+/// `first_op`, `first_op + 1`, ... in the flow's order: each step's invocation, then either
+/// each step's ack (its job and, asked after the commit, its tasks) or each step's failure.
+pub(super) async fn submit_flow(
+    masters: Vec<String>,
+    rec: Recorder,
+    first_op: u64,
+    request: u64,
+    flow: FlowSpec,
+) {
+    let t_ms = rec.now_ms();
+    for (k, step) in flow.steps.iter().enumerate() {
+        let needs = match step.needs.is_empty() {
+            true => String::new(),
+            false => format!(" needs={}", step.needs.join(",")),
+        };
+        rec.push(Event::Invoke {
+            t_ms,
+            op: first_op + k as u64,
+            what: format!(
+                "submit {} user={} count={}{} flow-step={}{needs}",
+                step.spec.name,
+                step.spec.user,
+                step.spec.count,
+                if step.spec.program.is_some() {
+                    " program"
+                } else {
+                    ""
+                },
+                step.name
+            ),
+        });
+    }
+    let steps: Vec<(String, bool)> = flow
+        .steps
+        .iter()
+        .map(|s| (s.name.clone(), s.spec.program.is_some()))
+        .collect();
+    let req = ClientRequest::SubmitFlow {
+        request: ClientRequestId(request),
+        flow,
+    };
+    let error = match call(&masters, req, false).await {
+        Ok(ClientResponse::FlowSubmitted(f)) => {
+            for (k, (name, program)) in steps.into_iter().enumerate() {
+                let Some(&job) = f.jobs.get(&name) else {
+                    continue;
+                };
+                let tasks = job_tasks(&masters, &rec, job).await;
+                rec.push(Event::Ack {
+                    t_ms: rec.now_ms(),
+                    op: first_op + k as u64,
+                    job: job.0,
+                    tasks,
+                    program,
+                });
+            }
+            return;
+        }
+        Ok(other) => short(&other),
+        Err(e) => e.to_string(),
+    };
+    for k in 0..steps.len() {
+        rec.push(Event::Fail {
+            t_ms: rec.now_ms(),
+            op: first_op + k as u64,
+            error: error.clone(),
+        });
+    }
+}
+
+/// The tasks of an acknowledged job (a flow's answer names jobs only); none, with a note,
+/// where the cluster does not answer (`acked-lost` then checks the job's tasks no further).
+async fn job_tasks(masters: &[String], rec: &Recorder, job: JobId) -> Vec<u64> {
+    let req = ClientRequest::Tasks {
+        stale: false,
+        job: Some(job),
+        filter: Default::default(),
+    };
+    match call(masters, req, false).await {
+        Ok(ClientResponse::Tasks(t)) => t.iter().map(|t| t.id.0).collect(),
+        Ok(other) => {
+            rec.note(format!("tasks of {job}: {}", short(&other)));
+            Vec::new()
+        }
+        Err(e) => {
+            rec.note(format!("tasks of {job}: {e}"));
+            Vec::new()
+        }
+    }
+}
+
 /// Submits one job as operation `op`, recording the invocation and its ack or failure;
 /// the job's id once acknowledged.
 async fn submit_one(
@@ -162,4 +282,36 @@ async fn submit_one(
         error,
     });
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, user: &str) -> JobSpec {
+        JobSpec {
+            name: name.into(),
+            user: user.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_workload_flow_is_prep_then_parallel_steps_then_join_of_one_user() {
+        let specs = ["a", "b", "c", "d"]
+            .iter()
+            .zip(["bob", "alice", "carol", "alice"])
+            .map(|(n, u)| spec(n, u))
+            .collect();
+        let f = workload_flow(specs);
+        let names: Vec<&str> = f.steps.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["prep", "step-1", "step-2", "join"]);
+        assert!(f.steps[0].needs.is_empty());
+        assert_eq!(f.steps[1].needs, ["prep"]);
+        assert_eq!(f.steps[2].needs, ["prep"]);
+        assert_eq!(f.steps[3].needs, ["step-1", "step-2"]);
+        assert!(f.steps.iter().all(|s| s.spec.user == "bob"));
+        assert_eq!(f.steps[3].spec.name, "d");
+        assert_eq!(f.order().map(|o| o.len()), Ok(4));
+    }
 }
