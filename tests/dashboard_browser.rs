@@ -1,7 +1,8 @@
 //! The dashboard in a real browser: a cluster runs a job submitted through the
 //! API; headless Chromium loads `/ui` over HTTPS with a token and the rendered DOM shows the job's name and state,
-//! a waiting task with its reason, the users' quotas and shares, and a task's page with
-//! every node's verdict.
+//! a waiting task with its reason, the users' quotas and shares, a task's page with
+//! every node's verdict, and a flow's page (its steps, their jobs, states and needs, drawn
+//! as a graph) linked from its steps' job pages.
 //!
 //! Needs Debian's `chromium` (`.ci/run` installs it). Without it the test is skipped with
 //! a message, except under `CI=true`, where it fails. `HETSCHED_SCREENSHOT=FILE` also
@@ -84,6 +85,15 @@ fn browse(browser: &str, profile: &std::path::Path, url: &str, extra: &[&str]) -
     std::fs::read_to_string(&out_file).expect("chromium output")
 }
 
+/// The table row of the rendered DOM whose id is `id`, up to its `</tr>`.
+fn dom_row<'a>(dom: &'a str, id: &str) -> &'a str {
+    let start = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no row {id} in the rendered DOM:\n{dom}"));
+    let row = &dom[start..];
+    &row[..row.find("</tr>").unwrap_or(row.len())]
+}
+
 #[test]
 fn the_dashboard_shows_a_submitted_job_in_a_real_browser() {
     let Some(browser) = chromium() else {
@@ -145,6 +155,27 @@ fn run(c: &HttpCluster, browser: &str) {
         let j = get(http, &format!("/v1/jobs/{job}")).ok()?;
         (j.json()["state"] == "succeeded").then_some(())
     });
+    // Issue 51: a flow, prep → a, b → join, run to the end (its page is read below).
+    let step = |name: &str, needs: &str| {
+        format!(
+            r#"{{"name": "{name}", "command": ["true"], "resources": {{"cpus": 0.25, "mem": 32}}, "needs": [{needs}]}}"#
+        )
+    };
+    let flow_body = format!(
+        r#"{{"step": [{}, {}, {}, {}]}}"#,
+        step("prep", ""),
+        step("a", r#""prep""#),
+        step("b", r#""prep""#),
+        step("join", r#""a", "b""#)
+    );
+    let a = post(http, "/v1/flows", &flow_body).expect("submit the flow");
+    assert_eq!(a.status, 201, "{}", a.text());
+    let flow = a.json()["flow_id"].as_u64().expect("flow_id");
+    let flow_jobs = a.json()["jobs"].clone();
+    wait_for("the flow's join succeeded", WAIT, || {
+        let f = get(http, &format!("/v1/flows/{flow}")).ok()?.json();
+        (f["steps"][3]["state"] == "succeeded").then_some(())
+    });
     // Something still running, so that the overview shows bars in use.
     let pid_file = c.cluster.dir.path().join("trainer.pid");
     let running = serde_json::json!({
@@ -202,11 +233,7 @@ fn run(c: &HttpCluster, browser: &str) {
     let ui = format!("https://{http}/ui?token={token}");
     let profile = c.cluster.dir.path().join("chromium-profile");
     let dom = browse(browser, &profile, &ui, &["--dump-dom"]);
-    let row_start = dom
-        .find(&format!("id=\"job-row-{job}\""))
-        .unwrap_or_else(|| panic!("no row for job {job} in the rendered DOM:\n{dom}"));
-    let row = &dom[row_start..];
-    let row = &row[..row.find("</tr>").unwrap_or(row.len())];
+    let row = dom_row(&dom, &format!("job-row-{job}"));
     assert!(row.contains("dashboard-demo"), "job name missing: {row}");
     assert!(row.contains(">succeeded<"), "job state missing: {row}");
     assert!(
@@ -223,11 +250,7 @@ fn run(c: &HttpCluster, browser: &str) {
     );
     assert!(dom.contains("EMULATED"), "emulated GPUs not marked:\n{dom}");
     // The waiting task with its reason, and the quota view.
-    let row_start = dom
-        .find(&format!("id=\"waiting-task-{waiting_task}\""))
-        .unwrap_or_else(|| panic!("no waiting row for task {waiting_task}:\n{dom}"));
-    let row = &dom[row_start..];
-    let row = &row[..row.find("</tr>").unwrap_or(row.len())];
+    let row = dom_row(&dom, &format!("waiting-task-{waiting_task}"));
     assert!(
         row.contains(">resources<") && row.contains("larger than every node"),
         "reason missing: {row}"
@@ -267,6 +290,47 @@ fn run(c: &HttpCluster, browser: &str) {
         "task missing:\n{dom}"
     );
     assert!(dom.contains("rendered"), "task log missing:\n{dom}");
+
+    // The flow's page: each step with its job, state and needs, drawn as a graph; a step's
+    // job page links back to it.
+    let dom = browse(
+        browser,
+        &profile,
+        &format!("{ui}#flow-{flow}"),
+        &["--dump-dom"],
+    );
+    for name in ["prep", "a", "b", "join"] {
+        let job = flow_jobs[name].as_u64().expect("step job");
+        let row = dom_row(&dom, &format!("flow-step-{name}"));
+        assert!(
+            row.contains(&format!("href=\"#job-{job}\"")) && row.contains(">succeeded<"),
+            "step {name}: {row}"
+        );
+        if name == "join" {
+            assert!(row.contains(">a, b<"), "join needs a and b: {row}");
+        }
+    }
+    assert!(
+        dom.contains("id=\"flow-svg\""),
+        "flow graph missing:\n{dom}"
+    );
+    assert_eq!(dom.matches("class=\"flow-step\"").count(), 4, "{dom}");
+    assert_eq!(
+        dom.matches("<line ").count(),
+        4,
+        "one line per edge:\n{dom}"
+    );
+    let join = flow_jobs["join"].as_u64().expect("join job");
+    let dom = browse(
+        browser,
+        &profile,
+        &format!("{ui}#job-{join}"),
+        &["--dump-dom"],
+    );
+    assert!(
+        dom.contains(&format!("href=\"#flow-{flow}\"")),
+        "the job page links its flow:\n{dom}"
+    );
 
     if let Ok(file) = std::env::var("HETSCHED_SCREENSHOT_TASK") {
         let shot = format!("--screenshot={file}");

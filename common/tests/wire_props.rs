@@ -238,6 +238,7 @@ fn message() -> impl Strategy<Value = Message> {
                 singleton: true,
                 max_running: Some(2),
                 dependents: vec![JobId(id)],
+                flow_id: Some(id),
             }])
         )),
         (ids, state(), any::<Option<i32>>()).prop_map(|((t, j, a), state, exit_code)| {

@@ -39,4 +39,17 @@ pub struct FlowStepInfo {
     pub state: String,
     /// Its tasks.
     pub tasks: u32,
+    /// The steps it starts after once each succeeded (the flow file's `needs`), read from
+    /// its job's dependencies on the flow's other jobs (none once the job was collected).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs: Vec<String>,
+    /// The steps it starts after once each ended (`needs_any`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs_any: Vec<String>,
+    /// The steps it starts after once each failed or was cancelled (`needs_fail`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs_fail: Vec<String>,
+    /// The step whose task *i* its task *i* follows (`each`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub each: Option<String>,
 }

@@ -215,6 +215,9 @@ pub struct JobInfo {
     /// The open jobs that follow it (their dependencies name it), ascending.
     #[serde(default)]
     pub dependents: Vec<JobId>,
+    /// Issue 51: the flow the job is a step of (`None`: not a flow's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_id: Option<u64>,
 }
 
 /// One task as listed.

@@ -72,6 +72,24 @@ fn every_step_becomes_a_job_following_the_jobs_its_names_became() {
         ]
     );
     assert_eq!(l.s.flow_book().flow_of(JobId(3)), Some(1));
+    // What each step needs, by name, read back from its job's dependencies; the job knows
+    // its flow.
+    let needs: Vec<(&str, Vec<String>, Option<&str>)> = info
+        .steps
+        .iter()
+        .map(|s| (s.name.as_str(), s.needs.clone(), s.each.as_deref()))
+        .collect();
+    let v = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        needs,
+        [
+            ("prep", v(&[]), None),
+            ("train", v(&["prep"]), None),
+            ("eval", v(&[]), Some("train")),
+            ("publish", v(&["eval"]), None)
+        ]
+    );
+    assert_eq!(l.s.job_info(&l.s.jobs()[&JobId(2)]).flow_id, Some(1));
     // The edges were followed in the same entry: prep cancelled takes the chain with it.
     l.apply_bare(Command::CancelJob { job: JobId(1) });
     for t in l.s.tasks().values() {

@@ -173,6 +173,7 @@ impl ClusterState {
             singleton: j.spec.singleton,
             max_running: j.spec.max_running,
             dependents: self.deps.dependents(j.id).collect(),
+            flow_id: self.flows.flow_of(j.id),
         };
         self.fill_batch_fields(j, &mut info);
         info
@@ -376,16 +377,30 @@ impl ClusterState {
     /// `flow N --json` (`None`: no such flow, or collected).
     pub fn flow_info(&self, id: u64) -> Option<FlowInfo> {
         let f = self.flows.get(id)?;
+        let step_of: BTreeMap<JobId, &str> =
+            f.steps.iter().map(|(n, j)| (*j, n.as_str())).collect();
+        let names = |jobs: &[JobId]| -> Vec<String> {
+            jobs.iter()
+                .filter_map(|j| step_of.get(j).map(|n| n.to_string()))
+                .collect()
+        };
         let steps = f
             .steps
             .iter()
             .map(|(name, job)| {
                 let j = self.jobs.get(job);
+                let spec = j.map(|j| &j.spec);
                 FlowStepInfo {
                     name: name.clone(),
                     job_id: *job,
                     state: j.map_or_else(|| "collected".into(), |j| self.job_state(j).into()),
                     tasks: j.map_or(0, |j| j.tasks.len() as u32),
+                    needs: spec.map_or_else(Vec::new, |s| names(&s.after)),
+                    needs_any: spec.map_or_else(Vec::new, |s| names(&s.after_any)),
+                    needs_fail: spec.map_or_else(Vec::new, |s| names(&s.after_fail)),
+                    each: spec
+                        .and_then(|s| s.after_each)
+                        .and_then(|e| step_of.get(&e).map(|n| n.to_string())),
                 }
             })
             .collect();

@@ -211,6 +211,84 @@ function dependsHtml(job) {
   return parts.length ? "depends: " + parts.join(" · ") : "";
 }
 
+// Issue 51: a flow's steps. Each step's column is its depth (one more than the deepest step
+// it follows); a column draws at most FLOW_ROWS boxes and counts the rest.
+const FLOW_ROWS = 30;
+const FLOW_FILL = { pending: "#fde68a", assigned: "#bfdbfe", running: "#93c5fd", succeeded: "#bbf7d0",
+  failed: "#fecaca", cancelled: "#e5e7eb", collected: "#f3f4f6" };
+
+function upstream(s) {
+  return [...(s.needs || []), ...(s.needs_any || []), ...(s.needs_fail || []), ...(s.each ? [s.each] : [])];
+}
+
+function needsText(s) {
+  const parts = [];
+  if ((s.needs || []).length) parts.push(s.needs.join(", "));
+  if ((s.needs_any || []).length) parts.push("any end of " + s.needs_any.join(", "));
+  if ((s.needs_fail || []).length) parts.push("failure of " + s.needs_fail.join(", "));
+  if (s.each) parts.push("task by task " + s.each);
+  return parts.join(" · ");
+}
+
+function flowGraph(steps) {
+  const byName = new Map(steps.map((s) => [s.name, s]));
+  const depth = new Map();
+  const depthOf = (s, seen) => {
+    if (depth.has(s.name)) return depth.get(s.name);
+    if (seen.has(s.name)) return 0; // a cycle is refused at submission; never loop here
+    seen.add(s.name);
+    const d = Math.max(-1, ...upstream(s).filter((n) => byName.has(n)).map((n) => depthOf(byName.get(n), seen))) + 1;
+    depth.set(s.name, d);
+    return d;
+  };
+  const columns = [];
+  steps.forEach((s) => { const d = depthOf(s, new Set()); (columns[d] = columns[d] || []).push(s); });
+  const bw = 150, bh = 24, gx = 60, gy = 10;
+  const at = new Map();
+  const boxes = [];
+  columns.forEach((col, c) => {
+    col.slice(0, FLOW_ROWS).forEach((s, r) => {
+      const x = 10 + c * (bw + gx), y = 10 + r * (bh + gy);
+      at.set(s.name, { x, y });
+      boxes.push(`<a href="#job-${s.job_id}"><g class="flow-step" data-step="${esc(s.name)}"><title>${esc(s.name)}: job-${s.job_id} ${esc(s.state)}</title>` +
+        `<rect x="${x}" y="${y}" width="${bw}" height="${bh}" rx="4" fill="${FLOW_FILL[s.state] || "#fff"}" stroke="#6b7280"/>` +
+        `<text x="${x + 6}" y="${y + 16}" font-size="12">${esc(s.name.length > 14 ? s.name.slice(0, 13) + "…" : s.name)} · ${esc(s.state)}</text></g></a>`);
+    });
+    if (col.length > FLOW_ROWS) {
+      const x = 10 + c * (bw + gx), y = 10 + FLOW_ROWS * (bh + gy);
+      boxes.push(`<text x="${x + 6}" y="${y + 16}" font-size="12">+${col.length - FLOW_ROWS} more steps</text>`);
+    }
+  });
+  const edges = [];
+  steps.forEach((s) => {
+    const to = at.get(s.name);
+    if (!to) return;
+    upstream(s).forEach((n) => {
+      const from = at.get(n);
+      if (!from) return;
+      const dash = s.each === n ? ' stroke-dasharray="4 3"' : "";
+      edges.push(`<line x1="${from.x + bw}" y1="${from.y + bh / 2}" x2="${to.x}" y2="${to.y + bh / 2}" stroke="#9ca3af"${dash}/>`);
+    });
+  });
+  const rows = Math.min(FLOW_ROWS + 1, Math.max(1, ...columns.map((c) => c.length)));
+  const w = 20 + columns.length * (bw + gx) - gx, h = 20 + rows * (bh + gy) - gy;
+  return `<svg id="flow-svg" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}"><rect width="${w}" height="${h}" fill="#fff"/>${edges.join("")}${boxes.join("")}</svg>`;
+}
+
+async function renderFlowPage(id) {
+  const f = await api(`/v1/flows/${id}`);
+  const counts = {};
+  f.steps.forEach((s) => { counts[s.state] = (counts[s.state] || 0) + 1; });
+  $("flow-title").textContent = `flow-${f.flow_id} of ${f.user}`;
+  $("flow-summary").innerHTML = `<p class="summary"><span>${f.steps.length} steps</span>` +
+    Object.keys(counts).sort().map((s) => `<span>${state(s)} ${counts[s]}</span>`).join("") +
+    `<span>submitted ${new Date(f.submitted_ms).toLocaleTimeString()}</span></p>`;
+  $("flow-graph").innerHTML = flowGraph(f.steps);
+  $("flow-steps").tBodies[0].innerHTML = f.steps.map((s) =>
+    `<tr id="flow-step-${esc(s.name)}"><td>${esc(s.name)}</td><td><a href="#job-${s.job_id}">job-${s.job_id}</a></td>` +
+    `<td>${state(s.state)}</td><td>${s.tasks}</td><td class="needs">${esc(needsText(s))}</td></tr>`).join("");
+}
+
 async function renderDetail(route) {
   const detail = $("detail");
   if (!route) { detail.hidden = true; return; }
@@ -220,7 +298,8 @@ async function renderDetail(route) {
   $("detail-title").innerHTML = `job-${job.id} · ${esc(job.name)} · ${state(job.state)}`;
   $("detail-progress").innerHTML = progress(job.task_states, job.tasks) +
     ` <span class="dim">${ORDER.filter((s) => job.task_states[s]).map((s) => job.task_states[s] + " " + s).join(", ")}</span>`;
-  $("detail-deps").innerHTML = dependsHtml(job);
+  const flow = job.flow_id != null ? `step of <a href="#flow-${job.flow_id}">flow-${job.flow_id}</a>` : "";
+  $("detail-deps").innerHTML = [flow, dependsHtml(job)].filter((x) => x).join(" · ");
   const tasks = await api(`/v1/tasks?job=${jobId}`);
   $("tasks").tBodies[0].innerHTML = tasks.map((t) =>
     `<tr><td><a href="#job-${jobId}/task-${t.id}">task-${t.id}</a> <a class="dim" href="#task-${t.id}">why</a></td><td>${t.index}</td><td>${state(t.state)}</td>` +
@@ -242,9 +321,9 @@ function route() {
   return m ? { job: m[1], task: m[2] } : null;
 }
 
-// `#task-N` and `#node-N` are pages of their own; the rest is the main page.
+// `#task-N`, `#node-N` and `#flow-N` are pages of their own; the rest is the main page.
 function page() {
-  const m = location.hash.match(/^#(task|node)-(\d+)$/);
+  const m = location.hash.match(/^#(task|node|flow)-(\d+)$/);
   return m ? { kind: m[1], id: m[2] } : null;
 }
 
@@ -259,6 +338,7 @@ async function refresh() {
     $("overview").hidden = $("jobs-section").hidden = p !== null;
     $("task-page").hidden = !(p && p.kind === "task");
     $("node-page").hidden = !(p && p.kind === "node");
+    $("flow-page").hidden = !(p && p.kind === "flow");
     renderOverview(status, members, nodes);
     $("insecure").hidden = !status.insecure;
     renderPlots(usage.history);
@@ -267,6 +347,7 @@ async function refresh() {
     renderJobs(jobs);
     if (p && p.kind === "task") await renderTaskPage(p.id);
     if (p && p.kind === "node") await renderNodePage(p.id, nodes);
+    if (p && p.kind === "flow") await renderFlowPage(p.id);
     await renderDetail(p ? null : route());
     $("error").hidden = true;
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
