@@ -54,12 +54,8 @@ pub struct SubmitContext {
 /// A script made into a job.
 #[derive(Clone, Debug)]
 pub struct SbatchJob {
-    /// The job.
+    /// The job (`-d` in its `after…` keys, `--array=…%N` in its `max_running`).
     pub spec: JobSpec,
-    /// `-d/--dependency`.
-    pub dependency: Option<Dependency>,
-    /// The array throttle (`--array=…%N`).
-    pub max_running: Option<u32>,
     /// `--parsable`.
     pub parsable: bool,
     /// `--json`.
@@ -325,8 +321,6 @@ pub fn job(
     spec.check_limits().map_err(|e| bad(e.to_string()))?;
     Ok(SbatchJob {
         spec,
-        dependency: o.dependency.clone(),
-        max_running: o.array.as_ref().and_then(|a| a.max_running),
         parsable: o.parsable,
         json: o.json,
         warnings,

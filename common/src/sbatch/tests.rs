@@ -267,13 +267,8 @@ fn a_script_becomes_one_job_per_array_with_the_tasks_cpus() {
     assert_eq!(spec.timeout_ms, Some(60_000));
     assert_eq!(spec.workdir.as_deref(), Some("/home/ada/run"));
     assert_eq!(spec.partition, "");
-    assert_eq!(j.max_running, Some(2));
     assert_eq!(spec.max_running, Some(2), "%2 throttles the array");
     assert_eq!(spec.after, vec![crate::JobId(12)], "-d afterok:12");
-    assert_eq!(
-        j.dependency.as_ref().map(|d| d.terms.clone()),
-        Some(vec![DependencyTerm::AfterOk(vec![12])])
-    );
     let any = job(
         "p.sh",
         "#!/bin/sh\n",

@@ -10,8 +10,8 @@
 use super::authz::Level;
 use super::reply::not_found;
 use hetsched_common::protocol::{ClientRequest, ErrorKind, ErrorReply};
-use hetsched_common::{ClientRequestId, DependencyKind, JobSpec};
-use hetsched_master_core::state::ClusterState;
+use hetsched_common::{ClientRequestId, JobSpec};
+use hetsched_master_core::state::{ClusterState, DependencyRefusal};
 
 /// Refuses a submission whose dependencies cannot be recorded (a retried request that
 /// already applied is never refused).
@@ -26,28 +26,13 @@ pub(super) fn check_dependencies(
     if s.request_applied(request) {
         return Ok(());
     }
-    for (kind, up) in spec.dependencies() {
-        let Some(j) = s.job(up) else {
-            return Err(not_found(format!(
-                "{} {up}: {}",
-                kind.flag(),
-                s.job_missing_message(up)
-            )));
-        };
-        if kind == DependencyKind::AfterEach && j.tasks.len() != spec.count as usize {
-            return Err(ErrorReply::new(
-                ErrorKind::Invalid,
-                format!(
-                    "--after-each {up}: it has {} task(s), this job {} (task i follows \
-                         task i: give --count {})",
-                    j.tasks.len(),
-                    spec.count,
-                    j.tasks.len()
-                ),
-            ));
+    match s.check_dependencies(spec) {
+        Ok(()) => Ok(()),
+        Err(r @ DependencyRefusal::Missing(_)) => Err(not_found(r.to_string())),
+        Err(r @ DependencyRefusal::EachCount(_)) => {
+            Err(ErrorReply::new(ErrorKind::Invalid, r.to_string()))
         }
     }
-    Ok(())
 }
 
 /// Why `name` (at `level`) may not submit `req`: it follows a job of another user it may

@@ -270,25 +270,37 @@ impl DependencyView<'_> {
     }
 }
 
-/// Why a submission's dependencies cannot be recorded (checked in `apply` before any id is
-/// handed out): a job it names is unknown or was collected, or `after_each` names a job
-/// with another number of tasks.
-pub(super) fn check_dependencies(jobs: &JobBook, spec: &JobSpec) -> Result<(), String> {
+/// Why a submission's dependencies cannot be recorded: the edge answers the first kind
+/// "not found" (exit 4) and the second "invalid" (exit 2); `apply` rejects either.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DependencyRefusal {
+    /// A job it names is unknown or was collected.
+    #[error("{0}")]
+    Missing(String),
+    /// `after_each` names a job with another number of tasks.
+    #[error("{0}")]
+    EachCount(String),
+}
+
+/// Checks a submission's dependencies against the jobs there now (in `apply` before any id
+/// is handed out, and at the edge before proposing).
+pub(super) fn check_dependencies(jobs: &JobBook, spec: &JobSpec) -> Result<(), DependencyRefusal> {
     for (kind, up) in spec.dependencies() {
         let Some(u) = jobs.get(&up) else {
-            return Err(format!(
+            return Err(DependencyRefusal::Missing(format!(
                 "{} {up}: {}",
                 kind.flag(),
                 jobs.missing_message(up)
-            ));
+            )));
         };
         if kind == DependencyKind::AfterEach && u.tasks.len() != spec.count as usize {
-            return Err(format!(
+            return Err(DependencyRefusal::EachCount(format!(
                 "--after-each {up}: it has {} task(s), this job {} (task i follows task i: \
-                 the counts must match)",
+                 the counts must match; give --count {})",
                 u.tasks.len(),
-                spec.count
-            ));
+                spec.count,
+                u.tasks.len()
+            )));
         }
     }
     Ok(())

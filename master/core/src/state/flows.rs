@@ -180,7 +180,9 @@ impl FlowRules<'_> {
             // The step's own keys name only jobs outside the flow, which must be there now.
             self.submit
                 .precheck(&spec)
-                .and_then(|_| check_dependencies(self.submit.jobs, &step.spec))
+                .and_then(|_| {
+                    check_dependencies(self.submit.jobs, &step.spec).map_err(|r| r.to_string())
+                })
                 .map_err(|why| format!("step {:?}: {why}", step.name))?;
             specs.push((i, spec));
         }

@@ -85,7 +85,7 @@ pub use batch::{
 };
 pub use booking::{engine_count, free_units, with_unit};
 pub use command::{Assign, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef};
-pub use dependencies::{DepState, DependencyView, JobStates};
+pub use dependencies::{DepState, DependencyRefusal, DependencyView, JobStates};
 pub use dependency_book::DependencyBook;
 pub use flows::{Flow, FlowBook};
 pub use hash::fnv1a64;

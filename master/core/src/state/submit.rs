@@ -53,7 +53,9 @@ impl SubmitRules<'_> {
         // Every job it follows must be here (checked before any id is handed out); its
         // edges are recorded after the command (`ClusterState::follow_dependencies`).
         let checked = self.precheck(&spec).and_then(|candidates| {
-            super::dependencies::check_dependencies(self.jobs, &spec).map(|()| candidates)
+            super::dependencies::check_dependencies(self.jobs, &spec)
+                .map(|()| candidates)
+                .map_err(|r| r.to_string())
         });
         let candidates = match checked {
             Ok(c) => c,

@@ -7,7 +7,7 @@
 use super::acl::AclBook;
 use super::batch::{BatchBook, BatchTask};
 use super::command::TaskRef;
-use super::dependencies::{DepState, DependencyView, JobStates};
+use super::dependencies::{DepState, DependencyRefusal, DependencyView, JobStates};
 use super::dependency_book::DependencyBook;
 use super::flows::FlowBook;
 use super::listing::{check_state, ListError, JOB_STATES, TASK_STATES};
@@ -33,6 +33,15 @@ impl ClusterState {
             tasks: &self.tasks,
             deps: &self.deps,
         }
+    }
+
+    /// Whether a submission's dependencies could be recorded now (see
+    /// [`DependencyRefusal`]); `apply` checks the same again.
+    pub fn check_dependencies(
+        &self,
+        spec: &hetsched_common::JobSpec,
+    ) -> Result<(), DependencyRefusal> {
+        super::dependencies::check_dependencies(&self.jobs, spec)
     }
 
     /// The dependency book: dependents by job, singleton jobs by user and name.
