@@ -211,6 +211,11 @@ fn message() -> impl Strategy<Value = Message> {
                     },
                     state_bytes: m,
                     snapshot_bytes: 7,
+                    open_files: l.map(|n| OpenFiles {
+                        soft: n,
+                        hard: n,
+                        open: Some(m),
+                    }),
                     queues: Default::default(),
                     cpu_config: BTreeMap::from([("image".to_string(), 2.0)]),
                     waiting: BTreeMap::from([("quota".to_string(), 1)]),

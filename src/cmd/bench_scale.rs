@@ -54,6 +54,7 @@ pub struct ScaleArgs {
 /// Runs `bench scale`.
 pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
     hetsched_common::telemetry::init_logging("warn");
+    super::log_open_file_limit();
     let dir: PathBuf =
         std::env::temp_dir().join(format!("hetsched-bench-scale-{}", std::process::id()));
     let spec = ClusterSpec {

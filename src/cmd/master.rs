@@ -138,6 +138,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     use anyhow::Context;
     use hetsched_master::server::{self, DutiesConfig, MasterConfig};
     hetsched_common::telemetry::init_logging("info");
+    super::log_open_file_limit();
     if a.id == 0 {
         anyhow::bail!("--id must be at least 1 (Raft reserves 0)");
     }

@@ -66,3 +66,13 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     out.flush()?;
     Ok(())
 }
+
+/// Raises this process's soft open-file limit to its hard limit (a master or slave holds a
+/// descriptor per connection) and logs both, so an operator who meets "out of file
+/// descriptors" later knows which limit it was.
+pub fn log_open_file_limit() {
+    match hetsched_common::wire::fdlimit::raise_open_file_limit() {
+        Ok(l) => tracing::info!(soft = l.soft, hard = l.hard, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot read the open-file limit"),
+    }
+}

@@ -165,6 +165,7 @@ fn parse_gpu_pool(s: &str) -> Result<GpuPoolChoice, String> {
 /// Runs a slave until stopped.
 pub fn run(a: Args) -> anyhow::Result<()> {
     hetsched_common::telemetry::init_logging("info");
+    super::log_open_file_limit();
     hetsched_common::parse_host_port(&a.listen)?;
     for m in &a.masters {
         hetsched_common::parse_host_port(m)?;

@@ -39,7 +39,7 @@ pub use slave::{
     GPU_POOL_LABEL, PROBE_GPU_LABEL, PROBE_MEMBW_LABEL,
 };
 pub use views::{
-    EngineInfo, JobInfo, MemberInfo, NodeCounts, NodeInfo, NodeProfileInfo, ProbesInfo,
+    EngineInfo, JobInfo, MemberInfo, NodeCounts, NodeInfo, NodeProfileInfo, OpenFiles, ProbesInfo,
     ProfilesInfo, RaftCounters, RelationInfo, StatusInfo, TaskInfo,
 };
 pub use waiting::{

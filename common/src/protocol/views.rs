@@ -120,6 +120,23 @@ pub struct StatusInfo {
     /// task).
     #[serde(default)]
     pub waiting: BTreeMap<String, u64>,
+    /// The answering master's open-file limits and descriptors in use (`None` where they
+    /// cannot be read).
+    #[serde(default)]
+    pub open_files: Option<OpenFiles>,
+}
+
+/// A process's open-file limits (`RLIMIT_NOFILE`) and the descriptors it has open. Masters
+/// and slaves raise the soft limit to the hard one at start.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenFiles {
+    /// The soft limit: what `accept` and `open` run into.
+    pub soft: u64,
+    /// The hard limit: how far the process may raise the soft one (an operator raises it
+    /// with `ulimit -Hn` as root, `LimitNOFILE=` in systemd, or limits.conf).
+    pub hard: u64,
+    /// Descriptors open now (`None` where `/proc/self/fd` cannot be read).
+    pub open: Option<u64>,
 }
 
 /// Log-work counters of one master (for benchmarks and operators).

@@ -16,6 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
+use super::fdlimit::AcceptBackoff;
 use super::peer::Peer;
 use super::tls::{self, TlsSetup};
 use crate::certs::Identity;
@@ -106,16 +107,18 @@ async fn serve_inner(
     fixed: Option<Arc<TlsSetup>>,
     handler: Handler,
 ) -> Result<()> {
+    let mut backoff = AcceptBackoff::default();
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
-                // Running out of file descriptors must not end the server.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Running out of file descriptors must not end the server, nor spin it:
+                // the open connections keep being served while this loop waits.
+                tokio::time::sleep(backoff.failed("wire", &e)).await;
                 continue;
             }
         };
+        backoff.succeeded();
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
         let fixed = fixed.clone();

@@ -21,6 +21,8 @@
 pub mod authz;
 mod codec;
 #[cfg(feature = "net")]
+pub mod fdlimit;
+#[cfg(feature = "net")]
 mod io;
 #[cfg(feature = "net")]
 mod peer;

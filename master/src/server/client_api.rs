@@ -259,6 +259,7 @@ impl Master {
             stats: self.raft.stats(),
             snapshot_bytes: std::fs::metadata(&self.snapshot_file).map_or(0, |m| m.len()),
             insecure: hetsched_common::wire::tls::current().is_none(),
+            open_files: hetsched_common::wire::fdlimit::open_files(),
             status,
         }
     }

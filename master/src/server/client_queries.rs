@@ -119,6 +119,8 @@ pub(super) struct RaftFacts {
     pub snapshot_bytes: u64,
     /// Whether it runs without TLS.
     pub insecure: bool,
+    /// Its open-file limits and descriptors in use.
+    pub open_files: Option<hetsched_common::protocol::OpenFiles>,
 }
 
 /// The answers to client reads, over the applied state, the leader's waiting reasons and
@@ -329,6 +331,7 @@ impl<'a> ClientQueries<'a> {
             state_hash: format!("{:016x}", digest.hash),
             stale: stale || st.role != Role::Leader,
             insecure: raft.insecure,
+            open_files: raft.open_files,
             nodes: s.node_counts(),
             jobs: s.jobs().len() as u64,
             tasks: s.task_counts(),

@@ -101,6 +101,7 @@ fn the_status_reports_role_counts_and_the_cached_hash() {
         leader_addr: Some("127.0.0.1:1".into()),
         snapshot_bytes: 0,
         insecure: true,
+        open_files: None,
     };
     let st = q.status(raft, &cache, false);
     assert_eq!(st.role, "follower");

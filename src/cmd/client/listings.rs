@@ -101,6 +101,13 @@ pub fn status(masters: &[String], a: StatusArgs) -> anyhow::Result<()> {
             why.join(", ")
         );
     }
+    if let Some(f) = &s.open_files {
+        let open = f.open.map_or("?".to_string(), |n| n.to_string());
+        println!(
+            "files:    {open} open, limit {} (hard {}) on the answering master",
+            f.soft, f.hard
+        );
+    }
     Ok(())
 }
 

@@ -18,6 +18,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hetsched_common::certs::Identity;
 use hetsched_common::protocol::{ErrorKind, ErrorReply};
+use hetsched_common::wire::fdlimit::AcceptBackoff;
 use hetsched_common::wire::tls;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -62,9 +63,11 @@ impl HttpsListener {
         let local = listener.local_addr()?;
         let (tx, ready) = tokio::sync::mpsc::channel(64);
         tokio::spawn(async move {
+            let mut backoff = AcceptBackoff::default();
             loop {
                 match listener.accept().await {
                     Ok((stream, addr)) => {
+                        backoff.succeeded();
                         let tx = tx.clone();
                         tokio::spawn(async move {
                             if let Some(c) = handshake(stream, addr).await {
@@ -72,10 +75,8 @@ impl HttpsListener {
                             }
                         });
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "https accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
+                    // Out of descriptors: wait (longer each time) and keep serving.
+                    Err(e) => tokio::time::sleep(backoff.failed("https", &e)).await,
                 }
             }
         });
