@@ -8,6 +8,7 @@
 #   docs/sim/gpuspec-matrix.sh     BIN=target/release/hetsched T=../shared/traces
 #                                  POLICIES=auto,frag,best-fit LEVELS="10 30 50" SEEDS="1 2 3"
 #                                  ORDERS="trace shuffle" PUBLISHED="gpuspec10 gpuspec20 ..."
+#                                  EVERY=N (a node subset: every Nth node of the list)
 # Runs one simulation at a time (a frag run over the 1,523 nodes and 8,152 pods takes a few
 # seconds in a release build, minutes in a debug one).
 set -euo pipefail
@@ -21,12 +22,17 @@ ORDERS=${ORDERS:-trace shuffle}
 PUBLISHED=${PUBLISHED:-gpuspec10 gpuspec20 gpuspec25 default multigpu20 gpushare60 cpu100}
 GEN=${GEN:-$(mktemp -d)}
 NODES=$T/openb_node_list_all_node.csv
+if [ -n "${EVERY:-}" ]; then
+  # The subset BENCHMARKS.md's queueing runs use: the header and every EVERY-th node.
+  awk -v n="$EVERY" 'NR == 1 || NR % n == 2' "$NODES" > "$GEN/nodes-every$EVERY.csv"
+  NODES=$GEN/nodes-every$EVERY.csv
+fi
 
 traces=()
 for p in $PUBLISHED; do traces+=("$p=$T/openb_pod_list_$p.csv"); done
 for l in $LEVELS; do
   for s in $SEEDS; do
-    f=$GEN/gpuspec-l$l-s$s.csv
+    f=$GEN/gpuspec-l$l-s$s${EVERY:+-every$EVERY}.csv
     [ -s "$f" ] || "$BIN" sim gen-trace --kind gpuspec --level "$l" --seed "$s" \
       --trace-pods "$T/openb_pod_list_default.csv" --trace-nodes "$NODES" --out "$f"
     traces+=("gen-gpuspec$l-s$s=$f")
