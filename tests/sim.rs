@@ -69,7 +69,7 @@ fn same_input_and_seed_give_the_same_json() {
     let dir = Scratch::new("sim-repeat");
     let nodes = write(dir.path(), "nodes.csv", NODES);
     let pods = write(dir.path(), "pods.csv", PODS_TIMED);
-    let all = "least-fit,best-fit,first-fit,next-fit,random,frag";
+    let all = "least-fit,best-fit,first-fit,next-fit,random,frag,auto";
     for extra in [
         &["--mode", "timed", "--time-scale", "5"][..],
         &[
@@ -95,7 +95,7 @@ fn same_input_and_seed_give_the_same_json() {
         let (c2, o2, _) = sim(&args);
         assert_eq!((c1, c2), (0, 0), "{e1}");
         let (a, b) = (last_json(&o1), last_json(&o2));
-        assert_eq!(a["runs"].as_array().map(Vec::len), Some(6));
+        assert_eq!(a["runs"].as_array().map(Vec::len), Some(7));
         for r in a["runs"].as_array().expect("runs") {
             for key in [
                 "policy",

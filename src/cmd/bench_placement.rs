@@ -58,6 +58,12 @@ const DEFAULT_SEED: u64 = 1;
 /// Runs the benchmark.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let policy: PolicyKind = args.policy.parse()?;
+    if policy == PolicyKind::Auto {
+        anyhow::bail!(
+            "--policy auto is frag or best-fit by the workload: measure it with `hetsched sim`, \
+             and frag or best-fit here"
+        );
+    }
     let seed = args.seed.unwrap_or(DEFAULT_SEED);
     match (&args.trace_nodes, &args.trace_pods) {
         (Some(nodes), Some(pods)) => run_trace(nodes, pods, policy, seed, args.json),

@@ -34,12 +34,14 @@ pub struct Args {
     /// Snapshot the state and compact the Raft log every this many applied entries.
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_entries: u64,
-    /// Node selection for tasks that ask for GPUs: frag (fragmentation-aware packing),
-    /// least-fit (spread), best-fit (pack), first-fit, next-fit, random.
-    #[arg(long, default_value = "frag")]
+    /// Node selection for tasks that ask for GPUs: auto (frag, or best-fit for GPU tasks
+    /// while 15 % or more of the recent GPU tasks name a GPU model), frag
+    /// (fragmentation-aware packing), least-fit (spread), best-fit (pack), first-fit,
+    /// next-fit, random.
+    #[arg(long, default_value = "auto")]
     pub policy: hetsched_master_core::sched::index::PolicyKind,
-    /// Node selection for tasks that ask no GPU (same names). Under --policy frag they go
-    /// to CPU-only nodes first (chosen by this policy), then where they strand fewest GPUs.
+    /// Node selection for tasks that ask no GPU (same names). Under --policy frag or auto
+    /// they go to CPU-only nodes first (chosen by this policy), then where they strand fewest GPUs.
     #[arg(long, default_value = "least-fit")]
     pub cpu_policy: hetsched_master_core::sched::index::PolicyKind,
     /// Queue order (S3): fifo (priority, then submission), drf (priority, then users by

@@ -54,9 +54,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1.0, value_name = "F")]
     pub time_scale: f64,
     /// One policy: `[QUEUEING-]PLACEMENT[-nopreempt]`, QUEUEING in fifo, drf, pipeline,
-    /// PLACEMENT in least-fit, best-fit, first-fit, next-fit, random, frag; `-nopreempt`
-    /// turns S1 preemption and S3 take-back off.
-    #[arg(long, conflicts_with = "compare", default_value = "frag")]
+    /// PLACEMENT in least-fit, best-fit, first-fit, next-fit, random, frag, auto (the
+    /// master's default); `-nopreempt` turns S1 preemption and S3 take-back off.
+    #[arg(long, conflicts_with = "compare", default_value = "auto")]
     pub policy: String,
     /// Several policies, comma-separated, each run on the same input.
     #[arg(long, value_delimiter = ',', value_name = "NAME,NAME,...")]

@@ -148,3 +148,31 @@ fn decisions_match_the_recorded_run() {
         "decisions differ from {EXPECTED}:\n--- expected\n{expected}\n--- got\n{out}"
     );
 }
+
+/// `auto` (the default) decides exactly as `frag` where no pod names a GPU model: every
+/// start the same on the trace's subset, arrival-only and queueing under the pipeline.
+#[test]
+fn auto_decides_as_frag_where_no_pod_names_a_model() {
+    let none = sim::Setup::default();
+    for (input, mode, [auto, frag]) in [
+        (trace_input(1.0, 1), Mode::ArrivalOnly, ["auto", "frag"]),
+        (
+            trace_input(2000.0, 8),
+            Mode::Timed,
+            ["pipeline-auto", "pipeline-frag"],
+        ),
+    ] {
+        assert!(
+            input.1.iter().all(|t| t.request.gpu.models.is_empty()),
+            "the subset pins no model"
+        );
+        let run = |p: &str| {
+            let policy: PolicyName = p.parse().expect("a known policy");
+            sim::run_with(&input.0, &input.1, &policy, mode, 1, &none, &mut |_| {})
+        };
+        let (a, f) = (run(auto), run(frag));
+        assert!(!a.starts.is_empty());
+        assert_eq!(a.starts, f.starts, "{auto} against {frag}");
+        assert_eq!(a.gpu_allocated_share_at_end, f.gpu_allocated_share_at_end);
+    }
+}

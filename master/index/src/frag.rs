@@ -130,6 +130,9 @@ pub struct WorkloadMix {
     /// The counts as a list, rebuilt when they changed.
     snapshot: Vec<(DemandShape, u64)>,
     stale: bool,
+    /// GPU arrivals in the window, and those of them that name GPU models (for `auto`).
+    gpu: u64,
+    pinned: u64,
 }
 
 impl WorkloadMix {
@@ -144,6 +147,8 @@ impl WorkloadMix {
             counts: BTreeMap::new(),
             snapshot: Vec::new(),
             stale: false,
+            gpu: 0,
+            pinned: 0,
         }
     }
 
@@ -158,12 +163,16 @@ impl WorkloadMix {
         if let Some(c) = &class {
             *self.counts.entry(c.clone()).or_insert(0) += 1;
             self.stale = true;
+            self.gpu += 1;
+            self.pinned += u64::from(!c.models.is_empty());
         }
         self.recent.push_back(class);
         if self.recent.len() <= self.window {
             return None;
         }
         let old = self.recent.pop_front().flatten()?;
+        self.gpu -= 1;
+        self.pinned -= u64::from(!old.models.is_empty());
         if let Some(n) = self.counts.get_mut(&old) {
             *n -= 1;
             if *n == 0 {
@@ -196,6 +205,11 @@ impl WorkloadMix {
         &self.snapshot
     }
 
+    /// Of the window's GPU arrivals, the thousandths that name GPU models (0 with none).
+    pub fn pinned_permille(&self) -> u64 {
+        (self.pinned * 1000).checked_div(self.gpu).unwrap_or(0)
+    }
+
     /// Arrivals in the window.
     pub fn len(&self) -> usize {
         self.recent.len()
@@ -206,6 +220,11 @@ impl WorkloadMix {
         self.recent.is_empty()
     }
 }
+
+/// `auto` places GPU tasks by best-fit instead of `frag` once this many thousandths of the
+/// recent GPU arrivals (the mix's window) name a GPU model: see
+/// [`PolicyKind::Auto`](super::PolicyKind::Auto) for the measurements that chose it.
+pub const AUTO_BEST_FIT_FROM_PERMILLE: u64 = 150;
 
 /// The `frag` placer: the mix, the set of CPU-only nodes, and a scratch buffer.
 #[derive(Clone, Debug)]
@@ -399,6 +418,18 @@ impl FragPlacer {
             r.group = self.by_shape.group_for(&r.class);
             self.row_of.insert(r.class.clone(), i);
         }
+    }
+
+    /// Of the recent GPU arrivals, the thousandths that name GPU models.
+    pub fn pinned_permille(&self) -> u64 {
+        self.mix.pinned_permille()
+    }
+
+    /// Under `auto` ([`PolicyKind::Auto`](super::PolicyKind::Auto)): whether GPU tasks go
+    /// by best-fit now, i.e. whether at least [`AUTO_BEST_FIT_FROM_PERMILLE`] of the recent
+    /// GPU arrivals name a model.
+    pub fn auto_picks_best_fit(&self) -> bool {
+        self.pinned_permille() >= AUTO_BEST_FIT_FROM_PERMILLE
     }
 
     /// The mix learned so far.

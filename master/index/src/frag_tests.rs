@@ -608,3 +608,121 @@ fn a_node_takes_a_new_version_with_every_change_and_never_an_old_one() {
     ix.upsert_node(id, &capacity);
     assert!(seen.insert(version(&ix)), "removed and added again");
 }
+
+fn device(model: &str, free_milli: u32) -> GpuDevice {
+    GpuDevice {
+        model: model.into(),
+        free_milli,
+        emulated: false,
+    }
+}
+
+fn pinned(mut c: DemandShape, model: &str) -> DemandShape {
+    c.models = vec![model.into()];
+    c
+}
+
+/// The rule of the per-model measure: a class that names a model counts as its own (as
+/// fragments, as capacity it could use, as a node that could hold it) only devices of that
+/// model, whatever the other models on the node or in the cluster have free.
+#[test]
+fn a_pinned_class_never_counts_capacity_on_other_models_as_its_own() {
+    let v100 = pinned(class(1000, 1, 1000), "V100");
+    let v100_pair = pinned(class(1000, 2, 1000), "V100");
+    let mixed = |t4: [u32; 2]| NodeResources {
+        cpu_milli: 8000,
+        mem_mib: 1000,
+        gpus: vec![
+            device("V100", 500),
+            device("V100", 1000),
+            device("T4", t4[0]),
+            device("T4", t4[1]),
+        ],
+        ..Default::default()
+    };
+    for t4 in [[0, 0], [1000, 1000], [300, 1000]] {
+        let n = mixed(t4);
+        // Its fragments: the half V100 only (the whole V100 it can use); T4s never.
+        assert_eq!(frag(&n, &v100), 500, "T4 free {t4:?}");
+        // Two whole V100s: it cannot run here, so all the V100 capacity is a fragment, and
+        // two free T4s do not make it runnable.
+        assert_eq!(frag(&n, &v100_pair), 1500, "T4 free {t4:?}");
+        // The node's expected fragmentation under a V100-only mix ignores the T4s.
+        let mix = vec![(v100.clone(), 1000), (v100_pair.clone(), 2000)];
+        assert_eq!(
+            node_fragmentation(&n, &mix),
+            node_fragmentation(&mixed([0, 0]), &mix)
+        );
+    }
+    // A T4 task on a T4-only node changes nothing of a mix pinned to V100s.
+    let t4_node = NodeResources {
+        cpu_milli: 8000,
+        mem_mib: 1000,
+        gpus: vec![device("T4", 1000), device("T4", 1000)],
+        ..Default::default()
+    };
+    let t4_task = ResourceRequest {
+        cpu_milli: 1000,
+        mem_mib: 10,
+        gpu: GpuRequest::whole(1),
+        ..Default::default()
+    };
+    let mix = vec![(v100.clone(), 1000)];
+    assert_eq!(
+        fragmentation_delta(&t4_node, &t4_task, &mix, &mut Vec::new()),
+        Some(0)
+    );
+    // Scarcity: only nodes with a free V100 hold the pinned class, however many T4s the
+    // others have.
+    assert!(holds(&mixed([1000, 1000]), &v100));
+    assert!(!holds(&t4_node, &v100));
+    assert!(holds(&t4_node, &class(1000, 1, 1000)));
+}
+
+/// `auto`'s switch: the share of the window's GPU arrivals that name a model, CPU-only
+/// arrivals left out, arrivals that left the window forgotten.
+#[test]
+fn auto_goes_by_best_fit_once_enough_recent_gpu_arrivals_name_a_model() {
+    let gpu = |models: &[&str]| ResourceRequest {
+        cpu_milli: 1000,
+        mem_mib: 10,
+        gpu: GpuRequest {
+            count: 1,
+            milli: 1000,
+            models: models.iter().map(|m| m.to_string()).collect(),
+        },
+        ..Default::default()
+    };
+    let cpu = ResourceRequest {
+        cpu_milli: 1000,
+        ..Default::default()
+    };
+    let mut p = FragPlacer::new(20);
+    assert_eq!(p.pinned_permille(), 0);
+    assert!(!p.auto_picks_best_fit(), "no arrival: frag");
+    for _ in 0..9 {
+        p.observe(&gpu(&[]));
+        p.observe(&cpu);
+    }
+    p.observe(&gpu(&["V100"]));
+    // 1 of 10 GPU arrivals (the CPU-only ones do not count).
+    assert_eq!(p.pinned_permille(), 100);
+    assert_eq!(p.auto_picks_best_fit(), 100 >= AUTO_BEST_FIT_FROM_PERMILLE);
+    for _ in 0..2 {
+        p.observe(&gpu(&["V100", "A100"]));
+    }
+    // The window holds 20 arrivals: the first (unpinned) left, so 3 of 11 GPU arrivals.
+    assert_eq!(p.pinned_permille(), 272);
+    assert!(p.auto_picks_best_fit());
+    for _ in 0..20 {
+        p.observe(&gpu(&[]));
+    }
+    assert_eq!(
+        p.pinned_permille(),
+        0,
+        "the pinned arrivals left the window"
+    );
+    assert!(!p.auto_picks_best_fit());
+    p.clear();
+    assert_eq!(p.pinned_permille(), 0);
+}

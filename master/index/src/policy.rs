@@ -209,6 +209,14 @@ pub enum PolicyKind {
     /// [`FragPlacer`](super::FragPlacer); [`build`](Self::build) gives its tie order,
     /// best-fit.
     Frag,
+    /// `auto`: `frag` while few of the recent GPU arrivals name a GPU model, `best-fit`
+    /// for GPU tasks once [`AUTO_BEST_FIT_FROM_PERMILLE`](super::frag::AUTO_BEST_FIT_FROM_PERMILLE)
+    /// of them do (the share is read from `frag`'s workload mix, so the master applies the
+    /// rule on its own as the workload changes). Tasks that ask no GPU are placed as under
+    /// `frag`. Chosen by measurement (BENCHMARKS.md#sim-gpuspec): where pods name models,
+    /// `frag`'s fragment measure ends with less of the GPUs allocated than `best-fit`
+    /// (docs/guide/scheduling.md).
+    Auto,
 }
 
 impl PolicyKind {
@@ -221,18 +229,24 @@ impl PolicyKind {
         PolicyKind::Random,
     ];
 
-    /// Every placement the CLI accepts: the fit-space policies, then `frag`.
-    pub const PLACEMENTS: [PolicyKind; 6] = [
+    /// Every placement the CLI accepts: the fit-space policies, then `frag` and `auto`.
+    pub const PLACEMENTS: [PolicyKind; 7] = [
         PolicyKind::LeastFit,
         PolicyKind::BestFit,
         PolicyKind::FirstFit,
         PolicyKind::NextFit,
         PolicyKind::Random,
         PolicyKind::Frag,
+        PolicyKind::Auto,
     ];
 
+    /// Whether this policy uses the `frag` placer (`frag` itself, or `auto`).
+    pub fn uses_frag(self) -> bool {
+        matches!(self, PolicyKind::Frag | PolicyKind::Auto)
+    }
+
     /// A fresh policy of this kind (`seed` is used by `random` only; `frag` gives best-fit,
-    /// its tie order).
+    /// its tie order, and so does `auto`, its fallback).
     pub fn build(self, seed: u64) -> AnyPolicy {
         match self {
             PolicyKind::LeastFit => AnyPolicy::LeastFit(LeastFit),
@@ -240,7 +254,7 @@ impl PolicyKind {
             PolicyKind::FirstFit => AnyPolicy::FirstFit(FirstFit),
             PolicyKind::NextFit => AnyPolicy::NextFit(NextFit::default()),
             PolicyKind::Random => AnyPolicy::Random(Random::new(seed)),
-            PolicyKind::Frag => AnyPolicy::BestFit(BestFit),
+            PolicyKind::Frag | PolicyKind::Auto => AnyPolicy::BestFit(BestFit),
         }
     }
 
@@ -253,6 +267,7 @@ impl PolicyKind {
             PolicyKind::NextFit => "next-fit",
             PolicyKind::Random => "random",
             PolicyKind::Frag => "frag",
+            PolicyKind::Auto => "auto",
         }
     }
 }
@@ -265,7 +280,9 @@ impl std::fmt::Display for PolicyKind {
 
 /// An unknown policy name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown policy {0:?}: expected least-fit, best-fit, first-fit, next-fit, random or frag")]
+#[error(
+    "unknown policy {0:?}: expected least-fit, best-fit, first-fit, next-fit, random, frag or auto"
+)]
 pub struct UnknownPolicy(pub String);
 
 impl std::str::FromStr for PolicyKind {

@@ -58,6 +58,11 @@ fn policy_names_take_an_optional_queueing_prefix() {
         (p.queueing, p.placement),
         (Queueing::Pipeline, PolicyKind::Frag)
     );
+    let p: PolicyName = "pipeline-auto".parse().expect("name");
+    assert_eq!(
+        (p.queueing, p.placement),
+        (Queueing::Pipeline, PolicyKind::Auto)
+    );
     assert!("drf-worst-fit".parse::<PolicyName>().is_err());
     assert!("fifo-".parse::<PolicyName>().is_err());
 }

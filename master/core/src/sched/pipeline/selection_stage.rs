@@ -41,16 +41,16 @@ impl SelectionStage {
             kind: policy,
             cpu_policy: cpu_kind.build(seed),
             cpu_kind,
-            frag: (policy == PolicyKind::Frag).then(FragPlacer::default),
+            frag: policy.uses_frag().then(FragPlacer::default),
             seen: TaskId(0),
         }
     }
 
     /// The policy of tasks that ask no GPU when none is set: `policy`, but `least-fit`
-    /// under `frag` (CPU-only nodes first, then the least fragmenting GPU node).
+    /// under `frag` and `auto` (CPU-only nodes first, then the least fragmenting GPU node).
     pub fn default_cpu_kind(policy: PolicyKind) -> PolicyKind {
         match policy {
-            PolicyKind::Frag => PolicyKind::LeastFit,
+            PolicyKind::Frag | PolicyKind::Auto => PolicyKind::LeastFit,
             k => k,
         }
     }
@@ -59,7 +59,7 @@ impl SelectionStage {
     pub fn set_cpu_policy(&mut self, cpu: PolicyKind, seed: u64) {
         self.cpu_kind = cpu;
         self.cpu_policy = cpu.build(seed);
-        if cpu == PolicyKind::Frag && self.frag.is_none() {
+        if cpu.uses_frag() && self.frag.is_none() {
             self.frag = Some(FragPlacer::default());
         }
     }
@@ -70,7 +70,9 @@ impl SelectionStage {
         self.cpu_kind
     }
 
-    /// The node the policy for this kind of task picks among those that fit `q`.
+    /// The node the policy for this kind of task picks among those that fit `q`. Under
+    /// `auto` a GPU task goes by best-fit while the workload mix says `frag` loses there
+    /// ([`FragPlacer::auto_picks_best_fit`]), else by `frag`.
     pub fn place(
         &mut self,
         index: &mut PlacementIndex,
@@ -78,7 +80,15 @@ impl SelectionStage {
         req: &ResourceRequest,
     ) -> Option<NodeId> {
         let gpu = !req.gpu.is_none();
-        let kind = if gpu { self.kind } else { self.cpu_kind };
+        let mut kind = if gpu { self.kind } else { self.cpu_kind };
+        if kind == PolicyKind::Auto {
+            let best_fit = self.frag.as_ref().is_some_and(|f| f.auto_picks_best_fit());
+            kind = if gpu && best_fit {
+                PolicyKind::BestFit
+            } else {
+                PolicyKind::Frag
+            };
+        }
         match (&mut self.frag, kind) {
             (Some(frag), PolicyKind::Frag) => {
                 let tie = if gpu {
@@ -88,7 +98,7 @@ impl SelectionStage {
                 };
                 frag.place(index, q, tie)
             }
-            (Some(frag), _) if !gpu && self.kind == PolicyKind::Frag => {
+            (Some(frag), _) if !gpu && self.kind.uses_frag() => {
                 frag.place(index, q, &mut self.cpu_policy)
             }
             _ if gpu => index.place(q, &mut self.policy),

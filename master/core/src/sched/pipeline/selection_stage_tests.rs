@@ -93,6 +93,40 @@ fn under_frag_a_cpu_task_goes_to_a_cpu_only_node_first() {
     assert_eq!(placed_on(decide(&mut plain, &mut index, &l)), 2);
 }
 
+/// Where `policy` places a 4-CPU one-GPU task (naming model T4 when `pinned`) with node 1
+/// (5 CPUs, 2 T4s) and node 2 (16 CPUs, 2 T4s) free: best-fit packs node 1, `frag` goes to
+/// node 2 (on node 1 the other T4 would be left with one CPU beside it, a fragment).
+fn one_gpu_task_on(policy: PolicyKind, pinned: bool) -> u64 {
+    let mut l = Log::new();
+    l.apply_bare(node(1, 5, 2, &[]));
+    l.apply_bare(node(2, 16, 2, &[]));
+    let mut s = spec(1, 4, 1);
+    if pinned {
+        s.resources.gpu.models = vec!["T4".into()];
+    }
+    l.apply_bare(submit(s));
+    let mut stage = SelectionStage::new(policy, 0);
+    stage.rebuild(&l.s);
+    let mut index = index_of(&l.s);
+    placed_on(decide(&mut stage, &mut index, &l))
+}
+
+#[test]
+fn auto_places_as_frag_until_recent_gpu_tasks_name_models_then_as_best_fit() {
+    for pinned in [false, true] {
+        assert_eq!(one_gpu_task_on(PolicyKind::BestFit, pinned), 1);
+        assert_eq!(one_gpu_task_on(PolicyKind::Frag, pinned), 2);
+    }
+    // No recent GPU task names a model: frag's choice.
+    assert_eq!(one_gpu_task_on(PolicyKind::Auto, false), 2);
+    // All of them do: best-fit's.
+    assert_eq!(one_gpu_task_on(PolicyKind::Auto, true), 1);
+    assert_eq!(
+        SelectionStage::new(PolicyKind::Auto, 0).cpu_kind(),
+        PolicyKind::LeastFit
+    );
+}
+
 /// With pools on and no GPU task waiting, a CPU task placed into a GPU node's unused
 /// reserve (8 CPUs, 2 GPUs: 4 reserved) is marked borrowed.
 fn borrowed(cpus: u64) -> bool {
