@@ -468,6 +468,7 @@ fn message() -> impl Strategy<Value = Message> {
                         fallback_from: Some(EngineKind::Dsp),
                         error: None,
                         transfer: None,
+                        check: None,
                     };
                     if seed % 2 == 0 {
                         Message::PeerReply(PeerReply::Done {

@@ -152,6 +152,10 @@ pub struct EngineOptions {
     pub profile_budget: Duration,
     /// Deadline of one plug-in call.
     pub call_timeout: Duration,
+    /// A server plug-in unused this long is stopped (`--plugin-idle`).
+    pub plugin_idle: Duration,
+    /// Check plug-in results against the CPU kernel (`--check-results`).
+    pub check_results: bool,
     /// S0.6 forwarding of calls to peers.
     pub forward: forward::ForwardOptions,
 }
@@ -164,6 +168,8 @@ impl Default for EngineOptions {
             reprofile: false,
             profile_budget: Duration::from_secs(3),
             call_timeout: Duration::from_secs(60),
+            plugin_idle: engine::plugin::DEFAULT_PLUGIN_IDLE,
+            check_results: false,
             forward: forward::ForwardOptions::default(),
         }
     }
@@ -373,7 +379,8 @@ fn capacity_of(
         gpus.len() as u32,
         !gpus.is_empty() && gpus.iter().all(|g| g.emulated),
     )
-    .map_err(|e| Error::Config(e.to_string()))?;
+    .map_err(|e| Error::Config(e.to_string()))?
+    .with_plugin_idle(engine_opts.plugin_idle);
     let capacity = NodeResources {
         cpu_milli: u64::from(cfg.cpus) * 1000,
         mem_mib: cfg.mem_mib,
@@ -525,6 +532,7 @@ fn start_engines(
         node: node_name.to_string(),
         call_timeout: opts.call_timeout,
         forwarder,
+        check_results: opts.check_results,
     });
     let decls = runtime.engines.decls();
     tracing::info!(engines = ?decls, "engines");
