@@ -300,6 +300,8 @@ fn message() -> impl Strategy<Value = Message> {
                     rtt_us: 80,
                     bytes_per_s: 1 << 30,
                 }],
+                membw_total_mbps: Some(21_000),
+                membw_total_source: Some("triad".into()),
             }])
         )),
         (

@@ -257,7 +257,7 @@ pub async fn run_with_engines(
         cgroup_favor::ensure_at_start();
     }
     let mut cfg = cfg;
-    let probes = detect_probes(&mut cfg, &capacity).await;
+    let (probes, membw) = detect_probes(&mut cfg, &capacity, engine_opts.reprofile).await;
     let probe_files = attempt::ProbeFiles {
         gpu_util: probes.gpu.emulated(),
         membw: probes.membw.emulated(),
@@ -270,7 +270,7 @@ pub async fn run_with_engines(
         addr: addr.clone(),
         capacity: capacity.clone(),
         partitions: cfg.partitions.clone(),
-        labels: node_labels(&cgroups, &probes, gpu_pool),
+        labels: node_labels(&cgroups, &probes, membw.as_ref(), gpu_pool),
     };
     tracing::info!(
         listen = %cfg.listen, advertise = %addr, key = format_args!("{key:016x}"),
@@ -390,29 +390,38 @@ fn capacity_of(
     Ok((capacity, engines))
 }
 
-/// The S3 probes of this node; with resctrl monitoring and no `--membw-total`, the node's
-/// memory bandwidth is measured (S3.6) and written into `cfg`.
-async fn detect_probes(cfg: &mut SlaveConfig, capacity: &NodeResources) -> probe::Probes {
+/// The S3 probes of this node, and its memory bandwidth (S3.6): `--membw-total`, else the
+/// persisted measurement, else measured now (the triad of [`membw_total`]); written into
+/// `cfg` for the contention rule. `fresh` (`--reprofile`) measures again.
+async fn detect_probes(
+    cfg: &mut SlaveConfig,
+    capacity: &NodeResources,
+    fresh: bool,
+) -> (probe::Probes, Option<membw_total::MembwTotal>) {
     let real_gpus = capacity.gpus.iter().any(|g| !g.emulated);
     let probes = probe::Probes::detect(real_gpus, &cfg.probes.resctrl_root);
-    if cfg.probes.contention.membw_total_mbps.is_none() && !probes.membw.emulated() {
-        let root = cfg.probes.resctrl_root.clone();
-        let measured = tokio::task::spawn_blocking(move || {
-            membw_total::measure(&root, Duration::from_millis(300))
+    let root = cfg.probes.resctrl_root.clone();
+    let data_dir = cfg.data_dir.clone();
+    let flag = cfg.probes.contention.membw_total_mbps;
+    let total = tokio::task::spawn_blocking(move || {
+        membw_total::resolve(&data_dir, flag, fresh, || {
+            let m = membw_total::measure_node(&root, membw_total::TRIAD_TIME);
+            tracing::info!(measured = ?m, "measured the node's memory bandwidth");
+            m
         })
-        .await
-        .ok()
-        .flatten();
-        tracing::info!(membw_total_mbps = ?measured, "measured the node's memory bandwidth");
-        cfg.probes.contention.membw_total_mbps = measured;
-    }
-    probes
+    })
+    .await
+    .ok()
+    .flatten();
+    cfg.probes.contention.membw_total_mbps = total.as_ref().map(|m| m.mbps);
+    (probes, total)
 }
 
 /// The labels the node registers with: its cgroup mode, its probes, its GPU pool (S3).
 fn node_labels(
     cgroups: &cgroup::Cgroups,
     probes: &probe::Probes,
+    membw: Option<&membw_total::MembwTotal>,
     gpu_pool: Option<hetsched_common::protocol::GpuPool>,
 ) -> BTreeMap<String, String> {
     let mut labels: BTreeMap<String, String> = [(
@@ -428,6 +437,16 @@ fn node_labels(
         hetsched_common::protocol::PROBE_MEMBW_LABEL.to_string(),
         probes.membw.name().to_string(),
     );
+    if let Some(m) = membw {
+        labels.insert(
+            hetsched_common::protocol::MEMBW_TOTAL_LABEL.to_string(),
+            format!("{:.0}", m.mbps),
+        );
+        labels.insert(
+            hetsched_common::protocol::MEMBW_SOURCE_LABEL.to_string(),
+            m.source.clone(),
+        );
+    }
     if let Some(pool) = gpu_pool {
         labels.insert(
             hetsched_common::protocol::GPU_POOL_LABEL.to_string(),

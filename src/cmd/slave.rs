@@ -112,8 +112,10 @@ pub struct Args {
     /// Optional HTTP address for /metrics and /healthz.
     #[arg(long, value_name = "HOST:PORT")]
     pub http: Option<String>,
-    /// The node's memory bandwidth, MB/s. Compression of CPU tasks that contend with GPU
-    /// tasks (S3.6) is off without it.
+    /// The node's memory bandwidth, MB/s, for compressing CPU tasks that contend with GPU
+    /// tasks (S3.6). Without it the slave measures it at its first start (a STREAM-like
+    /// triad on every core, about a quarter of a second), keeps it in DATA/membw-total.json
+    /// and reuses it (`--reprofile` measures again); this flag overrides it.
     #[arg(long, value_name = "MB/S", value_parser = parse_mbps)]
     pub membw_total: Option<f64>,
     /// S3.6: a CPU task using at least this share of --membw-total counts as contending
