@@ -327,6 +327,7 @@ impl Servers {
             tracing::warn!(exec = %exec.display(), "server plug-in exited while idle; starting it again");
         }
         st.starts += 1;
+        metrics::counter!("hetsched_slave_plugin_starts_total").increment(1);
         if !st.reaper {
             st.reaper = true;
             self.spawn_reaper();
