@@ -466,9 +466,9 @@ pub struct CallRecord {
     /// where its program runs.
     #[serde(default)]
     pub transfer: Option<Transfer>,
-    /// The result checked against the CPU kernel's (`slave --check-results`, and the
-    /// profiler for every plug-in): absent where no check ran.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The result checked against the CPU kernel's (`slave --check-results`): `None`
+    /// (`null`) where no check ran.
+    #[serde(default)]
     pub check: Option<ResultCheck>,
 }
 

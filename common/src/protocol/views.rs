@@ -344,12 +344,12 @@ pub struct NodeInfo {
     #[serde(default)]
     pub links: Vec<super::LinkEstimate>,
     /// S3.6: its memory bandwidth, MB/s, as its slave measured it at first start (or was
-    /// told by `--membw-total`); `None` (and no key) from slaves that predate it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// told by `--membw-total`); `None` from slaves that predate it.
+    #[serde(default)]
     pub membw_total_mbps: Option<u64>,
     /// How: `triad` (measured by the triad's own rate), `resctrl` (MBM counted during the
     /// triad) or `flag` (`--membw-total`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub membw_total_source: Option<String>,
 }
 
