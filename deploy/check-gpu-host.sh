@@ -21,7 +21,17 @@
 # On a host without NVIDIA GPUs check 1 and check 4 fail and the rest pass (the slave offers
 # emulated devices; tests/gpu_host_check.rs runs it so). Exit status: 0 every check passed,
 # 1 a check failed, 2 bad usage or no usable binary.
+#
+# Then the S0 part (deploy/check-gpu-host-s0.sh: engine choice and forwarding with the
+# shipped gemm plug-in, makespan ratio against them off, results checked against the CPU
+# kernel), unless GPU_CHECK_S0=0. `deploy/check-gpu-host.sh --s0 [BINARY] [OUT_DIR]` runs
+# the S0 part alone.
 set -uo pipefail
+
+if [ "${1:-}" = --s0 ]; then
+  shift
+  exec "$(dirname "${BASH_SOURCE[0]}")/check-gpu-host-s0.sh" "$@"
+fi
 
 BIN=${1:-hetsched}
 OUT=${2:-$(mktemp -d /tmp/hetsched-gpu-check.XXXXXX)}
@@ -31,18 +41,8 @@ if ! command -v "$BIN" >/dev/null 2>&1 && [ ! -x "$BIN" ]; then
 fi
 mkdir -p "$OUT" || exit 2
 BIN=$(command -v "$BIN" || echo "$BIN")
-FAILED=0
-pass() { echo "PASS $*"; }
-fail() { echo "FAIL $*"; FAILED=1; }
-# wait_for SECONDS COMMAND...: polls COMMAND every 0.2 s until it succeeds or time runs out.
-wait_for() {
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -ge "$deadline" ] && return 1
-    sleep 0.2
-  done
-}
+# shellcheck source=deploy/check/checks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/check/checks.sh"
 
 echo "== host"
 nvidia-smi -L 2>&1 | tee "$OUT/nvidia-smi-L.txt" || echo "(nvidia-smi failed)"
@@ -162,6 +162,11 @@ for T in $TASK $(task_ids "$JOB2"); do
     fail "no NVML utilisation sample of task $T"
   fi
 done
+
+if [ "${GPU_CHECK_S0:-1}" != 0 ]; then
+  kill -INT $UP 2>/dev/null; wait $UP 2>/dev/null
+  "$(dirname "${BASH_SOURCE[0]}")/check-gpu-host-s0.sh" "$BIN" "$OUT/s0" || FAILED=1
+fi
 
 echo "== result: $([ $FAILED = 0 ] && echo 'every check passed' || echo 'a check FAILED') (files in $OUT)"
 exit $FAILED

@@ -2,7 +2,8 @@
 //! utilisation falls while a CPU task on the same slave declares high memory bandwidth; the
 //! CPU task goes from 8 to 4 CPUs within a few samples, visible in `tasks --json` and in its
 //! `HETSCHED_CPUS_FILE` (and, as root on cgroup v1, in its cgroup's CPU quota); a new CPU
-//! task does not get the freed cores until the GPU task ends.
+//! task does not get the freed cores until the GPU task ends. With default flags: the slave
+//! measures the node's memory bandwidth itself (no `--membw-total`).
 
 mod support;
 
@@ -13,16 +14,9 @@ use support::*;
 
 #[test]
 fn compress_halves_a_contending_cpu_task_and_holds_the_cores_for_the_gpu_task() {
-    // 12 CPUs, one emulated GPU, 10 GB/s of memory bandwidth (emulated probe: tasks write
-    // theirs to HETSCHED_MEMBW_FILE).
-    let c = Cluster::start_full(
-        "compress",
-        1,
-        1,
-        12,
-        &[],
-        &["--gpus", "1", "--membw-total", "10000"],
-    );
+    // 12 CPUs, one emulated GPU, the node's memory bandwidth measured by the slave
+    // (emulated per-task probe: tasks write theirs to HETSCHED_MEMBW_FILE).
+    let c = Cluster::start_full("compress", 1, 1, 12, &[], &["--gpus", "1"]);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(&c)));
     if let Err(p) = result {
         c.dump_logs();
@@ -75,6 +69,11 @@ fn scenario(c: &Cluster) {
     let nodes = c.json(&["nodes"]).expect("nodes");
     assert_eq!(nodes[0]["probes"]["gpu"], "emulated", "{nodes}");
     assert_eq!(nodes[0]["probes"]["membw"], "emulated", "{nodes}");
+    let total = nodes[0]["membw_total_mbps"]
+        .as_u64()
+        .expect("a measured total");
+    assert!(total > 0, "{nodes}");
+    assert_eq!(nodes[0]["membw_total_source"], "triad", "{nodes}");
     let dir = c.dir.path();
     let contend = dir.join("contend");
     let gpu_stop = dir.join("gpu-stop");
@@ -109,10 +108,11 @@ fn scenario(c: &Cluster) {
         (task(c, gpu)?["state"] == "running").then_some(())
     });
 
-    // The CPU task: 8 CPUs, 9 GB/s (90 % of the node's bandwidth).
+    // The CPU task: 8 CPUs, 90 % of the node's bandwidth.
     let cpu_script = format!(
         "echo $$ > {pid}; echo \"$HETSCHED_CPUS_FILE\" > {cpus}; touch {contend}; \
-         while [ ! -e {stop} ]; do echo 9000 > \"$HETSCHED_MEMBW_FILE\"; sleep 0.2; done",
+         while [ ! -e {stop} ]; do echo {bw} > \"$HETSCHED_MEMBW_FILE\"; sleep 0.2; done",
+        bw = total * 9 / 10,
         pid = cpu_pid.display(),
         cpus = cpus_path.display(),
         contend = contend.display(),

@@ -466,7 +466,37 @@ pub struct CallRecord {
     /// where its program runs.
     #[serde(default)]
     pub transfer: Option<Transfer>,
+    /// The result checked against the CPU kernel's (`slave --check-results`): `None`
+    /// (`null`) where no check ran.
+    #[serde(default)]
+    pub check: Option<ResultCheck>,
 }
+
+/// How a call's result compared with the CPU kernel's.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultCheck {
+    /// `exact` (same bytes: sort, sha256, compress) or `tolerance` (gemm's floats).
+    pub kind: CheckKind,
+    /// Relative Frobenius error ‖C − C_ref‖ / ‖C_ref‖ for `tolerance`; for `exact` 0 when
+    /// the bytes are equal, else 1.
+    pub rel_err: f64,
+    /// Whether the result passed (`rel_err` ≤ [`GEMM_TOLERANCE`], or equal bytes).
+    pub ok: bool,
+}
+
+/// The kind of a [`ResultCheck`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckKind {
+    /// Byte for byte (by digest).
+    Exact,
+    /// Within [`GEMM_TOLERANCE`] relative Frobenius error.
+    Tolerance,
+}
+
+/// The largest relative Frobenius error a float result (gemm) may have against the CPU
+/// kernel's (TF32 off on a GPU).
+pub const GEMM_TOLERANCE: f64 = 1e-4;
 
 /// The bytes a forwarded call moved and the time they took (S0.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

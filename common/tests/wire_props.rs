@@ -305,6 +305,8 @@ fn message() -> impl Strategy<Value = Message> {
                     rtt_us: 80,
                     bytes_per_s: 1 << 30,
                 }],
+                membw_total_mbps: Some(21_000),
+                membw_total_source: Some("triad".into()),
             }])
         )),
         (
@@ -473,6 +475,7 @@ fn message() -> impl Strategy<Value = Message> {
                         fallback_from: Some(EngineKind::Dsp),
                         error: None,
                         transfer: None,
+                        check: None,
                     };
                     if seed % 2 == 0 {
                         Message::PeerReply(PeerReply::Done {

@@ -37,6 +37,7 @@ fn gpu_runtime() -> ProgramRuntime {
         node: "gpu-node".into(),
         call_timeout: Duration::from_secs(2),
         forwarder: None,
+        check_results: false,
     }
 }
 

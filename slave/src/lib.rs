@@ -152,6 +152,10 @@ pub struct EngineOptions {
     pub profile_budget: Duration,
     /// Deadline of one plug-in call.
     pub call_timeout: Duration,
+    /// A server plug-in unused this long is stopped (`--plugin-idle`).
+    pub plugin_idle: Duration,
+    /// Check plug-in results against the CPU kernel (`--check-results`).
+    pub check_results: bool,
     /// S0.6 forwarding of calls to peers.
     pub forward: forward::ForwardOptions,
 }
@@ -164,6 +168,8 @@ impl Default for EngineOptions {
             reprofile: false,
             profile_budget: Duration::from_secs(3),
             call_timeout: Duration::from_secs(60),
+            plugin_idle: engine::plugin::DEFAULT_PLUGIN_IDLE,
+            check_results: false,
             forward: forward::ForwardOptions::default(),
         }
     }
@@ -251,7 +257,7 @@ pub async fn run_with_engines(
         cgroup_favor::ensure_at_start();
     }
     let mut cfg = cfg;
-    let probes = detect_probes(&mut cfg, &capacity).await;
+    let (probes, membw) = detect_probes(&mut cfg, &capacity, engine_opts.reprofile).await;
     let probe_files = attempt::ProbeFiles {
         gpu_util: probes.gpu.emulated(),
         membw: probes.membw.emulated(),
@@ -264,7 +270,7 @@ pub async fn run_with_engines(
         addr: addr.clone(),
         capacity: capacity.clone(),
         partitions: cfg.partitions.clone(),
-        labels: node_labels(&cgroups, &probes, gpu_pool),
+        labels: node_labels(&cgroups, &probes, membw.as_ref(), gpu_pool),
     };
     tracing::info!(
         listen = %cfg.listen, advertise = %addr, key = format_args!("{key:016x}"),
@@ -373,7 +379,8 @@ fn capacity_of(
         gpus.len() as u32,
         !gpus.is_empty() && gpus.iter().all(|g| g.emulated),
     )
-    .map_err(|e| Error::Config(e.to_string()))?;
+    .map_err(|e| Error::Config(e.to_string()))?
+    .with_plugin_idle(engine_opts.plugin_idle);
     let capacity = NodeResources {
         cpu_milli: u64::from(cfg.cpus) * 1000,
         mem_mib: cfg.mem_mib,
@@ -383,29 +390,38 @@ fn capacity_of(
     Ok((capacity, engines))
 }
 
-/// The S3 probes of this node; with resctrl monitoring and no `--membw-total`, the node's
-/// memory bandwidth is measured (S3.6) and written into `cfg`.
-async fn detect_probes(cfg: &mut SlaveConfig, capacity: &NodeResources) -> probe::Probes {
+/// The S3 probes of this node, and its memory bandwidth (S3.6): `--membw-total`, else the
+/// persisted measurement, else measured now (the triad of [`membw_total`]); written into
+/// `cfg` for the contention rule. `fresh` (`--reprofile`) measures again.
+async fn detect_probes(
+    cfg: &mut SlaveConfig,
+    capacity: &NodeResources,
+    fresh: bool,
+) -> (probe::Probes, Option<membw_total::MembwTotal>) {
     let real_gpus = capacity.gpus.iter().any(|g| !g.emulated);
     let probes = probe::Probes::detect(real_gpus, &cfg.probes.resctrl_root);
-    if cfg.probes.contention.membw_total_mbps.is_none() && !probes.membw.emulated() {
-        let root = cfg.probes.resctrl_root.clone();
-        let measured = tokio::task::spawn_blocking(move || {
-            membw_total::measure(&root, Duration::from_millis(300))
+    let root = cfg.probes.resctrl_root.clone();
+    let data_dir = cfg.data_dir.clone();
+    let flag = cfg.probes.contention.membw_total_mbps;
+    let total = tokio::task::spawn_blocking(move || {
+        membw_total::resolve(&data_dir, flag, fresh, || {
+            let m = membw_total::measure_node(&root, membw_total::TRIAD_TIME);
+            tracing::info!(measured = ?m, "measured the node's memory bandwidth");
+            m
         })
-        .await
-        .ok()
-        .flatten();
-        tracing::info!(membw_total_mbps = ?measured, "measured the node's memory bandwidth");
-        cfg.probes.contention.membw_total_mbps = measured;
-    }
-    probes
+    })
+    .await
+    .ok()
+    .flatten();
+    cfg.probes.contention.membw_total_mbps = total.as_ref().map(|m| m.mbps);
+    (probes, total)
 }
 
 /// The labels the node registers with: its cgroup mode, its probes, its GPU pool (S3).
 fn node_labels(
     cgroups: &cgroup::Cgroups,
     probes: &probe::Probes,
+    membw: Option<&membw_total::MembwTotal>,
     gpu_pool: Option<hetsched_common::protocol::GpuPool>,
 ) -> BTreeMap<String, String> {
     let mut labels: BTreeMap<String, String> = [(
@@ -421,6 +437,16 @@ fn node_labels(
         hetsched_common::protocol::PROBE_MEMBW_LABEL.to_string(),
         probes.membw.name().to_string(),
     );
+    if let Some(m) = membw {
+        labels.insert(
+            hetsched_common::protocol::MEMBW_TOTAL_LABEL.to_string(),
+            format!("{:.0}", m.mbps),
+        );
+        labels.insert(
+            hetsched_common::protocol::MEMBW_SOURCE_LABEL.to_string(),
+            m.source.clone(),
+        );
+    }
     if let Some(pool) = gpu_pool {
         labels.insert(
             hetsched_common::protocol::GPU_POOL_LABEL.to_string(),
@@ -525,6 +551,7 @@ fn start_engines(
         node: node_name.to_string(),
         call_timeout: opts.call_timeout,
         forwarder,
+        check_results: opts.check_results,
     });
     let decls = runtime.engines.decls();
     tracing::info!(engines = ?decls, "engines");

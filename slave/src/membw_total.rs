@@ -1,17 +1,79 @@
-//! S3.6 — the node's memory bandwidth, measured at start where resctrl monitors it
-//! (docs/DESIGN.md §S3.6), so that contention elimination works without
-//! `slave --membw-total`.
+//! S3.6 — the node's memory bandwidth, measured by the slave at its first start
+//! (docs/DESIGN.md §S3.6), so that contention elimination is on by default;
+//! `slave --membw-total` only overrides it.
 //!
-//! A short STREAM-like copy (two buffers larger than a last-level cache, copied back and
-//! forth for a fraction of a second) while the root resctrl group's `mbm_total_bytes` are
-//! read before and after: the node's total is what MBM counted per second during the copy
-//! (the same counter the per-task probe reads, so the 75 % threshold compares like with
-//! like), or the copy's own rate when MBM reported nothing. Only with a real resctrl probe:
-//! emulated bandwidth stays opt-in (`--membw-total` given by hand), and the slave's log says
-//! which it uses.
+//! A short STREAM-like **triad** (`a[i] = b[i] + s·c[i]` over f64 arrays, together larger
+//! than the last-level cache, on every core of the host, for a fraction of a second): the
+//! node's total is the triad's own rate (24 bytes per element: two reads, one write), or —
+//! where resctrl monitors memory bandwidth — what the root group's `mbm_total_bytes`
+//! counted per second during it (the same counter the per-task probe reads, so the 75 %
+//! threshold compares like with like). A real measurement either way, persisted in
+//! `DATA/membw-total.json` with how it was taken and reused on restart (`--reprofile`
+//! measures again); `nodes --json` shows it as `"membw_total_mbps"` and
+//! `"membw_total_source"`. Per-task bandwidth still comes from resctrl, or from the
+//! emulated file (labelled) where the host has none.
 
-use std::path::Path;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// How long the triad runs.
+pub const TRIAD_TIME: Duration = Duration::from_millis(250);
+
+/// The node's memory bandwidth and how it was obtained.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MembwTotal {
+    /// MB/s (10^6 bytes per second).
+    pub mbps: f64,
+    /// `triad` (the triad's own rate), `resctrl` (MBM counted during the triad) or `flag`
+    /// (`--membw-total`).
+    pub source: String,
+}
+
+/// Where a slave keeps its measured total.
+pub fn path(data_dir: &Path) -> PathBuf {
+    data_dir.join("membw-total.json")
+}
+
+/// The node's total: `flag` when given (not persisted); else the persisted measurement
+/// unless `fresh`; else `measure()`'s, persisted (write, rename). `None` only when nothing
+/// could be measured.
+pub fn resolve(
+    data_dir: &Path,
+    flag: Option<f64>,
+    fresh: bool,
+    measure: impl FnOnce() -> Option<MembwTotal>,
+) -> Option<MembwTotal> {
+    if let Some(mbps) = flag {
+        return Some(MembwTotal {
+            mbps,
+            source: "flag".into(),
+        });
+    }
+    let file = path(data_dir);
+    if !fresh {
+        let kept = std::fs::read(&file)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<MembwTotal>(&b).ok())
+            .filter(|m| m.mbps.is_finite() && m.mbps > 0.0);
+        if let Some(m) = kept {
+            tracing::info!(mbps = m.mbps, source = %m.source, "reusing the measured memory bandwidth");
+            return Some(m);
+        }
+    }
+    let mut m = measure()?;
+    // Whole MB/s: what nodes --json shows, and it round-trips exactly.
+    m.mbps = m.mbps.round().max(1.0);
+    let tmp = file.with_extension("json.tmp");
+    let saved = serde_json::to_vec(&m)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&tmp, b))
+        .and_then(|()| std::fs::rename(&tmp, &file));
+    if let Err(e) = saved {
+        tracing::warn!(path = %file.display(), error = %e, "cannot persist the measured memory bandwidth");
+    }
+    Some(m)
+}
 
 /// One domain's `mbm_total_bytes` text: its byte count, or `None` ("Unavailable", noise).
 pub fn parse_mbm(text: &str) -> Option<u64> {
@@ -47,38 +109,103 @@ fn root_bytes(root: &Path) -> Option<u64> {
     sum_mbm(texts.iter().map(String::as_str))
 }
 
-/// Copies between two buffers for about `duration`; returns the bytes moved (read and
-/// written) and the time taken.
-fn copy_test(duration: Duration) -> (u64, Duration) {
-    const LEN: usize = 32 << 20; // 32 MiB each: beyond a last-level cache
-    let mut a = vec![1u8; LEN];
-    let mut b = vec![0u8; LEN];
-    let start = Instant::now();
-    let mut moved = 0u64;
-    while start.elapsed() < duration {
-        b.copy_from_slice(&a);
-        std::hint::black_box(&b);
-        a.copy_from_slice(&b);
-        std::hint::black_box(&a);
-        moved = moved.saturating_add(4 * LEN as u64);
-    }
-    (moved, start.elapsed())
+/// The last-level cache's size, bytes (32 MiB when the host does not say).
+fn llc_bytes() -> usize {
+    let parse = |t: &str| {
+        let t = t.trim();
+        let (num, mult) = match t.strip_suffix('K') {
+            Some(n) => (n, 1 << 10),
+            None => match t.strip_suffix('M') {
+                Some(n) => (n, 1 << 20),
+                None => (t, 1),
+            },
+        };
+        num.parse::<usize>().ok().map(|n| n * mult)
+    };
+    (0..8)
+        .filter_map(|i| {
+            std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size"))
+                .ok()
+        })
+        .filter_map(|t| parse(&t))
+        .max()
+        .unwrap_or(32 << 20)
 }
 
-/// The node's memory bandwidth in MB/s, measured through resctrl at `root` (`None`: no
-/// resctrl monitoring there, or nothing measurable).
-pub fn measure(root: &Path, duration: Duration) -> Option<f64> {
-    if !(root.join("mon_data").is_dir() && root.join("info/L3_MON").is_dir()) {
-        return None;
-    }
-    let before = root_bytes(root);
-    let (moved, took) = copy_test(duration);
-    let after = root_bytes(root);
+/// The triad on `threads` threads for about `duration` (at least one pass each) over
+/// arrays of `total` bytes in all, timed from when every thread has its arrays; returns the
+/// bytes moved (24 per element) and the time taken.
+fn triad(threads: usize, total: usize, duration: Duration) -> (u64, Duration) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let threads = threads.max(1);
+    let per = (total / 24 / threads).max(1 << 16);
+    let moved = AtomicU64::new(0);
+    let ready = std::sync::Barrier::new(threads + 1);
+    let took = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (moved, ready) = (&moved, &ready);
+                s.spawn(move || {
+                    let b = vec![1.0f64 + t as f64; per];
+                    let c = vec![2.0f64; per];
+                    let mut a = vec![0.0f64; per];
+                    ready.wait();
+                    let start = Instant::now();
+                    loop {
+                        for ((x, y), z) in a.iter_mut().zip(&b).zip(&c) {
+                            *x = y + 3.0 * z;
+                        }
+                        std::hint::black_box(&mut a);
+                        moved.fetch_add(24 * per as u64, Ordering::Relaxed);
+                        if start.elapsed() >= duration {
+                            break;
+                        }
+                    }
+                })
+            })
+            .collect();
+        ready.wait();
+        let start = Instant::now();
+        for w in workers {
+            let _ = w.join();
+        }
+        start.elapsed()
+    });
+    (moved.into_inner(), took)
+}
+
+/// Measures the node's memory bandwidth: the triad on every core of the host over
+/// arrays twice the last-level cache (64 MiB to 256 MiB in all), counted by resctrl's MBM
+/// at `resctrl_root` where it monitors, else by the triad itself.
+pub fn measure_node(resctrl_root: &Path, duration: Duration) -> Option<MembwTotal> {
+    measure_over(
+        resctrl_root,
+        duration,
+        (2 * llc_bytes()).clamp(64 << 20, 256 << 20),
+    )
+}
+
+/// [`measure_node`] over arrays of `total` bytes.
+fn measure_over(resctrl_root: &Path, duration: Duration, total: usize) -> Option<MembwTotal> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mbm = resctrl_root.join("mon_data").is_dir() && resctrl_root.join("info/L3_MON").is_dir();
+    let before = mbm.then(|| root_bytes(resctrl_root)).flatten();
+    let (moved, took) = triad(threads, total, duration);
+    let after = mbm.then(|| root_bytes(resctrl_root)).flatten();
     let counted = match (before, after) {
         (Some(b), Some(a)) => rate_mbps(a.saturating_sub(b), took),
         _ => None,
     };
-    counted.or_else(|| rate_mbps(moved, took))
+    match counted {
+        Some(mbps) => Some(MembwTotal {
+            mbps,
+            source: "resctrl".into(),
+        }),
+        None => rate_mbps(moved, took).map(|mbps| MembwTotal {
+            mbps,
+            source: "triad".into(),
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -97,15 +224,43 @@ mod tests {
     }
 
     #[test]
-    fn measures_from_a_resctrl_tree_and_not_without_one() {
+    fn a_node_is_measured_once_then_reused_and_a_flag_overrides() {
         let dir = tempfile::tempdir().expect("tempdir");
-        assert_eq!(measure(dir.path(), Duration::from_millis(10)), None);
-        // A fake tree whose counters do not move: the copy's own rate is the answer.
+        let measured = std::cell::Cell::new(0);
+        let measure = || {
+            measured.set(measured.get() + 1);
+            measure_over(dir.path(), Duration::from_millis(30), 8 << 20)
+        };
+        let first = resolve(dir.path(), None, false, measure).expect("measured");
+        assert!(first.mbps > 0.0, "{first:?}");
+        assert_eq!(
+            first.source, "triad",
+            "no resctrl here: the triad's own rate"
+        );
+        // A restart reuses it without measuring.
+        let again = resolve(dir.path(), None, false, measure).expect("kept");
+        assert_eq!((again, measured.get()), (first.clone(), 1));
+        // --reprofile measures again; --membw-total overrides and is not kept.
+        resolve(dir.path(), None, true, measure).expect("measured");
+        assert_eq!(measured.get(), 2);
+        let flag = resolve(dir.path(), Some(1234.0), false, measure).expect("flag");
+        assert_eq!(
+            (flag.mbps, flag.source.as_str(), measured.get()),
+            (1234.0, "flag", 2)
+        );
+        let kept = resolve(dir.path(), None, false, || None).expect("still kept");
+        assert_eq!(kept.source, "triad");
+    }
+
+    #[test]
+    fn measures_from_a_resctrl_tree() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A fake tree whose counters do not move: the triad's own rate is the answer.
         std::fs::create_dir_all(dir.path().join("info/L3_MON")).expect("mkdir");
         let d0 = dir.path().join("mon_data/mon_L3_00");
         std::fs::create_dir_all(&d0).expect("mkdir");
         std::fs::write(d0.join("mbm_total_bytes"), "1000\n").expect("write");
-        let mbps = measure(dir.path(), Duration::from_millis(50)).expect("a rate");
-        assert!(mbps > 1.0, "{mbps}");
+        let m = measure_over(dir.path(), Duration::from_millis(30), 8 << 20).expect("a rate");
+        assert!(m.mbps > 1.0 && m.source == "triad", "{m:?}");
     }
 }

@@ -16,7 +16,7 @@
 //! `task-<id>-<attempt>.calls.json` (after every call), and a line per call goes to the
 //! `.out` log.
 
-use crate::engine::{kernels, plugin, EngineSet, EngineUnit, Implementation};
+use crate::engine::{check, kernels, EngineSet, EngineUnit, Implementation};
 use hetsched_common::program::{
     Api, ApiCall, CallRecord, Program, SelectionTable, PROGRAM_COMMAND, PROGRAM_ENV,
 };
@@ -46,6 +46,9 @@ pub struct ProgramRuntime {
     pub call_timeout: Duration,
     /// S0.6: forwards calls to peers with better or free engines (`None`: never).
     pub forwarder: Option<Arc<crate::forward::Forwarder>>,
+    /// Check every plug-in result against the CPU kernel (`slave --check-results`): the
+    /// record carries the check, and a result that fails it is replaced by the CPU's.
+    pub check_results: bool,
 }
 
 /// The program an assignment carries, if it is a program task. `Err` when it claims to be
@@ -260,6 +263,7 @@ impl ProgramRuntime {
             fallback_from: None,
             error: None,
             transfer: None,
+            check: None,
         };
         let t0 = Instant::now();
         let output = match imp {
@@ -280,29 +284,63 @@ impl ProgramRuntime {
                 record.emulated = true;
                 out
             }
-            Implementation::Plugin { exec } => match plugin::run(&exec, call, self.call_timeout) {
-                Ok(out) => {
-                    record.duration_ms = ms(t0.elapsed());
-                    record.emulated = emulated_engine;
-                    out
+            Implementation::Plugin { exec, mode } => {
+                match self
+                    .engines
+                    .run_plugin(&exec, mode, call, self.call_timeout)
+                {
+                    Ok(out) => {
+                        record.duration_ms = ms(t0.elapsed());
+                        record.emulated = emulated_engine;
+                        self.checked(&mut record, out, compute)
+                    }
+                    Err(why) => {
+                        tracing::warn!(engine = %kind, api = %call.api, %why, "plug-in call failed; falling back to the CPU kernel");
+                        drop(unit);
+                        let _cpu = self.engines.acquire(EngineKind::Cpu);
+                        let t1 = Instant::now();
+                        let out = compute();
+                        record.duration_ms = ms(t1.elapsed());
+                        record.engine = EngineKind::Cpu;
+                        record.emulated = false;
+                        record.fallback_from = Some(kind);
+                        record.error = Some(why);
+                        out
+                    }
                 }
-                Err(why) => {
-                    tracing::warn!(engine = %kind, api = %call.api, %why, "plug-in call failed; falling back to the CPU kernel");
-                    drop(unit);
-                    let _cpu = self.engines.acquire(EngineKind::Cpu);
-                    let t1 = Instant::now();
-                    let out = compute();
-                    record.duration_ms = ms(t1.elapsed());
-                    record.engine = EngineKind::Cpu;
-                    record.fallback_from = Some(kind);
-                    record.error = Some(why);
-                    record.digest = kernels::digest(&out);
-                    return (record, out);
-                }
-            },
+            }
         };
         record.digest = kernels::digest(&output);
         (record, output)
+    }
+
+    /// A plug-in's output `out`, checked against the CPU kernel's (`compute`) when
+    /// `check_results` is on: a result that fails the check is replaced by the CPU's,
+    /// recorded as a fallback.
+    fn checked(
+        &self,
+        record: &mut CallRecord,
+        out: Vec<u8>,
+        compute: impl FnOnce() -> Vec<u8>,
+    ) -> Vec<u8> {
+        if !self.check_results {
+            return out;
+        }
+        let reference = compute();
+        let c = check::compare(record.api, &out, &reference);
+        record.check = Some(c);
+        if c.ok {
+            return out;
+        }
+        tracing::warn!(engine = %record.engine, api = %record.api, rel_err = c.rel_err, "plug-in result fails its check; the CPU kernel's is used");
+        record.fallback_from = Some(record.engine);
+        record.engine = EngineKind::Cpu;
+        record.emulated = false;
+        record.error = Some(format!(
+            "result check failed ({:?}, rel_err {:e})",
+            c.kind, c.rel_err
+        ));
+        reference
     }
 
     /// Runs a whole program for an assignment; returns the records and the exit code
@@ -417,6 +455,7 @@ mod tests {
             node: "n1".into(),
             call_timeout: Duration::from_secs(2),
             forwarder: None,
+            check_results: false,
         }
     }
 

@@ -26,6 +26,7 @@ pub mod table;
 pub mod up;
 pub mod up_batch;
 mod up_forward;
+pub mod up_size;
 mod up_steal;
 
 use std::process::ExitCode;

@@ -74,8 +74,19 @@ fn print_calls(calls: &[CallRecord]) {
         if let Some(k) = c.fallback_from {
             engine = format!("{engine} (<-{k})");
         }
+        let check = c.check.map_or(String::new(), |k| {
+            format!(
+                "  check {} {:.1e} {}",
+                match k.kind {
+                    hetsched_common::program::CheckKind::Exact => "exact",
+                    hetsched_common::program::CheckKind::Tolerance => "tolerance",
+                },
+                k.rel_err,
+                if k.ok { "ok" } else { "FAILED" }
+            )
+        });
         println!(
-            "{:>5} {:<9} {:<18} {:<12} {:>12.3} {:>4}  {}",
+            "{:>5} {:<9} {:<18} {:<12} {:>12.3} {:>4}  {}{check}",
             c.index,
             c.api.to_string(),
             engine,

@@ -83,6 +83,15 @@ pub struct Args {
     /// Deadline of one plug-in call; a late or failed plug-in call falls back to the CPU.
     #[arg(long, default_value = "60s", value_parser = super::programs::parse_duration)]
     pub call_timeout: std::time::Duration,
+    /// A server plug-in (`mode = "server"`) that has had no call for this long is stopped;
+    /// the next call starts it again.
+    #[arg(long, default_value = "60s", value_parser = super::programs::parse_duration)]
+    pub plugin_idle: std::time::Duration,
+    /// Check every plug-in result against the CPU kernel (gemm by relative Frobenius error
+    /// ≤ 1e-4, the others byte for byte); `calls --json` shows each check, and a result that
+    /// fails is replaced by the CPU's. Costs a CPU kernel run per plug-in call.
+    #[arg(long)]
+    pub check_results: bool,
     /// S0.6: forward a program's call to a peer when a peer's engine kind is faster than the
     /// best local one by more than this fraction (0.5: more than 1.5× as fast by the
     /// selection tables), or when the best local engine is busy.
@@ -103,8 +112,10 @@ pub struct Args {
     /// Optional HTTP address for /metrics and /healthz.
     #[arg(long, value_name = "HOST:PORT")]
     pub http: Option<String>,
-    /// The node's memory bandwidth, MB/s. Compression of CPU tasks that contend with GPU
-    /// tasks (S3.6) is off without it.
+    /// The node's memory bandwidth, MB/s, for compressing CPU tasks that contend with GPU
+    /// tasks (S3.6). Without it the slave measures it at its first start (a STREAM-like
+    /// triad on every core, about a quarter of a second), keeps it in DATA/membw-total.json
+    /// and reuses it (`--reprofile` measures again); this flag overrides it.
     #[arg(long, value_name = "MB/S", value_parser = parse_mbps)]
     pub membw_total: Option<f64>,
     /// S3.6: a CPU task using at least this share of --membw-total counts as contending
@@ -211,6 +222,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         reprofile: a.reprofile,
         profile_budget: a.profile_budget,
         call_timeout: a.call_timeout,
+        plugin_idle: a.plugin_idle,
+        check_results: a.check_results,
         forward: hetsched_slave::forward::ForwardOptions {
             enabled: !a.no_forward,
             margin: a.forward_margin,

@@ -12,7 +12,7 @@ use super::client::{call, request_id};
 use super::local::{ClusterSpec, LocalCluster, SlaveSpec};
 use anyhow::{bail, Context};
 use hetsched_common::protocol::{ClientRequest, ClientResponse, StatusInfo};
-use hetsched_common::{GpuRequest, JobId, JobSpec, ResourceRequest};
+use hetsched_common::{GpuRequest, JobSpec, ResourceRequest};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -23,9 +23,20 @@ pub struct Args {
     /// Number of masters.
     #[arg(long, default_value_t = 3)]
     pub masters: u32,
-    /// Number of slaves.
+    /// Number of slaves. They share the host: each gets the host's CPUs / --slaves and ¾ of
+    /// its memory / --slaves (at least 2 CPUs and 2048 MiB, what the demo needs; see --slave-cpus, --slave-mem);
+    /// the last one gets the host's real GPUs (a slave offers the first N devices, so they
+    /// are not split), or two emulated GPUs on a host without any, and is the demo's
+    /// GPU-engine slave.
     #[arg(long, default_value_t = 2)]
     pub slaves: u32,
+    /// CPUs each slave declares (default: the host's CPUs / --slaves, at least 2).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub slave_cpus: Option<u32>,
+    /// Memory each slave declares, MiB (default: ¾ of the host's memory / --slaves, at
+    /// least 2048).
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    pub slave_mem: Option<u64>,
     /// Data directory (default: a fresh directory under the system's temp dir).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -81,9 +92,31 @@ fn demo_jobs() -> Vec<JobSpec> {
     ]
 }
 
-/// The GPU slave's engines in the demo.
-const DEMO_ENGINES: &str =
-    "[[engine]]\nkind = \"gpu\"\nemulated = true\nspeed = { gemm = 8.0, sort = 2.0 }\n";
+/// The GPU slave's engines in the demo: emulated GPUs run gemm 8× and sort 2× the CPU
+/// kernel; real ones run gemm with the shipped plug-in (`deploy/plugins/gemm`, server
+/// mode) where it is found beside this binary's source tree or at `HETSCHED_GEMM_PLUGIN`.
+fn demo_engines(real_gpus: bool) -> String {
+    if !real_gpus {
+        return "[[engine]]\nkind = \"gpu\"\nemulated = true\nspeed = { gemm = 8.0, sort = 2.0 }\n"
+            .into();
+    }
+    let plugin = std::env::var_os("HETSCHED_GEMM_PLUGIN")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let exe = std::env::current_exe().ok()?;
+            exe.ancestors()
+                .map(|d| d.join("deploy/plugins/gemm"))
+                .find(|p| p.is_file())
+        });
+    let mut text = "[[engine]]\nkind = \"gpu\"\n".to_string();
+    if let Some(p) = plugin {
+        text.push_str(&format!(
+            "[[plugin]]\napi = \"gemm\"\nengine = \"gpu\"\nexec = {:?}\nmode = \"server\"\n",
+            p.display().to_string()
+        ));
+    }
+    text
+}
 
 /// The demo's API program: one call of each built-in API.
 fn demo_program(gpu_slave: &str) -> JobSpec {
@@ -127,18 +160,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
 
-    // The last slave offers two emulated GPUs so the demo's shared-GPU job has a home; they
-    // are also its GPU engine (emulated, gemm 8× the CPU kernel) for the demo program. Every
-    // slave profiles its engines at start (the default), so each has a selection table.
+    // Sized from the host (super::up_size). The last slave has the GPUs — two emulated ones
+    // on a host without any — so the demo's shared-GPU job has a home; they are also its
+    // GPU engine for the demo programs. Every slave profiles its engines at start (the
+    // default), so each has a selection table.
+    let shares = super::up_size::size(
+        super::up_size::this_host(),
+        a.slaves,
+        a.slave_cpus,
+        a.slave_mem,
+    );
+    let real_gpus = shares.iter().any(|s| s.real_gpus);
     let engines_file = dir.join("engines.toml");
-    std::fs::write(&engines_file, DEMO_ENGINES)
+    std::fs::write(&engines_file, demo_engines(real_gpus))
         .with_context(|| format!("cannot write {}", engines_file.display()))?;
-    let slaves: Vec<SlaveSpec> = (1..=a.slaves)
+    let slaves: Vec<SlaveSpec> = shares
+        .iter()
         .map(|s| SlaveSpec {
-            cpus: 2,
-            mem_mib: 2048,
-            gpus: if s == a.slaves { 2 } else { 0 },
-            extra_args: if s == a.slaves {
+            cpus: s.cpus,
+            mem_mib: s.mem_mib,
+            gpus: s.gpus,
+            extra_args: if s.gpus > 0 {
                 vec!["--engines".into(), engines_file.display().to_string()]
             } else {
                 Vec::new()
@@ -314,63 +356,20 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
     }
     // S2: the demo batch goes first, so that it is planned on free cores.
     let demo_batch = super::up_batch::submit(addrs, a.slaves as usize).await?;
-    let mut jobs: Vec<(JobId, String)> = Vec::new();
-    let mut specs = demo_jobs();
-    specs.push(demo_program(&format!("slave-{}", a.slaves)));
+    submit_all(addrs, demo_jobs()).await?;
+    wait_done(addrs, start, limit).await?;
+    // S0, once every slave's profile is in and the GPUs are free again: a program on the
+    // GPU slave, whose gemm the profile sends to the GPU engine, and one pinned to the first
+    // (CPU-only) slave, whose gemm calls are forwarded to the GPU slave.
+    let profiles = super::up_forward::wait_for_profiles(addrs, a.slaves as usize, limit).await;
+    let mut specs = vec![demo_program(&format!("slave-{}", a.slaves))];
     if a.slaves >= 2 {
-        // A real forwarded call: from the CPU-only first slave to the GPU slave.
-        super::up_forward::wait_for_profiles(addrs, Duration::from_secs(30)).await;
-        specs.push(super::up_forward::program("slave-1"));
+        let n =
+            super::up_forward::paying_size(&profiles, "slave-1", &format!("slave-{}", a.slaves));
+        specs.push(super::up_forward::program("slave-1", n));
     }
-    for spec in specs {
-        let name = spec.name.clone();
-        let req = ClientRequest::Submit {
-            request: request_id(),
-            spec,
-            allow_unplaceable: false,
-        };
-        match call(addrs, req, false).await? {
-            ClientResponse::Submitted { job, tasks } => {
-                eprintln!("  submitted {job} {name:?}: {} task(s)", tasks.len());
-                jobs.push((job, name));
-            }
-            other => bail!("unexpected answer {other:?}"),
-        }
-    }
-    let tty = std::io::stderr().is_terminal();
-    let mut last_print = Instant::now() - Duration::from_secs(10);
-    let final_status = loop {
-        let s = status(addrs).await?;
-        let n = |k: &str| s.tasks.get(k).copied().unwrap_or(0);
-        let total: u64 = s.tasks.values().sum();
-        let done = n("succeeded") + n("failed") + n("cancelled");
-        let line = format!(
-            "  progress: {done}/{total} done ({} succeeded, {} failed) | {} running, {} assigned, {} pending | {:.1}s",
-            n("succeeded"),
-            n("failed"),
-            n("running"),
-            n("assigned"),
-            n("pending"),
-            start.elapsed().as_secs_f64()
-        );
-        if tty {
-            eprint!("\r{line}\x1b[K");
-            let _ = std::io::stderr().flush();
-        } else if last_print.elapsed() > Duration::from_secs(1) || done == total {
-            eprintln!("{line}");
-            last_print = Instant::now();
-        }
-        if done == total {
-            if tty {
-                eprintln!();
-            }
-            break s;
-        }
-        if start.elapsed() > limit {
-            bail!("the demo did not finish within {limit:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    submit_all(addrs, specs).await?;
+    let final_status = wait_done(addrs, start, limit).await?;
     // S0.3–4: a job that queues on the slaves, so that one steals from another.
     let steal_job = if a.slaves > 1 {
         let job = super::up_steal::submit(addrs, 2000).await?;
@@ -470,6 +469,74 @@ async fn drive(addrs: &[String], a: &Args) -> anyhow::Result<()> {
         bail!("{failed} demo job(s) did not succeed");
     }
     Ok(())
+}
+
+/// Submits one job: its id and how many tasks it has.
+pub(super) async fn submit_one(
+    addrs: &[String],
+    spec: JobSpec,
+) -> anyhow::Result<(hetsched_common::JobId, usize)> {
+    let req = ClientRequest::Submit {
+        request: request_id(),
+        spec,
+        allow_unplaceable: false,
+    };
+    match call(addrs, req, false).await? {
+        ClientResponse::Submitted { job, tasks } => Ok((job, tasks.len())),
+        other => bail!("unexpected answer {other:?}"),
+    }
+}
+
+/// Submits `specs`, one job each, saying so.
+async fn submit_all(addrs: &[String], specs: Vec<JobSpec>) -> anyhow::Result<()> {
+    for spec in specs {
+        let name = spec.name.clone();
+        let (job, tasks) = submit_one(addrs, spec).await?;
+        eprintln!("  submitted {job} {name:?}: {tasks} task(s)");
+    }
+    Ok(())
+}
+
+/// Shows progress until every task submitted so far has ended; the status then.
+async fn wait_done(
+    addrs: &[String],
+    start: Instant,
+    limit: Duration,
+) -> anyhow::Result<StatusInfo> {
+    let tty = std::io::stderr().is_terminal();
+    let mut last_print = Instant::now() - Duration::from_secs(10);
+    loop {
+        let s = status(addrs).await?;
+        let n = |k: &str| s.tasks.get(k).copied().unwrap_or(0);
+        let total: u64 = s.tasks.values().sum();
+        let done = n("succeeded") + n("failed") + n("cancelled");
+        let line = format!(
+            "  progress: {done}/{total} done ({} succeeded, {} failed) | {} running, {} assigned, {} pending | {:.1}s",
+            n("succeeded"),
+            n("failed"),
+            n("running"),
+            n("assigned"),
+            n("pending"),
+            start.elapsed().as_secs_f64()
+        );
+        if tty {
+            eprint!("\r{line}\x1b[K");
+            let _ = std::io::stderr().flush();
+        } else if last_print.elapsed() > Duration::from_secs(1) || done == total {
+            eprintln!("{line}");
+            last_print = Instant::now();
+        }
+        if done == total {
+            if tty {
+                eprintln!();
+            }
+            return Ok(s);
+        }
+        if start.elapsed() > limit {
+            bail!("the demo did not finish within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Prints where the demo program's calls ran.

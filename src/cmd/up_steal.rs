@@ -4,7 +4,7 @@
 //! with the short ones drains its queue first, asks for work and steals queued tasks from
 //! the other, which run there as attempt 2. The summary shows the steals as they happened.
 
-use super::client::{call, request_id};
+use super::client::call;
 use anyhow::bail;
 use hetsched_common::protocol::{ClientRequest, ClientResponse};
 use hetsched_common::{JobId, JobSpec, ResourceRequest};
@@ -31,21 +31,9 @@ pub(super) async fn submit(addrs: &[String], cpu_milli: u64) -> anyhow::Result<J
         ],
         ..Default::default()
     };
-    let req = ClientRequest::Submit {
-        request: request_id(),
-        spec,
-        allow_unplaceable: false,
-    };
-    match call(addrs, req, false).await? {
-        ClientResponse::Submitted { job, tasks } => {
-            eprintln!(
-                "  submitted {job} \"steal\": {} task(s) of a whole slave each",
-                tasks.len()
-            );
-            Ok(job)
-        }
-        other => bail!("unexpected answer {other:?}"),
-    }
+    let (job, tasks) = super::up::submit_one(addrs, spec).await?;
+    eprintln!("  submitted {job} \"steal\": {tasks} task(s) of a whole slave each");
+    Ok(job)
 }
 
 /// Waits until every task of `job` has ended (or `limit` passed since `start`).

@@ -125,6 +125,33 @@ impl std::ops::DerefMut for Cluster {
 }
 
 impl Cluster {
+    /// The flags of a slave `name` of this cluster beside it (for [`start_proc`]): a free
+    /// port, its data in `data`, `cpus` cores and 2 GiB.
+    pub fn slave_args(&self, name: &str, data: &Path, cpus: u32) -> Vec<String> {
+        let port = free_port().to_string();
+        let (data, cpus) = (data.display().to_string(), cpus.to_string());
+        let args = [
+            "slave",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--masters",
+        ];
+        let rest = [
+            "--data-dir",
+            &data,
+            "--name",
+            name,
+            "--cpus",
+            &cpus,
+            "--mem",
+            "2048",
+        ];
+        let mut out: Vec<String> = args.map(String::from).to_vec();
+        out.push(self.masters_arg());
+        out.extend(rest.map(String::from));
+        out
+    }
+
     /// `n_masters` masters and `n_slaves` slaves with `cpus` cores each.
     pub fn start(name: &str, n_masters: usize, n_slaves: usize, cpus: u32) -> Self {
         Self::start_with(name, n_masters, n_slaves, cpus, &[])

@@ -36,7 +36,7 @@ pub use peer::{
 pub use slave::{
     Assignment, EngineGrant, EngineLoad, GpuPool, HeldPhase, HeldTask, ProbeSample, SlaveCommand,
     SlaveCommandReply, SlaveRequest, SlaveResponse, TaskReport, UsageRecord, CGROUP_LABEL,
-    GPU_POOL_LABEL, PROBE_GPU_LABEL, PROBE_MEMBW_LABEL,
+    GPU_POOL_LABEL, MEMBW_SOURCE_LABEL, MEMBW_TOTAL_LABEL, PROBE_GPU_LABEL, PROBE_MEMBW_LABEL,
 };
 pub use views::{
     EngineInfo, JobInfo, MemberInfo, NodeCounts, NodeInfo, NodeProfileInfo, OpenFiles, ProbesInfo,

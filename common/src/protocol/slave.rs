@@ -17,6 +17,14 @@ pub const PROBE_GPU_LABEL: &str = "hetsched.probe.gpu";
 /// Node label naming a slave's memory-bandwidth probe (`resctrl`, `emulated`).
 pub const PROBE_MEMBW_LABEL: &str = "hetsched.probe.membw";
 
+/// Node label with a slave's memory bandwidth, MB/s (S3.6; `nodes --json`
+/// `"membw_total_mbps"`).
+pub const MEMBW_TOTAL_LABEL: &str = "hetsched.membw-total-mbps";
+
+/// Node label saying how that bandwidth was obtained: `triad`, `resctrl` or `flag`
+/// (`nodes --json` `"membw_total_source"`).
+pub const MEMBW_SOURCE_LABEL: &str = "hetsched.membw-total-source";
+
 /// The node label a slave sets to say how its tasks are isolated (`v1`, `v2`, `none`); the
 /// master shows it as [`NodeInfo::cgroup`](super::NodeInfo::cgroup).
 pub const CGROUP_LABEL: &str = "hetsched.cgroup";

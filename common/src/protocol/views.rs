@@ -360,6 +360,14 @@ pub struct NodeInfo {
     /// forwarded call, and in a follower's answer.
     #[serde(default)]
     pub links: Vec<super::LinkEstimate>,
+    /// S3.6: its memory bandwidth, MB/s, as its slave measured it at first start (or was
+    /// told by `--membw-total`); `None` from slaves that predate it.
+    #[serde(default)]
+    pub membw_total_mbps: Option<u64>,
+    /// How: `triad` (measured by the triad's own rate), `resctrl` (MBM counted during the
+    /// triad) or `flag` (`--membw-total`).
+    #[serde(default)]
+    pub membw_total_source: Option<String>,
 }
 
 /// The probes a slave samples its tasks with: `gpu` `"nvml"` or `"emulated"`, `membw`

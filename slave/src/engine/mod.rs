@@ -12,6 +12,7 @@
 //! with the CPU kernel and holds the engine for the modelled time (CPU time / speed);
 //! everything it produces is labelled emulated.
 
+pub mod check;
 pub mod held;
 pub mod kernels;
 pub mod plugin;
@@ -23,6 +24,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 /// Errors of the engines file.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +58,9 @@ pub struct PluginEntry {
     pub engine: EngineKind,
     /// Executable.
     pub exec: PathBuf,
+    /// `once` (a process per call, the default) or `server` (one process serving calls).
+    #[serde(default)]
+    pub mode: plugin::PluginMode,
 }
 
 /// The engines file as written.
@@ -98,6 +103,8 @@ pub enum Implementation {
     Plugin {
         /// Its path.
         exec: PathBuf,
+        /// Per call or long-lived.
+        mode: plugin::PluginMode,
     },
 }
 
@@ -122,6 +129,8 @@ pub struct EngineSet {
     freed: Condvar,
     /// Calls blocked in [`EngineSet::acquire`], by kind (reported to the leader, S0.6).
     waiting: Mutex<BTreeMap<EngineKind, u32>>,
+    /// The running server plug-ins.
+    servers: plugin::Servers,
 }
 
 impl EngineSet {
@@ -222,6 +231,7 @@ impl EngineSet {
                 p.api,
                 Implementation::Plugin {
                     exec: p.exec.clone(),
+                    mode: p.mode,
                 },
             );
         }
@@ -236,6 +246,7 @@ impl EngineSet {
             free: Mutex::new(free),
             freed: Condvar::new(),
             waiting: Mutex::default(),
+            servers: plugin::Servers::new(plugin::DEFAULT_PLUGIN_IDLE),
         })
     }
 
@@ -255,6 +266,32 @@ impl EngineSet {
             engines: vec![cpu],
             freed: Condvar::new(),
             waiting: Mutex::default(),
+            servers: plugin::Servers::new(plugin::DEFAULT_PLUGIN_IDLE),
+        }
+    }
+
+    /// Server plug-ins stop after `idle` without calls (`slave --plugin-idle`).
+    pub fn with_plugin_idle(mut self, idle: Duration) -> Self {
+        self.servers = plugin::Servers::new(idle);
+        self
+    }
+
+    /// The server plug-ins.
+    pub fn servers(&self) -> &plugin::Servers {
+        &self.servers
+    }
+
+    /// Runs `call` on the plug-in `exec` in `mode`: its output, else why not.
+    pub fn run_plugin(
+        &self,
+        exec: &Path,
+        mode: plugin::PluginMode,
+        call: &hetsched_common::program::ApiCall,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, String> {
+        match mode {
+            plugin::PluginMode::Once => plugin::run(exec, call, timeout),
+            plugin::PluginMode::Server => self.servers.call(exec, call, timeout),
         }
     }
 

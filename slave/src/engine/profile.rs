@@ -1,14 +1,16 @@
 //! S0.5 — the profiler: times every API on each engine at parameter scales in powers of
 //! two and builds the engine selection table `(api, scale bucket) → engines ranked`
 //! (docs/DESIGN.md §S0.5). CPU kernels are timed for real; an emulated engine's time is
-//! modelled as CPU time / its speed; a plug-in is timed for real (a failing one is left out of
-//! that row).
+//! modelled as CPU time / its speed; a plug-in is timed for real (a server plug-in warm: it
+//! is started before its first timed call) and not labelled emulated, and its result is
+//! checked against the CPU kernel's ([`super::check`]): one that fails, or fails its check,
+//! is left out of that row.
 //!
 //! Buckets run from small to large, every API at one bucket before the next, and a bucket is
 //! skipped once its estimated time (the last one times the growth of the kernel's cost)
 //! would overrun the budget, so `--profile-budget` bounds the whole run.
 
-use super::{kernels, plugin, EngineSet, Implementation};
+use super::{check, kernels, plugin, EngineSet, Implementation};
 use hetsched_common::program::{Api, ApiCall, EngineTime, SelectionTable};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -98,34 +100,30 @@ pub fn profile(set: &EngineSet, opts: ProfileOptions) -> SelectionTable {
             }
             let call = ApiCall::new(api, size, 1);
             let real_bucket = call.bucket();
-            let cpu = min_time(|| {
-                let _ = kernels::run(&call);
-            });
+            let mut reference = Vec::new();
+            let cpu = min_time(|| reference = kernels::run(&call));
             last[i] = Some(cpu);
             for e in set.engines() {
                 let time = match e.apis.get(&api) {
                     Some(Implementation::Cpu) => Some(cpu),
                     Some(Implementation::Emulated { speed }) => Some(cpu.div_f64(*speed)),
-                    Some(Implementation::Plugin { exec }) => {
-                        let t = Instant::now();
-                        match plugin::run(exec, &call, opts.call_timeout) {
-                            Ok(_) => Some(t.elapsed()),
-                            Err(why) => {
-                                tracing::warn!(engine = %e.kind, %api, %why, "plug-in failed while profiling; left out");
-                                None
-                            }
-                        }
+                    Some(Implementation::Plugin { exec, mode }) => {
+                        time_plugin(set, exec, *mode, &call, &reference, opts.call_timeout)
+                            .map_err(|why| tracing::warn!(engine = %e.kind, %api, %why, "plug-in failed while profiling; left out"))
+                            .ok()
                     }
                     None => None,
                 };
                 if let Some(t) = time {
+                    let plugin = matches!(e.apis.get(&api), Some(Implementation::Plugin { .. }));
                     table.record(
                         api,
                         real_bucket,
                         EngineTime {
                             engine: e.kind,
                             time_us: micros(t),
-                            emulated: e.emulated,
+                            // A plug-in's time is measured, even on an emulated device.
+                            emulated: e.emulated && !plugin,
                         },
                     );
                 }
@@ -137,6 +135,36 @@ pub fn profile(set: &EngineSet, opts: ProfileOptions) -> SelectionTable {
         bucket += step;
     }
     table
+}
+
+/// Times `call` on a plug-in (warm for a server: started by an untimed call first; the
+/// fastest of up to three quick calls) and checks its result against the CPU kernel's
+/// `reference`.
+fn time_plugin(
+    set: &EngineSet,
+    exec: &Path,
+    mode: plugin::PluginMode,
+    call: &ApiCall,
+    reference: &[u8],
+    timeout: Duration,
+) -> Result<Duration, String> {
+    if mode == plugin::PluginMode::Server && !set.servers().is_warm(exec) {
+        set.run_plugin(exec, mode, call, timeout)?;
+    }
+    let mut out = Ok(Vec::new());
+    let t = min_time(|| {
+        if out.is_ok() {
+            out = set.run_plugin(exec, mode, call, timeout);
+        }
+    });
+    let c = check::compare(call.api, &out?, reference);
+    if !c.ok {
+        return Err(format!(
+            "its result fails the check against the CPU kernel ({:?}, rel_err {:e})",
+            c.kind, c.rel_err
+        ));
+    }
+    Ok(t)
 }
 
 /// Where a slave keeps its selection table.

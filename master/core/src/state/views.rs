@@ -238,6 +238,14 @@ impl ClusterState {
                 .or_else(|| (!n.capacity.gpus.is_empty()).then(|| "auto".to_string())),
             // Leader-local (heartbeats are not logged): the server fills them in.
             links: Vec::new(),
+            membw_total_mbps: n
+                .labels
+                .get(hetsched_common::protocol::MEMBW_TOTAL_LABEL)
+                .and_then(|v| v.parse().ok()),
+            membw_total_source: n
+                .labels
+                .get(hetsched_common::protocol::MEMBW_SOURCE_LABEL)
+                .cloned(),
         }
     }
 
