@@ -105,6 +105,23 @@ pub(super) fn scope_request(caller: &Caller, req: &mut ClientRequest) {
     }
 }
 
+/// Issue 55: binds a submission's idempotency key to the user it submits as, so that the
+/// same key from two users names two requests (docs/CONTRACT.md, "HTTP API"). Run once, on
+/// the leader, after [`scope_request`] named the user: a follower forwards the request
+/// unbound. Automatic request ids and other requests pass unchanged.
+pub(super) fn bind_idempotency_key(req: &mut ClientRequest) {
+    let (request, user) = match req {
+        ClientRequest::Submit { request, spec, .. } => (request, spec.user.as_str()),
+        ClientRequest::SubmitBatch { request, batch } => (request, batch.user.as_str()),
+        ClientRequest::SubmitFlow { request, flow } => (
+            request,
+            flow.steps.first().map_or("", |s| s.spec.user.as_str()),
+        ),
+        _ => return,
+    };
+    *request = request.scoped(user);
+}
+
 fn denied(why: String) -> ErrorReply {
     ErrorReply::new(
         ErrorKind::PermissionDenied,

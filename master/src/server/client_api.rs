@@ -40,9 +40,13 @@ fn checked_on_the_leader(req: &ClientRequest) -> bool {
 
 impl Master {
     /// Answers one client request.
-    pub(crate) async fn client(&self, req: ClientRequest) -> Result<ClientResponse, ErrorReply> {
+    pub(crate) async fn client(
+        &self,
+        mut req: ClientRequest,
+    ) -> Result<ClientResponse, ErrorReply> {
         if checked_on_the_leader(&req) {
             self.require_leader()?;
+            super::authz::bind_idempotency_key(&mut req);
         }
         use ClientRequest as R;
         match req {

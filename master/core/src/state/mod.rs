@@ -420,9 +420,12 @@ impl ClusterState {
             Command::GcJobs {
                 jobs_finished_before_ms,
                 requests_before_ms,
-            } => self
-                .gc_rules()
-                .collect(jobs_finished_before_ms, requests_before_ms),
+                keyed_requests_before_ms,
+            } => self.gc_rules().collect(
+                jobs_finished_before_ms,
+                requests_before_ms,
+                keyed_requests_before_ms,
+            ),
             Command::SetPriorityConfig { config } => self.set_priority(config),
             Command::RecordProfile {
                 node,

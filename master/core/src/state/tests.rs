@@ -355,6 +355,7 @@ fn retried_requests_get_the_compact_outcome_back_until_collected() {
     let o = l.apply(Command::GcJobs {
         jobs_finished_before_ms: None,
         requests_before_ms: Some(1000 + l.index + 1),
+        keyed_requests_before_ms: None,
     });
     assert!(matches!(o, Outcome::Collected { requests: 1, .. }), "{o:?}");
     assert_ne!(submit(&mut l), first);
@@ -380,12 +381,13 @@ fn finished_jobs_are_collected_and_restore_keeps_retention() {
     // The snapshot round trip rebuilds what is derived.
     let restored = ClusterState::from_bytes(&l.state.to_bytes()).expect("restore");
     assert_eq!(restored, l.state);
-    assert!(l.state.gc_due(Some(finished_at + 1), None));
-    assert!(!l.state.gc_due(Some(finished_at), None));
+    assert!(l.state.gc_due(Some(finished_at + 1), None, None));
+    assert!(!l.state.gc_due(Some(finished_at), None, None));
     let before = l.state.state_bytes();
     let o = l.apply(Command::GcJobs {
         jobs_finished_before_ms: Some(finished_at + 1),
         requests_before_ms: None,
+        keyed_requests_before_ms: None,
     });
     assert_eq!(
         o,

@@ -39,20 +39,18 @@ pub(super) fn routes() -> Vec<Route> {
 }
 
 /// A fresh client request id; a client may pin one with the `Idempotency-Key` header (a
-/// number) so that a retried POST applies once.
+/// string of 1 to 64 visible ASCII bytes; a number is a key too) so that a retried POST
+/// applies once: on a submit or a flow, the same key from the same user answers the first
+/// job for 24 h (issue 55).
 fn request_id(headers: &HeaderMap) -> Result<ClientRequestId, ApiError> {
     if let Some(v) = headers.get("idempotency-key") {
-        let text = v.to_str().unwrap_or_default();
-        return text
-            .trim()
-            .parse::<u64>()
-            .map(ClientRequestId)
-            .map_err(|_| {
-                ApiError::bad_input(
-                    format!("Idempotency-Key {text:?} is not a number"),
-                    Some("Idempotency-Key".into()),
-                )
-            });
+        let text = String::from_utf8_lossy(v.as_bytes());
+        return ClientRequestId::from_key(text.trim()).map_err(|why| {
+            ApiError::bad_input(
+                format!("Idempotency-Key {text:?}: {why}"),
+                Some("Idempotency-Key".into()),
+            )
+        });
     }
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let seed = super::super::now_ms()
@@ -60,7 +58,7 @@ fn request_id(headers: &HeaderMap) -> Result<ClientRequestId, ApiError> {
         ^ NEXT
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    Ok(ClientRequestId(
+    Ok(ClientRequestId::automatic(
         hetsched_common::rng::SplitMix64::new(seed).next_u64(),
     ))
 }
