@@ -158,7 +158,7 @@ fn need(req: &ClientRequest) -> Need {
             Need::SubmitAs(other.map_or(first.unwrap_or_default(), |s| &s.spec.user).to_string())
         }
         R::Flow { flow, .. } | R::CancelFlow { flow, .. } => Need::OwnFlow(*flow),
-        R::Cancel { job, .. } => Need::OwnJob(*job),
+        R::Cancel { job, .. } | R::WaitJob { job, .. } => Need::OwnJob(*job),
         R::CancelTask { task, .. } => Need::OwnTask(*task),
         R::Logs { task, .. } | R::Calls { task } | R::Explain { task } => Need::OwnTask(*task),
         // A user sees its own jobs: one named job must be its own, and a listing another

@@ -128,6 +128,11 @@ impl Master {
                     .await
             }
             R::Usage => self.query(false, |q| Ok(q.usage())).await,
+            R::WaitJob {
+                job,
+                timeout_ms,
+                change,
+            } => self.wait_job(job, timeout_ms, change).await,
             R::Nodes { stale } => self.query(stale, |q| Ok(q.nodes(&self.engine_loads))).await,
             R::PriorityConfig { stale } => self.query(stale, |q| Ok(q.priority_config())).await,
             R::Profiles { stale } => self.query(stale, |q| Ok(q.profiles())).await,
@@ -244,7 +249,7 @@ impl Master {
     }
 
     /// A read: the barrier (unless `stale`), then the answer over the applied state.
-    async fn query(
+    pub(super) async fn query(
         &self,
         stale: bool,
         answer: impl FnOnce(&ClientQueries<'_>) -> Result<ClientResponse, ErrorReply>,

@@ -265,6 +265,12 @@ impl ClusterState {
         self.tasks.all()
     }
 
+    /// Issue 55: the tasks the last applied entry added or handed out for change (some
+    /// maybe unchanged): what the master's event stream compares. Not state.
+    pub fn touched_tasks(&self) -> &BTreeSet<TaskId> {
+        self.tasks.touched()
+    }
+
     /// One task.
     pub fn task(&self, id: TaskId) -> Option<&Task> {
         self.tasks.get(&id)
@@ -320,6 +326,7 @@ impl ClusterState {
             request,
             command,
         } = env;
+        self.tasks.clear_touched();
         self.applied(index, at_ms, request, |s| {
             let outcome = s.dispatch(index, at_ms, command);
             s.follow_dependencies(&outcome);

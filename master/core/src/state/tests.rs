@@ -122,6 +122,28 @@ fn task_runs_to_success_and_releases_resources() {
 }
 
 #[test]
+fn an_entry_names_the_tasks_it_touched_and_the_next_starts_over() {
+    let mut l = Log::new();
+    let n = l.register(7, 2);
+    assert!(l.state.touched_tasks().is_empty());
+    let t = l.submit(2, 500);
+    assert_eq!(
+        l.state.touched_tasks().iter().copied().collect::<Vec<_>>(),
+        t
+    );
+    l.assign(t[1], n);
+    assert_eq!(
+        l.state.touched_tasks().iter().collect::<Vec<_>>(),
+        vec![&t[1]]
+    );
+    let before = l.state.clone();
+    l.register(8, 2);
+    assert!(l.state.touched_tasks().is_empty());
+    assert_ne!(before.touched_tasks(), l.state.touched_tasks());
+    assert_eq!(before.tasks(), l.state.tasks(), "not state");
+}
+
+#[test]
 fn registration_is_idempotent_on_key() {
     let mut l = Log::new();
     let a = l.register(11, 2);

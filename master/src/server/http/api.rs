@@ -23,6 +23,8 @@ pub(super) fn routes() -> Vec<Route> {
         r("POST", "/v1/jobs", post(submit)),
         r("GET", "/v1/jobs", get(jobs)),
         r("GET", "/v1/jobs/{id}", get(job)),
+        r("GET", "/v1/jobs/{id}/wait", get(super::api_wait::wait)),
+        r("GET", "/v1/events", get(super::api_wait::events)),
         r("DELETE", "/v1/jobs/{id}", delete(cancel)),
         r("POST", "/v1/flows", post(submit_flow)),
         r("GET", "/v1/flows/{id}", get(flow)),
@@ -63,7 +65,7 @@ fn request_id(headers: &HeaderMap) -> Result<ClientRequestId, ApiError> {
     ))
 }
 
-fn unexpected(r: &ClientResponse) -> ApiError {
+pub(super) fn unexpected(r: &ClientResponse) -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "internal",
@@ -72,11 +74,11 @@ fn unexpected(r: &ClientResponse) -> ApiError {
 }
 
 /// Reads the query string (absent = empty) through the pure reader the fuzz targets drive.
-fn query<T: serde::de::DeserializeOwned>(raw: Option<String>) -> Result<T, ApiError> {
+pub(super) fn query<T: serde::de::DeserializeOwned>(raw: Option<String>) -> Result<T, ApiError> {
     Ok(http_input::query(raw.as_deref().unwrap_or(""))?)
 }
 
-fn parse_id<T: std::str::FromStr<Err = hetsched_common::Error>>(
+pub(super) fn parse_id<T: std::str::FromStr<Err = hetsched_common::Error>>(
     what: &str,
     s: &str,
 ) -> Result<T, ApiError> {
@@ -178,7 +180,12 @@ async fn job(State(ctx): State<Ctx>, Path(id): Path<String>) -> Result<Json<Valu
             ..ListFilter::default()
         },
     };
-    match ctx.ask(req).await? {
+    the_job(id, ctx.ask(req).await?)
+}
+
+/// The one job of a listing answer, or 404.
+pub(super) fn the_job(id: JobId, answer: ClientResponse) -> Result<Json<Value>, ApiError> {
+    match answer {
         ClientResponse::Jobs(j) => j.into_iter().next().map(|j| Json(json!(j))).ok_or_else(|| {
             ApiError::new(
                 StatusCode::NOT_FOUND,
