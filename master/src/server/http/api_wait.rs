@@ -81,6 +81,8 @@ struct Stream {
     applied: tokio::sync::watch::Receiver<u64>,
     cursor: u64,
     user: Option<String>,
+    /// Whether the opening `: since N` line went out.
+    opened: bool,
     done: bool,
 }
 
@@ -88,6 +90,11 @@ impl Stream {
     /// What to send next: the events after the cursor, `gone` once they are no longer
     /// kept, or a keep-alive after a quiet while.
     async fn next(&mut self) -> Option<Bytes> {
+        if !self.opened {
+            // Where the stream starts, for a client that must resume before any event.
+            self.opened = true;
+            return Some(Bytes::from(format!(": since {}\n\n", self.cursor)));
+        }
         loop {
             if self.done {
                 return None;
@@ -123,7 +130,8 @@ impl Stream {
 
 /// `GET /v1/events?since=SEQ`: `text/event-stream`, one event per job or task state change
 /// (`id:` the log index, `event:` `job` or `task`, `data:` `{"seq", "kind", "job", "task",
-/// "user", "state"}`); without `since` (or `Last-Event-ID`) from now on.
+/// "user", "state"}`); without `since` (or `Last-Event-ID`) from now on. The stream opens
+/// with the comment line `: since N` (where it starts).
 pub(super) async fn events(
     State(ctx): State<Ctx>,
     headers: HeaderMap,
@@ -151,6 +159,7 @@ pub(super) async fn events(
         applied,
         cursor: since,
         user: only_user(&caller),
+        opened: false,
         done: false,
     };
     let stream = futures::stream::unfold(start, |mut st| async move {
