@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -64,8 +65,17 @@ class Transport:
         self.retry_for = retry_for
         self._ssl = ssl.create_default_context(cafile=ca) if ca else ssl.create_default_context()
         self._current = 0
-        # One kept-alive connection per master for whole answers (streams get their own).
-        self._kept: Dict[Endpoint, http.client.HTTPConnection] = {}
+        # One kept-alive connection per master and thread for whole answers (streams get
+        # their own): a client may be shared by threads.
+        self._local = threading.local()
+
+    @property
+    def _kept(self) -> Dict[Endpoint, http.client.HTTPConnection]:
+        kept: Optional[Dict[Endpoint, http.client.HTTPConnection]] = getattr(self._local, "kept", None)
+        if kept is None:
+            kept = {}
+            self._local.kept = kept
+        return kept
 
     def _connect(self, e: Endpoint, timeout: float) -> http.client.HTTPConnection:
         if e.scheme == "https":

@@ -106,20 +106,30 @@ pub(super) fn scope_request(caller: &Caller, req: &mut ClientRequest) {
 }
 
 /// Issue 55: binds a submission's idempotency key to the user it submits as, so that the
-/// same key from two users names two requests (docs/CONTRACT.md, "HTTP API"). Run once, on
-/// the leader, after [`scope_request`] named the user: a follower forwards the request
-/// unbound. Automatic request ids and other requests pass unchanged.
+/// same key from two users names two requests (docs/CONTRACT.md, "HTTP API"); another
+/// write's key to what it names (`cancel job-3`), so that one key on two targets names two
+/// requests. Run once, on the leader, after [`scope_request`] named the user: a follower
+/// forwards the request unbound. Automatic request ids pass unchanged.
 pub(super) fn bind_idempotency_key(req: &mut ClientRequest) {
-    let (request, user) = match req {
-        ClientRequest::Submit { request, spec, .. } => (request, spec.user.as_str()),
-        ClientRequest::SubmitBatch { request, batch } => (request, batch.user.as_str()),
-        ClientRequest::SubmitFlow { request, flow } => (
+    use ClientRequest as R;
+    let (request, scope) = match req {
+        R::Submit { request, spec, .. } => (request, spec.user.clone()),
+        R::SubmitBatch { request, batch } => (request, batch.user.clone()),
+        R::SubmitFlow { request, flow } => (
             request,
-            flow.steps.first().map_or("", |s| s.spec.user.as_str()),
+            flow.steps
+                .first()
+                .map_or(String::new(), |s| s.spec.user.clone()),
         ),
+        R::Cancel { request, job } => (request, format!("cancel {job}")),
+        R::CancelTask { request, task } => (request, format!("cancel {task}")),
+        R::CancelBatch { request, batch } => (request, format!("cancel batch-{batch}")),
+        R::CancelFlow { request, flow } => (request, format!("cancel flow-{flow}")),
+        R::Drain { request, node, .. } => (request, format!("drain {node}")),
+        R::Undrain { request, node } => (request, format!("undrain {node}")),
         _ => return,
     };
-    *request = request.scoped(user);
+    *request = request.scoped(&scope);
 }
 
 fn denied(why: String) -> ErrorReply {

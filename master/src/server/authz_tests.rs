@@ -240,4 +240,19 @@ fn an_idempotency_key_is_bound_to_the_user_it_submits_as() {
         ClientRequestId(1),
         "automatic ids pass"
     );
+    // Another write's key is bound to what it names.
+    let cancel = |job: u64| {
+        let mut r = ClientRequest::Cancel {
+            request: key,
+            job: JobId(job),
+        };
+        bind_idempotency_key(&mut r);
+        match r {
+            ClientRequest::Cancel { request, .. } => request,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(cancel(3), cancel(3));
+    assert_ne!(cancel(3), cancel(4), "one key on two jobs is two requests");
+    assert_ne!(cancel(3), alice);
 }
