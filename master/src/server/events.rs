@@ -46,6 +46,8 @@ pub struct Journal {
     tasks: HashMap<TaskId, TaskState>,
     jobs: HashMap<JobId, &'static str>,
     waiters: HashMap<JobId, Vec<oneshot::Sender<()>>>,
+    /// How many jobs had waiters after the last sweep of closed ones.
+    swept_at: usize,
     /// The last applied index, for streams waiting for more.
     applied: watch::Sender<u64>,
 }
@@ -66,6 +68,7 @@ impl Journal {
             tasks: HashMap::new(),
             jobs: HashMap::new(),
             waiters: HashMap::new(),
+            swept_at: 0,
             applied: watch::channel(0).0,
         }
     }
@@ -206,6 +209,15 @@ impl Journal {
 
     /// Woken at `job`'s next change (or a restore). One waiter per call, dropped with it.
     pub fn wait_job(&mut self, job: JobId) -> oneshot::Receiver<()> {
+        // Waits that timed out on jobs that never changed leave closed wakers: dropped
+        // whenever the map has doubled since the last sweep.
+        if self.waiters.len() >= self.swept_at.max(1024) * 2 {
+            self.waiters.retain(|_, ws| {
+                ws.retain(|w| !w.is_closed());
+                !ws.is_empty()
+            });
+            self.swept_at = self.waiters.len();
+        }
         let (tx, rx) = oneshot::channel();
         let ws = self.waiters.entry(job).or_default();
         ws.retain(|w| !w.is_closed());

@@ -75,3 +75,15 @@ fn a_since_older_than_the_kept_events_is_gone_with_the_oldest() {
     assert_eq!(j.since(last - 1, 100, |_| true), Err(last));
     assert_eq!(j.since(last, 100, |_| true), Ok(Vec::new()));
 }
+
+#[test]
+fn the_wakers_of_waits_that_timed_out_are_swept() {
+    let mut j = Journal::default();
+    for i in 1..=5000 {
+        drop(j.wait_job(JobId(i)));
+    }
+    assert!(j.waiting_jobs() < 2048 + 1, "{}", j.waiting_jobs());
+    let live = j.wait_job(JobId(1));
+    assert!(j.waiting_jobs() >= 1);
+    drop(live);
+}
