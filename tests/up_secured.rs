@@ -40,7 +40,7 @@ fn up_no_demo_prints_exports_with_which_the_cli_works() {
         }
     });
     let mut exports = std::collections::BTreeMap::new();
-    while exports.len() < 3 {
+    while exports.len() < 4 {
         let line = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("up prints its export lines");
@@ -76,7 +76,12 @@ fn up_no_demo_prints_exports_with_which_the_cli_works() {
         "{}",
         String::from_utf8_lossy(&jobs.stderr)
     );
-    for k in ["HETSCHED_MASTERS", "HETSCHED_CERTS_DIR", "HETSCHED_TOKEN"] {
+    for k in [
+        "HETSCHED_MASTERS",
+        "HETSCHED_CERTS_DIR",
+        "HETSCHED_TOKEN",
+        "HETSCHED_API",
+    ] {
         assert!(exports.contains_key(k), "{k} not exported: {exports:?}");
     }
     let created = cli(&["acl", "token", "create", "--user", "carol", "--json"]);
@@ -109,6 +114,7 @@ fn up_no_demo_prints_exports_with_which_the_cli_works() {
                 .is_ok(),
         "first URL {first_url:?}"
     );
+    assert_eq!(exports["HETSCHED_API"], first_url, "one master: its API");
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,

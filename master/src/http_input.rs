@@ -175,6 +175,44 @@ pub struct StaleQuery {
     pub stale: bool,
 }
 
+/// Query of `GET /v1/jobs/{id}/wait` (issue 55).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitQuery {
+    /// Longest wait, a duration (`30s`, the default; at most `10m`).
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+impl WaitQuery {
+    /// The wait in ms.
+    pub fn timeout_ms(&self) -> Result<u64, InputError> {
+        let Some(t) = &self.timeout else {
+            return Ok(30_000);
+        };
+        match hetsched_common::jobfile::parse_duration_ms(t) {
+            Ok(ms) if ms <= 600_000 => Ok(ms),
+            Ok(_) => Err(InputError::new(
+                format!("timeout {t:?} is over 10m"),
+                Some("timeout".into()),
+            )),
+            Err(e) => Err(InputError::new(
+                format!("timeout {t:?}: {e}"),
+                Some("timeout".into()),
+            )),
+        }
+    }
+}
+
+/// Query of `GET /v1/events` (issue 55).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// The log index of the last event seen (default: now; `Last-Event-ID` also counts).
+    #[serde(default)]
+    pub since: Option<u64>,
+}
+
 /// Query of `GET /v1/tasks/{id}/logs`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -5,7 +5,7 @@
 //! step names and cycles exit 2 naming the file and line) before anything is sent; the
 //! leader's state machine checks it again before it hands out an id.
 
-use super::client::{block_on, call, default_user, request_id, short, ReadFlags};
+use super::client::{block_on, call, default_user, keyed_request_id, short, ReadFlags};
 use super::exit;
 use anyhow::anyhow;
 use hetsched_common::flowfile::{self, StepFile};
@@ -23,6 +23,11 @@ pub struct SubmitFlowArgs {
     /// Print one JSON line `{"flow_id", "jobs": {"STEP": JOB, ...}}`.
     #[arg(long)]
     pub json: bool,
+    /// Make the submit idempotent: the same KEY (1 to 64 visible ASCII bytes) from the same
+    /// user within 24 h answers the first flow instead of making another, through leader
+    /// changes (docs/CONTRACT.md).
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
 }
 
 /// `flow`.
@@ -76,7 +81,7 @@ fn step_spec(path: &str, s: &StepFile, user: &str) -> Result<JobSpec, String> {
 pub fn submit(masters: &[String], a: SubmitFlowArgs) -> anyhow::Result<()> {
     let flow = read_flow(&a.file)?;
     let req = ClientRequest::SubmitFlow {
-        request: request_id(),
+        request: keyed_request_id(a.idempotency_key.as_deref())?,
         flow,
     };
     match block_on(call(masters, req, false))?? {

@@ -85,6 +85,11 @@ pub struct Args {
     /// at least as long as clients retry (HETSCHED_CLIENT_TIMEOUT_MS).
     #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
     pub request_retention: std::time::Duration,
+    /// How long the outcome of a submit made with an idempotency key (`submit
+    /// --idempotency-key`, HTTP `Idempotency-Key`) is kept: the same key from the same user
+    /// answers the first job until then.
+    #[arg(long, default_value = "24h", value_name = "DURATION", value_parser = parse_duration)]
+    pub idempotency_retention: std::time::Duration,
     /// Time a preempted task gets between SIGTERM and SIGKILL (S1).
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub preempt_grace: std::time::Duration,
@@ -189,6 +194,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             node_timeout_ms: a.node_timeout_ms.max(500),
             job_gc_after_ms: a.job_gc_after.0.map(|d| d.as_millis() as u64),
             request_retention_ms: a.request_retention.as_millis() as u64,
+            idempotency_retention_ms: a.idempotency_retention.as_millis() as u64,
             preempt_grace_ms: a.preempt_grace.as_millis() as u64,
             probe_period_ms: (a.probe_period.as_millis() as u64).max(1),
             util_epsilon: a.util_epsilon,

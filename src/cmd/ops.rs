@@ -34,7 +34,8 @@ pub struct WatchArgs {
     /// The job (`5`, `job-5`).
     #[arg(value_name = "JOB")]
     pub job: JobId,
-    /// How often to look, e.g. 500ms.
+    /// At most one refresh per DURATION, e.g. 500ms; between two, `watch` waits for the
+    /// job's next change (a long poll, docs/guide/api.md), not polling.
     #[arg(long, default_value = "500ms", value_name = "DURATION")]
     pub interval: String,
     /// Print the final counts as one JSON line (no progress bar).
@@ -315,6 +316,9 @@ impl Progress {
 
 /// `watch`: follows a job until every task has ended; exit 0 when all succeeded, 1 when
 /// any failed or was cancelled.
+/// Longest long poll of one `watch` round (under the client's 10 s call timeout).
+const WATCH_WAIT_MS: u64 = 5_000;
+
 pub fn watch(masters: &[String], a: WatchArgs) -> anyhow::Result<()> {
     let interval = hetsched_common::jobfile::parse_duration_ms(&a.interval)
         .map(Duration::from_millis)
@@ -362,7 +366,19 @@ pub fn watch(masters: &[String], a: WatchArgs) -> anyhow::Result<()> {
             if p.done() == p.tasks {
                 return anyhow::Ok(p);
             }
-            tokio::time::sleep(interval).await;
+            // Issue 55: the job's next change (a long poll, no polling while nothing
+            // happens), then at most one refresh per --interval.
+            let asked = Instant::now();
+            let wait = ClientRequest::WaitJob {
+                job: a.job,
+                timeout_ms: WATCH_WAIT_MS,
+                change: true,
+            };
+            if call(masters, wait, false).await.is_err() {
+                // A master without the long poll: as before, a refresh per interval.
+                tokio::time::sleep(interval).await;
+            }
+            tokio::time::sleep(interval.saturating_sub(asked.elapsed())).await;
         }
     })??;
     if let Some(b) = &bar {

@@ -231,6 +231,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(t) = &token {
         println!("export HETSCHED_TOKEN={t}");
     }
+    // Issue 55: every master's API, for HTTP clients (the Python package follows it).
+    if !cluster.master_http.is_empty() {
+        let scheme = if cluster.client_certs.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let urls: Vec<String> = (cluster.master_http.iter())
+            .map(|h| format!("{scheme}://{h}"))
+            .collect();
+        println!("export HETSCHED_API={}", urls.join(","));
+    }
     {
         use std::io::Write as _;
         let _ = std::io::stdout().flush();

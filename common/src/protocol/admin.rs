@@ -36,6 +36,11 @@ pub struct BugSpec {
     /// tasks start whenever resources allow): `early-start`.
     #[serde(default)]
     pub skip_dependency_gate: bool,
+    /// Issue 55: the leader exits right after a submit (or a flow) committed, before it
+    /// answers: a crash between the commit and the answer, which a retry with the same
+    /// idempotency key must survive with one job.
+    #[serde(default)]
+    pub exit_after_commit: bool,
 }
 
 /// One page of a master's applied Raft log ([`ClientRequest::ExportLog`](super::ClientRequest::ExportLog)).

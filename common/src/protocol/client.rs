@@ -271,6 +271,19 @@ pub enum ClientRequest {
     },
     /// Users against their quotas with DRF shares, and the leader's last hour (`usage`).
     Usage,
+    /// Issue 55: a long poll. Answered (with the job as `Jobs` lists it) when the job ends,
+    /// or with `change` at its next change of state (a task's included), or when
+    /// `timeout_ms` passed (capped at 10 minutes), by whichever master is asked, from its
+    /// own applied state.
+    WaitJob {
+        /// The job.
+        job: JobId,
+        /// Longest wait, ms.
+        timeout_ms: u64,
+        /// Answer at the job's next change rather than at its end.
+        #[serde(default)]
+        change: bool,
+    },
 }
 
 /// Which jobs or tasks a listing returns. Listings are newest first.

@@ -105,6 +105,33 @@ pub(super) fn scope_request(caller: &Caller, req: &mut ClientRequest) {
     }
 }
 
+/// Issue 55: binds a submission's idempotency key to the user it submits as, so that the
+/// same key from two users names two requests (docs/CONTRACT.md, "HTTP API"); another
+/// write's key to what it names (`cancel job-3`), so that one key on two targets names two
+/// requests. Run once, on the leader, after [`scope_request`] named the user: a follower
+/// forwards the request unbound. Automatic request ids pass unchanged.
+pub(super) fn bind_idempotency_key(req: &mut ClientRequest) {
+    use ClientRequest as R;
+    let (request, scope) = match req {
+        R::Submit { request, spec, .. } => (request, spec.user.clone()),
+        R::SubmitBatch { request, batch } => (request, batch.user.clone()),
+        R::SubmitFlow { request, flow } => (
+            request,
+            flow.steps
+                .first()
+                .map_or(String::new(), |s| s.spec.user.clone()),
+        ),
+        R::Cancel { request, job } => (request, format!("cancel {job}")),
+        R::CancelTask { request, task } => (request, format!("cancel {task}")),
+        R::CancelBatch { request, batch } => (request, format!("cancel batch-{batch}")),
+        R::CancelFlow { request, flow } => (request, format!("cancel flow-{flow}")),
+        R::Drain { request, node, .. } => (request, format!("drain {node}")),
+        R::Undrain { request, node } => (request, format!("undrain {node}")),
+        _ => return,
+    };
+    *request = request.scoped(&scope);
+}
+
 fn denied(why: String) -> ErrorReply {
     ErrorReply::new(
         ErrorKind::PermissionDenied,
@@ -141,7 +168,7 @@ fn need(req: &ClientRequest) -> Need {
             Need::SubmitAs(other.map_or(first.unwrap_or_default(), |s| &s.spec.user).to_string())
         }
         R::Flow { flow, .. } | R::CancelFlow { flow, .. } => Need::OwnFlow(*flow),
-        R::Cancel { job, .. } => Need::OwnJob(*job),
+        R::Cancel { job, .. } | R::WaitJob { job, .. } => Need::OwnJob(*job),
         R::CancelTask { task, .. } => Need::OwnTask(*task),
         R::Logs { task, .. } | R::Calls { task } | R::Explain { task } => Need::OwnTask(*task),
         // A user sees its own jobs: one named job must be its own, and a listing another

@@ -207,3 +207,52 @@ fn a_slave_certificate_speaks_only_for_its_own_node() {
     let plain = peer(false, None, None);
     assert_eq!(a.check_slave_name(&plain, &steal(n2)), Ok(()));
 }
+
+#[test]
+fn an_idempotency_key_is_bound_to_the_user_it_submits_as() {
+    let key = ClientRequestId::from_key("sweep-1").expect("key");
+    let keyed = |user: &str| ClientRequest::Submit {
+        request: key,
+        spec: spec(user, 1, 1),
+        allow_unplaceable: false,
+    };
+    let bound = |mut r: ClientRequest| {
+        bind_idempotency_key(&mut r);
+        match r {
+            ClientRequest::Submit { request, .. } => request,
+            other => panic!("{other:?}"),
+        }
+    };
+    let alice = bound(keyed("alice"));
+    assert!(alice.is_keyed());
+    assert_eq!(
+        alice,
+        bound(keyed("alice")),
+        "a retry names the same request"
+    );
+    assert_ne!(
+        alice,
+        bound(keyed("bob")),
+        "another user's equal key is another request"
+    );
+    assert_eq!(
+        bound(submit_as("alice")),
+        ClientRequestId(1),
+        "automatic ids pass"
+    );
+    // Another write's key is bound to what it names.
+    let cancel = |job: u64| {
+        let mut r = ClientRequest::Cancel {
+            request: key,
+            job: JobId(job),
+        };
+        bind_idempotency_key(&mut r);
+        match r {
+            ClientRequest::Cancel { request, .. } => request,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(cancel(3), cancel(3));
+    assert_ne!(cancel(3), cancel(4), "one key on two jobs is two requests");
+    assert_ne!(cancel(3), alice);
+}

@@ -26,7 +26,9 @@ fn start(cfg: &MasterConfig) -> Result<Master, Error> {
     let mut raft_cfg = RaftConfig::new(cfg.id, cfg.peers.clone(), cfg.data_dir.join("raft"));
     raft_cfg.join = cfg.join;
     raft_cfg.snapshot_entries = cfg.snapshot_entries;
-    let raft = Consensus::start(raft_cfg, Replicated::new(state.clone(), applied_tx))?;
+    let events = Arc::new(std::sync::Mutex::new(super::events::Journal::default()));
+    let replicated = Replicated::new(state.clone(), applied_tx, events.clone());
+    let raft = Consensus::start(raft_cfg, replicated)?;
     let shared = MasterShared {
         id: MasterId(cfg.id),
         peers: Arc::new(cfg.peers.clone()),
@@ -71,6 +73,7 @@ fn start(cfg: &MasterConfig) -> Result<Master, Error> {
         token_cache: Default::default(),
         reasons,
         heartbeats,
+        events,
         admission: Arc::new(std::sync::Mutex::new(crate::backpressure::Admission::new(
             cfg.admission,
         ))),

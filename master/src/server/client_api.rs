@@ -40,9 +40,13 @@ fn checked_on_the_leader(req: &ClientRequest) -> bool {
 
 impl Master {
     /// Answers one client request.
-    pub(crate) async fn client(&self, req: ClientRequest) -> Result<ClientResponse, ErrorReply> {
+    pub(crate) async fn client(
+        &self,
+        mut req: ClientRequest,
+    ) -> Result<ClientResponse, ErrorReply> {
         if checked_on_the_leader(&req) {
             self.require_leader()?;
+            super::authz::bind_idempotency_key(&mut req);
         }
         use ClientRequest as R;
         match req {
@@ -124,6 +128,11 @@ impl Master {
                     .await
             }
             R::Usage => self.query(false, |q| Ok(q.usage())).await,
+            R::WaitJob {
+                job,
+                timeout_ms,
+                change,
+            } => self.wait_job(job, timeout_ms, change).await,
             R::Nodes { stale } => self.query(stale, |q| Ok(q.nodes(&self.engine_loads))).await,
             R::PriorityConfig { stale } => self.query(stale, |q| Ok(q.priority_config())).await,
             R::Profiles { stale } => self.query(stale, |q| Ok(q.profiles())).await,
@@ -240,7 +249,7 @@ impl Master {
     }
 
     /// A read: the barrier (unless `stale`), then the answer over the applied state.
-    async fn query(
+    pub(super) async fn query(
         &self,
         stale: bool,
         answer: impl FnOnce(&ClientQueries<'_>) -> Result<ClientResponse, ErrorReply>,

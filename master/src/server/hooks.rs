@@ -49,12 +49,42 @@ impl AdminHooks {
         let bugs = self.bugs.clone();
         Arc::new(move |msg, peer| {
             let on = bugs.lock().map(|b| b.clone()).unwrap_or_default();
-            match fake_answer(&on, &msg, leading()) {
-                Some(answer) => Box::pin(async move { Some(answer) }),
-                None => inner(msg, peer),
+            if let Some(answer) = fake_answer(&on, &msg, leading()) {
+                return Box::pin(async move { Some(answer) });
             }
+            if !(on.exit_after_commit && leading() && is_submit(&msg)) {
+                return inner(msg, peer);
+            }
+            let answer = inner(msg, peer);
+            Box::pin(async move {
+                let answer = answer.await;
+                if answer.as_ref().is_some_and(committed) {
+                    tracing::error!("deliberate bug exit-after-commit: exiting before the answer");
+                    std::process::exit(EXIT_AFTER_COMMIT);
+                }
+                answer
+            })
         })
     }
+}
+
+/// The exit status of a master the `exit_after_commit` bug stopped.
+const EXIT_AFTER_COMMIT: i32 = 86;
+
+/// A submission of a job or a flow.
+fn is_submit(msg: &Message) -> bool {
+    matches!(
+        msg,
+        Message::Client(ClientRequest::Submit { .. } | ClientRequest::SubmitFlow { .. })
+    )
+}
+
+/// An answer that says a submission committed.
+fn committed(answer: &Message) -> bool {
+    matches!(
+        answer,
+        Message::ClientReply(ClientResponse::Submitted { .. } | ClientResponse::FlowSubmitted(_))
+    )
 }
 
 /// The answer to `SetBugs` anywhere but the admin port's layer (the HTTP API has no route
@@ -140,6 +170,7 @@ mod tests {
         let on = BugSpec {
             ack_before_commit: true,
             skip_dependency_gate: true,
+            ..BugSpec::default()
         };
         let set = Message::Client(ClientRequest::SetBugs(on.clone()));
         assert_eq!(

@@ -32,10 +32,12 @@ mod client_queries;
 mod config;
 mod dependency_checks;
 mod duties_executor;
+pub(crate) mod events;
 mod forward_query;
 mod heartbeats;
 mod hooks;
 mod http;
+mod job_wait;
 mod logs;
 mod net;
 mod ports;
@@ -124,4 +126,6 @@ pub struct Master {
     reasons: Arc<waiting::WaitReasons>,
     /// Heartbeats answered on the network threads, drained by the duties executor.
     heartbeats: Arc<heartbeats::HeartbeatDesk>,
+    /// Issue 55: job and task state changes of the applied entries (this master's).
+    events: Arc<std::sync::Mutex<events::Journal>>,
 }

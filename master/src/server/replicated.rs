@@ -2,12 +2,13 @@
 //! counters): decodes committed entries, applies them, and tells the leader-duties actor
 //! what changed.
 
+use super::events::Journal;
 use hetsched_common::NodeId;
 use hetsched_consensus::StateMachine;
 use hetsched_master_core::state::{
     command_nodes, touched_nodes, CommandEnvelope, Outcome, Replica,
 };
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::mpsc;
 
 /// One applied entry, as seen by the leader duties.
@@ -26,12 +27,39 @@ pub struct Applied {
 pub struct Replicated {
     state: Arc<RwLock<Replica>>,
     applied: mpsc::UnboundedSender<Applied>,
+    /// Issue 55: the job and task changes of every applied entry.
+    events: Arc<Mutex<Journal>>,
 }
 
 impl Replicated {
     /// Wraps shared state.
-    pub fn new(state: Arc<RwLock<Replica>>, applied: mpsc::UnboundedSender<Applied>) -> Self {
-        Self { state, applied }
+    pub fn new(
+        state: Arc<RwLock<Replica>>,
+        applied: mpsc::UnboundedSender<Applied>,
+        events: Arc<Mutex<Journal>>,
+    ) -> Self {
+        Self {
+            state,
+            applied,
+            events,
+        }
+    }
+
+    /// Tells the journal what entry `index` changed (`restored`: the state was replaced).
+    fn journal(&self, index: u64, restored: bool) {
+        let s = match self.state.read() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        };
+        let mut j = match self.events.lock() {
+            Ok(j) => j,
+            Err(p) => p.into_inner(),
+        };
+        if restored {
+            j.restored(index, &s);
+        } else {
+            j.record(index, &s);
+        }
     }
 }
 
@@ -60,6 +88,7 @@ impl StateMachine for Replicated {
                 Outcome::Rejected(e)
             }
         };
+        self.journal(index, false);
         metrics::counter!("hetsched_master_commands_applied_total").increment(1);
         let _ = self.applied.send(Applied {
             index,
@@ -78,10 +107,12 @@ impl StateMachine for Replicated {
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
         let restored = Replica::from_bytes(snapshot)?;
+        let index = restored.last_index();
         match self.state.write() {
             Ok(mut s) => *s = restored,
             Err(p) => *p.into_inner() = restored,
         }
+        self.journal(index, true);
         // Index 0 marks a restore: every derived cache must be rebuilt.
         let _ = self.applied.send(Applied {
             index: 0,

@@ -112,6 +112,7 @@ async fn bug_on(admins: &[String], bug: &str) -> anyhow::Result<()> {
     let spec = BugSpec {
         ack_before_commit: bug == "ack-before-commit",
         skip_dependency_gate: bug == "skip-dependency-gate",
+        ..BugSpec::default()
     };
     for admin in admins {
         call(

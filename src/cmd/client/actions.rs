@@ -2,7 +2,7 @@
 //! member listing that shares their command).
 
 use super::args::{CancelArgs, MembersAction, MembersArgs, SubmitArgs};
-use super::call::{block_on, call, request_id, short};
+use super::call::{block_on, call, keyed_request_id, request_id, short};
 use super::spec::submission_from;
 use crate::cmd::{exit, table};
 use anyhow::anyhow;
@@ -16,7 +16,7 @@ pub fn submit(masters: &[String], a: SubmitArgs) -> anyhow::Result<()> {
         return crate::cmd::config::dry_run(masters, submission.spec, a.json);
     }
     let req = ClientRequest::Submit {
-        request: request_id(),
+        request: keyed_request_id(a.idempotency_key.as_deref())?,
         spec: submission.spec,
         allow_unplaceable: submission.allow_unplaceable,
     };

@@ -63,6 +63,11 @@ pub struct SubmitArgs {
     /// without it the leader refuses such a job with why (exit 2).
     #[arg(long)]
     pub allow_unplaceable: bool,
+    /// Make the submit idempotent: the same KEY (1 to 64 visible ASCII bytes) from the same
+    /// user within 24 h answers the first job instead of making another, through leader
+    /// changes (docs/CONTRACT.md).
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
     /// An API program (TOML, `[[call]]` tables) each task runs instead of a command: each
     /// call runs on the best available engine of the task's node (see `hetsched calls`).
     #[arg(long, value_name = "FILE", conflicts_with = "command")]

@@ -114,9 +114,20 @@ pub fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
     Ok(rt.block_on(f))
 }
 
-/// A random client request id.
+/// A random client request id: the command's own retries (elections, restarts) send it
+/// again, so that they apply once (kept `master --request-retention`).
 pub fn request_id() -> ClientRequestId {
     let seed = hetsched_common::rng::seed_from_env("HETSCHED_NO_SUCH_VAR")
         ^ (std::process::id() as u64) << 32;
-    ClientRequestId(hetsched_common::rng::SplitMix64::new(seed).next_u64())
+    ClientRequestId::automatic(hetsched_common::rng::SplitMix64::new(seed).next_u64())
+}
+
+/// Issue 55: the request id of `--idempotency-key KEY` (the same key from the same user
+/// answers the first job for 24 h, whoever sends it), else a random one.
+pub fn keyed_request_id(key: Option<&str>) -> anyhow::Result<ClientRequestId> {
+    match key {
+        Some(k) => ClientRequestId::from_key(k)
+            .map_err(|why| exit::bad_input(format!("--idempotency-key {k:?}: {why}"))),
+        None => Ok(request_id()),
+    }
 }

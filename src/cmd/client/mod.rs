@@ -24,7 +24,7 @@ pub use actions::{cancel, members, submit};
 pub use args::{
     CancelArgs, JobsArgs, ListArgs, MembersArgs, ReadFlags, StatusArgs, SubmitArgs, TasksArgs,
 };
-pub use call::{block_on, call, request_id, short};
+pub use call::{block_on, call, keyed_request_id, request_id, short};
 pub use explain::{explain, ExplainArgs};
 pub use listings::{jobs, nodes, status, tasks};
 pub use spec::{default_user, read_job_file};

@@ -18,6 +18,9 @@ pub struct DutiesConfig {
     pub job_gc_after_ms: Option<u64>,
     /// Client request outcomes are kept this long (at least the client retry window).
     pub request_retention_ms: u64,
+    /// Issue 55: outcomes of requests made from a user's idempotency key are kept this
+    /// long (`--idempotency-retention`, 24 h).
+    pub idempotency_retention_ms: u64,
     /// How often garbage collection looks for work.
     pub gc_period_ms: u64,
     /// Time a preempted task gets between SIGTERM and SIGKILL (`--preempt-grace`).
@@ -39,6 +42,7 @@ impl Default for DutiesConfig {
             lost_after_ms: 3_000,
             job_gc_after_ms: Some(3_600_000),
             request_retention_ms: 600_000,
+            idempotency_retention_ms: 86_400_000,
             gc_period_ms: 1_000,
             preempt_grace_ms: 10_000,
             probe_period_ms: 90_000,

@@ -71,13 +71,18 @@ impl DutiesCore {
             .job_gc_after_ms
             .map(|after| now.wall_ms.saturating_sub(after));
         let requests_before = Some(now.wall_ms.saturating_sub(self.cfg.request_retention_ms));
-        if view.gc_due(jobs_before, requests_before) {
+        let keyed_before = Some(
+            now.wall_ms
+                .saturating_sub(self.cfg.idempotency_retention_ms),
+        );
+        if view.gc_due(jobs_before, requests_before, keyed_before) {
             l.gc_in_flight = true;
             fx.push(Effect::Propose {
                 tag: ProposalTag::Gc,
                 command: Command::GcJobs {
                     jobs_finished_before_ms: jobs_before,
                     requests_before_ms: requests_before,
+                    keyed_requests_before_ms: keyed_before,
                 },
             });
         }

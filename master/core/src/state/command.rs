@@ -138,6 +138,11 @@ pub enum Command {
         /// Client request outcomes applied before this are forgotten.
         #[serde(default)]
         requests_before_ms: Option<u64>,
+        /// Issue 55: outcomes of requests made from a user's idempotency key
+        /// ([`ClientRequestId::is_keyed`]) applied before this are forgotten (absent, as
+        /// in a log written before keyed ids: `requests_before_ms` counts for them too).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        keyed_requests_before_ms: Option<u64>,
     },
     /// A new priority configuration (S1); its version is the previous one + 1.
     SetPriorityConfig {

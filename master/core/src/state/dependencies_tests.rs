@@ -70,6 +70,7 @@ fn a_dependency_on_an_unknown_or_collected_job_is_refused_and_changes_nothing() 
     l.apply_bare(Command::GcJobs {
         jobs_finished_before_ms: Some(u64::MAX),
         requests_before_ms: None,
+        keyed_requests_before_ms: None,
     });
     assert!(l.s.job_was_collected(a));
     let mut s = spec(1, 1, 0);
@@ -233,15 +234,16 @@ fn a_job_with_open_dependents_is_not_collected() {
     let gc = || Command::GcJobs {
         jobs_finished_before_ms: Some(u64::MAX),
         requests_before_ms: None,
+        keyed_requests_before_ms: None,
     };
-    assert!(!l.s.gc_due(Some(u64::MAX), None), "a is held for b");
+    assert!(!l.s.gc_due(Some(u64::MAX), None, None), "a is held for b");
     l.apply_bare(gc());
     assert!(l.s.job(a).is_some());
     // A snapshot taken now restores to the same state (the book and the order rebuilt).
     let restored = ClusterState::from_bytes(&l.s.to_bytes()).expect("restore");
     assert_eq!(restored, l.s);
     run(&mut l, bt[0], 0);
-    assert!(l.s.gc_due(Some(u64::MAX), None));
+    assert!(l.s.gc_due(Some(u64::MAX), None, None));
     l.apply_bare(gc());
     assert!(l.s.job(a).is_none() && l.s.job(b).is_none());
 }
@@ -251,9 +253,9 @@ fn a_job_submitted_after_a_finished_one_holds_it_back_from_collection() {
     let mut l = log();
     let (a, at) = job(&mut l, 1, |_| {});
     run(&mut l, at[0], 0);
-    assert!(l.s.gc_due(Some(u64::MAX), None));
+    assert!(l.s.gc_due(Some(u64::MAX), None, None));
     let (_, bt) = job(&mut l, 1, |s| s.after = vec![a]);
-    assert!(!l.s.gc_due(Some(u64::MAX), None));
+    assert!(!l.s.gc_due(Some(u64::MAX), None, None));
     assert_eq!(
         l.s.task(bt[0]).map(|t| t.status.state),
         Some(TaskState::Pending),

@@ -183,6 +183,7 @@ fn the_record_survives_a_snapshot_and_goes_when_its_jobs_are_collected() {
     l.apply_bare(Command::GcJobs {
         jobs_finished_before_ms: Some(u64::MAX),
         requests_before_ms: None,
+        keyed_requests_before_ms: None,
     });
     assert!(l.s.jobs().is_empty());
     assert_eq!(l.s.flow_info(1), None);

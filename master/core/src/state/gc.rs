@@ -30,14 +30,20 @@ pub(super) struct GcRules<'a> {
 
 impl GcRules<'_> {
     /// Removes finished jobs (with their tasks) that finished before `jobs_before`, and
-    /// client request outcomes older than `requests_before`.
+    /// client request outcomes older than `requests_before` (keyed ones: `keyed_before`).
     pub(super) fn collect(
         &mut self,
         jobs_before: Option<u64>,
         requests_before: Option<u64>,
+        keyed_before: Option<u64>,
     ) -> Outcome {
         let (jobs, tasks) = jobs_before.map_or((0, 0), |cut| self.collect_jobs(cut));
-        let requests = requests_before.map_or(0, |cut| self.requests.forget_before(cut));
+        let requests = match (requests_before, keyed_before) {
+            (None, None) => 0,
+            (cut, keyed) => {
+                (self.requests).forget_before(cut.unwrap_or(0), Some(keyed.or(cut).unwrap_or(0)))
+            }
+        };
         Outcome::Collected {
             jobs,
             tasks,

@@ -15,7 +15,7 @@ fn collect(l: &mut Log, jobs_before: Option<u64>) -> Outcome {
         requests: &mut l.s.requests,
         nodes: &l.s.nodes,
     }
-    .collect(jobs_before, None)
+    .collect(jobs_before, None, None)
 }
 
 fn cancel(l: &mut Log, job: JobId) {

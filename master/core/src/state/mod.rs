@@ -265,6 +265,12 @@ impl ClusterState {
         self.tasks.all()
     }
 
+    /// Issue 55: the tasks the last applied entry added or handed out for change (some
+    /// maybe unchanged): what the master's event stream compares. Not state.
+    pub fn touched_tasks(&self) -> &BTreeSet<TaskId> {
+        self.tasks.touched()
+    }
+
     /// One task.
     pub fn task(&self, id: TaskId) -> Option<&Task> {
         self.tasks.get(&id)
@@ -320,6 +326,7 @@ impl ClusterState {
             request,
             command,
         } = env;
+        self.tasks.clear_touched();
         self.applied(index, at_ms, request, |s| {
             let outcome = s.dispatch(index, at_ms, command);
             s.follow_dependencies(&outcome);
@@ -420,9 +427,12 @@ impl ClusterState {
             Command::GcJobs {
                 jobs_finished_before_ms,
                 requests_before_ms,
-            } => self
-                .gc_rules()
-                .collect(jobs_finished_before_ms, requests_before_ms),
+                keyed_requests_before_ms,
+            } => self.gc_rules().collect(
+                jobs_finished_before_ms,
+                requests_before_ms,
+                keyed_requests_before_ms,
+            ),
             Command::SetPriorityConfig { config } => self.set_priority(config),
             Command::RecordProfile {
                 node,

@@ -1,8 +1,10 @@
 //! The request book: client request de-duplication. Each request id's outcome is kept
 //! (compactly) for the retry window, so a retried request applies once and is answered as
-//! the first time; `GcJobs` forgets outcomes older than its cut-off. It owns the outcomes,
-//! their order in time (derived, rebuilt on restore) and the legacy map of snapshots
-//! written before compact outcomes existed; nothing else in the state reads them.
+//! the first time; `GcJobs` forgets outcomes older than its cut-offs: automatic ids after
+//! the retry window, ids made from a user's idempotency key
+//! ([`ClientRequestId::is_keyed`]) after their own (24 h). It owns the outcomes, their
+//! order in time (derived, rebuilt on restore) and the legacy map of snapshots written
+//! before compact outcomes existed; nothing else in the state reads them.
 
 use super::command::Outcome;
 use hetsched_common::{ClientRequestId, JobId, TaskId};
@@ -17,8 +19,10 @@ pub struct RequestBook {
     /// Snapshots written before compact request outcomes existed carry this; it is folded
     /// into `recent` on restore and never written again.
     legacy: BTreeMap<ClientRequestId, Outcome>,
-    /// `recent` in time order (derived).
+    /// The automatic ids of `recent` in time order (derived).
     by_time: BTreeSet<(u64, ClientRequestId)>,
+    /// The keyed ids of `recent` in time order (derived).
+    keyed_by_time: BTreeSet<(u64, ClientRequestId)>,
 }
 
 impl RequestBook {
@@ -31,6 +35,7 @@ impl RequestBook {
             recent,
             legacy,
             by_time: BTreeSet::new(),
+            keyed_by_time: BTreeSet::new(),
         }
     }
 
@@ -63,19 +68,30 @@ impl RequestBook {
                 outcome: RequestOutcome::compact(outcome),
             },
         );
-        self.by_time.insert((at_ms, request));
+        self.order_mut(request).insert((at_ms, request));
     }
 
-    /// Forgets the outcomes recorded before `cut`; returns how many.
-    pub(super) fn forget_before(&mut self, cut: u64) -> u64 {
-        let due: Vec<(u64, ClientRequestId)> = self
-            .by_time
-            .range(..(cut, ClientRequestId(0)))
+    /// The time order `request` belongs to.
+    fn order_mut(&mut self, request: ClientRequestId) -> &mut BTreeSet<(u64, ClientRequestId)> {
+        if request.is_keyed() {
+            &mut self.keyed_by_time
+        } else {
+            &mut self.by_time
+        }
+    }
+
+    /// Forgets the automatic outcomes recorded before `cut` and the keyed ones recorded
+    /// before `keyed_cut` (`None`, as in a log written before keyed ids existed: before
+    /// `cut` too); returns how many.
+    pub(super) fn forget_before(&mut self, cut: u64, keyed_cut: Option<u64>) -> u64 {
+        let keyed_cut = keyed_cut.unwrap_or(cut);
+        let due: Vec<(u64, ClientRequestId)> = (self.by_time.range(..(cut, ClientRequestId(0))))
+            .chain(self.keyed_by_time.range(..(keyed_cut, ClientRequestId(0))))
             .copied()
             .collect();
         let mut forgotten = 0;
         for key in due {
-            self.by_time.remove(&key);
+            self.order_mut(key.1).remove(&key);
             if self.recent.remove(&key.1).is_some() {
                 forgotten += 1;
             }
@@ -83,9 +99,16 @@ impl RequestBook {
         forgotten
     }
 
-    /// Whether an outcome was recorded before `cut`.
-    pub(super) fn any_before(&self, cut: u64) -> bool {
+    /// Whether an automatic outcome was recorded before `cut`, or a keyed one before
+    /// `keyed_cut`.
+    pub(super) fn any_before(&self, cut: u64, keyed_cut: Option<u64>) -> bool {
         self.by_time.first().is_some_and(|r| r.0 < cut)
+            || (self.keyed_by_time.first()).is_some_and(|r| r.0 < keyed_cut.unwrap_or(cut))
+    }
+
+    /// How many keyed outcomes are remembered.
+    pub fn keyed(&self) -> usize {
+        self.keyed_by_time.len()
     }
 
     /// Folds the legacy outcomes in (as applied at `at_ms`, the snapshot's clock) and
@@ -97,7 +120,12 @@ impl RequestBook {
                 outcome: RequestOutcome::compact(&o),
             });
         }
-        self.by_time = self.recent.iter().map(|(r, v)| (v.at_ms, *r)).collect();
+        let (keyed, automatic) = self.recent.iter().partition(|(r, _)| r.is_keyed());
+        let order = |m: BTreeMap<&ClientRequestId, &RecentRequest>| {
+            m.into_iter().map(|(r, v)| (v.at_ms, *r)).collect()
+        };
+        self.by_time = order(automatic);
+        self.keyed_by_time = order(keyed);
     }
 }
 

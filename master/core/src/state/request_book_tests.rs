@@ -50,13 +50,43 @@ fn outcomes_before_the_cut_are_forgotten_in_time_order() {
     for (req, at) in [(1, 30), (2, 10), (3, 20)] {
         book.record(ClientRequestId(req), at, &Outcome::TaskUpdated);
     }
-    assert!(book.any_before(11));
-    assert!(!book.any_before(10));
-    assert_eq!(book.forget_before(25), 2);
+    assert!(book.any_before(11, None));
+    assert!(!book.any_before(10, None));
+    assert_eq!(book.forget_before(25, None), 2);
     assert!(!book.applied(ClientRequestId(2)));
     assert!(!book.applied(ClientRequestId(3)));
     assert!(book.applied(ClientRequestId(1)));
-    assert!(!book.any_before(30));
+    assert!(!book.any_before(30, None));
+}
+
+#[test]
+fn keyed_outcomes_stay_until_their_own_cut() {
+    let mut book = RequestBook::default();
+    let keyed = ClientRequestId::from_key("k").expect("key").scoped("alice");
+    book.record(keyed, 10, &submitted(1, 1, 1));
+    book.record(ClientRequestId(2), 10, &submitted(2, 2, 1));
+    assert_eq!(book.keyed(), 1);
+    assert!(book.any_before(11, Some(5)), "the automatic one is due");
+    assert_eq!(book.forget_before(11, Some(5)), 1);
+    assert!(book.applied(keyed), "kept: its window is longer");
+    assert!(!book.any_before(11, Some(5)));
+    assert!(book.any_before(11, Some(11)));
+    assert_eq!(book.forget_before(11, Some(11)), 1);
+    assert!(!book.applied(keyed));
+    // A log written before keyed ids: one cut for all.
+    book.record(keyed, 20, &submitted(1, 1, 1));
+    assert_eq!(book.forget_before(21, None), 1);
+}
+
+#[test]
+fn a_restored_book_keeps_keyed_outcomes_apart() {
+    let keyed = ClientRequestId::from_key("k").expect("key").scoped("bob");
+    let mut book = RequestBook::default();
+    book.record(keyed, 10, &submitted(1, 1, 1));
+    book.record(ClientRequestId(2), 10, &submitted(2, 2, 1));
+    let mut restored = RequestBook::from_snapshot(book.recent().clone(), BTreeMap::new());
+    restored.rebuild(0);
+    assert_eq!(restored, book);
 }
 
 #[test]
@@ -66,6 +96,6 @@ fn legacy_outcomes_fold_in_at_the_snapshots_clock() {
     book.rebuild(500);
     assert!(book.legacy().is_empty());
     assert_eq!(book.recent()[&ClientRequestId(4)].at_ms, 500);
-    assert!(!book.any_before(500));
-    assert!(book.any_before(501));
+    assert!(!book.any_before(500, None));
+    assert!(book.any_before(501, None));
 }

@@ -27,7 +27,22 @@ pub struct TaskBook {
     awaiting: BTreeMap<TaskId, Awaited>,
     /// The last task id handed out.
     next: u64,
+    /// Issue 55: the tasks handed out for change by the entry being applied (not state).
+    touched: Touched,
 }
+
+/// The tasks an entry handed out for change: what the master's event stream compares
+/// (issue 55). Not state: never encoded, equal to any other, emptied before each entry.
+#[derive(Clone, Debug, Default)]
+pub struct Touched(BTreeSet<TaskId>);
+
+impl PartialEq for Touched {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Touched {}
 
 impl TaskBook {
     /// The book a snapshot describes.
@@ -42,6 +57,7 @@ impl TaskBook {
             pending,
             awaiting,
             next,
+            touched: Touched::default(),
         }
     }
 
@@ -55,6 +71,7 @@ impl TaskBook {
             pending: self.pending.clone(),
             awaiting: self.awaiting.clone(),
             next: self.next,
+            touched: Touched::default(),
         }
     }
 
@@ -87,7 +104,19 @@ impl TaskBook {
 
     /// One task, to change.
     pub(super) fn get_mut(&mut self, id: &TaskId) -> Option<&mut Task> {
-        self.tasks.get_mut(id)
+        let task = self.tasks.get_mut(id)?;
+        self.touched.0.insert(*id);
+        Some(task)
+    }
+
+    /// The tasks the last entry handed out for change (added or changed; maybe unchanged).
+    pub fn touched(&self) -> &BTreeSet<TaskId> {
+        &self.touched.0
+    }
+
+    /// Starts a new entry's list of touched tasks.
+    pub(super) fn clear_touched(&mut self) {
+        self.touched.0.clear();
     }
 
     /// Whether `id` is in the table.
@@ -109,6 +138,7 @@ impl TaskBook {
 
     /// Adds a task.
     pub(super) fn insert(&mut self, id: TaskId, task: Task) {
+        self.touched.0.insert(id);
         self.tasks.insert(id, task);
     }
 

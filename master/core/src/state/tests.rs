@@ -122,6 +122,28 @@ fn task_runs_to_success_and_releases_resources() {
 }
 
 #[test]
+fn an_entry_names_the_tasks_it_touched_and_the_next_starts_over() {
+    let mut l = Log::new();
+    let n = l.register(7, 2);
+    assert!(l.state.touched_tasks().is_empty());
+    let t = l.submit(2, 500);
+    assert_eq!(
+        l.state.touched_tasks().iter().copied().collect::<Vec<_>>(),
+        t
+    );
+    l.assign(t[1], n);
+    assert_eq!(
+        l.state.touched_tasks().iter().collect::<Vec<_>>(),
+        vec![&t[1]]
+    );
+    let before = l.state.clone();
+    l.register(8, 2);
+    assert!(l.state.touched_tasks().is_empty());
+    assert_ne!(before.touched_tasks(), l.state.touched_tasks());
+    assert_eq!(before.tasks(), l.state.tasks(), "not state");
+}
+
+#[test]
 fn registration_is_idempotent_on_key() {
     let mut l = Log::new();
     let a = l.register(11, 2);
@@ -355,6 +377,7 @@ fn retried_requests_get_the_compact_outcome_back_until_collected() {
     let o = l.apply(Command::GcJobs {
         jobs_finished_before_ms: None,
         requests_before_ms: Some(1000 + l.index + 1),
+        keyed_requests_before_ms: None,
     });
     assert!(matches!(o, Outcome::Collected { requests: 1, .. }), "{o:?}");
     assert_ne!(submit(&mut l), first);
@@ -380,12 +403,13 @@ fn finished_jobs_are_collected_and_restore_keeps_retention() {
     // The snapshot round trip rebuilds what is derived.
     let restored = ClusterState::from_bytes(&l.state.to_bytes()).expect("restore");
     assert_eq!(restored, l.state);
-    assert!(l.state.gc_due(Some(finished_at + 1), None));
-    assert!(!l.state.gc_due(Some(finished_at), None));
+    assert!(l.state.gc_due(Some(finished_at + 1), None, None));
+    assert!(!l.state.gc_due(Some(finished_at), None, None));
     let before = l.state.state_bytes();
     let o = l.apply(Command::GcJobs {
         jobs_finished_before_ms: Some(finished_at + 1),
         requests_before_ms: None,
+        keyed_requests_before_ms: None,
     });
     assert_eq!(
         o,

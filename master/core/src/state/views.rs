@@ -517,10 +517,15 @@ impl ClusterState {
     }
 
     /// Whether a `GcJobs` with these cut-offs would remove anything (the leader asks before
-    /// proposing one).
-    pub fn gc_due(&self, jobs_before: Option<u64>, requests_before: Option<u64>) -> bool {
+    /// proposing one; `keyed_before`: the cut-off of idempotency-key outcomes, issue 55).
+    pub fn gc_due(
+        &self,
+        jobs_before: Option<u64>,
+        requests_before: Option<u64>,
+        keyed_before: Option<u64>,
+    ) -> bool {
         jobs_before.is_some_and(|cut| self.jobs.any_finished_before(cut))
-            || requests_before.is_some_and(|cut| self.requests.any_before(cut))
+            || requests_before.is_some_and(|cut| self.requests.any_before(cut, keyed_before))
     }
 
     /// Whether a client request id has applied (and its outcome is still remembered).

@@ -639,6 +639,7 @@ impl Generator {
                 Command::GcJobs {
                     jobs_finished_before_ms: Some(self.now),
                     requests_before_ms: Some(self.now.saturating_sub(10_000)),
+                    keyed_requests_before_ms: None,
                 },
                 None,
             );
@@ -772,6 +773,7 @@ impl Generator {
                 requests_before_ms: self
                     .chance(60)
                     .then(|| self.now.saturating_sub(self.rng.below(20_000))),
+                keyed_requests_before_ms: None,
             },
             875..=894 => Command::DrainNode {
                 node: self.any_node(s),

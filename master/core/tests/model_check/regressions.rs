@@ -33,6 +33,7 @@ fn gc_waits_for_the_stopping_attempts_of_a_cancelled_job() {
     let gc = Command::GcJobs {
         jobs_finished_before_ms: Some(u64::MAX),
         requests_before_ms: None,
+        keyed_requests_before_ms: None,
     };
     b.push(gc.clone());
     let s = clean(&b.log);

@@ -23,6 +23,8 @@ pub(super) fn routes() -> Vec<Route> {
         r("POST", "/v1/jobs", post(submit)),
         r("GET", "/v1/jobs", get(jobs)),
         r("GET", "/v1/jobs/{id}", get(job)),
+        r("GET", "/v1/jobs/{id}/wait", get(super::api_wait::wait)),
+        r("GET", "/v1/events", get(super::api_wait::events)),
         r("DELETE", "/v1/jobs/{id}", delete(cancel)),
         r("POST", "/v1/flows", post(submit_flow)),
         r("GET", "/v1/flows/{id}", get(flow)),
@@ -39,20 +41,18 @@ pub(super) fn routes() -> Vec<Route> {
 }
 
 /// A fresh client request id; a client may pin one with the `Idempotency-Key` header (a
-/// number) so that a retried POST applies once.
+/// string of 1 to 64 visible ASCII bytes; a number is a key too) so that a retried POST
+/// applies once: on a submit or a flow, the same key from the same user answers the first
+/// job for 24 h (issue 55).
 fn request_id(headers: &HeaderMap) -> Result<ClientRequestId, ApiError> {
     if let Some(v) = headers.get("idempotency-key") {
-        let text = v.to_str().unwrap_or_default();
-        return text
-            .trim()
-            .parse::<u64>()
-            .map(ClientRequestId)
-            .map_err(|_| {
-                ApiError::bad_input(
-                    format!("Idempotency-Key {text:?} is not a number"),
-                    Some("Idempotency-Key".into()),
-                )
-            });
+        let text = String::from_utf8_lossy(v.as_bytes());
+        return ClientRequestId::from_key(text.trim()).map_err(|why| {
+            ApiError::bad_input(
+                format!("Idempotency-Key {text:?}: {why}"),
+                Some("Idempotency-Key".into()),
+            )
+        });
     }
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let seed = super::super::now_ms()
@@ -60,12 +60,12 @@ fn request_id(headers: &HeaderMap) -> Result<ClientRequestId, ApiError> {
         ^ NEXT
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    Ok(ClientRequestId(
+    Ok(ClientRequestId::automatic(
         hetsched_common::rng::SplitMix64::new(seed).next_u64(),
     ))
 }
 
-fn unexpected(r: &ClientResponse) -> ApiError {
+pub(super) fn unexpected(r: &ClientResponse) -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "internal",
@@ -74,11 +74,11 @@ fn unexpected(r: &ClientResponse) -> ApiError {
 }
 
 /// Reads the query string (absent = empty) through the pure reader the fuzz targets drive.
-fn query<T: serde::de::DeserializeOwned>(raw: Option<String>) -> Result<T, ApiError> {
+pub(super) fn query<T: serde::de::DeserializeOwned>(raw: Option<String>) -> Result<T, ApiError> {
     Ok(http_input::query(raw.as_deref().unwrap_or(""))?)
 }
 
-fn parse_id<T: std::str::FromStr<Err = hetsched_common::Error>>(
+pub(super) fn parse_id<T: std::str::FromStr<Err = hetsched_common::Error>>(
     what: &str,
     s: &str,
 ) -> Result<T, ApiError> {
@@ -180,7 +180,12 @@ async fn job(State(ctx): State<Ctx>, Path(id): Path<String>) -> Result<Json<Valu
             ..ListFilter::default()
         },
     };
-    match ctx.ask(req).await? {
+    the_job(id, ctx.ask(req).await?)
+}
+
+/// The one job of a listing answer, or 404.
+pub(super) fn the_job(id: JobId, answer: ClientResponse) -> Result<Json<Value>, ApiError> {
+    match answer {
         ClientResponse::Jobs(j) => j.into_iter().next().map(|j| Json(json!(j))).ok_or_else(|| {
             ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -12,6 +12,7 @@
 //! warns at start).
 
 mod api;
+mod api_wait;
 mod https;
 mod linger;
 
@@ -91,7 +92,11 @@ fn router(ctx: Ctx) -> Router {
     let mut router = Router::new();
     for route in routes() {
         tracing::trace!(method = route.method, path = route.path, "http route");
-        router = router.route(route.path, route.handler);
+        let counted = (route.handler).layer(axum::middleware::from_fn_with_state(
+            route.path,
+            count_request,
+        ));
+        router = router.route(route.path, counted);
     }
     router
         .fallback(|| async {
@@ -103,6 +108,17 @@ fn router(ctx: Ctx) -> Router {
         ))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(ctx)
+}
+
+/// Counts every request by its route (`hetsched_master_http_requests_total{route}`, the
+/// route as the table writes it: `/v1/jobs/{id}/wait`).
+async fn count_request(
+    axum::extract::State(route): axum::extract::State<&'static str>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    metrics::counter!("hetsched_master_http_requests_total", "route" => route).increment(1);
+    next.run(req).await
 }
 
 /// Serves the API, metrics and dashboard on `listener` until the process stops: HTTPS with
@@ -323,8 +339,13 @@ impl Ctx {
                     }
                 }
             };
+            // A forwarded long poll may take its whole wait on top.
+            let waits = match &req {
+                ClientRequest::WaitJob { timeout_ms, .. } => Duration::from_millis(*timeout_ms),
+                _ => Duration::ZERO,
+            };
             match conn
-                .call(Message::Client(req.clone()), FORWARD_TIMEOUT)
+                .call(Message::Client(req.clone()), FORWARD_TIMEOUT + waits)
                 .await
             {
                 Ok(m) => return Ok(m),
