@@ -145,7 +145,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     use anyhow::Context;
     use hetsched_master::server::{self, DutiesConfig, MasterConfig};
     hetsched_common::telemetry::init_logging("info");
-    super::log_open_file_limit();
     if a.id == 0 {
         anyhow::bail!("--id must be at least 1 (Raft reserves 0)");
     }
@@ -208,6 +207,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let reloader = a
         .security
         .reloader(hetsched_common::certs::Role::Master, Some(a.id.to_string()));
+    // After the flags are checked (a bad one is reported alone), before any socket.
+    super::log_open_file_limit();
     let system = actix::System::new();
     system
         .block_on(async move {

@@ -176,7 +176,6 @@ fn parse_gpu_pool(s: &str) -> Result<GpuPoolChoice, String> {
 /// Runs a slave until stopped.
 pub fn run(a: Args) -> anyhow::Result<()> {
     hetsched_common::telemetry::init_logging("info");
-    super::log_open_file_limit();
     hetsched_common::parse_host_port(&a.listen)?;
     for m in &a.masters {
         hetsched_common::parse_host_port(m)?;
@@ -264,6 +263,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         },
         gpu_pool: a.gpu_pool.0,
     };
+    // After the flags are checked (a bad one is reported alone), before any socket.
+    super::log_open_file_limit();
     let system = actix::System::new();
     system
         .block_on(async move {
