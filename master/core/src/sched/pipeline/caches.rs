@@ -77,6 +77,7 @@ impl IndexedScheduler {
     pub(super) fn rebuild(&mut self, view: &ClusterState) {
         self.books.blocked.changed();
         self.partitions.clear();
+        self.groups.clear();
         // Rebuilding drops every reservation; the next plan restores them.
         self.reserved.clear();
         if let Some(l) = &mut self.loads {
