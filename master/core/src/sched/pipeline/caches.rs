@@ -77,7 +77,6 @@ impl IndexedScheduler {
     pub(super) fn rebuild(&mut self, view: &ClusterState) {
         self.books.blocked.changed();
         self.partitions.clear();
-        self.groups.clear();
         // Rebuilding drops every reservation; the next plan restores them.
         self.reserved.clear();
         if let Some(l) = &mut self.loads {
@@ -90,5 +89,6 @@ impl IndexedScheduler {
                 .map(|n| (n.id, n.free.clone())),
         );
         self.chain.rebuild(view);
+        self.build_views(view);
     }
 }

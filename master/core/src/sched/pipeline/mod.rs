@@ -352,6 +352,15 @@ impl IndexedScheduler {
             self.groups.propose(view, config, &selection, &work);
     }
 
+    /// S4.7: the groups' views built afresh from `view` (with the index, on rebuild).
+    fn build_views(&mut self, view: &ClusterState) {
+        self.groups.clear();
+        let cfg = self.cfg;
+        let selection = |g: u64| Chain::selection(&cfg, g);
+        let config = *self.index.config();
+        self.groups.build(view, config, &selection);
+    }
+
     /// One task through the chain after the queue stage: each stage either decides (the
     /// task is placed, queued, preempts or is stuck) or hands it to the next.
     fn decide<'v>(&mut self, ctx: &mut PlanContext<'v>, head: &PendingTask<'v>) -> Decision {

@@ -201,13 +201,13 @@ impl Groups {
 
     /// Builds the views from `view` when there are none: each its partition's nodes and a
     /// selection stage made by `selection` (seeded per group).
-    fn build(
+    pub fn build(
         &mut self,
         view: &ClusterState,
         config: IndexConfig,
         selection: &dyn Fn(u64) -> SelectionStage,
     ) {
-        if !self.views.is_empty() {
+        if !self.views.is_empty() || !self.on() {
             return;
         }
         for g in 0..self.cfg.groups as usize {
