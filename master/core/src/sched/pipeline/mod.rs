@@ -332,6 +332,7 @@ impl IndexedScheduler {
             .filter_map(|q| QueueStage::admit_queued(now_ms, &none, *q))
             .filter(|h| h.job.spec.program.is_none() && !view.is_gang(h.job.id))
             .filter(|h| !(pools && h.is_gpu()))
+            .filter(|h| !self.books.is_blocked(h))
             .take(self.max_per_plan)
             .collect();
         for h in &heads {

@@ -43,8 +43,8 @@ use super::selection_stage::SelectionStage;
 use super::stage::PendingTask;
 use crate::sched::index::{Candidates, IndexConfig, PlacementIndex, PlacementQuery};
 use crate::state::ClusterState;
-use hetsched_common::{NodeId, TaskId};
-use std::collections::HashMap;
+use hetsched_common::{JobId, NodeId, TaskId};
+use std::collections::{BTreeSet, HashMap};
 
 /// How a plan's selection is split: `groups` is part of the plan's input (the plan depends
 /// on it), `threads` only says how many threads compute the groups' proposals.
@@ -116,12 +116,21 @@ impl View {
     fn propose(&mut self, view: &ClusterState, work: &[Work<'_>]) -> Vec<(TaskId, NodeId)> {
         self.sync(view);
         let mut out = Vec::with_capacity(work.len());
+        // A job's tasks at one priority ask the same of the same nodes, and the view only
+        // shrinks within a plan: once one fits nowhere here, the rest of them are skipped
+        // (as the chain's `stuck` set does).
+        let mut stuck: BTreeSet<(JobId, i64)> = BTreeSet::new();
         for w in work {
+            let key = (w.head.job.id, w.head.t.priority);
+            if stuck.contains(&key) {
+                continue;
+            }
             let mut q = PlacementQuery::new(w.head.req).for_task(w.head.task);
             if let Some(c) = w.allowed {
                 q = q.with_candidates(c);
             }
             let Some(node) = self.selection.place(&mut self.index, &q, w.head.req) else {
+                stuck.insert(key);
                 continue;
             };
             if self.index.take(node, w.head.req).is_some() {
