@@ -162,6 +162,9 @@ pub(super) struct Groups {
 }
 
 impl Groups {
+    /// Fewest proposals a plan needs before it starts threads.
+    const SPAWN_MIN: usize = 64;
+
     /// Groups with this split and no views yet.
     pub fn new(cfg: ParallelConfig) -> Self {
         Self {
@@ -245,13 +248,22 @@ impl Groups {
         selection: &dyn Fn(u64) -> SelectionStage,
         work: &[Work<'_>],
     ) -> Proposals {
+        if work.is_empty() {
+            // Nothing to propose: the views catch up at the next plan that has work (they
+            // re-read the state then, so when they do does not change what they hold).
+            return Proposals::default();
+        }
         self.build(view, config, selection);
         let g = self.views.len();
         let mut dealt: Vec<Vec<Work<'_>>> = vec![Vec::new(); g];
         for (i, w) in work.iter().enumerate() {
             dealt[i % g].push(*w);
         }
-        let threads = (self.cfg.threads.max(1) as usize).min(g);
+        // A thread costs more to start than a few searches: small plans run on this one.
+        let threads = match work.len() {
+            n if n < Self::SPAWN_MIN => 1,
+            _ => (self.cfg.threads.max(1) as usize).min(g),
+        };
         let mut buckets: Vec<Vec<(&mut View, &[Work<'_>])>> =
             (0..threads).map(|_| Vec::new()).collect();
         for (i, (v, w)) in self.views.iter_mut().zip(&dealt).enumerate() {
