@@ -50,6 +50,14 @@ pub struct Args {
     /// Print one JSON line.
     #[arg(long)]
     pub json: bool,
+    /// S4.7: measure whole plans of the master's scheduler instead, with selection on each
+    /// of these thread counts (comma-separated, e.g. `1,2`), against one group on one
+    /// thread in the same run.
+    #[arg(long, value_delimiter = ',', value_name = "N,...", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub placement_threads: Option<Vec<u32>>,
+    /// S4.7: groups the plans' tasks are dealt to (default: the largest thread count).
+    #[arg(long, value_name = "G", requires = "placement_threads", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub placement_groups: Option<u32>,
 }
 
 /// Seed when `--seed` is not given: fixed, so that two runs measure the same work.
@@ -58,13 +66,28 @@ const DEFAULT_SEED: u64 = 1;
 /// Runs the benchmark.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let policy: PolicyKind = args.policy.parse()?;
+    let seed = args.seed.unwrap_or(DEFAULT_SEED);
+    if let Some(threads) = &args.placement_threads {
+        anyhow::ensure!(
+            args.trace_nodes.is_none(),
+            "--placement-threads measures plans over the random cluster, not the trace"
+        );
+        return super::bench_placement_plan::run(
+            args.nodes,
+            args.tasks,
+            policy,
+            seed,
+            threads,
+            args.placement_groups,
+            args.json,
+        );
+    }
     if policy == PolicyKind::Auto {
         anyhow::bail!(
             "--policy auto is frag or best-fit by the workload: measure it with `hetsched sim`, \
              and frag or best-fit here"
         );
     }
-    let seed = args.seed.unwrap_or(DEFAULT_SEED);
     match (&args.trace_nodes, &args.trace_pods) {
         (Some(nodes), Some(pods)) => run_trace(nodes, pods, policy, seed, args.json),
         _ if policy == PolicyKind::Frag => anyhow::bail!(

@@ -70,6 +70,16 @@ pub struct Args {
     /// committed). 0: no slave queues.
     #[arg(long, default_value_t = 4, value_name = "TASKS")]
     pub queue_depth: u32,
+    /// S4.7: threads the leader selects nodes on, each for its own group of a plan's
+    /// tasks against its own partition of the index (default: min(cores − 1, 4), at
+    /// least 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub placement_threads: Option<u32>,
+    /// S4.7: groups a plan's placeable tasks are dealt to (part of the plan's input, so
+    /// the plan does not depend on the host; default: as many as threads; 1: one
+    /// selection after another, as before).
+    #[arg(long, value_name = "G", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub placement_groups: Option<u32>,
     /// Silence after which the leader declares a slave down, ms.
     #[arg(long, default_value_t = 5000)]
     pub node_timeout_ms: u64,
@@ -181,6 +191,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         cpu_policy: a.cpu_policy,
         engine_choice,
         queue_depth: a.queue_depth,
+        parallel: placement(a.placement_threads, a.placement_groups),
         queueing: hetsched_master_core::sched::multiqueue::QueueingConfig {
             ordering: a.queueing,
             reserve_start_milli_per_gpu: cpus_to_milli(a.gpu_cpu_reserve)?,
@@ -236,5 +247,19 @@ fn parse_epsilon(s: &str) -> Result<f64, String> {
         _ => Err(format!(
             "{s:?} is not a utilisation difference in points within 0..=100 (e.g. 1 or 2.5)"
         )),
+    }
+}
+
+/// The S4.7 split from `--placement-threads` and `--placement-groups`: the host's default
+/// (min(cores − 1, 4) threads) for what is not given, as many groups as threads.
+fn placement(
+    threads: Option<u32>,
+    groups: Option<u32>,
+) -> hetsched_master_core::sched::ParallelConfig {
+    let host = hetsched_master_core::sched::ParallelConfig::for_host();
+    let threads = threads.unwrap_or(host.threads);
+    hetsched_master_core::sched::ParallelConfig {
+        groups: groups.unwrap_or(threads),
+        threads,
     }
 }

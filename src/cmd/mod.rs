@@ -5,6 +5,7 @@ pub mod batch;
 pub mod bench_e2e;
 pub mod bench_flow;
 pub mod bench_placement;
+pub mod bench_placement_plan;
 pub mod bench_raft;
 pub mod bench_scale;
 pub mod chaos;

@@ -67,6 +67,13 @@ pub struct RunArgs {
     /// Seed of the shuffle order and of random choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// S4.7: deal the placeable tasks of each plan to G groups, each selecting against its
+    /// own partition of the index (part of the input: 1 decides as before).
+    #[arg(long, default_value_t = 1, value_name = "G", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub placement_groups: u32,
+    /// S4.7: threads computing the groups' selections (the decisions do not depend on it).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub placement_threads: u32,
     /// Write an SVG of allocated GPU share against arrivals, a line per policy.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
@@ -215,6 +222,10 @@ fn run(a: RunArgs) -> Result<(), Failure> {
     if nodes.is_empty() {
         return Err(bad(format!("{}: no nodes", source.display())));
     }
+    setup.parallel = hetsched_master_core::sched::ParallelConfig {
+        groups: a.placement_groups,
+        threads: a.placement_threads,
+    };
     eprintln!(
         "sim: {} nodes, {} tasks, {} mode, seed {}",
         nodes.len(),

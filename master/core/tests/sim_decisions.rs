@@ -176,3 +176,35 @@ fn auto_decides_as_frag_where_no_pod_names_a_model() {
         assert_eq!(a.gpu_allocated_share_at_end, f.gpu_allocated_share_at_end);
     }
 }
+
+/// S4.7: the recorded run above is one group's (the default `Setup`), and four groups keep the queueing trace's GPU mean wait under the
+/// default policy within 2 % of one group's (measured: 136.47 s with one group, 135.01 s
+/// with four, −1.1 %; BENCHMARKS.md#parallel-selection).
+#[test]
+fn four_groups_keep_the_queueing_traces_gpu_wait() {
+    let input = trace_input(2000.0, 8);
+    let policy: PolicyName = "pipeline-auto".parse().expect("a known policy");
+    let run = |groups: u32, threads: u32| {
+        let setup = sim::Setup {
+            parallel: hetsched_master_core::sched::ParallelConfig { groups, threads },
+            ..Default::default()
+        };
+        sim::run_with(
+            &input.0,
+            &input.1,
+            &policy,
+            Mode::Timed,
+            1,
+            &setup,
+            &mut |_| {},
+        )
+    };
+    let (one, four) = (run(1, 1), run(4, 2));
+    let wait = |r: &RunReport| r.gpu_queue_mean_s.expect("timed runs report GPU waits");
+    let (w1, w4) = (wait(&one), wait(&four));
+    assert!(
+        (w4 - w1).abs() <= 0.02 * w1,
+        "GPU mean wait with four groups {w4:.2} s, one group {w1:.2} s"
+    );
+    assert_eq!(four.placed, one.placed);
+}

@@ -45,6 +45,7 @@ fn start(cfg: &MasterConfig) -> Result<Master, Error> {
         queueing: cfg.queueing,
         engine_choice: cfg.engine_choice,
         queue_depth: cfg.queue_depth,
+        parallel: cfg.parallel,
     };
     let duties = LeaderDuties::new(
         shared.clone(),

@@ -90,6 +90,8 @@ pub(crate) struct SchedulerSettings {
     pub engine_choice: EngineChoiceConfig,
     /// S0.3 slave queue depth.
     pub queue_depth: u32,
+    /// S4.7 parallel selection: groups and threads.
+    pub parallel: hetsched_master_core::sched::ParallelConfig,
 }
 
 impl SchedulerSettings {
@@ -101,6 +103,7 @@ impl SchedulerSettings {
             .with_queueing(self.queueing)
             .with_engine_choice(self.engine_choice)
             .with_queue_depth(self.queue_depth)
+            .with_parallel(self.parallel)
     }
 }
 

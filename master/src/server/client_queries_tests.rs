@@ -13,6 +13,7 @@ fn settings() -> SchedulerSettings {
         queueing: QueueingConfig::default(),
         engine_choice: EngineChoiceConfig::default(),
         queue_depth: 0,
+        parallel: Default::default(),
     }
 }
 

@@ -60,6 +60,8 @@ pub struct MasterConfig {
     pub engine_choice: hetsched_master_core::sched::engine_choice::EngineChoiceConfig,
     /// S0.3 slave queue depth beyond free resources (`--queue-depth`; 0: off).
     pub queue_depth: u32,
+    /// S4.7 parallel selection (`--placement-groups`, `--placement-threads`).
+    pub parallel: hetsched_master_core::sched::ParallelConfig,
 }
 
 /// Parses `ID=HOST:PORT,...`.

@@ -29,7 +29,7 @@ pub mod steal;
 pub(crate) mod test_log;
 pub mod waiting;
 
-pub use pipeline::IndexedScheduler;
+pub use pipeline::{IndexedScheduler, ParallelConfig};
 
 use crate::state::{ClusterState, Plan};
 use hetsched_common::NodeId;

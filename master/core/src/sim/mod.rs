@@ -29,7 +29,7 @@ pub mod scenario;
 
 use crate::sched::index::PolicyKind;
 use crate::sched::multiqueue::{Ordering, ReserveHistory};
-use crate::sched::{IndexedScheduler, Scheduler};
+use crate::sched::{IndexedScheduler, ParallelConfig, Scheduler};
 use crate::state::{command_nodes, touched_nodes, ClusterState, Command, CommandEnvelope, Outcome};
 use hetsched_common::{JobSpec, TaskId};
 use serde::Serialize;
@@ -81,7 +81,19 @@ impl Queueing {
     /// The scheduler for this discipline with `placement` (seeded with `seed`); `preempt`
     /// false: no preemption or take-back.
     pub fn build(self, placement: PolicyKind, seed: u64, preempt: bool) -> Box<dyn Scheduler> {
-        let mut s = IndexedScheduler::new(placement, seed);
+        self.build_with(placement, seed, preempt, ParallelConfig::default())
+    }
+
+    /// [`build`](Self::build) with S4.7 parallel selection split as `parallel` (groups are
+    /// part of the input: one group decides as before).
+    pub fn build_with(
+        self,
+        placement: PolicyKind,
+        seed: u64,
+        preempt: bool,
+        parallel: ParallelConfig,
+    ) -> Box<dyn Scheduler> {
+        let mut s = IndexedScheduler::new(placement, seed).with_parallel(parallel);
         if !preempt {
             s = s.with_preemption(crate::sched::preemption::PreemptionConfig {
                 max_per_plan: 0,
@@ -316,7 +328,7 @@ fn start(nodes: &[SimNode], policy: &PolicyName, setup: &Setup, seed: u64) -> Dr
         state: ClusterState::new(),
         sched: policy
             .queueing
-            .build(policy.placement, seed, policy.preempt),
+            .build_with(policy.placement, seed, policy.preempt, setup.parallel),
         index: 0,
         now_ms: 0,
         preemptions: 0,
@@ -360,6 +372,9 @@ fn share(part: u64, total: u64) -> f64 {
 pub struct Setup {
     /// The priority configuration applied before anything else (`None`: the default).
     pub priorities: Option<hetsched_common::priority::PriorityConfig>,
+    /// S4.7 parallel selection (`--placement-groups`, `--placement-threads`; default one
+    /// group on one thread: the decisions of before).
+    pub parallel: ParallelConfig,
 }
 
 /// Runs `tasks` on `nodes` under `policy` in `mode`; `progress` is called with the number

@@ -199,7 +199,10 @@ impl Scenario {
             .map(hetsched_common::priority::parse_priority_toml)
             .transpose()
             .map_err(|e| SimError::Invalid(format!("priorities: {e}")))?;
-        Ok(super::Setup { priorities })
+        Ok(super::Setup {
+            priorities,
+            ..Default::default()
+        })
     }
 
     /// The nodes and the tasks (in arrival order; ties in file order).

@@ -72,6 +72,12 @@ impl Books {
         }
     }
 
+    /// Whether `head`'s key is blocked from the plan's start (the chain will pass it over:
+    /// no parallel group proposes for it, `parallel.rs`).
+    pub fn is_blocked(&self, head: &PendingTask<'_>) -> bool {
+        head.job.spec.program.is_none() && self.blocked.contains(&BlockKey::of(head))
+    }
+
     /// `queued` as the chain sees it, with its blocked key, or `None` when the plan passes
     /// it over: the queue stage does not admit it now (a back-off, a job `stuck` at its
     /// priority), or its key is blocked (it keeps its place, probed again after a change).

@@ -89,5 +89,6 @@ impl IndexedScheduler {
                 .map(|n| (n.id, n.free.clone())),
         );
         self.chain.rebuild(view);
+        self.build_views(view);
     }
 }

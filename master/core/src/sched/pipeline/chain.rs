@@ -69,10 +69,7 @@ impl Chain {
     ///   `slave-queue` (S0.3: a queued task only waits, so anything that runs it now is
     ///   better).
     pub fn standard(cfg: &ChainConfig) -> Self {
-        let mut selection = SelectionStage::new(cfg.policy, cfg.seed);
-        if let Some((kind, seed)) = cfg.cpu_policy {
-            selection.set_cpu_policy(kind, seed);
-        }
+        let selection = Self::selection(cfg, 0);
         let stages: Vec<Box<dyn Stage>> = vec![
             Box::new(DependencyGate),
             Box::new(GangStage),
@@ -86,6 +83,16 @@ impl Chain {
             }),
         ];
         Self { stages }
+    }
+
+    /// The selection stage of `cfg`, its seeds offset by `salt` (0: the chain's own; a
+    /// parallel group's index otherwise, `parallel.rs`).
+    pub fn selection(cfg: &ChainConfig, salt: u64) -> SelectionStage {
+        let mut selection = SelectionStage::new(cfg.policy, cfg.seed.wrapping_add(salt));
+        if let Some((kind, seed)) = cfg.cpu_policy {
+            selection.set_cpu_policy(kind, seed.wrapping_add(salt));
+        }
+        selection
     }
 
     /// The same without the stage named `name` (an optional stage left out; the dependency

@@ -135,6 +135,13 @@ impl Feasibility {
         }
         Scope::new(self.localities.get(&job.id), partition, &self.empty)
     }
+
+    /// The scope of `job` once [`scope`](Self::scope) built its sets this plan, read-only
+    /// (what the parallel groups read from their threads, `parallel.rs`).
+    pub fn scope_built(&self, job: &Job) -> Scope<'_> {
+        let partition = self.partitions.get(partition_of(&job.spec));
+        Scope::new(self.localities.get(&job.id), partition, &self.empty)
+    }
 }
 
 #[cfg(test)]

@@ -49,6 +49,7 @@ mod dependency_stage;
 mod engine_stage;
 mod feasibility_stage;
 mod gang_stage;
+mod parallel;
 mod pool_round;
 mod preemption_stage;
 mod queue_stage;
@@ -60,6 +61,7 @@ mod stage;
 mod take_back_stage;
 mod why;
 
+pub use parallel::ParallelConfig;
 pub use why::WaitBoard;
 
 #[cfg(test)]
@@ -112,6 +114,8 @@ pub struct IndexedScheduler {
     books: Books,
     /// The feasibility stage's partition sets, kept across plans.
     partitions: PartitionCache,
+    /// S4.7 parallel selection: the groups' views of the index (`parallel.rs`).
+    groups: parallel::Groups,
 }
 
 impl IndexedScheduler {
@@ -141,7 +145,29 @@ impl IndexedScheduler {
             loads: None,
             books: Books::default(),
             partitions: PartitionCache::default(),
+            groups: parallel::Groups::default(),
         }
+    }
+
+    /// The same with S4.7 parallel selection: `cfg.groups` groups (part of the plan's
+    /// input; 1: off) computed on `cfg.threads` threads (`parallel.rs`).
+    pub fn with_parallel(mut self, cfg: ParallelConfig) -> Self {
+        self.groups = parallel::Groups::new(ParallelConfig {
+            groups: cfg.groups.max(1),
+            threads: cfg.threads.max(1),
+        });
+        self
+    }
+
+    /// The S4.7 groups and threads in use.
+    pub fn parallel(&self) -> ParallelConfig {
+        self.groups.cfg
+    }
+
+    /// S4.7: proposals the groups made and those the chain took (the rest lost a conflict
+    /// or went to another stage), since the start.
+    pub fn proposals(&self) -> (u64, u64) {
+        (self.groups.proposed, self.groups.taken)
     }
 
     /// The same with this queue order (S3 DRF or pipeline).
@@ -291,6 +317,51 @@ impl IndexedScheduler {
         plan
     }
 
+    /// S4.7: the parallel groups' proposals for the tasks that may reach selection (see
+    /// `parallel.rs` for which), put where the selection stage reads them.
+    fn propose(&mut self, ctx: &mut PlanContext<'_>) {
+        if !self.groups.on() {
+            return;
+        }
+        let (view, now_ms) = (ctx.view, ctx.now_ms);
+        let none = BTreeSet::new();
+        let pools = self.pools.is_some();
+        let heads: Vec<PendingTask<'_>> = ctx
+            .order
+            .iter()
+            .filter_map(|q| QueueStage::admit_queued(now_ms, &none, *q))
+            .filter(|h| h.job.spec.program.is_none() && !view.is_gang(h.job.id))
+            .filter(|h| !(pools && h.is_gpu()))
+            .filter(|h| !self.books.is_blocked(h))
+            .take(self.max_per_plan)
+            .collect();
+        for h in &heads {
+            ctx.feasibility.scope(h.job);
+        }
+        let feasibility = &ctx.feasibility;
+        let work: Vec<parallel::Work<'_>> = heads
+            .iter()
+            .map(|h| parallel::Work {
+                head: *h,
+                allowed: feasibility.scope_built(h.job).allowed(),
+            })
+            .collect();
+        let cfg = self.cfg;
+        let selection = |g: u64| Chain::selection(&cfg, g);
+        let config = *self.index.config();
+        *ctx.state.part::<parallel::Proposals>() =
+            self.groups.propose(view, config, &selection, &work);
+    }
+
+    /// S4.7: the groups' views built afresh from `view` (with the index, on rebuild).
+    fn build_views(&mut self, view: &ClusterState) {
+        self.groups.clear();
+        let cfg = self.cfg;
+        let selection = |g: u64| Chain::selection(&cfg, g);
+        let config = *self.index.config();
+        self.groups.build(view, config, &selection);
+    }
+
     /// One task through the chain after the queue stage: each stage either decides (the
     /// task is placed, queued, preempts or is stuck) or hands it to the next.
     fn decide<'v>(&mut self, ctx: &mut PlanContext<'v>, head: &PendingTask<'v>) -> Decision {
@@ -326,6 +397,7 @@ impl Scheduler for IndexedScheduler {
             };
         }
         let mut ctx = self.context(view, now_ms);
+        self.propose(&mut ctx);
         let across = self.cfg.queue_depth == 0; // see blocked.rs
         let mut pb = self
             .books
@@ -352,6 +424,8 @@ impl Scheduler for IndexedScheduler {
             }
             ctx.decided.record(&head, decision);
         }
+        let proposals = ctx.state.part::<parallel::Proposals>();
+        self.groups.count(proposals, &ctx.decided.plan.assignments);
         self.finish_plan(view, ctx, &order, reached, &pb)
     }
 
@@ -364,6 +438,7 @@ impl Scheduler for IndexedScheduler {
             }
             self.sync(view, *n);
             self.partitions.node_changed(view, *n);
+            self.groups.node_changed(*n);
             if let Some(l) = &mut self.loads {
                 l.sync(view, *n);
             }

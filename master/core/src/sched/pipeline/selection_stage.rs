@@ -12,6 +12,7 @@
 //! see the node without what this one took.
 
 use super::context::Decision;
+use super::parallel::Proposals;
 use super::pool_round::Pools;
 use super::stage::{PendingTask, Scope, Stage, Step};
 use crate::sched::index::{AnyPolicy, FragPlacer, PlacementIndex, PlacementQuery, PolicyKind};
@@ -108,16 +109,41 @@ impl SelectionStage {
 
     /// The task placed on the node selection picks within its `scope` (and, with `pools`
     /// on, its GPU pool), taken from `index`; `None` when no node fits it now.
+    #[cfg(test)]
     pub fn decide(
+        &mut self,
+        index: &mut PlacementIndex,
+        pools: Option<Pools<'_>>,
+        head: &PendingTask<'_>,
+        scope: &Scope<'_>,
+    ) -> Option<Decision> {
+        self.decide_with(index, pools, head, scope, None)
+    }
+
+    /// [`decide`](Self::decide) with a parallel group's proposal (S4.7, `parallel.rs`):
+    /// taken when the node is one the task may use, holds no reservation and still has
+    /// room for it in `index` as the plan left it so far (an earlier task in queue order
+    /// keeps the room); else the task is selected over the whole index as with one group.
+    /// GPU tasks under S3 pools never carry a proposal (the pools decide where they go).
+    pub fn decide_with(
         &mut self,
         index: &mut PlacementIndex,
         mut pools: Option<Pools<'_>>,
         head: &PendingTask<'_>,
         scope: &Scope<'_>,
+        proposal: Option<NodeId>,
     ) -> Option<Decision> {
         let (task, req, queue) = (head.task, head.req, head.queue);
         let allowed = scope.allowed();
+        let proposed = proposal.filter(|&n| {
+            !(pools.is_some() && head.is_gpu())
+                && scope.may_use(n)
+                && index.reservation(n).is_none()
+                && index.free(n).is_some_and(|f| f.fits(req))
+                && index.take(n, req).is_some()
+        });
         let (node, lent) = match &pools {
+            _ if proposed.is_some() => (proposed?, false),
             // S3 pools decide where a GPU task may go (its GPU pool, then the other's).
             Some(p) if head.is_gpu() => {
                 let mut select =
@@ -141,8 +167,9 @@ impl SelectionStage {
                 (self.place(index, &q, req)?, false)
             }
         };
-        // Tentative: later tasks of this plan see the node without what this took.
-        if index.take(node, req).is_none() {
+        // Tentative: later tasks of this plan see the node without what this took (a
+        // proposal was taken already).
+        if proposed.is_none() && index.take(node, req).is_none() {
             return Some(Decision::Skip);
         }
         let borrowed = match &mut pools {
@@ -182,9 +209,15 @@ impl SelectionStage {
     /// Rebuilds the `frag` placer from `view`: its nodes, and the mix relearnt from the
     /// most recent submissions.
     pub fn rebuild(&mut self, view: &ClusterState) {
+        self.rebuild_where(view, &|_| true);
+    }
+
+    /// [`rebuild`](Self::rebuild) knowing only the nodes `keep` accepts (a parallel
+    /// group's partition, `parallel.rs`).
+    pub fn rebuild_where(&mut self, view: &ClusterState, keep: &dyn Fn(NodeId) -> bool) {
         let Some(f) = &mut self.frag else { return };
         f.clear();
-        for n in view.nodes().values() {
+        for n in view.nodes().values().filter(|n| keep(n.id)) {
             f.note_node(n.id, n.takes_work().then_some(&n.free));
         }
         // Relearn the mix from the most recent submissions.
@@ -215,7 +248,19 @@ impl Stage for SelectionStage {
     }
 
     fn consider(&mut self, step: &mut Step<'_, '_>) -> Option<Decision> {
-        self.decide(step.index, step.pools.active(), step.head, &step.scope)
+        let proposal = step
+            .state
+            .part::<Proposals>()
+            .0
+            .get(&step.head.task)
+            .copied();
+        self.decide_with(
+            step.index,
+            step.pools.active(),
+            step.head,
+            &step.scope,
+            proposal,
+        )
     }
 
     fn begin_plan(&mut self, view: &ClusterState) {
