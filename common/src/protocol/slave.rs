@@ -266,6 +266,10 @@ pub struct UsageRecord {
     /// Peak resident memory, MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_mem_mib: Option<u64>,
+    /// GPU seconds: the granted shares (devices, fractions summed) times the wall time;
+    /// 0 for an attempt that held no GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_s: Option<f64>,
     /// GPU utilisation integrated over time (utilisation × seconds / 100, summed over the
     /// attempt's devices).
     #[serde(default, skip_serializing_if = "Option::is_none")]
