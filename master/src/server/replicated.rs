@@ -77,11 +77,12 @@ impl StateMachine for Replicated {
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        let restored = Replica::from_bytes(snapshot)?;
-        match self.state.write() {
-            Ok(mut s) => *s = restored,
-            Err(p) => *p.into_inner() = restored,
-        }
+        let mut restored = Replica::from_bytes(snapshot)?;
+        let mut s = self.state.write().unwrap_or_else(|p| p.into_inner());
+        // The retention is this master's setting, not the snapshot's.
+        restored.set_retention_ms(s.retention_ms());
+        *s = restored;
+        drop(s);
         // Index 0 marks a restore: every derived cache must be rebuilt.
         let _ = self.applied.send(Applied {
             index: 0,
