@@ -83,6 +83,10 @@ pub struct Args {
     /// at least as long as clients retry (HETSCHED_CLIENT_TIMEOUT_MS).
     #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
     pub request_retention: std::time::Duration,
+    /// How long each ended attempt's usage record is kept in detail (`hetsched history`);
+    /// older ones are folded into per-user per-day totals (`hetsched usage`), which stay.
+    #[arg(long, default_value = "30d", value_name = "DURATION", value_parser = parse_duration)]
+    pub accounting_retention: std::time::Duration,
     /// Time a preempted task gets between SIGTERM and SIGKILL (S1).
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub preempt_grace: std::time::Duration,
@@ -175,6 +179,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         cpu_policy: a.cpu_policy,
         engine_choice,
         queue_depth: a.queue_depth,
+        accounting_retention_ms: a.accounting_retention.as_millis() as u64,
         queueing: hetsched_master_core::sched::multiqueue::QueueingConfig {
             ordering: a.queueing,
             reserve_start_milli_per_gpu: cpus_to_milli(a.gpu_cpu_reserve)?,

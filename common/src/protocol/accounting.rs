@@ -158,3 +158,63 @@ pub struct AccountingUsageInfo {
     /// One total per group, by key.
     pub totals: Vec<UsageTotal>,
 }
+
+/// A time bound of `history` and `usage` (`--since`, `--until`, `?since=`), ms since the
+/// Unix epoch: a duration back from `now_ms` (`2h`, `7d`), an RFC 3339 time
+/// (`2026-11-29T03:00:00Z`, also without the zone, read as UTC), or ms since the epoch.
+pub fn time_bound(s: &str, now_ms: u64) -> Result<u64, String> {
+    let s = s.trim();
+    if let Ok(ms) = s.parse::<u64>() {
+        return Ok(ms);
+    }
+    if let Ok(d) = humantime::parse_duration(s) {
+        return Ok(now_ms.saturating_sub(d.as_millis() as u64));
+    }
+    match humantime::parse_rfc3339_weak(s) {
+        Ok(t) => Ok(t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)),
+        Err(_) => Err(format!(
+            "{s:?} is neither a duration back from now (2h, 7d) nor a time like 2026-11-29T03:00:00Z"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_bounds_are_durations_back_times_or_ms() {
+        assert_eq!(time_bound("2h", 10_000_000), Ok(10_000_000 - 7_200_000));
+        assert_eq!(time_bound("1970-01-01T00:00:01Z", 0), Ok(1000));
+        assert_eq!(time_bound("1970-01-02T00:00:00", 0), Ok(86_400_000));
+        assert_eq!(time_bound("1234", 0), Ok(1234));
+        assert!(time_bound("yesterday-ish", 0).is_err());
+    }
+
+    #[test]
+    fn efficiency_and_filters() {
+        let r = AttemptRecord {
+            user: "a".into(),
+            cpus: 2.0,
+            elapsed_s: Some(10.0),
+            cpu_s: Some(10.0),
+            state: "failed".into(),
+            reason: Some(TaskReason::Oom),
+            ended_ms: 5,
+            ..AttemptRecord::default()
+        };
+        assert_eq!(r.cpu_efficiency(), Some(0.5));
+        let f = |state: &str| HistoryFilter {
+            state: Some(state.into()),
+            ..Default::default()
+        };
+        assert!(f("oom").admits(&r) && f("failed").admits(&r) && !f("succeeded").admits(&r));
+        let until = HistoryFilter {
+            until_ms: Some(5),
+            ..Default::default()
+        };
+        assert!(!until.admits(&r));
+    }
+}

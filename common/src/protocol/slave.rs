@@ -565,6 +565,7 @@ mod tests {
                 elapsed_ms: Some(1500),
                 cpu_s: Some(0.25),
                 max_mem_mib: Some(12),
+                gpu_s: Some(1.5),
                 gpu_util_s: Some(0.75),
                 gpu_emulated: true,
             }),

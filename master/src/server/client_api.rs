@@ -124,6 +124,32 @@ impl Master {
                     .await
             }
             R::Usage => self.query(false, |q| Ok(q.usage())).await,
+            R::AccountingHistory { filter, stale } => {
+                self.read_barrier(stale).await?;
+                let s = self.shared.read_state();
+                Ok(ClientResponse::History(
+                    hetsched_common::protocol::HistoryInfo {
+                        records: s.accounting().history(&filter),
+                        retention_ms: s.retention_ms(),
+                    },
+                ))
+            }
+            R::AccountingUsage {
+                since_ms,
+                by,
+                user,
+                stale,
+            } => {
+                self.read_barrier(stale).await?;
+                let s = self.shared.read_state();
+                Ok(ClientResponse::AccountingUsage(
+                    hetsched_common::protocol::AccountingUsageInfo {
+                        since_ms,
+                        by,
+                        totals: s.accounting().usage(since_ms, by, user.as_deref()),
+                    },
+                ))
+            }
             R::Nodes { stale } => self.query(stale, |q| Ok(q.nodes(&self.engine_loads))).await,
             R::PriorityConfig { stale } => self.query(stale, |q| Ok(q.priority_config())).await,
             R::Profiles { stale } => self.query(stale, |q| Ok(q.profiles())).await,

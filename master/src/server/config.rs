@@ -60,6 +60,9 @@ pub struct MasterConfig {
     pub engine_choice: hetsched_master_core::sched::engine_choice::EngineChoiceConfig,
     /// S0.3 slave queue depth beyond free resources (`--queue-depth`; 0: off).
     pub queue_depth: u32,
+    /// Issue 53: accounting detail is kept this long, ms (`--accounting-retention`), then
+    /// folded into daily totals.
+    pub accounting_retention_ms: u64,
 }
 
 /// Parses `ID=HOST:PORT,...`.

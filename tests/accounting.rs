@@ -1,0 +1,152 @@
+//! Issue 53, accounting: real tasks' usage readings (a busy 1-CPU task's CPU seconds within
+//! 10 % of its wall time, an idle one's near 0, a 300 MiB allocation's peak), and the records
+//! the same on every master after a snapshot install on a follower that was down and after a
+//! leader kill (`history --json` compared master by master).
+
+mod support;
+
+use serde_json::Value;
+use std::time::Duration;
+use support::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The records `addr` holds, from its own applied state.
+fn records_at(addr: &str) -> Option<Vec<Value>> {
+    json_with(addr, &["history", "--stale"])?["records"]
+        .as_array()
+        .cloned()
+}
+
+/// Waits until the cluster's history holds `n` records; returns them.
+fn wait_records(c: &Cluster, n: usize) -> Vec<Value> {
+    wait_for(&format!("{n} history records"), WAIT, || {
+        let r = c.json(&["history"])?["records"].as_array()?.clone();
+        (r.len() >= n).then_some(r)
+    })
+}
+
+fn record_of(records: &[Value], job: u64) -> &Value {
+    records
+        .iter()
+        .find(|r| r["job"].as_u64() == Some(job))
+        .unwrap_or_else(|| panic!("no record of job {job}: {records:?}"))
+}
+
+#[test]
+fn a_tasks_cpu_seconds_and_peak_memory_come_from_its_cgroup() {
+    let c = Cluster::start("acct-readings", 1, 1, 3);
+    c.scenario(|c| {
+        c.wait_nodes_up(1, WAIT);
+        // Busy for 2 s of wall time; it writes the CPU time the kernel gave it (the machine
+        // may be shared: the cgroup's count is checked against the process's own).
+        let own = c.dir.path().join("own-cpu");
+        let busy_py = format!(
+            "import os, time\nt = time.time()\nwhile time.time() - t < 2: pass\n\
+             u = os.times()\nopen({:?}, 'w').write(str(u.user + u.system))",
+            own.display().to_string()
+        );
+        let busy = c.submit_id(&["--cpus", "1", "--", "python3", "-c", &busy_py]);
+        let idle = c.submit_id(&["--cpus", "1", "--", "sleep", "2"]);
+        let big = c.submit_id(&[
+            "--cpus",
+            "1",
+            "--mem",
+            "1024",
+            "--",
+            "python3",
+            "-c",
+            "import time; b = b'x' * (300 << 20); time.sleep(0.5)",
+        ]);
+        let records = wait_records(c, 3);
+        let f = |r: &Value, k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+        let b = record_of(&records, busy);
+        let (cpu, wall) = (f(b, "cpu_s"), f(b, "elapsed_s"));
+        let own: f64 = std::fs::read_to_string(&own)
+            .expect("the busy task's own CPU time")
+            .trim()
+            .parse()
+            .expect("a number");
+        eprintln!("busy task: cgroup {cpu:.3} CPU s, its own count {own:.3} s, wall {wall:.3} s");
+        assert!(wall >= 2.0, "{b}");
+        assert!(
+            // 10 %, plus 0.1 s for what runs in the cgroup before the program (its exec).
+            (cpu - own).abs() <= 0.1 * own + 0.1,
+            "busy: cgroup {cpu} s, own {own} s: {b}"
+        );
+        assert!(cpu <= 1.1 * wall, "at most one CPU: {b}");
+        if own >= 0.95 * wall {
+            // A CPU of its own (an idle machine): the Done-when's 10 % of wall time.
+            assert!(
+                (cpu - wall).abs() <= 0.1 * wall,
+                "busy: cpu {cpu} s, wall {wall} s: {b}"
+            );
+        }
+        let i = record_of(&records, idle);
+        assert!(f(i, "cpu_s") < 0.1, "idle: {i}");
+        assert!(f(i, "elapsed_s") >= 1.9, "idle: {i}");
+        let m = record_of(&records, big);
+        assert_eq!(m["state"], "succeeded", "{m}");
+        assert!(
+            m["max_mem_mib"].as_u64().unwrap_or(0) >= 300,
+            "300 MiB: {m}"
+        );
+        // No GPU asked: zero GPU seconds, measured.
+        assert_eq!(f(m, "gpu_s"), 0.0, "{m}");
+        // The table and CSV name the same attempts.
+        let csv = c.cli(&["history", "--csv"]);
+        let text = String::from_utf8_lossy(&csv.stdout);
+        assert!(
+            text.starts_with(
+                "ID,USER,PARTITION,NODE,START,END,ELAPSED,CPUS,CPU-EFF,MAXMEM,GPUS,STATE,REASON"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 4, "{text}");
+        let u = c.json(&["usage", "--by", "user"]).expect("usage");
+        assert_eq!(u["totals"][0]["tasks"], 3, "{u}");
+    });
+}
+
+#[test]
+fn history_is_the_same_on_every_master_after_a_snapshot_install_and_a_leader_kill() {
+    let mut c = Cluster::start_with("acct-replicas", 3, 1, 4, &["--snapshot-entries", "10"]);
+    let leader = c.wait_leader(WAIT) as usize - 1;
+    let follower = (0..3).find(|i| *i != leader).expect("a follower");
+    c.wait_nodes_up(1, WAIT);
+    c.masters[follower].kill9();
+    let same_everywhere = |c: &Cluster, masters: &[usize], n: usize| {
+        wait_for("the same history on every master", WAIT, || {
+            let all: Vec<Vec<Value>> = masters
+                .iter()
+                .map(|i| records_at(&c.master_addrs[*i]))
+                .collect::<Option<_>>()?;
+            (all[0].len() == n && all.iter().all(|r| *r == all[0])).then_some(())
+        })
+    };
+    c.scenario(|c| {
+        for _ in 0..3 {
+            c.submit_id(&["--cpus", "0.5", "--count", "4", "--", "true"]);
+        }
+        wait_records(c, 12);
+    });
+    c.masters[follower].restart().expect("restart the follower");
+    c.scenario(|c| {
+        same_everywhere(c, &[0, 1, 2], 12);
+        let s = c.local_status(follower).expect("status");
+        assert!(
+            s["raft"]["first_index"].as_u64().unwrap_or(0) > 1,
+            "the follower installed a snapshot: {s}"
+        );
+    });
+    c.masters[leader].kill9();
+    let live: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    c.scenario(|c| {
+        c.wait_leader(WAIT);
+        c.submit_id(&["--cpus", "0.5", "--count", "2", "--", "true"]);
+        wait_records(c, 14);
+        same_everywhere(c, &live, 14);
+    });
+    c.masters[leader].restart().expect("restart the old leader");
+    c.scenario(|c| same_everywhere(c, &[0, 1, 2], 14));
+}
