@@ -35,7 +35,21 @@ fn record_of(records: &[Value], job: u64) -> &Value {
 
 #[test]
 fn a_tasks_cpu_seconds_and_peak_memory_come_from_its_cgroup() {
-    let c = Cluster::start("acct-readings", 1, 1, 3);
+    // One emulated GPU: a GPU task's GPU seconds are its share × its wall time, labelled.
+    let c = Cluster::launch(
+        "acct-readings",
+        hetsched::local::ClusterSpec {
+            masters: 1,
+            master_http: false,
+            slaves: vec![hetsched::local::SlaveSpec {
+                cpus: 3,
+                mem_mib: 4096,
+                gpus: 1,
+                extra_args: Vec::new(),
+            }],
+            ..test_spec()
+        },
+    );
     c.scenario(|c| {
         c.wait_nodes_up(1, WAIT);
         // Busy for 2 s of wall time; it writes the CPU time the kernel gave it (the machine
@@ -58,7 +72,8 @@ fn a_tasks_cpu_seconds_and_peak_memory_come_from_its_cgroup() {
             "-c",
             "import time; b = b'x' * (300 << 20); time.sleep(0.5)",
         ]);
-        let records = wait_records(c, 3);
+        let gpu = c.submit_id(&["--cpus", "0.5", "--gpus", "0.5", "--", "sleep", "1"]);
+        let records = wait_records(c, 4);
         let f = |r: &Value, k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
         let b = record_of(&records, busy);
         let (cpu, wall) = (f(b, "cpu_s"), f(b, "elapsed_s"));
@@ -93,6 +108,10 @@ fn a_tasks_cpu_seconds_and_peak_memory_come_from_its_cgroup() {
         );
         // No GPU asked: zero GPU seconds, measured.
         assert_eq!(f(m, "gpu_s"), 0.0, "{m}");
+        let g = record_of(&records, gpu);
+        let (gs, gw) = (f(g, "gpu_s"), f(g, "elapsed_s"));
+        assert!((gs - 0.5 * gw).abs() < 1e-6, "gpu_s = 0.5 × wall: {g}");
+        assert_eq!(g["gpu_emulated"], true, "{g}");
         // The table and CSV name the same attempts.
         let csv = c.cli(&["history", "--csv"]);
         let text = String::from_utf8_lossy(&csv.stdout);
@@ -102,9 +121,10 @@ fn a_tasks_cpu_seconds_and_peak_memory_come_from_its_cgroup() {
             ),
             "{text}"
         );
-        assert_eq!(text.lines().count(), 4, "{text}");
+        assert_eq!(text.lines().count(), 5, "{text}");
+        assert!(text.contains("0.5(emulated)"), "{text}");
         let u = c.json(&["usage", "--by", "user"]).expect("usage");
-        assert_eq!(u["totals"][0]["tasks"], 3, "{u}");
+        assert_eq!(u["totals"][0]["tasks"], 4, "{u}");
     });
 }
 
