@@ -62,3 +62,66 @@ fn day_text_is_the_utc_date() {
     assert_eq!(day_text(20_454), "2026-01-01");
     assert_eq!(day_text(11_016), "2000-02-29");
 }
+
+/// Resident memory of this process, bytes (Linux; 0 elsewhere).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// BENCHMARKS.md "Accounting records": 1,000,000 records (100 users, one ended every 10 ms
+/// over about 2.8 hours) — memory, `history --since 1h` and `usage --by user` answer times in
+/// the book, snapshot bytes. `cargo test --release -p hetsched-master-core --lib
+/// million_records -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn million_records_figures() {
+    use std::time::Instant;
+    const N: u64 = 1_000_000;
+    let before = rss_bytes();
+    let mut b = AccountingBook::default();
+    let t0 = Instant::now();
+    for i in 0..N {
+        let mut r = rec(i, 1, &format!("user-{}", i % 100), i * 10);
+        r.max_mem_mib = Some(300);
+        r.started_ms = Some(i * 10 - i.min(5));
+        b.record(r);
+    }
+    let built = t0.elapsed();
+    let after = rss_bytes();
+    let end = N * 10;
+    let t1 = Instant::now();
+    let h = b.history(&HistoryFilter {
+        since_ms: Some(end - 3_600_000),
+        ..Default::default()
+    });
+    let history = t1.elapsed();
+    let t2 = Instant::now();
+    let all = b.history(&HistoryFilter {
+        user: Some("user-7".into()),
+        ..Default::default()
+    });
+    let history_user = t2.elapsed();
+    let t3 = Instant::now();
+    let u = b.usage(0, UsageBy::User, None);
+    let usage = t3.elapsed();
+    let t4 = Instant::now();
+    let bytes = rmp_serde::to_vec_named(&b).expect("encode").len();
+    let encode = t4.elapsed();
+    println!(
+        "records {N}: built in {built:?}; resident +{} MiB ({} bytes a record); \
+         history --since 1h: {} records in {history:?}; history --user (all time): {} in \
+         {history_user:?}; usage --by user: {} users in {usage:?}; snapshot part {} MiB \
+         ({} bytes a record) encoded in {encode:?}",
+        (after.saturating_sub(before)) >> 20,
+        after.saturating_sub(before) / N,
+        h.len(),
+        all.len(),
+        u.len(),
+        bytes >> 20,
+        bytes as u64 / N
+    );
+    assert_eq!(h.len(), 360_000);
+}

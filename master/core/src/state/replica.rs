@@ -132,6 +132,12 @@ impl Replica {
         hash_of(self)
     }
 
+    /// The state's document without the accounting book: what [`state_hash`](Self::state_hash)
+    /// hashes and [`state_bytes`](Self::state_bytes) counts (`status` shows both).
+    pub fn state_document(&self) -> Vec<u8> {
+        bytes_of(self)
+    }
+
     /// The snapshot: the state's document with the accounting book in it (left out while
     /// empty, so a cluster that never ended an attempt writes the bytes it always did).
     pub fn to_bytes(&self) -> Vec<u8> {

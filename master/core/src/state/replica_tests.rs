@@ -130,6 +130,8 @@ fn a_finish_reports_usage_is_recorded_beside_the_state_and_travels_in_the_snapsh
     without.accounting = Default::default();
     assert_eq!(r.state_hash(), without.state_hash());
     assert_eq!(r.state_bytes(), without.state_bytes());
+    assert_eq!(r.state_document(), without.to_bytes());
+    assert!(r.to_bytes().len() > without.to_bytes().len());
     assert_ne!(r.state_hash(), hash, "the task finished");
     let back = Replica::from_bytes(&r.to_bytes()).expect("decode");
     assert_eq!(back, r);
