@@ -12,7 +12,7 @@ use super::ClusterState;
 use hetsched_common::protocol::{
     AttemptRecord, HistoryFilter, TaskReport, UsageBy, UsageRecord, UsageTotal,
 };
-use hetsched_common::{Attempt, NodeId, TaskId};
+use hetsched_common::{JobId, NodeId, TaskId};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
@@ -37,16 +37,16 @@ pub struct Totals {
 }
 
 impl Totals {
-    /// Adds one record.
-    pub fn add(&mut self, r: &AttemptRecord) {
+    /// Adds one record's CPUs asked, wall time, CPU and GPU seconds.
+    fn add_values(&mut self, cpus: f64, elapsed: Option<f64>, cpu: Option<f64>, gpu: Option<f64>) {
         self.tasks += 1;
-        let alloc = r.cpus * r.elapsed_s.unwrap_or(0.0);
+        let alloc = cpus * elapsed.unwrap_or(0.0);
         self.cpu_alloc_s += alloc;
-        if let Some(used) = r.cpu_s {
+        if let Some(used) = cpu {
             self.cpu_used_s += used;
             self.cpu_alloc_measured_s += alloc;
         }
-        self.gpu_s += r.gpu_s.unwrap_or(0.0);
+        self.gpu_s += gpu.unwrap_or(0.0);
     }
 
     /// Adds other totals.
@@ -85,15 +85,167 @@ pub struct DayTotal {
     pub totals: Totals,
 }
 
-/// The records and the folded totals.
+/// One record as the book holds it: names interned, absent readings as NaN or `u64::MAX`,
+/// so that a million records stay within about 150 MiB (BENCHMARKS.md, "Accounting
+/// records"). Converted to and from [`AttemptRecord`] at the book's edges.
+#[derive(Clone, Debug, PartialEq)]
+struct Stored {
+    job: u64,
+    task: u64,
+    node: u64,
+    ended_ms: u64,
+    /// `u64::MAX`: never reported started.
+    started_ms: u64,
+    /// `u64::MAX`: not measured.
+    max_mem_mib: u64,
+    mem_mib: u64,
+    /// NaN: not measured (the `Option<f64>` readings).
+    elapsed_s: f64,
+    cpu_s: f64,
+    gpu_s: f64,
+    gpu_util_s: f64,
+    cpus: f64,
+    gpus: f64,
+    index: u32,
+    attempt: u32,
+    /// Into the book's names.
+    user: u32,
+    partition: u32,
+    /// Into the book's names: the models joined by `,` (the empty name: any).
+    gpu_models: u32,
+    exit_code: i32,
+    reason: Option<hetsched_common::TaskReason>,
+    gpu_emulated: bool,
+}
+
+/// Names (users, partitions, GPU model lists) held once each.
 #[derive(Clone, Debug, Default, PartialEq)]
+struct Names {
+    all: Vec<String>,
+    ids: std::collections::HashMap<String, u32>,
+}
+
+impl Names {
+    fn id(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.ids.get(name) {
+            return *id;
+        }
+        let id = self.all.len() as u32;
+        self.all.push(name.to_string());
+        self.ids.insert(name.to_string(), id);
+        id
+    }
+
+    fn name(&self, id: u32) -> &str {
+        self.all.get(id as usize).map_or("", String::as_str)
+    }
+
+    fn find(&self, name: &str) -> Option<u32> {
+        self.ids.get(name).copied()
+    }
+}
+
+fn nan_of(v: Option<f64>) -> f64 {
+    v.filter(|x| !x.is_nan()).unwrap_or(f64::NAN)
+}
+
+fn of_nan(v: f64) -> Option<f64> {
+    (!v.is_nan()).then_some(v)
+}
+
+impl Stored {
+    fn of(r: &AttemptRecord, names: &mut Names) -> Self {
+        Self {
+            job: r.job.get(),
+            task: r.task.get(),
+            node: r.node.get(),
+            ended_ms: r.ended_ms,
+            started_ms: r.started_ms.unwrap_or(u64::MAX),
+            max_mem_mib: r.max_mem_mib.unwrap_or(u64::MAX),
+            mem_mib: r.mem_mib,
+            elapsed_s: nan_of(r.elapsed_s),
+            cpu_s: nan_of(r.cpu_s),
+            gpu_s: nan_of(r.gpu_s),
+            gpu_util_s: nan_of(r.gpu_util_s),
+            cpus: r.cpus,
+            gpus: r.gpus,
+            index: r.index,
+            attempt: r.attempt,
+            user: names.id(&r.user),
+            partition: names.id(&r.partition),
+            gpu_models: names.id(&r.gpu_models.join(",")),
+            exit_code: r.exit_code,
+            reason: r.reason,
+            gpu_emulated: r.gpu_emulated,
+        }
+    }
+
+    fn record(&self, names: &Names) -> AttemptRecord {
+        let models = names.name(self.gpu_models);
+        AttemptRecord {
+            job: JobId(self.job),
+            task: TaskId(self.task),
+            index: self.index,
+            attempt: self.attempt,
+            user: names.name(self.user).to_string(),
+            partition: names.name(self.partition).to_string(),
+            node: NodeId(self.node),
+            started_ms: (self.started_ms != u64::MAX).then_some(self.started_ms),
+            ended_ms: self.ended_ms,
+            elapsed_s: of_nan(self.elapsed_s),
+            cpus: self.cpus,
+            mem_mib: self.mem_mib,
+            gpus: self.gpus,
+            gpu_models: if models.is_empty() {
+                Vec::new()
+            } else {
+                models.split(',').map(str::to_string).collect()
+            },
+            cpu_s: of_nan(self.cpu_s),
+            max_mem_mib: (self.max_mem_mib != u64::MAX).then_some(self.max_mem_mib),
+            gpu_s: of_nan(self.gpu_s),
+            gpu_util_s: of_nan(self.gpu_util_s),
+            gpu_emulated: self.gpu_emulated,
+            state: if self.exit_code == 0 {
+                "succeeded"
+            } else {
+                "failed"
+            }
+            .into(),
+            reason: self.reason,
+            exit_code: self.exit_code,
+        }
+    }
+
+    fn key(&self) -> (u64, u32) {
+        (self.task, self.attempt)
+    }
+}
+
+/// The records and the folded totals.
+#[derive(Clone, Debug, Default)]
 pub struct AccountingBook {
     /// Detail, in the order the ends were applied.
-    records: VecDeque<AttemptRecord>,
+    records: VecDeque<Stored>,
     /// The attempts `records` holds (a finish reported twice is recorded once). Derived.
-    keys: HashSet<(TaskId, Attempt)>,
+    keys: HashSet<(u64, u32)>,
+    /// Users', partitions' and GPU models' names. Derived (a snapshot holds the names).
+    names: Names,
     /// Folded detail by (day, user, partition).
     days: BTreeMap<(u64, String, String), Totals>,
+}
+
+/// Equal when they hold the same records and totals (NaN readings compare equal).
+impl PartialEq for AccountingBook {
+    fn eq(&self, o: &Self) -> bool {
+        self.records.len() == o.records.len()
+            && self.days == o.days
+            && self
+                .records
+                .iter()
+                .zip(&o.records)
+                .all(|(a, b)| a.record(&self.names) == b.record(&o.names))
+    }
 }
 
 impl Eq for AccountingBook {}
@@ -117,28 +269,27 @@ impl Serialize for AccountingBook {
                 totals: totals.clone(),
             })
             .collect();
-        Document {
-            records: &self.records,
-            days,
-        }
-        .serialize(serializer)
+        let records: Vec<AttemptRecord> =
+            self.records.iter().map(|r| r.record(&self.names)).collect();
+        Document { records, days }.serialize(serializer)
     }
 }
 
 impl<'de> Deserialize<'de> for AccountingBook {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let d = Document::<VecDeque<AttemptRecord>, Vec<DayTotal>>::deserialize(deserializer)?;
-        let keys = d.records.iter().map(|r| (r.task, r.attempt)).collect();
-        let days = d
-            .days
-            .into_iter()
-            .map(|t| ((t.day, t.user, t.partition), t.totals))
-            .collect();
-        Ok(Self {
-            records: d.records,
-            keys,
-            days,
-        })
+        let d = Document::<Vec<AttemptRecord>, Vec<DayTotal>>::deserialize(deserializer)?;
+        let mut book = Self {
+            days: d
+                .days
+                .into_iter()
+                .map(|t| ((t.day, t.user, t.partition), t.totals))
+                .collect(),
+            ..Self::default()
+        };
+        for r in d.records {
+            book.record(r);
+        }
+        Ok(book)
     }
 }
 
@@ -160,10 +311,11 @@ impl AccountingBook {
 
     /// Records `r` unless its attempt is recorded already. True when it was recorded.
     pub fn record(&mut self, r: AttemptRecord) -> bool {
-        if !self.keys.insert((r.task, r.attempt)) {
+        if !self.keys.insert((r.task.get(), r.attempt)) {
             return false;
         }
-        self.records.push_back(r);
+        let stored = Stored::of(&r, &mut self.names);
+        self.records.push_back(stored);
         true
     }
 
@@ -173,9 +325,16 @@ impl AccountingBook {
             let Some(r) = self.records.pop_front() else {
                 break;
             };
-            self.keys.remove(&(r.task, r.attempt));
-            let key = (r.ended_ms / DAY_MS, r.user.clone(), r.partition.clone());
-            self.days.entry(key).or_default().add(&r);
+            self.keys.remove(&r.key());
+            let (user, partition) = (self.names.name(r.user), self.names.name(r.partition));
+            let key = (r.ended_ms / DAY_MS, user.to_string(), partition.to_string());
+            let t = self.days.entry(key).or_default();
+            t.add_values(
+                r.cpus,
+                of_nan(r.elapsed_s),
+                of_nan(r.cpu_s),
+                of_nan(r.gpu_s),
+            );
         }
     }
 
@@ -185,10 +344,21 @@ impl AccountingBook {
         let from = filter
             .since_ms
             .map_or(0, |t| self.records.partition_point(|r| r.ended_ms < t));
+        // The cheap conditions on the stored form first; an unknown user has no records.
+        let user = match &filter.user {
+            Some(u) => match self.names.find(u) {
+                Some(id) => Some(id),
+                None => return Vec::new(),
+            },
+            None => None,
+        };
         self.records
             .range(from..)
+            .filter(|r| user.is_none_or(|u| u == r.user))
+            .filter(|r| filter.job.is_none_or(|j| j.get() == r.job))
+            .filter(|r| filter.until_ms.is_none_or(|t| r.ended_ms < t))
+            .map(|r| r.record(&self.names))
             .filter(|r| filter.admits(r))
-            .cloned()
             .collect()
     }
 
@@ -208,9 +378,17 @@ impl AccountingBook {
             }
         }
         let from = self.records.partition_point(|r| r.ended_ms < since_ms);
-        for r in self.records.range(from..).filter(|r| mine(&r.user)) {
-            let k = key(r.ended_ms / DAY_MS, &r.user, &r.partition);
-            groups.entry(k).or_default().add(r);
+        for s in self.records.range(from..) {
+            let (u, p) = (self.names.name(s.user), self.names.name(s.partition));
+            if mine(u) {
+                let t = groups.entry(key(s.ended_ms / DAY_MS, u, p)).or_default();
+                t.add_values(
+                    s.cpus,
+                    of_nan(s.elapsed_s),
+                    of_nan(s.cpu_s),
+                    of_nan(s.gpu_s),
+                );
+            }
         }
         groups.into_iter().map(|(k, t)| t.shown(k)).collect()
     }
