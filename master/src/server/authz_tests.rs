@@ -207,3 +207,40 @@ fn a_slave_certificate_speaks_only_for_its_own_node() {
     let plain = peer(false, None, None);
     assert_eq!(a.check_slave_name(&plain, &steal(n2)), Ok(()));
 }
+
+#[test]
+fn a_user_reads_its_own_accounting_and_an_operator_everyones() {
+    use hetsched_common::protocol::{HistoryFilter, UsageBy};
+    let t = TestState::new();
+    let cache = TokenCache::default();
+    let a = Authz::new(&t.state, &cache, AT_MS);
+    let history = |user: Option<&str>| ClientRequest::AccountingHistory {
+        filter: HistoryFilter {
+            user: user.map(str::to_string),
+            ..Default::default()
+        },
+        stale: false,
+    };
+    // Unnamed: narrowed to the caller's own.
+    let mut mine = history(None);
+    scope_request(&user("bob"), &mut mine);
+    assert_eq!(mine, history(Some("bob")));
+    assert_eq!(a.authorize(&user("bob"), &mine), Ok(()));
+    assert!(a.authorize(&user("bob"), &history(Some("carol"))).is_err());
+    let mut usage = ClientRequest::AccountingUsage {
+        since_ms: 0,
+        by: UsageBy::User,
+        user: None,
+        stale: false,
+    };
+    scope_request(&user("bob"), &mut usage);
+    assert!(matches!(&usage, ClientRequest::AccountingUsage { user: Some(u), .. } if u == "bob"));
+    let operator = Caller::Known {
+        name: "op".into(),
+        level: Level::Operator,
+    };
+    let mut all = history(None);
+    scope_request(&operator, &mut all);
+    assert_eq!(all, history(None), "an operator's stays unnarrowed");
+    assert_eq!(a.authorize(&operator, &history(Some("carol"))), Ok(()));
+}
