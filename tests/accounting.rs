@@ -4,10 +4,12 @@
 //! leader kill (`history --json` compared master by master).
 
 mod support;
+mod support_http;
 
 use serde_json::Value;
 use std::time::Duration;
 use support::*;
+use support_http::{get, HttpCluster};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -35,21 +37,10 @@ fn record_of(records: &[Value], job: u64) -> &Value {
 
 #[test]
 fn a_tasks_cpu_seconds_and_peak_memory_come_from_its_cgroup() {
-    // One emulated GPU: a GPU task's GPU seconds are its share × its wall time, labelled.
-    let c = Cluster::launch(
-        "acct-readings",
-        hetsched::local::ClusterSpec {
-            masters: 1,
-            master_http: false,
-            slaves: vec![hetsched::local::SlaveSpec {
-                cpus: 3,
-                mem_mib: 4096,
-                gpus: 1,
-                extra_args: Vec::new(),
-            }],
-            ..test_spec()
-        },
-    );
+    // One emulated GPU (a GPU task's GPU seconds are its share × its wall time, labelled);
+    // the master serves HTTP too.
+    let h = HttpCluster::start("acct-readings", 1, 1, 3);
+    let c = &h.cluster;
     c.scenario(|c| {
         c.wait_nodes_up(1, WAIT);
         // Busy for 2 s of wall time; it writes the CPU time the kernel gave it (the machine
@@ -125,6 +116,15 @@ fn a_tasks_cpu_seconds_and_peak_memory_come_from_its_cgroup() {
         assert!(text.contains("0.5(emulated)"), "{text}");
         let u = c.json(&["usage", "--by", "user"]).expect("usage");
         assert_eq!(u["totals"][0]["tasks"], 4, "{u}");
+        // The same through the HTTP API; a bad time is a 400 naming the field.
+        let api = get(&h.master_http[0], "/v1/accounting/history?since=1h").expect("GET");
+        assert_eq!(api.status, 200, "{}", api.text());
+        assert_eq!(api.json()["records"].as_array().map(Vec::len), Some(4));
+        let usage = get(&h.master_http[0], "/v1/accounting/usage?by=day").expect("GET");
+        assert_eq!(usage.json()["totals"][0]["tasks"], 4, "{}", usage.text());
+        let bad = get(&h.master_http[0], "/v1/accounting/history?since=soon").expect("GET");
+        assert_eq!(bad.status, 400, "{}", bad.text());
+        assert_eq!(bad.json()["error"]["field"], "since", "{}", bad.text());
     });
 }
 
