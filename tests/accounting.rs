@@ -116,6 +116,9 @@ fn a_tasks_cpu_seconds_and_peak_memory_come_from_its_cgroup() {
         assert!(text.contains("0.5(emulated)"), "{text}");
         let u = c.json(&["usage", "--by", "user"]).expect("usage");
         assert_eq!(u["totals"][0]["tasks"], 4, "{u}");
+        // One user holds all the usage: Ū = S = 1, so F = 2^-1 (default half-life 7 days).
+        assert_eq!(u["half_life_ms"], 7 * 86_400_000u64, "{u}");
+        assert_eq!(u["fair_share"][0]["factor"], 0.5, "{u}");
         // The same through the HTTP API; a bad time is a 400 naming the field.
         let api = get(&h.master_http[0], "/v1/accounting/history?since=1h").expect("GET");
         assert_eq!(api.status, 200, "{}", api.text());

@@ -50,6 +50,10 @@ pub struct AttemptRecord {
     /// GPU seconds: granted share × wall time.
     #[serde(default)]
     pub gpu_s: Option<f64>,
+    /// Dominant-resource seconds: the largest of its CPU, memory and GPU shares of the
+    /// cluster's capacity (when it ended) times its wall time; fair share's usage.
+    #[serde(default)]
+    pub dominant_s: Option<f64>,
     /// Utilisation-weighted GPU seconds, where a probe measured it.
     #[serde(default)]
     pub gpu_util_s: Option<f64>,
@@ -147,9 +151,27 @@ pub struct UsageTotal {
     pub cpu_efficiency: Option<f64>,
 }
 
+/// One user's standing in fair share (docs/guide/accounting.md, "Fair share").
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FairShareInfo {
+    /// User.
+    pub user: String,
+    /// Its usage decayed to now, dominant-resource seconds.
+    pub decayed_usage: f64,
+    /// Its factor F = 2^(−Ū/S), 0 < F ≤ 1 (higher goes first).
+    pub factor: f64,
+}
+
 /// `usage`'s answer.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AccountingUsageInfo {
+    /// Each user's decayed usage and fair-share factor, by user (empty with
+    /// `--fairshare-half-life off`).
+    #[serde(default)]
+    pub fair_share: Vec<FairShareInfo>,
+    /// The answering master's `--fairshare-half-life`, ms (`None`: off).
+    #[serde(default)]
+    pub half_life_ms: Option<u64>,
     /// Totals from this time on, ms since the Unix epoch (older detail counts by its UTC
     /// day).
     pub since_ms: u64,

@@ -24,7 +24,8 @@ mod views;
 mod waiting;
 
 pub use accounting::{
-    time_bound, AccountingUsageInfo, AttemptRecord, HistoryFilter, HistoryInfo, UsageBy, UsageTotal,
+    time_bound, AccountingUsageInfo, AttemptRecord, FairShareInfo, HistoryFilter, HistoryInfo,
+    UsageBy, UsageTotal,
 };
 pub use acl::{NewToken, TokenInfo, TokenRole};
 pub use admin::{BugSpec, FaultSpec, LogEntry, LogPage, LogSnapshot};

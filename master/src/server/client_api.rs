@@ -142,8 +142,17 @@ impl Master {
             } => {
                 self.read_barrier(stale).await?;
                 let s = self.shared.read_state();
+                let half_life_ms = s.half_life_ms();
+                let fair_share = half_life_ms
+                    .map(|h| s.accounting().fair_share(now_ms(), h))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|f| user.as_ref().is_none_or(|u| *u == f.user))
+                    .collect();
                 Ok(ClientResponse::AccountingUsage(
                     hetsched_common::protocol::AccountingUsageInfo {
+                        fair_share,
+                        half_life_ms,
                         since_ms,
                         by,
                         totals: s.accounting().usage(since_ms, by, user.as_deref()),

@@ -63,6 +63,8 @@ pub struct MasterConfig {
     /// Issue 53: accounting detail is kept this long, ms (`--accounting-retention`), then
     /// folded into daily totals.
     pub accounting_retention_ms: u64,
+    /// Issue 53: fair share's half-life, ms (`--fairshare-half-life`; `None`: off).
+    pub fairshare_half_life_ms: Option<u64>,
 }
 
 /// Parses `ID=HOST:PORT,...`.

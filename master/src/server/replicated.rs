@@ -79,8 +79,9 @@ impl StateMachine for Replicated {
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
         let mut restored = Replica::from_bytes(snapshot)?;
         let mut s = self.state.write().unwrap_or_else(|p| p.into_inner());
-        // The retention is this master's setting, not the snapshot's.
+        // The retention and half-life are this master's settings, not the snapshot's.
         restored.set_retention_ms(s.retention_ms());
+        restored.set_half_life_ms(s.half_life_ms());
         *s = restored;
         drop(s);
         // Index 0 marks a restore: every derived cache must be rebuilt.

@@ -186,7 +186,8 @@ pub fn usage(masters: &[String], a: UsageArgs) -> anyhow::Result<()> {
     ];
     let rows = u
         .totals
-        .into_iter()
+        .iter()
+        .cloned()
         .map(|t| {
             vec![
                 t.key,
@@ -199,7 +200,21 @@ pub fn usage(masters: &[String], a: UsageArgs) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    emit(&header, rows, a.out.csv)
+    emit(&header, rows, a.out.csv)?;
+    if a.out.csv || u.fair_share.is_empty() {
+        return Ok(());
+    }
+    // Fair share: each user's decayed usage and factor (higher goes first).
+    println!();
+    let mut t = table::new(&["USER", "DECAYED-USAGE", "FAIR-SHARE"]);
+    for f in &u.fair_share {
+        t.add_row(vec![
+            f.user.clone(),
+            format!("{:.1}", f.decayed_usage),
+            format!("{:.3}", f.factor),
+        ]);
+    }
+    table::print(&t)
 }
 
 /// Prints rows as a table, or as CSV (fields quoted where they need it).

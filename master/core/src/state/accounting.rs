@@ -9,8 +9,9 @@
 //! into per-user, per-partition, per-UTC-day totals, which are kept. Pure: no clock, no I/O.
 
 use super::ClusterState;
+use crate::sched::multiqueue::DrfUsage;
 use hetsched_common::protocol::{
-    AttemptRecord, HistoryFilter, TaskReport, UsageBy, UsageRecord, UsageTotal,
+    AttemptRecord, FairShareInfo, HistoryFilter, TaskReport, UsageBy, UsageRecord, UsageTotal,
 };
 use hetsched_common::{JobId, NodeId, TaskId};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -18,6 +19,9 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 
 /// Detail is kept this long by default (30 days), ms.
 pub const DEFAULT_RETENTION_MS: u64 = 30 * 86_400_000;
+
+/// Fair share's half-life by default (7 days, as Slurm's `PriorityDecayHalfLife`), ms.
+pub const DEFAULT_HALF_LIFE_MS: u64 = 7 * 86_400_000;
 
 const DAY_MS: u64 = 86_400_000;
 
@@ -104,6 +108,7 @@ struct Stored {
     cpu_s: f64,
     gpu_s: f64,
     gpu_util_s: f64,
+    dominant_s: f64,
     cpus: f64,
     gpus: f64,
     index: u32,
@@ -167,6 +172,7 @@ impl Stored {
             cpu_s: nan_of(r.cpu_s),
             gpu_s: nan_of(r.gpu_s),
             gpu_util_s: nan_of(r.gpu_util_s),
+            dominant_s: nan_of(r.dominant_s),
             cpus: r.cpus,
             gpus: r.gpus,
             index: r.index,
@@ -205,6 +211,7 @@ impl Stored {
             max_mem_mib: (self.max_mem_mib != u64::MAX).then_some(self.max_mem_mib),
             gpu_s: of_nan(self.gpu_s),
             gpu_util_s: of_nan(self.gpu_util_s),
+            dominant_s: of_nan(self.dominant_s),
             gpu_emulated: self.gpu_emulated,
             state: if self.exit_code == 0 {
                 "succeeded"
@@ -233,6 +240,9 @@ pub struct AccountingBook {
     names: Names,
     /// Folded detail by (day, user, partition).
     days: BTreeMap<(u64, String, String), Totals>,
+    /// Fair share: each user's usage (dominant-resource seconds), decayed to the time
+    /// beside it (ms).
+    decayed: BTreeMap<String, (f64, u64)>,
 }
 
 /// Equal when they hold the same records and totals (NaN readings compare equal).
@@ -240,6 +250,7 @@ impl PartialEq for AccountingBook {
     fn eq(&self, o: &Self) -> bool {
         self.records.len() == o.records.len()
             && self.days == o.days
+            && self.decayed == o.decayed
             && self
                 .records
                 .iter()
@@ -255,6 +266,8 @@ impl Eq for AccountingBook {}
 struct Document<R, D> {
     records: R,
     days: D,
+    #[serde(default)]
+    decayed: BTreeMap<String, (f64, u64)>,
 }
 
 impl Serialize for AccountingBook {
@@ -271,7 +284,12 @@ impl Serialize for AccountingBook {
             .collect();
         let records: Vec<AttemptRecord> =
             self.records.iter().map(|r| r.record(&self.names)).collect();
-        Document { records, days }.serialize(serializer)
+        Document {
+            records,
+            days,
+            decayed: self.decayed.clone(),
+        }
+        .serialize(serializer)
     }
 }
 
@@ -284,6 +302,7 @@ impl<'de> Deserialize<'de> for AccountingBook {
                 .into_iter()
                 .map(|t| ((t.day, t.user, t.partition), t.totals))
                 .collect(),
+            decayed: d.decayed,
             ..Self::default()
         };
         for r in d.records {
@@ -309,6 +328,11 @@ impl AccountingBook {
         self.days.len()
     }
 
+    /// Whether `r`'s attempt is recorded already (its detail not yet folded).
+    pub fn holds(&self, r: &AttemptRecord) -> bool {
+        self.keys.contains(&(r.task.get(), r.attempt))
+    }
+
     /// Records `r` unless its attempt is recorded already. True when it was recorded.
     pub fn record(&mut self, r: AttemptRecord) -> bool {
         if !self.keys.insert((r.task.get(), r.attempt)) {
@@ -317,6 +341,44 @@ impl AccountingBook {
         let stored = Stored::of(&r, &mut self.names);
         self.records.push_back(stored);
         true
+    }
+
+    /// Fair share: charges `r`'s dominant-resource seconds to its user, decaying what the
+    /// user had with half-life `half_life_ms` up to `r`'s end.
+    pub fn charge(&mut self, r: &AttemptRecord, half_life_ms: u64) {
+        let add = r.dominant_s.unwrap_or(0.0);
+        let e = self
+            .decayed
+            .entry(r.user.clone())
+            .or_insert((0.0, r.ended_ms));
+        *e = (
+            decay(e.0, e.1, r.ended_ms, half_life_ms) + add,
+            r.ended_ms.max(e.1),
+        );
+    }
+
+    /// Each user's decayed usage at `now_ms` and its factor F = 2^(−Ū/S): Ū its share of
+    /// all users' decayed usage, S its share of the cluster (equal among the users with
+    /// usage). By user.
+    pub fn fair_share(&self, now_ms: u64, half_life_ms: u64) -> Vec<FairShareInfo> {
+        let now: Vec<(&String, f64)> = self
+            .decayed
+            .iter()
+            .map(|(u, (v, at))| (u, decay(*v, *at, now_ms, half_life_ms)))
+            .collect();
+        let total: f64 = now.iter().map(|(_, v)| v).sum();
+        let share = 1.0 / now.len().max(1) as f64;
+        now.into_iter()
+            .map(|(user, v)| FairShareInfo {
+                user: user.clone(),
+                decayed_usage: v,
+                factor: if total > 0.0 {
+                    (-(v / total) / share).exp2()
+                } else {
+                    1.0
+                },
+            })
+            .collect()
     }
 
     /// Folds the detail of attempts that ended before `before_ms` into daily totals.
@@ -394,6 +456,13 @@ impl AccountingBook {
     }
 }
 
+/// `value` held at `from_ms`, decayed with half-life `half_life_ms` to `to_ms` (never grown:
+/// a time before `from_ms` leaves it as it is).
+pub fn decay(value: f64, from_ms: u64, to_ms: u64, half_life_ms: u64) -> f64 {
+    let dt = to_ms.saturating_sub(from_ms) as f64;
+    value * (-dt / half_life_ms.max(1) as f64).exp2()
+}
+
 /// `YYYY-MM-DD` of a day since the Unix epoch (UTC; proleptic Gregorian).
 pub fn day_text(day: u64) -> String {
     // Howard Hinnant's civil_from_days.
@@ -411,12 +480,14 @@ pub fn day_text(day: u64) -> String {
 
 /// The record of the attempt a finish report ends, drafted from the state before the report
 /// is applied: `None` unless `node` ran that attempt and it is the task's current one (a
-/// stale or unknown report records nothing).
+/// stale or unknown report records nothing). `capacity` is the cluster's, for the
+/// attempt's dominant share.
 pub fn draft(
     s: &ClusterState,
     node: NodeId,
     report: &TaskReport,
     at_ms: u64,
+    capacity: &DrfUsage,
 ) -> Option<AttemptRecord> {
     let TaskReport::Finished {
         task,
@@ -471,6 +542,9 @@ pub fn draft(
         max_mem_mib,
         gpu_s,
         gpu_util_s,
+        dominant_s: elapsed_ms.map(|ms| {
+            DrfUsage::of(asked).dominant_share(capacity) as f64 / 1e9 * ms as f64 / 1000.0
+        }),
         gpu_emulated: gpu_emulated || u.gpu_emulated,
         state: if *exit_code == 0 {
             "succeeded"

@@ -125,3 +125,39 @@ fn million_records_figures() {
     );
     assert_eq!(h.len(), 360_000);
 }
+
+#[test]
+fn fair_share_decays_usage_and_ranks_the_heavier_user_lower() {
+    const H: u64 = 30_000;
+    assert!((decay(8.0, 0, 3 * H, H) - 1.0).abs() < 1e-12);
+    assert_eq!(decay(8.0, 10, 5, H), 8.0, "never grown");
+    let mut b = AccountingBook::default();
+    let used = |task, user: &str, at, d| AttemptRecord {
+        dominant_s: Some(d),
+        ..rec(task, 1, user, at)
+    };
+    b.charge(&used(1, "a", 0, 300.0), H);
+    b.charge(&used(2, "b", 0, 100.0), H);
+    let f = b.fair_share(0, H);
+    let (a, bb) = (&f[0], &f[1]);
+    assert_eq!((a.user.as_str(), bb.user.as_str()), ("a", "b"));
+    // Ū: 0.75 and 0.25 of the usage, S = 1/2 each: F = 2^-1.5 and 2^-0.5.
+    assert!((a.factor - (-1.5f64).exp2()).abs() < 1e-12, "{f:?}");
+    assert!((bb.factor - (-0.5f64).exp2()).abs() < 1e-12, "{f:?}");
+    // Later use counts more than earlier: b's recent 200 outweighs a's 300 two half-lives ago.
+    b.charge(&used(3, "b", 2 * H, 200.0), H);
+    let f = b.fair_share(2 * H, H);
+    assert!((f[0].decayed_usage - 75.0).abs() < 1e-9, "{f:?}");
+    assert!((f[1].decayed_usage - 225.0).abs() < 1e-9, "{f:?}");
+    assert!(f[0].factor > f[1].factor, "{f:?}");
+    // Nobody used anything: every factor is 1.
+    let empty = AccountingBook::default();
+    assert!(empty.fair_share(0, H).is_empty());
+    let mut idle = AccountingBook::default();
+    idle.charge(&used(4, "c", 0, 0.0), H);
+    assert_eq!(idle.fair_share(0, H)[0].factor, 1.0);
+    // Through a snapshot encoding, the decayed usage stays.
+    let back: AccountingBook =
+        rmp_serde::from_slice(&rmp_serde::to_vec_named(&b).expect("encode")).expect("decode");
+    assert_eq!(back.fair_share(2 * H, H), b.fair_share(2 * H, H));
+}

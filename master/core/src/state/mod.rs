@@ -79,7 +79,7 @@ mod submit;
 mod task_book;
 mod views;
 
-pub use accounting::{AccountingBook, DEFAULT_RETENTION_MS};
+pub use accounting::{AccountingBook, DEFAULT_HALF_LIFE_MS, DEFAULT_RETENTION_MS};
 pub use acl::{AclBook, TokenRecord};
 pub use admin::{BenchBook, BenchCounter};
 pub use batch::{

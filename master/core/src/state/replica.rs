@@ -5,7 +5,7 @@
 //! are still one document holding both, as older binaries wrote and read it, so replicas of
 //! any version agree.
 
-use super::accounting::{self, AccountingBook, DEFAULT_RETENTION_MS};
+use super::accounting::{self, AccountingBook, DEFAULT_HALF_LIFE_MS, DEFAULT_RETENTION_MS};
 use super::admin::{BenchBook, BenchCounter};
 use super::codec::{bytes_of, hash_of, size_of};
 use super::command::{Command, CommandEnvelope, Outcome};
@@ -28,6 +28,9 @@ pub struct Replica {
     /// How long the accounting detail is kept (`master --accounting-retention`), ms; this
     /// master's setting, not replicated state.
     retention_ms: u64,
+    /// Fair share's half-life (`master --fairshare-half-life`), ms; `None`: off. This
+    /// master's setting.
+    half_life_ms: Option<u64>,
 }
 
 impl Default for Replica {
@@ -37,6 +40,7 @@ impl Default for Replica {
             bench: BenchBook::default(),
             accounting: AccountingBook::default(),
             retention_ms: DEFAULT_RETENTION_MS,
+            half_life_ms: Some(DEFAULT_HALF_LIFE_MS),
         }
     }
 }
@@ -65,6 +69,16 @@ impl Replica {
     /// How long accounting detail is kept, ms.
     pub fn retention_ms(&self) -> u64 {
         self.retention_ms
+    }
+
+    /// Fair share's half-life, ms (`None`: off).
+    pub fn half_life_ms(&self) -> Option<u64> {
+        self.half_life_ms
+    }
+
+    /// Sets fair share's half-life (`master --fairshare-half-life`; `None`: off).
+    pub fn set_half_life_ms(&mut self, ms: Option<u64>) {
+        self.half_life_ms = ms;
     }
 
     /// Sets how long accounting detail is kept (`master --accounting-retention`), ms; older
@@ -100,6 +114,11 @@ impl Replica {
                     },
                 );
                 for r in drafts {
+                    if let Some(h) = self.half_life_ms {
+                        if !self.accounting.holds(&r) {
+                            self.accounting.charge(&r, h);
+                        }
+                    }
                     self.accounting.record(r);
                 }
                 self.accounting
@@ -115,9 +134,16 @@ impl Replica {
         let Command::TaskReports { node, reports } = command else {
             return Vec::new();
         };
+        if !reports
+            .iter()
+            .any(|r| matches!(r, hetsched_common::protocol::TaskReport::Finished { .. }))
+        {
+            return Vec::new();
+        }
+        let capacity = crate::sched::multiqueue::cluster_capacity(&self.cluster);
         reports
             .iter()
-            .filter_map(|r| accounting::draft(&self.cluster, *node, r, at_ms))
+            .filter_map(|r| accounting::draft(&self.cluster, *node, r, at_ms, &capacity))
             .collect()
     }
 
@@ -156,7 +182,7 @@ impl Replica {
             cluster,
             bench,
             accounting,
-            retention_ms: DEFAULT_RETENTION_MS,
+            ..Self::default()
         })
     }
 
