@@ -173,3 +173,89 @@ fn history_is_the_same_on_every_master_after_a_snapshot_install_and_a_leader_kil
     c.masters[leader].restart().expect("restart the old leader");
     c.scenario(|c| same_everywhere(c, &[0, 1, 2], 14));
 }
+
+/// Fair share (issue 53): user a runs 20 tasks alone; with both slots of the cluster held by
+/// c, a then b submit 10 tasks each; the phase-2 tasks' starts in order (by the committed
+/// start, then task id). The masters run with `--queue-depth 0`: with slave queues (S0.3)
+/// a's tasks, submitted first, would be queued on the slave before b's arrive, and a slave
+/// starts its queue in order.
+fn fair_share_scenario(c: &Cluster) -> Vec<String> {
+    c.wait_nodes_up(1, WAIT);
+    let job = |user: &str, n: &str, secs: &str| {
+        c.submit_id(&[
+            "--user", user, "--cpus", "1", "--count", n, "--", "sleep", secs,
+        ])
+    };
+    job("a", "20", "0.2");
+    wait_records(c, 20);
+    let blockers = job("c", "2", "3");
+    wait_for("c's tasks running", WAIT, || {
+        let t = c.json(&["tasks", "--job", &blockers.to_string()])?;
+        let running = t
+            .as_array()?
+            .iter()
+            .filter(|t| t["state"] == "running")
+            .count();
+        (running == 2).then_some(())
+    });
+    let (a, b) = (job("a", "10", "0.2"), job("b", "10", "0.2"));
+    let records = wait_records(c, 42);
+    let mut starts: Vec<(u64, u64, String)> = records
+        .iter()
+        .filter(|r| [a, b].contains(&r["job"].as_u64().unwrap_or(0)))
+        .map(|r| {
+            let s = r["started_ms"].as_u64().unwrap_or(u64::MAX);
+            (
+                s,
+                r["task"].as_u64().unwrap_or(0),
+                r["user"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    starts.sort();
+    starts.into_iter().map(|(_, _, u)| u).collect()
+}
+
+#[test]
+fn fair_share_puts_the_user_who_used_less_first() {
+    let c = Cluster::start_with(
+        "acct-fair",
+        1,
+        1,
+        2,
+        &["--fairshare-half-life", "30s", "--queue-depth", "0"],
+    );
+    c.scenario(|c| {
+        let order = fair_share_scenario(c);
+        assert_eq!(order[..2], ["b", "b"], "b used nothing yet: {order:?}");
+        let u = c.json(&["usage"]).expect("usage");
+        let f = |user: &str| {
+            u["fair_share"]
+                .as_array()
+                .and_then(|a| a.iter().find(|f| f["user"] == user))
+                .and_then(|f| f["factor"].as_f64())
+                .unwrap_or_else(|| panic!("{user} in {u}"))
+        };
+        assert!(f("a") < f("b"), "a used more: {u}");
+    });
+}
+
+#[test]
+fn without_fair_share_the_order_is_drfs() {
+    let c = Cluster::start_with(
+        "acct-fair-off",
+        1,
+        1,
+        2,
+        &["--fairshare-half-life", "off", "--queue-depth", "0"],
+    );
+    c.scenario(|c| {
+        let order = fair_share_scenario(c);
+        // Nobody holds anything when the slots free: DRF's tie goes to the earlier
+        // submission, a's.
+        assert_eq!(order[0], "a", "{order:?}");
+        let u = c.json(&["usage"]).expect("usage");
+        assert_eq!(u["fair_share"], serde_json::json!([]), "{u}");
+        assert_eq!(u["half_life_ms"], Value::Null, "{u}");
+    });
+}
