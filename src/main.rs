@@ -70,6 +70,10 @@ enum Command {
     Nodes(cmd::client::ListArgs),
     /// Why a task waits: its reason, every node's verdict, preemption, its queue position.
     Explain(cmd::client::ExplainArgs),
+    /// Ended attempts, one line each, with what they used (like Slurm's sacct).
+    History(cmd::client::HistoryArgs),
+    /// Usage totals per user, partition or day: CPU-hours, GPU-hours, efficiency (like sreport).
+    Usage(cmd::client::UsageArgs),
     /// List or change the masters (Raft members).
     Members(cmd::client::MembersArgs),
     /// The S1 priority configuration: users, groups, priorities and quotas per partition.
@@ -213,6 +217,8 @@ fn main() -> ExitCode {
             | Command::Tasks(_)
             | Command::Nodes(_)
             | Command::Explain(_)
+            | Command::History(_)
+            | Command::Usage(_)
             | Command::Members(_)
             | Command::Config(_)
             | Command::PlanBatch(_)
@@ -273,6 +279,8 @@ fn main() -> ExitCode {
         Command::Tasks(a) => cmd::client::tasks(&masters, a),
         Command::Nodes(a) => cmd::client::nodes(&masters, a),
         Command::Explain(a) => cmd::client::explain(&masters, a),
+        Command::History(a) => cmd::client::history(&masters, a),
+        Command::Usage(a) => cmd::client::usage(&masters, a),
         Command::Members(a) => cmd::client::members(&masters, a),
         Command::Config(c) => cmd::config::run(&masters, c),
         Command::Acl(c) => cmd::acl::run(&masters, c),

@@ -98,6 +98,10 @@ pub struct Cgroups {
     /// may be missing where that controller is not mounted or not writable).
     cpu_dir: Option<PathBuf>,
     mem_dir: Option<PathBuf>,
+    /// v1: the `cpuacct` slave directory where that controller is a hierarchy of its own
+    /// (the accounting issue's CPU seconds); `None` in v2 (`cpu.stat` serves) and where
+    /// `cpuacct` is mounted with `cpu` (the cpu directory has `cpuacct.usage`).
+    acct_dir: Option<PathBuf>,
     /// Ended attempts' cgroups kept for reuse ([`crate::cgroup_spares`]).
     spares: Spares,
 }
@@ -128,6 +132,7 @@ impl Cgroups {
             mode: CgroupMode::None,
             cpu_dir: None,
             mem_dir: None,
+            acct_dir: None,
             spares: Spares::default(),
         }
     }
@@ -166,6 +171,7 @@ impl Cgroups {
                         mode: CgroupMode::V2,
                         cpu_dir: Some(dir.clone()),
                         mem_dir: Some(dir),
+                        acct_dir: None,
                         spares: Spares::default(),
                     };
                 }
@@ -192,6 +198,13 @@ impl Cgroups {
         };
         let cpu_dir = v1("cpu", "cpu.cfs_quota_us");
         let mem_dir = v1("memory", "memory.limit_in_bytes");
+        // cpuacct apart from cpu (mounted on its own, as on this project's CI machines):
+        // the task joins it too, for its CPU seconds.
+        let co_mounted = std::fs::canonicalize(root.join("cpuacct")).ok()
+            == std::fs::canonicalize(root.join("cpu")).ok();
+        let acct_dir = (!co_mounted)
+            .then(|| v1("cpuacct", "cpuacct.usage"))
+            .flatten();
         if cpu_dir.is_none() && mem_dir.is_none() {
             tracing::warn!(root = %root.display(), "no writable cgroup hierarchy; tasks run without limits");
             return Self::none();
@@ -200,6 +213,7 @@ impl Cgroups {
             mode: CgroupMode::V1,
             cpu_dir,
             mem_dir,
+            acct_dir,
             spares: Spares::default(),
         }
     }
@@ -248,6 +262,7 @@ impl Cgroups {
             mode: self.mode,
             cpu: self.cpu_dir.as_ref().map(|d| d.join(name)),
             mem: self.mem_dir.as_ref().map(|d| d.join(name)),
+            acct: self.acct_dir.as_ref().map(|d| d.join(name)),
             spares: self.spares.clone(),
         }
     }
@@ -256,6 +271,10 @@ impl Cgroups {
     fn key_of(&self, cg: &AttemptCgroup, d: &Path, limits: Limits) -> String {
         let cpu = cg.cpu.as_deref() == Some(d);
         let mem = cg.mem.as_deref() == Some(d);
+        if !cpu && !mem {
+            // The cpuacct directory: nothing is written to it.
+            return "a".into();
+        }
         match (cpu, mem) {
             (true, true) => format!("c{}m{}", limits.cpu_milli, limits.mem_mib),
             (true, false) => format!("c{}", limits.cpu_milli),
@@ -318,16 +337,27 @@ impl Cgroups {
                 }
             }
         }
+        if self.mode == CgroupMode::V1 {
+            cg.reset_counters(|d| !fresh.iter().any(|(f, _)| f == d));
+        }
         for (d, key) in fresh {
             self.spares.created(&d, &key);
         }
         Ok(cg)
     }
 
+    /// The slave's own directories (one per hierarchy in use).
+    fn own_dirs(&self) -> impl Iterator<Item = &PathBuf> {
+        self.cpu_dir
+            .iter()
+            .chain(self.mem_dir.iter())
+            .chain(self.acct_dir.iter())
+    }
+
     /// Removes the slave's own (empty) cgroup directories, e.g. when a test or benchmark
     /// is done with them; best effort.
     pub fn remove_own(&self) {
-        for d in self.cpu_dir.iter().chain(self.mem_dir.iter()) {
+        for d in self.own_dirs() {
             let _ = std::fs::remove_dir(d);
         }
     }
@@ -335,7 +365,7 @@ impl Cgroups {
     /// Names of the attempt cgroups that exist under the slave's directories.
     pub fn attempt_names(&self) -> BTreeSet<String> {
         let mut names = BTreeSet::new();
-        for d in self.cpu_dir.iter().chain(self.mem_dir.iter()) {
+        for d in self.own_dirs() {
             if let Ok(rd) = std::fs::read_dir(d) {
                 for e in rd.flatten() {
                     let name = e.file_name().to_string_lossy().into_owned();
@@ -352,7 +382,7 @@ impl Cgroups {
     /// whatever still runs in it first, and the spares of a previous run. Returns the names
     /// of the attempt cgroups removed.
     pub fn clean_stale(&self, keep: &BTreeSet<String>) -> Vec<String> {
-        for d in self.cpu_dir.iter().chain(self.mem_dir.iter()) {
+        for d in self.own_dirs() {
             let Ok(rd) = std::fs::read_dir(d) else {
                 continue;
             };
@@ -384,6 +414,8 @@ pub struct AttemptCgroup {
     cpu: Option<PathBuf>,
     /// Directory of the memory controller (v2: the same as `cpu`).
     mem: Option<PathBuf>,
+    /// v1: directory of the `cpuacct` controller where it is a hierarchy of its own.
+    acct: Option<PathBuf>,
     /// The slave's spare cgroups.
     spares: Spares,
 }
@@ -396,9 +428,76 @@ impl AttemptCgroup {
 
     /// Its distinct directories (one in v2, up to two in v1).
     fn dirs(&self) -> Vec<&PathBuf> {
-        let mut v: Vec<&PathBuf> = self.cpu.iter().chain(self.mem.iter()).collect();
-        v.dedup();
+        let mut v: Vec<&PathBuf> = Vec::new();
+        for d in self
+            .cpu
+            .iter()
+            .chain(self.mem.iter())
+            .chain(self.acct.iter())
+        {
+            if !v.contains(&d) {
+                v.push(d);
+            }
+        }
         v
+    }
+
+    /// A reused (spare) v1 cgroup's counters set back to zero, so that what it measures is
+    /// this attempt's alone: `cpuacct.usage` and `memory.max_usage_in_bytes` (the kernel
+    /// accepts `0` for both; the peak restarts from what is charged now, which a spare keeps
+    /// small). `reused` says which of its directories came from a spare.
+    fn reset_counters(&self, reused: impl Fn(&Path) -> bool) {
+        let acct = self.acct.as_ref().or(self.cpu.as_ref());
+        let files = [
+            acct.map(|d| d.join("cpuacct.usage")),
+            self.mem
+                .as_ref()
+                .map(|d| d.join("memory.max_usage_in_bytes")),
+        ];
+        for f in files.into_iter().flatten() {
+            let dir_reused = f.parent().is_some_and(&reused);
+            if dir_reused && f.exists() {
+                if let Err(e) = write_file(&f, "0") {
+                    tracing::warn!(error = %e, "cannot reset a reused cgroup's counter; its usage reading includes the previous attempt's");
+                }
+            }
+        }
+    }
+
+    /// What the attempt used, read before its cgroup is retired: CPU seconds (v2 `cpu.stat`
+    /// `usage_usec`; v1 `cpuacct.usage`, ns) and peak memory in bytes (v2 `memory.peak`,
+    /// v1 `memory.max_usage_in_bytes`). `None` for what cannot be read (no cgroup, an older
+    /// kernel without `memory.peak`).
+    pub fn usage(&self) -> CgroupUsage {
+        let read = |p: PathBuf| crate::small_file::read_to_string(&p).ok();
+        let number = |p: PathBuf| read(p).and_then(|s| s.trim().parse::<u64>().ok());
+        match self.mode {
+            CgroupMode::None => CgroupUsage::default(),
+            CgroupMode::V2 => CgroupUsage {
+                cpu_s: self
+                    .cpu
+                    .as_ref()
+                    .and_then(|d| read(d.join("cpu.stat")))
+                    .and_then(|s| cpu_stat_usage_usec(&s))
+                    .map(|us| us as f64 / 1e6),
+                peak_bytes: self
+                    .mem
+                    .as_ref()
+                    .and_then(|d| number(d.join("memory.peak"))),
+            },
+            CgroupMode::V1 => CgroupUsage {
+                cpu_s: self
+                    .acct
+                    .as_ref()
+                    .or(self.cpu.as_ref())
+                    .and_then(|d| number(d.join("cpuacct.usage")))
+                    .map(|ns| ns as f64 / 1e9),
+                peak_bytes: self
+                    .mem
+                    .as_ref()
+                    .and_then(|d| number(d.join("memory.max_usage_in_bytes"))),
+            },
+        }
     }
 
     /// The `cgroup.procs` files a process writes `0` to in order to join (one per hierarchy).
@@ -575,6 +674,23 @@ fn remove_cgroup_dir(d: &Path) {
 /// tests wrote) — removed recursively, which the kernel's cgroupfs would refuse.
 fn is_fake(dir: &Path) -> bool {
     !dir.starts_with("/sys/fs/cgroup")
+}
+
+/// An attempt's cgroup readings ([`AttemptCgroup::usage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CgroupUsage {
+    /// CPU time, user + system, seconds.
+    pub cpu_s: Option<f64>,
+    /// Peak memory charged, bytes.
+    pub peak_bytes: Option<u64>,
+}
+
+/// The `usage_usec N` value in the text of a v2 `cpu.stat`.
+pub fn cpu_stat_usage_usec(text: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        (w.next() == Some("usage_usec")).then(|| w.next()?.parse().ok())?
+    })
 }
 
 /// The `oom_kill N` count in the text of `memory.events` (v2) or `memory.oom_control` (v1).

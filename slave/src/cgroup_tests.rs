@@ -309,3 +309,55 @@ fn an_ended_attempts_cgroup_is_reused_by_the_next_with_the_same_limits() {
     cgs.clean_stale(&BTreeSet::new());
     assert!(!cpu.join("spare-1-1").exists());
 }
+
+#[test]
+fn usage_is_read_from_a_separate_cpuacct_hierarchy_and_reset_on_reuse() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let r = root.path();
+    touch(&r.join("cpu/cpu.cfs_quota_us"), "-1\n");
+    touch(&r.join("cpuacct/cpuacct.usage"), "0\n");
+    touch(&r.join("memory/memory.limit_in_bytes"), "1\n");
+    let cgs = Cgroups::detect(r, V1_SELF, "s1");
+    let limits = Limits {
+        cpu_milli: 1000,
+        mem_mib: 16,
+    };
+    let a = cgs.create("task-1-1", limits).expect("create");
+    let acct = r.join("cpuacct/hetsched-s1/task-1-1");
+    let mem = r.join("memory/outer/abc/hetsched-s1/task-1-1");
+    assert!(a.procs_files().contains(&acct.join("cgroup.procs")));
+    // Nothing counted yet: no reading, not zero.
+    assert_eq!(a.usage(), CgroupUsage::default());
+    touch(&acct.join("cpuacct.usage"), "2500000000\n");
+    touch(
+        &mem.join("memory.max_usage_in_bytes"),
+        &format!("{}\n", 300u64 << 20),
+    );
+    let u = a.usage();
+    assert_eq!(u.cpu_s, Some(2.5));
+    assert_eq!(u.peak_bytes, Some(300 << 20));
+    // Ended and kept as a spare: the next attempt's counters start from zero.
+    for d in [&r.join("cpu/hetsched-s1/task-1-1"), &acct, &mem] {
+        touch(&d.join("cgroup.procs"), "");
+    }
+    touch(&mem.join("memory.usage_in_bytes"), "0\n");
+    touch(&mem.join("memory.oom_control"), "oom_kill 0\n");
+    a.retire();
+    let b = cgs.create("task-2-1", limits).expect("create");
+    let acct2 = r.join("cpuacct/hetsched-s1/task-2-1");
+    assert_eq!(
+        std::fs::read_to_string(acct2.join("cpuacct.usage")).expect("read"),
+        "0"
+    );
+    assert_eq!(b.usage().cpu_s, Some(0.0));
+    assert_eq!(b.usage().peak_bytes, Some(0));
+}
+
+#[test]
+fn cpu_stat_usage() {
+    assert_eq!(
+        cpu_stat_usage_usec("usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n"),
+        Some(1_500_000)
+    );
+    assert_eq!(cpu_stat_usage_usec("nr_periods 0\n"), None);
+}

@@ -120,6 +120,7 @@ async fn a_finish_report_leaves_only_once_its_result_is_flushed() {
             phase: StoredPhase::Finished {
                 exit_code: 0,
                 reason: None,
+                usage: None,
             },
         })
         .expect("write the result");

@@ -31,7 +31,7 @@ pub enum StoreError {
 }
 
 /// Phase of a stored task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum StoredPhase {
     /// Accepted, not started.
     Queued,
@@ -48,6 +48,10 @@ pub enum StoredPhase {
         /// Why it ended (`None`: a normal exit, or a record from before reasons).
         #[serde(default)]
         reason: Option<TaskReason>,
+        /// What it used (reported again after a restart); `None` in records from before
+        /// usage readings, and where nothing was measured.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<hetsched_common::protocol::UsageRecord>,
     },
     /// Runs under the supervisor `pid` started at `start_time` (see [`crate::attempt::files`]);
     /// re-adopted on restart while that supervisor lives.
@@ -60,7 +64,7 @@ pub enum StoredPhase {
 }
 
 /// One held task as stored.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StoredTask {
     /// Arrival sequence number: restores the queue's FIFO order.
     pub seq: u64,
@@ -420,6 +424,7 @@ mod tests {
                 phase: StoredPhase::Finished {
                     exit_code: 2,
                     reason: Some(TaskReason::Exit),
+                    usage: None,
                 },
             })
             .expect("put");

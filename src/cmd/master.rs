@@ -100,6 +100,15 @@ pub struct Args {
     /// answers the first job until then.
     #[arg(long, default_value = "24h", value_name = "DURATION", value_parser = parse_duration)]
     pub idempotency_retention: std::time::Duration,
+    /// How long each ended attempt's usage record is kept in detail (`hetsched history`);
+    /// older ones are folded into per-user per-day totals (`hetsched usage`), which stay.
+    #[arg(long, default_value = "30d", value_name = "DURATION", value_parser = parse_duration)]
+    pub accounting_retention: std::time::Duration,
+    /// Fair share: how fast past usage is forgotten (Slurm's PriorityDecayHalfLife); within
+    /// one S1 priority level users are ordered by their factor 2^(−usage share ÷ share).
+    /// `off` keeps the plain DRF order.
+    #[arg(long, default_value = "7d", value_name = "DURATION|off", value_parser = parse_gc_after)]
+    pub fairshare_half_life: GcAfter,
     /// Time a preempted task gets between SIGTERM and SIGKILL (S1).
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub preempt_grace: std::time::Duration,
@@ -192,6 +201,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         engine_choice,
         queue_depth: a.queue_depth,
         parallel: placement(a.placement_threads, a.placement_groups),
+        accounting_retention_ms: a.accounting_retention.as_millis() as u64,
+        fairshare_half_life_ms: a
+            .fairshare_half_life
+            .0
+            .map(|d| (d.as_millis() as u64).max(1)),
         queueing: hetsched_master_core::sched::multiqueue::QueueingConfig {
             ordering: a.queueing,
             reserve_start_milli_per_gpu: cpus_to_milli(a.gpu_cpu_reserve)?,

@@ -284,6 +284,28 @@ pub enum ClientRequest {
         #[serde(default)]
         change: bool,
     },
+    /// Issue 53: ended attempts' usage records (`history`), oldest first.
+    AccountingHistory {
+        /// Which records.
+        filter: super::HistoryFilter,
+        /// Answer from this master's own records (they are the same on every master once
+        /// it applied the same log).
+        #[serde(default)]
+        stale: bool,
+    },
+    /// Issue 53: totals of the usage records (`usage`).
+    AccountingUsage {
+        /// From this time on, ms since the Unix epoch.
+        since_ms: u64,
+        /// Grouping.
+        by: super::UsageBy,
+        /// Only this user's (a plain user's request is narrowed to its own).
+        #[serde(default)]
+        user: Option<String>,
+        /// Answer from this master's own records.
+        #[serde(default)]
+        stale: bool,
+    },
 }
 
 /// Which jobs or tasks a listing returns. Listings are newest first.
@@ -384,6 +406,10 @@ pub enum ClientResponse {
     Explain(super::ExplainInfo),
     /// `usage`'s answer.
     Usage(super::UsageInfo),
+    /// Issue 53: `AccountingHistory`'s answer.
+    History(super::HistoryInfo),
+    /// Issue 53: `AccountingUsage`'s answer.
+    AccountingUsage(super::AccountingUsageInfo),
 }
 
 /// Part of a task attempt's output file.

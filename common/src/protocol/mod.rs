@@ -12,6 +12,7 @@
 //! `hetsched_common::protocol::X` names every type. The frame envelope is
 //! [`crate::wire::Envelope`].
 
+mod accounting;
 mod acl;
 mod admin;
 mod batch;
@@ -22,6 +23,10 @@ mod slave;
 mod views;
 mod waiting;
 
+pub use accounting::{
+    time_bound, AccountingUsageInfo, AttemptRecord, FairShareInfo, HistoryFilter, HistoryInfo,
+    UsageBy, UsageTotal,
+};
 pub use acl::{NewToken, TokenInfo, TokenRole};
 pub use admin::{BugSpec, FaultSpec, LogEntry, LogPage, LogSnapshot};
 pub use batch::{

@@ -274,6 +274,10 @@ pub struct UsageRecord {
     /// Peak resident memory, MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_mem_mib: Option<u64>,
+    /// GPU seconds: the granted shares (devices, fractions summed) times the wall time;
+    /// 0 for an attempt that held no GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_s: Option<f64>,
     /// GPU utilisation integrated over time (utilisation × seconds / 100, summed over the
     /// attempt's devices).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -569,6 +573,7 @@ mod tests {
                 elapsed_ms: Some(1500),
                 cpu_s: Some(0.25),
                 max_mem_mib: Some(12),
+                gpu_s: Some(1.5),
                 gpu_util_s: Some(0.75),
                 gpu_emulated: true,
             }),

@@ -86,6 +86,16 @@ pub(super) fn scope_request(caller: &Caller, req: &mut ClientRequest) {
         if let ClientRequest::Jobs { filter, .. } | ClientRequest::Tasks { filter, .. } = req {
             filter.user.get_or_insert_with(|| name.clone());
         }
+        // Issue 53: a user's accounting is its own.
+        match req {
+            ClientRequest::AccountingHistory { filter, .. } => {
+                filter.user.get_or_insert_with(|| name.clone());
+            }
+            ClientRequest::AccountingUsage { user, .. } => {
+                user.get_or_insert_with(|| name.clone());
+            }
+            _ => {}
+        }
     }
     let users: Vec<&mut String> = match req {
         ClientRequest::Submit { spec, .. } | ClientRequest::DryRun { spec } => {
@@ -184,6 +194,17 @@ fn need(req: &ClientRequest) -> Need {
             (None, None) => Need::Any,
         },
         R::Batch { batch, .. } => Need::OwnBatch(*batch),
+        // Issue 53: a user reads its own records (narrowed by [`scope_request`]), an
+        // operator everyone's.
+        R::AccountingHistory { filter, .. } => match (&filter.job, &filter.user) {
+            (Some(job), _) => Need::OwnJob(*job),
+            (None, Some(user)) => Need::ReadsOf(user.clone()),
+            (None, None) => Need::Any,
+        },
+        R::AccountingUsage { user, .. } => match user {
+            Some(user) => Need::ReadsOf(user.clone()),
+            None => Need::Any,
+        },
         R::Status { .. }
         | R::Nodes { .. }
         | R::Members { .. }

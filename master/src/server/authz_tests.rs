@@ -256,3 +256,40 @@ fn an_idempotency_key_is_bound_to_the_user_it_submits_as() {
     assert_ne!(cancel(3), cancel(4), "one key on two jobs is two requests");
     assert_ne!(cancel(3), alice);
 }
+
+#[test]
+fn a_user_reads_its_own_accounting_and_an_operator_everyones() {
+    use hetsched_common::protocol::{HistoryFilter, UsageBy};
+    let t = TestState::new();
+    let cache = TokenCache::default();
+    let a = Authz::new(&t.state, &cache, AT_MS);
+    let history = |user: Option<&str>| ClientRequest::AccountingHistory {
+        filter: HistoryFilter {
+            user: user.map(str::to_string),
+            ..Default::default()
+        },
+        stale: false,
+    };
+    // Unnamed: narrowed to the caller's own.
+    let mut mine = history(None);
+    scope_request(&user("bob"), &mut mine);
+    assert_eq!(mine, history(Some("bob")));
+    assert_eq!(a.authorize(&user("bob"), &mine), Ok(()));
+    assert!(a.authorize(&user("bob"), &history(Some("carol"))).is_err());
+    let mut usage = ClientRequest::AccountingUsage {
+        since_ms: 0,
+        by: UsageBy::User,
+        user: None,
+        stale: false,
+    };
+    scope_request(&user("bob"), &mut usage);
+    assert!(matches!(&usage, ClientRequest::AccountingUsage { user: Some(u), .. } if u == "bob"));
+    let operator = Caller::Known {
+        name: "op".into(),
+        level: Level::Operator,
+    };
+    let mut all = history(None);
+    scope_request(&operator, &mut all);
+    assert_eq!(all, history(None), "an operator's stays unnarrowed");
+    assert_eq!(a.authorize(&operator, &history(Some("carol"))), Ok(()));
+}

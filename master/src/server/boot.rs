@@ -21,7 +21,10 @@ fn start(cfg: &MasterConfig) -> Result<Master, Error> {
             cfg.id
         )));
     }
-    let state = Arc::new(RwLock::new(Replica::new()));
+    let mut replica = Replica::new();
+    replica.set_retention_ms(cfg.accounting_retention_ms);
+    replica.set_half_life_ms(cfg.fairshare_half_life_ms);
+    let state = Arc::new(RwLock::new(replica));
     let (applied_tx, mut applied_rx) = tokio::sync::mpsc::unbounded_channel();
     let mut raft_cfg = RaftConfig::new(cfg.id, cfg.peers.clone(), cfg.data_dir.join("raft"));
     raft_cfg.join = cfg.join;

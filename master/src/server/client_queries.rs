@@ -50,7 +50,8 @@ impl StateDigest {
     }
 
     fn of(s: &Replica) -> Self {
-        let bytes = s.to_bytes();
+        // Issue 53: the accounting records are the snapshot's, not the state's.
+        let bytes = s.state_document();
         Self {
             index: s.last_index(),
             hash: hetsched_master_core::state::fnv1a64(&bytes),

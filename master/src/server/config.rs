@@ -62,6 +62,11 @@ pub struct MasterConfig {
     pub queue_depth: u32,
     /// S4.7 parallel selection (`--placement-groups`, `--placement-threads`).
     pub parallel: hetsched_master_core::sched::ParallelConfig,
+    /// Issue 53: accounting detail is kept this long, ms (`--accounting-retention`), then
+    /// folded into daily totals.
+    pub accounting_retention_ms: u64,
+    /// Issue 53: fair share's half-life, ms (`--fairshare-half-life`; `None`: off).
+    pub fairshare_half_life_ms: Option<u64>,
 }
 
 /// Parses `ID=HOST:PORT,...`.

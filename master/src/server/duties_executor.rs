@@ -82,6 +82,14 @@ impl LeaderDuties {
         let now = self.now();
         let fx = {
             let view = self.shared.read_state();
+            if self.core.is_leading() {
+                // Issue 53: the users' fair-share factors as of now, for the next plan.
+                if let Some(h) = view.half_life_ms() {
+                    let factors = view.accounting().fair_share(now.wall_ms, h);
+                    self.core
+                        .set_fair_share(factors.into_iter().map(|f| (f.user, f.factor)).collect());
+                }
+            }
             let fx = self.core.on(ev, now, &view);
             if let Some((board, generation)) = self.core.waiting() {
                 self.reasons.store(board, generation);

@@ -106,12 +106,14 @@ impl StateMachine for Replicated {
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        let restored = Replica::from_bytes(snapshot)?;
+        let mut restored = Replica::from_bytes(snapshot)?;
         let index = restored.last_index();
-        match self.state.write() {
-            Ok(mut s) => *s = restored,
-            Err(p) => *p.into_inner() = restored,
-        }
+        let mut s = self.state.write().unwrap_or_else(|p| p.into_inner());
+        // The retention and half-life are this master's settings, not the snapshot's.
+        restored.set_retention_ms(s.retention_ms());
+        restored.set_half_life_ms(s.half_life_ms());
+        *s = restored;
+        drop(s);
         self.journal(index, true);
         // Index 0 marks a restore: every derived cache must be rebuilt.
         let _ = self.applied.send(Applied {

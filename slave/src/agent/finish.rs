@@ -8,8 +8,9 @@
 
 use super::{Agent, ReplyTx};
 use crate::store::{StoredPhase, StoredTask};
-use hetsched_common::protocol::TaskReport;
 use hetsched_common::protocol::{Message, SlaveCommandReply};
+use hetsched_common::protocol::{TaskReport, UsageRecord};
+use hetsched_common::GpuAlloc;
 use hetsched_common::{Attempt, TaskId, TaskReason};
 
 impl Agent {
@@ -21,10 +22,11 @@ impl Agent {
         attempt: Attempt,
         exit_code: i32,
         reason: Option<TaskReason>,
+        usage: Option<UsageRecord>,
         replies: Vec<ReplyTx>,
     ) {
         self.running.remove(&(task, attempt));
-        self.finished(task, attempt, exit_code, reason);
+        self.finished(task, attempt, exit_code, reason, usage);
         if !replies.is_empty() {
             // The result's record is flushed with this batch before the answers leave.
             self.deferred.wrote();
@@ -62,13 +64,15 @@ impl Agent {
     }
 
     /// Records an exit: written (not flushed) and handed to the link, which flushes the
-    /// store before it sends a batch holding the report (`Link::deliver`).
+    /// store before it sends a batch holding the report (`Link::deliver`). `usage` (what
+    /// the attempt's cgroup counted) gets its GPU seconds here, from the granted shares.
     pub(super) fn finished(
         &mut self,
         task: TaskId,
         attempt: Attempt,
         exit_code: i32,
         reason: Option<TaskReason>,
+        usage: Option<UsageRecord>,
     ) {
         self.release_gpus(task, attempt);
         if !self.queue.finished(task, attempt, exit_code) {
@@ -80,6 +84,7 @@ impl Agent {
         };
         let seq = self.store.seq_of(task);
         let assignment = entry.assignment.clone();
+        let usage = usage.map(|u| with_gpu_seconds(u, &assignment.gpus));
         let r = match seq {
             Some(s) => Ok(s),
             None => self.store.next_seq(),
@@ -88,7 +93,11 @@ impl Agent {
             self.store.put_task(&StoredTask {
                 seq,
                 assignment,
-                phase: StoredPhase::Finished { exit_code, reason },
+                phase: StoredPhase::Finished {
+                    exit_code,
+                    reason,
+                    usage: usage.clone(),
+                },
             })
         });
         if let Err(e) = r {
@@ -110,7 +119,15 @@ impl Agent {
             exit_code,
             reason,
             reason_detail: None,
-            usage: None,
+            usage,
         });
     }
+}
+
+/// `u` with its GPU seconds: the granted shares (thousandths of a device, summed over the
+/// devices) times the wall time; `None` without a wall time, 0 for an attempt with no GPU.
+fn with_gpu_seconds(mut u: UsageRecord, gpus: &GpuAlloc) -> UsageRecord {
+    let share: u64 = gpus.iter().map(|&(_, milli)| u64::from(milli)).sum();
+    u.gpu_s = u.elapsed_ms.map(|ms| share as f64 * ms as f64 / 1e6);
+    u
 }

@@ -104,6 +104,8 @@ pub enum AgentMsg {
         exit_code: i32,
         /// Why it ended (`None`: a normal exit).
         reason: Option<TaskReason>,
+        /// What it used, as its cgroup counted (`None`: not measured).
+        usage: Option<hetsched_common::protocol::UsageRecord>,
         /// `StopTask` answers waiting for this exit.
         replies: Vec<ReplyTx>,
     },
@@ -298,8 +300,9 @@ impl Agent {
                 attempt,
                 exit_code,
                 reason,
+                usage,
                 replies,
-            } => self.exited(task, attempt, exit_code, reason, replies),
+            } => self.exited(task, attempt, exit_code, reason, usage, replies),
             AgentMsg::Acked { task, attempt } => self.acked(task, attempt),
             AgentMsg::Held { reply } => {
                 let _ = reply.send(self.queue.held());

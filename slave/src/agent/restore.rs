@@ -75,14 +75,18 @@ impl Agent {
                     ));
                     Phase::Running
                 }
-                StoredPhase::Finished { exit_code, reason } => {
+                StoredPhase::Finished {
+                    exit_code,
+                    reason,
+                    usage,
+                } => {
                     let _ = reports.send(TaskReport::Finished {
                         task,
                         attempt,
                         exit_code,
                         reason,
                         reason_detail: None,
-                        usage: None,
+                        usage,
                     });
                     Phase::Finished { exit_code }
                 }

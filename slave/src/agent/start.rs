@@ -88,6 +88,7 @@ impl Agent {
                         attempt,
                         attempt::EXIT_CANNOT_START,
                         Some(TaskReason::CannotStart),
+                        None,
                     );
                 }
             }
@@ -119,6 +120,7 @@ impl Agent {
                     attempt,
                     crate::program::EXIT_BAD_PROGRAM,
                     Some(TaskReason::CannotStart),
+                    None,
                 );
                 return;
             }
@@ -130,6 +132,8 @@ impl Agent {
         self.running.insert((task, attempt), stop_tx);
         let (log_dir, mailbox) = (self.launcher.log_dir.clone(), self.mailbox.clone());
         tokio::spawn(async move {
+            // Runs inside the slave: its wall time is known, its CPU and memory are not.
+            let started = std::time::Instant::now();
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let (flag, rt) = (stop.clone(), hooks.runtime.clone());
             let mut job =
@@ -164,6 +168,10 @@ impl Agent {
                 attempt,
                 exit_code,
                 reason: TaskReason::of_exit_code(exit_code),
+                usage: Some(hetsched_common::protocol::UsageRecord {
+                    elapsed_ms: Some(started.elapsed().as_millis() as u64),
+                    ..Default::default()
+                }),
                 replies,
             });
         });

@@ -12,10 +12,11 @@ use super::AgentMsg;
 use crate::attempt::files::{self, ExitRecord, SupervisorRecord, STATUS_FILE, SUPERVISOR_FILE};
 use crate::attempt::{self, procfs, Launcher};
 use crate::cgroup::AttemptCgroup;
+use hetsched_common::protocol::UsageRecord;
 use hetsched_common::{Attempt, TaskId, TaskReason};
 use nix::sys::signal::Signal;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// How often an attempt without the pool's announcement (re-adopted after a restart, or its
@@ -43,6 +44,9 @@ pub(super) struct Watched {
     pub(super) ended: Option<tokio::sync::oneshot::Receiver<()>>,
     /// Process group of a task started by an agent without supervisors.
     legacy_pgid: Option<i32>,
+    /// When this agent started it (the slave's monotonic clock); `None` for an attempt
+    /// re-adopted after a restart (its elapsed time is then not known).
+    started_at: Option<Instant>,
 }
 
 impl Watched {
@@ -60,6 +64,7 @@ impl Watched {
             w.supervisor = Some((r.pid, r.start_time));
         }
         w.legacy_pgid = legacy_pgid;
+        w.started_at = None;
         w
     }
 
@@ -85,6 +90,7 @@ impl Watched {
             supervisor,
             ended,
             legacy_pgid: None,
+            started_at: Some(Instant::now()),
         }
     }
 
@@ -178,21 +184,26 @@ impl Watched {
             replies.extend(r.reply);
         }
         let (task, attempt) = (self.task, self.attempt);
-        let (exit_code, reason) = tokio::task::spawn_blocking(move || self.collect())
-            .await
-            .unwrap_or((attempt::EXIT_LOST, Some(TaskReason::Lost)));
+        let elapsed_ms = self.started_at.map(|t| t.elapsed().as_millis() as u64);
+        let ((exit_code, reason), usage) =
+            tokio::task::spawn_blocking(move || self.collect(elapsed_ms))
+                .await
+                .unwrap_or(((attempt::EXIT_LOST, Some(TaskReason::Lost)), None));
         let _ = mailbox.send(AgentMsg::Exited {
             task,
             attempt,
             exit_code,
             reason,
+            usage,
             replies,
         });
     }
 
     /// After the supervisor is gone: the recorded exit, or — with no record — the attempt's
-    /// leftovers killed and the attempt reported lost. The attempt's cgroup is removed.
-    fn collect(self) -> (i32, Option<TaskReason>) {
+    /// leftovers killed and the attempt reported lost. What it used is read from its cgroup
+    /// (with `elapsed_ms`, its wall time) before the cgroup is removed; a lost attempt has
+    /// no usage record.
+    fn collect(self, elapsed_ms: Option<u64>) -> ((i32, Option<TaskReason>), Option<UsageRecord>) {
         let name = attempt::attempt_name(self.task, self.attempt);
         let status = files::read_json::<ExitRecord>(&self.dir.join(STATUS_FILE))
             .or_else(|| attempt::pool::protocol::journaled_exit(&self.pool_dir, &name));
@@ -219,6 +230,15 @@ impl Watched {
                 (attempt::EXIT_LOST, Some(TaskReason::Lost))
             }
         };
+        let usage = (result.1 != Some(TaskReason::Lost)).then(|| {
+            let read = self.cgroup.usage();
+            UsageRecord {
+                elapsed_ms,
+                cpu_s: read.cpu_s,
+                max_mem_mib: read.peak_bytes.map(|b| b / (1024 * 1024)),
+                ..UsageRecord::default()
+            }
+        });
         if emptied {
             self.cgroup.retire_emptied();
         } else {
@@ -227,7 +247,7 @@ impl Watched {
         // The supervisor keeps the output before it records the end; this keeps what one
         // that vanished (or an older one) left behind.
         crate::logs::keep_attempt(&self.log_dir, &self.dir, self.task, self.attempt);
-        result
+        (result, usage)
     }
 }
 

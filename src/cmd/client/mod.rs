@@ -12,6 +12,7 @@
 //! `spec.rs` the submitted spec, `actions.rs` the commands that
 //! change things, `listings.rs` the ones that read and print, `explain.rs` why a task waits.
 
+mod accounting;
 mod actions;
 mod args;
 mod call;
@@ -20,6 +21,7 @@ mod leader_hint;
 mod listings;
 mod spec;
 
+pub use accounting::{history, usage, HistoryArgs, UsageArgs};
 pub use actions::{cancel, members, submit};
 pub use args::{
     CancelArgs, JobsArgs, ListArgs, MembersArgs, ReadFlags, StatusArgs, SubmitArgs, TasksArgs,

@@ -111,6 +111,11 @@ impl DutiesCore {
         self.scheduler.set_dependency_gate(on);
     }
 
+    /// Issue 53: the users' fair-share factors the scheduler orders by.
+    pub fn set_fair_share(&mut self, factors: std::collections::BTreeMap<String, f64>) {
+        self.scheduler.set_fair_share(factors);
+    }
+
     /// Whether this core leads with its barrier applied.
     pub fn is_leading(&self) -> bool {
         matches!(self.role, Role::Leading(_))

@@ -104,6 +104,9 @@ pub struct Loads {
     /// GPUs of the GPU nodes taking work (kept with `nodes`, so that a plan's check of
     /// the split reads no node).
     gpu_total: u64,
+    /// Issue 53: each user's fair-share factor, as the leader last computed it from the
+    /// accounting book, in parts per billion (users absent: no usage, factor 1).
+    fair_share: BTreeMap<String, u64>,
 }
 
 impl Loads {
@@ -221,6 +224,20 @@ impl Loads {
     /// What each user's assigned and running tasks hold (users holding nothing absent).
     pub fn users(&self) -> &BTreeMap<String, DrfUsage> {
         &self.users
+    }
+
+    /// Each user's fair-share factor in parts per billion (issue 53; empty: fair share off
+    /// or no usage yet).
+    pub fn fair_share(&self) -> &BTreeMap<String, u64> {
+        &self.fair_share
+    }
+
+    /// Sets the users' fair-share factors (0 < F ≤ 1) the next plans order by.
+    pub fn set_fair_share(&mut self, factors: BTreeMap<String, f64>) {
+        self.fair_share = factors
+            .into_iter()
+            .map(|(u, f)| (u, (f.clamp(0.0, 1.0) * 1e9) as u64))
+            .collect();
     }
 
     /// The capacity of the nodes taking work.

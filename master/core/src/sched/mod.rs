@@ -66,4 +66,8 @@ pub trait Scheduler: Send {
     /// Issue 51, a deliberate bug for chaos tests only (admin port, `BugSpec`): `false`
     /// plans without the dependency gate. Schedulers without the gate ignore it.
     fn set_dependency_gate(&mut self, _on: bool) {}
+
+    /// Issue 53: the users' fair-share factors (from the accounting book), which order users
+    /// within one S1 priority level before DRF. Schedulers without DRF ignore them.
+    fn set_fair_share(&mut self, _factors: std::collections::BTreeMap<String, f64>) {}
 }

@@ -85,18 +85,26 @@ pub fn drf_order(
     usage: &BTreeMap<String, DrfUsage>,
     capacity: &DrfUsage,
 ) -> Vec<TaskId> {
-    drf_positions(entries, usage, capacity)
+    drf_positions(entries, usage, capacity, &BTreeMap::new())
         .into_iter()
         .map(|i| entries[i].task)
         .collect()
 }
 
+/// Issue 53: where a user with fair-share factor `factors[user]` (parts per billion; users
+/// absent: 1) sorts, lower first: a higher factor goes first.
+fn fair_rank(factors: &BTreeMap<String, u64>, user: &str) -> u64 {
+    1_000_000_000u64.saturating_sub(factors.get(user).copied().unwrap_or(1_000_000_000))
+}
+
 /// [`drf_order`] as positions in `entries` (the queue stage keeps what it read of each
-/// task beside its entry, so that no later pass of the plan looks the task up again).
+/// task beside its entry, so that no later pass of the plan looks the task up again); users
+/// ordered by their fair-share `factors` (parts per billion) first, higher first.
 fn drf_positions(
     entries: &[DrfEntry<'_>],
     usage: &BTreeMap<String, DrfUsage>,
     capacity: &DrfUsage,
+    factors: &BTreeMap<String, u64>,
 ) -> Vec<usize> {
     // One user (the common case while little queues): submission order, nothing to weigh.
     if entries.windows(2).all(|w| w[0].user == w[1].user) {
@@ -110,15 +118,16 @@ fn drf_positions(
         .keys()
         .map(|u| (*u, usage.get(*u).copied().unwrap_or_default()))
         .collect();
-    let mut heap: BinaryHeap<Reverse<(u64, TaskId, &str)>> = queues
+    let mut heap: BinaryHeap<Reverse<(u64, u64, TaskId, &str)>> = queues
         .iter()
         .filter_map(|(u, q)| {
             let head = &entries[*q.front()?];
-            Some(Reverse((held[u].dominant_share(capacity), head.task, *u)))
+            let share = held[u].dominant_share(capacity);
+            Some(Reverse((fair_rank(factors, u), share, head.task, *u)))
         })
         .collect();
     let mut out = Vec::with_capacity(entries.len());
-    while let Some(Reverse((_, _, user))) = heap.pop() {
+    while let Some(Reverse((_, _, _, user))) = heap.pop() {
         let Some(q) = queues.get_mut(user) else {
             continue;
         };
@@ -128,6 +137,7 @@ fn drf_positions(
         h.add(&entries[i].demand);
         if let Some(next) = q.front() {
             heap.push(Reverse((
+                fair_rank(factors, user),
                 h.dominant_share(capacity),
                 entries[*next].task,
                 user,
@@ -225,7 +235,7 @@ pub fn ordered_with(
     usage: &BTreeMap<String, DrfUsage>,
     capacity: &DrfUsage,
 ) -> Vec<TaskId> {
-    ordered_refs(view, ordering, usage, capacity)
+    ordered_refs(view, ordering, usage, capacity, &BTreeMap::new())
         .into_iter()
         .map(|q| q.task)
         .collect()
@@ -244,13 +254,16 @@ pub struct Queued<'v> {
     pub job: &'v Job,
 }
 
-/// [`ordered_with`], each task with what was read of it. Tasks or jobs the state no
-/// longer holds are left out (the scheduler would pass them over).
+/// [`ordered_with`], each task with what was read of it, users within one priority level
+/// ordered by their fair-share `factors` (parts per billion) before DRF (issue 53;
+/// empty: DRF alone). Tasks or
+/// jobs the state no longer holds are left out (the scheduler would pass them over).
 pub fn ordered_refs<'v>(
     view: &'v ClusterState,
     ordering: Ordering,
     usage: &BTreeMap<String, DrfUsage>,
     capacity: &DrfUsage,
+    factors: &BTreeMap<String, u64>,
 ) -> Vec<Queued<'v>> {
     // Every plan orders the whole backlog, so this walk is the plan's floor: the pending ids
     // ascend, and so do the task map's keys, so a cursor walks both (`PendingLookup`); a
@@ -317,7 +330,7 @@ pub fn ordered_refs<'v>(
             })
             .collect();
         out.extend(
-            drf_positions(&entries, usage, capacity)
+            drf_positions(&entries, usage, capacity, factors)
                 .into_iter()
                 .map(|i| refs[i]),
         );

@@ -640,15 +640,49 @@ fn the_pending_cursor_gives_the_order_of_fresh_lookups() {
     }
     assert!(l.s.pending().len() > 100, "a backlog with holes");
     for ordering in [Ordering::Submission, Ordering::Drf, Ordering::Pipeline] {
-        let got: Vec<(TaskId, JobId)> =
-            ordered_refs(&l.s, ordering, &BTreeMap::new(), &DrfUsage::default())
-                .iter()
-                .map(|q| {
-                    assert!(std::ptr::eq(q.t, &l.s.tasks()[&q.task]), "its own task");
-                    assert_eq!(q.t.job, q.job.id, "its own job");
-                    (q.task, q.job.id)
-                })
-                .collect();
+        let got: Vec<(TaskId, JobId)> = ordered_refs(
+            &l.s,
+            ordering,
+            &BTreeMap::new(),
+            &DrfUsage::default(),
+            &BTreeMap::new(),
+        )
+        .iter()
+        .map(|q| {
+            assert!(std::ptr::eq(q.t, &l.s.tasks()[&q.task]), "its own task");
+            assert_eq!(q.t.job, q.job.id, "its own job");
+            (q.task, q.job.id)
+        })
+        .collect();
         assert_eq!(got, reference_order(&l.s, ordering), "{ordering:?}");
     }
+}
+
+#[test]
+fn a_higher_fair_share_factor_goes_first_then_drf() {
+    let cap = DrfUsage {
+        cpu_milli: 4000,
+        mem_mib: 0,
+        gpu_milli: 0,
+    };
+    // a submitted first; equal demands, nothing held: DRF alone alternates from a.
+    let entries = vec![
+        entry(1, "a", 1000, 0),
+        entry(2, "a", 1000, 0),
+        entry(3, "b", 1000, 0),
+        entry(4, "b", 1000, 0),
+    ];
+    let ids = |f: &BTreeMap<String, u64>| -> Vec<usize> {
+        drf_positions(&entries, &BTreeMap::new(), &cap, f)
+    };
+    assert_eq!(ids(&BTreeMap::new()), vec![0, 2, 1, 3]);
+    // a used much of late (factor 0.2), b little (0.9): b's tasks first, whatever DRF says.
+    let factors = BTreeMap::from([
+        ("a".to_string(), 200_000_000),
+        ("b".to_string(), 900_000_000),
+    ]);
+    assert_eq!(ids(&factors), vec![2, 3, 0, 1]);
+    // A user with no usage (absent: factor 1) goes before both.
+    let only_b = BTreeMap::from([("b".to_string(), 900_000_000)]);
+    assert_eq!(ids(&only_b), vec![0, 1, 2, 3]);
 }

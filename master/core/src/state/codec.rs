@@ -9,6 +9,7 @@
 //! finished jobs, client request outcomes and tokens. It is never applied to the log's state
 //! and never snapshotted: it exists for one plan.
 
+use super::accounting::AccountingBook;
 use super::acl::AclBook;
 use super::admin::{BenchBook, BenchCounter};
 use super::flows::FlowBook;
@@ -58,7 +59,7 @@ impl ClusterState {
     /// State from [`to_bytes`](Self::to_bytes) (benchmark counters a replica wrote are left
     /// out: [`Replica::from_bytes`](super::Replica::from_bytes) keeps them).
     pub fn from_bytes(b: &[u8]) -> Result<Self, String> {
-        Self::decode(b).map(|(s, _)| s)
+        Self::decode(b).map(|(s, _, _)| s)
     }
 
     /// Size of the serialised state, bytes (`status --json` `"state_bytes"`).
@@ -98,20 +99,22 @@ impl ClusterState {
             flows: &self.flows,
             last_index: self.last_index,
             last_ms: self.last_ms,
+            accounting: None,
         }
     }
 
-    /// The state and benchmark counters a snapshot holds, derived indexes rebuilt.
-    pub(super) fn decode(b: &[u8]) -> Result<(Self, BenchBook), String> {
+    /// The state, benchmark counters and accounting book a snapshot holds, derived indexes
+    /// rebuilt.
+    pub(super) fn decode(b: &[u8]) -> Result<(Self, BenchBook, AccountingBook), String> {
         let d: Snapshot = rmp_serde::from_slice(b).map_err(|e| format!("bad snapshot: {e}"))?;
-        let (mut s, bench) = Self::from_document(d);
+        let (mut s, bench, accounting) = Self::from_document(d);
         s.rebuild_derived();
-        Ok((s, bench))
+        Ok((s, bench, accounting))
     }
 
-    /// The state and benchmark counters a snapshot document describes, before the state's
-    /// derived indexes are rebuilt.
-    fn from_document(d: Snapshot) -> (Self, BenchBook) {
+    /// The state, benchmark counters and accounting book a snapshot document describes,
+    /// before the state's derived indexes are rebuilt.
+    fn from_document(d: Snapshot) -> (Self, BenchBook, AccountingBook) {
         let state = Self {
             nodes: NodeBook::from_snapshot(d.nodes, d.node_keys, d.next_node),
             jobs: JobBook::from_snapshot(d.jobs, d.next_job),
@@ -126,7 +129,7 @@ impl ClusterState {
             last_index: d.last_index,
             last_ms: d.last_ms,
         };
-        (state, BenchBook::from_snapshot(d.bench))
+        (state, BenchBook::from_snapshot(d.bench), d.accounting)
     }
 
     /// Recomputes what is derived rather than serialised: open-task counters, the

@@ -48,6 +48,7 @@
 //! state: they live beside it in the [`Replica`] the masters run. The snapshot bytes do not
 //! follow this layout: `snapshot.rs` keeps the flat document older binaries wrote and read.
 
+mod accounting;
 mod acl;
 mod admin;
 mod batch;
@@ -78,6 +79,7 @@ mod submit;
 mod task_book;
 mod views;
 
+pub use accounting::{AccountingBook, DEFAULT_HALF_LIFE_MS, DEFAULT_RETENTION_MS};
 pub use acl::{AclBook, TokenRecord};
 pub use admin::{BenchBook, BenchCounter};
 pub use batch::{

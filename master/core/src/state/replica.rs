@@ -5,21 +5,44 @@
 //! are still one document holding both, as older binaries wrote and read it, so replicas of
 //! any version agree.
 
+use super::accounting::{self, AccountingBook, DEFAULT_HALF_LIFE_MS, DEFAULT_RETENTION_MS};
 use super::admin::{BenchBook, BenchCounter};
 use super::codec::{bytes_of, hash_of, size_of};
 use super::command::{Command, CommandEnvelope, Outcome};
 use super::ClusterState;
+use hetsched_common::protocol::AttemptRecord;
 use serde::{Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::ops::Deref;
 
 /// The cluster state and the benchmark counters, applied from one log.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Replica {
     /// Everything but benchmark traffic.
     cluster: ClusterState,
     /// Benchmark counters per benchmark client.
     bench: BenchBook,
+    /// Issue 53: the usage record of every ended attempt (`accounting.rs`). In snapshots,
+    /// not in the state hash or size.
+    accounting: AccountingBook,
+    /// How long the accounting detail is kept (`master --accounting-retention`), ms; this
+    /// master's setting, not replicated state.
+    retention_ms: u64,
+    /// Fair share's half-life (`master --fairshare-half-life`), ms; `None`: off. This
+    /// master's setting.
+    half_life_ms: Option<u64>,
+}
+
+impl Default for Replica {
+    fn default() -> Self {
+        Self {
+            cluster: ClusterState::default(),
+            bench: BenchBook::default(),
+            accounting: AccountingBook::default(),
+            retention_ms: DEFAULT_RETENTION_MS,
+            half_life_ms: Some(DEFAULT_HALF_LIFE_MS),
+        }
+    }
 }
 
 impl Replica {
@@ -38,6 +61,32 @@ impl Replica {
         self.bench.counters()
     }
 
+    /// The accounting records.
+    pub fn accounting(&self) -> &AccountingBook {
+        &self.accounting
+    }
+
+    /// How long accounting detail is kept, ms.
+    pub fn retention_ms(&self) -> u64 {
+        self.retention_ms
+    }
+
+    /// Fair share's half-life, ms (`None`: off).
+    pub fn half_life_ms(&self) -> Option<u64> {
+        self.half_life_ms
+    }
+
+    /// Sets fair share's half-life (`master --fairshare-half-life`; `None`: off).
+    pub fn set_half_life_ms(&mut self, ms: Option<u64>) {
+        self.half_life_ms = ms;
+    }
+
+    /// Sets how long accounting detail is kept (`master --accounting-retention`), ms; older
+    /// detail is folded as the next entries apply.
+    pub fn set_retention_ms(&mut self, ms: u64) {
+        self.retention_ms = ms;
+    }
+
     /// Applies one committed command at log `index`: benchmark traffic to the counters, the
     /// rest to the cluster state ([`ClusterState::apply`]); either way the applied index,
     /// the clock and a client request's outcome move as for any command.
@@ -54,15 +103,48 @@ impl Replica {
                 self.cluster
                     .applied(index, at_ms, request, |_| bench.apply(client, seq, record))
             }
-            command => self.cluster.apply(
-                index,
-                CommandEnvelope {
-                    at_ms,
-                    request,
-                    command,
-                },
-            ),
+            command => {
+                let drafts = self.drafts(&command, at_ms);
+                let outcome = self.cluster.apply(
+                    index,
+                    CommandEnvelope {
+                        at_ms,
+                        request,
+                        command,
+                    },
+                );
+                for r in drafts {
+                    if let Some(h) = self.half_life_ms {
+                        if !self.accounting.holds(&r) {
+                            self.accounting.charge(&r, h);
+                        }
+                    }
+                    self.accounting.record(r);
+                }
+                self.accounting
+                    .fold_before(at_ms.saturating_sub(self.retention_ms));
+                outcome
+            }
         }
+    }
+
+    /// The usage records of the attempts a slave's finish reports end, drafted before the
+    /// command applies (the attempt's node and start are still the task's).
+    fn drafts(&self, command: &Command, at_ms: u64) -> Vec<AttemptRecord> {
+        let Command::TaskReports { node, reports } = command else {
+            return Vec::new();
+        };
+        if !reports
+            .iter()
+            .any(|r| matches!(r, hetsched_common::protocol::TaskReport::Finished { .. }))
+        {
+            return Vec::new();
+        }
+        let capacity = crate::sched::multiqueue::cluster_capacity(&self.cluster);
+        reports
+            .iter()
+            .filter_map(|r| accounting::draft(&self.cluster, *node, r, at_ms, &capacity))
+            .collect()
     }
 
     /// See [`ClusterState::skip_undecodable`].
@@ -76,15 +158,32 @@ impl Replica {
         hash_of(self)
     }
 
-    /// The snapshot.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// The state's document without the accounting book: what [`state_hash`](Self::state_hash)
+    /// hashes and [`state_bytes`](Self::state_bytes) counts (`status` shows both).
+    pub fn state_document(&self) -> Vec<u8> {
         bytes_of(self)
     }
 
-    /// The replica a snapshot holds (written by this binary or an older one).
+    /// The snapshot: the state's document with the accounting book in it (left out while
+    /// empty, so a cluster that never ended an attempt writes the bytes it always did).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut d = self.cluster.document_with(self.bench.counters());
+        if !self.accounting.is_empty() {
+            d.accounting = Some(&self.accounting);
+        }
+        bytes_of(&d)
+    }
+
+    /// The replica a snapshot holds (written by this binary or an older one), with the
+    /// default retention.
     pub fn from_bytes(b: &[u8]) -> Result<Self, String> {
-        let (cluster, bench) = ClusterState::decode(b)?;
-        Ok(Self { cluster, bench })
+        let (cluster, bench, accounting) = ClusterState::decode(b)?;
+        Ok(Self {
+            cluster,
+            bench,
+            accounting,
+            ..Self::default()
+        })
     }
 
     /// Size of the snapshot, bytes (`status --json` `"state_bytes"`).

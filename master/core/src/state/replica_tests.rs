@@ -65,3 +65,95 @@ fn the_snapshot_keeps_the_counters_and_without_them_hashes_as_the_cluster_state(
     let alone = ClusterState::from_bytes(&r.to_bytes()).expect("decode");
     assert_eq!(&alone, r.cluster());
 }
+
+/// A replica with one node and a one-GPU task on it, the task's id and the node's.
+fn running_gpu_task() -> (Replica, hetsched_common::TaskId, hetsched_common::NodeId) {
+    use crate::sched::test_log::{spec, submit, submitted_tasks};
+    use crate::state::{Assign, Plan};
+    let mut r = Replica::new();
+    r.apply(1, env(None, node(1, 4, 1, &[])));
+    let n = *r.nodes().keys().next().expect("node");
+    let t = submitted_tasks(r.apply(2, env(None, submit(spec(1, 2, 1)))))[0];
+    let plan = Plan {
+        assignments: vec![Assign::to(t, n)],
+        ..Default::default()
+    };
+    assert!(matches!(
+        r.apply(3, env(None, Command::ApplyPlan(plan))),
+        Outcome::PlanApplied { rejected: 0, .. }
+    ));
+    (r, t, n)
+}
+
+#[test]
+fn a_finish_reports_usage_is_recorded_beside_the_state_and_travels_in_the_snapshot() {
+    use hetsched_common::protocol::{HistoryFilter, TaskReport, UsageRecord};
+    let (mut r, t, n) = running_gpu_task();
+    let hash = r.state_hash();
+    let finished = |attempt| Command::TaskReports {
+        node: n,
+        reports: vec![TaskReport::Finished {
+            task: t,
+            attempt,
+            exit_code: 0,
+            reason: None,
+            reason_detail: None,
+            usage: Some(UsageRecord {
+                elapsed_ms: Some(2_000),
+                cpu_s: Some(1.9),
+                max_mem_mib: Some(300),
+                gpu_s: Some(2.0),
+                ..UsageRecord::default()
+            }),
+        }],
+    };
+    // A report of an attempt the node never ran records nothing.
+    r.apply(4, env(None, finished(7)));
+    assert_eq!(r.accounting().len(), 0);
+    r.apply(5, env(None, finished(1)));
+    r.apply(6, env(None, finished(1)));
+    let h = r.accounting().history(&HistoryFilter::default());
+    assert_eq!(h.len(), 1, "{h:?}");
+    let rec = &h[0];
+    assert_eq!(
+        (rec.user.as_str(), rec.node, rec.cpus, rec.gpus),
+        ("u", n, 2.0, 1.0)
+    );
+    assert_eq!(
+        (rec.cpu_s, rec.max_mem_mib, rec.elapsed_s),
+        (Some(1.9), Some(300), Some(2.0))
+    );
+    assert!(rec.gpu_emulated, "the node's GPUs are emulated");
+    // The node's one GPU is its dominant share (1 of 1) for 2 s; charged once.
+    assert_eq!(rec.dominant_s, Some(2.0));
+    let f = r
+        .accounting()
+        .fair_share(50, crate::state::DEFAULT_HALF_LIFE_MS);
+    assert_eq!((f.len(), f[0].decayed_usage), (1, 2.0));
+    assert_eq!((rec.ended_ms, rec.state.as_str()), (50, "succeeded"));
+    // The state's hash and size never include the book; its snapshot does.
+    let mut without = r.clone();
+    without.accounting = Default::default();
+    assert_eq!(r.state_hash(), without.state_hash());
+    assert_eq!(r.state_bytes(), without.state_bytes());
+    assert_eq!(r.state_document(), without.to_bytes());
+    assert!(r.to_bytes().len() > without.to_bytes().len());
+    assert_ne!(r.state_hash(), hash, "the task finished");
+    let back = Replica::from_bytes(&r.to_bytes()).expect("decode");
+    assert_eq!(back, r);
+    // Detail older than the retention folds as later entries apply.
+    let mut short = back;
+    short.set_retention_ms(10);
+    short.apply(
+        7,
+        CommandEnvelope {
+            at_ms: 100,
+            request: None,
+            command: node(2, 1, 0, &[]),
+        },
+    );
+    assert_eq!(
+        (short.accounting().len(), short.accounting().days_len()),
+        (0, 1)
+    );
+}

@@ -9,6 +9,7 @@
 //! (`encoding_tests.rs` pins the bytes). `#[serde(flatten)]` would give the same names but
 //! writes maps of unknown length and reads through a buffered map, so it is not used.
 
+use super::accounting::AccountingBook;
 use super::acl::AclBook;
 use super::admin::BenchCounter;
 use super::batch::BatchBook;
@@ -50,6 +51,10 @@ pub(super) struct SnapshotRef<'a> {
     pub flows: &'a FlowBook,
     pub last_index: u64,
     pub last_ms: u64,
+    /// Issue 53: the replica's accounting book (never the state's own document, so the
+    /// state hash and size leave it out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accounting: Option<&'a AccountingBook>,
 }
 
 /// The state as read: every field owned, with the defaults older snapshots rely on.
@@ -86,4 +91,6 @@ pub(super) struct Snapshot {
     pub flows: FlowBook,
     pub last_index: u64,
     pub last_ms: u64,
+    #[serde(default)]
+    pub accounting: AccountingBook,
 }

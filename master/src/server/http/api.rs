@@ -32,6 +32,8 @@ pub(super) fn routes() -> Vec<Route> {
         r("GET", "/v1/tasks/{id}/logs", get(logs)),
         r("GET", "/v1/tasks/{id}/explain", get(explain)),
         r("GET", "/v1/usage", get(usage)),
+        r("GET", "/v1/accounting/history", get(accounting_history)),
+        r("GET", "/v1/accounting/usage", get(accounting_usage)),
         r("GET", "/v1/nodes", get(nodes)),
         r("POST", "/v1/nodes/{id}/drain", post(drain)),
         r("POST", "/v1/nodes/{id}/undrain", post(undrain)),
@@ -422,6 +424,81 @@ async fn explain(State(ctx): State<Ctx>, Path(id): Path<String>) -> Result<Json<
 async fn usage(State(ctx): State<Ctx>) -> Result<Json<Value>, ApiError> {
     match ctx.ask(ClientRequest::Usage).await? {
         ClientResponse::Usage(u) => Ok(Json(json!(u))),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// Query of `GET /v1/accounting/history` (issue 53; as `history`'s flags).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    user: Option<String>,
+    job: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    state: Option<String>,
+    #[serde(default)]
+    stale: bool,
+}
+
+/// Query of `GET /v1/accounting/usage` (issue 53; as `usage`'s flags).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AccountingUsageQuery {
+    since: Option<String>,
+    by: Option<hetsched_common::protocol::UsageBy>,
+    user: Option<String>,
+    #[serde(default)]
+    stale: bool,
+}
+
+/// A `since`/`until` value, or a 400 naming the field.
+fn time_bound(field: &str, v: Option<String>) -> Result<Option<u64>, ApiError> {
+    v.map(|s| {
+        hetsched_common::protocol::time_bound(&s, super::super::now_ms())
+            .map_err(|e| ApiError::bad_input(e, Some(field.into())))
+    })
+    .transpose()
+}
+
+/// `GET /v1/accounting/history`: ended attempts' usage records, as `history --json`.
+async fn accounting_history(
+    State(ctx): State<Ctx>,
+    RawQuery(q): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let q = query::<HistoryQuery>(q)?;
+    let filter = hetsched_common::protocol::HistoryFilter {
+        user: q.user,
+        job: q.job.as_deref().map(|j| parse_id("job", j)).transpose()?,
+        since_ms: time_bound("since", q.since)?,
+        until_ms: time_bound("until", q.until)?,
+        state: q.state,
+    };
+    let req = ClientRequest::AccountingHistory {
+        filter,
+        stale: q.stale,
+    };
+    match ctx.ask(req).await? {
+        ClientResponse::History(h) => Ok(Json(json!(h))),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// `GET /v1/accounting/usage`: totals of the usage records, as `usage --json`.
+async fn accounting_usage(
+    State(ctx): State<Ctx>,
+    RawQuery(q): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let q = query::<AccountingUsageQuery>(q)?;
+    let since = q.since.unwrap_or_else(|| "7d".into());
+    let req = ClientRequest::AccountingUsage {
+        since_ms: time_bound("since", Some(since))?.unwrap_or(0),
+        by: q.by.unwrap_or_default(),
+        user: q.user,
+        stale: q.stale,
+    };
+    match ctx.ask(req).await? {
+        ClientResponse::AccountingUsage(u) => Ok(Json(json!(u))),
         other => Err(unexpected(&other)),
     }
 }

@@ -456,6 +456,12 @@ impl Scheduler for IndexedScheduler {
     fn set_dependency_gate(&mut self, on: bool) {
         self.gate(on);
     }
+
+    fn set_fair_share(&mut self, factors: std::collections::BTreeMap<String, f64>) {
+        if let Some(l) = self.loads.as_mut() {
+            l.set_fair_share(factors);
+        }
+    }
 }
 
 /// Every task of the batch jobs (gangs) among `victims`' jobs.

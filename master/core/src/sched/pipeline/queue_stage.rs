@@ -46,8 +46,20 @@ impl QueueStage {
     /// [`order`](Self::order), each task with what the ordering read of it.
     pub fn order_refs<'v>(&self, view: &'v ClusterState, loads: Option<&Loads>) -> Vec<Queued<'v>> {
         match loads {
-            Some(l) => ordered_refs(view, self.ordering, l.users(), &l.capacity()),
-            None => ordered_refs(view, self.ordering, &BTreeMap::new(), &Default::default()),
+            Some(l) => ordered_refs(
+                view,
+                self.ordering,
+                l.users(),
+                &l.capacity(),
+                l.fair_share(),
+            ),
+            None => ordered_refs(
+                view,
+                self.ordering,
+                &BTreeMap::new(),
+                &Default::default(),
+                &BTreeMap::new(),
+            ),
         }
     }
 

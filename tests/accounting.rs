@@ -1,0 +1,261 @@
+//! Issue 53, accounting: real tasks' usage readings (a busy 1-CPU task's CPU seconds within
+//! 10 % of its wall time, an idle one's near 0, a 300 MiB allocation's peak), and the records
+//! the same on every master after a snapshot install on a follower that was down and after a
+//! leader kill (`history --json` compared master by master).
+
+mod support;
+mod support_http;
+
+use serde_json::Value;
+use std::time::Duration;
+use support::*;
+use support_http::{get, HttpCluster};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The records `addr` holds, from its own applied state.
+fn records_at(addr: &str) -> Option<Vec<Value>> {
+    json_with(addr, &["history", "--stale"])?["records"]
+        .as_array()
+        .cloned()
+}
+
+/// Waits until the cluster's history holds `n` records; returns them.
+fn wait_records(c: &Cluster, n: usize) -> Vec<Value> {
+    wait_for(&format!("{n} history records"), WAIT, || {
+        let r = c.json(&["history"])?["records"].as_array()?.clone();
+        (r.len() >= n).then_some(r)
+    })
+}
+
+fn record_of(records: &[Value], job: u64) -> &Value {
+    records
+        .iter()
+        .find(|r| r["job"].as_u64() == Some(job))
+        .unwrap_or_else(|| panic!("no record of job {job}: {records:?}"))
+}
+
+#[test]
+fn a_tasks_cpu_seconds_and_peak_memory_come_from_its_cgroup() {
+    // One emulated GPU (a GPU task's GPU seconds are its share × its wall time, labelled);
+    // the master serves HTTP too.
+    let h = HttpCluster::start("acct-readings", 1, 1, 3);
+    let c = &h.cluster;
+    c.scenario(|c| {
+        c.wait_nodes_up(1, WAIT);
+        // Busy for 2 s of wall time; it writes the CPU time the kernel gave it (the machine
+        // may be shared: the cgroup's count is checked against the process's own).
+        let own = c.dir.path().join("own-cpu");
+        let busy_py = format!(
+            "import os, time\nt = time.time()\nwhile time.time() - t < 2: pass\n\
+             u = os.times()\nopen({:?}, 'w').write(str(u.user + u.system))",
+            own.display().to_string()
+        );
+        let busy = c.submit_id(&["--cpus", "1", "--", "python3", "-c", &busy_py]);
+        let idle = c.submit_id(&["--cpus", "1", "--", "sleep", "2"]);
+        let big = c.submit_id(&[
+            "--cpus",
+            "1",
+            "--mem",
+            "1024",
+            "--",
+            "python3",
+            "-c",
+            "import time; b = b'x' * (300 << 20); time.sleep(0.5)",
+        ]);
+        let gpu = c.submit_id(&["--cpus", "0.5", "--gpus", "0.5", "--", "sleep", "1"]);
+        let records = wait_records(c, 4);
+        let f = |r: &Value, k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+        let b = record_of(&records, busy);
+        let (cpu, wall) = (f(b, "cpu_s"), f(b, "elapsed_s"));
+        let own: f64 = std::fs::read_to_string(&own)
+            .expect("the busy task's own CPU time")
+            .trim()
+            .parse()
+            .expect("a number");
+        eprintln!("busy task: cgroup {cpu:.3} CPU s, its own count {own:.3} s, wall {wall:.3} s");
+        assert!(wall >= 2.0, "{b}");
+        assert!(
+            // 10 %, plus 0.1 s for what runs in the cgroup before the program (its exec).
+            (cpu - own).abs() <= 0.1 * own + 0.1,
+            "busy: cgroup {cpu} s, own {own} s: {b}"
+        );
+        assert!(cpu <= 1.1 * wall, "at most one CPU: {b}");
+        if own >= 0.95 * wall {
+            // A CPU of its own (an idle machine): the Done-when's 10 % of wall time.
+            assert!(
+                (cpu - wall).abs() <= 0.1 * wall,
+                "busy: cpu {cpu} s, wall {wall} s: {b}"
+            );
+        }
+        let i = record_of(&records, idle);
+        assert!(f(i, "cpu_s") < 0.1, "idle: {i}");
+        assert!(f(i, "elapsed_s") >= 1.9, "idle: {i}");
+        let m = record_of(&records, big);
+        assert_eq!(m["state"], "succeeded", "{m}");
+        assert!(
+            m["max_mem_mib"].as_u64().unwrap_or(0) >= 300,
+            "300 MiB: {m}"
+        );
+        // No GPU asked: zero GPU seconds, measured.
+        assert_eq!(f(m, "gpu_s"), 0.0, "{m}");
+        let g = record_of(&records, gpu);
+        let (gs, gw) = (f(g, "gpu_s"), f(g, "elapsed_s"));
+        assert!((gs - 0.5 * gw).abs() < 1e-6, "gpu_s = 0.5 × wall: {g}");
+        assert_eq!(g["gpu_emulated"], true, "{g}");
+        // The table and CSV name the same attempts.
+        let csv = c.cli(&["history", "--csv"]);
+        let text = String::from_utf8_lossy(&csv.stdout);
+        assert!(
+            text.starts_with(
+                "ID,USER,PARTITION,NODE,START,END,ELAPSED,CPUS,CPU-EFF,MAXMEM,GPUS,STATE,REASON"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 5, "{text}");
+        assert!(text.contains("0.5(emulated)"), "{text}");
+        let u = c.json(&["usage", "--by", "user"]).expect("usage");
+        assert_eq!(u["totals"][0]["tasks"], 4, "{u}");
+        // One user holds all the usage: Ū = S = 1, so F = 2^-1 (default half-life 7 days).
+        assert_eq!(u["half_life_ms"], 7 * 86_400_000u64, "{u}");
+        assert_eq!(u["fair_share"][0]["factor"], 0.5, "{u}");
+        // The same through the HTTP API; a bad time is a 400 naming the field.
+        let api = get(&h.master_http[0], "/v1/accounting/history?since=1h").expect("GET");
+        assert_eq!(api.status, 200, "{}", api.text());
+        assert_eq!(api.json()["records"].as_array().map(Vec::len), Some(4));
+        let usage = get(&h.master_http[0], "/v1/accounting/usage?by=day").expect("GET");
+        assert_eq!(usage.json()["totals"][0]["tasks"], 4, "{}", usage.text());
+        let bad = get(&h.master_http[0], "/v1/accounting/history?since=soon").expect("GET");
+        assert_eq!(bad.status, 400, "{}", bad.text());
+        assert_eq!(bad.json()["error"]["field"], "since", "{}", bad.text());
+    });
+}
+
+#[test]
+fn history_is_the_same_on_every_master_after_a_snapshot_install_and_a_leader_kill() {
+    let mut c = Cluster::start_with("acct-replicas", 3, 1, 4, &["--snapshot-entries", "10"]);
+    let leader = c.wait_leader(WAIT) as usize - 1;
+    let follower = (0..3).find(|i| *i != leader).expect("a follower");
+    c.wait_nodes_up(1, WAIT);
+    c.masters[follower].kill9();
+    let same_everywhere = |c: &Cluster, masters: &[usize], n: usize| {
+        wait_for("the same history on every master", WAIT, || {
+            let all: Vec<Vec<Value>> = masters
+                .iter()
+                .map(|i| records_at(&c.master_addrs[*i]))
+                .collect::<Option<_>>()?;
+            (all[0].len() == n && all.iter().all(|r| *r == all[0])).then_some(())
+        })
+    };
+    c.scenario(|c| {
+        for _ in 0..3 {
+            c.submit_id(&["--cpus", "0.5", "--count", "4", "--", "true"]);
+        }
+        wait_records(c, 12);
+    });
+    c.masters[follower].restart().expect("restart the follower");
+    c.scenario(|c| {
+        same_everywhere(c, &[0, 1, 2], 12);
+        let s = c.local_status(follower).expect("status");
+        assert!(
+            s["raft"]["first_index"].as_u64().unwrap_or(0) > 1,
+            "the follower installed a snapshot: {s}"
+        );
+    });
+    c.masters[leader].kill9();
+    let live: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    c.scenario(|c| {
+        c.wait_leader(WAIT);
+        c.submit_id(&["--cpus", "0.5", "--count", "2", "--", "true"]);
+        wait_records(c, 14);
+        same_everywhere(c, &live, 14);
+    });
+    c.masters[leader].restart().expect("restart the old leader");
+    c.scenario(|c| same_everywhere(c, &[0, 1, 2], 14));
+}
+
+/// Fair share (issue 53): user a runs 20 tasks alone; with both slots of the cluster held by
+/// c, a then b submit 10 tasks each; the phase-2 tasks' starts in order (by the committed
+/// start, then task id). The masters run with `--queue-depth 0`: with slave queues (S0.3)
+/// a's tasks, submitted first, would be queued on the slave before b's arrive, and a slave
+/// starts its queue in order.
+fn fair_share_scenario(c: &Cluster) -> Vec<String> {
+    c.wait_nodes_up(1, WAIT);
+    let job = |user: &str, n: &str, secs: &str| {
+        c.submit_id(&[
+            "--user", user, "--cpus", "1", "--count", n, "--", "sleep", secs,
+        ])
+    };
+    job("a", "20", "0.2");
+    wait_records(c, 20);
+    let blockers = job("c", "2", "3");
+    wait_for("c's tasks running", WAIT, || {
+        let t = c.json(&["tasks", "--job", &blockers.to_string()])?;
+        let running = t
+            .as_array()?
+            .iter()
+            .filter(|t| t["state"] == "running")
+            .count();
+        (running == 2).then_some(())
+    });
+    let (a, b) = (job("a", "10", "0.2"), job("b", "10", "0.2"));
+    let records = wait_records(c, 42);
+    let mut starts: Vec<(u64, u64, String)> = records
+        .iter()
+        .filter(|r| [a, b].contains(&r["job"].as_u64().unwrap_or(0)))
+        .map(|r| {
+            let s = r["started_ms"].as_u64().unwrap_or(u64::MAX);
+            (
+                s,
+                r["task"].as_u64().unwrap_or(0),
+                r["user"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    starts.sort();
+    starts.into_iter().map(|(_, _, u)| u).collect()
+}
+
+#[test]
+fn fair_share_puts_the_user_who_used_less_first() {
+    let c = Cluster::start_with(
+        "acct-fair",
+        1,
+        1,
+        2,
+        &["--fairshare-half-life", "30s", "--queue-depth", "0"],
+    );
+    c.scenario(|c| {
+        let order = fair_share_scenario(c);
+        assert_eq!(order[..2], ["b", "b"], "b used nothing yet: {order:?}");
+        let u = c.json(&["usage"]).expect("usage");
+        let f = |user: &str| {
+            u["fair_share"]
+                .as_array()
+                .and_then(|a| a.iter().find(|f| f["user"] == user))
+                .and_then(|f| f["factor"].as_f64())
+                .unwrap_or_else(|| panic!("{user} in {u}"))
+        };
+        assert!(f("a") < f("b"), "a used more: {u}");
+    });
+}
+
+#[test]
+fn without_fair_share_the_order_is_drfs() {
+    let c = Cluster::start_with(
+        "acct-fair-off",
+        1,
+        1,
+        2,
+        &["--fairshare-half-life", "off", "--queue-depth", "0"],
+    );
+    c.scenario(|c| {
+        let order = fair_share_scenario(c);
+        // Nobody holds anything when the slots free: DRF's tie goes to the earlier
+        // submission, a's.
+        assert_eq!(order[0], "a", "{order:?}");
+        let u = c.json(&["usage"]).expect("usage");
+        assert_eq!(u["fair_share"], serde_json::json!([]), "{u}");
+        assert_eq!(u["half_life_ms"], Value::Null, "{u}");
+    });
+}
