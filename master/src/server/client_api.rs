@@ -134,14 +134,8 @@ impl Master {
                 change,
             } => self.wait_job(job, timeout_ms, change).await,
             R::AccountingHistory { filter, stale } => {
-                self.read_barrier(stale).await?;
-                let s = self.shared.read_state();
-                Ok(ClientResponse::History(
-                    hetsched_common::protocol::HistoryInfo {
-                        records: s.accounting().history(&filter),
-                        retention_ms: s.retention_ms(),
-                    },
-                ))
+                self.query(stale, |q| Ok(q.accounting_history(&filter)))
+                    .await
             }
             R::AccountingUsage {
                 since_ms,
@@ -149,24 +143,8 @@ impl Master {
                 user,
                 stale,
             } => {
-                self.read_barrier(stale).await?;
-                let s = self.shared.read_state();
-                let half_life_ms = s.half_life_ms();
-                let fair_share = half_life_ms
-                    .map(|h| s.accounting().fair_share(now_ms(), h))
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|f| user.as_ref().is_none_or(|u| *u == f.user))
-                    .collect();
-                Ok(ClientResponse::AccountingUsage(
-                    hetsched_common::protocol::AccountingUsageInfo {
-                        fair_share,
-                        half_life_ms,
-                        since_ms,
-                        by,
-                        totals: s.accounting().usage(since_ms, by, user.as_deref()),
-                    },
-                ))
+                self.query(stale, |q| Ok(q.accounting_usage(since_ms, by, user)))
+                    .await
             }
             R::Nodes { stale } => self.query(stale, |q| Ok(q.nodes(&self.engine_loads))).await,
             R::PriorityConfig { stale } => self.query(stale, |q| Ok(q.priority_config())).await,

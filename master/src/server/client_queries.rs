@@ -360,6 +360,44 @@ impl<'a> ClientQueries<'a> {
     }
 }
 
+impl ClientQueries<'_> {
+    /// Issue 53: ended attempts' usage records that `filter` selects (`history`).
+    pub fn accounting_history(
+        &self,
+        filter: &hetsched_common::protocol::HistoryFilter,
+    ) -> ClientResponse {
+        ClientResponse::History(hetsched_common::protocol::HistoryInfo {
+            records: self.state.accounting().history(filter),
+            retention_ms: self.state.retention_ms(),
+        })
+    }
+
+    /// Issue 53: usage totals since `since_ms` grouped `by`, with each user's fair-share
+    /// standing (`usage`); only `user`'s when named.
+    pub fn accounting_usage(
+        &self,
+        since_ms: u64,
+        by: hetsched_common::protocol::UsageBy,
+        user: Option<String>,
+    ) -> ClientResponse {
+        let s = self.state;
+        let half_life_ms = s.half_life_ms();
+        let fair_share = half_life_ms
+            .map(|h| s.accounting().fair_share(self.now_ms, h))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|f| user.as_ref().is_none_or(|u| *u == f.user))
+            .collect();
+        ClientResponse::AccountingUsage(hetsched_common::protocol::AccountingUsageInfo {
+            fair_share,
+            half_life_ms,
+            since_ms,
+            by,
+            totals: s.accounting().usage(since_ms, by, user.as_deref()),
+        })
+    }
+}
+
 #[cfg(test)]
 #[path = "client_queries_tests.rs"]
 mod tests;
