@@ -238,7 +238,9 @@ pub fn replay(log: &MasterLog, view: Option<&MasterView>) -> Replayed {
     // The state's own last index (its last command; a snapshot's or the log's tail of no-ops
     // does not move it) is what a master's status reports as its applied index.
     r.last_index = state.last_index();
-    r.state_hash = format!("{:016x}", fnv1a64(&state.to_bytes()));
+    // What a master's status hashes: the state's document, without the accounting book
+    // (issue 53: the records are the snapshot's, not the state's).
+    r.state_hash = format!("{:016x}", fnv1a64(&state.state_document()));
     if let Some(v) = view.filter(|v| v.applied_index == r.last_index && r.last_index > 0) {
         if v.state_hash != r.state_hash {
             r.violations.push(Violation {
