@@ -243,15 +243,38 @@ class Client:
                 resp.close()
         return _pieces(resp)
 
-    def history(self, *args: Any, **kwargs: Any) -> Any:
-        """Not offered yet: needs the accounting feature of the server (the accounting
-        issue)."""
-        raise NotSupported("history() needs the server's accounting feature (the accounting issue), not in this cluster yet")
+    def history(
+        self,
+        *,
+        user: Optional[str] = None,
+        job: Optional[JobRef] = None,
+        since: Optional[str] = None,
+        until: Optional[str] = None,
+        state: Optional[str] = None,
+    ) -> List[Dict[str, Any]]:
+        """Ended attempts' usage records, oldest first (`hetsched history --json`'s
+        records: user, job, task, attempt, node, times, what was asked and used — `cpu_s`,
+        `max_mem_mib`, `gpu_s`, `None` where nothing was measured — state, reason).
+        `since`/`until`: a duration back (`2h`) or a time; a user's token sees its own."""
+        j = job_id(job) if job is not None else None
+        q = query(user=user, job=j, since=since, until=until, state=state)
+        v: Dict[str, Any] = self._t.json("GET", f"/v1/accounting/history{q}")
+        records: List[Dict[str, Any]] = v["records"]
+        return records
 
-    def usage(self, *args: Any, **kwargs: Any) -> Any:
-        """Not offered yet: needs the accounting feature of the server (the accounting
-        issue)."""
-        raise NotSupported("usage() needs the server's accounting feature (the accounting issue), not in this cluster yet")
+    def usage(
+        self,
+        *,
+        since: Optional[str] = None,
+        by: Optional[str] = None,
+        user: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Usage totals since `since` (default 7d) grouped `by` user, partition or day,
+        with each user's fair-share standing (`hetsched usage --json`)."""
+        v: Dict[str, Any] = self._t.json(
+            "GET", f"/v1/accounting/usage{query(since=since, by=by, user=user)}"
+        )
+        return v
 
     # --- waiting ----------------------------------------------------------------------
 

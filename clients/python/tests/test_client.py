@@ -189,8 +189,15 @@ def test_errors_mirror_the_exit_codes(cluster: Cluster) -> None:
     assert denied.value.status == 403
     mine = user.submit(["true"], cpus=0.1, mem=16)
     assert user.wait(mine, timeout=60).user == "pyuser"
-    with pytest.raises(NotSupported):
-        c.history()
+    # Accounting: the user's ended attempt is on record, and a user reads only its own.
+    records = user.history(job=mine)
+    assert [r["user"] for r in records] == ["pyuser"], records
+    assert records[0]["state"] == "succeeded" and records[0]["job"] == mine.id
+    assert all(r["user"] == "pyuser" for r in user.history(since="1h"))
+    with pytest.raises(PermissionDenied):
+        user.history(user="root")
+    totals = c.usage(since="1h", by="user")
+    assert any(t["key"] == "pyuser" and t["tasks"] >= 1 for t in totals["totals"]), totals
     with pytest.raises(NotSupported):
         c.submit(["true"], image="python:3.12")
 
