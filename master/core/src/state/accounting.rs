@@ -358,15 +358,22 @@ impl AccountingBook {
     }
 
     /// Each user's decayed usage at `now_ms` and its factor F = 2^(−Ū/S): Ū its share of
-    /// all users' decayed usage, S its share of the cluster (equal among the users with
-    /// usage). By user.
+    /// all users' decayed usage — or of the whole cluster's decayed capacity, when that is
+    /// larger — and S its share of the cluster (equal among the users with usage). By user.
+    ///
+    /// The capacity: a cluster busy all along would hold `half_life / ln 2` whole-cluster
+    /// seconds of decayed usage (∫ 2^(−t/h) dt), the units of `dominant_s`. On a busy
+    /// cluster the users' total is about that, and Ū is the plain ratio; while the
+    /// cluster idles everyone's usage decays towards 0 and every factor recovers towards 1,
+    /// where the plain ratio would stay frozen (uniform decay keeps the ratios).
     pub fn fair_share(&self, now_ms: u64, half_life_ms: u64) -> Vec<FairShareInfo> {
         let now: Vec<(&String, f64)> = self
             .decayed
             .iter()
             .map(|(u, (v, at))| (u, decay(*v, *at, now_ms, half_life_ms)))
             .collect();
-        let total: f64 = now.iter().map(|(_, v)| v).sum();
+        let used: f64 = now.iter().map(|(_, v)| v).sum();
+        let total = used.max(decayed_capacity_s(half_life_ms));
         let share = 1.0 / now.len().max(1) as f64;
         now.into_iter()
             .map(|(user, v)| FairShareInfo {
@@ -454,6 +461,12 @@ impl AccountingBook {
         }
         groups.into_iter().map(|(k, t)| t.shown(k)).collect()
     }
+}
+
+/// The decayed usage, in whole-cluster seconds, of a cluster busy all along with half-life
+/// `half_life_ms`: ∫₀^∞ 2^(−t/h) dt = h / ln 2.
+pub(crate) fn decayed_capacity_s(half_life_ms: u64) -> f64 {
+    half_life_ms as f64 / 1000.0 / std::f64::consts::LN_2
 }
 
 /// `value` held at `from_ms`, decayed with half-life `half_life_ms` to `to_ms` (never grown:

@@ -161,3 +161,33 @@ fn fair_share_decays_usage_and_ranks_the_heavier_user_lower() {
         rmp_serde::from_slice(&rmp_serde::to_vec_named(&b).expect("encode")).expect("decode");
     assert_eq!(back.fair_share(2 * H, H), b.fair_share(2 * H, H));
 }
+
+/// While the cluster idles, every factor recovers towards 1: Ū is a share of the larger of
+/// the users' decayed usage and the cluster's decayed capacity (h / ln 2 whole-cluster
+/// seconds), so uniform decay does not freeze the ratios between users.
+#[test]
+fn factors_recover_while_the_cluster_idles() {
+    const H: u64 = 30_000;
+    let cap = decayed_capacity_s(H);
+    assert!((cap - 30.0 / std::f64::consts::LN_2).abs() < 1e-9);
+    let mut b = AccountingBook::default();
+    let used = |task, user: &str, d| AttemptRecord {
+        dominant_s: Some(d),
+        ..rec(task, 1, user, 0)
+    };
+    // 20 s and 5 s of the whole cluster: less than its 43.3 s of decayed capacity.
+    b.charge(&used(1, "a", 20.0), H);
+    b.charge(&used(2, "b", 5.0), H);
+    let f = b.fair_share(0, H);
+    let expect = |u: f64| (-(u / cap) / 0.5).exp2();
+    assert!((f[0].factor - expect(20.0)).abs() < 1e-12, "{f:?}");
+    assert!((f[1].factor - expect(5.0)).abs() < 1e-12, "{f:?}");
+    assert!(
+        f[0].factor < 0.9 * f[1].factor,
+        "a is well behind at first: {f:?}"
+    );
+    // Four half-lives (2 minutes) later both recovered, a to within 10 % of b.
+    let later = b.fair_share(4 * H, H);
+    assert!(later[0].factor > f[0].factor && later[1].factor > f[1].factor);
+    assert!(later[0].factor >= 0.9 * later[1].factor, "{later:?}");
+}
