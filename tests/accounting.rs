@@ -116,9 +116,16 @@ fn a_tasks_cpu_seconds_and_peak_memory_come_from_its_cgroup() {
         assert!(text.contains("0.5(emulated)"), "{text}");
         let u = c.json(&["usage", "--by", "user"]).expect("usage");
         assert_eq!(u["totals"][0]["tasks"], 4, "{u}");
-        // One user holds all the usage: Ū = S = 1, so F = 2^-1 (default half-life 7 days).
+        // One user holds all the usage (S = 1) of a cluster idle most of the default 7-day
+        // half-life: Ū is its usage over the cluster's decayed capacity (7 d / ln 2 of the
+        // whole cluster), so F = 2^(−Ū) is just below 1.
         assert_eq!(u["half_life_ms"], 7 * 86_400_000u64, "{u}");
-        assert_eq!(u["fair_share"][0]["factor"], 0.5, "{u}");
+        let fs = &u["fair_share"][0];
+        let capacity = 7.0 * 86_400.0 / std::f64::consts::LN_2;
+        let used = fs["decayed_usage"].as_f64().expect("decayed_usage");
+        let factor = fs["factor"].as_f64().expect("factor");
+        assert!(used > 0.0, "{u}");
+        assert!((factor - (-used / capacity).exp2()).abs() < 1e-9, "{u}");
         // The same through the HTTP API; a bad time is a 400 naming the field.
         let api = get(&h.master_http[0], "/v1/accounting/history?since=1h").expect("GET");
         assert_eq!(api.status, 200, "{}", api.text());
@@ -279,5 +286,88 @@ fn without_fair_share_the_order_is_drfs() {
         let u = c.json(&["usage"]).expect("usage");
         assert_eq!(u["fair_share"], serde_json::json!([]), "{u}");
         assert_eq!(u["half_life_ms"], Value::Null, "{u}");
+    });
+}
+
+/// The half-life (`half_life_ms`) and each user's factor `addr` holds, from its own state.
+fn settings_at(addr: &str) -> Option<(Value, Vec<(String, f64)>)> {
+    let u = json_with(addr, &["usage", "--stale"])?;
+    let factors = u["fair_share"]
+        .as_array()?
+        .iter()
+        .map(|f| Some((f["user"].as_str()?.to_string(), f["factor"].as_f64()?)))
+        .collect::<Option<_>>()?;
+    Some((u["half_life_ms"].clone(), factors))
+}
+
+/// Whether two masters' readings agree (factors move with the clock between two reads).
+fn agree(a: &(Value, Vec<(String, f64)>), b: &(Value, Vec<(String, f64)>)) -> bool {
+    a.0 == b.0
+        && a.1.len() == b.1.len()
+        && a.1
+            .iter()
+            .zip(&b.1)
+            .all(|(x, y)| x.0 == y.0 && (x.1 - y.1).abs() < 1e-3)
+}
+
+/// Issue 53: the retention and the half-life are replicated settings, carried by each new
+/// leader's barrier. A follower restarted with flags of its own holds the leader's settings
+/// (the same state hash, the same factors); once the old leader is killed, every master holds
+/// the new leader's flags, the old leader too when it comes back.
+#[test]
+fn masters_started_with_different_accounting_flags_hold_the_same_settings() {
+    let mut c = Cluster::start("acct-settings", 3, 1, 2);
+    let leader = c.wait_leader(WAIT) as usize - 1;
+    let follower = (0..3).find(|i| *i != leader).expect("a follower");
+    c.wait_nodes_up(1, WAIT);
+    c.masters[follower].kill9();
+    c.masters[follower].add_args(&[
+        "--fairshare-half-life",
+        "30s",
+        "--accounting-retention",
+        "1h",
+    ]);
+    c.masters[follower].restart().expect("restart the follower");
+    let week = serde_json::json!(7 * 86_400_000u64);
+    let same = |c: &Cluster, masters: &[usize], half_life: &Value| {
+        wait_for("the same settings and factors everywhere", WAIT, || {
+            let all: Vec<_> = masters
+                .iter()
+                .map(|i| settings_at(&c.master_addrs[*i]))
+                .collect::<Option<_>>()?;
+            let same = all.iter().all(|s| agree(s, &all[0])) && all[0].0 == *half_life;
+            same.then_some(())
+        });
+    };
+    c.scenario(|c| {
+        c.submit_id(&["--cpus", "1", "--count", "2", "--", "true"]);
+        wait_records(c, 2);
+        same(c, &[0, 1, 2], &week);
+        c.wait_same_hash(WAIT);
+    });
+    c.masters[leader].kill9();
+    let live: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    c.scenario(|c| {
+        let now = c.wait_leader(WAIT) as usize - 1;
+        let expect = if now == follower {
+            serde_json::json!(30_000)
+        } else {
+            week.clone()
+        };
+        c.submit_id(&["--cpus", "1", "--", "true"]);
+        wait_records(c, 3);
+        same(c, &live, &expect);
+        eprintln!("leader {} → {}: half_life_ms {expect}", leader + 1, now + 1);
+    });
+    c.masters[leader].restart().expect("restart the old leader");
+    c.scenario(|c| {
+        let now = c.wait_leader(WAIT) as usize - 1;
+        let expect = if now == follower {
+            serde_json::json!(30_000)
+        } else {
+            week.clone()
+        };
+        same(c, &[0, 1, 2], &expect);
+        c.wait_same_hash(WAIT);
     });
 }

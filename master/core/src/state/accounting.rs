@@ -23,6 +23,37 @@ pub const DEFAULT_RETENTION_MS: u64 = 30 * 86_400_000;
 /// Fair share's half-life by default (7 days, as Slurm's `PriorityDecayHalfLife`), ms.
 pub const DEFAULT_HALF_LIFE_MS: u64 = 7 * 86_400_000;
 
+/// The accounting settings every master applies alike: how long detail is kept
+/// (`master --accounting-retention`) and fair share's half-life (`master
+/// --fairshare-half-life`; `None`: off). Replicated state: each new leader's barrier carries
+/// its own flags, so what the master that leads (last took the lead) was started with is in
+/// force on every master, and no two masters fold or rank differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountingSettings {
+    /// Detail older than this is folded into daily totals, ms.
+    pub retention_ms: u64,
+    /// Fair share's half-life, ms (`None`: off).
+    #[serde(default)]
+    pub half_life_ms: Option<u64>,
+}
+
+impl Default for AccountingSettings {
+    fn default() -> Self {
+        Self {
+            retention_ms: DEFAULT_RETENTION_MS,
+            half_life_ms: Some(DEFAULT_HALF_LIFE_MS),
+        }
+    }
+}
+
+impl AccountingSettings {
+    /// Whether these are the defaults (left out of snapshots then, so states that never
+    /// changed them keep their bytes).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 const DAY_MS: u64 = 86_400_000;
 
 /// Running totals of a set of records.

@@ -117,6 +117,10 @@ pub enum Command {
     LeaderBarrier {
         /// The new leader.
         master: u64,
+        /// Issue 53: the new leader's accounting settings (its flags), in force from this
+        /// entry on every replica; absent (older logs, tests): unchanged.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        accounting: Option<super::accounting::AccountingSettings>,
     },
     /// A slave no longer holds a task it had started (found by reconciliation): re-queue it.
     TaskLost {

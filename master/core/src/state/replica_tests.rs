@@ -1,6 +1,6 @@
 use super::Replica;
 use crate::sched::test_log::node;
-use crate::state::{ClusterState, Command, CommandEnvelope, Outcome};
+use crate::state::{AccountingSettings, ClusterState, Command, CommandEnvelope, Outcome};
 use hetsched_common::ClientRequestId;
 
 fn env(request: Option<u64>, command: Command) -> CommandEnvelope {
@@ -142,15 +142,47 @@ fn a_finish_reports_usage_is_recorded_beside_the_state_and_travels_in_the_snapsh
     let back = Replica::from_bytes(&r.to_bytes()).expect("decode");
     assert_eq!(back, r);
     // Detail older than the retention folds as later entries apply.
+    // A leader's barrier sets the retention (issue 53: a replicated setting).
+    let mut plain = back.clone();
+    plain.apply(
+        7,
+        CommandEnvelope {
+            at_ms: 100,
+            request: None,
+            command: Command::LeaderBarrier {
+                master: 1,
+                accounting: None,
+            },
+        },
+    );
+    assert_eq!(
+        plain.half_life_ms(),
+        Some(7 * 86_400_000),
+        "absent: unchanged"
+    );
     let mut short = back;
-    short.set_retention_ms(10);
     short.apply(
         7,
         CommandEnvelope {
             at_ms: 100,
             request: None,
-            command: node(2, 1, 0, &[]),
+            command: Command::LeaderBarrier {
+                master: 1,
+                accounting: Some(AccountingSettings {
+                    retention_ms: 10,
+                    half_life_ms: None,
+                }),
+            },
         },
+    );
+    assert_eq!((short.retention_ms(), short.half_life_ms()), (10, None));
+    // They are state: in the snapshot (a follower installing it gets them) and the hash.
+    let again = Replica::from_bytes(&short.to_bytes()).expect("decode");
+    assert_eq!((again.retention_ms(), again.half_life_ms()), (10, None));
+    assert_ne!(
+        short.state_hash(),
+        plain.state_hash(),
+        "settings are in the state's hash"
     );
     assert_eq!(
         (short.accounting().len(), short.accounting().days_len()),
