@@ -261,6 +261,14 @@ fn fair_share_puts_the_user_who_used_less_first() {
         assert_eq!(order[..2], ["b", "b"], "b used nothing yet: {order:?}");
         let (a0, b0) = factors(c).expect("usage --json names a and b");
         assert!(a0 < b0, "a used more: {a0} {b0}");
+        // No [shares]: a, b and c (the blockers' user) weigh 1 each.
+        let u = c.json(&["usage"]).expect("usage");
+        let shares: Vec<f64> = u["fair_share"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|f| f["share"].as_f64()).collect())
+            .unwrap_or_default();
+        assert_eq!(shares.len(), 3, "{u}");
+        assert!(shares.iter().all(|s| (s - 1.0 / 3.0).abs() < 1e-9), "{u}");
         let deadline = a_last + 120_000;
         let left = Duration::from_millis(deadline.saturating_sub(now_ms()));
         let (a1, b1) = wait_for("a's factor recovering to ≥ 0.9 × b's", left, || {

@@ -390,14 +390,21 @@ impl AccountingBook {
 
     /// Each user's decayed usage at `now_ms` and its factor F = 2^(−Ū/S): Ū its share of
     /// all users' decayed usage — or of the whole cluster's decayed capacity, when that is
-    /// larger — and S its share of the cluster (equal among the users with usage). By user.
+    /// larger — and S its share of the cluster: its weight in `shares` (default 1) over the
+    /// weights of the users with usage. By user.
     ///
     /// The capacity: a cluster busy all along would hold `half_life / ln 2` whole-cluster
     /// seconds of decayed usage (∫ 2^(−t/h) dt), the units of `dominant_s`. On a busy
     /// cluster the users' total is about that, and Ū is the plain ratio; while the
     /// cluster idles everyone's usage decays towards 0 and every factor recovers towards 1,
     /// where the plain ratio would stay frozen (uniform decay keeps the ratios).
-    pub fn fair_share(&self, now_ms: u64, half_life_ms: u64) -> Vec<FairShareInfo> {
+    pub fn fair_share(
+        &self,
+        now_ms: u64,
+        half_life_ms: u64,
+        shares: &BTreeMap<String, u64>,
+    ) -> Vec<FairShareInfo> {
+        let weight = |u: &str| shares.get(u).copied().unwrap_or(1).max(1) as f64;
         let now: Vec<(&String, f64)> = self
             .decayed
             .iter()
@@ -405,16 +412,20 @@ impl AccountingBook {
             .collect();
         let used: f64 = now.iter().map(|(_, v)| v).sum();
         let total = used.max(decayed_capacity_s(half_life_ms));
-        let share = 1.0 / now.len().max(1) as f64;
+        let weights: f64 = now.iter().map(|(u, _)| weight(u)).sum();
         now.into_iter()
-            .map(|(user, v)| FairShareInfo {
-                user: user.clone(),
-                decayed_usage: v,
-                factor: if total > 0.0 {
-                    (-(v / total) / share).exp2()
-                } else {
-                    1.0
-                },
+            .map(|(user, v)| {
+                let share = weight(user) / weights;
+                FairShareInfo {
+                    user: user.clone(),
+                    decayed_usage: v,
+                    factor: if total > 0.0 {
+                        (-(v / total) / share).exp2()
+                    } else {
+                        1.0
+                    },
+                    share: Some(share),
+                }
             })
             .collect()
     }

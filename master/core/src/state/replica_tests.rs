@@ -128,7 +128,7 @@ fn a_finish_reports_usage_is_recorded_beside_the_state_and_travels_in_the_snapsh
     assert_eq!(rec.dominant_s, Some(2.0));
     let f = r
         .accounting()
-        .fair_share(50, crate::state::DEFAULT_HALF_LIFE_MS);
+        .fair_share(50, crate::state::DEFAULT_HALF_LIFE_MS, &Default::default());
     assert_eq!((f.len(), f[0].decayed_usage), (1, 2.0));
     assert_eq!((rec.ended_ms, rec.state.as_str()), (50, "succeeded"));
     // The state's hash and size never include the book; its snapshot does.

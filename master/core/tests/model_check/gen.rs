@@ -386,6 +386,7 @@ impl Generator {
             protect_min_priority: self.chance(50).then(|| self.rng.range(1, 8) as i64),
             groups,
             entries,
+            shares: Default::default(),
         }
     }
 
