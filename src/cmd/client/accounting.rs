@@ -27,7 +27,7 @@ pub struct HistoryArgs {
     /// Only attempts that ended before this time (as --since).
     #[arg(long, value_name = "WHEN")]
     pub until: Option<String>,
-    /// Only this state (`succeeded`, `failed`) or reason (`oom`, `timeout`, `cancelled`, ...).
+    /// Only this state (`succeeded`, `failed`, `lost`) or reason (`oom`, `timeout`, `cancelled`, ...).
     #[arg(long, value_name = "STATE")]
     pub state: Option<String>,
     #[command(flatten)]

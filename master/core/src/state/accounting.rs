@@ -8,12 +8,13 @@
 //! retention (`master --accounting-retention`, by the applying entry's `at_ms`) is folded
 //! into per-user, per-partition, per-UTC-day totals, which are kept. Pure: no clock, no I/O.
 
+use super::command::TaskRef;
 use super::ClusterState;
 use crate::sched::multiqueue::DrfUsage;
 use hetsched_common::protocol::{
     AttemptRecord, FairShareInfo, HistoryFilter, TaskReport, UsageBy, UsageRecord, UsageTotal,
 };
-use hetsched_common::{JobId, NodeId, TaskId};
+use hetsched_common::{JobId, NodeId, TaskId, TaskReason};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
@@ -244,12 +245,7 @@ impl Stored {
             gpu_util_s: of_nan(self.gpu_util_s),
             dominant_s: of_nan(self.dominant_s),
             gpu_emulated: self.gpu_emulated,
-            state: if self.exit_code == 0 {
-                "succeeded"
-            } else {
-                "failed"
-            }
-            .into(),
+            state: state_of(self.exit_code, self.reason).into(),
             reason: self.reason,
             exit_code: self.exit_code,
         }
@@ -533,6 +529,24 @@ pub fn day_text(day: u64) -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
+/// A record's state from how its attempt ended (the stored form keeps only these):
+/// `lost` when the master ended it without a report, else by its exit code.
+fn state_of(exit_code: i32, reason: Option<TaskReason>) -> &'static str {
+    match (exit_code, reason) {
+        (_, Some(TaskReason::Lost)) => "lost",
+        (0, _) => "succeeded",
+        _ => "failed",
+    }
+}
+
+/// How an attempt ended, as its record says it.
+struct Ending<'a> {
+    exit_code: i32,
+    reason: Option<TaskReason>,
+    /// The slave's readings (`None`: none came, every reading `null`).
+    usage: Option<&'a UsageRecord>,
+}
+
 /// The record of the attempt a finish report ends, drafted from the state before the report
 /// is applied: `None` unless `node` ran that attempt and it is the task's current one (a
 /// stale or unknown report records nothing). `capacity` is the cluster's, for the
@@ -555,13 +569,63 @@ pub fn draft(
     else {
         return None;
     };
-    let t = s.task(*task)?;
-    if t.status.attempt != *attempt || t.attempt_nodes.get(attempt) != Some(&node) {
+    let ending = Ending {
+        exit_code: *exit_code,
+        reason: *reason,
+        usage: usage.as_ref(),
+    };
+    let at = TaskRef {
+        node,
+        task: *task,
+        attempt: *attempt,
+    };
+    build(s, at, at_ms, capacity, ending)
+}
+
+/// The record of a started attempt the master ends without a report from its slave — its
+/// node declared down (`NodeDown`), or its slave no longer holding it (`TaskLost`): state
+/// `lost`, reason `lost`, exit code −1 (none), every reading `null` (nothing was measured;
+/// fair share charges it nothing). `None` unless it is the task's current attempt on `node`
+/// and it had started (an attempt that never ran leaves no record).
+pub fn draft_lost(
+    s: &ClusterState,
+    at: TaskRef,
+    at_ms: u64,
+    capacity: &DrfUsage,
+) -> Option<AttemptRecord> {
+    let t = s.task(at.task)?;
+    if t.status.state != hetsched_common::TaskState::Running || t.started_ms.is_none() {
+        return None;
+    }
+    let ending = Ending {
+        exit_code: -1,
+        reason: Some(TaskReason::Lost),
+        usage: None,
+    };
+    build(s, at, at_ms, capacity, ending)
+}
+
+/// The record of attempt `at` ending at `at_ms` as `ending` says; `None` unless it is the
+/// task's current attempt and ran on that node.
+fn build(
+    s: &ClusterState,
+    at: TaskRef,
+    at_ms: u64,
+    capacity: &DrfUsage,
+    ending: Ending<'_>,
+) -> Option<AttemptRecord> {
+    let TaskRef {
+        node,
+        task,
+        attempt,
+    } = at;
+    let t = s.task(task)?;
+    if t.status.attempt != attempt || t.attempt_nodes.get(&attempt) != Some(&node) {
         return None;
     }
     let job = s.job(t.job)?;
     let asked = &job.spec.resources;
-    let u = usage.clone().unwrap_or_default();
+    let u = ending.usage.cloned().unwrap_or_default();
     let UsageRecord {
         elapsed_ms,
         cpu_s,
@@ -580,9 +644,9 @@ pub fn draft(
             .is_some_and(|n| n.capacity.gpus.iter().any(|g| g.emulated));
     Some(AttemptRecord {
         job: t.job,
-        task: *task,
+        task,
         index: t.index,
-        attempt: *attempt,
+        attempt,
         user: job.spec.user.clone(),
         partition: job.spec.partition.clone(),
         node,
@@ -601,14 +665,9 @@ pub fn draft(
             DrfUsage::of(asked).dominant_share(capacity) as f64 / 1e9 * ms as f64 / 1000.0
         }),
         gpu_emulated: gpu_emulated || u.gpu_emulated,
-        state: if *exit_code == 0 {
-            "succeeded"
-        } else {
-            "failed"
-        }
-        .into(),
-        reason: *reason,
-        exit_code: *exit_code,
+        state: state_of(ending.exit_code, ending.reason).into(),
+        reason: ending.reason,
+        exit_code: ending.exit_code,
     })
 }
 

@@ -101,23 +101,56 @@ impl Replica {
         }
     }
 
-    /// The usage records of the attempts a slave's finish reports end, drafted before the
-    /// command applies (the attempt's node and start are still the task's).
+    /// The usage records of the attempts a command ends, drafted before it applies (the
+    /// attempt's node and start are still the task's): a slave's finish reports, and the
+    /// started attempts the master ends without one — those on a node declared down, or one
+    /// its slave no longer holds (null readings, [`accounting::draft_lost`]).
     fn drafts(&self, command: &Command, at_ms: u64) -> Vec<AttemptRecord> {
-        let Command::TaskReports { node, reports } = command else {
-            return Vec::new();
+        let capacity = || crate::sched::multiqueue::cluster_capacity(&self.cluster);
+        let lost = |node, task, attempt, capacity: &_| {
+            let at = super::command::TaskRef {
+                node,
+                task,
+                attempt,
+            };
+            accounting::draft_lost(&self.cluster, at, at_ms, capacity)
         };
-        if !reports
-            .iter()
-            .any(|r| matches!(r, hetsched_common::protocol::TaskReport::Finished { .. }))
-        {
-            return Vec::new();
+        match command {
+            Command::TaskReports { node, reports } => {
+                if !reports
+                    .iter()
+                    .any(|r| matches!(r, hetsched_common::protocol::TaskReport::Finished { .. }))
+                {
+                    return Vec::new();
+                }
+                let capacity = capacity();
+                reports
+                    .iter()
+                    .filter_map(|r| accounting::draft(&self.cluster, *node, r, at_ms, &capacity))
+                    .collect()
+            }
+            Command::NodeDown { node } => {
+                let Some(n) = self.cluster.nodes().get(node) else {
+                    return Vec::new();
+                };
+                let capacity = capacity();
+                n.tasks
+                    .iter()
+                    .filter_map(|t| {
+                        let attempt = self.cluster.task(*t)?.status.attempt;
+                        lost(*node, *t, attempt, &capacity)
+                    })
+                    .collect()
+            }
+            Command::TaskLost {
+                node,
+                task,
+                attempt,
+            } => lost(*node, *task, *attempt, &capacity())
+                .into_iter()
+                .collect(),
+            _ => Vec::new(),
         }
-        let capacity = crate::sched::multiqueue::cluster_capacity(&self.cluster);
-        reports
-            .iter()
-            .filter_map(|r| accounting::draft(&self.cluster, *node, r, at_ms, &capacity))
-            .collect()
     }
 
     /// See [`ClusterState::skip_undecodable`].

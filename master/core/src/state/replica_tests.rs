@@ -189,3 +189,58 @@ fn a_finish_reports_usage_is_recorded_beside_the_state_and_travels_in_the_snapsh
         (0, 1)
     );
 }
+
+/// Issue 53: a started attempt the master ends without a report — its node declared down,
+/// or its slave no longer holding it — leaves a record with null readings (state `lost`),
+/// once; one that never started leaves none.
+#[test]
+fn an_attempt_lost_with_its_node_leaves_a_record_with_null_readings() {
+    use hetsched_common::protocol::HistoryFilter;
+    // Assigned, never started: down with its node, no record.
+    let (mut r, _, n) = running_gpu_task();
+    r.apply(4, env(None, Command::NodeDown { node: n }));
+    assert_eq!(r.accounting().len(), 0);
+    let started = |r: &mut Replica, t, index| {
+        let started = Command::TaskStarted {
+            node: n,
+            task: t,
+            attempt: 1,
+        };
+        r.apply(index, env(None, started));
+    };
+    let (mut r, t, _) = running_gpu_task();
+    started(&mut r, t, 4);
+    r.apply(5, env(None, Command::NodeDown { node: n }));
+    r.apply(6, env(None, Command::NodeDown { node: n }));
+    let h = r.accounting().history(&HistoryFilter::default());
+    assert_eq!(h.len(), 1, "{h:?}");
+    let rec = &h[0];
+    assert_eq!((rec.task, rec.node, rec.state.as_str()), (t, n, "lost"));
+    assert_eq!(rec.reason, Some(hetsched_common::TaskReason::Lost));
+    assert_eq!(
+        (
+            rec.elapsed_s,
+            rec.cpu_s,
+            rec.max_mem_mib,
+            rec.gpu_s,
+            rec.dominant_s
+        ),
+        (None, None, None, None, None),
+        "nothing was measured"
+    );
+    assert!(rec.started_ms.is_some());
+    // Its slave no longer holds it (reconciliation's TaskLost): the same.
+    let (mut r, t, _) = running_gpu_task();
+    started(&mut r, t, 4);
+    let lost = Command::TaskLost {
+        node: n,
+        task: t,
+        attempt: 1,
+    };
+    r.apply(5, env(None, lost));
+    let h = r.accounting().history(&HistoryFilter::default());
+    assert_eq!(
+        h.iter().map(|r| r.state.as_str()).collect::<Vec<_>>(),
+        ["lost"]
+    );
+}
