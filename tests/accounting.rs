@@ -320,8 +320,8 @@ fn agree(a: &(Value, Vec<(String, f64)>), b: &(Value, Vec<(String, f64)>)) -> bo
 
 /// Issue 53: the retention and the half-life are replicated settings, carried by each new
 /// leader's barrier. A follower restarted with flags of its own holds the leader's settings
-/// (the same state hash, the same factors); once the old leader is killed, every master holds
-/// the new leader's flags, the old leader too when it comes back.
+/// (the same state hash, the same factors); handed the leadership, its flags are in force on
+/// every master; killed, the next leader's are, on it too once it is back.
 #[test]
 fn masters_started_with_different_accounting_flags_hold_the_same_settings() {
     let mut c = Cluster::start("acct-settings", 3, 1, 2);
@@ -336,7 +336,10 @@ fn masters_started_with_different_accounting_flags_hold_the_same_settings() {
         "1h",
     ]);
     c.masters[follower].restart().expect("restart the follower");
-    let week = serde_json::json!(7 * 86_400_000u64);
+    let (week, own) = (
+        serde_json::json!(7 * 86_400_000u64),
+        serde_json::json!(30_000),
+    );
     let same = |c: &Cluster, masters: &[usize], half_life: &Value| {
         wait_for("the same settings and factors everywhere", WAIT, || {
             let all: Vec<_> = masters
@@ -352,30 +355,27 @@ fn masters_started_with_different_accounting_flags_hold_the_same_settings() {
         wait_records(c, 2);
         same(c, &[0, 1, 2], &week);
         c.wait_same_hash(WAIT);
+        // The follower with its own flags takes the lead: its barrier carries them.
+        let id = (follower + 1).to_string();
+        let out = c.cli(&["members", "transfer-leader", &id]);
+        assert!(out.status.success(), "transfer-leader: {out:?}");
+        wait_for("the follower leading", WAIT, || {
+            (c.wait_leader(WAIT) as usize == follower + 1).then_some(())
+        });
+        same(c, &[0, 1, 2], &own);
+        c.wait_same_hash(WAIT);
     });
-    c.masters[leader].kill9();
-    let live: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    c.masters[follower].kill9();
+    let live: Vec<usize> = (0..3).filter(|i| *i != follower).collect();
     c.scenario(|c| {
-        let now = c.wait_leader(WAIT) as usize - 1;
-        let expect = if now == follower {
-            serde_json::json!(30_000)
-        } else {
-            week.clone()
-        };
+        c.wait_leader(WAIT);
         c.submit_id(&["--cpus", "1", "--", "true"]);
         wait_records(c, 3);
-        same(c, &live, &expect);
-        eprintln!("leader {} → {}: half_life_ms {expect}", leader + 1, now + 1);
+        same(c, &live, &week);
     });
-    c.masters[leader].restart().expect("restart the old leader");
+    c.masters[follower].restart().expect("restart it");
     c.scenario(|c| {
-        let now = c.wait_leader(WAIT) as usize - 1;
-        let expect = if now == follower {
-            serde_json::json!(30_000)
-        } else {
-            week.clone()
-        };
-        same(c, &[0, 1, 2], &expect);
+        same(c, &[0, 1, 2], &week);
         c.wait_same_hash(WAIT);
     });
 }
