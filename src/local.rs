@@ -139,6 +139,12 @@ impl LocalProc {
         Ok(p)
     }
 
+    /// Adds `args` to its arguments for its next [`restart`](Self::restart) (a test runs a
+    /// master with flags of its own).
+    pub fn add_args(&mut self, args: &[&str]) {
+        self.args.extend(args.iter().map(|a| a.to_string()));
+    }
+
     /// Starts the process again (after [`kill9`](Self::kill9) or [`stop`](Self::stop));
     /// appends to its log. Nothing to do while it was not killed.
     pub fn restart(&mut self) -> Result<(), LaunchError> {

@@ -116,9 +116,16 @@ fn a_tasks_cpu_seconds_and_peak_memory_come_from_its_cgroup() {
         assert!(text.contains("0.5(emulated)"), "{text}");
         let u = c.json(&["usage", "--by", "user"]).expect("usage");
         assert_eq!(u["totals"][0]["tasks"], 4, "{u}");
-        // One user holds all the usage: Ū = S = 1, so F = 2^-1 (default half-life 7 days).
+        // One user holds all the usage (S = 1) of a cluster idle most of the default 7-day
+        // half-life: Ū is its usage over the cluster's decayed capacity (7 d / ln 2 of the
+        // whole cluster), so F = 2^(−Ū) is just below 1.
         assert_eq!(u["half_life_ms"], 7 * 86_400_000u64, "{u}");
-        assert_eq!(u["fair_share"][0]["factor"], 0.5, "{u}");
+        let fs = &u["fair_share"][0];
+        let capacity = 7.0 * 86_400.0 / std::f64::consts::LN_2;
+        let used = fs["decayed_usage"].as_f64().expect("decayed_usage");
+        let factor = fs["factor"].as_f64().expect("factor");
+        assert!(used > 0.0, "{u}");
+        assert!((factor - (-used / capacity).exp2()).abs() < 1e-9, "{u}");
         // The same through the HTTP API; a bad time is a 400 naming the field.
         let api = get(&h.master_http[0], "/v1/accounting/history?since=1h").expect("GET");
         assert_eq!(api.status, 200, "{}", api.text());
@@ -176,10 +183,10 @@ fn history_is_the_same_on_every_master_after_a_snapshot_install_and_a_leader_kil
 
 /// Fair share (issue 53): user a runs 20 tasks alone; with both slots of the cluster held by
 /// c, a then b submit 10 tasks each; the phase-2 tasks' starts in order (by the committed
-/// start, then task id). The masters run with `--queue-depth 0`: with slave queues (S0.3)
-/// a's tasks, submitted first, would be queued on the slave before b's arrive, and a slave
-/// starts its queue in order.
-fn fair_share_scenario(c: &Cluster) -> Vec<String> {
+/// start, then task id), and the end of a's last task (ms, the leader's clock). Default
+/// flags: the slave queues (S0.3, depth 4) fill with a's tasks before b's arrive; with fair
+/// share on, b's take their places.
+fn fair_share_scenario(c: &Cluster) -> (Vec<String>, u64) {
     c.wait_nodes_up(1, WAIT);
     let job = |user: &str, n: &str, secs: &str| {
         c.submit_id(&[
@@ -213,49 +220,162 @@ fn fair_share_scenario(c: &Cluster) -> Vec<String> {
         })
         .collect();
     starts.sort();
-    starts.into_iter().map(|(_, _, u)| u).collect()
+    let a_last = records
+        .iter()
+        .filter(|r| r["user"] == "a")
+        .filter_map(|r| r["ended_ms"].as_u64())
+        .max()
+        .unwrap_or(0);
+    (starts.into_iter().map(|(_, _, u)| u).collect(), a_last)
 }
 
+/// Each user's factor in `usage --json`.
+fn factors(c: &Cluster) -> Option<(f64, f64)> {
+    let u = c.json(&["usage"])?;
+    let f = |user: &str| {
+        u["fair_share"]
+            .as_array()?
+            .iter()
+            .find(|f| f["user"] == user)?["factor"]
+            .as_f64()
+    };
+    Some((f("a")?, f("b")?))
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Default flags but a 30 s half-life. The recovery: while nobody runs, a's factor over
+/// b's only grows (their decayed usages shrink alike, Ū is a share of the cluster's decayed
+/// capacity once that is larger, `docs/guide/accounting.md`), so a reading of ≥ 0.9 taken
+/// at most 2 minutes after a's last task holds at 2 minutes too; the test polls `usage
+/// --json` until then (≈ 15 s here) instead of sleeping the 2 minutes out.
 #[test]
 fn fair_share_puts_the_user_who_used_less_first() {
-    let c = Cluster::start_with(
-        "acct-fair",
-        1,
-        1,
-        2,
-        &["--fairshare-half-life", "30s", "--queue-depth", "0"],
-    );
+    let c = Cluster::start_with("acct-fair", 1, 1, 2, &["--fairshare-half-life", "30s"]);
     c.scenario(|c| {
-        let order = fair_share_scenario(c);
+        let (order, a_last) = fair_share_scenario(c);
         assert_eq!(order[..2], ["b", "b"], "b used nothing yet: {order:?}");
+        let (a0, b0) = factors(c).expect("usage --json names a and b");
+        assert!(a0 < b0, "a used more: {a0} {b0}");
+        // No [shares]: a, b and c (the blockers' user) weigh 1 each.
         let u = c.json(&["usage"]).expect("usage");
-        let f = |user: &str| {
-            u["fair_share"]
-                .as_array()
-                .and_then(|a| a.iter().find(|f| f["user"] == user))
-                .and_then(|f| f["factor"].as_f64())
-                .unwrap_or_else(|| panic!("{user} in {u}"))
-        };
-        assert!(f("a") < f("b"), "a used more: {u}");
+        let shares: Vec<f64> = u["fair_share"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|f| f["share"].as_f64()).collect())
+            .unwrap_or_default();
+        assert_eq!(shares.len(), 3, "{u}");
+        assert!(shares.iter().all(|s| (s - 1.0 / 3.0).abs() < 1e-9), "{u}");
+        let deadline = a_last + 120_000;
+        let left = Duration::from_millis(deadline.saturating_sub(now_ms()));
+        let (a1, b1) = wait_for("a's factor recovering to ≥ 0.9 × b's", left, || {
+            let (a, b) = factors(c)?;
+            (a >= 0.9 * b && a > a0).then_some((a, b))
+        });
+        assert!(
+            now_ms() <= deadline + 1_000,
+            "read within 2 minutes of a's last task"
+        );
+        eprintln!("factors: a {a0:.4} → {a1:.4}, b {b0:.4} → {b1:.4}");
     });
 }
 
 #[test]
 fn without_fair_share_the_order_is_drfs() {
-    let c = Cluster::start_with(
-        "acct-fair-off",
-        1,
-        1,
-        2,
-        &["--fairshare-half-life", "off", "--queue-depth", "0"],
-    );
+    let c = Cluster::start_with("acct-fair-off", 1, 1, 2, &["--fairshare-half-life", "off"]);
     c.scenario(|c| {
-        let order = fair_share_scenario(c);
-        // Nobody holds anything when the slots free: DRF's tie goes to the earlier
-        // submission, a's.
+        let (order, _) = fair_share_scenario(c);
+        // The slave's queue holds a's tasks, queued before b's arrived: it starts them
+        // first, as before fair share.
         assert_eq!(order[0], "a", "{order:?}");
         let u = c.json(&["usage"]).expect("usage");
         assert_eq!(u["fair_share"], serde_json::json!([]), "{u}");
         assert_eq!(u["half_life_ms"], Value::Null, "{u}");
+    });
+}
+
+/// The half-life (`half_life_ms`) and each user's factor `addr` holds, from its own state.
+fn settings_at(addr: &str) -> Option<(Value, Vec<(String, f64)>)> {
+    let u = json_with(addr, &["usage", "--stale"])?;
+    let factors = u["fair_share"]
+        .as_array()?
+        .iter()
+        .map(|f| Some((f["user"].as_str()?.to_string(), f["factor"].as_f64()?)))
+        .collect::<Option<_>>()?;
+    Some((u["half_life_ms"].clone(), factors))
+}
+
+/// Whether two masters' readings agree (factors move with the clock between two reads).
+fn agree(a: &(Value, Vec<(String, f64)>), b: &(Value, Vec<(String, f64)>)) -> bool {
+    a.0 == b.0
+        && a.1.len() == b.1.len()
+        && a.1
+            .iter()
+            .zip(&b.1)
+            .all(|(x, y)| x.0 == y.0 && (x.1 - y.1).abs() < 1e-3)
+}
+
+/// Issue 53: the retention and the half-life are replicated settings, carried by each new
+/// leader's barrier. A follower restarted with flags of its own holds the leader's settings
+/// (the same state hash, the same factors); handed the leadership, its flags are in force on
+/// every master; killed, the next leader's are, on it too once it is back.
+#[test]
+fn masters_started_with_different_accounting_flags_hold_the_same_settings() {
+    let mut c = Cluster::start("acct-settings", 3, 1, 2);
+    let leader = c.wait_leader(WAIT) as usize - 1;
+    let follower = (0..3).find(|i| *i != leader).expect("a follower");
+    c.wait_nodes_up(1, WAIT);
+    c.masters[follower].kill9();
+    c.masters[follower].add_args(&[
+        "--fairshare-half-life",
+        "30s",
+        "--accounting-retention",
+        "1h",
+    ]);
+    c.masters[follower].restart().expect("restart the follower");
+    let (week, own) = (
+        serde_json::json!(7 * 86_400_000u64),
+        serde_json::json!(30_000),
+    );
+    let same = |c: &Cluster, masters: &[usize], half_life: &Value| {
+        wait_for("the same settings and factors everywhere", WAIT, || {
+            let all: Vec<_> = masters
+                .iter()
+                .map(|i| settings_at(&c.master_addrs[*i]))
+                .collect::<Option<_>>()?;
+            let same = all.iter().all(|s| agree(s, &all[0])) && all[0].0 == *half_life;
+            same.then_some(())
+        });
+    };
+    c.scenario(|c| {
+        c.submit_id(&["--cpus", "1", "--count", "2", "--", "true"]);
+        wait_records(c, 2);
+        same(c, &[0, 1, 2], &week);
+        c.wait_same_hash(WAIT);
+        // The follower with its own flags takes the lead: its barrier carries them.
+        let id = (follower + 1).to_string();
+        let out = c.cli(&["members", "transfer-leader", &id]);
+        assert!(out.status.success(), "transfer-leader: {out:?}");
+        wait_for("the follower leading", WAIT, || {
+            (c.wait_leader(WAIT) as usize == follower + 1).then_some(())
+        });
+        same(c, &[0, 1, 2], &own);
+        c.wait_same_hash(WAIT);
+    });
+    c.masters[follower].kill9();
+    let live: Vec<usize> = (0..3).filter(|i| *i != follower).collect();
+    c.scenario(|c| {
+        c.wait_leader(WAIT);
+        c.submit_id(&["--cpus", "1", "--", "true"]);
+        wait_records(c, 3);
+        same(c, &live, &week);
+    });
+    c.masters[follower].restart().expect("restart it");
+    c.scenario(|c| {
+        same(c, &[0, 1, 2], &week);
+        c.wait_same_hash(WAIT);
     });
 }

@@ -261,6 +261,20 @@ fn run(c: &HttpCluster, browser: &str) {
     );
     assert!(dom.contains("dominant share"), "DRF shares missing:\n{dom}");
     assert!(dom.contains("<svg"), "plots missing:\n{dom}");
+    // Issue 53: accounting — the usage plot, the ended job among the heaviest, each user's
+    // fair-share factor (on by default).
+    assert!(
+        dom.contains("CPU-hours per user, by hour"),
+        "usage plot missing:\n{dom}"
+    );
+    assert!(
+        dom.contains(&format!("id=\"heavy-job-{job}\"")),
+        "heaviest jobs missing job-{job}:\n{dom}"
+    );
+    assert!(
+        dom.contains("fair-share-row"),
+        "fair-share factors missing:\n{dom}"
+    );
 
     // The waiting task's page: one verdict per node, and the reason.
     let page = format!("{ui}#task-{waiting_task}");
@@ -290,6 +304,11 @@ fn run(c: &HttpCluster, browser: &str) {
         "task missing:\n{dom}"
     );
     assert!(dom.contains("rendered"), "task log missing:\n{dom}");
+    assert_eq!(
+        dom.matches("job-usage-row").count(),
+        3,
+        "each of its 3 attempts' usage:\n{dom}"
+    );
 
     // The flow's page: each step with its job, state and needs, drawn as a graph; a step's
     // job page links back to it.

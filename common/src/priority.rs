@@ -12,6 +12,8 @@
 //! partition = "default"
 //! priority = 100
 //! quota = { cpus = 4 }           # any of cpus, mem (MiB), gpus; omitted = not limited
+//! [shares]                       # optional (issue 53): fair-share weights, default 1
+//! u1 = 2                         # u1's share is twice that of a user not named
 //! ```
 //!
 //! A user's own entry wins over its groups'; among groups, the highest priority wins (ties:
@@ -85,6 +87,11 @@ pub struct PriorityConfig {
     /// Entries.
     #[serde(default)]
     pub entries: Vec<PriorityEntry>,
+    /// Issue 53: each named user's fair-share weight (`[shares]`, ≥ 1); a user not named
+    /// weighs 1. A user's share S is its weight over the weights of the users with usage.
+    /// Left out while empty, so configurations without it keep their bytes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shares: BTreeMap<String, u64>,
 }
 
 /// What a user gets in a partition.
@@ -210,6 +217,8 @@ struct FileConfig {
     groups: BTreeMap<String, Vec<String>>,
     #[serde(default)]
     users: Vec<toml::Spanned<FileEntry>>,
+    #[serde(default)]
+    shares: BTreeMap<String, u64>,
 }
 
 /// Parses a priority file (TOML). The whole file is rejected on the first error, with its
@@ -247,7 +256,16 @@ pub fn parse_priority_toml(text: &str) -> Result<PriorityConfig, ConfigError> {
         protect_min_priority: file.protect_min_priority,
         groups: file.groups,
         entries: Vec::new(),
+        shares: BTreeMap::new(),
     };
+    if let Some((user, _)) = file.shares.iter().find(|(_, w)| **w == 0) {
+        return Err(ConfigError {
+            line: None,
+            key: Some(user.clone()),
+            message: format!("[shares] {user}: a share is a whole number of at least 1"),
+        });
+    }
+    cfg.shares = file.shares;
     for (i, e) in file
         .users
         .into_iter()
@@ -385,6 +403,20 @@ priority = 90
             parse_priority_toml("[[users]]\nname = \"a\"\npriority = 1\nquota = { cpus = -1 }\n")
                 .expect_err("negative");
         assert_eq!(e.key.as_deref(), Some("quota.cpus"));
+    }
+
+    #[test]
+    fn shares_are_whole_weights_of_at_least_one() {
+        let c = parse_priority_toml("[shares]\nu1 = 3\nu2 = 1\n").expect("parses");
+        assert_eq!(
+            c.shares,
+            BTreeMap::from([("u1".to_string(), 3), ("u2".to_string(), 1)])
+        );
+        assert!(parse_priority_toml(S1).expect("parses").shares.is_empty());
+        let e = parse_priority_toml("[shares]\nu1 = 0\n").expect_err("zero");
+        assert_eq!(e.key.as_deref(), Some("u1"), "{e}");
+        let e = parse_priority_toml("[shares]\nu1 = 1.5\n").expect_err("not whole");
+        assert_eq!(e.key.as_deref(), Some("u1"), "{e}");
     }
 
     #[test]

@@ -103,6 +103,7 @@ fn config_json(cfg: &PriorityConfig) -> serde_json::Value {
         "protect_min_priority": cfg.protect_min_priority,
         "groups": cfg.groups,
         "users": users,
+        "shares": cfg.shares,
     })
 }
 
@@ -121,6 +122,10 @@ fn print_config(cfg: &PriorityConfig) {
     );
     for (g, members) in &cfg.groups {
         println!("  group {g}: {}", members.join(", "));
+    }
+    if !cfg.shares.is_empty() {
+        let shares: Vec<String> = cfg.shares.iter().map(|(u, w)| format!("{u}={w}")).collect();
+        println!("  fair-share weights (others 1): {}", shares.join(", "));
     }
     println!(
         "  {:<20} {:<12} {:>8}  quota",

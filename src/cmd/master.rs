@@ -152,7 +152,8 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_gc_after(s: &str) -> Result<GcAfter, String> {
+/// A duration, or `off`/`never` (`--job-gc-after`, `--fairshare-half-life`).
+pub(crate) fn parse_gc_after(s: &str) -> Result<GcAfter, String> {
     match s {
         "off" | "never" => Ok(GcAfter(None)),
         _ => parse_duration(s).map(|d| GcAfter(Some(d))),

@@ -74,6 +74,11 @@ pub struct RunArgs {
     /// S4.7: threads computing the groups' selections (the decisions do not depend on it).
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub placement_threads: u32,
+    /// Issue 53: fair share as the master's `--fairshare-half-life`, on the simulated clock
+    /// (after `--time-scale`): within one priority, users whose decayed past usage is
+    /// smaller go first. `off` (the default here) keeps the plain DRF order.
+    #[arg(long, default_value = "off", value_name = "DURATION|off", value_parser = super::master::parse_gc_after)]
+    pub fairshare_half_life: super::master::GcAfter,
     /// Write an SVG of allocated GPU share against arrivals, a line per policy.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
@@ -226,6 +231,10 @@ fn run(a: RunArgs) -> Result<(), Failure> {
         groups: a.placement_groups,
         threads: a.placement_threads,
     };
+    setup.fairshare_half_life_ms = a
+        .fairshare_half_life
+        .0
+        .map(|d| (d.as_millis() as u64).max(1));
     eprintln!(
         "sim: {} nodes, {} tasks, {} mode, seed {}",
         nodes.len(),

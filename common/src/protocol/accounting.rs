@@ -160,6 +160,10 @@ pub struct FairShareInfo {
     pub decayed_usage: f64,
     /// Its factor F = 2^(−Ū/S), 0 < F ≤ 1 (higher goes first).
     pub factor: f64,
+    /// Its share S: its weight (the priority configuration's `[shares]`, default 1) over
+    /// the weights of the users listed (absent from older masters' answers).
+    #[serde(default)]
+    pub share: Option<f64>,
 }
 
 /// `usage`'s answer.

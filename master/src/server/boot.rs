@@ -10,7 +10,8 @@ use actix::prelude::*;
 use hetsched_common::wire::{self, FrameLimits};
 use hetsched_common::MasterId;
 use hetsched_consensus::{Consensus, RaftConfig, Role};
-use hetsched_master_core::state::Replica;
+use hetsched_master_core::duties::DutiesConfig;
+use hetsched_master_core::state::{AccountingSettings, Replica};
 use std::sync::{Arc, RwLock};
 
 /// Starts consensus and the duties actor (inside an actix System).
@@ -21,10 +22,7 @@ fn start(cfg: &MasterConfig) -> Result<Master, Error> {
             cfg.id
         )));
     }
-    let mut replica = Replica::new();
-    replica.set_retention_ms(cfg.accounting_retention_ms);
-    replica.set_half_life_ms(cfg.fairshare_half_life_ms);
-    let state = Arc::new(RwLock::new(replica));
+    let state = Arc::new(RwLock::new(Replica::new()));
     let (applied_tx, mut applied_rx) = tokio::sync::mpsc::unbounded_channel();
     let mut raft_cfg = RaftConfig::new(cfg.id, cfg.peers.clone(), cfg.data_dir.join("raft"));
     raft_cfg.join = cfg.join;
@@ -56,7 +54,15 @@ fn start(cfg: &MasterConfig) -> Result<Master, Error> {
         reasons.clone(),
         heartbeats.clone(),
         Box::new(sched.scheduler(cfg.id)),
-        cfg.duties,
+        // Issue 53: the accounting flags are replicated settings: this master's barrier
+        // carries them when it takes the lead.
+        DutiesConfig {
+            accounting: Some(AccountingSettings {
+                retention_ms: cfg.accounting_retention_ms,
+                half_life_ms: cfg.fairshare_half_life_ms,
+            }),
+            ..cfg.duties
+        },
     )
     .start();
     let d = duties.clone();

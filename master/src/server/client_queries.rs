@@ -383,7 +383,10 @@ impl ClientQueries<'_> {
         let s = self.state;
         let half_life_ms = s.half_life_ms();
         let fair_share = half_life_ms
-            .map(|h| s.accounting().fair_share(self.now_ms, h))
+            .map(|h| {
+                s.accounting()
+                    .fair_share(self.now_ms, h, &s.priority().shares)
+            })
             .unwrap_or_default()
             .into_iter()
             .filter(|f| user.as_ref().is_none_or(|u| *u == f.user))

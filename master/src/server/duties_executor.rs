@@ -85,7 +85,8 @@ impl LeaderDuties {
             if self.core.is_leading() {
                 // Issue 53: the users' fair-share factors as of now, for the next plan.
                 if let Some(h) = view.half_life_ms() {
-                    let factors = view.accounting().fair_share(now.wall_ms, h);
+                    let shares = &view.priority().shares;
+                    let factors = view.accounting().fair_share(now.wall_ms, h, shares);
                     self.core
                         .set_fair_share(factors.into_iter().map(|f| (f.user, f.factor)).collect());
                 }

@@ -106,12 +106,9 @@ impl StateMachine for Replicated {
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        let mut restored = Replica::from_bytes(snapshot)?;
+        let restored = Replica::from_bytes(snapshot)?;
         let index = restored.last_index();
         let mut s = self.state.write().unwrap_or_else(|p| p.into_inner());
-        // The retention and half-life are this master's settings, not the snapshot's.
-        restored.set_retention_ms(s.retention_ms());
-        restored.set_half_life_ms(s.half_life_ms());
         *s = restored;
         drop(s);
         self.journal(index, true);

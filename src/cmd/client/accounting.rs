@@ -27,7 +27,7 @@ pub struct HistoryArgs {
     /// Only attempts that ended before this time (as --since).
     #[arg(long, value_name = "WHEN")]
     pub until: Option<String>,
-    /// Only this state (`succeeded`, `failed`) or reason (`oom`, `timeout`, `cancelled`, ...).
+    /// Only this state (`succeeded`, `failed`, `lost`) or reason (`oom`, `timeout`, `cancelled`, ...).
     #[arg(long, value_name = "STATE")]
     pub state: Option<String>,
     #[command(flatten)]
@@ -204,13 +204,14 @@ pub fn usage(masters: &[String], a: UsageArgs) -> anyhow::Result<()> {
     if a.out.csv || u.fair_share.is_empty() {
         return Ok(());
     }
-    // Fair share: each user's decayed usage and factor (higher goes first).
+    // Fair share: each user's decayed usage, share and factor (higher goes first).
     println!();
-    let mut t = table::new(&["USER", "DECAYED-USAGE", "FAIR-SHARE"]);
+    let mut t = table::new(&["USER", "DECAYED-USAGE", "SHARE", "FAIR-SHARE"]);
     for f in &u.fair_share {
         t.add_row(vec![
             f.user.clone(),
             format!("{:.1}", f.decayed_usage),
+            f.share.map_or("-".into(), |s| format!("{s:.3}")),
             format!("{:.3}", f.factor),
         ]);
     }

@@ -30,6 +30,10 @@ pub struct DutiesConfig {
     /// S3.2: utilisation must improve by more than this many points for a step to count
     /// (`--util-epsilon`).
     pub util_epsilon: f64,
+    /// Issue 53: the accounting settings this master's barrier carries when it takes the
+    /// lead (`--accounting-retention`, `--fairshare-half-life`); `None`: it leaves them as
+    /// they are.
+    pub accounting: Option<crate::state::AccountingSettings>,
 }
 
 impl Default for DutiesConfig {
@@ -47,6 +51,7 @@ impl Default for DutiesConfig {
             preempt_grace_ms: 10_000,
             probe_period_ms: 90_000,
             util_epsilon: 1.0,
+            accounting: None,
         }
     }
 }

@@ -82,6 +82,7 @@ impl DutiesCore {
             tag: ProposalTag::Barrier { epoch: self.epoch },
             command: Command::LeaderBarrier {
                 master: self.master,
+                accounting: self.cfg.accounting,
             },
         });
     }
@@ -102,6 +103,7 @@ impl DutiesCore {
                     tag: ProposalTag::Barrier { epoch },
                     command: Command::LeaderBarrier {
                         master: self.master,
+                        accounting: self.cfg.accounting,
                     },
                 });
             }

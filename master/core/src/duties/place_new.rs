@@ -129,7 +129,8 @@ impl DutiesCore {
         let only_new = place.len() == plan.assignments.len()
             && plan.preemptions.is_empty()
             && plan.moves.is_empty()
-            && plan.preempt.is_empty();
+            && plan.preempt.is_empty()
+            && plan.unqueue.is_empty(); // issue 53: a fair-share take-back goes as a whole plan
         let Role::Leading(l) = &mut self.role else {
             return None;
         };

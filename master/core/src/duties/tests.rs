@@ -120,7 +120,10 @@ impl Harness {
             fx,
             vec![Effect::Propose {
                 tag: ProposalTag::Barrier { epoch: 1 },
-                command: Command::LeaderBarrier { master: 1 }
+                command: Command::LeaderBarrier {
+                    master: 1,
+                    accounting: None,
+                }
             }]
         );
         let fx = self.commit(&fx);
@@ -244,7 +247,10 @@ fn a_dropped_barrier_is_proposed_again() {
         fx,
         vec![Effect::Propose {
             tag: ProposalTag::Barrier { epoch: 1 },
-            command: Command::LeaderBarrier { master: 1 }
+            command: Command::LeaderBarrier {
+                master: 1,
+                accounting: None,
+            }
         }]
     );
     // Leadership lost meanwhile: nothing more.

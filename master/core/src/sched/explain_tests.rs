@@ -189,3 +189,42 @@ fn cpu_tasks_kept_off_a_gpu_nodes_reserve_wait_for_pool() {
     assert_eq!(r, "resources", "{d}");
     assert!(d.starts_with("mem"), "{d}");
 }
+
+/// Issue 53: a task behind another user's at equal priority waits for `fair-share`, naming
+/// both users' factors when fair share decided; another user's task of the same shape (one
+/// blocked key) is never told it waits behind itself.
+#[test]
+fn behind_a_user_ahead_in_fair_share_a_task_waits_for_fair_share_naming_the_factors() {
+    let mut s = IndexedScheduler::new(PolicyKind::LeastFit, 1)
+        .with_ordering(crate::sched::multiqueue::Ordering::Drf);
+    let mut l = Log::new();
+    l.apply(&mut s, node(1, 2, 0, &[]));
+    // c fills the node; a's and b's tasks have one shape (one blocked key).
+    let job = |user: &str, cpus| JobSpec {
+        user: user.into(),
+        ..spec(2 / cpus as u32, cpus, 0)
+    };
+    let fill = submitted_tasks(l.apply(&mut s, submit(job("c", 2))));
+    let plan = s.plan(&l.s);
+    assert_eq!(plan.assignments.len(), 1, "{fill:?}");
+    l.apply(&mut s, Command::ApplyPlan(plan));
+    let a = submitted_tasks(l.apply(&mut s, submit(job("a", 1))));
+    let b = submitted_tasks(l.apply(&mut s, submit(job("b", 1))));
+    s.set_fair_share(std::collections::BTreeMap::from([
+        ("a".to_string(), 0.25),
+        ("c".to_string(), 0.5),
+    ]));
+    for round in 0..2 {
+        let plan = s.plan(&l.s);
+        assert!(plan.assignments.is_empty(), "{plan:?}");
+        let (r, d) = reason(&s, &l, a[1]);
+        assert_eq!(r, "fair-share", "round {round}: {d}");
+        assert!(
+            d.contains(&format!("behind b's {}", b[0]))
+                && d.contains("a's fair-share factor 0.250 is below b's 1.000"),
+            "round {round}: {d}"
+        );
+        let (r, d) = reason(&s, &l, b[1]);
+        assert_ne!(r, "fair-share", "b is first: round {round}: {d}");
+    }
+}

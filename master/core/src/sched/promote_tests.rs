@@ -172,3 +172,86 @@ fn a_promoted_task_not_yet_started_can_still_be_stolen_and_gives_its_room_back()
     );
     assert!(l.s.nodes()[&a].tasks.is_empty());
 }
+
+/// Issue 53 × S0.3: with the node's queue full of a user behind in fair share, a task of a
+/// user ahead takes a queued place: the plan takes the queued attempt back (pending again,
+/// its slave told to drop it) and queues the task there; the promotion then starts it first.
+/// With fair share off (no factors) the queue keeps its order and the task waits.
+#[test]
+fn a_user_ahead_in_fair_share_takes_the_queued_places_of_a_user_behind() {
+    use crate::sched::index::PolicyKind;
+    use crate::sched::multiqueue::Ordering;
+    use crate::sched::{IndexedScheduler, Scheduler};
+    use std::collections::BTreeMap;
+    let user = |u: &str, count| JobSpec {
+        user: u.into(),
+        ..spec(count, 1, 0)
+    };
+    let run = |factors: Option<f64>| {
+        let mut sched = IndexedScheduler::new(PolicyKind::BestFit, 0)
+            .with_ordering(Ordering::Drf)
+            .with_queue_depth(2);
+        let mut l = Log::new();
+        let n = NodeId(1);
+        l.apply(&mut sched, node(1, 2, 0, &[]));
+        let c = tasks(l.apply(&mut sched, submit(user("c", 2))));
+        let plan = sched.plan(&l.s);
+        l.apply(&mut sched, Command::ApplyPlan(plan));
+        let a = tasks(l.apply(&mut sched, submit(user("a", 3))));
+        let plan = sched.plan(&l.s);
+        l.apply(&mut sched, Command::ApplyPlan(plan));
+        assert_eq!(
+            l.s.nodes()[&n].queued,
+            a[..2],
+            "a's first two wait in the queue"
+        );
+        if let Some(f) = factors {
+            sched.set_fair_share(BTreeMap::from([("a".to_string(), f)]));
+        }
+        let b = tasks(l.apply(&mut sched, submit(user("b", 2))));
+        let plan = sched.plan(&l.s);
+        let o = l.apply(&mut sched, Command::ApplyPlan(plan.clone()));
+        (l, c, a, b, plan, o)
+    };
+    let (mut l, c, a, b, plan, o) = run(Some(0.5));
+    assert_eq!(plan.unqueue.len(), 2, "{plan:?}");
+    let Outcome::PlanApplied {
+        rejected: 0,
+        preempted,
+        ..
+    } = o
+    else {
+        panic!("{o:?}")
+    };
+    let dropped: BTreeSet<TaskId> = preempted.iter().map(|r| r.task).collect();
+    assert_eq!(
+        dropped,
+        a[..2].iter().copied().collect(),
+        "the slave drops them"
+    );
+    let n = NodeId(1);
+    assert_eq!(
+        l.s.nodes()[&n].queued,
+        b,
+        "b's tasks hold the queue, in order"
+    );
+    for t in &a {
+        assert_eq!(
+            l.s.tasks()[t].status.state,
+            hetsched_common::TaskState::Pending
+        );
+    }
+    // c's first task ends: b's first is promoted into the room.
+    l.apply_bare(Command::TaskReports {
+        node: n,
+        reports: vec![finished(c[0], 1)],
+    });
+    assert!(l.s.nodes()[&n].tasks.contains(&b[0]), "b starts first");
+    // Fair share off: the queue keeps a's tasks and b's wait.
+    let (l, _, a, _, plan, _) = run(None);
+    assert!(
+        plan.unqueue.is_empty() && plan.assignments.is_empty(),
+        "{plan:?}"
+    );
+    assert_eq!(l.s.nodes()[&NodeId(1)].queued, a[..2]);
+}

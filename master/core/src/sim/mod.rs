@@ -22,6 +22,7 @@
 //! each placed if something fits, the rest wait); `drf` orders users by dominant share in
 //! one queue and `pipeline` runs every S3 stage (`sched::multiqueue`).
 
+mod fair;
 pub mod gen;
 mod input;
 pub mod plot;
@@ -202,6 +203,10 @@ pub struct RunReport {
     pub gpu_queue_mean_s: Option<f64>,
     /// Timed: 95th percentile wait of GPU tasks, seconds.
     pub gpu_queue_p95_s: Option<f64>,
+    /// Timed: mean wait of each user's GPU tasks, seconds (issue 53; empty in
+    /// arrival-only mode).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpu_queue_mean_s_by_user: BTreeMap<String, f64>,
     /// Preemptions the plans asked for.
     pub preemptions: u64,
     /// Wall-clock time of the run, ms (filled by the caller; the core reads no clock).
@@ -227,6 +232,8 @@ struct Driver {
     stopped: Vec<crate::state::TaskRef>,
     /// Every start so far ([`RunReport::starts`]).
     starts: Vec<(TaskId, hetsched_common::NodeId)>,
+    /// Issue 53: fair share, when on.
+    fair: Option<fair::FairShare>,
 }
 
 impl Driver {
@@ -253,6 +260,10 @@ impl Driver {
         // Rounds in a row that only stopped victims (bounds replanning after stops).
         let mut stop_rounds = 0;
         loop {
+            if let Some(f) = &self.fair {
+                self.sched
+                    .set_fair_share(f.factors(&self.state, self.now_ms));
+            }
             let plan = self.sched.plan(&self.state);
             if plan.is_empty() {
                 break;
@@ -269,6 +280,7 @@ impl Driver {
             let stopped_now = !preempted.is_empty();
             // Each victim's emulated slave stops it at once and says so.
             for v in preempted {
+                self.ended(v.task);
                 self.apply(Command::TaskFinished {
                     node: v.node,
                     task: v.task,
@@ -293,6 +305,9 @@ impl Driver {
                     task: r.task,
                     attempt: r.attempt,
                 });
+                if let Some(f) = &mut self.fair {
+                    f.started(r.task, self.now_ms);
+                }
                 let milli = self
                     .state
                     .tasks()
@@ -304,6 +319,13 @@ impl Driver {
             }
         }
         started
+    }
+
+    /// `task`'s running attempt ends now: fair share charges its user.
+    fn ended(&mut self, task: TaskId) {
+        if let Some(f) = &mut self.fair {
+            f.ended(&self.state, task, self.now_ms);
+        }
     }
 
     fn submit(&mut self, t: &SimTask) -> Option<TaskId> {
@@ -334,6 +356,7 @@ fn start(nodes: &[SimNode], policy: &PolicyName, setup: &Setup, seed: u64) -> Dr
         preemptions: 0,
         stopped: Vec::new(),
         starts: Vec::new(),
+        fair: setup.fairshare_half_life_ms.map(fair::FairShare::new),
     };
     if let Some(config) = &setup.priorities {
         d.apply(Command::SetPriorityConfig {
@@ -375,6 +398,9 @@ pub struct Setup {
     /// S4.7 parallel selection (`--placement-groups`, `--placement-threads`; default one
     /// group on one thread: the decisions of before).
     pub parallel: ParallelConfig,
+    /// Issue 53: fair share's half-life on the virtual clock (`--fairshare-half-life`;
+    /// `None`, the default: off, the decisions of before).
+    pub fairshare_half_life_ms: Option<u64>,
 }
 
 /// Runs `tasks` on `nodes` under `policy` in `mode`; `progress` is called with the number
@@ -460,6 +486,7 @@ fn arrival_only(
         cpu_queue_mean_s: None,
         gpu_queue_mean_s: None,
         gpu_queue_p95_s: None,
+        gpu_queue_mean_s_by_user: BTreeMap::new(),
         preemptions: d.preemptions,
         sim_ms: 0,
         curve,
@@ -486,6 +513,8 @@ struct TimedRun<'a> {
     started_once: std::collections::BTreeSet<TaskId>,
     waits_cpu: Vec<u64>,
     waits_gpu: Vec<u64>,
+    /// GPU tasks' waits by user (issue 53: what fair share changes).
+    waits_gpu_by_user: BTreeMap<String, Vec<u64>>,
     allocated: u64,
     placed: u64,
     /// The trace ended: tasks without a deletion time end as they start.
@@ -514,6 +543,7 @@ impl<'a> TimedRun<'a> {
             started_once: Default::default(),
             waits_cpu: Vec::new(),
             waits_gpu: Vec::new(),
+            waits_gpu_by_user: BTreeMap::new(),
             allocated: 0,
             placed: 0,
             ended: false,
@@ -555,6 +585,7 @@ impl<'a> TimedRun<'a> {
         let Some((node, milli, _)) = self.running.remove(&task) else {
             return;
         };
+        d.ended(task);
         d.apply(Command::TaskFinished {
             node,
             task,
@@ -619,6 +650,8 @@ impl<'a> TimedRun<'a> {
                     self.waits_cpu.push(wait);
                 } else {
                     self.waits_gpu.push(wait);
+                    let by_user = self.waits_gpu_by_user.entry(t.user.clone()).or_default();
+                    by_user.push(wait);
                 }
             }
             let end = match t.duration_ms {
@@ -685,6 +718,11 @@ fn timed(
         cpu_queue_mean_s: mean_s(&run.waits_cpu),
         gpu_queue_mean_s: mean_s(&run.waits_gpu),
         gpu_queue_p95_s: p95_s(&mut run.waits_gpu),
+        gpu_queue_mean_s_by_user: run
+            .waits_gpu_by_user
+            .iter()
+            .filter_map(|(u, w)| Some((u.clone(), mean_s(w)?)))
+            .collect(),
         preemptions: d.preemptions,
         sim_ms: 0,
         curve,

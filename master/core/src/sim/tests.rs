@@ -207,3 +207,64 @@ fn a_scenario_with_priorities_and_partitions_compares_preemption_on_and_off() {
     };
     assert!(bad.setup().is_err());
 }
+
+/// Issue 53: `--fairshare-half-life` in the simulator. One GPU; user a queues six 100 s GPU
+/// tasks at t = 0, user b three at t = 50 s. Without fair share DRF sees two users holding
+/// nothing whenever the GPU frees and the tie goes to the earlier submission: b waits for
+/// all of a's. With it, a's past use puts b first.
+#[test]
+fn fair_share_lets_the_user_who_used_less_go_first() {
+    let node = SimNode {
+        name: "g0".into(),
+        resources: NodeResources {
+            cpu_milli: 64_000,
+            mem_mib: 65_536,
+            gpus: vec![hetsched_common::GpuDevice {
+                model: "T4".into(),
+                free_milli: 1000,
+                emulated: true,
+            }],
+            ..Default::default()
+        },
+        partitions: Vec::new(),
+    };
+    let task = |user: &str, i: u64, arrival_ms| SimTask {
+        name: format!("{user}{i}"),
+        user: user.into(),
+        request: hetsched_common::ResourceRequest {
+            cpu_milli: 1000,
+            mem_mib: 100,
+            gpu: hetsched_common::GpuRequest::whole(1),
+            ..Default::default()
+        },
+        arrival_ms,
+        duration_ms: Some(100_000),
+        partition: String::new(),
+    };
+    let mut tasks: Vec<SimTask> = (0..6).map(|i| task("a", i, 0)).collect();
+    tasks.extend((0..3).map(|i| task("b", i, 50_000)));
+    let policy: PolicyName = "drf-best-fit".parse().expect("policy");
+    let run_with_half_life = |h: Option<u64>| {
+        let setup = Setup {
+            fairshare_half_life_ms: h,
+            ..Default::default()
+        };
+        run_with(
+            std::slice::from_ref(&node),
+            &tasks,
+            &policy,
+            Mode::Timed,
+            1,
+            &setup,
+            &mut |_| {},
+        )
+    };
+    let off = run_with_half_life(None);
+    let on = run_with_half_life(Some(3_600_000));
+    let wait = |r: &RunReport, u: &str| r.gpu_queue_mean_s_by_user[u];
+    // Off: b starts after a's six (at 600, 700, 800 s), waiting 650 s on average.
+    assert!((wait(&off, "b") - 650.0).abs() < 1e-9, "{off:?}");
+    assert!(wait(&on, "b") < wait(&off, "b") / 2.0, "{on:?}");
+    assert!(wait(&on, "a") > wait(&off, "a"), "{on:?}");
+    assert_eq!((on.placed, off.placed), (9, 9));
+}

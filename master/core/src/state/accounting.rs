@@ -8,12 +8,13 @@
 //! retention (`master --accounting-retention`, by the applying entry's `at_ms`) is folded
 //! into per-user, per-partition, per-UTC-day totals, which are kept. Pure: no clock, no I/O.
 
+use super::command::TaskRef;
 use super::ClusterState;
 use crate::sched::multiqueue::DrfUsage;
 use hetsched_common::protocol::{
     AttemptRecord, FairShareInfo, HistoryFilter, TaskReport, UsageBy, UsageRecord, UsageTotal,
 };
-use hetsched_common::{JobId, NodeId, TaskId};
+use hetsched_common::{JobId, NodeId, TaskId, TaskReason};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
@@ -22,6 +23,37 @@ pub const DEFAULT_RETENTION_MS: u64 = 30 * 86_400_000;
 
 /// Fair share's half-life by default (7 days, as Slurm's `PriorityDecayHalfLife`), ms.
 pub const DEFAULT_HALF_LIFE_MS: u64 = 7 * 86_400_000;
+
+/// The accounting settings every master applies alike: how long detail is kept
+/// (`master --accounting-retention`) and fair share's half-life (`master
+/// --fairshare-half-life`; `None`: off). Replicated state: each new leader's barrier carries
+/// its own flags, so what the master that leads (last took the lead) was started with is in
+/// force on every master, and no two masters fold or rank differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountingSettings {
+    /// Detail older than this is folded into daily totals, ms.
+    pub retention_ms: u64,
+    /// Fair share's half-life, ms (`None`: off).
+    #[serde(default)]
+    pub half_life_ms: Option<u64>,
+}
+
+impl Default for AccountingSettings {
+    fn default() -> Self {
+        Self {
+            retention_ms: DEFAULT_RETENTION_MS,
+            half_life_ms: Some(DEFAULT_HALF_LIFE_MS),
+        }
+    }
+}
+
+impl AccountingSettings {
+    /// Whether these are the defaults (left out of snapshots then, so states that never
+    /// changed them keep their bytes).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
 
 const DAY_MS: u64 = 86_400_000;
 
@@ -213,12 +245,7 @@ impl Stored {
             gpu_util_s: of_nan(self.gpu_util_s),
             dominant_s: of_nan(self.dominant_s),
             gpu_emulated: self.gpu_emulated,
-            state: if self.exit_code == 0 {
-                "succeeded"
-            } else {
-                "failed"
-            }
-            .into(),
+            state: state_of(self.exit_code, self.reason).into(),
             reason: self.reason,
             exit_code: self.exit_code,
         }
@@ -358,25 +385,43 @@ impl AccountingBook {
     }
 
     /// Each user's decayed usage at `now_ms` and its factor F = 2^(−Ū/S): Ū its share of
-    /// all users' decayed usage, S its share of the cluster (equal among the users with
-    /// usage). By user.
-    pub fn fair_share(&self, now_ms: u64, half_life_ms: u64) -> Vec<FairShareInfo> {
+    /// all users' decayed usage — or of the whole cluster's decayed capacity, when that is
+    /// larger — and S its share of the cluster: its weight in `shares` (default 1) over the
+    /// weights of the users with usage. By user.
+    ///
+    /// The capacity: a cluster busy all along would hold `half_life / ln 2` whole-cluster
+    /// seconds of decayed usage (∫ 2^(−t/h) dt), the units of `dominant_s`. On a busy
+    /// cluster the users' total is about that, and Ū is the plain ratio; while the
+    /// cluster idles everyone's usage decays towards 0 and every factor recovers towards 1,
+    /// where the plain ratio would stay frozen (uniform decay keeps the ratios).
+    pub fn fair_share(
+        &self,
+        now_ms: u64,
+        half_life_ms: u64,
+        shares: &BTreeMap<String, u64>,
+    ) -> Vec<FairShareInfo> {
+        let weight = |u: &str| shares.get(u).copied().unwrap_or(1).max(1) as f64;
         let now: Vec<(&String, f64)> = self
             .decayed
             .iter()
             .map(|(u, (v, at))| (u, decay(*v, *at, now_ms, half_life_ms)))
             .collect();
-        let total: f64 = now.iter().map(|(_, v)| v).sum();
-        let share = 1.0 / now.len().max(1) as f64;
+        let used: f64 = now.iter().map(|(_, v)| v).sum();
+        let total = used.max(decayed_capacity_s(half_life_ms));
+        let weights: f64 = now.iter().map(|(u, _)| weight(u)).sum();
         now.into_iter()
-            .map(|(user, v)| FairShareInfo {
-                user: user.clone(),
-                decayed_usage: v,
-                factor: if total > 0.0 {
-                    (-(v / total) / share).exp2()
-                } else {
-                    1.0
-                },
+            .map(|(user, v)| {
+                let share = weight(user) / weights;
+                FairShareInfo {
+                    user: user.clone(),
+                    decayed_usage: v,
+                    factor: if total > 0.0 {
+                        (-(v / total) / share).exp2()
+                    } else {
+                        1.0
+                    },
+                    share: Some(share),
+                }
             })
             .collect()
     }
@@ -456,6 +501,12 @@ impl AccountingBook {
     }
 }
 
+/// The decayed usage, in whole-cluster seconds, of a cluster busy all along with half-life
+/// `half_life_ms`: ∫₀^∞ 2^(−t/h) dt = h / ln 2.
+pub(crate) fn decayed_capacity_s(half_life_ms: u64) -> f64 {
+    half_life_ms as f64 / 1000.0 / std::f64::consts::LN_2
+}
+
 /// `value` held at `from_ms`, decayed with half-life `half_life_ms` to `to_ms` (never grown:
 /// a time before `from_ms` leaves it as it is).
 pub fn decay(value: f64, from_ms: u64, to_ms: u64, half_life_ms: u64) -> f64 {
@@ -476,6 +527,24 @@ pub fn day_text(day: u64) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// A record's state from how its attempt ended (the stored form keeps only these):
+/// `lost` when the master ended it without a report, else by its exit code.
+fn state_of(exit_code: i32, reason: Option<TaskReason>) -> &'static str {
+    match (exit_code, reason) {
+        (_, Some(TaskReason::Lost)) => "lost",
+        (0, _) => "succeeded",
+        _ => "failed",
+    }
+}
+
+/// How an attempt ended, as its record says it.
+struct Ending<'a> {
+    exit_code: i32,
+    reason: Option<TaskReason>,
+    /// The slave's readings (`None`: none came, every reading `null`).
+    usage: Option<&'a UsageRecord>,
 }
 
 /// The record of the attempt a finish report ends, drafted from the state before the report
@@ -500,13 +569,63 @@ pub fn draft(
     else {
         return None;
     };
-    let t = s.task(*task)?;
-    if t.status.attempt != *attempt || t.attempt_nodes.get(attempt) != Some(&node) {
+    let ending = Ending {
+        exit_code: *exit_code,
+        reason: *reason,
+        usage: usage.as_ref(),
+    };
+    let at = TaskRef {
+        node,
+        task: *task,
+        attempt: *attempt,
+    };
+    build(s, at, at_ms, capacity, ending)
+}
+
+/// The record of a started attempt the master ends without a report from its slave — its
+/// node declared down (`NodeDown`), or its slave no longer holding it (`TaskLost`): state
+/// `lost`, reason `lost`, exit code −1 (none), every reading `null` (nothing was measured;
+/// fair share charges it nothing). `None` unless it is the task's current attempt on `node`
+/// and it had started (an attempt that never ran leaves no record).
+pub fn draft_lost(
+    s: &ClusterState,
+    at: TaskRef,
+    at_ms: u64,
+    capacity: &DrfUsage,
+) -> Option<AttemptRecord> {
+    let t = s.task(at.task)?;
+    if t.status.state != hetsched_common::TaskState::Running || t.started_ms.is_none() {
+        return None;
+    }
+    let ending = Ending {
+        exit_code: -1,
+        reason: Some(TaskReason::Lost),
+        usage: None,
+    };
+    build(s, at, at_ms, capacity, ending)
+}
+
+/// The record of attempt `at` ending at `at_ms` as `ending` says; `None` unless it is the
+/// task's current attempt and ran on that node.
+fn build(
+    s: &ClusterState,
+    at: TaskRef,
+    at_ms: u64,
+    capacity: &DrfUsage,
+    ending: Ending<'_>,
+) -> Option<AttemptRecord> {
+    let TaskRef {
+        node,
+        task,
+        attempt,
+    } = at;
+    let t = s.task(task)?;
+    if t.status.attempt != attempt || t.attempt_nodes.get(&attempt) != Some(&node) {
         return None;
     }
     let job = s.job(t.job)?;
     let asked = &job.spec.resources;
-    let u = usage.clone().unwrap_or_default();
+    let u = ending.usage.cloned().unwrap_or_default();
     let UsageRecord {
         elapsed_ms,
         cpu_s,
@@ -525,9 +644,9 @@ pub fn draft(
             .is_some_and(|n| n.capacity.gpus.iter().any(|g| g.emulated));
     Some(AttemptRecord {
         job: t.job,
-        task: *task,
+        task,
         index: t.index,
-        attempt: *attempt,
+        attempt,
         user: job.spec.user.clone(),
         partition: job.spec.partition.clone(),
         node,
@@ -546,14 +665,9 @@ pub fn draft(
             DrfUsage::of(asked).dominant_share(capacity) as f64 / 1e9 * ms as f64 / 1000.0
         }),
         gpu_emulated: gpu_emulated || u.gpu_emulated,
-        state: if *exit_code == 0 {
-            "succeeded"
-        } else {
-            "failed"
-        }
-        .into(),
-        reason: *reason,
-        exit_code: *exit_code,
+        state: state_of(ending.exit_code, ending.reason).into(),
+        reason: ending.reason,
+        exit_code: ending.exit_code,
     })
 }
 

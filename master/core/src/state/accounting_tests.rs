@@ -129,6 +129,7 @@ fn million_records_figures() {
 #[test]
 fn fair_share_decays_usage_and_ranks_the_heavier_user_lower() {
     const H: u64 = 30_000;
+    let none = BTreeMap::new();
     assert!((decay(8.0, 0, 3 * H, H) - 1.0).abs() < 1e-12);
     assert_eq!(decay(8.0, 10, 5, H), 8.0, "never grown");
     let mut b = AccountingBook::default();
@@ -138,7 +139,7 @@ fn fair_share_decays_usage_and_ranks_the_heavier_user_lower() {
     };
     b.charge(&used(1, "a", 0, 300.0), H);
     b.charge(&used(2, "b", 0, 100.0), H);
-    let f = b.fair_share(0, H);
+    let f = b.fair_share(0, H, &none);
     let (a, bb) = (&f[0], &f[1]);
     assert_eq!((a.user.as_str(), bb.user.as_str()), ("a", "b"));
     // Ū: 0.75 and 0.25 of the usage, S = 1/2 each: F = 2^-1.5 and 2^-0.5.
@@ -146,18 +147,77 @@ fn fair_share_decays_usage_and_ranks_the_heavier_user_lower() {
     assert!((bb.factor - (-0.5f64).exp2()).abs() < 1e-12, "{f:?}");
     // Later use counts more than earlier: b's recent 200 outweighs a's 300 two half-lives ago.
     b.charge(&used(3, "b", 2 * H, 200.0), H);
-    let f = b.fair_share(2 * H, H);
+    let f = b.fair_share(2 * H, H, &none);
     assert!((f[0].decayed_usage - 75.0).abs() < 1e-9, "{f:?}");
     assert!((f[1].decayed_usage - 225.0).abs() < 1e-9, "{f:?}");
     assert!(f[0].factor > f[1].factor, "{f:?}");
     // Nobody used anything: every factor is 1.
     let empty = AccountingBook::default();
-    assert!(empty.fair_share(0, H).is_empty());
+    assert!(empty.fair_share(0, H, &none).is_empty());
     let mut idle = AccountingBook::default();
     idle.charge(&used(4, "c", 0, 0.0), H);
-    assert_eq!(idle.fair_share(0, H)[0].factor, 1.0);
+    assert_eq!(idle.fair_share(0, H, &none)[0].factor, 1.0);
     // Through a snapshot encoding, the decayed usage stays.
     let back: AccountingBook =
         rmp_serde::from_slice(&rmp_serde::to_vec_named(&b).expect("encode")).expect("decode");
-    assert_eq!(back.fair_share(2 * H, H), b.fair_share(2 * H, H));
+    assert_eq!(
+        back.fair_share(2 * H, H, &none),
+        b.fair_share(2 * H, H, &none)
+    );
+}
+
+/// While the cluster idles, every factor recovers towards 1: Ū is a share of the larger of
+/// the users' decayed usage and the cluster's decayed capacity (h / ln 2 whole-cluster
+/// seconds), so uniform decay does not freeze the ratios between users.
+#[test]
+fn factors_recover_while_the_cluster_idles() {
+    const H: u64 = 30_000;
+    let none = BTreeMap::new();
+    let cap = decayed_capacity_s(H);
+    assert!((cap - 30.0 / std::f64::consts::LN_2).abs() < 1e-9);
+    let mut b = AccountingBook::default();
+    let used = |task, user: &str, d| AttemptRecord {
+        dominant_s: Some(d),
+        ..rec(task, 1, user, 0)
+    };
+    // 20 s and 5 s of the whole cluster: less than its 43.3 s of decayed capacity.
+    b.charge(&used(1, "a", 20.0), H);
+    b.charge(&used(2, "b", 5.0), H);
+    let f = b.fair_share(0, H, &none);
+    let expect = |u: f64| (-(u / cap) / 0.5).exp2();
+    assert!((f[0].factor - expect(20.0)).abs() < 1e-12, "{f:?}");
+    assert!((f[1].factor - expect(5.0)).abs() < 1e-12, "{f:?}");
+    assert!(
+        f[0].factor < 0.9 * f[1].factor,
+        "a is well behind at first: {f:?}"
+    );
+    // Four half-lives (2 minutes) later both recovered, a to within 10 % of b.
+    let later = b.fair_share(4 * H, H, &none);
+    assert!(later[0].factor > f[0].factor && later[1].factor > f[1].factor);
+    assert!(later[0].factor >= 0.9 * later[1].factor, "{later:?}");
+}
+
+/// A user's share S is its `[shares]` weight (default 1) over the weights of the users with
+/// usage: with a weight of 3 against 1, a user using 3 times as much has the same factor.
+#[test]
+fn shares_weigh_the_factor() {
+    const H: u64 = 30_000;
+    let mut b = AccountingBook::default();
+    let used = |task, user: &str, d| AttemptRecord {
+        dominant_s: Some(d),
+        ..rec(task, 1, user, 0)
+    };
+    b.charge(&used(1, "a", 300.0), H);
+    b.charge(&used(2, "b", 100.0), H);
+    let equal = b.fair_share(0, H, &BTreeMap::new());
+    assert!(equal[0].factor < equal[1].factor, "{equal:?}");
+    assert_eq!((equal[0].share, equal[1].share), (Some(0.5), Some(0.5)));
+    let weighted = b.fair_share(0, H, &BTreeMap::from([("a".to_string(), 3)]));
+    assert_eq!(
+        (weighted[0].share, weighted[1].share),
+        (Some(0.75), Some(0.25))
+    );
+    // Ū 0.75 over S 0.75, Ū 0.25 over S 0.25: both F = 2^-1.
+    assert!((weighted[0].factor - 0.5).abs() < 1e-12, "{weighted:?}");
+    assert!((weighted[1].factor - 0.5).abs() < 1e-12, "{weighted:?}");
 }

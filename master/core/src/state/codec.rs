@@ -97,6 +97,7 @@ impl ClusterState {
             batch: &self.batch,
             acl: &self.acl,
             flows: &self.flows,
+            accounting_settings: &self.accounting_settings,
             last_index: self.last_index,
             last_ms: self.last_ms,
             accounting: None,
@@ -126,6 +127,7 @@ impl ClusterState {
             acl: d.acl,
             deps: Default::default(), // derived: rebuilt with the other indexes
             flows: d.flows.restored(),
+            accounting_settings: d.accounting_settings,
             last_index: d.last_index,
             last_ms: d.last_ms,
         };
@@ -169,6 +171,7 @@ impl ClusterState {
             acl: AclBook::default(),
             deps: self.deps.clone(),
             flows: FlowBook::default(),
+            accounting_settings: self.accounting_settings,
             last_index: self.last_index,
             last_ms: self.last_ms,
         }

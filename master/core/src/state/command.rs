@@ -117,6 +117,10 @@ pub enum Command {
     LeaderBarrier {
         /// The new leader.
         master: u64,
+        /// Issue 53: the new leader's accounting settings (its flags), in force from this
+        /// entry on every replica; absent (older logs, tests): unchanged.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        accounting: Option<super::accounting::AccountingSettings>,
     },
     /// A slave no longer holds a task it had started (found by reconciliation): re-queue it.
     TaskLost {
@@ -412,6 +416,12 @@ pub struct Plan {
     /// planned; carried so that every replica re-checks queued assignments alike).
     #[serde(default)]
     pub queue_depth: u32,
+    /// Issue 53 × S0.3: queued attempts (not promoted, so holding nothing) taken back to
+    /// the pending queue because a task of a user ahead of theirs in fair share, at the same
+    /// S1 priority, takes their place in the slave's queue. Applied before the assignments;
+    /// each one only while that attempt is still queued on that node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unqueue: Vec<TaskRef>,
 }
 
 /// One preemption decision: stop `victims` on `node` so that `preemptor` can run there.
@@ -436,6 +446,7 @@ impl Plan {
             && self.preemptions.is_empty()
             && self.moves.is_empty()
             && self.preempt.is_empty()
+            && self.unqueue.is_empty()
     }
 }
 

@@ -79,7 +79,9 @@ mod submit;
 mod task_book;
 mod views;
 
-pub use accounting::{AccountingBook, DEFAULT_HALF_LIFE_MS, DEFAULT_RETENTION_MS};
+pub use accounting::{
+    AccountingBook, AccountingSettings, DEFAULT_HALF_LIFE_MS, DEFAULT_RETENTION_MS,
+};
 pub use acl::{AclBook, TokenRecord};
 pub use admin::{BenchBook, BenchCounter};
 pub use batch::{
@@ -195,6 +197,8 @@ pub struct ClusterState {
     deps: DependencyBook,
     /// Issue 51: flows, each step's job (written only once a flow was submitted).
     flows: FlowBook,
+    /// Issue 53: the accounting settings in force (set by each leader's barrier).
+    accounting_settings: AccountingSettings,
     /// Last applied log index.
     last_index: u64,
     /// Leader's clock of the last applied command.
@@ -205,6 +209,12 @@ impl ClusterState {
     /// An empty cluster.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Issue 53: the accounting settings in force (retention, fair share's half-life), as
+    /// the last leader's barrier set them.
+    pub fn accounting_settings(&self) -> AccountingSettings {
+        self.accounting_settings
     }
 
     /// Records that the entry at `index` could not be decoded: it changes nothing but the
@@ -449,7 +459,10 @@ impl ClusterState {
                 .acl
                 .revoke_token(&accessor)
                 .map_or_else(Outcome::Rejected, Outcome::Ignored),
-            Command::LeaderBarrier { master } => {
+            Command::LeaderBarrier { master, accounting } => {
+                if let Some(a) = accounting {
+                    self.accounting_settings = a;
+                }
                 Outcome::Ignored(format!("barrier of master {master}"))
             }
             Command::Bench { .. } => {

@@ -41,8 +41,15 @@ impl PlanRules<'_> {
     /// resources no longer free make that assignment stale; the rest apply. Then the
     /// preemptions, each whole or not at all.
     pub(super) fn apply_plan(&mut self, plan: Plan) -> Outcome {
+        // Issue 53: queued attempts a fair-share decision takes back go first, so that the
+        // queued assignments taking their places find room in the node's queue. Their slaves
+        // are told to drop them as preempted attempts are told to stop.
+        let mut preempted: Vec<TaskRef> = plan
+            .unqueue
+            .iter()
+            .filter_map(|r| self.try_unqueue(r))
+            .collect();
         let (accepted, mut rejected) = self.apply_assignments(&plan.assignments, plan.queue_depth);
-        let mut preempted = Vec::new();
         for p in plan.preempt {
             match self.try_preempt(&p) {
                 Some(mut v) => {
@@ -226,6 +233,37 @@ impl PlanRules<'_> {
             node: a.node,
             attempt,
         })
+    }
+
+    /// Issue 53 × S0.3: takes queued attempt `r` back to the pending queue (reason
+    /// `preempted`, detail saying why), if it is still that attempt, queued (not promoted)
+    /// on that node. It held nothing there, so nothing is given back but its queue place.
+    fn try_unqueue(&mut self, r: &TaskRef) -> Option<TaskRef> {
+        let t = self.tasks.get(&r.task)?;
+        let queued = self
+            .nodes
+            .get(&r.node)
+            .is_some_and(|n| n.queued.contains(&r.task));
+        if !queued
+            || t.status.attempt != r.attempt
+            || t.status.node != Some(r.node)
+            || t.status.state != TaskState::Assigned
+        {
+            return None;
+        }
+        let taken = super::grants::Grants {
+            nodes: self.nodes,
+            tasks: self.tasks,
+            jobs: self.jobs,
+        }
+        .requeue(r.task, TaskReason::Preempted)?;
+        if let Some(t) = self.tasks.get_mut(&r.task) {
+            t.status.reason_detail = Some(format!(
+                "fair-share: its place in {}'s queue went to a user ahead in fair share",
+                r.node
+            ));
+        }
+        Some(taken)
     }
 
     /// Re-checks one preemption (S1): the preemptor still pending and of higher priority

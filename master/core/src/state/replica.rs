@@ -5,7 +5,7 @@
 //! are still one document holding both, as older binaries wrote and read it, so replicas of
 //! any version agree.
 
-use super::accounting::{self, AccountingBook, DEFAULT_HALF_LIFE_MS, DEFAULT_RETENTION_MS};
+use super::accounting::{self, AccountingBook};
 use super::admin::{BenchBook, BenchCounter};
 use super::codec::{bytes_of, hash_of, size_of};
 use super::command::{Command, CommandEnvelope, Outcome};
@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::ops::Deref;
 
 /// The cluster state and the benchmark counters, applied from one log.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Replica {
     /// Everything but benchmark traffic.
     cluster: ClusterState,
@@ -25,24 +25,6 @@ pub struct Replica {
     /// Issue 53: the usage record of every ended attempt (`accounting.rs`). In snapshots,
     /// not in the state hash or size.
     accounting: AccountingBook,
-    /// How long the accounting detail is kept (`master --accounting-retention`), ms; this
-    /// master's setting, not replicated state.
-    retention_ms: u64,
-    /// Fair share's half-life (`master --fairshare-half-life`), ms; `None`: off. This
-    /// master's setting.
-    half_life_ms: Option<u64>,
-}
-
-impl Default for Replica {
-    fn default() -> Self {
-        Self {
-            cluster: ClusterState::default(),
-            bench: BenchBook::default(),
-            accounting: AccountingBook::default(),
-            retention_ms: DEFAULT_RETENTION_MS,
-            half_life_ms: Some(DEFAULT_HALF_LIFE_MS),
-        }
-    }
 }
 
 impl Replica {
@@ -66,25 +48,14 @@ impl Replica {
         &self.accounting
     }
 
-    /// How long accounting detail is kept, ms.
+    /// How long accounting detail is kept, ms (the replicated setting, issue 53).
     pub fn retention_ms(&self) -> u64 {
-        self.retention_ms
+        self.cluster.accounting_settings().retention_ms
     }
 
-    /// Fair share's half-life, ms (`None`: off).
+    /// Fair share's half-life, ms (`None`: off; the replicated setting).
     pub fn half_life_ms(&self) -> Option<u64> {
-        self.half_life_ms
-    }
-
-    /// Sets fair share's half-life (`master --fairshare-half-life`; `None`: off).
-    pub fn set_half_life_ms(&mut self, ms: Option<u64>) {
-        self.half_life_ms = ms;
-    }
-
-    /// Sets how long accounting detail is kept (`master --accounting-retention`), ms; older
-    /// detail is folded as the next entries apply.
-    pub fn set_retention_ms(&mut self, ms: u64) {
-        self.retention_ms = ms;
+        self.cluster.accounting_settings().half_life_ms
     }
 
     /// Applies one committed command at log `index`: benchmark traffic to the counters, the
@@ -113,8 +84,10 @@ impl Replica {
                         command,
                     },
                 );
+                // The settings as of this entry (a barrier may just have changed them).
+                let settings = self.cluster.accounting_settings();
                 for r in drafts {
-                    if let Some(h) = self.half_life_ms {
+                    if let Some(h) = settings.half_life_ms {
                         if !self.accounting.holds(&r) {
                             self.accounting.charge(&r, h);
                         }
@@ -122,29 +95,62 @@ impl Replica {
                     self.accounting.record(r);
                 }
                 self.accounting
-                    .fold_before(at_ms.saturating_sub(self.retention_ms));
+                    .fold_before(at_ms.saturating_sub(settings.retention_ms));
                 outcome
             }
         }
     }
 
-    /// The usage records of the attempts a slave's finish reports end, drafted before the
-    /// command applies (the attempt's node and start are still the task's).
+    /// The usage records of the attempts a command ends, drafted before it applies (the
+    /// attempt's node and start are still the task's): a slave's finish reports, and the
+    /// started attempts the master ends without one — those on a node declared down, or one
+    /// its slave no longer holds (null readings, [`accounting::draft_lost`]).
     fn drafts(&self, command: &Command, at_ms: u64) -> Vec<AttemptRecord> {
-        let Command::TaskReports { node, reports } = command else {
-            return Vec::new();
+        let capacity = || crate::sched::multiqueue::cluster_capacity(&self.cluster);
+        let lost = |node, task, attempt, capacity: &_| {
+            let at = super::command::TaskRef {
+                node,
+                task,
+                attempt,
+            };
+            accounting::draft_lost(&self.cluster, at, at_ms, capacity)
         };
-        if !reports
-            .iter()
-            .any(|r| matches!(r, hetsched_common::protocol::TaskReport::Finished { .. }))
-        {
-            return Vec::new();
+        match command {
+            Command::TaskReports { node, reports } => {
+                if !reports
+                    .iter()
+                    .any(|r| matches!(r, hetsched_common::protocol::TaskReport::Finished { .. }))
+                {
+                    return Vec::new();
+                }
+                let capacity = capacity();
+                reports
+                    .iter()
+                    .filter_map(|r| accounting::draft(&self.cluster, *node, r, at_ms, &capacity))
+                    .collect()
+            }
+            Command::NodeDown { node } => {
+                let Some(n) = self.cluster.nodes().get(node) else {
+                    return Vec::new();
+                };
+                let capacity = capacity();
+                n.tasks
+                    .iter()
+                    .filter_map(|t| {
+                        let attempt = self.cluster.task(*t)?.status.attempt;
+                        lost(*node, *t, attempt, &capacity)
+                    })
+                    .collect()
+            }
+            Command::TaskLost {
+                node,
+                task,
+                attempt,
+            } => lost(*node, *task, *attempt, &capacity())
+                .into_iter()
+                .collect(),
+            _ => Vec::new(),
         }
-        let capacity = crate::sched::multiqueue::cluster_capacity(&self.cluster);
-        reports
-            .iter()
-            .filter_map(|r| accounting::draft(&self.cluster, *node, r, at_ms, &capacity))
-            .collect()
     }
 
     /// See [`ClusterState::skip_undecodable`].
@@ -174,15 +180,14 @@ impl Replica {
         bytes_of(&d)
     }
 
-    /// The replica a snapshot holds (written by this binary or an older one), with the
-    /// default retention.
+    /// The replica a snapshot holds (written by this binary or an older one; its
+    /// accounting settings are the state's).
     pub fn from_bytes(b: &[u8]) -> Result<Self, String> {
         let (cluster, bench, accounting) = ClusterState::decode(b)?;
         Ok(Self {
             cluster,
             bench,
             accounting,
-            ..Self::default()
         })
     }
 

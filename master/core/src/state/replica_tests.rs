@@ -1,6 +1,6 @@
 use super::Replica;
 use crate::sched::test_log::node;
-use crate::state::{ClusterState, Command, CommandEnvelope, Outcome};
+use crate::state::{AccountingSettings, ClusterState, Command, CommandEnvelope, Outcome};
 use hetsched_common::ClientRequestId;
 
 fn env(request: Option<u64>, command: Command) -> CommandEnvelope {
@@ -128,7 +128,7 @@ fn a_finish_reports_usage_is_recorded_beside_the_state_and_travels_in_the_snapsh
     assert_eq!(rec.dominant_s, Some(2.0));
     let f = r
         .accounting()
-        .fair_share(50, crate::state::DEFAULT_HALF_LIFE_MS);
+        .fair_share(50, crate::state::DEFAULT_HALF_LIFE_MS, &Default::default());
     assert_eq!((f.len(), f[0].decayed_usage), (1, 2.0));
     assert_eq!((rec.ended_ms, rec.state.as_str()), (50, "succeeded"));
     // The state's hash and size never include the book; its snapshot does.
@@ -142,18 +142,105 @@ fn a_finish_reports_usage_is_recorded_beside_the_state_and_travels_in_the_snapsh
     let back = Replica::from_bytes(&r.to_bytes()).expect("decode");
     assert_eq!(back, r);
     // Detail older than the retention folds as later entries apply.
+    // A leader's barrier sets the retention (issue 53: a replicated setting).
+    let mut plain = back.clone();
+    plain.apply(
+        7,
+        CommandEnvelope {
+            at_ms: 100,
+            request: None,
+            command: Command::LeaderBarrier {
+                master: 1,
+                accounting: None,
+            },
+        },
+    );
+    assert_eq!(
+        plain.half_life_ms(),
+        Some(7 * 86_400_000),
+        "absent: unchanged"
+    );
     let mut short = back;
-    short.set_retention_ms(10);
     short.apply(
         7,
         CommandEnvelope {
             at_ms: 100,
             request: None,
-            command: node(2, 1, 0, &[]),
+            command: Command::LeaderBarrier {
+                master: 1,
+                accounting: Some(AccountingSettings {
+                    retention_ms: 10,
+                    half_life_ms: None,
+                }),
+            },
         },
+    );
+    assert_eq!((short.retention_ms(), short.half_life_ms()), (10, None));
+    // They are state: in the snapshot (a follower installing it gets them) and the hash.
+    let again = Replica::from_bytes(&short.to_bytes()).expect("decode");
+    assert_eq!((again.retention_ms(), again.half_life_ms()), (10, None));
+    assert_ne!(
+        short.state_hash(),
+        plain.state_hash(),
+        "settings are in the state's hash"
     );
     assert_eq!(
         (short.accounting().len(), short.accounting().days_len()),
         (0, 1)
+    );
+}
+
+/// Issue 53: a started attempt the master ends without a report — its node declared down,
+/// or its slave no longer holding it — leaves a record with null readings (state `lost`),
+/// once; one that never started leaves none.
+#[test]
+fn an_attempt_lost_with_its_node_leaves_a_record_with_null_readings() {
+    use hetsched_common::protocol::HistoryFilter;
+    // Assigned, never started: down with its node, no record.
+    let (mut r, _, n) = running_gpu_task();
+    r.apply(4, env(None, Command::NodeDown { node: n }));
+    assert_eq!(r.accounting().len(), 0);
+    let started = |r: &mut Replica, t, index| {
+        let started = Command::TaskStarted {
+            node: n,
+            task: t,
+            attempt: 1,
+        };
+        r.apply(index, env(None, started));
+    };
+    let (mut r, t, _) = running_gpu_task();
+    started(&mut r, t, 4);
+    r.apply(5, env(None, Command::NodeDown { node: n }));
+    r.apply(6, env(None, Command::NodeDown { node: n }));
+    let h = r.accounting().history(&HistoryFilter::default());
+    assert_eq!(h.len(), 1, "{h:?}");
+    let rec = &h[0];
+    assert_eq!((rec.task, rec.node, rec.state.as_str()), (t, n, "lost"));
+    assert_eq!(rec.reason, Some(hetsched_common::TaskReason::Lost));
+    assert_eq!(
+        (
+            rec.elapsed_s,
+            rec.cpu_s,
+            rec.max_mem_mib,
+            rec.gpu_s,
+            rec.dominant_s
+        ),
+        (None, None, None, None, None),
+        "nothing was measured"
+    );
+    assert!(rec.started_ms.is_some());
+    // Its slave no longer holds it (reconciliation's TaskLost): the same.
+    let (mut r, t, _) = running_gpu_task();
+    started(&mut r, t, 4);
+    let lost = Command::TaskLost {
+        node: n,
+        task: t,
+        attempt: 1,
+    };
+    r.apply(5, env(None, lost));
+    let h = r.accounting().history(&HistoryFilter::default());
+    assert_eq!(
+        h.iter().map(|r| r.state.as_str()).collect::<Vec<_>>(),
+        ["lost"]
     );
 }

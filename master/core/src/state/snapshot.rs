@@ -9,7 +9,7 @@
 //! (`encoding_tests.rs` pins the bytes). `#[serde(flatten)]` would give the same names but
 //! writes maps of unknown length and reads through a buffered map, so it is not used.
 
-use super::accounting::AccountingBook;
+use super::accounting::{AccountingBook, AccountingSettings};
 use super::acl::AclBook;
 use super::admin::BenchCounter;
 use super::batch::BatchBook;
@@ -49,6 +49,9 @@ pub(super) struct SnapshotRef<'a> {
     /// Issue 51: left out until a flow was ever submitted, so older states keep their bytes.
     #[serde(skip_serializing_if = "FlowBook::is_unused")]
     pub flows: &'a FlowBook,
+    /// Issue 53: left out while the defaults, so older states keep their bytes.
+    #[serde(skip_serializing_if = "settings_are_default")]
+    pub accounting_settings: &'a AccountingSettings,
     pub last_index: u64,
     pub last_ms: u64,
     /// Issue 53: the replica's accounting book (never the state's own document, so the
@@ -89,8 +92,15 @@ pub(super) struct Snapshot {
     pub acl: AclBook,
     #[serde(default)]
     pub flows: FlowBook,
+    #[serde(default)]
+    pub accounting_settings: AccountingSettings,
     pub last_index: u64,
     pub last_ms: u64,
     #[serde(default)]
     pub accounting: AccountingBook,
+}
+
+/// Whether the accounting settings are the defaults (the snapshot leaves them out).
+fn settings_are_default(s: &&AccountingSettings) -> bool {
+    s.is_default()
 }

@@ -386,6 +386,7 @@ impl Generator {
             protect_min_priority: self.chance(50).then(|| self.rng.range(1, 8) as i64),
             groups,
             entries,
+            shares: Default::default(),
         }
     }
 
@@ -665,7 +666,10 @@ impl Generator {
                         .collect();
                     match self.pick(&open_jobs) {
                         Some(job) => Command::CancelJob { job },
-                        None => Command::LeaderBarrier { master: 3 },
+                        None => Command::LeaderBarrier {
+                            master: 3,
+                            accounting: None,
+                        },
                     }
                 } else {
                     let spec = self.spec(s);
@@ -702,7 +706,10 @@ impl Generator {
                 self.stale.push(plan);
                 match self.stale.len() {
                     n if n > 3 => Command::ApplyPlan(self.stale.remove(0)),
-                    _ => Command::LeaderBarrier { master: 1 },
+                    _ => Command::LeaderBarrier {
+                        master: 1,
+                        accounting: None,
+                    },
                 }
             }
             360..=384 => Command::ApplyPlan(self.bogus_plan(s)),
@@ -735,7 +742,10 @@ impl Generator {
             670..=699 => self.batch(s),
             700..=719 => {
                 let c = self.pick(&self.sent.iter().cloned().collect::<Vec<_>>());
-                c.unwrap_or(Command::LeaderBarrier { master: 2 })
+                c.unwrap_or(Command::LeaderBarrier {
+                    master: 2,
+                    accounting: None,
+                })
             }
             720..=739 => {
                 let due = s.timeouts_due(self.now);
@@ -795,6 +805,7 @@ impl Generator {
             },
             945..=954 => Command::LeaderBarrier {
                 master: self.rng.below(3),
+                accounting: None,
             },
             955..=964 => Command::Bench {
                 client: self.rng.below(2),
@@ -823,7 +834,10 @@ impl Generator {
                         };
                         return (c, Some(id));
                     }
-                    None => Command::LeaderBarrier { master: 0 },
+                    None => Command::LeaderBarrier {
+                        master: 0,
+                        accounting: None,
+                    },
                 }
             }
         };

@@ -57,7 +57,13 @@ impl Generator {
                         }
                         self.with_request(Command::SubmitBatch { batch })
                     }
-                    Err(_) => (Command::LeaderBarrier { master: 4 }, None),
+                    Err(_) => (
+                        Command::LeaderBarrier {
+                            master: 4,
+                            accounting: None,
+                        },
+                        None,
+                    ),
                 }
             }
             4..=7 => {
@@ -65,7 +71,10 @@ impl Generator {
                 let command = self
                     .pick(&stranded)
                     .and_then(|job| replan_job(s, job))
-                    .unwrap_or(Command::LeaderBarrier { master: 5 });
+                    .unwrap_or(Command::LeaderBarrier {
+                        master: 5,
+                        accounting: None,
+                    });
                 (command, None)
             }
             _ => {

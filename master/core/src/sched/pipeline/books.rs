@@ -62,9 +62,16 @@ impl Books {
         self.skipped
     }
 
-    /// A plan starts, in `ordering`, with S3 pools on or not; `across`: see [`PlanBooks`].
-    pub fn begin(&mut self, ordering: Ordering, pools: bool, across: bool) -> PlanBooks {
-        self.reasons.begin(ordering, pools);
+    /// A plan starts, in `ordering`, with S3 pools on or not, with the users' fair-share
+    /// `factors`; `across`: see [`PlanBooks`].
+    pub fn begin(
+        &mut self,
+        ordering: Ordering,
+        pools: bool,
+        factors: std::collections::BTreeMap<String, u64>,
+        across: bool,
+    ) -> PlanBooks {
+        self.reasons.begin(ordering, pools, factors);
         PlanBooks {
             stuck_now: BTreeSet::new(),
             tally: Tally::default(),

@@ -399,9 +399,10 @@ impl Scheduler for IndexedScheduler {
         let mut ctx = self.context(view, now_ms);
         self.propose(&mut ctx);
         let across = self.cfg.queue_depth == 0; // see blocked.rs
+        let factors = ctx.pools.fair_share().cloned().unwrap_or_default();
         let mut pb = self
             .books
-            .begin(self.queue.ordering, self.pools.is_some(), across);
+            .begin(self.queue.ordering, self.pools.is_some(), factors, across);
         let order = std::mem::take(&mut ctx.order);
         let mut reached = order.len();
         for (pos, &queued) in order.iter().enumerate() {

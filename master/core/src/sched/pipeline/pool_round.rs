@@ -87,6 +87,15 @@ impl PoolRound {
         }
     }
 
+    /// Issue 53: the users' fair-share factors (parts per billion) the plan orders by;
+    /// `None` when fair share is off or nobody has usage yet.
+    pub fn fair_share(&self) -> Option<&std::collections::BTreeMap<String, u64>> {
+        self.loads
+            .as_ref()
+            .map(|l| l.fair_share())
+            .filter(|f| !f.is_empty())
+    }
+
     /// Into `out`: the pools' terms at the plan's start, with the reserve's size (nothing:
     /// pools off).
     pub fn terms_into(&self, out: &mut Vec<u64>) {

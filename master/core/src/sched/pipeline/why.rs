@@ -6,7 +6,12 @@
 //! (`reserved`, `pool`), or the end of the chain (`resources`, `locality`, `drained`,
 //! `reserved`, `pool`). A task stuck for resources behind a waiting task of higher priority
 //! waits for `priority` (Slurm's rule); behind another user's at equal priority under DRF,
-//! for `fair-share`.
+//! for `fair-share`, naming both users' fair-share factors when they decided (issue 53).
+//!
+//! A blocked key's reason covers every task of its shape, whoever's, so it does not name a
+//! user: the board keeps who parked each key beside it, and a task of another user at that
+//! priority, found by the key, is told at read time that it waits behind that user's task
+//! (`fair-share`, with its own factor), never behind itself.
 //!
 //! Costs follow the decisions, not the backlog: a plan records a reason per task a stage
 //! decided, per job stuck at a priority, and per blocked key, and nothing for the tasks it
@@ -65,7 +70,8 @@ fn pool_reason(view: &ClusterState, head: &PendingTask<'_>) -> Option<WaitingInf
     Some(WaitingInfo::new("pool", d))
 }
 
-/// The highest-priority task of a partition found waiting for resources so far this plan.
+/// The highest-priority task of a partition found waiting for resources so far this plan;
+/// also the task that parked a blocked key.
 #[derive(Clone, Debug)]
 struct Ahead {
     task: TaskId,
@@ -84,6 +90,47 @@ pub struct WaitBoard {
     tasks: BTreeMap<TaskId, Shared>,
     jobs: BTreeMap<(JobId, i64), Shared>,
     keys: Arc<BTreeMap<BlockKey, Shared>>,
+    /// The task that parked each key (its user and priority).
+    parked_by: Arc<BTreeMap<BlockKey, Ahead>>,
+    /// The plan's fair-share factors and whether users are ordered by them (not FIFO).
+    fair: Arc<FairShare>,
+}
+
+/// What `fair-share` reasons read: the plan's factors (parts per billion; empty: off or
+/// no usage) and whether the queue order weighs users at all (DRF or the pipeline order).
+#[derive(Debug, Default)]
+struct FairShare {
+    factors: BTreeMap<String, u64>,
+    weighs_users: bool,
+}
+
+impl FairShare {
+    /// `fair-share`'s detail for `user`'s task behind `a`: both factors when they differ
+    /// (the factors decided the order), else DRF's rule.
+    fn detail(&self, user: &str, a: &Ahead) -> String {
+        let factor = |u: &str| self.factors.get(u).copied().unwrap_or(1_000_000_000) as f64 / 1e9;
+        let (own, theirs) = (factor(user), factor(&a.user));
+        if !self.factors.is_empty() && theirs > own {
+            format!(
+                "behind {}'s task-{}: {user}'s fair-share factor {own:.3} is below {}'s \
+                 {theirs:.3} (less past usage goes first)",
+                a.user,
+                a.task.get(),
+                a.user
+            )
+        } else {
+            format!(
+                "behind {}'s task-{}: users with smaller dominant shares go first",
+                a.user,
+                a.task.get()
+            )
+        }
+    }
+
+    /// Whether `user`'s task at `priority` waits behind `a` for fair share.
+    fn behind(&self, user: &str, priority: i64, a: &Ahead) -> bool {
+        self.weighs_users && a.priority == priority && a.user != user
+    }
 }
 
 impl WaitBoard {
@@ -107,17 +154,23 @@ impl WaitBoard {
                 queue: QueueKind::of(req),
             };
             let k = job.spec.program.is_none().then(|| BlockKey::of(&head))?;
-            self.keys.get(&k)
+            let user = &job.spec.user;
+            match self.parked_by.get(&k) {
+                // Another user's task parked the key: this one waits behind it.
+                Some(a) if self.fair.behind(user, t.priority, a) => {
+                    let info = WaitingInfo::new("fair-share", self.fair.detail(user, a));
+                    Some((Arc::new(info), false))
+                }
+                _ => self.keys.get(&k).cloned(),
+            }
         };
         let (info, refine) = self
             .tasks
             .get(&t.id)
             .or_else(|| self.jobs.get(&(t.job, t.priority)))
+            .cloned()
             .or_else(key)?;
-        Some(Waiting {
-            info: info.clone(),
-            refine: *refine,
-        })
+        Some(Waiting { info, refine })
     }
 
     /// `task`'s place in the latest plan's queue order (1: first).
@@ -142,6 +195,10 @@ pub(super) struct Reasons {
     stuck: BTreeMap<(JobId, i64), Shared>,
     /// The reason each blocked key was parked with (kept while the key is blocked).
     by_key: Arc<BTreeMap<BlockKey, Shared>>,
+    /// The task that parked each key (kept with it).
+    parked_by: Arc<BTreeMap<BlockKey, Ahead>>,
+    /// Issue 53: the plan's fair-share factors.
+    fair: Arc<FairShare>,
     /// Per partition, the most important task waiting for resources so far this plan.
     ahead: BTreeMap<String, Ahead>,
     /// This plan's queue order (DRF and the pipeline order give `fair-share`).
@@ -161,9 +218,17 @@ impl Reasons {
         (self.board.clone(), self.generation)
     }
 
-    /// A plan starts, in `ordering`, with S3 pools on or not.
-    pub fn begin(&mut self, ordering: Ordering, pools: bool) {
+    /// A plan starts, in `ordering`, with S3 pools on or not, with these fair-share
+    /// `factors` (parts per billion).
+    pub fn begin(&mut self, ordering: Ordering, pools: bool, factors: BTreeMap<String, u64>) {
         self.ordering = ordering;
+        let weighs_users = ordering != Ordering::Submission;
+        if self.fair.factors != factors || self.fair.weighs_users != weighs_users {
+            self.fair = Arc::new(FairShare {
+                factors,
+                weighs_users,
+            });
+        }
         self.pools = pools;
         self.tasks.clear();
         self.stuck.clear();
@@ -230,6 +295,12 @@ impl Reasons {
             self.stuck.insert((head.t.job, head.t.priority), w.clone());
             if let Some(k) = key {
                 Arc::make_mut(&mut self.by_key).insert(k.clone(), w.clone());
+                let by = Ahead {
+                    task: head.task,
+                    priority: head.t.priority,
+                    user: head.job.spec.user.clone(),
+                };
+                Arc::make_mut(&mut self.parked_by).insert(k.clone(), by);
             }
         }
         self.tasks.insert(head.task, w);
@@ -277,12 +348,7 @@ impl Reasons {
                     && a.user != *user
                     && self.ordering != Ordering::Submission =>
             {
-                let d = format!(
-                    "behind {}'s task-{}: users with smaller dominant shares go first",
-                    a.user,
-                    a.task.get()
-                );
-                WaitingInfo::new("fair-share", d)
+                WaitingInfo::new("fair-share", self.fair.detail(user, a))
             }
             Some(_) => info,
             None => {
@@ -329,11 +395,16 @@ impl Reasons {
         if self.by_key.keys().any(|k| !keep(k)) {
             Arc::make_mut(&mut self.by_key).retain(|k, _| keep(k));
         }
+        if self.parked_by.keys().any(|k| !keep(k)) {
+            Arc::make_mut(&mut self.parked_by).retain(|k, _| keep(k));
+        }
         self.board = Arc::new(WaitBoard {
             order,
             tasks: std::mem::take(&mut self.tasks),
             jobs: std::mem::take(&mut self.stuck),
             keys: self.by_key.clone(),
+            parked_by: self.parked_by.clone(),
+            fair: self.fair.clone(),
         });
         self.generation += 1;
     }

@@ -89,8 +89,9 @@ function renderJobs(jobs) {
     '<tr><td colspan="6" class="dim">no jobs</td></tr>';
 }
 
-// One small plot: `series` are [label, colour, values], values in [0, max].
-function plot(title, series, max, fmt) {
+// One small plot: `series` are [label, colour, values], values in [0, max]; `span` what the
+// x axis covers.
+function plot(title, series, max, fmt, span = "last hour") {
   const w = 260, h = 56;
   const n = Math.max(2, ...series.map((s) => s[2].length));
   const lines = series.map(([, colour, v]) => {
@@ -99,7 +100,7 @@ function plot(title, series, max, fmt) {
   }).join("");
   const legend = series.map(([label, colour, v]) =>
     `<i style="background:${colour}"></i>${esc(label)} ${v.length ? fmt(v[v.length - 1]) : "-"}`).join("");
-  return `<div class="plot"><div class="title">${esc(title)} <span class="dim">last hour, max ${fmt(max)}</span></div>` +
+  return `<div class="plot"><div class="title">${esc(title)} <span class="dim">${esc(span)}, max ${fmt(max)}</span></div>` +
     `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}"><rect width="${w}" height="${h}" fill="#f9fafb"/>${lines}</svg>` +
     `<div class="legend dim">${legend}</div></div>`;
 }
@@ -289,6 +290,88 @@ async function renderFlowPage(id) {
     `<td>${state(s.state)}</td><td>${s.tasks}</td><td class="needs">${esc(needsText(s))}</td></tr>`).join("");
 }
 
+// Issue 53: accounting. Each record's numbers as the dashboard shows them: null readings stay
+// "-" (never 0), emulated GPU seconds are labelled.
+const num = (x, digits) => (x == null ? "-" : Number(x).toFixed(digits));
+const pctOf = (used, asked) => (used == null || !asked ? "-" : `${Math.round((100 * used) / asked)}%`);
+const COLOURS = ["#2a9d8f", "#e76f51", "#264653", "#7c3aed", "#e9c46a", "#f4a261", "#6b7280", "#0ea5e9"];
+
+// Per job: attempts, CPU-hours asked (CPUs × wall) and used (measured), GPU-hours.
+function jobTotals(recs) {
+  const jobs = {};
+  recs.forEach((r) => {
+    const j = jobs[r.job] || (jobs[r.job] = { job: r.job, user: r.user, attempts: 0, asked: 0, used: 0, measured: 0, gpu: 0, emulated: false });
+    j.attempts += 1;
+    if (r.elapsed_s != null) j.asked += (r.elapsed_s * r.cpus) / 3600;
+    if (r.elapsed_s != null && r.cpu_s != null) { j.used += r.cpu_s / 3600; j.measured += (r.elapsed_s * r.cpus) / 3600; }
+    if (r.gpu_s != null) j.gpu += r.gpu_s / 3600;
+    j.emulated = j.emulated || r.gpu_emulated;
+  });
+  return Object.values(jobs);
+}
+
+function jobRows(list, kind) {
+  return list.map((j) =>
+    `<tr id="${kind}-job-${j.job}"><td><a href="#job-${j.job}">job-${j.job}</a></td><td>${esc(j.user)}</td><td>${j.attempts}</td>` +
+    `<td>${j.asked.toFixed(3)}</td><td>${j.measured ? j.used.toFixed(3) : "-"}</td>` +
+    `<td>${j.gpu.toFixed(3)}${j.emulated && j.gpu ? " (emulated)" : ""}</td><td>${j.measured ? pctOf(j.used, j.measured) : "-"}</td></tr>`).join("") ||
+    '<tr><td colspan="7" class="dim">no ended attempts</td></tr>';
+}
+
+// Usage per user over the last 24 h (CPU-hours by the hour they ended in), the heaviest and
+// least efficient jobs, each user's fair-share factor. Read every 30 s, not every refresh.
+let acctAt = 0;
+async function renderAccounting() {
+  if (Date.now() - acctAt < 30000) return;
+  acctAt = Date.now();
+  let h, u;
+  try {
+    [h, u] = await Promise.all([api("/v1/accounting/history?since=24h"), api("/v1/accounting/usage?since=24h")]);
+  } catch (e) {
+    $("acct-plot").innerHTML = `<p class="dim">accounting unavailable: ${esc(e.message)}</p>`;
+    return;
+  }
+  const recs = h.records || [];
+  const hours = 24, now = Date.now();
+  const users = [...new Set(recs.map((r) => r.user))].sort().slice(0, COLOURS.length);
+  const series = users.map((user, i) => {
+    const v = new Array(hours).fill(0);
+    recs.filter((r) => r.user === user && r.elapsed_s != null).forEach((r) => {
+      const b = hours - 1 - Math.floor((now - r.ended_ms) / 3600000);
+      if (b >= 0 && b < hours) v[b] += (r.elapsed_s * r.cpus) / 3600;
+    });
+    return [user, COLOURS[i], v];
+  });
+  const max = Math.max(1e-3, ...series.flatMap((s) => s[2]));
+  $("acct-plot").innerHTML = plot("CPU-hours per user, by hour", series, max, (x) => x.toFixed(3), "last 24 h");
+  const jobs = jobTotals(recs);
+  const heavy = [...jobs].sort((a, b) => b.asked + b.gpu - (a.asked + a.gpu) || a.job - b.job).slice(0, 5);
+  const wasteful = jobs.filter((j) => j.measured > 0).sort((a, b) => a.used / a.measured - b.used / b.measured || a.job - b.job).slice(0, 5);
+  $("heavy-jobs").tBodies[0].innerHTML = jobRows(heavy, "heavy");
+  $("inefficient-jobs").tBodies[0].innerHTML = jobRows(wasteful, "inefficient");
+  const off = u.half_life_ms == null;
+  $("fair-share").tBodies[0].innerHTML = (u.fair_share || []).map((f) =>
+    `<tr class="fair-share-row"><td>${esc(f.user)}</td><td>${num(f.decayed_usage, 1)}</td><td>${num(f.share, 3)}</td>` +
+    `<td>${bar(f.factor, 1, num(f.factor, 3), false)}</td></tr>`).join("") ||
+    `<tr><td colspan="4" class="dim">${off ? "fair share off (--fairshare-half-life off)" : "no usage yet: every factor is 1"}</td></tr>`;
+}
+
+// A job's page: the usage of each of its ended attempts.
+async function renderJobUsage(jobId) {
+  let h;
+  try {
+    h = await api(`/v1/accounting/history?job=${jobId}`);
+  } catch (e) {
+    $("job-usage").tBodies[0].innerHTML = `<tr><td colspan="9" class="dim">${esc(e.message)}</td></tr>`;
+    return;
+  }
+  $("job-usage").tBodies[0].innerHTML = (h.records || []).map((r) =>
+    `<tr class="job-usage-row"><td>task-${r.task}.${r.attempt}</td><td>node-${r.node}</td><td>${esc(r.state)}${r.reason ? " (" + esc(r.reason) + ")" : ""}</td>` +
+    `<td>${num(r.elapsed_s, 1)}</td><td>${r.cpus}</td><td>${num(r.cpu_s, 2)}</td><td>${r.elapsed_s ? pctOf(r.cpu_s, r.elapsed_s * r.cpus) : "-"}</td>` +
+    `<td>${r.max_mem_mib ?? "-"}</td><td>${num(r.gpu_s, 1)}${r.gpu_emulated && r.gpu_s ? " (emulated)" : ""}</td></tr>`).join("") ||
+    '<tr><td colspan="9" class="dim">no attempt ended yet</td></tr>';
+}
+
 async function renderDetail(route) {
   const detail = $("detail");
   if (!route) { detail.hidden = true; return; }
@@ -301,6 +384,7 @@ async function renderDetail(route) {
   const flow = job.flow_id != null ? `step of <a href="#flow-${job.flow_id}">flow-${job.flow_id}</a>` : "";
   $("detail-deps").innerHTML = [flow, dependsHtml(job)].filter((x) => x).join(" · ");
   const tasks = await api(`/v1/tasks?job=${jobId}`);
+  await renderJobUsage(jobId);
   $("tasks").tBodies[0].innerHTML = tasks.map((t) =>
     `<tr><td><a href="#job-${jobId}/task-${t.id}">task-${t.id}</a> <a class="dim" href="#task-${t.id}">why</a></td><td>${t.index}</td><td>${state(t.state)}</td>` +
     `<td>${t.waiting ? `<span class="reason">${esc(t.waiting.reason)}</span>` : esc(t.reason || "")}</td>` +
@@ -344,6 +428,7 @@ async function refresh() {
     renderPlots(usage.history);
     renderWaiting(pending.concat(assigned));
     renderUsage(usage.users);
+    if (p === null) await renderAccounting();
     renderJobs(jobs);
     if (p && p.kind === "task") await renderTaskPage(p.id);
     if (p && p.kind === "node") await renderNodePage(p.id, nodes);
