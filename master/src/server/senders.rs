@@ -354,6 +354,7 @@ async fn run_sender(
             Some(c) => c.clone(),
             None => match Connection::connect(&addr, timing.connect_timeout).await {
                 Ok(c) => {
+                    metrics::counter!("hetsched_master_slave_dials_total").increment(1);
                     backoff.reset();
                     conn = Some(c.clone());
                     c
