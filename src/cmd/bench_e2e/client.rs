@@ -44,6 +44,16 @@ impl BenchClient {
         self
     }
 
+    /// The same client waiting up to `t` for a connection (the TLS handshake included).
+    pub(crate) fn with_connect_timeout(mut self, t: Duration) -> Self {
+        let opts = LeaderOptions {
+            connect_timeout: t,
+            ..self.inner.options()
+        };
+        self.inner = self.inner.with_options(opts);
+        self
+    }
+
     /// Connections opened so far (a change: attach again).
     pub(crate) fn connections_opened(&self) -> u64 {
         self.inner.connections_opened()

@@ -236,7 +236,11 @@ async fn slave_link(
         cpus,
         commands,
     } = me;
-    let mut client = BenchClient::new(masters).with_commands(commands);
+    // A slave's patience, not a client's: a handshake with a busy leader may take seconds,
+    // and one given up is one begun again.
+    let mut client = BenchClient::new(masters)
+        .with_connect_timeout(Duration::from_secs(10))
+        .with_commands(commands);
     if let Some(t) = tls {
         client = client.with_tls(t);
     }
@@ -270,6 +274,10 @@ async fn slave_link(
     let mut queue: Vec<(TaskId, Attempt)> = Vec::new();
     loop {
         if node.is_none() {
+            // A few registrations at a time per process: thousands of TLS handshakes at
+            // once outlast their deadlines, are retried, and keep the masters from
+            // registering anyone (or from holding an election).
+            let _turn = registering().acquire().await;
             match client
                 .call(register(held_now(&slave)), Duration::from_secs(60))
                 .await
@@ -321,6 +329,14 @@ async fn slave_link(
         }
         queue = failed;
     }
+}
+
+/// Registrations one process has in flight at once.
+const REGISTERING_AT_ONCE: usize = 32;
+
+fn registering() -> &'static tokio::sync::Semaphore {
+    static TURNS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    TURNS.get_or_init(|| tokio::sync::Semaphore::new(REGISTERING_AT_ONCE))
 }
 
 /// What an in-process slave holds: everything accepted and not acknowledged finished.
