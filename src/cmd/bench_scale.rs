@@ -195,6 +195,69 @@ async fn nodes_up(client: &mut BenchClient) -> u64 {
     client.status().await.map(|s| s.nodes.up).unwrap_or(0)
 }
 
+/// The leader's process.
+async fn leader_pid(cluster: &LocalCluster, client: &mut BenchClient) -> anyhow::Result<i32> {
+    let status = client.status().await?;
+    cluster
+        .masters
+        .get((status.master_id.0 as usize).saturating_sub(1))
+        .and_then(|m| m.pid())
+        .context("the leader's process")
+}
+
+/// Memory per slave, KiB, on the leader and the largest on a follower: the masters' growth
+/// in resident memory since `before` (taken before the slaves came).
+fn kib_per_slave(before: &HashMap<i32, f64>, leader: i32, slaves: u32) -> (f64, f64) {
+    let per_slave = |p: i32| {
+        (rss_mib(p).unwrap_or(0.0) - before.get(&p).copied().unwrap_or(0.0)).max(0.0) * 1024.0
+            / slaves as f64
+    };
+    let follower = before
+        .keys()
+        .filter(|&&p| p != leader)
+        .map(|&p| per_slave(p))
+        .fold(0.0, f64::max);
+    (per_slave(leader), follower)
+}
+
+/// The heartbeats-only window: the leader's CPU over it and the heartbeats sent.
+struct Quiet {
+    cpu_us: f64,
+    secs: f64,
+    heartbeats: u64,
+}
+
+async fn quiet_window(leader: i32, fleet: &Fleet, quiet: Duration) -> Quiet {
+    let (cpu0, hb0) = (cpu_us(leader).unwrap_or(0), fleet.progress().heartbeats);
+    let q0 = Instant::now();
+    tokio::time::sleep(quiet).await;
+    let (cpu1, hb1) = (cpu_us(leader).unwrap_or(0), fleet.progress().heartbeats);
+    Quiet {
+        cpu_us: cpu1.saturating_sub(cpu0) as f64,
+        secs: q0.elapsed().as_secs_f64(),
+        heartbeats: hb1.saturating_sub(hb0).max(1),
+    }
+}
+
+/// Submit → first arrival of every task, ms, sorted; and the tasks that never arrived.
+fn latencies(
+    sent_at: &[(u64, Vec<hetsched_common::TaskId>)],
+    running: &HashMap<u64, u64>,
+) -> (Vec<f64>, u64) {
+    let mut lat = Vec::new();
+    let mut lost = 0u64;
+    for (sent, tasks) in sent_at {
+        for t in tasks {
+            match running.get(&t.0) {
+                Some(at) => lat.push(at.saturating_sub(*sent) as f64 / 1e3),
+                None => lost += 1,
+            }
+        }
+    }
+    lat.sort_by(|x, y| x.total_cmp(y));
+    (lat, lost)
+}
+
 /// Tasks the leader has not seen end (pending, assigned or running).
 async fn unfinished(client: &mut BenchClient) -> u64 {
     match client.status().await {
@@ -248,12 +311,7 @@ async fn bench(
         .then(crate::cmd::local::security::process_ca)
         .transpose()?;
     let mut fleet = Fleet::start(a, &masters, ca.as_deref(), dir)?;
-    let status = client.status().await?;
-    let leader = cluster
-        .masters
-        .get((status.master_id.0 as usize).saturating_sub(1))
-        .and_then(|m| m.pid())
-        .context("the leader's process")?;
+    let leader = leader_pid(cluster, &mut client).await?;
     let procs = Procs {
         leader,
         fleet: fleet.pids(),
@@ -267,28 +325,12 @@ async fn bench(
         status.master_id.0,
         a.quiet
     );
-    // Memory per slave: the masters' growth since before the slaves came.
-    let per_slave = |p: i32| {
-        (rss_mib(p).unwrap_or(0.0) - rss0.get(&p).copied().unwrap_or(0.0)).max(0.0) * 1024.0
-            / a.slaves as f64
-    };
-    let leader_kib = per_slave(leader);
+    let (leader_kib, follower_kib) = kib_per_slave(&rss0, leader, a.slaves);
     let leader_fds = super::bench_scale_fleet::open_fds(leader);
-    let follower_kib = pids
-        .iter()
-        .filter(|&&p| p != leader)
-        .map(|&p| per_slave(p))
-        .fold(0.0, f64::max);
-    // Heartbeats only: the leader's CPU per heartbeat.
-    let (cpu0, hb0) = (cpu_us(leader).unwrap_or(0), fleet.progress().heartbeats);
-    let q0 = Instant::now();
-    tokio::time::sleep(a.quiet).await;
-    let (cpu1, hb1) = (cpu_us(leader).unwrap_or(0), fleet.progress().heartbeats);
-    let quiet_secs = q0.elapsed().as_secs_f64();
-    let heartbeats = hb1.saturating_sub(hb0).max(1);
-    let quiet_cpu = cpu1.saturating_sub(cpu0) as f64;
-    let cpu_per_hb = quiet_cpu / heartbeats as f64;
-    let hb_per_sec = heartbeats as f64 / quiet_secs;
+    let q = quiet_window(leader, &fleet, a.quiet).await;
+    let (quiet_cpu, quiet_secs) = (q.cpu_us, q.secs);
+    let cpu_per_hb = quiet_cpu / q.heartbeats as f64;
+    let hb_per_sec = q.heartbeats as f64 / quiet_secs;
     let (t0_us, sent_at, submit_secs) = submit(&masters, a).await?;
     let deadline = Instant::now() + a.timeout;
     while fleet.progress().completed < a.tasks && Instant::now() < deadline && !fleet.failed() {
@@ -306,17 +348,7 @@ async fn bench(
     let processes = fleet.len();
     let leader_fds_end = super::bench_scale_fleet::open_fds(leader);
     let got = fleet.finish()?;
-    let mut lat = Vec::new();
-    let mut lost = 0u64;
-    for (sent, tasks) in &sent_at {
-        for t in tasks {
-            match got.running.get(&t.0) {
-                Some(at) => lat.push(at.saturating_sub(*sent) as f64 / 1e3),
-                None => lost += 1,
-            }
-        }
-    }
-    lat.sort_by(|x, y| x.total_cmp(y));
+    let (lat, lost) = latencies(&sent_at, &got.running);
     let place_secs = (got.last_placed.saturating_sub(t0_us) as f64 / 1e6).max(1e-9);
     let placed = got.running.len() as u64;
     Ok(serde_json::json!({
