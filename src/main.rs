@@ -141,6 +141,9 @@ enum BenchCommand {
     /// Many slaves: heartbeat cost, placements/s, submit→dispatch, memory, with in-process
     /// slaves speaking the full protocol.
     Scale(cmd::bench_scale::ScaleArgs),
+    /// `bench scale`'s helper: a share of its in-process slaves (started by `bench scale`).
+    #[command(hide = true)]
+    ScaleSlaves(cmd::bench_scale_slaves::ScaleSlavesArgs),
     /// Issue 51: a 1 → N → 1 flow against the same jobs without dependencies (time to the
     /// last step's start).
     Flow(cmd::bench_flow::FlowArgs),
@@ -290,6 +293,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Placement(a)) => cmd::bench_placement::run(a),
         Command::Bench(BenchCommand::E2e(a)) => cmd::bench_e2e::run(a),
         Command::Bench(BenchCommand::Scale(a)) => cmd::bench_scale::run(a),
+        Command::Bench(BenchCommand::ScaleSlaves(a)) => cmd::bench_scale_slaves::run(a),
         Command::Bench(BenchCommand::Flow(a)) => cmd::bench_flow::run(a),
         Command::PlanBatch(a) => cmd::plan_batch::run(a),
         Command::SubmitBatch(a) => cmd::batch::submit(&masters, a),

@@ -1,7 +1,8 @@
 //! What must hold at scale, in a CI-sized form of `hetsched bench scale` (real master
 //! processes, in-process slaves speaking the full protocol, default flags): every task reaches
-//! exactly one slave once — none lost, none placed twice — and the report carries the
-//! figures the command promises.
+//! exactly one slave once — none lost, none placed twice — the slaves spread over helper
+//! processes, the leader holds one descriptor per slave (its commands go over the slaves'
+//! own links), and the report carries the figures the command promises.
 
 use serde_json::Value;
 use std::process::Command;
@@ -15,6 +16,8 @@ fn a_hundred_slaves_receive_every_task_exactly_once() {
             "--json",
             "--slaves",
             "100",
+            "--slaves-per-process",
+            "40",
             "--tasks",
             "2000",
             "--quiet",
@@ -43,11 +46,19 @@ fn a_hundred_slaves_receive_every_task_exactly_once() {
         "no task reached two slaves or two attempts"
     );
     assert_eq!(v["completed"], 2000);
+    assert_eq!(v["slave_processes"], 3, "100 slaves at most 40 a process");
+    // One descriptor per slave and a few of its own; a connection of the leader's own to
+    // each slave would make it two per slave.
+    for k in ["leader_open_files", "leader_open_files_end"] {
+        let fds = v[k].as_u64().unwrap_or(u64::MAX);
+        assert!(fds < 100 + 60, "{k} = {fds}: more than one per slave");
+    }
     for k in [
         "placed_per_sec",
         "submit_to_dispatch_p50_ms",
         "submit_to_dispatch_p99_ms",
         "leader_cpu_per_heartbeat_us",
+        "leader_cpu_per_slave_per_sec_us",
         "leader_rss_mib",
         "snapshot_bytes",
     ] {

@@ -132,4 +132,11 @@ fn scenario(c: &Cluster, http: &str) {
         .and_then(|l| l.split_whitespace().last())
         .and_then(|v| v.parse::<f64>().ok());
     assert_eq!(counted, Some(stolen as f64), "{metrics}");
+    // Both slaves took the leader's commands (assignments, releases) over their own links.
+    let links = metrics
+        .lines()
+        .find(|l| l.starts_with("hetsched_master_slave_links"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse::<f64>().ok());
+    assert_eq!(links, Some(2.0), "{metrics}");
 }

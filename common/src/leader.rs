@@ -163,6 +163,10 @@ pub struct LeaderClient {
     opts: LeaderOptions,
     /// TLS setup of its connections; `None`: the process's ([`crate::wire::tls::current`]).
     tls: Option<std::sync::Arc<crate::wire::tls::TlsSetup>>,
+    /// Answers the masters' requests on its connections ([`Connection::connect_serving`]).
+    commands: Option<crate::wire::Handler>,
+    /// Connections opened so far.
+    connects: u64,
 }
 
 impl std::fmt::Debug for LeaderClient {
@@ -188,7 +192,22 @@ impl LeaderClient {
             conn: None,
             opts: LeaderOptions::default(),
             tls: None,
+            commands: None,
+            connects: 0,
         }
+    }
+
+    /// The same client answering, with `handler`, the requests a master sends back on
+    /// its connections (a slave's link takes its leader's commands so).
+    pub fn with_commands(mut self, handler: crate::wire::Handler) -> Self {
+        self.commands = Some(handler);
+        self
+    }
+
+    /// How many connections the client has opened: a change means requests now go over
+    /// a new one (a slave attaches again).
+    pub fn connections_opened(&self) -> u64 {
+        self.connects
     }
 
     /// The same client connecting with `setup` instead of the process's TLS setup.
@@ -293,15 +312,17 @@ impl LeaderClient {
             };
             let conn = match &self.conn {
                 Some(c) if !c.is_closed() && c.addr() == addr => c.clone(),
-                _ => match Connection::connect_tls(
+                _ => match Connection::connect_serving(
                     &addr,
                     cap(self.opts.connect_timeout),
                     crate::wire::FrameLimits::default(),
                     self.tls.clone().or_else(crate::wire::tls::current),
+                    self.commands.clone(),
                 )
                 .await
                 {
                     Ok(c) => {
+                        self.connects += 1;
                         self.conn = Some(c.clone());
                         c
                     }

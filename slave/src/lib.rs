@@ -478,6 +478,13 @@ fn spawn_agent_sampler_link(
 ) -> Result<mpsc::UnboundedSender<agent::AgentMsg>, Error> {
     let (agent_tx, agent_rx) = mpsc::unbounded_channel();
     let (report_tx, report_rx) = mpsc::unbounded_channel();
+    // The leader's commands on the link answer as on the listener.
+    let commands = listener::handler(
+        agent_tx.clone(),
+        p.launcher.log_dir.clone(),
+        p.launcher.attempts_dir.clone(),
+        p.programs.clone(),
+    );
     let agent = agent::Agent::restore(
         p.store.clone(),
         p.lost,
@@ -517,7 +524,8 @@ fn spawn_agent_sampler_link(
     )
     .with_samples(sample_rx)
     .with_engines(p.programs.engines.clone())
-    .with_links(p.programs.forwarder.as_ref().map(|f| f.links()));
+    .with_links(p.programs.forwarder.as_ref().map(|f| f.links()))
+    .with_commands(commands);
     tokio::spawn(link.run(report_rx));
     Ok(agent_tx)
 }

@@ -93,6 +93,11 @@ pub struct Link {
     /// The engines whose load heartbeats carry (S0.6 forwarding queries use it).
     engines: Option<std::sync::Arc<crate::engine::EngineSet>>,
     links: Option<crate::forward::Links>,
+    /// The connection (by [`LeaderClient::connections_opened`]) the leader was last told
+    /// takes its commands (`SlaveRequest::Attach`); `None`: not on this connection yet.
+    attached: Option<u64>,
+    /// Whether the link offers to take commands (off once a master said it cannot).
+    attach: bool,
 }
 
 /// Most reports in one [`SlaveRequest::TaskReports`] (keeps one log entry well under the
@@ -156,7 +161,18 @@ impl Link {
             samples: None,
             engines: None,
             links: None,
+            attached: None,
+            attach: false,
         }
+    }
+
+    /// The leader's commands that come over the link are answered by `handler` (as on the
+    /// slave's port), and the link offers them to each leader it talks to: the leader then
+    /// needs no connection of its own to this slave.
+    pub fn with_commands(mut self, handler: hetsched_common::wire::Handler) -> Self {
+        self.client = self.client.with_commands(handler);
+        self.attach = true;
+        self
     }
 
     /// Sends the probe samples arriving on `rx` with the heartbeats.
@@ -267,6 +283,7 @@ impl Link {
                 self.registered = false;
             }
             r?;
+            self.offer_commands().await?;
             self.ask_to_steal().await?;
             self.ask_to_start().await?;
         }
@@ -315,6 +332,42 @@ impl Link {
             other => Err(LinkError::Retry(format!(
                 "unexpected answer to Register: {other:?}"
             ))),
+        }
+    }
+
+    /// Tells the leader this link takes its commands, once per connection (after a
+    /// heartbeat, so the connection is the leader's). A master that does not know
+    /// `Attach` keeps dialling the slave's port: the link stops offering.
+    async fn offer_commands(&mut self) -> Result<(), LinkError> {
+        let Some(node) = self.node else {
+            return Ok(());
+        };
+        if !self.attach || self.attached == Some(self.client.connections_opened()) {
+            return Ok(());
+        }
+        match self.call(SlaveRequest::Attach { node }).await {
+            Ok(_) => {
+                self.attached = Some(self.client.connections_opened());
+                tracing::debug!(master = %self.client.target(), "link takes the leader's commands");
+                Ok(())
+            }
+            Err(LinkError::Refused {
+                kind: ErrorKind::Malformed | ErrorKind::Unsupported,
+                message,
+            }) => {
+                tracing::info!(master = %self.client.target(), %message, "master cannot send commands over the link; it dials this slave's port");
+                self.attach = false;
+                Ok(())
+            }
+            Err(LinkError::UnknownNode) => {
+                self.registered = false;
+                Ok(())
+            }
+            Err(e) => {
+                // Offered again after the next heartbeat; commands meanwhile go to the port.
+                tracing::debug!(error = %e, "link not attached yet");
+                Ok(())
+            }
         }
     }
 

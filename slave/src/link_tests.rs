@@ -132,3 +132,76 @@ async fn a_finish_report_leaves_only_once_its_result_is_flushed() {
         "one batch arrived, and the result it reports was durable by then"
     );
 }
+
+/// The link offers the leader its connection for commands once per connection: the fake
+/// master keeps the way back it got with `Attach` and calls a command over it, which the
+/// link's handler answers; an older master (answering `Malformed`) turns the offer off.
+#[tokio::test]
+async fn the_link_takes_commands_once_attached_and_stops_offering_to_older_masters() {
+    use hetsched_common::protocol::{ErrorReply, SlaveCommand, SlaveCommandReply};
+    use hetsched_common::wire::{self, Connection, FrameLimits, Handler};
+    use std::sync::{Arc, Mutex};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind fake master");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let (agent, _agent_rx) = mpsc::unbounded_channel();
+    let commands: Handler = Arc::new(|msg, _peer| {
+        Box::pin(async move {
+            matches!(msg, Message::ToSlave(SlaveCommand::StopTask { .. }))
+                .then_some(Message::ToSlaveReply(SlaveCommandReply::Stopped))
+        })
+    });
+    let mut l = link_to(dir.path(), &addr, agent).with_commands(commands);
+    l.node = Some(NodeId(1));
+    let links: Arc<Mutex<Vec<Arc<Connection>>>> = Arc::default();
+    let older = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (kept, old) = (links.clone(), older.clone());
+    let master: Handler = Arc::new(move |msg, peer| {
+        let (kept, old) = (kept.clone(), old.clone());
+        Box::pin(async move {
+            if old.load(std::sync::atomic::Ordering::SeqCst) {
+                return Some(Message::Error(ErrorReply::new(
+                    ErrorKind::Malformed,
+                    "unknown variant `Attach`",
+                )));
+            }
+            if let Message::Slave(SlaveRequest::Attach { node: NodeId(1) }) = msg {
+                kept.lock()
+                    .expect("links")
+                    .push(peer.link.expect("way back"));
+            }
+            Some(Message::SlaveReply(SlaveResponse::Ack))
+        })
+    });
+    tokio::spawn(wire::serve(listener, FrameLimits::default(), master));
+
+    l.offer_commands().await.expect("offer");
+    l.offer_commands().await.expect("offer again");
+    let back = {
+        let got = links.lock().expect("links");
+        assert_eq!(got.len(), 1, "offered once on one connection");
+        got[0].clone()
+    };
+    let stop = Message::ToSlave(SlaveCommand::StopTask {
+        task: TaskId(3),
+        attempt: 1,
+        grace_ms: None,
+    });
+    let r = back
+        .call(stop, Duration::from_secs(5))
+        .await
+        .expect("command");
+    assert!(
+        matches!(r, Message::ToSlaveReply(SlaveCommandReply::Stopped)),
+        "{r:?}"
+    );
+    // A new connection (the old one gone) to a master that does not know `Attach`.
+    older.store(true, std::sync::atomic::Ordering::SeqCst);
+    l.client = LeaderClient::new(vec![addr.clone()])
+        .with_commands(Arc::new(|_, _| Box::pin(async { None })));
+    l.offer_commands().await.expect("offer to an older master");
+    assert!(!l.attach, "an older master turns the offer off");
+}

@@ -8,6 +8,8 @@ pub mod bench_placement;
 pub mod bench_placement_plan;
 pub mod bench_raft;
 pub mod bench_scale;
+mod bench_scale_fleet;
+pub mod bench_scale_slaves;
 pub mod chaos;
 pub mod client;
 pub mod config;

@@ -35,6 +35,15 @@ pub fn process_ca() -> Result<PathBuf, LaunchError> {
     .map_err(LaunchError::Certs)
 }
 
+/// Makes the CA in `dir` (made by another process, as [`make_ca`] makes it) this process's
+/// CA, unless it has one already: a benchmark's helper processes issue their in-process
+/// slaves' certificates from the launching process's CA. Returns the process's CA.
+pub fn use_ca(dir: &Path) -> Result<PathBuf, LaunchError> {
+    CA.get_or_init(|| Ok(dir.to_path_buf()))
+        .clone()
+        .map_err(LaunchError::Certs)
+}
+
 /// Creates a CA in `dir` with the administrator's client certificate in `dir/client`.
 pub fn make_ca(dir: &Path) -> Result<(), LaunchError> {
     certs::init_ca(dir, certs::DEFAULT_VALIDITY).map_err(err)?;

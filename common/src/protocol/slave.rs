@@ -233,6 +233,15 @@ pub enum SlaveRequest {
         /// The idle node (the thief).
         node: NodeId,
     },
+    /// The slave takes the leader's commands (assignments, stops, releases, CPU changes)
+    /// on the connection this request came on, so the leader needs no connection of its
+    /// own to the slave: one descriptor per slave on the leader. Sent again on each new
+    /// connection to a leader; answered with `Ack`. A master that predates it answers
+    /// `Malformed` and keeps dialling the slave's address, as it always did.
+    Attach {
+        /// Node.
+        node: NodeId,
+    },
 }
 
 /// One probe sample of a running attempt (taken by the slave once a second).

@@ -176,6 +176,7 @@ async fn accept_tls(
                     identity,
                     secured: true,
                     token: None,
+                    link: None,
                 },
             ))
         }
@@ -234,6 +235,11 @@ where
     let mut rate = RateGate::new();
     let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::channel::<Envelope>(1024);
+    // The way back over this connection (its own request ids, its replies matched below);
+    // it holds the writer weakly, so the connection still ends when this loop does.
+    let back = Arc::new(Connection::back_link(&peer, tx.downgrade()));
+    let mut peer = peer;
+    peer.link = Some(back.clone());
     let who = peer.clone();
     let writer = tokio::spawn(async move {
         while let Some(env) = rx.recv().await {
@@ -265,6 +271,7 @@ where
             }
         };
         match decode_payload(&payload) {
+            Ok(env) if !is_request(&env.body) && back.answer(env.request_id, &env.body) => {}
             Ok(env) => {
                 if peer.secured {
                     if let Err(refusal) = super::authz::admit(&env.body, &peer) {
@@ -332,8 +339,46 @@ where
             }
         }
     }
+    back.close();
     drop(tx);
     let _ = writer.await;
+}
+
+/// Whether a message is a request (a reply kind never is: [`super::authz::required_role`]).
+fn is_request(body: &Message) -> bool {
+    super::authz::required_role(body).is_ok()
+}
+
+/// The first request id of a server's calls back over a connection, far from the ids the
+/// peer's own requests use (for logs; the kinds of message tell requests from replies).
+const BACK_LINK_FIRST_ID: u64 = 1 << 62;
+
+/// Where a connection's outgoing frames go: its own writer (a client connection, which
+/// ends when every handle is dropped), or a server connection's writer held weakly (the
+/// server's reader decides when it ends).
+#[derive(Clone)]
+enum Outbox {
+    Own(mpsc::Sender<Envelope>),
+    Borrowed(mpsc::WeakSender<Envelope>),
+}
+
+impl Outbox {
+    async fn send(&self, env: Envelope) -> bool {
+        match self {
+            Outbox::Own(tx) => tx.send(env).await.is_ok(),
+            Outbox::Borrowed(w) => match w.upgrade() {
+                Some(tx) => tx.send(env).await.is_ok(),
+                None => false,
+            },
+        }
+    }
+
+    fn try_send(&self, env: Envelope) -> bool {
+        match self {
+            Outbox::Own(tx) => tx.try_send(env).is_ok(),
+            Outbox::Borrowed(w) => w.upgrade().is_some_and(|tx| tx.try_send(env).is_ok()),
+        }
+    }
 }
 
 /// Errors of a [`Connection`] call.
@@ -373,7 +418,7 @@ type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Message>>>>;
 #[derive(Clone)]
 pub struct Connection {
     addr: String,
-    tx: mpsc::Sender<Envelope>,
+    tx: Outbox,
     pending: Pending,
     next_id: Arc<AtomicU64>,
     closed: Arc<std::sync::atomic::AtomicBool>,
@@ -406,6 +451,21 @@ impl Connection {
         limits: FrameLimits,
         setup: Option<Arc<TlsSetup>>,
     ) -> std::result::Result<Self, CallError> {
+        Self::connect_serving(addr, timeout, limits, setup, None).await
+    }
+
+    /// As [`connect_tls`](Self::connect_tls), and the server may send requests back on
+    /// this connection: `commands` answers them, each on its own task, under the same
+    /// rules as a server's requests (on a TLS link the server's certificate must have the
+    /// role the request needs, [`super::authz::admit`]). Without `commands` such requests
+    /// are ignored, as before.
+    pub async fn connect_serving(
+        addr: &str,
+        timeout: Duration,
+        limits: FrameLimits,
+        setup: Option<Arc<TlsSetup>>,
+        commands: Option<Handler>,
+    ) -> std::result::Result<Self, CallError> {
         let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
             Ok(Err(source)) => {
@@ -418,8 +478,16 @@ impl Connection {
         };
         let _ = stream.set_nodelay(true);
         tracing::debug!(target: "hetsched::trace", %addr, "tcp: connected");
+        let remote = stream
+            .peer_addr()
+            .unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+        let served = commands.map(|handler| Served {
+            handler,
+            remote,
+            secured: setup.is_some(),
+        });
         match setup {
-            None => Ok(Self::start(addr, stream, limits, None)),
+            None => Ok(Self::start(addr, stream, limits, None, served)),
             Some(setup) => {
                 let connector = tokio_rustls::TlsConnector::from(setup.client.clone());
                 let hs = connector.connect(tls::server_name(addr), stream);
@@ -427,7 +495,7 @@ impl Connection {
                     Ok(Ok(s)) => {
                         tracing::debug!(target: "hetsched::trace", %addr, "tls: connected");
                         let identity = tls::peer_identity(s.get_ref().1.peer_certificates());
-                        Ok(Self::start(addr, s, limits, identity))
+                        Ok(Self::start(addr, s, limits, identity, served))
                     }
                     Ok(Err(e)) => Err(CallError::Tls {
                         addr: addr.to_string(),
@@ -439,12 +507,22 @@ impl Connection {
         }
     }
 
-    fn start<S>(addr: &str, stream: S, limits: FrameLimits, server: Option<Identity>) -> Self
+    fn start<S>(
+        addr: &str,
+        stream: S,
+        limits: FrameLimits,
+        server: Option<Identity>,
+        served: Option<Served>,
+    ) -> Self
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
         let (mut rd, mut wr) = tokio::io::split(stream);
         let (tx, mut rx) = mpsc::channel::<Envelope>(1024);
+        // The reader answers the server's requests through a weak handle: the connection
+        // still ends when every `Connection` handle is dropped.
+        let back_tx = tx.downgrade();
+        let back_identity = server.clone();
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let peer = addr.to_string();
@@ -484,6 +562,12 @@ impl Connection {
                         break;
                     }
                 };
+                if is_request(&env.body) {
+                    if let Some(s) = &served {
+                        s.answer(env, back_identity.clone(), back_tx.clone());
+                    }
+                    continue;
+                }
                 let waiter = pending_r
                     .lock()
                     .ok()
@@ -516,12 +600,47 @@ impl Connection {
         });
         Self {
             addr: addr.to_string(),
-            tx,
+            tx: Outbox::Own(tx),
             pending,
             next_id: Arc::new(AtomicU64::new(1)),
             closed,
             server,
             last_error,
+        }
+    }
+
+    /// The way back to the peer of a served connection, writing through `tx` (held
+    /// weakly); the server's reader hands it the replies ([`answer`](Self::answer)) and
+    /// closes it when the connection ends.
+    fn back_link(peer: &Peer, tx: mpsc::WeakSender<Envelope>) -> Self {
+        Self {
+            addr: peer.addr.to_string(),
+            tx: Outbox::Borrowed(tx),
+            pending: Arc::new(Mutex::new(HashMap::new())),
+            next_id: Arc::new(AtomicU64::new(BACK_LINK_FIRST_ID)),
+            closed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            server: peer.identity.clone(),
+            last_error: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Hands a reply to the call waiting for it; false when none waits under `id`.
+    fn answer(&self, id: u64, body: &Message) -> bool {
+        let waiter = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+        match waiter {
+            Some(w) => {
+                let _ = w.send(body.clone());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The connection ended: later calls fail, waiting ones wake with `Closed`.
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        if let Ok(mut p) = self.pending.lock() {
+            p.clear();
         }
     }
 
@@ -555,7 +674,7 @@ impl Connection {
         if matches!(env.body, Message::Client(_)) {
             env.token = tls::client_token();
         }
-        if self.is_closed() || self.tx.send(env).await.is_err() {
+        if self.is_closed() || !self.tx.send(env).await {
             self.forget(id);
             return self.closed_answer();
         }
@@ -572,7 +691,7 @@ impl Connection {
     /// Sends a one-way message (no reply expected).
     pub async fn send(&self, body: Message) -> std::result::Result<(), CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        if self.is_closed() || self.tx.send(Envelope::new(id, body)).await.is_err() {
+        if self.is_closed() || !self.tx.send(Envelope::new(id, body)).await {
             return Err(CallError::Closed(self.addr.clone()));
         }
         Ok(())
@@ -584,9 +703,11 @@ impl Connection {
         if self.is_closed() {
             return Err(CallError::Closed(self.addr.clone()));
         }
-        self.tx
-            .try_send(Envelope::new(id, body))
-            .map_err(|_| CallError::Closed(self.addr.clone()))
+        if self.tx.try_send(Envelope::new(id, body)) {
+            Ok(())
+        } else {
+            Err(CallError::Closed(self.addr.clone()))
+        }
     }
 
     fn closed_answer(&self) -> std::result::Result<Message, CallError> {
@@ -600,6 +721,47 @@ impl Connection {
         if let Ok(mut p) = self.pending.lock() {
             p.remove(&id);
         }
+    }
+}
+
+/// A client connection's handler for the server's requests.
+struct Served {
+    handler: Handler,
+    /// The server's address, as the handler's [`Peer`] names it.
+    remote: std::net::SocketAddr,
+    /// Whether the link is TLS: requests are then admitted by the server's certificate.
+    secured: bool,
+}
+
+impl Served {
+    /// Answers one request of the server on its own task, under the same id.
+    fn answer(&self, env: Envelope, server: Option<Identity>, tx: mpsc::WeakSender<Envelope>) {
+        let peer = Peer {
+            addr: self.remote,
+            identity: server,
+            secured: self.secured,
+            token: None,
+            link: None,
+        };
+        let id = env.request_id;
+        let reply = if peer.secured {
+            super::authz::admit(&env.body, &peer).err()
+        } else {
+            None
+        };
+        let handler = self.handler.clone();
+        tokio::spawn(async move {
+            let reply = match reply {
+                Some(refusal) => {
+                    tracing::warn!(%peer, error = %refusal.message, "request from the server refused");
+                    Some(Message::Error(refusal))
+                }
+                None => handler(env.body, peer).await,
+            };
+            if let (Some(reply), Some(tx)) = (reply, tx.upgrade()) {
+                let _ = tx.send(Envelope::new(id, reply)).await;
+            }
+        });
     }
 }
 

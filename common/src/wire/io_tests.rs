@@ -134,3 +134,79 @@ async fn frames_reach_the_handler_in_order_on_a_multi_threaded_runtime() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A server calls back over the connection a client opened: the client's commands
+/// handler answers under the server's request id, the client's own calls keep working on
+/// the same connection, a client without a handler leaves such requests unanswered, and
+/// the way back closes with the connection.
+#[tokio::test]
+async fn server_calls_back_over_the_clients_connection() {
+    use crate::protocol::{SlaveCommand, SlaveCommandReply};
+    use crate::TaskId;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let (links_tx, mut links) = mpsc::unbounded_channel::<Arc<Connection>>();
+    let handler: Handler = Arc::new(move |_m, peer: Peer| {
+        let links_tx = links_tx.clone();
+        Box::pin(async move {
+            let _ = links_tx.send(peer.link.clone().expect("a served peer has a way back"));
+            Some(Message::ClientReply(ClientResponse::Jobs(vec![])))
+        })
+    });
+    tokio::spawn(serve(listener, FrameLimits::default(), handler));
+    let commands: Handler = Arc::new(|m, _| {
+        Box::pin(async move {
+            match m {
+                Message::ToSlave(SlaveCommand::StopTask { .. }) => {
+                    Some(Message::ToSlaveReply(SlaveCommandReply::Stopped))
+                }
+                _ => None,
+            }
+        })
+    });
+    let t = Duration::from_secs(5);
+    let jobs = || {
+        Message::Client(ClientRequest::Jobs {
+            stale: true,
+            filter: Default::default(),
+        })
+    };
+    let stop = || {
+        Message::ToSlave(SlaveCommand::StopTask {
+            task: TaskId(7),
+            attempt: 1,
+            grace_ms: None,
+        })
+    };
+    let c = Connection::connect_serving(&addr, t, FrameLimits::default(), None, Some(commands))
+        .await
+        .expect("connect");
+    c.call(jobs(), t).await.expect("own call");
+    let back = links.recv().await.expect("the way back");
+    for _ in 0..3 {
+        let r = back.call(stop(), t).await.expect("called back");
+        assert!(
+            matches!(r, Message::ToSlaveReply(SlaveCommandReply::Stopped)),
+            "{r:?}"
+        );
+        c.call(jobs(), t).await.expect("own call between");
+    }
+    // A client without a handler ignores the server's requests, as before.
+    while links.try_recv().is_ok() {}
+    let plain = Connection::connect(&addr, t).await.expect("connect");
+    plain.call(jobs(), t).await.expect("own call");
+    let back_plain = links.recv().await.expect("the way back");
+    let r = back_plain.call(stop(), Duration::from_millis(200)).await;
+    assert!(matches!(r, Err(CallError::Timeout(..))), "{r:?}");
+    // The way back ends with the connection.
+    drop(c);
+    let closed = async {
+        while !back.is_closed() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(t, closed)
+        .await
+        .expect("closed with the connection");
+    assert!(back.call(stop(), t).await.is_err());
+}

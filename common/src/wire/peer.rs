@@ -1,12 +1,14 @@
 //! Who sent a request, as the framed server tells each handler: the remote address, the
 //! identity of a verified certificate, and the token the request carried (docs/SECURITY.md).
 
+use super::io::Connection;
 use crate::certs::{Identity, Role};
+use std::sync::Arc;
 
 /// Who sent a request: the remote address (for logs) and, on a TLS link, the identity its
 /// verified certificate carries (`None` on plain links and for clients without a
 /// certificate).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Peer {
     /// Remote address.
     pub addr: std::net::SocketAddr,
@@ -17,6 +19,33 @@ pub struct Peer {
     /// The API token this request carried (client requests only; it decides the caller
     /// over the certificate's name).
     pub token: Option<String>,
+    /// The way back to the peer over the connection the request came on: calls on it are
+    /// requests from this server to the peer, answered on the same connection (a slave
+    /// takes its leader's commands on its own link). Set by the framed server.
+    pub link: Option<Arc<Connection>>,
+}
+
+impl PartialEq for Peer {
+    /// Who the peer is; the way back is not part of it.
+    fn eq(&self, other: &Self) -> bool {
+        self.addr == other.addr
+            && self.identity == other.identity
+            && self.secured == other.secured
+            && self.token == other.token
+    }
+}
+
+impl Eq for Peer {}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peer")
+            .field("addr", &self.addr)
+            .field("identity", &self.identity)
+            .field("secured", &self.secured)
+            .field("token", &self.token.as_ref().map(|_| "…"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Peer {
@@ -27,6 +56,7 @@ impl Peer {
             identity: None,
             secured: false,
             token: None,
+            link: None,
         }
     }
 

@@ -11,6 +11,7 @@ fn peer(secured: bool, identity: Option<Identity>, token: Option<String>) -> Pee
         identity,
         secured,
         token,
+        link: None,
     }
 }
 

@@ -61,7 +61,7 @@ impl LeaderDuties {
             core: DutiesCore::new(shared.id.0, cfg, scheduler),
             shared,
             raft,
-            senders: SlaveSenders::new(timing, tx),
+            senders: SlaveSenders::with_links(timing, tx, heartbeats.links.clone()),
             results: Some(rx),
             started: Instant::now(),
             reasons,
@@ -231,6 +231,7 @@ impl LeaderDuties {
         metrics::gauge!("hetsched_master_undelivered_assignments")
             .set(self.core.undelivered() as f64);
         metrics::gauge!("hetsched_master_slave_senders").set(self.senders.count() as f64);
+        metrics::gauge!("hetsched_master_slave_links").set(self.senders.links() as f64);
     }
 }
 

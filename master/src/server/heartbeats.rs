@@ -41,6 +41,9 @@ pub struct Pending {
 pub struct HeartbeatDesk {
     gate: AtomicU8,
     inbox: Mutex<Vec<Pending>>,
+    /// The slaves' links that take the leader's commands (`SlaveRequest::Attach`, answered
+    /// on the network threads as heartbeats are; read by the senders).
+    pub links: super::senders::SlaveLinks,
 }
 
 impl Default for HeartbeatDesk {
@@ -48,6 +51,7 @@ impl Default for HeartbeatDesk {
         Self {
             gate: AtomicU8::new(Gate::NotLeader as u8),
             inbox: Mutex::new(Vec::new()),
+            links: Default::default(),
         }
     }
 }

@@ -56,7 +56,7 @@ impl Master {
             Message::Client(req) => Some(self.client_frame(req, &peer).await),
             Message::Slave(req) => Some(match self.authz(|a| a.check_slave_name(&peer, &req)) {
                 Err(e) => Message::Error(e),
-                Ok(()) => match self.slave(req).await {
+                Ok(()) => match self.slave(req, &peer).await {
                     Ok(r) => Message::SlaveReply(r),
                     Err(e) => Message::Error(e),
                 },

@@ -6,12 +6,19 @@
 //! Calls on one slave's connection are multiplexed (the wire's `Connection` matches replies
 //! by request id), so a slow answer does not hold back the next assignment to the same
 //! slave either; each call has its own deadline.
+//!
+//! Which connection: a slave that attached its link ([`SlaveLinks`], `SlaveRequest::Attach`)
+//! gets its messages over the connection it opened to this master, so the leader holds one
+//! descriptor per slave; any other (a slave of an older version, or one whose link is
+//! between connections) gets them over a connection the sender opens to its address, as
+//! before. A sender drops its own connection once the slave's link is there.
 
 use hetsched_common::backoff::Backoff;
 use hetsched_common::protocol::{Assignment, ErrorKind, Message, SlaveCommand, SlaveCommandReply};
 use hetsched_common::wire::Connection;
 use hetsched_common::{Attempt, NodeId, TaskId};
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -105,6 +112,57 @@ impl Default for SenderTiming {
     }
 }
 
+/// The slaves' own links to this master that take its commands, by node: written by the
+/// network threads (an `Attach`), read by the senders. Shared; a closed link is dropped
+/// when next looked up.
+#[derive(Clone, Default)]
+pub struct SlaveLinks {
+    links: Arc<Mutex<HashMap<NodeId, Arc<Connection>>>>,
+}
+
+impl SlaveLinks {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Arc<Connection>>> {
+        match self.links.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// `node`'s commands go over `link` from now on (it replaces an earlier one).
+    pub fn attach(&self, node: NodeId, link: Arc<Connection>) {
+        self.lock().insert(node, link);
+    }
+
+    /// `node`'s link, while it is open.
+    pub fn get(&self, node: NodeId) -> Option<Arc<Connection>> {
+        let mut links = self.lock();
+        match links.get(&node) {
+            Some(l) if !l.is_closed() => Some(l.clone()),
+            Some(_) => {
+                links.remove(&node);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Forgets every link (leadership lost: the slaves attach again to the next leader).
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    /// Links held (open or not yet found closed).
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+impl std::fmt::Debug for SlaveLinks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SlaveLinks({})", self.count())
+    }
+}
+
 struct Handle {
     addr: String,
     tx: mpsc::UnboundedSender<Outgoing>,
@@ -115,15 +173,22 @@ pub struct SlaveSenders {
     senders: HashMap<NodeId, Handle>,
     timing: SenderTiming,
     results: mpsc::UnboundedSender<SenderResult>,
+    links: SlaveLinks,
 }
 
 impl SlaveSenders {
-    /// Senders whose dispatch results go to `results`.
-    pub fn new(timing: SenderTiming, results: mpsc::UnboundedSender<SenderResult>) -> Self {
+    /// Senders whose dispatch results go to `results`, preferring the slaves' own links in
+    /// `links`.
+    pub fn with_links(
+        timing: SenderTiming,
+        results: mpsc::UnboundedSender<SenderResult>,
+        links: SlaveLinks,
+    ) -> Self {
         Self {
             senders: HashMap::new(),
             timing,
             results,
+            links,
         }
     }
 
@@ -139,9 +204,15 @@ impl SlaveSenders {
         }
         let timing = self.timing;
         let results = self.results.clone();
+        let links = self.links.clone();
         let h = self.senders.entry(node).or_insert_with(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(run_sender(node, addr.to_string(), rx, timing, results));
+            let to = Target {
+                node,
+                addr: addr.to_string(),
+                links,
+            };
+            tokio::spawn(run_sender(to, rx, timing, results));
             Handle {
                 addr: addr.to_string(),
                 tx,
@@ -153,9 +224,16 @@ impl SlaveSenders {
         }
     }
 
-    /// Stops every sender (leadership lost): their queues are dropped.
+    /// Stops every sender (leadership lost): their queues are dropped, and the slaves'
+    /// links forgotten.
     pub fn clear(&mut self) {
         self.senders.clear();
+        self.links.clear();
+    }
+
+    /// Slaves whose commands go over their own link.
+    pub fn links(&self) -> usize {
+        self.links.count()
     }
 
     /// Number of slaves with a sender.
@@ -239,22 +317,44 @@ fn command(msg: &Outgoing) -> SlaveCommand {
     }
 }
 
-/// One slave's sender: its messages in order, over one connection made again (after a
-/// back-off) when it breaks.
-async fn run_sender(
+/// Where one sender's messages go.
+struct Target {
     node: NodeId,
+    /// The slave's address (when it has no link).
     addr: String,
+    links: SlaveLinks,
+}
+
+/// One slave's sender: its messages in order, over the slave's link when it has one, else
+/// over one connection made again (after a back-off) when it breaks.
+async fn run_sender(
+    to: Target,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     timing: SenderTiming,
     results: mpsc::UnboundedSender<SenderResult>,
 ) {
+    let Target { node, addr, links } = to;
     let mut conn: Option<Connection> = None;
     let mut backoff = Backoff::new(timing.backoff_min, timing.backoff_max);
     while let Some(msg) = rx.recv().await {
+        if let Some(link) = links.get(node) {
+            // The slave's own link: the descriptor of a connection of ours is given back.
+            conn = None;
+            backoff.reset();
+            tokio::spawn(deliver(
+                (*link).clone(),
+                node,
+                msg,
+                timing.call_timeout,
+                results.clone(),
+            ));
+            continue;
+        }
         let c = match conn.as_ref().filter(|c| !c.is_closed()) {
             Some(c) => c.clone(),
             None => match Connection::connect(&addr, timing.connect_timeout).await {
                 Ok(c) => {
+                    metrics::counter!("hetsched_master_slave_dials_total").increment(1);
                     backoff.reset();
                     conn = Some(c.clone());
                     c

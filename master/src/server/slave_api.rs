@@ -12,14 +12,20 @@ use super::Master;
 use hetsched_common::protocol::{
     ErrorKind, ErrorReply, HeldTask, SlaveRequest, SlaveResponse, TaskReport,
 };
+use hetsched_common::wire::Peer;
 use hetsched_common::NodeId;
 use hetsched_master_core::state::{Command, Outcome};
 
 impl Master {
     /// Answers one slave request.
-    pub(super) async fn slave(&self, req: SlaveRequest) -> Result<SlaveResponse, ErrorReply> {
+    pub(super) async fn slave(
+        &self,
+        req: SlaveRequest,
+        peer: &Peer,
+    ) -> Result<SlaveResponse, ErrorReply> {
         use SlaveRequest as S;
         match req {
+            S::Attach { node } => self.attach(node, peer),
             S::Register {
                 key,
                 node,
@@ -68,6 +74,26 @@ impl Master {
                 self.slave_records(other).await
             }
         }
+    }
+
+    /// A slave's link takes this leader's commands for `node` from now on.
+    fn attach(&self, node: NodeId, peer: &Peer) -> Result<SlaveResponse, ErrorReply> {
+        self.require_leader()?;
+        if self.shared.read_state().node(node).is_none() {
+            return Err(ErrorReply::new(
+                ErrorKind::UnknownNode,
+                format!("unknown node {node}: register first"),
+            ));
+        }
+        let Some(link) = peer.link.clone() else {
+            return Err(ErrorReply::new(
+                ErrorKind::Unsupported,
+                "this connection cannot carry commands back",
+            ));
+        };
+        tracing::debug!(%node, %peer, "slave link attached: commands go over it");
+        self.heartbeats.links.attach(node, link);
+        Ok(SlaveResponse::Ack)
     }
 
     /// A slave registers (`cmd` is its `RegisterNode`): the registration doubles as its

@@ -37,6 +37,28 @@ impl BenchClient {
         self
     }
 
+    /// The same client answering the leader's commands on its connections with `handler`
+    /// (an in-process slave's link).
+    pub(crate) fn with_commands(mut self, handler: hetsched_common::wire::Handler) -> Self {
+        self.inner = self.inner.with_commands(handler);
+        self
+    }
+
+    /// The same client waiting up to `t` for a connection (the TLS handshake included).
+    pub(crate) fn with_connect_timeout(mut self, t: Duration) -> Self {
+        let opts = LeaderOptions {
+            connect_timeout: t,
+            ..self.inner.options()
+        };
+        self.inner = self.inner.with_options(opts);
+        self
+    }
+
+    /// Connections opened so far (a change: attach again).
+    pub(crate) fn connections_opened(&self) -> u64 {
+        self.inner.connections_opened()
+    }
+
     pub(crate) async fn call(
         &mut self,
         body: Message,

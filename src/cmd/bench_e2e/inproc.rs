@@ -193,30 +193,58 @@ pub(crate) async fn start_in_process_slave(
         })
     });
     let served = tls.clone();
+    let commands = handler.clone();
     tokio::spawn(async move {
         let _ = match served {
             Some(t) => wire::serve_tls(listener, FrameLimits::default(), t, handler).await,
             None => wire::serve(listener, FrameLimits::default(), handler).await,
         };
     });
-    tokio::spawn(slave_link(i, addr, masters, cpus, slave, rx, tls));
+    let me = LinkSlave {
+        index: i,
+        addr,
+        cpus,
+        commands,
+    };
+    tokio::spawn(slave_link(me, masters, slave, rx, tls));
     Ok(())
 }
 
-/// Registers, heartbeats, and reports every accepted task as started and finished (exit 0).
-async fn slave_link(
-    i: u32,
+/// What an in-process slave's link says about it.
+struct LinkSlave {
+    index: u32,
+    /// Its port's address.
     addr: String,
-    masters: Vec<String>,
     cpus: u32,
+    /// Answers the leader's commands on the link, as on the port.
+    commands: Handler,
+}
+
+/// Registers, heartbeats, takes the leader's commands on its link (as a real slave does,
+/// `SlaveRequest::Attach`), and reports every accepted task as started and finished
+/// (exit 0).
+async fn slave_link(
+    me: LinkSlave,
+    masters: Vec<String>,
     slave: Arc<InProcSlave>,
     mut rx: mpsc::UnboundedReceiver<(TaskId, Attempt)>,
     tls: Option<Arc<hetsched_common::wire::tls::TlsSetup>>,
 ) {
-    let mut client = BenchClient::new(masters);
+    let LinkSlave {
+        index: i,
+        addr,
+        cpus,
+        commands,
+    } = me;
+    // A slave's patience, not a client's: a handshake with a busy leader may take seconds,
+    // and one given up is one begun again.
+    let mut client = BenchClient::new(masters)
+        .with_connect_timeout(Duration::from_secs(10))
+        .with_commands(commands);
     if let Some(t) = tls {
         client = client.with_tls(t);
     }
+    let mut attached: Option<u64> = None;
     let key = 0xE2E0_0000 + i as u64 + ((std::process::id() as u64) << 32);
     let register = |held: Vec<HeldTask>| {
         Message::Slave(SlaveRequest::Register {
@@ -246,6 +274,10 @@ async fn slave_link(
     let mut queue: Vec<(TaskId, Attempt)> = Vec::new();
     loop {
         if node.is_none() {
+            // A few registrations at a time per process: thousands of TLS handshakes at
+            // once outlast their deadlines, are retried, and keep the masters from
+            // registering anyone (or from holding an election).
+            let _turn = registering().acquire().await;
             match client
                 .call(register(held_now(&slave)), Duration::from_secs(60))
                 .await
@@ -262,6 +294,13 @@ async fn slave_link(
             _ = beat.tick() => {
                 if !heartbeat(&mut client, &slave, n, &mut last_beat).await {
                     node = None;
+                } else if attached != Some(client.connections_opened()) {
+                    let m = Message::Slave(SlaveRequest::Attach { node: n });
+                    if let Ok(Message::SlaveReply(SlaveResponse::Ack)) =
+                        client.call(m, Duration::from_secs(5)).await
+                    {
+                        attached = Some(client.connections_opened());
+                    }
                 }
             }
             r = rx.recv() => match r {
@@ -290,6 +329,14 @@ async fn slave_link(
         }
         queue = failed;
     }
+}
+
+/// Registrations one process has in flight at once.
+const REGISTERING_AT_ONCE: usize = 32;
+
+fn registering() -> &'static tokio::sync::Semaphore {
+    static TURNS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    TURNS.get_or_init(|| tokio::sync::Semaphore::new(REGISTERING_AT_ONCE))
 }
 
 /// What an in-process slave holds: everything accepted and not acknowledged finished.
