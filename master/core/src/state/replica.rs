@@ -10,6 +10,7 @@ use super::admin::{BenchBook, BenchCounter};
 use super::codec::{bytes_of, hash_of, size_of};
 use super::command::{Command, CommandEnvelope, Outcome};
 use super::ClusterState;
+use crate::sched::multiqueue::{cluster_capacity, DrfUsage};
 use hetsched_common::protocol::AttemptRecord;
 use serde::{Serialize, Serializer};
 use std::collections::BTreeMap;
@@ -25,6 +26,38 @@ pub struct Replica {
     /// Issue 53: the usage record of every ended attempt (`accounting.rs`). In snapshots,
     /// not in the state hash or size.
     accounting: AccountingBook,
+    /// The capacity of the nodes taking work, as the usage records weigh it, kept between
+    /// entries: computing it walks every node, and a cluster of 10,000 slaves applies
+    /// finish reports many times a second (18 % of the leader's time in `bench scale`'s
+    /// profile, issue 54). Only node commands change it (see [`changes_capacity`]).
+    capacity: CapacityCache,
+}
+
+/// A derived value, not state: replicas holding the same state are equal whatever it holds.
+#[derive(Clone, Debug, Default)]
+struct CapacityCache(Option<DrfUsage>);
+
+impl PartialEq for CapacityCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for CapacityCache {}
+
+/// Whether applying `command` may change which nodes take work or what they hold — the
+/// only inputs of [`cluster_capacity`]: registration (new node or new capacity), up, down,
+/// drain and undrain are the only changes to a node's liveness, drain or capacity
+/// (`node_book.rs`).
+fn changes_capacity(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::RegisterNode { .. }
+            | Command::NodeUp { .. }
+            | Command::NodeDown { .. }
+            | Command::DrainNode { .. }
+            | Command::UndrainNode { .. }
+    )
 }
 
 impl Replica {
@@ -76,6 +109,9 @@ impl Replica {
             }
             command => {
                 let drafts = self.drafts(&command, at_ms);
+                if changes_capacity(&command) {
+                    self.capacity = CapacityCache::default();
+                }
                 let outcome = self.cluster.apply(
                     index,
                     CommandEnvelope {
@@ -105,8 +141,19 @@ impl Replica {
     /// attempt's node and start are still the task's): a slave's finish reports, and the
     /// started attempts the master ends without one — those on a node declared down, or one
     /// its slave no longer holds (null readings, [`accounting::draft_lost`]).
-    fn drafts(&self, command: &Command, at_ms: u64) -> Vec<AttemptRecord> {
-        let capacity = || crate::sched::multiqueue::cluster_capacity(&self.cluster);
+    fn drafts(&mut self, command: &Command, at_ms: u64) -> Vec<AttemptRecord> {
+        // Computed only when a record is drafted: node registrations come in storms, and
+        // each one clears the cache.
+        let mut capacity = || {
+            let kept = *self
+                .capacity
+                .0
+                .get_or_insert_with(|| cluster_capacity(&self.cluster));
+            // Every test build checks the kept value against a fresh walk (the model check
+            // and the chaos replays drive every command kind through here).
+            debug_assert_eq!(kept, cluster_capacity(&self.cluster), "stale capacity");
+            kept
+        };
         let lost = |node, task, attempt, capacity: &_| {
             let at = super::command::TaskRef {
                 node,
@@ -188,6 +235,7 @@ impl Replica {
             cluster,
             bench,
             accounting,
+            capacity: CapacityCache::default(),
         })
     }
 

@@ -244,3 +244,57 @@ fn an_attempt_lost_with_its_node_leaves_a_record_with_null_readings() {
         ["lost"]
     );
 }
+
+/// The cluster's capacity weighing each record is kept between entries (walking 10,000
+/// nodes per finish report cost the leader 18 %, issue 54), and a node joining changes it:
+/// the same 2-second one-GPU attempt weighs 2 GPU-seconds of one GPU, then half that once a
+/// second one-GPU node registered.
+#[test]
+fn records_weigh_the_capacity_as_it_is_when_nodes_join() {
+    use crate::sched::test_log::{spec, submit, submitted_tasks};
+    use crate::state::{Assign, Plan};
+    use hetsched_common::protocol::{HistoryFilter, TaskReport, UsageRecord};
+    let finished = |node, task| Command::TaskReports {
+        node,
+        reports: vec![TaskReport::Finished {
+            task,
+            attempt: 1,
+            exit_code: 0,
+            reason: None,
+            reason_detail: None,
+            usage: Some(UsageRecord {
+                elapsed_ms: Some(2_000),
+                ..UsageRecord::default()
+            }),
+        }],
+    };
+    let (mut r, t, n) = running_gpu_task();
+    r.apply(4, env(None, finished(n, t)));
+    r.apply(5, env(None, node(2, 4, 1, &[])));
+    let t2 = submitted_tasks(r.apply(6, env(None, submit(spec(1, 2, 1)))))[0];
+    let plan = Plan {
+        assignments: vec![Assign::to(t2, n)],
+        ..Default::default()
+    };
+    r.apply(7, env(None, Command::ApplyPlan(plan)));
+    r.apply(8, env(None, finished(n, t2)));
+    let weights: Vec<_> = r
+        .accounting()
+        .history(&HistoryFilter::default())
+        .iter()
+        .map(|rec| rec.dominant_s)
+        .collect();
+    assert_eq!(weights, vec![Some(2.0), Some(1.0)]);
+    // A replica rebuilt from the snapshot (nothing kept) weighs as the one that applied.
+    let mut back = Replica::from_bytes(&r.to_bytes()).expect("decode");
+    assert_eq!(back, r);
+    let t3 = submitted_tasks(back.apply(9, env(None, submit(spec(1, 2, 1)))))[0];
+    let plan = Plan {
+        assignments: vec![Assign::to(t3, n)],
+        ..Default::default()
+    };
+    back.apply(10, env(None, Command::ApplyPlan(plan)));
+    back.apply(11, env(None, finished(n, t3)));
+    let last = back.accounting().history(&HistoryFilter::default());
+    assert_eq!(last.last().and_then(|rec| rec.dominant_s), Some(1.0));
+}
