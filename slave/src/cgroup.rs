@@ -19,6 +19,7 @@
 //! trees in temporary directories; the v1 path is also tested for real where tests run as root.
 
 use crate::cgroup_spares::{memory_left_ok, Spares, SPARE_PREFIX};
+pub use crate::cgroup_usage::{cpu_stat_usage_usec, CgroupUsage};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::collections::BTreeSet;
@@ -72,7 +73,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
     }
 }
 
-fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
+pub(crate) fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
     std::fs::write(path, value).map_err(io_err(path))
 }
 
@@ -411,11 +412,11 @@ impl Cgroups {
 pub struct AttemptCgroup {
     mode: CgroupMode,
     /// Directory of the cpu controller (v2: the attempt's one directory).
-    cpu: Option<PathBuf>,
+    pub(crate) cpu: Option<PathBuf>,
     /// Directory of the memory controller (v2: the same as `cpu`).
-    mem: Option<PathBuf>,
+    pub(crate) mem: Option<PathBuf>,
     /// v1: directory of the `cpuacct` controller where it is a hierarchy of its own.
-    acct: Option<PathBuf>,
+    pub(crate) acct: Option<PathBuf>,
     /// The slave's spare cgroups.
     spares: Spares,
 }
@@ -440,64 +441,6 @@ impl AttemptCgroup {
             }
         }
         v
-    }
-
-    /// A reused (spare) v1 cgroup's counters set back to zero, so that what it measures is
-    /// this attempt's alone: `cpuacct.usage` and `memory.max_usage_in_bytes` (the kernel
-    /// accepts `0` for both; the peak restarts from what is charged now, which a spare keeps
-    /// small). `reused` says which of its directories came from a spare.
-    fn reset_counters(&self, reused: impl Fn(&Path) -> bool) {
-        let acct = self.acct.as_ref().or(self.cpu.as_ref());
-        let files = [
-            acct.map(|d| d.join("cpuacct.usage")),
-            self.mem
-                .as_ref()
-                .map(|d| d.join("memory.max_usage_in_bytes")),
-        ];
-        for f in files.into_iter().flatten() {
-            let dir_reused = f.parent().is_some_and(&reused);
-            if dir_reused && f.exists() {
-                if let Err(e) = write_file(&f, "0") {
-                    tracing::warn!(error = %e, "cannot reset a reused cgroup's counter; its usage reading includes the previous attempt's");
-                }
-            }
-        }
-    }
-
-    /// What the attempt used, read before its cgroup is retired: CPU seconds (v2 `cpu.stat`
-    /// `usage_usec`; v1 `cpuacct.usage`, ns) and peak memory in bytes (v2 `memory.peak`,
-    /// v1 `memory.max_usage_in_bytes`). `None` for what cannot be read (no cgroup, an older
-    /// kernel without `memory.peak`).
-    pub fn usage(&self) -> CgroupUsage {
-        let read = |p: PathBuf| crate::small_file::read_to_string(&p).ok();
-        let number = |p: PathBuf| read(p).and_then(|s| s.trim().parse::<u64>().ok());
-        match self.mode {
-            CgroupMode::None => CgroupUsage::default(),
-            CgroupMode::V2 => CgroupUsage {
-                cpu_s: self
-                    .cpu
-                    .as_ref()
-                    .and_then(|d| read(d.join("cpu.stat")))
-                    .and_then(|s| cpu_stat_usage_usec(&s))
-                    .map(|us| us as f64 / 1e6),
-                peak_bytes: self
-                    .mem
-                    .as_ref()
-                    .and_then(|d| number(d.join("memory.peak"))),
-            },
-            CgroupMode::V1 => CgroupUsage {
-                cpu_s: self
-                    .acct
-                    .as_ref()
-                    .or(self.cpu.as_ref())
-                    .and_then(|d| number(d.join("cpuacct.usage")))
-                    .map(|ns| ns as f64 / 1e9),
-                peak_bytes: self
-                    .mem
-                    .as_ref()
-                    .and_then(|d| number(d.join("memory.max_usage_in_bytes"))),
-            },
-        }
     }
 
     /// The `cgroup.procs` files a process writes `0` to in order to join (one per hierarchy).
@@ -674,23 +617,6 @@ fn remove_cgroup_dir(d: &Path) {
 /// tests wrote) — removed recursively, which the kernel's cgroupfs would refuse.
 fn is_fake(dir: &Path) -> bool {
     !dir.starts_with("/sys/fs/cgroup")
-}
-
-/// An attempt's cgroup readings ([`AttemptCgroup::usage`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct CgroupUsage {
-    /// CPU time, user + system, seconds.
-    pub cpu_s: Option<f64>,
-    /// Peak memory charged, bytes.
-    pub peak_bytes: Option<u64>,
-}
-
-/// The `usage_usec N` value in the text of a v2 `cpu.stat`.
-pub fn cpu_stat_usage_usec(text: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let mut w = l.split_whitespace();
-        (w.next() == Some("usage_usec")).then(|| w.next()?.parse().ok())?
-    })
 }
 
 /// The `oom_kill N` count in the text of `memory.events` (v2) or `memory.oom_control` (v1).

@@ -43,6 +43,7 @@ pub mod attempt;
 pub mod cgroup;
 pub mod cgroup_favor;
 pub mod cgroup_spares;
+pub mod cgroup_usage;
 pub mod contention;
 pub mod engine;
 pub mod forward;
