@@ -19,7 +19,6 @@
 //! trees in temporary directories; the v1 path is also tested for real where tests run as root.
 
 use crate::cgroup_spares::{memory_left_ok, Spares, SPARE_PREFIX};
-pub use crate::cgroup_usage::{cpu_stat_usage_usec, CgroupUsage};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::collections::BTreeSet;
