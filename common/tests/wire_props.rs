@@ -307,6 +307,7 @@ fn message() -> impl Strategy<Value = Message> {
                 }],
                 membw_total_mbps: Some(21_000),
                 membw_total_source: Some("triad".into()),
+                containers: Default::default(),
             }])
         )),
         (
@@ -391,6 +392,8 @@ fn message() -> impl Strategy<Value = Message> {
                     engine: None,
                     job_name: String::new(),
                     workdir: None,
+                    image: None,
+                    run_as: None,
                 })
             )),
         ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask {

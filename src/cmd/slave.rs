@@ -104,6 +104,14 @@ pub struct Args {
     /// Never forward calls to peers (this slave still runs calls peers forward to it).
     #[arg(long)]
     pub no_forward: bool,
+    /// The OCI runtime container tasks run with (docs/guide/containers.md); by default the
+    /// slave tries runc, then crun, starting a memory-limited container with each at start,
+    /// and uses the first that passes.
+    #[arg(long, value_name = "PATH")]
+    pub oci_runtime: Option<std::path::PathBuf>,
+    /// Run no container tasks (no runtime probe at start; the master sends this node none).
+    #[arg(long, conflicts_with = "oci_runtime")]
+    pub no_containers: bool,
     /// S3 GPU pool of this node's GPUs: `single` (serves tasks asking fewer than 4 GPUs
     /// first), `multi` (serves tasks asking 4 or more first), or `auto`: the master splits
     /// the pools by the workload's demand (by GPU count until a GPU task is seen).
@@ -262,6 +270,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             ..Default::default()
         },
         gpu_pool: a.gpu_pool.0,
+        containers: hetsched_slave::container::ContainerOptions {
+            oci_runtime: a.oci_runtime,
+            disabled: a.no_containers,
+        },
     };
     // After the flags are checked (a bad one is reported alone), before any socket.
     super::log_open_file_limit();

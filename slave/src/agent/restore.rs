@@ -79,13 +79,14 @@ impl Agent {
                     exit_code,
                     reason,
                     usage,
+                    detail,
                 } => {
                     let _ = reports.send(TaskReport::Finished {
                         task,
                         attempt,
                         exit_code,
                         reason,
-                        reason_detail: None,
+                        reason_detail: detail,
                         usage,
                     });
                     Phase::Finished { exit_code }

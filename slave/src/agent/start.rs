@@ -29,6 +29,10 @@ impl Agent {
                 }
             }
             let (task, attempt) = (a.task, a.attempt);
+            if let Some(image) = &a.image {
+                self.refuse_image(&a, image.clone());
+                continue;
+            }
             let launched = self.launcher.prepare(&a).and_then(|(dir, spec)| {
                 self.launch
                     .launch(&dir, &spec)
@@ -93,6 +97,24 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// A container task on a slave that has no image store yet: ended with reason `image`
+    /// naming the image and the step, never run bare on the node's own filesystem.
+    fn refuse_image(&mut self, a: &Assignment, image: String) {
+        let detail = format!(
+            "image {image}: unpack: this slave cannot unpack images yet (its image store is not built)"
+        );
+        tracing::error!(task = %a.task, attempt = a.attempt, %detail, "container task cannot start");
+        attempt::note_in_err_log(&self.launcher.log_dir, a, &format!("hetsched: {detail}"));
+        self.finished_detail(
+            a.task,
+            a.attempt,
+            attempt::EXIT_CANNOT_START,
+            Some(TaskReason::Image),
+            None,
+            Some(detail),
+        );
     }
 
     /// Starts the watcher of an attempt.
