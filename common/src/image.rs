@@ -214,9 +214,44 @@ impl std::str::FromStr for ImageRef {
     }
 }
 
+/// A size as `slave --image-cache` takes it: a whole number with a binary unit (`20GiB`,
+/// `512MiB`, `1TiB`, `64KiB`) or plain bytes.
+pub fn parse_size_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: give a whole number with a unit, e.g. 20GiB"))?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        "TiB" => 40,
+        u => return Err(format!("{s:?}: unknown unit {u:?} (B, KiB, MiB, GiB, TiB)")),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_take_binary_units() {
+        assert_eq!(parse_size_bytes("20GiB"), Ok(20 << 30));
+        assert_eq!(parse_size_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size_bytes("4096"), Ok(4096));
+        assert!(parse_size_bytes("20GB")
+            .unwrap_err()
+            .contains("unknown unit"));
+        assert!(parse_size_bytes("lots").is_err());
+        assert!(parse_size_bytes("99999999TiB")
+            .unwrap_err()
+            .contains("too large"));
+    }
 
     #[test]
     fn every_kind_parses_and_prints_back() {

@@ -90,6 +90,7 @@ fn pool_in(
     cgroups: Cgroups,
 ) -> (Launcher, PoolClient) {
     let launcher = Launcher {
+        containers: None,
         supervisor: program.clone(),
         attempts_dir: dir.join("attempts"),
         log_dir: dir.join("logs"),

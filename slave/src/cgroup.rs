@@ -104,6 +104,8 @@ pub struct Cgroups {
     acct_dir: Option<PathBuf>,
     /// Ended attempts' cgroups kept for reuse ([`crate::cgroup_spares`]).
     spares: Spares,
+    /// The cgroupfs root it was detected under (`None` in mode `None`).
+    root: Option<PathBuf>,
 }
 
 /// The cgroup path of `controller` (v1) or of the unified hierarchy (`controller` = "") in
@@ -134,6 +136,7 @@ impl Cgroups {
             mem_dir: None,
             acct_dir: None,
             spares: Spares::default(),
+            root: None,
         }
     }
 
@@ -173,6 +176,7 @@ impl Cgroups {
                         mem_dir: Some(dir),
                         acct_dir: None,
                         spares: Spares::default(),
+                        root: Some(root.to_path_buf()),
                     };
                 }
                 Err(e) => {
@@ -215,6 +219,7 @@ impl Cgroups {
             mem_dir,
             acct_dir,
             spares: Spares::default(),
+            root: Some(root.to_path_buf()),
         }
     }
 
@@ -254,6 +259,17 @@ impl Cgroups {
     /// The mode in use.
     pub fn mode(&self) -> CgroupMode {
         self.mode
+    }
+
+    /// The name of the slave's own directories (`hetsched-<slave>`; `None` without cgroups).
+    pub fn own_name(&self) -> Option<String> {
+        let d = self.own_dirs().next()?;
+        Some(d.file_name()?.to_string_lossy().into_owned())
+    }
+
+    /// The cgroupfs root the hierarchies were found under (`None` without cgroups).
+    pub fn root(&self) -> Option<&Path> {
+        self.root.as_deref()
     }
 
     /// The (not necessarily existing) cgroup of attempt `name`.

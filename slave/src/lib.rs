@@ -337,6 +337,14 @@ pub async fn run_with_engines(
         log_dir: log_dir.clone(),
         cgroups,
         probe_files,
+        containers: match &containers {
+            container::RuntimeProbe::Ready(rt) => Some(Arc::new(container::Containers::new(
+                container::containers_dir(&cfg.data_dir),
+                rt.clone(),
+                &cfg.containers,
+            ))),
+            container::RuntimeProbe::Missing(_) => None,
+        },
     };
     let parts = Parts {
         store,

@@ -112,6 +112,14 @@ pub struct Args {
     /// Run no container tasks (no runtime probe at start; the master sends this node none).
     #[arg(long, conflicts_with = "oci_runtime")]
     pub no_containers: bool,
+    /// A directory container images may be read from (oci:, oci-archive:, docker-archive:
+    /// references under it); repeatable. Images anywhere else are refused (reason image).
+    #[arg(long, value_name = "DIR")]
+    pub image_dir: Vec<std::path::PathBuf>,
+    /// Bound of the slave's unpacked images (least recently used ones no task holds go
+    /// first): a whole number with a binary unit.
+    #[arg(long, value_name = "SIZE", default_value = "20GiB", value_parser = hetsched_common::image::parse_size_bytes)]
+    pub image_cache: u64,
     /// S3 GPU pool of this node's GPUs: `single` (serves tasks asking fewer than 4 GPUs
     /// first), `multi` (serves tasks asking 4 or more first), or `auto`: the master splits
     /// the pools by the workload's demand (by GPU count until a GPU task is seen).
@@ -273,6 +281,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         containers: hetsched_slave::container::ContainerOptions {
             oci_runtime: a.oci_runtime,
             disabled: a.no_containers,
+            image_dirs: a.image_dir,
+            image_cache_bytes: a.image_cache,
         },
     };
     // After the flags are checked (a bad one is reported alone), before any socket.

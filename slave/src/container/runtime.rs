@@ -13,13 +13,29 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// What the slave is told of containers (`slave --oci-runtime`, `--no-containers`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What the slave is told of containers (`slave --oci-runtime`, `--no-containers`,
+/// `--image-dir`, `--image-cache`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerOptions {
     /// The runtime to use (`--oci-runtime PATH`); `None`: try `runc`, then `crun`.
     pub oci_runtime: Option<PathBuf>,
     /// Containers turned off (`--no-containers`): no probe, the node runs none.
     pub disabled: bool,
+    /// Directories images are read from (`--image-dir`, repeatable); nothing else is read.
+    pub image_dirs: Vec<PathBuf>,
+    /// Bound of the image store, bytes (`--image-cache`, 20 GiB by default).
+    pub image_cache_bytes: u64,
+}
+
+impl Default for ContainerOptions {
+    fn default() -> Self {
+        Self {
+            oci_runtime: None,
+            disabled: false,
+            image_dirs: Vec::new(),
+            image_cache_bytes: super::store::DEFAULT_CACHE_BYTES,
+        }
+    }
 }
 
 /// A runtime that passed the probe.
