@@ -206,11 +206,29 @@ fn running(c: &mut Cluster, dir: &str) {
     assert_eq!(t["state"], "succeeded", "{t}");
     assert_eq!(
         stdout_of(c, &t),
-        "from-the-image
-1000
-host-hidden
-",
+        "from-the-image\n1000\nhost-hidden\n",
         "{t}"
+    );
+    // The store's image is on the node's entry (from its heartbeats).
+    let image = format!("oci:{dir}/bb:v1");
+    let listed = wait_for("the image in nodes --json", WAIT, || {
+        let nodes = c.json(&["nodes"])?;
+        let images = nodes.as_array()?.first()?["containers"]["images"].clone();
+        images
+            .as_array()?
+            .iter()
+            .find(|i| i["ref"] == image.as_str())
+            .cloned()
+    });
+    assert!(
+        listed["digest"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sha256:")),
+        "{listed}"
+    );
+    assert!(
+        listed["size_mib"].as_u64().is_some_and(|m| m >= 1),
+        "{listed}"
     );
     // docker-archive, --run-as, and the image's cmd when no command is given is covered by
     // the unit tests; here: the archive runs, as --run-as says.

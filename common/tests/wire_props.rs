@@ -352,6 +352,11 @@ fn message() -> impl Strategy<Value = Message> {
                     rtt_us: 90,
                     bytes_per_s: n,
                 }],
+                images: vec![hetsched_common::protocol::ImageInfo {
+                    reference: "oci:/srv/images/bb:v1".into(),
+                    digest: format!("sha256:{n:064x}"),
+                    size_mib: n % 4096,
+                }],
             }
         )),
         ids.prop_map(|(n, t, a)| Message::Slave(SlaveRequest::TaskStarted {

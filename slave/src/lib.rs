@@ -517,6 +517,7 @@ fn spawn_agent_sampler_link(
 ) -> Result<mpsc::UnboundedSender<agent::AgentMsg>, Error> {
     let (agent_tx, agent_rx) = mpsc::unbounded_channel();
     let (report_tx, report_rx) = mpsc::unbounded_channel();
+    let containers = p.launcher.containers.clone();
     let agent = agent::Agent::restore(
         p.store.clone(),
         p.lost,
@@ -556,7 +557,8 @@ fn spawn_agent_sampler_link(
     )
     .with_samples(sample_rx)
     .with_engines(p.programs.engines.clone())
-    .with_links(p.programs.forwarder.as_ref().map(|f| f.links()));
+    .with_links(p.programs.forwarder.as_ref().map(|f| f.links()))
+    .with_containers(containers);
     tokio::spawn(link.run(report_rx));
     Ok(agent_tx)
 }

@@ -93,6 +93,8 @@ pub struct Link {
     /// The engines whose load heartbeats carry (S0.6 forwarding queries use it).
     engines: Option<std::sync::Arc<crate::engine::EngineSet>>,
     links: Option<crate::forward::Links>,
+    /// The slave's containers, whose images heartbeats carry (issue 52).
+    containers: Option<std::sync::Arc<crate::container::Containers>>,
 }
 
 /// Most reports in one [`SlaveRequest::TaskReports`] (keeps one log entry well under the
@@ -156,6 +158,7 @@ impl Link {
             samples: None,
             engines: None,
             links: None,
+            containers: None,
         }
     }
 
@@ -184,6 +187,15 @@ impl Link {
     /// Heartbeats carry these engines' load.
     pub fn with_engines(mut self, engines: std::sync::Arc<crate::engine::EngineSet>) -> Self {
         self.engines = Some(engines);
+        self
+    }
+
+    /// Heartbeats carry the images of this store (issue 52).
+    pub fn with_containers(
+        mut self,
+        containers: Option<std::sync::Arc<crate::container::Containers>>,
+    ) -> Self {
+        self.containers = containers;
         self
     }
 
@@ -377,12 +389,18 @@ impl Link {
                 Err(p) => p.into_inner().values().copied().collect(),
             })
             .unwrap_or_default();
+        let images = self
+            .containers
+            .as_ref()
+            .map(|c| c.store.images())
+            .unwrap_or_default();
         let beat = SlaveRequest::Heartbeat {
             node,
             held,
             samples,
             engine_load,
             links,
+            images,
         };
         match self.call(beat).await? {
             SlaveResponse::HeartbeatAck { .. } | SlaveResponse::Ack => Ok(()),

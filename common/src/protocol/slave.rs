@@ -176,6 +176,9 @@ pub enum SlaveRequest {
         /// shows them on its entry).
         #[serde(default)]
         links: Vec<super::LinkEstimate>,
+        /// Issue 52: the images its store holds (`nodes --json` `"containers": {"images"}`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<super::ImageInfo>,
     },
     /// A task's process started.
     TaskStarted {

@@ -356,6 +356,18 @@ impl ImageStore {
         }
     }
 
+    /// The images unpacked as heartbeats carry them (`nodes --json` `"images"`).
+    pub fn images(&self) -> Vec<hetsched_common::protocol::ImageInfo> {
+        self.list()
+            .into_iter()
+            .map(|l| hetsched_common::protocol::ImageInfo {
+                reference: l.reference,
+                digest: l.digest,
+                size_mib: l.size_bytes.div_ceil(1 << 20),
+            })
+            .collect()
+    }
+
     /// The images unpacked (for `nodes --json`).
     pub fn list(&self) -> Vec<Listed> {
         self.records()
