@@ -37,11 +37,12 @@ fn volatile(listing: &str) -> &'static [&'static str] {
 
 /// The fields added to a listing's entries since the fixture was recorded (an answer may
 /// gain fields, never lose or change one): `reason_detail`, a shared slot of issue 47; the
-/// workflow keys of issue 51; the node's measured memory bandwidth of issue 57.
+/// workflow keys of issue 51; the node's measured memory bandwidth of issue 57; the node's
+/// containers of issue 52.
 fn added_since(listing: &str) -> Vec<&'static str> {
     match listing {
         "tasks" => vec!["reason_detail"],
-        "nodes" => vec!["membw_total_mbps", "membw_total_source"],
+        "nodes" => vec!["membw_total_mbps", "membw_total_source", "containers"],
         "jobs" => {
             let keys = hetsched_common::dependency::SPEC_KEYS.into_iter();
             keys.chain(["dependents"]).collect()

@@ -251,6 +251,8 @@ fn a_secured_cluster_refuses_plain_tcp_foreign_roles_and_other_users() {
         engine: None,
         job_name: String::new(),
         workdir: None,
+        image: None,
+        run_as: None,
     }]));
     for who in [
         setup_for(c.dir.path(), Role::Client, "root"),

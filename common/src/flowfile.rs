@@ -228,8 +228,11 @@ pub fn step_spec(
     if job.name.is_none() {
         job.name = Some(s.name.clone());
     }
-    if program.is_none() && job.command.as_ref().is_none_or(|c| c.is_empty()) {
-        return Err("no command: give `command = [...]` or `program = \"FILE\"`".into());
+    let runs_image = job.image.is_some();
+    if program.is_none() && !runs_image && job.command.as_ref().is_none_or(|c| c.is_empty()) {
+        return Err(
+            "no command: give `command = [...]`, `program = \"FILE\"` or `image = \"REF\"`".into(),
+        );
     }
     // `after_mode = "any"` over step names alone: the names are resolved later, so the
     // check that it has dependencies waits for them.

@@ -142,3 +142,23 @@ fn steps_are_ordered_after_what_they_follow_whatever_the_file_order() {
     let spec = flow.resolved(0, |n| (n == "first").then_some(crate::JobId(40)));
     assert_eq!(spec.after, [crate::JobId(40)]);
 }
+
+#[test]
+fn a_step_may_run_its_image_without_a_command() {
+    let text = "[[step]]\nname = \"serve\"\nimage = \"oci:/srv/images/bb\"\n\n\
+                [[step]]\nname = \"nothing\"\nneeds = [\"serve\"]\n";
+    let e = refused(text);
+    assert!(e.message.contains("image = \"REF\""), "{e}");
+    let ok = parse_flow_file(
+        "flow.toml",
+        &text.replace("needs", "command = [\"true\"]\nneeds"),
+    )
+    .expect("parse")
+    .to_flow("u")
+    .expect("flow");
+    assert_eq!(
+        ok.steps[0].spec.image.as_deref(),
+        Some("oci:/srv/images/bb")
+    );
+    assert!(ok.steps[0].spec.command.is_empty());
+}

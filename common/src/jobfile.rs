@@ -14,6 +14,8 @@
 //! after = [12, 13]               # start once jobs 12 and 13 succeeded; also after_any,
 //!                                # after_fail, after_each = 14, after_mode = "any",
 //! max_running = 2                # singleton = true (crate::dependency)
+//! image = "oci:/srv/images/train:v3"  # run in this container image (crate::image)
+//! run_as = "1000"                # the image's user unless given
 //! [resources]
 //! cpus = 2.0
 //! mem = 4096                     # MiB
@@ -118,6 +120,17 @@ pub struct JobFile {
     /// At most this many tasks assigned or running at once (`--max-running`).
     #[serde(default)]
     pub max_running: Option<u32>,
+    /// Issue 52: the container image each task runs in (`--image`,
+    /// [`crate::image::ImageRef`]; checked as it is read, so a bad one names its field).
+    #[serde(default, deserialize_with = "de_image")]
+    pub image: Option<String>,
+    /// The user a container task runs as in its image (`--run-as`).
+    #[serde(default)]
+    pub run_as: Option<String>,
+    /// The directory each task starts in (`--workdir`; absolute: on the node, or inside
+    /// the image for a container task).
+    #[serde(default)]
+    pub workdir: Option<String>,
 }
 
 /// The `[resources]` table.
@@ -157,10 +170,10 @@ impl JobFile {
         program: Option<crate::program::Program>,
     ) -> crate::Result<JobSpec> {
         let command = self.command.clone().unwrap_or_default();
-        let name = self
-            .name
-            .clone()
-            .unwrap_or_else(|| default_job_name(&command));
+        let name = self.name.clone().unwrap_or_else(|| match &self.image {
+            Some(image) if command.is_empty() => default_image_job_name(image),
+            _ => default_job_name(&command),
+        });
         let r = &self.resources;
         let mut gpu = gpu_request(r.gpus.unwrap_or(0.0)).map_err(|why| crate::Error::Invalid {
             what: "job spec",
@@ -195,8 +208,9 @@ impl JobFile {
             no_preempt: self.no_preempt,
             program,
             cpu_search: self.cpu_search()?,
-            // Not a spec-file key yet: the workflow and container issues give it meaning.
-            workdir: None,
+            workdir: self.workdir.clone(),
+            image: self.image.clone(),
+            run_as: self.run_as.clone(),
             after: self.after.clone(),
             after_any: self.after_any.clone(),
             after_fail: self.after_fail.clone(),
@@ -230,6 +244,16 @@ impl JobFile {
             }
             None => Ok(None),
         }
+    }
+}
+
+/// A container job's name when it gives no command: the image's last path component,
+/// without its tag (`docker://r.io/lib/bb:1` → `bb`).
+pub fn default_image_job_name(image: &str) -> String {
+    let last = image.rsplit('/').next().unwrap_or("");
+    match last.split([':', '@']).next() {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => "image".to_string(),
     }
 }
 
@@ -331,6 +355,14 @@ fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error>
     parse_duration_ms(&s)
         .map(Some)
         .map_err(serde::de::Error::custom)
+}
+
+/// `image`: a reference [`crate::image::ImageRef`] takes.
+fn de_image<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let v = String::deserialize(d)?;
+    crate::image::ImageRef::parse(&v)
+        .map(|_| Some(v))
+        .map_err(|e| serde::de::Error::custom(e.why))
 }
 
 fn de_cpus<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
@@ -692,5 +724,26 @@ gpu_model = "T4"
         assert_eq!(parse_duration_ms("5m"), Ok(300_000));
         assert!(parse_duration_ms("5").is_err());
         assert!(parse_duration_ms("lots").is_err());
+    }
+
+    #[test]
+    fn a_container_job_names_its_image_and_takes_its_name_from_it() {
+        let f = parse_job_file(
+            "j.toml",
+            "image = \"oci:/srv/images/train:v3\"\nrun_as = \"1000\"\nworkdir = \"/work\"\n",
+        )
+        .expect("parses");
+        let spec = f.to_spec("ada").expect("valid");
+        assert_eq!(spec.image.as_deref(), Some("oci:/srv/images/train:v3"));
+        assert_eq!(spec.run_as.as_deref(), Some("1000"));
+        assert_eq!(spec.workdir.as_deref(), Some("/work"));
+        assert!(spec.command.is_empty());
+        assert_eq!(spec.name, "train");
+        assert_eq!(
+            default_image_job_name("docker://r.io/lib/bb@sha256:ab"),
+            "bb"
+        );
+        assert_eq!(default_image_job_name("oci-archive:/srv/bb.tar"), "bb.tar");
+        assert_eq!(default_image_job_name("oci:/"), "image");
     }
 }

@@ -14,6 +14,7 @@ mod error;
 pub mod flow;
 pub mod flowfile;
 mod ids;
+pub mod image;
 pub mod jobfile;
 #[cfg(feature = "net")]
 pub mod leader;

@@ -66,6 +66,16 @@ pub struct JobSpec {
     /// when unset, so entries written before the key existed encode the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    /// Issue 52: the container image each task runs in (`submit --image REF`,
+    /// [`crate::image::ImageRef`]); the command then runs inside it, or the image's own
+    /// entrypoint and cmd when the command is empty. `None`: a bare task, as before. Left
+    /// out of the encoding when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Issue 52: the user a container task runs as inside its image (`submit --run-as
+    /// USER|UID`; `--user` names the submitting user); `None`: the image's own user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<String>,
     // Issue 51, workflows (`dependency.rs`): every key left out of the encoding when unset,
     // so entries and snapshots written before they existed encode (and hash) the same.
     /// Start once each of these jobs succeeded (Slurm `afterok`).
@@ -89,6 +99,30 @@ pub struct JobSpec {
     /// At most this many of the job's tasks assigned or running at once (the throttle).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_running: Option<u32>,
+}
+
+/// `--run-as`: a user name or a numeric uid, optionally `:GROUP|GID`, for a container task.
+fn check_run_as(u: &str, has_image: bool) -> Result<(), String> {
+    if !has_image {
+        return Err("--run-as applies to container tasks only; add --image".into());
+    }
+    let ok = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 64
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    };
+    let (user, group) = match u.split_once(':') {
+        Some((a, b)) => (a, Some(b)),
+        None => (u, None),
+    };
+    if ok(user) && group.is_none_or(ok) {
+        Ok(())
+    } else {
+        Err(format!(
+            "--run-as {u:?}: give USER or UID, optionally :GROUP or :GID"
+        ))
+    }
 }
 
 /// A GPU task's class (S3.2): the CPU-count history is kept per class.
@@ -210,8 +244,23 @@ impl JobSpec {
                     "a job runs either a command or a program, not both".into()
                 ));
             }
+            if self.image.is_some() {
+                return Err(bad("a program job runs no container image".into()));
+            }
+        } else if let Some(image) = &self.image {
+            crate::image::ImageRef::parse(image).map_err(|e| bad(e.to_string()))?;
+            // An empty command runs the image's own entrypoint and cmd.
+            if self.command.first().is_some_and(String::is_empty) {
+                return Err(bad("the command's program is empty".into()));
+            }
         } else if self.command.is_empty() || self.command[0].is_empty() {
             return Err(bad("the command is empty".into()));
+        }
+        if let Some(w) = self.workdir.as_deref().filter(|w| !w.starts_with('/')) {
+            return Err(bad(format!("workdir {w:?} must be an absolute path")));
+        }
+        if let Some(u) = &self.run_as {
+            check_run_as(u, self.image.is_some()).map_err(bad)?;
         }
         if self.count == 0 || self.count > MAX_TASKS_PER_JOB {
             return Err(bad(format!(
@@ -637,5 +686,52 @@ mod tests {
         assert!(parse_host_port("localhost").is_err());
         assert!(parse_host_port(":80").is_err());
         assert!(parse_host_port("h:99999").is_err());
+    }
+
+    #[test]
+    fn container_jobs_check_their_image_user_and_workdir() {
+        let job = |image: Option<&str>, command: &[&str]| JobSpec {
+            count: 1,
+            command: command.iter().map(|c| c.to_string()).collect(),
+            resources: crate::ResourceRequest {
+                cpu_milli: 1000,
+                ..Default::default()
+            },
+            image: image.map(str::to_string),
+            ..Default::default()
+        };
+        // The image's own entrypoint runs when the command is empty.
+        assert!(job(Some("oci:/srv/bb"), &[]).validate().is_ok());
+        assert!(job(Some("oci:/srv/bb"), &["sh", "-c", "id"])
+            .validate()
+            .is_ok());
+        let e = job(Some("bb"), &["true"])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown kind"), "{e}");
+        let e = job(None, &[]).validate().unwrap_err().to_string();
+        assert!(e.contains("command is empty"), "{e}");
+        let run_as = |image: Option<&str>, u: &str| JobSpec {
+            run_as: Some(u.into()),
+            ..job(image, &["true"])
+        };
+        assert!(run_as(Some("oci:/srv/bb"), "1000:1000").validate().is_ok());
+        assert!(run_as(Some("oci:/srv/bb"), "nobody").validate().is_ok());
+        let e = run_as(None, "1000").validate().unwrap_err().to_string();
+        assert!(e.contains("add --image"), "{e}");
+        let e = run_as(Some("oci:/srv/bb"), "a b")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("USER or UID"), "{e}");
+        let rel = JobSpec {
+            workdir: Some("work".into()),
+            ..job(None, &["true"])
+        };
+        assert!(rel.validate().unwrap_err().to_string().contains("absolute"));
+        // Left out of the encoding when unset (entries written before issue 52 hash the same).
+        let v = serde_json::to_value(job(None, &["true"])).expect("encode");
+        assert!(v.get("image").is_none() && v.get("run_as").is_none());
     }
 }

@@ -307,6 +307,7 @@ fn message() -> impl Strategy<Value = Message> {
                 }],
                 membw_total_mbps: Some(21_000),
                 membw_total_source: Some("triad".into()),
+                containers: Default::default(),
             }])
         )),
         (
@@ -351,6 +352,11 @@ fn message() -> impl Strategy<Value = Message> {
                     rtt_us: 90,
                     bytes_per_s: n,
                 }],
+                images: vec![hetsched_common::protocol::ImageInfo {
+                    reference: "oci:/srv/images/bb:v1".into(),
+                    digest: format!("sha256:{n:064x}"),
+                    size_mib: n % 4096,
+                }],
             }
         )),
         ids.prop_map(|(n, t, a)| Message::Slave(SlaveRequest::TaskStarted {
@@ -391,6 +397,8 @@ fn message() -> impl Strategy<Value = Message> {
                     engine: None,
                     job_name: String::new(),
                     workdir: None,
+                    image: None,
+                    run_as: None,
                 })
             )),
         ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask {

@@ -253,6 +253,12 @@ mod tests {
         let ok = submit_body(br#"{"command":["true"]}"#).expect("valid");
         assert_eq!(ok.spec.user, "", "left to the master to fill in");
         assert!(!ok.allow_unplaceable);
+        // Issue 52: a container job, its command the image's own.
+        let ok = submit_body(br#"{"image":"oci:/srv/bb:v1","run_as":"1000"}"#).expect("valid");
+        assert_eq!(ok.spec.image.as_deref(), Some("oci:/srv/bb:v1"));
+        let e = submit_body(br#"{"image":"bb","command":["true"]}"#).unwrap_err();
+        assert!(e.message.contains("unknown kind"), "{e}");
+        assert_eq!(e.field.as_deref(), Some("image"), "{e}");
     }
 
     #[test]

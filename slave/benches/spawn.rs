@@ -60,6 +60,8 @@ fn assignment(task: u64) -> Assignment {
         engine: None,
         job_name: String::new(),
         workdir: None,
+        image: None,
+        run_as: None,
     }
 }
 
@@ -88,6 +90,7 @@ fn pool_in(
     cgroups: Cgroups,
 ) -> (Launcher, PoolClient) {
     let launcher = Launcher {
+        containers: None,
         supervisor: program.clone(),
         attempts_dir: dir.join("attempts"),
         log_dir: dir.join("logs"),

@@ -72,7 +72,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
     }
 }
 
-fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
+pub(crate) fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
     std::fs::write(path, value).map_err(io_err(path))
 }
 
@@ -104,6 +104,8 @@ pub struct Cgroups {
     acct_dir: Option<PathBuf>,
     /// Ended attempts' cgroups kept for reuse ([`crate::cgroup_spares`]).
     spares: Spares,
+    /// The cgroupfs root it was detected under (`None` in mode `None`).
+    root: Option<PathBuf>,
 }
 
 /// The cgroup path of `controller` (v1) or of the unified hierarchy (`controller` = "") in
@@ -134,6 +136,7 @@ impl Cgroups {
             mem_dir: None,
             acct_dir: None,
             spares: Spares::default(),
+            root: None,
         }
     }
 
@@ -173,6 +176,7 @@ impl Cgroups {
                         mem_dir: Some(dir),
                         acct_dir: None,
                         spares: Spares::default(),
+                        root: Some(root.to_path_buf()),
                     };
                 }
                 Err(e) => {
@@ -215,6 +219,7 @@ impl Cgroups {
             mem_dir,
             acct_dir,
             spares: Spares::default(),
+            root: Some(root.to_path_buf()),
         }
     }
 
@@ -254,6 +259,17 @@ impl Cgroups {
     /// The mode in use.
     pub fn mode(&self) -> CgroupMode {
         self.mode
+    }
+
+    /// The name of the slave's own directories (`hetsched-<slave>`; `None` without cgroups).
+    pub fn own_name(&self) -> Option<String> {
+        let d = self.own_dirs().next()?;
+        Some(d.file_name()?.to_string_lossy().into_owned())
+    }
+
+    /// The cgroupfs root the hierarchies were found under (`None` without cgroups).
+    pub fn root(&self) -> Option<&Path> {
+        self.root.as_deref()
     }
 
     /// The (not necessarily existing) cgroup of attempt `name`.
@@ -411,11 +427,11 @@ impl Cgroups {
 pub struct AttemptCgroup {
     mode: CgroupMode,
     /// Directory of the cpu controller (v2: the attempt's one directory).
-    cpu: Option<PathBuf>,
+    pub(crate) cpu: Option<PathBuf>,
     /// Directory of the memory controller (v2: the same as `cpu`).
-    mem: Option<PathBuf>,
+    pub(crate) mem: Option<PathBuf>,
     /// v1: directory of the `cpuacct` controller where it is a hierarchy of its own.
-    acct: Option<PathBuf>,
+    pub(crate) acct: Option<PathBuf>,
     /// The slave's spare cgroups.
     spares: Spares,
 }
@@ -440,64 +456,6 @@ impl AttemptCgroup {
             }
         }
         v
-    }
-
-    /// A reused (spare) v1 cgroup's counters set back to zero, so that what it measures is
-    /// this attempt's alone: `cpuacct.usage` and `memory.max_usage_in_bytes` (the kernel
-    /// accepts `0` for both; the peak restarts from what is charged now, which a spare keeps
-    /// small). `reused` says which of its directories came from a spare.
-    fn reset_counters(&self, reused: impl Fn(&Path) -> bool) {
-        let acct = self.acct.as_ref().or(self.cpu.as_ref());
-        let files = [
-            acct.map(|d| d.join("cpuacct.usage")),
-            self.mem
-                .as_ref()
-                .map(|d| d.join("memory.max_usage_in_bytes")),
-        ];
-        for f in files.into_iter().flatten() {
-            let dir_reused = f.parent().is_some_and(&reused);
-            if dir_reused && f.exists() {
-                if let Err(e) = write_file(&f, "0") {
-                    tracing::warn!(error = %e, "cannot reset a reused cgroup's counter; its usage reading includes the previous attempt's");
-                }
-            }
-        }
-    }
-
-    /// What the attempt used, read before its cgroup is retired: CPU seconds (v2 `cpu.stat`
-    /// `usage_usec`; v1 `cpuacct.usage`, ns) and peak memory in bytes (v2 `memory.peak`,
-    /// v1 `memory.max_usage_in_bytes`). `None` for what cannot be read (no cgroup, an older
-    /// kernel without `memory.peak`).
-    pub fn usage(&self) -> CgroupUsage {
-        let read = |p: PathBuf| crate::small_file::read_to_string(&p).ok();
-        let number = |p: PathBuf| read(p).and_then(|s| s.trim().parse::<u64>().ok());
-        match self.mode {
-            CgroupMode::None => CgroupUsage::default(),
-            CgroupMode::V2 => CgroupUsage {
-                cpu_s: self
-                    .cpu
-                    .as_ref()
-                    .and_then(|d| read(d.join("cpu.stat")))
-                    .and_then(|s| cpu_stat_usage_usec(&s))
-                    .map(|us| us as f64 / 1e6),
-                peak_bytes: self
-                    .mem
-                    .as_ref()
-                    .and_then(|d| number(d.join("memory.peak"))),
-            },
-            CgroupMode::V1 => CgroupUsage {
-                cpu_s: self
-                    .acct
-                    .as_ref()
-                    .or(self.cpu.as_ref())
-                    .and_then(|d| number(d.join("cpuacct.usage")))
-                    .map(|ns| ns as f64 / 1e9),
-                peak_bytes: self
-                    .mem
-                    .as_ref()
-                    .and_then(|d| number(d.join("memory.max_usage_in_bytes"))),
-            },
-        }
     }
 
     /// The `cgroup.procs` files a process writes `0` to in order to join (one per hierarchy).
@@ -674,23 +632,6 @@ fn remove_cgroup_dir(d: &Path) {
 /// tests wrote) — removed recursively, which the kernel's cgroupfs would refuse.
 fn is_fake(dir: &Path) -> bool {
     !dir.starts_with("/sys/fs/cgroup")
-}
-
-/// An attempt's cgroup readings ([`AttemptCgroup::usage`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct CgroupUsage {
-    /// CPU time, user + system, seconds.
-    pub cpu_s: Option<f64>,
-    /// Peak memory charged, bytes.
-    pub peak_bytes: Option<u64>,
-}
-
-/// The `usage_usec N` value in the text of a v2 `cpu.stat`.
-pub fn cpu_stat_usage_usec(text: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let mut w = l.split_whitespace();
-        (w.next() == Some("usage_usec")).then(|| w.next()?.parse().ok())?
-    })
 }
 
 /// The `oom_kill N` count in the text of `memory.events` (v2) or `memory.oom_control` (v1).

@@ -1,6 +1,7 @@
 //! Tests of the cgroup handling against fake trees.
 
 use super::*;
+use crate::cgroup_usage::{cpu_stat_usage_usec, CgroupUsage};
 
 const V1_SELF: &str = "4:memory:/outer/abc\n2:cpu,cpuacct:/\n1:name=systemd:/x\n0::/\n";
 

@@ -43,6 +43,8 @@ pub mod attempt;
 pub mod cgroup;
 pub mod cgroup_favor;
 pub mod cgroup_spares;
+pub mod cgroup_usage;
+pub mod container;
 pub mod contention;
 pub mod engine;
 pub mod forward;
@@ -108,6 +110,8 @@ pub struct SlaveConfig {
     pub probes: ProbeOptions,
     /// S3 GPU pool to announce (`None`: by GPU count, multi with 8 or more).
     pub gpu_pool: Option<hetsched_common::protocol::GpuPool>,
+    /// Issue 52: the OCI runtime (`--oci-runtime`, `--no-containers`).
+    pub containers: container::ContainerOptions,
 }
 
 /// Timings, separate from [`SlaveConfig`] so tests can shorten them.
@@ -258,6 +262,15 @@ pub async fn run_with_engines(
     }
     let mut cfg = cfg;
     let (probes, membw) = detect_probes(&mut cfg, &capacity, engine_opts.reprofile).await;
+    let containers = {
+        let (opts, dir) = (
+            cfg.containers.clone(),
+            container::containers_dir(&cfg.data_dir),
+        );
+        tokio::task::spawn_blocking(move || container::probe(&opts, &dir))
+            .await
+            .unwrap_or_else(|e| container::RuntimeProbe::Missing(format!("probe failed: {e}")))
+    };
     let probe_files = attempt::ProbeFiles {
         gpu_util: probes.gpu.emulated(),
         membw: probes.membw.emulated(),
@@ -270,7 +283,11 @@ pub async fn run_with_engines(
         addr: addr.clone(),
         capacity: capacity.clone(),
         partitions: cfg.partitions.clone(),
-        labels: node_labels(&cgroups, &probes, membw.as_ref(), gpu_pool),
+        labels: {
+            let mut l = node_labels(&cgroups, &probes, membw.as_ref(), gpu_pool);
+            l.extend(container_labels(&containers));
+            l
+        },
     };
     tracing::info!(
         listen = %cfg.listen, advertise = %addr, key = format_args!("{key:016x}"),
@@ -320,6 +337,14 @@ pub async fn run_with_engines(
         log_dir: log_dir.clone(),
         cgroups,
         probe_files,
+        containers: match &containers {
+            container::RuntimeProbe::Ready(rt) => Some(Arc::new(container::Containers::new(
+                container::containers_dir(&cfg.data_dir),
+                rt.clone(),
+                &cfg.containers,
+            ))),
+            container::RuntimeProbe::Missing(_) => None,
+        },
     };
     let parts = Parts {
         store,
@@ -417,6 +442,20 @@ async fn detect_probes(
     (probes, total)
 }
 
+/// The labels saying whether the node runs containers: its runtime's name, or why none.
+fn container_labels(p: &container::RuntimeProbe) -> BTreeMap<String, String> {
+    let (key, value) = match p {
+        container::RuntimeProbe::Ready(rt) => (
+            hetsched_common::protocol::CONTAINER_RUNTIME_LABEL,
+            rt.name.clone(),
+        ),
+        container::RuntimeProbe::Missing(why) => {
+            (hetsched_common::protocol::CONTAINER_WHY_LABEL, why.clone())
+        }
+    };
+    [(key.to_string(), value)].into()
+}
+
 /// The labels the node registers with: its cgroup mode, its probes, its GPU pool (S3).
 fn node_labels(
     cgroups: &cgroup::Cgroups,
@@ -485,6 +524,7 @@ fn spawn_agent_sampler_link(
         p.launcher.attempts_dir.clone(),
         p.programs.clone(),
     );
+    let containers = p.launcher.containers.clone();
     let agent = agent::Agent::restore(
         p.store.clone(),
         p.lost,
@@ -525,7 +565,8 @@ fn spawn_agent_sampler_link(
     .with_samples(sample_rx)
     .with_engines(p.programs.engines.clone())
     .with_links(p.programs.forwarder.as_ref().map(|f| f.links()))
-    .with_commands(commands);
+    .with_commands(commands)
+    .with_containers(containers);
     tokio::spawn(link.run(report_rx));
     Ok(agent_tx)
 }

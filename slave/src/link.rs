@@ -98,6 +98,8 @@ pub struct Link {
     attached: Option<u64>,
     /// Whether the link offers to take commands (off once a master said it cannot).
     attach: bool,
+    /// The slave's containers, whose images heartbeats carry (issue 52).
+    containers: Option<std::sync::Arc<crate::container::Containers>>,
 }
 
 /// Most reports in one [`SlaveRequest::TaskReports`] (keeps one log entry well under the
@@ -163,6 +165,7 @@ impl Link {
             links: None,
             attached: None,
             attach: false,
+            containers: None,
         }
     }
 
@@ -200,6 +203,15 @@ impl Link {
     /// Heartbeats carry these engines' load.
     pub fn with_engines(mut self, engines: std::sync::Arc<crate::engine::EngineSet>) -> Self {
         self.engines = Some(engines);
+        self
+    }
+
+    /// Heartbeats carry the images of this store (issue 52).
+    pub fn with_containers(
+        mut self,
+        containers: Option<std::sync::Arc<crate::container::Containers>>,
+    ) -> Self {
+        self.containers = containers;
         self
     }
 
@@ -430,12 +442,18 @@ impl Link {
                 Err(p) => p.into_inner().values().copied().collect(),
             })
             .unwrap_or_default();
+        let images = self
+            .containers
+            .as_ref()
+            .map(|c| c.store.images())
+            .unwrap_or_default();
         let beat = SlaveRequest::Heartbeat {
             node,
             held,
             samples,
             engine_load,
             links,
+            images,
         };
         match self.call(beat).await? {
             SlaveResponse::HeartbeatAck { .. } | SlaveResponse::Ack => Ok(()),

@@ -121,6 +121,7 @@ async fn a_finish_report_leaves_only_once_its_result_is_flushed() {
                 exit_code: 0,
                 reason: None,
                 usage: None,
+                detail: None,
             },
         })
         .expect("write the result");

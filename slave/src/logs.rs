@@ -252,6 +252,8 @@ pub fn read_log(
         engine: None,
         job_name: String::new(),
         workdir: None,
+        image: None,
+        run_as: None,
     };
     let (out, err) = attempt::log_paths(log_dir, &key);
     let kept = if stderr { err } else { out };

@@ -473,6 +473,8 @@ mod tests {
             engine: None,
             job_name: String::new(),
             workdir: None,
+            image: None,
+            run_as: None,
         }
     }
 

@@ -446,6 +446,8 @@ mod tests {
             engine: None,
             job_name: String::new(),
             workdir: None,
+            image: None,
+            run_as: None,
         }
     }
 

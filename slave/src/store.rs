@@ -52,6 +52,10 @@ pub enum StoredPhase {
         /// usage readings, and where nothing was measured.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<hetsched_common::protocol::UsageRecord>,
+        /// One line more on why (the task's `reason_detail`: an image's failed step);
+        /// reported again after a restart.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
     },
     /// Runs under the supervisor `pid` started at `start_time` (see [`crate::attempt::files`]);
     /// re-adopted on restart while that supervisor lives.
@@ -299,6 +303,8 @@ pub(crate) fn test_assignment(task: u64, attempt: Attempt) -> Assignment {
         engine: None,
         job_name: String::new(),
         workdir: None,
+        image: None,
+        run_as: None,
     }
 }
 
@@ -425,6 +431,7 @@ mod tests {
                     exit_code: 2,
                     reason: Some(TaskReason::Exit),
                     usage: None,
+                    detail: None,
                 },
             })
             .expect("put");

@@ -190,6 +190,7 @@ impl Slave {
             favordynmods: true,
             probes: Default::default(),
             gpu_pool: None,
+            containers: Default::default(),
         };
         let tuning = Tuning {
             heartbeat: Duration::from_millis(100),
@@ -246,6 +247,8 @@ fn assignment(task: u64, command: &[&str]) -> Assignment {
         engine: None,
         job_name: String::new(),
         workdir: None,
+        image: None,
+        run_as: None,
     }
 }
 

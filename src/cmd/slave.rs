@@ -104,6 +104,22 @@ pub struct Args {
     /// Never forward calls to peers (this slave still runs calls peers forward to it).
     #[arg(long)]
     pub no_forward: bool,
+    /// The OCI runtime container tasks run with (docs/guide/containers.md); by default the
+    /// slave tries runc, then crun, starting a memory-limited container with each at start,
+    /// and uses the first that passes.
+    #[arg(long, value_name = "PATH")]
+    pub oci_runtime: Option<std::path::PathBuf>,
+    /// Run no container tasks (no runtime probe at start; the master sends this node none).
+    #[arg(long, conflicts_with = "oci_runtime")]
+    pub no_containers: bool,
+    /// A directory container images may be read from (oci:, oci-archive:, docker-archive:
+    /// references under it); repeatable. Images anywhere else are refused (reason image).
+    #[arg(long, value_name = "DIR")]
+    pub image_dir: Vec<std::path::PathBuf>,
+    /// Bound of the slave's unpacked images (least recently used ones no task holds go
+    /// first): a whole number with a binary unit.
+    #[arg(long, value_name = "SIZE", default_value = "20GiB", value_parser = hetsched_common::image::parse_size_bytes)]
+    pub image_cache: u64,
     /// S3 GPU pool of this node's GPUs: `single` (serves tasks asking fewer than 4 GPUs
     /// first), `multi` (serves tasks asking 4 or more first), or `auto`: the master splits
     /// the pools by the workload's demand (by GPU count until a GPU task is seen).
@@ -262,6 +278,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             ..Default::default()
         },
         gpu_pool: a.gpu_pool.0,
+        containers: hetsched_slave::container::ContainerOptions {
+            oci_runtime: a.oci_runtime,
+            disabled: a.no_containers,
+            image_dirs: a.image_dir,
+            image_cache_bytes: a.image_cache,
+        },
     };
     // After the flags are checked (a bad one is reported alone), before any socket.
     super::log_open_file_limit();

@@ -110,22 +110,21 @@ class Client:
         `timeout`, `partition`, `max_running`, `singleton`, `allow_unplaceable`, ...) go
         as keyword arguments. The submit is idempotent: it carries `idempotency_key` (a
         fresh one when not given), so the client's own retries, and yours with the same
-        key within 24 h, give one job."""
+        key within 24 h, give one job. `image` runs each task in a container image
+        (docs/guide/containers.md: `oci:DIR[:TAG]`, `oci-archive:FILE`, `docker-archive:FILE`,
+        `docker://HOST/NAME:TAG`); with it `command` may be None (the image's entrypoint)."""
         if program is not None:
             raise NotSupported(
                 "API programs are submitted with the CLI (hetsched submit --program): the "
                 "HTTP API's job body carries a command"
-            )
-        if image is not None:
-            raise NotSupported(
-                "image= needs the container feature of the server (the container issue), "
-                "which this cluster does not have yet"
             )
         if isinstance(command, str):
             raise BadInput("command is an argv list, not a string", field="command")
         body: Dict[str, Any] = {k: v for k, v in spec.items() if v is not None}
         if command is not None:
             body["command"] = list(command)
+        if image is not None:
+            body["image"] = image
         resources = {
             k: v
             for k, v in (("cpus", cpus), ("mem", mem), ("gpus", gpus), ("gpu_model", gpu_model))

@@ -198,8 +198,12 @@ def test_errors_mirror_the_exit_codes(cluster: Cluster) -> None:
         user.history(user="root")
     totals = c.usage(since="1h", by="user")
     assert any(t["key"] == "pyuser" and t["tasks"] >= 1 for t in totals["totals"]), totals
-    with pytest.raises(NotSupported):
+    # Container images go through; a bad reference is refused at its field.
+    with pytest.raises(BadInput) as bad:
         c.submit(["true"], image="python:3.12")
+    assert bad.value.field == "image", bad.value
+    with pytest.raises(NotSupported):
+        c.submit(program="prog.toml")
 
 
 def ca_of(cluster: Cluster) -> str:

@@ -41,11 +41,13 @@ pub use peer::{
 pub use slave::{
     Assignment, EngineGrant, EngineLoad, GpuPool, HeldPhase, HeldTask, ProbeSample, SlaveCommand,
     SlaveCommandReply, SlaveRequest, SlaveResponse, TaskReport, UsageRecord, CGROUP_LABEL,
-    GPU_POOL_LABEL, MEMBW_SOURCE_LABEL, MEMBW_TOTAL_LABEL, PROBE_GPU_LABEL, PROBE_MEMBW_LABEL,
+    CONTAINER_RUNTIME_LABEL, CONTAINER_WHY_LABEL, GPU_POOL_LABEL, MEMBW_SOURCE_LABEL,
+    MEMBW_TOTAL_LABEL, PROBE_GPU_LABEL, PROBE_MEMBW_LABEL,
 };
 pub use views::{
-    EngineInfo, JobInfo, MemberInfo, NodeCounts, NodeInfo, NodeProfileInfo, OpenFiles, ProbesInfo,
-    ProfilesInfo, RaftCounters, RelationInfo, StatusInfo, TaskInfo,
+    ContainersInfo, EngineInfo, ImageInfo, JobInfo, MemberInfo, NodeCounts, NodeInfo,
+    NodeProfileInfo, OpenFiles, ProbesInfo, ProfilesInfo, RaftCounters, RelationInfo, StatusInfo,
+    TaskInfo,
 };
 pub use waiting::{
     is_wait_reason, Amounts, AttemptInfo, DependencyInfo, ExplainInfo, HistorySample, NodeVerdict,

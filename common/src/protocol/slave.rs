@@ -29,6 +29,15 @@ pub const MEMBW_SOURCE_LABEL: &str = "hetsched.membw-total-source";
 /// master shows it as [`NodeInfo::cgroup`](super::NodeInfo::cgroup).
 pub const CGROUP_LABEL: &str = "hetsched.cgroup";
 
+/// Issue 52: the node label naming the OCI runtime that passed the slave's start probe
+/// (`runc`, `crun`); absent where none did. The master sends container tasks only to nodes
+/// with it (`nodes --json` `"containers": {"runtime"}`).
+pub const CONTAINER_RUNTIME_LABEL: &str = "hetsched.containers.runtime";
+
+/// Why a slave runs no containers (its runtime probe's failures), where it runs none
+/// (`nodes --json` `"containers": {"why"}`).
+pub const CONTAINER_WHY_LABEL: &str = "hetsched.containers.why";
+
 /// The node label a slave sets to announce its GPUs' pool (`single` or `multi`, from
 /// `slave --gpu-pool`); a node without it (an older slave) is pooled by its GPU count
 /// ([`GpuPool::of_node`]).
@@ -167,6 +176,9 @@ pub enum SlaveRequest {
         /// shows them on its entry).
         #[serde(default)]
         links: Vec<super::LinkEstimate>,
+        /// Issue 52: the images its store holds (`nodes --json` `"containers": {"images"}`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<super::ImageInfo>,
     },
     /// A task's process started.
     TaskStarted {
@@ -427,6 +439,13 @@ pub struct Assignment {
     /// The directory the task starts in (the job's `workdir`); `None`: the slave's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    /// Issue 52: the job's container image (`None`: a bare task). A slave that cannot run
+    /// it ends the attempt with reason `image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The user it runs as in the image (`--run-as`; `None`: the image's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<String>,
 }
 
 /// A booked engine unit: its kind, and for a GPU the device (also in `gpus`).

@@ -368,6 +368,35 @@ pub struct NodeInfo {
     /// triad) or `flag` (`--membw-total`).
     #[serde(default)]
     pub membw_total_source: Option<String>,
+    /// Issue 52: whether it runs container tasks (`nodes --json` `"containers"`).
+    #[serde(default)]
+    pub containers: ContainersInfo,
+}
+
+/// A node's containers: its OCI runtime (`None`: it runs none, and `why`), and the images
+/// its store holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainersInfo {
+    /// The runtime that passed the slave's start probe (`runc`, `crun`); `None`: none did.
+    pub runtime: Option<String>,
+    /// Why it runs none (each runtime tried, and what failed); absent when it runs them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// The images unpacked in its store.
+    #[serde(default)]
+    pub images: Vec<ImageInfo>,
+}
+
+/// One image in a slave's store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageInfo {
+    /// The reference it was asked by.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// Its manifest's digest (`sha256:...`).
+    pub digest: String,
+    /// Its unpacked size, MiB.
+    pub size_mib: u64,
 }
 
 /// The probes a slave samples its tasks with: `gpu` `"nvml"` or `"emulated"`, `membw`

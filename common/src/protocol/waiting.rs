@@ -58,7 +58,8 @@ pub struct NodeVerdict {
     /// Its name.
     pub name: String,
     /// `fits`, or the check that failed: `down`, `drained`, `partition`, `locality`,
-    /// `cpus`, `mem`, `gpus`, `gpu-model`, `engine`, `reserved`.
+    /// `containers` (a container job, issue 52), `cpus`, `mem`, `gpus`, `gpu-model`, `engine`,
+    /// `reserved`.
     pub verdict: String,
     /// By how much, in words.
     pub detail: String,

@@ -71,7 +71,10 @@ impl<'a> ClientJobs<'a> {
             return Ok(());
         }
         let capacities = self.state.nodes().values().map(|n| &n.capacity);
-        match unplaceable(&spec.resources, capacities) {
+        let why = unplaceable(&spec.resources, capacities)
+            .map(|u| u.to_string())
+            .or_else(|| self.no_container_node(spec));
+        match why {
             None => Ok(()),
             Some(why) => {
                 metrics::counter!("hetsched_master_submits_refused_unplaceable_total").increment(1);
@@ -82,6 +85,28 @@ impl<'a> ClientJobs<'a> {
                 )))
             }
         }
+    }
+
+    /// Issue 52: why a container job could run nowhere — nodes are registered and none
+    /// runs containers (each one's reason, the first few).
+    fn no_container_node(&self, spec: &JobSpec) -> Option<String> {
+        let nodes = self.state.nodes();
+        if spec.image.is_none() || nodes.is_empty() || nodes.values().any(|n| n.runs_containers()) {
+            return None;
+        }
+        let why: Vec<String> = nodes
+            .values()
+            .take(3)
+            .map(|n| {
+                let why = n.containers_info().why.unwrap_or_default();
+                format!("{}: {why}", n.name)
+            })
+            .collect();
+        Some(format!(
+            "image {}: no node runs container tasks ({})",
+            spec.image.as_deref().unwrap_or_default(),
+            why.join("; ")
+        ))
     }
 
     /// Admission back-pressure on the leader: refuses with `Busy` "busy, retry" (exit 5,

@@ -212,7 +212,7 @@ impl<'a> ClientQueries<'a> {
         Ok(ClientResponse::Explain(info))
     }
 
-    /// Every registered node, with the links its slave last reported.
+    /// Every registered node, with the links and images its slave last reported.
     pub fn nodes(&self, loads: &EngineLoads) -> ClientResponse {
         let s = self.state;
         ClientResponse::Nodes(
@@ -221,6 +221,7 @@ impl<'a> ClientQueries<'a> {
                 .map(|n| {
                     let mut info = s.node_info(n);
                     info.links = loads.links_of(n.id);
+                    info.containers.images = loads.images_of(n.id);
                     info
                 })
                 .collect(),

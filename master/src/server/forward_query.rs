@@ -21,6 +21,8 @@ pub struct EngineLoads {
     by_node: Mutex<HashMap<NodeId, (Instant, Vec<EngineLoad>)>>,
     /// Each slave's links as it last reported them (kept until it reports again).
     links: Mutex<HashMap<NodeId, Vec<LinkEstimate>>>,
+    /// Issue 52: the images each slave's store held at its last heartbeat.
+    images: Mutex<HashMap<NodeId, Vec<hetsched_common::protocol::ImageInfo>>>,
 }
 
 impl EngineLoads {
@@ -50,6 +52,18 @@ impl EngineLoads {
             Err(p) => p.into_inner(),
         };
         m.insert(node, links);
+    }
+
+    /// Records a heartbeat's images (leader-local, as the links).
+    pub fn record_images(&self, node: NodeId, images: Vec<hetsched_common::protocol::ImageInfo>) {
+        let mut m = self.images.lock().unwrap_or_else(|p| p.into_inner());
+        m.insert(node, images);
+    }
+
+    /// The images `node`'s store held at its last heartbeat.
+    pub fn images_of(&self, node: NodeId) -> Vec<hetsched_common::protocol::ImageInfo> {
+        let m = self.images.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(&node).cloned().unwrap_or_default()
     }
 
     /// `node`'s links as last reported, by peer id.

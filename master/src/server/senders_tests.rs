@@ -20,6 +20,8 @@ fn assignment(task: u64) -> Assignment {
         engine: None,
         job_name: String::new(),
         workdir: None,
+        image: None,
+        run_as: None,
     }
 }
 

@@ -53,7 +53,9 @@ impl Master {
                 samples,
                 engine_load,
                 links,
+                images,
             } => {
+                self.engine_loads.record_images(node, images);
                 // S0.6: the engine load and links are kept here; the heartbeat is answered
                 // from the duties executor's last role and left for its next drain.
                 self.engine_loads.record_links(node, links);

@@ -74,6 +74,19 @@ impl Agent {
         reason: Option<TaskReason>,
         usage: Option<UsageRecord>,
     ) {
+        self.finished_detail(task, attempt, exit_code, reason, usage, None);
+    }
+
+    /// [`finished`](Self::finished) with one line more on why (`reason_detail`).
+    pub(super) fn finished_detail(
+        &mut self,
+        task: TaskId,
+        attempt: Attempt,
+        exit_code: i32,
+        reason: Option<TaskReason>,
+        usage: Option<UsageRecord>,
+        detail: Option<String>,
+    ) {
         self.release_gpus(task, attempt);
         if !self.queue.finished(task, attempt, exit_code) {
             tracing::debug!(task = %task, attempt, exit_code, "exit of a superseded or unknown attempt");
@@ -97,6 +110,7 @@ impl Agent {
                     exit_code,
                     reason,
                     usage: usage.clone(),
+                    detail: detail.clone(),
                 },
             })
         });
@@ -118,7 +132,7 @@ impl Agent {
             attempt,
             exit_code,
             reason,
-            reason_detail: None,
+            reason_detail: detail,
             usage,
         });
     }

@@ -166,6 +166,13 @@ pub enum AgentMsg {
         /// The attempts.
         tasks: Vec<(TaskId, Attempt)>,
     },
+    /// Issue 52: a container task's image, got from the store (or why not).
+    ImageReady {
+        /// The task.
+        assignment: Assignment,
+        /// The image, held for it.
+        image: Result<crate::container::store::Image, crate::container::store::ImageError>,
+    },
 }
 
 /// The probes' sampling loop's way to the agent and the masters
@@ -236,6 +243,8 @@ pub struct Agent {
     /// What starts command tasks ([`crate::attempt::Launch`]): the slave's long-lived
     /// supervisor pool, which starts and reaps every task.
     launch: std::sync::Arc<dyn crate::attempt::Launch>,
+    /// Container attempts whose image is being got, with the stops that came meanwhile.
+    fetching: HashMap<(TaskId, Attempt), Vec<ReplyTx>>,
 }
 
 /// The most messages handled before one flush: bounds how long the first answer of a
@@ -304,6 +313,7 @@ impl Agent {
                 replies,
             } => self.exited(task, attempt, exit_code, reason, usage, replies),
             AgentMsg::Acked { task, attempt } => self.acked(task, attempt),
+            AgentMsg::ImageReady { assignment, image } => self.image_ready(assignment, image),
             AgentMsg::Held { reply } => {
                 let _ = reply.send(self.queue.held());
             }

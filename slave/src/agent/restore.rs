@@ -79,13 +79,14 @@ impl Agent {
                     exit_code,
                     reason,
                     usage,
+                    detail,
                 } => {
                     let _ = reports.send(TaskReport::Finished {
                         task,
                         attempt,
                         exit_code,
                         reason,
-                        reason_detail: None,
+                        reason_detail: detail,
                         usage,
                     });
                     Phase::Finished { exit_code }
@@ -106,6 +107,10 @@ impl Agent {
             .map(|h| attempt::attempt_name(h.task, h.attempt))
             .collect();
         sweep_unheld_attempts(&launcher, &held);
+        if let Some(c) = &launcher.containers {
+            // Containers of attempts that are over (before the cgroups they are in go).
+            c.launcher.sweep(&keep);
+        }
         let removed = launcher.cgroups.clean_stale(&keep);
         if !removed.is_empty() {
             tracing::info!(
@@ -131,6 +136,7 @@ impl Agent {
                 launcher_supervisor,
                 pool_dir,
             )),
+            fetching: HashMap::new(),
         })
     }
 }

@@ -28,7 +28,10 @@ impl Agent {
                     continue;
                 }
             }
-            let (task, attempt) = (a.task, a.attempt);
+            if a.image.is_some() {
+                self.fetch_image(a);
+                continue;
+            }
             let launched = self.launcher.prepare(&a).and_then(|(dir, spec)| {
                 self.launch
                     .launch(&dir, &spec)
@@ -37,62 +40,167 @@ impl Agent {
                         source,
                     })
             });
-            match launched {
-                Ok(started) => {
-                    tracing::debug!(target: "hetsched::trace", task = %task, attempt, "pump: handed to the supervisor pool");
-                    let (pid, start_time) = started.supervisor;
-                    let seq = self.store.seq_of(task);
-                    // Not flushed here: the next batch's flush carries it. A restart of the
-                    // agent finds the attempt by its directory and its supervisor's record
-                    // in it; a restart of the machine reports it lost (`restore`).
-                    let r = match seq {
-                        Some(s) => Ok(s),
-                        None => self.store.next_seq(),
-                    }
-                    .and_then(|seq| {
-                        self.store.put_task(&StoredTask {
-                            seq,
-                            assignment: a.clone(),
-                            phase: StoredPhase::Supervised { pid, start_time },
-                        })
-                    });
-                    if let Err(e) = r {
-                        // The attempt directory still marks it started, and the supervisor
-                        // records itself there: a restart finds it all the same.
-                        tracing::error!(task = %task, attempt, error = %e, "cannot persist running state");
-                    }
-                    self.hold_gpus(&a);
-                    metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
-                    tracing::info!(task = %task, attempt, supervisor = pid, command = ?a.command, "task started");
-                    let _ = self.reports.send(TaskReport::Started { task, attempt });
-                    let w = Watched::started(
-                        &self.launcher,
-                        task,
-                        attempt,
-                        Some((pid, start_time)),
-                        Some(started.ended),
-                    );
-                    self.watch(w);
+            self.started(a, launched);
+        }
+    }
+
+    /// What a launch came to: watched (and reported started), watched again (it had
+    /// started before), or ended as unable to start.
+    pub(super) fn started(
+        &mut self,
+        a: Assignment,
+        launched: Result<crate::attempt::Started, SpawnError>,
+    ) {
+        let (task, attempt) = (a.task, a.attempt);
+        match launched {
+            Ok(started) => {
+                tracing::debug!(target: "hetsched::trace", task = %task, attempt, "pump: handed to the supervisor pool");
+                let (pid, start_time) = started.supervisor;
+                let seq = self.store.seq_of(task);
+                // Not flushed here: the next batch's flush carries it. A restart of the
+                // agent finds the attempt by its directory and its supervisor's record
+                // in it; a restart of the machine reports it lost (`restore`).
+                let r = match seq {
+                    Some(s) => Ok(s),
+                    None => self.store.next_seq(),
                 }
-                Err(SpawnError::AlreadyStarted(dir)) => {
-                    // Never start an attempt twice: watch what is there instead.
-                    tracing::warn!(task = %task, attempt, dir = %dir.display(), "attempt was started before; watching it instead of starting it again");
-                    let w = Watched::recovered(&self.launcher, task, attempt, None, None);
-                    self.watch(w);
+                .and_then(|seq| {
+                    self.store.put_task(&StoredTask {
+                        seq,
+                        assignment: a.clone(),
+                        phase: StoredPhase::Supervised { pid, start_time },
+                    })
+                });
+                if let Err(e) = r {
+                    // The attempt directory still marks it started, and the supervisor
+                    // records itself there: a restart finds it all the same.
+                    tracing::error!(task = %task, attempt, error = %e, "cannot persist running state");
                 }
-                Err(e) => {
-                    tracing::error!(task = %task, attempt, error = %e, exit_code = attempt::EXIT_CANNOT_START, "task cannot start");
-                    attempt::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {e}"));
-                    self.finished(
-                        task,
-                        attempt,
-                        attempt::EXIT_CANNOT_START,
-                        Some(TaskReason::CannotStart),
-                        None,
-                    );
-                }
+                self.hold_gpus(&a);
+                metrics::counter!("hetsched_slave_tasks_started_total").increment(1);
+                tracing::info!(task = %task, attempt, supervisor = pid, command = ?a.command, "task started");
+                let _ = self.reports.send(TaskReport::Started { task, attempt });
+                let w = Watched::started(
+                    &self.launcher,
+                    task,
+                    attempt,
+                    Some((pid, start_time)),
+                    Some(started.ended),
+                );
+                self.watch(w);
+            }
+            Err(SpawnError::AlreadyStarted(dir)) => {
+                // Never start an attempt twice: watch what is there instead.
+                tracing::warn!(task = %task, attempt, dir = %dir.display(), "attempt was started before; watching it instead of starting it again");
+                let w = Watched::recovered(&self.launcher, task, attempt, None, None);
+                self.watch(w);
+            }
+            Err(e) => {
+                tracing::error!(task = %task, attempt, error = %e, exit_code = attempt::EXIT_CANNOT_START, "task cannot start");
+                attempt::note_in_err_log(&self.launcher.log_dir, &a, &format!("hetsched: {e}"));
+                self.finished(
+                    task,
+                    attempt,
+                    attempt::EXIT_CANNOT_START,
+                    Some(TaskReason::CannotStart),
+                    None,
+                );
             }
         }
+    }
+
+    /// A container task: its image is got from the store (unpacked once, off the agent's
+    /// loop, [`crate::container::store`]); the start goes on in
+    /// [`image_ready`](Self::image_ready). A slave with no runtime ends it with reason
+    /// `image`, never running it bare.
+    fn fetch_image(&mut self, a: Assignment) {
+        let Some(containers) = self.launcher.containers.clone() else {
+            let image = a.image.clone().unwrap_or_default();
+            let e = crate::container::store::ImageError {
+                image,
+                step: "runtime",
+                message: "this slave runs no containers (no OCI runtime passed its start probe)"
+                    .into(),
+            };
+            self.image_failed(&a, &e);
+            return;
+        };
+        self.fetching.insert((a.task, a.attempt), Vec::new());
+        let mailbox = self.mailbox.clone();
+        tokio::task::spawn_blocking(move || {
+            let reference = a.image.clone().unwrap_or_default();
+            tracing::debug!(task = %a.task, image = %reference, "getting the task's image");
+            let image = containers.store.get(&reference);
+            let _ = mailbox.send(super::AgentMsg::ImageReady {
+                assignment: a,
+                image,
+            });
+        });
+    }
+
+    /// A container task's image is there (or is not): started, or ended with reason
+    /// `image`; stopped instead when a stop came while it was got.
+    pub(super) fn image_ready(
+        &mut self,
+        a: Assignment,
+        image: Result<crate::container::store::Image, crate::container::store::ImageError>,
+    ) {
+        let stops = self
+            .fetching
+            .remove(&(a.task, a.attempt))
+            .unwrap_or_default();
+        let image = match image {
+            Ok(i) => i,
+            Err(e) => return self.image_failed(&a, &e),
+        };
+        let name = attempt::attempt_name(a.task, a.attempt);
+        if let Some(c) = &self.launcher.containers {
+            // Held until the attempt's end (`Containers::finish`), also when it had started
+            // before this agent and is watched again.
+            c.hold(&name, &image.digest);
+        }
+        if !stops.is_empty() {
+            if let Some(c) = &self.launcher.containers {
+                c.finish(&name);
+            }
+            tracing::info!(task = %a.task, attempt = a.attempt, "stopped while its image was got");
+            self.exited(a.task, a.attempt, -15, None, None, stops);
+            return;
+        }
+        let launched = self
+            .launcher
+            .prepare_container(&a, &image)
+            .and_then(|(dir, spec)| {
+                self.launch
+                    .launch(&dir, &spec)
+                    .map_err(|source| SpawnError::Io {
+                        path: self.launch.home(),
+                        source,
+                    })
+            });
+        let never_ran = matches!(&launched, Err(e) if !matches!(e, SpawnError::AlreadyStarted(_)));
+        if never_ran {
+            if let Some(c) = &self.launcher.containers {
+                c.finish(&name);
+            }
+        }
+        self.started(a, launched);
+    }
+
+    /// Ends a container task whose image could not be had: reason `image`, the detail
+    /// naming the image and the step.
+    fn image_failed(&mut self, a: &Assignment, e: &crate::container::store::ImageError) {
+        let detail = e.to_string();
+        tracing::error!(task = %a.task, attempt = a.attempt, %detail, "container task cannot start");
+        attempt::note_in_err_log(&self.launcher.log_dir, a, &format!("hetsched: {detail}"));
+        self.finished_detail(
+            a.task,
+            a.attempt,
+            attempt::EXIT_CANNOT_START,
+            Some(TaskReason::Image),
+            None,
+            Some(detail),
+        );
     }
 
     /// Starts the watcher of an attempt.

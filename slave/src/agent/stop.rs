@@ -56,9 +56,13 @@ impl Agent {
                         let _ = reply.send(stopped);
                     }
                 }
-                None => {
-                    let _ = reply.send(stopped);
-                }
+                None => match self.fetching.get_mut(&(task, attempt)) {
+                    // Its image is being got: stopped when it is there.
+                    Some(stops) => stops.push(reply),
+                    None => {
+                        let _ = reply.send(stopped);
+                    }
+                },
             },
             Stop::NotRunning => {
                 let _ = reply.send(stopped);

@@ -47,6 +47,8 @@ pub(super) struct Watched {
     /// When this agent started it (the slave's monotonic clock); `None` for an attempt
     /// re-adopted after a restart (its elapsed time is then not known).
     started_at: Option<Instant>,
+    /// The slave's containers (a container attempt's end is theirs to finish).
+    containers: Option<std::sync::Arc<crate::container::Containers>>,
 }
 
 impl Watched {
@@ -91,6 +93,7 @@ impl Watched {
             ended,
             legacy_pgid: None,
             started_at: Some(Instant::now()),
+            containers: launcher.containers.clone(),
         }
     }
 
@@ -239,6 +242,11 @@ impl Watched {
                 ..UsageRecord::default()
             }
         });
+        if let Some(c) = &self.containers {
+            // Issue 52: after the counters were read, the runtime deletes the container
+            // (and removes the cgroups it joined), its bundle goes, its image is released.
+            c.finish(&attempt::attempt_name(self.task, self.attempt));
+        }
         if emptied {
             self.cgroup.retire_emptied();
         } else {

@@ -99,6 +99,8 @@ pub struct Launcher {
     pub cgroups: Cgroups,
     /// Which emulated-probe files tasks get (S3 probes).
     pub probe_files: ProbeFiles,
+    /// Issue 52: the image store and the runtime (`None`: the slave runs no containers).
+    pub containers: Option<std::sync::Arc<crate::container::Containers>>,
 }
 
 /// The files through which tasks report to the slave's emulated probes: named in the
@@ -149,7 +151,7 @@ impl Launcher {
     /// cgroups are in use) and its `cpus` file. Returns the directory and the spec (which
     /// the launcher gets, [`super::Launch`]).
     pub fn prepare(&self, a: &Assignment) -> Result<(PathBuf, Spec), SpawnError> {
-        if a.command.is_empty() {
+        if a.command.is_empty() && a.image.is_none() {
             return Err(SpawnError::EmptyCommand);
         }
         let dir = self.attempt_dir(a.task, a.attempt);
@@ -235,6 +237,66 @@ impl Launcher {
         };
         Ok((dir, spec))
     }
+
+    /// [`prepare`](Self::prepare) for a container attempt of `image`: the spec's argv is
+    /// the runtime's (`crate::container::launch`), run in the slave's directory; the task's
+    /// environment goes into the container after the image's.
+    pub fn prepare_container(
+        &self,
+        a: &Assignment,
+        image: &crate::container::store::Image,
+    ) -> Result<(PathBuf, Spec), SpawnError> {
+        use crate::container::launch;
+        let containers = self.containers.as_ref().ok_or_else(|| SpawnError::Io {
+            path: self.attempts_dir.clone(),
+            source: std::io::Error::other("this slave runs no containers"),
+        })?;
+        let (dir, mut spec) = self.prepare(a)?;
+        let name = attempt_name(a.task, a.attempt);
+        let fail = |why: String| SpawnError::Io {
+            path: containers.launcher.bundle(&name),
+            source: std::io::Error::other(why),
+        };
+        let user_text = a
+            .run_as
+            .clone()
+            .unwrap_or_else(|| image.config.user.clone());
+        let user = launch::resolve_user(&image.rootfs, &user_text).map_err(fail)?;
+        let task = launch::TaskSide {
+            argv: a.command.clone(),
+            env: spec.env.clone(),
+            workdir: a.workdir.clone(),
+            run_as: a.run_as.clone(),
+        };
+        let cg = self.cgroups.attempt(&name);
+        let child = format!("{}-{name}", self.cgroups.own_name().unwrap_or_default());
+        let (cgroups_path, oom_counter) =
+            launch::container_cgroup(&cg, self.cgroups.root(), &child);
+        spec.oom_counter = oom_counter;
+        let mut config =
+            launch::config(&image.config, &task, user, cgroups_path, &name).map_err(fail)?;
+        if !a.gpus.is_empty() {
+            // The granted devices only, and the driver's libraries (none where the GPUs are
+            // emulated: no device nodes).
+            use crate::container::gpu;
+            let granted: Vec<u32> = a.gpus.iter().map(|(d, _)| *d).collect();
+            let nodes = gpu::nodes_of(&gpu::device_paths(Path::new("/dev"), &granted));
+            if !nodes.is_empty() {
+                let ldconfig = std::process::Command::new("ldconfig")
+                    .arg("-p")
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                gpu::add_gpus(&mut config, &nodes, &gpu::driver_libraries(&ldconfig));
+            }
+        }
+        spec.argv = containers
+            .launcher
+            .prepare(&name, &image.rootfs, &config)
+            .map_err(fail)?;
+        spec.cwd = None;
+        Ok((dir, spec))
+    }
 }
 
 /// Changes a running attempt's CPU allocation live: its cgroup's quota and its
@@ -285,6 +347,7 @@ mod tests {
             log_dir: tmp.path().join("logs"),
             cgroups: Cgroups::none(),
             probe_files: ProbeFiles::default(),
+            containers: None,
         };
         for (task, extra) in [(1, None), (2, Some("probe.out")), (3, None)] {
             let dir = l.attempt_dir(TaskId(task), 1);
@@ -320,6 +383,8 @@ mod tests {
             engine: None,
             job_name: String::new(),
             workdir: None,
+            image: None,
+            run_as: None,
         }
     }
 

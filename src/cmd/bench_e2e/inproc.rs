@@ -372,6 +372,7 @@ async fn heartbeat(
         samples: Vec::new(),
         engine_load: Vec::new(),
         links: Vec::new(),
+        images: Vec::new(),
     });
     *last_beat = Instant::now();
     lock(&slave.seen).heartbeats += 1;

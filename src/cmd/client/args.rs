@@ -112,6 +112,19 @@ pub struct SubmitArgs {
     /// At most N of this job's tasks assigned or running at once (Slurm `--array=...%N`).
     #[arg(long, value_name = "N")]
     pub max_running: Option<u32>,
+    /// Run each task in this container image (docs/guide/containers.md): oci:DIR[:TAG],
+    /// oci-archive:FILE.tar, docker-archive:FILE.tar (paths on the slave, under its
+    /// --image-dir) or docker://HOST/NAME:TAG. Without CMD the image's entrypoint and cmd run.
+    #[arg(long, value_name = "REF", conflicts_with = "program")]
+    pub image: Option<String>,
+    /// A container task's user in its image: USER or UID, optionally :GROUP or :GID
+    /// (default: the image's own user; --user names the submitting user).
+    #[arg(long, value_name = "USER|UID")]
+    pub run_as: Option<String>,
+    /// The directory each task starts in (absolute; inside the image for a container task,
+    /// whose default is the image's working directory).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<String>,
     /// The command each task runs (overrides the file's `command`).
     #[arg(last = true, value_name = "CMD", conflicts_with = "program")]
     pub command: Vec<String>,

@@ -47,6 +47,23 @@ pub fn submission_from(a: &SubmitArgs) -> anyhow::Result<Submission> {
     })
 }
 
+/// Issue 52's flags over the file's keys: `--image` (checked here, so that a bad reference
+/// is reported at its flag), `--run-as`, `--workdir`.
+fn container_flags(a: &SubmitArgs, f: &mut JobFile) -> anyhow::Result<()> {
+    if let Some(v) = &a.image {
+        hetsched_common::image::ImageRef::parse(v)
+            .map_err(|e| exit::bad_input(format!("--image: {}", e.why)))?;
+        f.image = Some(v.clone());
+    }
+    if a.run_as.is_some() {
+        f.run_as = a.run_as.clone();
+    }
+    if a.workdir.is_some() {
+        f.workdir = a.workdir.clone();
+    }
+    Ok(())
+}
+
 /// Builds a job spec from an optional spec file and the submit flags (flags win); sets
 /// `allow_unplaceable` when the file asks for it.
 fn spec_from(a: &SubmitArgs, allow_unplaceable: &mut bool) -> anyhow::Result<JobSpec> {
@@ -119,6 +136,7 @@ fn spec_from(a: &SubmitArgs, allow_unplaceable: &mut bool) -> anyhow::Result<Job
     if a.max_running.is_some() {
         f.max_running = a.max_running;
     }
+    container_flags(a, &mut f)?;
     f.pipelined |= a.pipelined;
     f.heavy_weights |= a.heavy_weights;
     f.cpu_heavy |= a.cpu_heavy;
@@ -155,13 +173,13 @@ fn spec_from(a: &SubmitArgs, allow_unplaceable: &mut bool) -> anyhow::Result<Job
                 spec
             });
     }
-    if f.command.as_ref().is_none_or(|c| c.is_empty()) {
+    if f.image.is_none() && f.command.as_ref().is_none_or(|c| c.is_empty()) {
         return Err(exit::bad_input(match &a.file {
             Some(path) => {
                 format!("{path}: no command: give `command = [...]` in the file or -- CMD...")
             }
             None => {
-                "nothing to run: give a job spec FILE or -- CMD... (see hetsched submit --help)"
+                "nothing to run: give a job spec FILE, --image REF or -- CMD... (see hetsched submit --help)"
                     .to_string()
             }
         }));

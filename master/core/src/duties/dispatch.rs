@@ -226,6 +226,8 @@ impl DutiesCore {
                     }),
                     job_name: job.spec.name.clone(),
                     workdir: job.spec.workdir.clone(),
+                    image: job.spec.image.clone(),
+                    run_as: job.spec.run_as.clone(),
                 });
         }
         for k in gone {

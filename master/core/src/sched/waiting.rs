@@ -150,10 +150,17 @@ impl Shape {
             }
         }
         let partition = partition_of(&job.spec);
+        let container_node =
+            |n: &Node| n.takes_work() && n.serves(partition) && n.runs_containers();
+        if job.spec.image.is_some() && !view.nodes().values().any(container_node) {
+            return (stuck_reason(view, job, TaskId(0)), false);
+        }
         if !job.candidates.is_empty() {
+            let image = job.spec.image.is_some();
             let usable = job.candidates.iter().any(|c| {
-                view.node(*c)
-                    .is_some_and(|n| n.takes_work() && n.serves(partition))
+                view.node(*c).is_some_and(|n| {
+                    n.takes_work() && n.serves(partition) && (!image || n.runs_containers())
+                })
             });
             if !usable {
                 return (stuck_reason(view, job, TaskId(0)), false);
@@ -313,6 +320,8 @@ pub fn verdict_kind(view: &ClusterState, node: &Node, job: &Job, task: TaskId) -
         "partition"
     } else if !job.candidates.is_empty() && !job.candidates.contains(&node.id) {
         "locality"
+    } else if job.spec.image.is_some() && !node.runs_containers() {
+        "containers"
     } else if let Some(k) = short_kind(&node.capacity, req) {
         k
     } else if let Some(k) = short_kind(&node.free, req) {
@@ -341,6 +350,10 @@ pub fn node_verdict(view: &ClusterState, node: &Node, job: &Job, task: TaskId) -
             format!("serves {serves}, not {partition}")
         }
         "locality" => "not among the job's --nodes".to_string(),
+        "containers" => format!(
+            "runs no containers: {}",
+            node.containers_info().why.unwrap_or_default()
+        ),
         "reserved" => match reserved_for(view, node, task) {
             Some(h) => format!("held for task-{} while its victims stop", h.get()),
             None => String::new(),
@@ -463,6 +476,11 @@ pub fn stuck_reason(view: &ClusterState, job: &Job, task: TaskId) -> WaitingInfo
             "locality"
         };
         return WaitingInfo::new(reason, d);
+    }
+    if usable == count("containers") {
+        // Issue 52: a container job on nodes none of which runs containers.
+        let d = format!("containers: no node it may use runs container tasks ({text})");
+        return WaitingInfo::new("resources", d);
     }
     if count("reserved") > 0 && count("fits") == 0 {
         let d = format!("the nodes with room are held for preemptors ({text})");

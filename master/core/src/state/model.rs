@@ -226,6 +226,30 @@ impl Node {
         }
     }
 
+    /// Issue 52: whether its slave runs container tasks (an OCI runtime passed its start
+    /// probe: label [`CONTAINER_RUNTIME_LABEL`](hetsched_common::protocol::CONTAINER_RUNTIME_LABEL)).
+    pub fn runs_containers(&self) -> bool {
+        self.labels
+            .contains_key(hetsched_common::protocol::CONTAINER_RUNTIME_LABEL)
+    }
+
+    /// What `nodes --json` shows of its containers: its runtime, or why it has none (a
+    /// slave that predates containers says nothing: "not reported").
+    pub fn containers_info(&self) -> hetsched_common::protocol::ContainersInfo {
+        use hetsched_common::protocol::{CONTAINER_RUNTIME_LABEL, CONTAINER_WHY_LABEL};
+        let runtime = self.labels.get(CONTAINER_RUNTIME_LABEL).cloned();
+        let why = match (&runtime, self.labels.get(CONTAINER_WHY_LABEL)) {
+            (Some(_), _) => None,
+            (None, Some(w)) => Some(w.clone()),
+            (None, None) => Some("not reported (its slave predates container tasks)".into()),
+        };
+        hetsched_common::protocol::ContainersInfo {
+            runtime,
+            why,
+            images: Vec::new(),
+        }
+    }
+
     /// Whether the node takes work.
     pub fn is_up(&self) -> bool {
         self.liveness == NodeLiveness::Up

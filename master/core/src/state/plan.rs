@@ -195,6 +195,9 @@ impl PlanRules<'_> {
         if !node.takes_work() || !node.serves(partition_of(&job.spec)) {
             return None;
         }
+        if job.spec.image.is_some() && !node.runs_containers() {
+            return None;
+        }
         let (gpus, booked) = if a.queued {
             // S0.3: beyond the free resources, within the queued allowance; only what can
             // ever run there and holds no devices (devices are granted at assignment).

@@ -124,7 +124,11 @@ impl StealRules<'_> {
         let partition = partition_of(&j.spec);
         let allowed = j.candidates.is_empty() || j.candidates.contains(&to);
         let n = self.nodes.get_mut(&to)?;
-        let fits = n.id != from && n.takes_work() && n.serves(partition) && n.free.fits(req);
+        let fits = n.id != from
+            && n.takes_work()
+            && n.serves(partition)
+            && (j.spec.image.is_none() || n.runs_containers())
+            && n.free.fits(req);
         if fits && allowed {
             n.free.take(req)
         } else {

@@ -246,6 +246,7 @@ impl ClusterState {
                 .labels
                 .get(hetsched_common::protocol::MEMBW_SOURCE_LABEL)
                 .cloned(),
+            containers: n.containers_info(),
         }
     }
 

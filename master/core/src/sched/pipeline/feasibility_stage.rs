@@ -1,5 +1,6 @@
 //! FeasibilityStage — the nodes a task may use at all: the up nodes serving its job's
-//! partition, within its job's locality (`--nodes`).
+//! partition, within its job's locality (`--nodes`), and for a container job (issue 52,
+//! `--image`) only nodes whose slave runs containers.
 //!
 //! The rest of feasibility (resources, GPU model) is the S4 index's: this stage's [`Scope`]
 //! becomes the index query's candidate constraint in selection, and what engine choice,
@@ -17,25 +18,55 @@ use hetsched_common::{JobId, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// Per partition, the up nodes serving it (`None`: every up node does).
-pub(super) type PartitionSets = BTreeMap<String, Option<Candidates>>;
+/// The node sets feasibility reads: per partition, the up nodes serving it (`None`: every
+/// up node does), and the up nodes that run containers.
+#[derive(Debug, Default)]
+pub(super) struct PartitionSets {
+    by_name: BTreeMap<String, Option<Candidates>>,
+    containers: Candidates,
+}
+
+impl PartitionSets {
+    /// The set of `partition` (`None`: no up node serves it; `Some(None)`: every one does).
+    fn get(&self, partition: &str) -> Option<&Option<Candidates>> {
+        self.by_name.get(partition)
+    }
+}
 
 /// Feasibility by partition: the up nodes serving each partition, as a locality
-/// constraint for the index; `None` where every up node serves it (no constraint).
+/// constraint for the index; `None` where every up node serves it (no constraint). And the
+/// up nodes that run containers (issue 52).
 pub(super) fn partition_candidates(view: &ClusterState) -> PartitionSets {
     let up: Vec<&Node> = view.nodes().values().filter(|n| n.takes_work()).collect();
     let mut names: BTreeSet<&str> = BTreeSet::from(["default"]);
     for n in &up {
         names.extend(n.partitions.iter().map(String::as_str));
     }
-    names
+    let by_name = names
         .into_iter()
         .map(|p| {
             let serving: Candidates = up.iter().filter(|n| n.serves(p)).map(|n| n.id).collect();
             let all = serving.len() == up.len();
             (p.to_string(), (!all).then_some(serving))
         })
-        .collect()
+        .collect();
+    let containers = up
+        .iter()
+        .filter(|n| n.runs_containers())
+        .map(|n| n.id)
+        .collect();
+    PartitionSets {
+        by_name,
+        containers,
+    }
+}
+
+/// What [`PartitionSets`] depend on of one node: whether it takes work, its partitions,
+/// whether it runs containers.
+type BuiltFrom = (bool, Vec<String>, bool);
+
+fn built_from(n: &Node) -> BuiltFrom {
+    (n.takes_work(), n.partitions.clone(), n.runs_containers())
 }
 
 /// [`partition_candidates`] kept across plans. The sets depend only on which nodes take
@@ -45,8 +76,8 @@ pub(super) fn partition_candidates(view: &ClusterState) -> PartitionSets {
 #[derive(Debug, Default)]
 pub(super) struct PartitionCache {
     sets: Option<Arc<PartitionSets>>,
-    /// Per node: whether it took work and its partitions when `sets` was built.
-    built_from: BTreeMap<NodeId, (bool, Vec<String>)>,
+    /// Per node: what the sets depend on ([`BuiltFrom`]) when `sets` was built.
+    built_from: BTreeMap<NodeId, BuiltFrom>,
 }
 
 impl PartitionCache {
@@ -55,15 +86,8 @@ impl PartitionCache {
         if self.sets.is_none() {
             return;
         }
-        let now = view
-            .nodes()
-            .get(&node)
-            .map(|n| (n.takes_work(), &n.partitions));
-        let same = match (self.built_from.get(&node), now) {
-            (Some((w, p)), Some((w2, p2))) => *w == w2 && p == p2,
-            (None, None) => true,
-            _ => false,
-        };
+        let now = view.nodes().get(&node).map(built_from);
+        let same = self.built_from.get(&node) == now.as_ref();
         if !same {
             self.sets = None;
         }
@@ -82,7 +106,7 @@ impl PartitionCache {
         self.built_from = view
             .nodes()
             .values()
-            .map(|n| (n.id, (n.takes_work(), n.partitions.clone())))
+            .map(|n| (n.id, built_from(n)))
             .collect();
         let s = Arc::new(partition_candidates(view));
         self.sets = Some(Arc::clone(&s));
@@ -95,7 +119,8 @@ impl PartitionCache {
 pub(super) struct Feasibility {
     /// [`partition_candidates`] of the plan's view.
     partitions: Arc<PartitionSets>,
-    /// Locality sets (within the job's partition), built once per job per plan.
+    /// Locality sets (within the job's partition; for a container job, of the nodes that
+    /// run containers), built once per job per plan.
     localities: BTreeMap<JobId, Candidates>,
     /// No node at all (a partition no up node serves).
     empty: Candidates,
@@ -120,11 +145,18 @@ impl Feasibility {
     /// Where `job`'s tasks may go (its locality set built at its first task of the plan).
     pub fn scope(&mut self, job: &Job) -> Scope<'_> {
         let partition = self.partitions.get(partition_of(&job.spec));
-        if !job.candidates.is_empty() && !self.localities.contains_key(&job.id) {
-            let within: Candidates = job
-                .candidates
+        let container = job.spec.image.is_some();
+        if (container || !job.candidates.is_empty()) && !self.localities.contains_key(&job.id) {
+            let containers = &self.partitions.containers;
+            let base = if job.candidates.is_empty() {
+                containers.as_slice()
+            } else {
+                &job.candidates[..]
+            };
+            let within: Candidates = base
                 .iter()
                 .copied()
+                .filter(|n| !container || containers.contains(*n))
                 .filter(|n| match partition {
                     Some(Some(c)) => c.contains(*n),
                     Some(None) => true,

@@ -1,0 +1,212 @@
+//! GPUs in a container (issue 52 item 4): the task's granted devices and only those —
+//! `/dev/nvidiaN` per granted device, with `nvidiactl`, `nvidia-uvm` and `nvidia-uvm-tools`
+//! where the host has them — created in the container and allowed in its devices cgroup,
+//! and the driver's user-space libraries bound in read-only from the loader's cache
+//! (`ldconfig -p`: `libcuda`, `libnvidia-*`, `libnvcuvid`, `libnvoptix`), as the
+//! NVIDIA container toolkit does without a CDI spec. `CUDA_VISIBLE_DEVICES` is set as for a
+//! bare task.
+//!
+//! Not built: reading a CDI spec (`/etc/cdi`, `/var/run/cdi`).
+
+use oci_spec::runtime::{
+    LinuxDevice, LinuxDeviceCgroup, LinuxDeviceType, LinuxResources, Mount, Spec,
+};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// A device node to give the container: its path and numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// Its path (the same inside).
+    pub path: PathBuf,
+    /// Major number.
+    pub major: i64,
+    /// Minor number.
+    pub minor: i64,
+}
+
+/// The device paths of `granted` GPUs under `dev` (`/dev`): `nvidiaN` for each, then the
+/// control and UVM nodes.
+pub fn device_paths(dev: &Path, granted: &[u32]) -> Vec<PathBuf> {
+    granted
+        .iter()
+        .map(|g| dev.join(format!("nvidia{g}")))
+        .chain(["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"].map(|n| dev.join(n)))
+        .collect()
+}
+
+/// The character devices among `paths` that exist, with their numbers.
+pub fn nodes_of(paths: &[PathBuf]) -> Vec<Node> {
+    paths
+        .iter()
+        .filter_map(|p| {
+            let m = std::fs::metadata(p).ok()?;
+            m.file_type().is_char_device().then(|| {
+                let rdev = m.rdev();
+                Node {
+                    path: p.clone(),
+                    major: nix::sys::stat::major(rdev) as i64,
+                    minor: nix::sys::stat::minor(rdev) as i64,
+                }
+            })
+        })
+        .collect()
+}
+
+/// The driver libraries in the text of `ldconfig -p` (64-bit entries).
+pub fn driver_libraries(ldconfig: &str) -> Vec<PathBuf> {
+    const PREFIXES: [&str; 5] = [
+        "libcuda.",
+        "libnvidia-",
+        "libnvcuvid.",
+        "libnvoptix.",
+        "libcudadebugger.",
+    ];
+    let mut v: Vec<PathBuf> = ldconfig
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.trim().split_once(' ')?;
+            let path = rest.rsplit_once("=> ")?.1.trim();
+            let ok = PREFIXES.iter().any(|p| name.starts_with(p))
+                && rest.contains("x86-64")
+                && path.starts_with('/');
+            ok.then(|| PathBuf::from(path))
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Adds `nodes` (allowed in the devices cgroup, everything else denied but the runtime's
+/// defaults) and the read-only binds of `libraries` to `spec`.
+pub fn add_gpus(spec: &mut Spec, nodes: &[Node], libraries: &[PathBuf]) {
+    if nodes.is_empty() {
+        return;
+    }
+    let mut mounts = spec.mounts().clone().unwrap_or_default();
+    for lib in libraries {
+        let mut m = Mount::default();
+        m.set_destination(lib.clone());
+        m.set_typ(Some("bind".into()));
+        m.set_source(Some(lib.clone()));
+        m.set_options(Some(vec![
+            "bind".into(),
+            "ro".into(),
+            "nosuid".into(),
+            "nodev".into(),
+        ]));
+        mounts.push(m);
+    }
+    spec.set_mounts(Some(mounts));
+    let Some(linux) = spec.linux_mut().as_mut() else {
+        return;
+    };
+    let mut devices = linux.devices().clone().unwrap_or_default();
+    let mut deny_all = LinuxDeviceCgroup::default();
+    deny_all.set_allow(false);
+    deny_all.set_access(Some("rwm".into()));
+    let mut rules = vec![deny_all];
+    for n in nodes {
+        let mut d = LinuxDevice::default();
+        d.set_path(n.path.clone());
+        d.set_typ(LinuxDeviceType::C);
+        d.set_major(n.major);
+        d.set_minor(n.minor);
+        d.set_file_mode(Some(0o666));
+        devices.push(d);
+        let mut r = LinuxDeviceCgroup::default();
+        r.set_allow(true);
+        r.set_typ(Some(LinuxDeviceType::C));
+        r.set_major(Some(n.major));
+        r.set_minor(Some(n.minor));
+        r.set_access(Some("rwm".into()));
+        rules.push(r);
+    }
+    linux.set_devices(Some(devices));
+    let mut res = LinuxResources::default();
+    res.set_devices(Some(rules));
+    linux.set_resources(Some(res));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_granted_devices_and_the_driver_libraries_go_in() {
+        let paths = device_paths(Path::new("/dev"), &[1, 3]);
+        assert_eq!(
+            paths,
+            [
+                "nvidia1",
+                "nvidia3",
+                "nvidiactl",
+                "nvidia-uvm",
+                "nvidia-uvm-tools"
+            ]
+            .map(|n| PathBuf::from("/dev").join(n))
+        );
+        let nodes = vec![
+            Node {
+                path: "/dev/nvidia3".into(),
+                major: 195,
+                minor: 3,
+            },
+            Node {
+                path: "/dev/nvidiactl".into(),
+                major: 195,
+                minor: 255,
+            },
+        ];
+        let ldconfig = "\t3 libs found in cache `/etc/ld.so.cache'\n\
+            \tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n\
+            \tlibcuda.so.1 (libc6) => /usr/lib/i386-linux-gnu/libcuda.so.1\n\
+            \tlibnvidia-ml.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1\n\
+            \tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6\n";
+        let libs = driver_libraries(ldconfig);
+        assert_eq!(
+            libs,
+            [
+                "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+            ]
+            .map(PathBuf::from)
+        );
+        let mut spec = Spec::default();
+        add_gpus(&mut spec, &nodes, &libs);
+        let linux = spec.linux().as_ref().expect("linux");
+        let devs = linux.devices().clone().unwrap_or_default();
+        assert_eq!(devs.len(), 2);
+        assert_eq!((devs[0].major(), devs[0].minor()), (195, 3));
+        let rules = linux
+            .resources()
+            .as_ref()
+            .and_then(|r| r.devices().clone())
+            .unwrap_or_default();
+        assert!(!rules[0].allow(), "everything else denied");
+        let allowed: Vec<_> = rules
+            .iter()
+            .filter(|r| r.allow())
+            .map(|r| r.minor())
+            .collect();
+        assert_eq!(allowed, [Some(3), Some(255)]);
+        let binds: Vec<_> = spec
+            .mounts()
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| m.typ().as_deref() == Some("bind"))
+            .collect();
+        assert_eq!(binds.len(), 2);
+        assert!(binds.iter().all(|m| m
+            .options()
+            .as_ref()
+            .is_some_and(|o| o.contains(&"ro".to_string()))));
+        // No GPU granted: nothing added, the slave's limits stand.
+        let mut bare = Spec::default();
+        let before = bare.clone();
+        add_gpus(&mut bare, &[], &libs);
+        assert_eq!(bare, before);
+    }
+}
