@@ -120,6 +120,14 @@ pub struct Args {
     /// first): a whole number with a binary unit.
     #[arg(long, value_name = "SIZE", default_value = "20GiB", value_parser = hetsched_common::image::parse_size_bytes)]
     pub image_cache: u64,
+    /// A PEM file of extra CAs trusted for docker:// registries (besides the system's
+    /// /etc/ssl/certs/ca-certificates.crt).
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Option<std::path::PathBuf>,
+    /// Registry credentials for docker:// pulls, in Docker's config.json format
+    /// (`{"auths": {"HOST": {"auth": "BASE64(user:password)"}}}`).
+    #[arg(long, value_name = "FILE")]
+    pub registry_auth: Option<std::path::PathBuf>,
     /// S3 GPU pool of this node's GPUs: `single` (serves tasks asking fewer than 4 GPUs
     /// first), `multi` (serves tasks asking 4 or more first), or `auto`: the master splits
     /// the pools by the workload's demand (by GPU count until a GPU task is seen).
@@ -245,6 +253,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             timeout: a.forward_timeout,
         },
     };
+    // A bad --registry-ca or --registry-auth file is reported now, not at the first pull.
+    hetsched_slave::container::registry::Registry::new(
+        a.registry_ca.as_deref(),
+        a.registry_auth.as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let http = a.http.clone();
     let reloader = a
         .security
@@ -283,6 +297,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             disabled: a.no_containers,
             image_dirs: a.image_dir,
             image_cache_bytes: a.image_cache,
+            registry_ca: a.registry_ca,
+            registry_auth: a.registry_auth,
         },
     };
     // After the flags are checked (a bad one is reported alone), before any socket.

@@ -8,6 +8,7 @@
 //!
 //! - [`source`], [`unpack`], [`store`] — reading local images, applying their layers
 //!   safely, and the slave's content-addressed store of unpacked images;
+//! - [`registry`] — pulling `docker://` images from an OCI registry over HTTPS;
 //! - [`launch`] — a container attempt's bundle (overlay root, `config.json`) and the runtime
 //!   argv the supervisor pool runs, and its end (`runtime delete`).
 //!
@@ -16,6 +17,7 @@
 pub mod fixture;
 pub mod gpu;
 pub mod launch;
+pub mod registry;
 pub mod runtime;
 pub mod source;
 pub mod store;
@@ -54,6 +56,10 @@ impl Containers {
                 dir.join("images"),
                 &opts.image_dirs,
                 opts.image_cache_bytes,
+            )
+            .with_registry(
+                registry::Registry::new(opts.registry_ca.as_deref(), opts.registry_auth.as_deref())
+                    .map_err(|e| e.0),
             ),
             launcher: launch::ContainerLauncher { runtime, dir },
             holds: Default::default(),

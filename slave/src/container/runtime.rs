@@ -25,6 +25,10 @@ pub struct ContainerOptions {
     pub image_dirs: Vec<PathBuf>,
     /// Bound of the image store, bytes (`--image-cache`, 20 GiB by default).
     pub image_cache_bytes: u64,
+    /// Extra PEM CAs trusted for registries (`--registry-ca`).
+    pub registry_ca: Option<PathBuf>,
+    /// Registry credentials, Docker's `config.json` format (`--registry-auth`).
+    pub registry_auth: Option<PathBuf>,
 }
 
 impl Default for ContainerOptions {
@@ -34,6 +38,8 @@ impl Default for ContainerOptions {
             disabled: false,
             image_dirs: Vec::new(),
             image_cache_bytes: super::store::DEFAULT_CACHE_BYTES,
+            registry_ca: None,
+            registry_auth: None,
         }
     }
 }

@@ -85,6 +85,8 @@ pub struct ImageStore {
     /// Unpacks done since start (what the tests count).
     unpacks: AtomicU64,
     seq: AtomicU64,
+    /// How `docker://` images are pulled (or why they cannot be).
+    registry: Result<super::registry::Registry, String>,
 }
 
 impl ImageStore {
@@ -120,7 +122,14 @@ impl ImageStore {
             held: Mutex::default(),
             unpacks: AtomicU64::new(0),
             seq: AtomicU64::new(0),
+            registry: super::registry::Registry::new(None, None).map_err(|e| e.0),
         }
+    }
+
+    /// The store with these registry settings (`--registry-ca`, `--registry-auth`).
+    pub fn with_registry(mut self, registry: Result<super::registry::Registry, String>) -> Self {
+        self.registry = registry;
+        self
     }
 
     /// Unpacks done since the store opened.
@@ -228,11 +237,22 @@ impl ImageStore {
                     source::read_docker_dir(scratch).map_err(wrap)
                 }
             }
-            ImageRef::Registry { .. } => Err(ImageError {
-                image: reference.clone(),
-                step: "pull",
-                message: "registry pulls are not built yet on this slave".into(),
-            }),
+            ImageRef::Registry {
+                host,
+                name,
+                reference: at,
+            } => {
+                let pull_err = |message: String| ImageError {
+                    image: reference.clone(),
+                    step: "pull",
+                    message,
+                };
+                let reg = self.registry.as_ref().map_err(|e| pull_err(e.clone()))?;
+                let have = |digest: &str| self.image_dir(digest).join("image.json").exists();
+                reg.pull(host, name, at, scratch, &have)
+                    .map_err(|e| pull_err(e.0))?;
+                source::read_oci_dir(scratch, None).map_err(wrap)
+            }
         }
     }
 
