@@ -3,8 +3,8 @@
 //! htpasswd login, pushes its busybox image there with `skopeo`, and runs a
 //! `docker://127.0.0.1:PORT/lib/bb:v1` task on a slave given `--registry-ca` and
 //! `--registry-auth`: the task sees the image's marker; a tag the registry lacks ends its
-//! task with reason `image`, step `pull`; the layers were fetched once for both tasks of the
-//! image.
+//! task with reason `image`, step `pull`; a pull by `@sha256:` digest finds the same image;
+//! the three share one stored image.
 
 mod support;
 
@@ -184,7 +184,21 @@ fn docker_images_are_pulled_from_a_registry_with_its_login() {
     );
     c.wait_leader(WAIT);
     c.wait_nodes_up(1, WAIT);
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pulls(&c, &addr)));
+    // The manifest's digest, as the registry has it (for a pull by digest).
+    let inspect = run(Command::new("skopeo").args([
+        "inspect",
+        "--creds",
+        "u:pw",
+        "--cert-dir",
+        &certs.display().to_string(),
+        &format!("docker://{addr}/lib/bb:v1"),
+    ]));
+    let digest = serde_json::from_str::<serde_json::Value>(&inspect).expect("inspect")["Digest"]
+        .as_str()
+        .expect("Digest")
+        .to_string();
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pulls(&c, &addr, &digest)));
     if let Err(p) = result {
         eprintln!(
             "registry log:\n{}",
@@ -204,10 +218,12 @@ fn ended(c: &Cluster, job: u64) -> serde_json::Value {
     })
 }
 
-fn pulls(c: &Cluster, addr: &str) {
+fn pulls(c: &Cluster, addr: &str, digest: &str) {
     let image = format!("docker://{addr}/lib/bb:v1");
-    let jobs: Vec<u64> = (0..2)
-        .map(|_| c.submit_id(&["--image", &image, "--", "cat", "/etc/image-marker"]))
+    let by_digest = format!("docker://{addr}/lib/bb@{digest}");
+    let jobs: Vec<u64> = [&image, &image, &by_digest]
+        .iter()
+        .map(|i| c.submit_id(&["--image", i, "--", "cat", "/etc/image-marker"]))
         .collect();
     for job in jobs {
         let t = ended(c, job);
@@ -215,7 +231,8 @@ fn pulls(c: &Cluster, addr: &str) {
         let o = c.cli(&["logs", &t["id"].to_string()]);
         assert_eq!(String::from_utf8_lossy(&o.stdout), "from-the-registry\n");
     }
-    // One unpacked image for both tasks, as the node announces it.
+    // One stored image for the three tasks (the digest names the same one), as the node
+    // announces it.
     let images = wait_for("the node to list the pulled image", WAIT, || {
         let s = c.json(&["nodes"])?.to_string();
         s.contains(&image).then_some(s)

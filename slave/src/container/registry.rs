@@ -340,7 +340,7 @@ impl Session<'_> {
         std::fs::create_dir_all(&blobs).map_err(|e| err(format!("{}: {e}", blobs.display())))?;
         let (mut digest, mut bytes, mut doc) = self.manifest(reference).await?;
         if let Some(list) = doc.manifests.take() {
-            let arch = host_arch();
+            let arch = super::source::host_arch();
             let pick = list
                 .iter()
                 .find(|m| {
@@ -603,15 +603,6 @@ async fn read_small(resp: Resp, what: &str) -> Result<Vec<u8>, RegistryError> {
 fn write_blob(blobs: &Path, digest: &str, bytes: &[u8]) -> Result<(), RegistryError> {
     let f: PathBuf = blobs.join(blob_hex(digest)?);
     std::fs::write(&f, bytes).map_err(|e| err(format!("{}: {e}", f.display())))
-}
-
-/// The OCI name of this host's architecture.
-fn host_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    }
 }
 
 #[cfg(test)]

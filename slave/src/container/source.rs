@@ -234,7 +234,7 @@ pub fn read_oci_dir(dir: &Path, tag: Option<&str>) -> Result<Resolved, SourceErr
 }
 
 /// The OCI name of this host's architecture.
-fn host_arch() -> &'static str {
+pub(crate) fn host_arch() -> &'static str {
     match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
