@@ -688,3 +688,7 @@ mod tests {
         assert!(Registry::new(None, Some(&d.path().join("none"))).is_err());
     }
 }
+
+#[cfg(test)]
+#[path = "registry_tests.rs"]
+mod serve_tests;
