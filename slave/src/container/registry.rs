@@ -26,6 +26,8 @@ use std::sync::Arc;
 const SYSTEM_CAS: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// Longest manifest or token response read, bytes.
 const MAX_DOC: usize = 4 << 20;
+/// Longest wait for a connection, a response's head or the next piece of a body.
+const IO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Redirects followed per request (blob stores often redirect).
 const MAX_REDIRECTS: usize = 5;
 
@@ -425,7 +427,11 @@ impl Session<'_> {
         let mut out =
             std::fs::File::create(&part).map_err(|e| err(format!("{}: {e}", part.display())))?;
         let mut h = Sha256::new();
-        while let Some(frame) = resp.body_mut().frame().await {
+        loop {
+            let next = tokio::time::timeout(IO_TIMEOUT, resp.body_mut().frame())
+                .await
+                .map_err(|_| err(format!("blob {digest}: stalled for {IO_TIMEOUT:?}")))?;
+            let Some(frame) = next else { break };
             let frame = frame.map_err(|e| err(format!("blob {digest}: {e}")))?;
             if let Ok(data) = frame.into_data() {
                 h.update(&data);
@@ -559,13 +565,10 @@ impl Session<'_> {
     ) -> Result<Resp, RegistryError> {
         let (name, addr) = dial_of(&url.host);
         let fail = |e: &dyn std::fmt::Display| err(format!("{}: {e}", url.host));
-        let tcp = tokio::time::timeout(
-            std::time::Duration::from_secs(30),
-            tokio::net::TcpStream::connect(&addr),
-        )
-        .await
-        .map_err(|_| err(format!("{}: connect timed out", url.host)))?
-        .map_err(|e| fail(&e))?;
+        let tcp = tokio::time::timeout(IO_TIMEOUT, tokio::net::TcpStream::connect(&addr))
+            .await
+            .map_err(|_| err(format!("{}: connect timed out", url.host)))?
+            .map_err(|e| fail(&e))?;
         let server = ServerName::try_from(name.clone()).map_err(|e| fail(&e))?;
         let tls = tokio_rustls::TlsConnector::from(Arc::clone(&self.reg.tls))
             .connect(server, tcp)
@@ -587,7 +590,10 @@ impl Session<'_> {
         let req = req
             .body(http_body_util::Empty::<hyper::body::Bytes>::new())
             .map_err(|e| fail(&e))?;
-        sender.send_request(req).await.map_err(|e| fail(&e))
+        tokio::time::timeout(IO_TIMEOUT, sender.send_request(req))
+            .await
+            .map_err(|_| err(format!("{}: no answer in {IO_TIMEOUT:?}", url.host)))?
+            .map_err(|e| fail(&e))
     }
 }
 
