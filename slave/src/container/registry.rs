@@ -74,7 +74,7 @@ impl Registry {
             }
         }
         if let Some(f) = ca {
-            let certs = read_pem(f)?;
+            let certs = read_pem(f).map_err(|e| err(format!("--registry-ca {e}")))?;
             if certs.is_empty() {
                 return Err(err(format!(
                     "--registry-ca {}: no certificate in it",
@@ -692,6 +692,8 @@ mod tests {
         let e = Registry::new(None, Some(&auth)).unwrap_err();
         assert!(e.0.contains("--registry-auth"), "{e}");
         assert!(Registry::new(None, Some(&d.path().join("none"))).is_err());
+        let e = Registry::new(Some(&d.path().join("none")), None).unwrap_err();
+        assert!(e.0.starts_with("--registry-ca "), "{e}");
     }
 }
 
