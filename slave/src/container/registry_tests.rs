@@ -58,8 +58,14 @@ fn serve(dir: &Path, tamper: bool) -> Served {
     .to_string();
     let manifest_digest = sha256_hex(manifest.as_bytes());
     let layer_gets = Arc::new(AtomicUsize::new(0));
-    let gets = Arc::clone(&layer_gets);
-    let realm = format!("https://{addr}/token");
+    let site = Site {
+        realm: format!("https://{addr}/token"),
+        manifest: manifest.clone(),
+        config_digest,
+        layer_digest,
+        tamper,
+        gets: Arc::clone(&layer_gets),
+    };
     std::thread::spawn(move || {
         for s in listener.incoming().flatten() {
             let conn = rustls::ServerConnection::new(Arc::clone(&tls)).unwrap();
@@ -68,49 +74,7 @@ fn serve(dir: &Path, tamper: bool) -> Served {
                 Some(h) => h,
                 None => continue,
             };
-            let bearer = auth.as_deref() == Some("Bearer tok");
-            let (status, headers, body): (&str, Vec<String>, Vec<u8>) = if path
-                .starts_with("/token?")
-            {
-                // Basic u:pw.
-                if auth.as_deref() == Some("Basic dTpwdw==")
-                    && path.contains("scope=repository%3Alib%2Fbb%3Apull")
-                {
-                    ("200 OK", vec![], br#"{"token":"tok"}"#.to_vec())
-                } else {
-                    ("403 Forbidden", vec![], vec![])
-                }
-            } else if !bearer {
-                let h = format!(
-                    "WWW-Authenticate: Bearer realm=\"{realm}\",service=\"test\",scope=\"repository:lib/bb:pull\""
-                );
-                ("401 Unauthorized", vec![h], vec![])
-            } else if path == "/v2/lib/bb/manifests/v1" {
-                let h = format!("Content-Type: {OCI_MANIFEST}");
-                ("200 OK", vec![h], manifest.clone().into_bytes())
-            } else if path == format!("/v2/lib/bb/blobs/{config_digest}") {
-                (
-                    "307 Temporary Redirect",
-                    vec!["Location: /storage/config".into()],
-                    vec![],
-                )
-            } else if path == "/storage/config" {
-                ("200 OK", vec![], CONFIG.to_vec())
-            } else if path == format!("/v2/lib/bb/blobs/{layer_digest}") {
-                gets.fetch_add(1, Ordering::SeqCst);
-                let body = if tamper {
-                    b"other bytes".to_vec()
-                } else {
-                    LAYER.to_vec()
-                };
-                ("200 OK", vec![], body)
-            } else {
-                (
-                    "404 Not Found",
-                    vec![],
-                    br#"{"errors":[{"code":"MANIFEST_UNKNOWN"}]}"#.to_vec(),
-                )
-            };
+            let (status, headers, body) = route(&site, &path, auth.as_deref());
             let mut head = format!(
                 "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
                 body.len()
@@ -131,6 +95,60 @@ fn serve(dir: &Path, tamper: bool) -> Served {
         addr,
         manifest_digest,
         layer_gets,
+    }
+}
+
+/// What the served registry holds.
+struct Site {
+    realm: String,
+    manifest: String,
+    config_digest: String,
+    layer_digest: String,
+    tamper: bool,
+    gets: Arc<AtomicUsize>,
+}
+
+/// The answer to `GET path` with `Authorization: auth`: status, headers, body.
+fn route(site: &Site, path: &str, auth: Option<&str>) -> (&'static str, Vec<String>, Vec<u8>) {
+    let bearer = auth == Some("Bearer tok");
+    if path.starts_with("/token?") {
+        // Basic u:pw.
+        if auth == Some("Basic dTpwdw==") && path.contains("scope=repository%3Alib%2Fbb%3Apull") {
+            ("200 OK", vec![], br#"{"token":"tok"}"#.to_vec())
+        } else {
+            ("403 Forbidden", vec![], vec![])
+        }
+    } else if !bearer {
+        let h = format!(
+                    "WWW-Authenticate: Bearer realm=\"{}\",service=\"test\",scope=\"repository:lib/bb:pull\"",
+        site.realm
+                );
+        ("401 Unauthorized", vec![h], vec![])
+    } else if path == "/v2/lib/bb/manifests/v1" {
+        let h = format!("Content-Type: {OCI_MANIFEST}");
+        ("200 OK", vec![h], site.manifest.clone().into_bytes())
+    } else if path == format!("/v2/lib/bb/blobs/{}", site.config_digest) {
+        (
+            "307 Temporary Redirect",
+            vec!["Location: /storage/config".into()],
+            vec![],
+        )
+    } else if path == "/storage/config" {
+        ("200 OK", vec![], CONFIG.to_vec())
+    } else if path == format!("/v2/lib/bb/blobs/{}", site.layer_digest) {
+        site.gets.fetch_add(1, Ordering::SeqCst);
+        let body = if site.tamper {
+            b"other bytes".to_vec()
+        } else {
+            LAYER.to_vec()
+        };
+        ("200 OK", vec![], body)
+    } else {
+        (
+            "404 Not Found",
+            vec![],
+            br#"{"errors":[{"code":"MANIFEST_UNKNOWN"}]}"#.to_vec(),
+        )
     }
 }
 
