@@ -128,9 +128,16 @@ pub struct CdiHook {
     pub timeout: Option<i64>,
 }
 
-/// The first JSON spec of kind [`GPU_KIND`] in `dirs` (in order, files sorted by name);
-/// `Ok(None)` where there is none. YAML specs are skipped with a warning.
-pub fn find_gpu_spec(dirs: &[&Path]) -> Result<Option<(PathBuf, CdiSpec)>, CdiError> {
+/// Reads one spec file.
+pub fn read_spec(file: &Path) -> Result<CdiSpec, CdiError> {
+    let text = std::fs::read_to_string(file).map_err(|e| CdiError::Read(file.into(), e))?;
+    serde_json::from_str(&text).map_err(|e| CdiError::Parse(file.into(), e))
+}
+
+/// The first JSON spec of kind [`GPU_KIND`] in `dirs` (in order, files sorted by name), or
+/// `None`. A file that cannot be read or parsed is skipped with a warning, as the CDI
+/// registry does, and so is a YAML spec.
+pub fn find_gpu_spec(dirs: &[&Path]) -> Option<(PathBuf, CdiSpec)> {
     for dir in dirs {
         let Ok(rd) = std::fs::read_dir(dir) else {
             continue;
@@ -146,15 +153,14 @@ pub fn find_gpu_spec(dirs: &[&Path]) -> Result<Option<(PathBuf, CdiSpec)>, CdiEr
                 }
                 _ => continue,
             }
-            let text = std::fs::read_to_string(&f).map_err(|e| CdiError::Read(f.clone(), e))?;
-            let spec: CdiSpec =
-                serde_json::from_str(&text).map_err(|e| CdiError::Parse(f.clone(), e))?;
-            if spec.kind == GPU_KIND {
-                return Ok(Some((f, spec)));
+            match read_spec(&f) {
+                Ok(spec) if spec.kind == GPU_KIND => return Some((f, spec)),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "CDI spec skipped"),
             }
         }
     }
-    Ok(None)
+    None
 }
 
 /// The spec's common edits followed by those of each granted device (named by its index).

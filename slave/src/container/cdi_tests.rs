@@ -32,17 +32,17 @@ fn the_spec_in_the_first_directory_that_has_one_is_read_and_yaml_is_skipped() {
     std::fs::create_dir_all(&run).expect("mkdir");
     std::fs::create_dir_all(&etc).expect("mkdir");
     let dirs = [run.as_path(), etc.as_path()];
-    assert!(find_gpu_spec(&dirs).expect("none").is_none());
+    assert!(find_gpu_spec(&dirs).is_none());
     std::fs::write(etc.join("nvidia.json"), SAMPLE).expect("write");
     std::fs::write(run.join("nvidia.yaml"), "kind: nvidia.com/gpu\n").expect("write");
     std::fs::write(run.join("other.json"), r#"{"kind": "vendor.com/fpga"}"#).expect("write");
-    let (file, spec) = find_gpu_spec(&dirs).expect("read").expect("found");
+    // A broken JSON file (first by name) is skipped, not a panic nor an end of the search.
+    std::fs::write(run.join("broken.json"), "{").expect("write");
+    let e = read_spec(&run.join("broken.json")).expect_err("broken");
+    assert!(e.to_string().contains("broken.json"), "{e}");
+    let (file, spec) = find_gpu_spec(&dirs).expect("found");
     assert_eq!(file, etc.join("nvidia.json"));
     assert_eq!(spec.devices.len(), 3);
-    // A broken JSON spec is an error naming the file, not a panic.
-    std::fs::write(run.join("broken.json"), "{").expect("write");
-    let e = find_gpu_spec(&dirs).expect_err("broken");
-    assert!(e.to_string().contains("broken.json"), "{e}");
 }
 
 #[test]

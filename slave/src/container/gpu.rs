@@ -36,21 +36,18 @@ pub fn add_granted(spec: &mut Spec, granted: &[u32]) {
         return;
     }
     let dirs = super::cdi::SPEC_DIRS.map(Path::new);
-    let from_cdi = super::cdi::find_gpu_spec(&dirs).and_then(|found| {
-        let Some((file, cdi)) = found else {
-            return Ok(None);
-        };
+    let from_cdi = super::cdi::find_gpu_spec(&dirs).map(|(file, cdi)| {
         let edits = super::cdi::edits_for(&file, &cdi, granted)?;
         super::cdi::apply(spec, &edits)?;
-        Ok(Some(file))
+        Ok::<_, super::cdi::CdiError>(file)
     });
     match from_cdi {
-        Ok(Some(file)) => {
+        Some(Ok(file)) => {
             tracing::debug!(spec = %file.display(), ?granted, "GPUs from the CDI spec");
             return;
         }
-        Ok(None) => {}
-        Err(e) => tracing::warn!(error = %e, "CDI spec not used; the loader's cache instead"),
+        None => {}
+        Some(Err(e)) => tracing::warn!(error = %e, "CDI spec not used; the loader's cache instead"),
     }
     let ldconfig = std::process::Command::new("ldconfig")
         .arg("-p")
