@@ -16,7 +16,16 @@
 #   3. two tasks of half a GPU each share one device at the same time;
 #   4. the slave's NVML utilisation probe samples every GPU task's processes, the two sharing
 #      a device included (its debug log lines `probe sample` with `gpu_util=Some(..)` and
-#      `gpu_probe="nvml"`, not EMULATED).
+#      `gpu_probe="nvml"`, not EMULATED);
+#   5. a container task asking one GPU (`--gpus 1 --image oci:...`, an image made on the spot
+#      from a static busybox by deploy/check/oci_image.py, with the host's nvidia-smi and the
+#      C libraries it links against where the host has them) sees exactly its device: the
+#      /dev/nvidiaN of its CUDA_VISIBLE_DEVICES and no other (nvidiactl and the UVM nodes
+#      besides), and `nvidia-smi -L` in it lists one GPU. On a host without NVIDIA GPUs it
+#      checks the emulated case: no nvidia device node at all, CUDA_VISIBLE_DEVICES as granted.
+#      Skipped, saying why, where the slave has no OCI runtime (`nodes --json` "containers":
+#      runc or crun, as root) or there is no static busybox (GPU_CHECK_BUSYBOX, default
+#      /usr/bin/busybox; Debian's busybox-static).
 # Logs, the JSON read and the tasks' output are kept under OUT_DIR (default: a temp dir).
 # On a host without NVIDIA GPUs check 1 and check 4 fail and the rest pass (the slave offers
 # emulated devices; tests/gpu_host_check.rs runs it so). Exit status: 0 every check passed,
@@ -50,9 +59,12 @@ EXPECTED_MODEL=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null |
 
 echo "== cluster"
 DATA="$OUT/cluster"
+# The slave trusts the directory of check 5's image (it must exist when the slave starts).
+mkdir -p "$OUT/images" || exit 2
 # The slave's probe samples are debug lines; everything else at info.
 export HETSCHED_LOG=${HETSCHED_LOG:-info,hetsched_slave::probe=debug}
-"$BIN" up --no-demo --masters "${GPU_CHECK_MASTERS:-3}" --slaves 1 --data-dir "$DATA" >"$OUT/up.out" 2>"$OUT/up.err" &
+"$BIN" up --no-demo --masters "${GPU_CHECK_MASTERS:-3}" --slaves 1 --data-dir "$DATA" \
+  --image-dir "$OUT/images" >"$OUT/up.out" 2>"$OUT/up.err" &
 UP=$!
 trap 'kill -INT $UP 2>/dev/null; wait $UP 2>/dev/null' EXIT
 if ! wait_for 60 grep -q '^export HETSCHED_TOKEN' "$OUT/up.out"; then
@@ -162,6 +174,11 @@ for T in $TASK $(task_ids "$JOB2"); do
     fail "no NVML utilisation sample of task $T"
   fi
 done
+
+echo "== 5. a container task sees exactly its device"
+# shellcheck source=deploy/check/container-step.sh
+source "$(dirname "${BASH_SOURCE[0]}")/check/container-step.sh"
+container_step
 
 if [ "${GPU_CHECK_S0:-1}" != 0 ]; then
   kill -INT $UP 2>/dev/null; wait $UP 2>/dev/null

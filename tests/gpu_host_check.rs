@@ -1,6 +1,7 @@
 //! `deploy/check-gpu-host.sh`, the end-to-end check of the real GPU probes, keeps working
 //! with the CLI it drives: on a host without NVIDIA GPUs the NVML checks fail and every other
-//! check passes (GPU tasks see their device, two half-GPU tasks share one); on a host with
+//! check passes (GPU tasks see their device, two half-GPU tasks share one, a container task
+//! sees no device node and its CUDA_VISIBLE_DEVICES); on a host with
 //! them (`nvidia-smi` on the PATH) every check passes.
 //!
 //! Needs python3 (the script reads JSON and runs its tasks with it): skipped with a message
@@ -59,6 +60,12 @@ fn gpu_host_check_passes_everything_but_nvml_without_a_gpu() {
         assert!(says(pass), "missing {pass:?}:\n{stdout}\n{stderr}");
     }
     assert!(says("FAIL real GPUs offered through NVML"), "{stdout}");
+    // The container step: run on the emulated GPUs where the slave has a runtime (root and
+    // runc) and there is a static busybox, else skipped saying why.
+    assert!(
+        says("PASS the container task sees exactly its device") || says("SKIP the container step"),
+        "{stdout}\n{stderr}"
+    );
     let other_failures: Vec<&str> = stdout
         .lines()
         .filter(|l| l.starts_with("FAIL") && !l.contains("NVML"))

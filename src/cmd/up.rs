@@ -50,6 +50,10 @@ pub struct Args {
     /// private bridge (10.213.K.0/24) that is removed at the end; needs root and `ip`.
     #[arg(long)]
     pub netns: bool,
+    /// A directory every slave may read container images from (`slave --image-dir`,
+    /// docs/guide/containers.md); repeatable.
+    #[arg(long, value_name = "DIR")]
+    pub image_dir: Vec<PathBuf>,
 }
 
 fn demo_jobs() -> Vec<JobSpec> {
@@ -180,11 +184,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             cpus: s.cpus,
             mem_mib: s.mem_mib,
             gpus: s.gpus,
-            extra_args: if s.gpus > 0 {
-                vec!["--engines".into(), engines_file.display().to_string()]
-            } else {
-                Vec::new()
-            },
+            extra_args: (s.gpus > 0)
+                .then(|| ["--engines".to_string(), engines_file.display().to_string()])
+                .into_iter()
+                .flatten()
+                .chain(
+                    a.image_dir
+                        .iter()
+                        .flat_map(|d| ["--image-dir".to_string(), d.display().to_string()]),
+                )
+                .collect(),
         })
         .collect();
     // Ctrl-C and SIGTERM are caught from here on (also while the cluster starts), so the

@@ -278,17 +278,8 @@ impl Launcher {
         if !a.gpus.is_empty() {
             // The granted devices only, and the driver's libraries (none where the GPUs are
             // emulated: no device nodes).
-            use crate::container::gpu;
             let granted: Vec<u32> = a.gpus.iter().map(|(d, _)| *d).collect();
-            let nodes = gpu::nodes_of(&gpu::device_paths(Path::new("/dev"), &granted));
-            if !nodes.is_empty() {
-                let ldconfig = std::process::Command::new("ldconfig")
-                    .arg("-p")
-                    .output()
-                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                    .unwrap_or_default();
-                gpu::add_gpus(&mut config, &nodes, &gpu::driver_libraries(&ldconfig));
-            }
+            crate::container::gpu::add_granted(&mut config, &granted);
         }
         spec.argv = containers
             .launcher

@@ -6,7 +6,8 @@
 //! NVIDIA container toolkit does without a CDI spec. `CUDA_VISIBLE_DEVICES` is set as for a
 //! bare task.
 //!
-//! Not built: reading a CDI spec (`/etc/cdi`, `/var/run/cdi`).
+//! Where the host has a CDI spec of the GPUs (`/var/run/cdi`, `/etc/cdi`), it is used
+//! instead of the loader's cache ([`super::cdi`]).
 
 use oci_spec::runtime::{
     LinuxDevice, LinuxDeviceCgroup, LinuxDeviceType, LinuxResources, Mount, Spec,
@@ -23,6 +24,37 @@ pub struct Node {
     pub major: i64,
     /// Minor number.
     pub minor: i64,
+}
+
+/// Gives the container of `spec` the `granted` GPUs: nothing where the host has no device
+/// node for them (emulated GPUs), else from the host's CDI spec where it has a usable one
+/// (a spec that cannot be used is logged and the fallback applies), else the granted nodes
+/// and the driver libraries of the loader's cache.
+pub fn add_granted(spec: &mut Spec, granted: &[u32]) {
+    let nodes = nodes_of(&device_paths(Path::new("/dev"), granted));
+    if nodes.is_empty() {
+        return;
+    }
+    let dirs = super::cdi::SPEC_DIRS.map(Path::new);
+    let from_cdi = super::cdi::find_gpu_spec(&dirs).map(|(file, cdi)| {
+        let edits = super::cdi::edits_for(&file, &cdi, granted)?;
+        super::cdi::apply(spec, &edits)?;
+        Ok::<_, super::cdi::CdiError>(file)
+    });
+    match from_cdi {
+        Some(Ok(file)) => {
+            tracing::debug!(spec = %file.display(), ?granted, "GPUs from the CDI spec");
+            return;
+        }
+        None => {}
+        Some(Err(e)) => tracing::warn!(error = %e, "CDI spec not used; the loader's cache instead"),
+    }
+    let ldconfig = std::process::Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    add_gpus(spec, &nodes, &driver_libraries(&ldconfig));
 }
 
 /// The device paths of `granted` GPUs under `dev` (`/dev`): `nvidiaN` for each, then the
@@ -129,6 +161,24 @@ pub fn add_gpus(spec: &mut Spec, nodes: &[Node], libraries: &[PathBuf]) {
     linux.set_resources(Some(res));
 }
 
+/// The devices `spec`'s devices cgroup allows, (major, minor), after checking that it
+/// denies everything else first.
+#[cfg(test)]
+pub(crate) fn allowed_devices(spec: &Spec) -> Vec<(i64, i64)> {
+    let rules = spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.resources().as_ref())
+        .and_then(|r| r.devices().clone())
+        .unwrap_or_default();
+    assert!(!rules[0].allow(), "everything else denied");
+    rules
+        .iter()
+        .filter(|r| r.allow())
+        .map(|r| (r.major().unwrap_or(-1), r.minor().unwrap_or(-1)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,18 +229,7 @@ mod tests {
         let devs = linux.devices().clone().unwrap_or_default();
         assert_eq!(devs.len(), 2);
         assert_eq!((devs[0].major(), devs[0].minor()), (195, 3));
-        let rules = linux
-            .resources()
-            .as_ref()
-            .and_then(|r| r.devices().clone())
-            .unwrap_or_default();
-        assert!(!rules[0].allow(), "everything else denied");
-        let allowed: Vec<_> = rules
-            .iter()
-            .filter(|r| r.allow())
-            .map(|r| r.minor())
-            .collect();
-        assert_eq!(allowed, [Some(3), Some(255)]);
+        assert_eq!(allowed_devices(&spec), [(195, 3), (195, 255)]);
         let binds: Vec<_> = spec
             .mounts()
             .clone()

@@ -14,6 +14,7 @@
 //!
 //! A slave without a runtime ends a container task with reason `image`: it is never run bare.
 
+pub mod cdi;
 pub mod fixture;
 pub mod gpu;
 pub mod launch;
