@@ -8,7 +8,7 @@
 //! JSON specs only (`*.json`; `nvidia-ctk cdi generate --format json`): a YAML spec is
 //! skipped with a warning, and without a JSON one the fallback applies.
 
-use super::gpu::{add_gpus, Node};
+use super::devices::{add_gpus, Node};
 use oci_spec::runtime::{Hook, Mount, Spec};
 use serde::Deserialize;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};

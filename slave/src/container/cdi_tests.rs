@@ -83,7 +83,7 @@ fn the_granted_devices_common_edits_mounts_env_and_hooks_go_in() {
         ]
     );
     assert_eq!(
-        crate::container::gpu::allowed_devices(&oci),
+        crate::container::devices::allowed_devices(&oci),
         [(195, 255), (510, 0), (195, 1)],
         "device 0 was not granted"
     );

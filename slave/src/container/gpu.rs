@@ -9,22 +9,10 @@
 //! Where the host has a CDI spec of the GPUs (`/var/run/cdi`, `/etc/cdi`), it is used
 //! instead of the loader's cache ([`super::cdi`]).
 
-use oci_spec::runtime::{
-    LinuxDevice, LinuxDeviceCgroup, LinuxDeviceType, LinuxResources, Mount, Spec,
-};
+use super::devices::{add_gpus, Node};
+use oci_spec::runtime::Spec;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-
-/// A device node to give the container: its path and numbers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Node {
-    /// Its path (the same inside).
-    pub path: PathBuf,
-    /// Major number.
-    pub major: i64,
-    /// Minor number.
-    pub minor: i64,
-}
 
 /// Gives the container of `spec` the `granted` GPUs: nothing where the host has no device
 /// node for them (emulated GPUs), else from the host's CDI spec where it has a usable one
@@ -110,78 +98,10 @@ pub fn driver_libraries(ldconfig: &str) -> Vec<PathBuf> {
     v
 }
 
-/// Adds `nodes` (allowed in the devices cgroup, everything else denied but the runtime's
-/// defaults) and the read-only binds of `libraries` to `spec`.
-pub fn add_gpus(spec: &mut Spec, nodes: &[Node], libraries: &[PathBuf]) {
-    if nodes.is_empty() {
-        return;
-    }
-    let mut mounts = spec.mounts().clone().unwrap_or_default();
-    for lib in libraries {
-        let mut m = Mount::default();
-        m.set_destination(lib.clone());
-        m.set_typ(Some("bind".into()));
-        m.set_source(Some(lib.clone()));
-        m.set_options(Some(vec![
-            "bind".into(),
-            "ro".into(),
-            "nosuid".into(),
-            "nodev".into(),
-        ]));
-        mounts.push(m);
-    }
-    spec.set_mounts(Some(mounts));
-    let Some(linux) = spec.linux_mut().as_mut() else {
-        return;
-    };
-    let mut devices = linux.devices().clone().unwrap_or_default();
-    let mut deny_all = LinuxDeviceCgroup::default();
-    deny_all.set_allow(false);
-    deny_all.set_access(Some("rwm".into()));
-    let mut rules = vec![deny_all];
-    for n in nodes {
-        let mut d = LinuxDevice::default();
-        d.set_path(n.path.clone());
-        d.set_typ(LinuxDeviceType::C);
-        d.set_major(n.major);
-        d.set_minor(n.minor);
-        d.set_file_mode(Some(0o666));
-        devices.push(d);
-        let mut r = LinuxDeviceCgroup::default();
-        r.set_allow(true);
-        r.set_typ(Some(LinuxDeviceType::C));
-        r.set_major(Some(n.major));
-        r.set_minor(Some(n.minor));
-        r.set_access(Some("rwm".into()));
-        rules.push(r);
-    }
-    linux.set_devices(Some(devices));
-    let mut res = LinuxResources::default();
-    res.set_devices(Some(rules));
-    linux.set_resources(Some(res));
-}
-
-/// The devices `spec`'s devices cgroup allows, (major, minor), after checking that it
-/// denies everything else first.
-#[cfg(test)]
-pub(crate) fn allowed_devices(spec: &Spec) -> Vec<(i64, i64)> {
-    let rules = spec
-        .linux()
-        .as_ref()
-        .and_then(|l| l.resources().as_ref())
-        .and_then(|r| r.devices().clone())
-        .unwrap_or_default();
-    assert!(!rules[0].allow(), "everything else denied");
-    rules
-        .iter()
-        .filter(|r| r.allow())
-        .map(|r| (r.major().unwrap_or(-1), r.minor().unwrap_or(-1)))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::container::devices::allowed_devices;
 
     #[test]
     fn only_the_granted_devices_and_the_driver_libraries_go_in() {

@@ -15,6 +15,7 @@
 //! A slave without a runtime ends a container task with reason `image`: it is never run bare.
 
 pub mod cdi;
+pub mod devices;
 pub mod fixture;
 pub mod gpu;
 pub mod launch;
