@@ -251,6 +251,21 @@ fn running(c: &mut Cluster, dir: &str) {
         ),
         "{t}"
     );
+    // The host's network by default (more than loopback here), a namespace of its own with
+    // only loopback under --network none (busybox `ls` of sysfs' interfaces, which /sys
+    // shows for the container's network namespace).
+    let interfaces = |extra: &[&str]| {
+        let image = format!("oci:{dir}/bb:v1");
+        let mut args = vec!["--image", image.as_str()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "ls", "/sys/class/net"]);
+        let t = ended(c, c.submit_id(&args));
+        assert_eq!(t["state"], "succeeded", "{t}");
+        stdout_of(c, &t)
+    };
+    assert_eq!(interfaces(&["--network", "none"]), "lo\n");
+    let host = interfaces(&[]);
+    assert!(host.lines().any(|l| l != "lo"), "{host:?}");
     // Its --mem is its cgroup's: a 100 MiB buffer in 32 MiB ends it with `oom`.
     let job = c.submit_id(&[
         "--image",

@@ -253,6 +253,7 @@ fn a_secured_cluster_refuses_plain_tcp_foreign_roles_and_other_users() {
         workdir: None,
         image: None,
         run_as: None,
+        network: None,
     }]));
     for who in [
         setup_for(c.dir.path(), Role::Client, "root"),

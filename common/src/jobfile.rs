@@ -16,6 +16,7 @@
 //! max_running = 2                # singleton = true (crate::dependency)
 //! image = "oci:/srv/images/train:v3"  # run in this container image (crate::image)
 //! run_as = "1000"                # the image's user unless given
+//! network = "none"               # its own network namespace (default: the host's)
 //! [resources]
 //! cpus = 2.0
 //! mem = 4096                     # MiB
@@ -127,6 +128,9 @@ pub struct JobFile {
     /// The user a container task runs as in its image (`--run-as`).
     #[serde(default)]
     pub run_as: Option<String>,
+    /// A container task's network, `host` (default) or `none` (`--network`).
+    #[serde(default)]
+    pub network: Option<String>,
     /// The directory each task starts in (`--workdir`; absolute: on the node, or inside
     /// the image for a container task).
     #[serde(default)]
@@ -211,6 +215,7 @@ impl JobFile {
             workdir: self.workdir.clone(),
             image: self.image.clone(),
             run_as: self.run_as.clone(),
+            network: self.network.clone(),
             after: self.after.clone(),
             after_any: self.after_any.clone(),
             after_fail: self.after_fail.clone(),
@@ -730,12 +735,13 @@ gpu_model = "T4"
     fn a_container_job_names_its_image_and_takes_its_name_from_it() {
         let f = parse_job_file(
             "j.toml",
-            "image = \"oci:/srv/images/train:v3\"\nrun_as = \"1000\"\nworkdir = \"/work\"\n",
+            "image = \"oci:/srv/images/train:v3\"\nrun_as = \"1000\"\nworkdir = \"/work\"\nnetwork = \"none\"\n",
         )
         .expect("parses");
         let spec = f.to_spec("ada").expect("valid");
         assert_eq!(spec.image.as_deref(), Some("oci:/srv/images/train:v3"));
         assert_eq!(spec.run_as.as_deref(), Some("1000"));
+        assert_eq!(spec.network.as_deref(), Some("none"));
         assert_eq!(spec.workdir.as_deref(), Some("/work"));
         assert!(spec.command.is_empty());
         assert_eq!(spec.name, "train");

@@ -76,6 +76,11 @@ pub struct JobSpec {
     /// USER|UID`; `--user` names the submitting user); `None`: the image's own user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_as: Option<String>,
+    /// Issue 52: a container task's network (`submit --network host|none`): `none` gives it
+    /// a network namespace of its own with only a loopback device; `None` or `host`: the
+    /// host's network, as a bare task has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
     // Issue 51, workflows (`dependency.rs`): every key left out of the encoding when unset,
     // so entries and snapshots written before they existed encode (and hash) the same.
     /// Start once each of these jobs succeeded (Slurm `afterok`).
@@ -99,6 +104,17 @@ pub struct JobSpec {
     /// At most this many of the job's tasks assigned or running at once (the throttle).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_running: Option<u32>,
+}
+
+/// `--network`: `host` or `none`, for a container task.
+fn check_network(n: &str, has_image: bool) -> Result<(), String> {
+    if !has_image {
+        return Err("--network applies to container tasks only; add --image".into());
+    }
+    match n {
+        "host" | "none" => Ok(()),
+        _ => Err(format!("--network {n:?}: expected host or none")),
+    }
 }
 
 /// `--run-as`: a user name or a numeric uid, optionally `:GROUP|GID`, for a container task.
@@ -261,6 +277,9 @@ impl JobSpec {
         }
         if let Some(u) = &self.run_as {
             check_run_as(u, self.image.is_some()).map_err(bad)?;
+        }
+        if let Some(n) = &self.network {
+            check_network(n, self.image.is_some()).map_err(bad)?;
         }
         if self.count == 0 || self.count > MAX_TASKS_PER_JOB {
             return Err(bad(format!(
@@ -732,6 +751,21 @@ mod tests {
         assert!(rel.validate().unwrap_err().to_string().contains("absolute"));
         // Left out of the encoding when unset (entries written before issue 52 hash the same).
         let v = serde_json::to_value(job(None, &["true"])).expect("encode");
-        assert!(v.get("image").is_none() && v.get("run_as").is_none());
+        assert!(
+            v.get("image").is_none() && v.get("run_as").is_none() && v.get("network").is_none()
+        );
+        let network = |image: Option<&str>, n: &str| JobSpec {
+            network: Some(n.into()),
+            ..job(image, &["true"])
+        };
+        assert!(network(Some("oci:/srv/bb"), "none").validate().is_ok());
+        assert!(network(Some("oci:/srv/bb"), "host").validate().is_ok());
+        let e = network(None, "none").validate().unwrap_err().to_string();
+        assert!(e.contains("add --image"), "{e}");
+        let e = network(Some("oci:/srv/bb"), "bridge")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected host or none"), "{e}");
     }
 }

@@ -399,6 +399,7 @@ fn message() -> impl Strategy<Value = Message> {
                     workdir: None,
                     image: None,
                     run_as: None,
+                    network: None,
                 })
             )),
         ids.prop_map(|(_, t, a)| Message::ToSlave(SlaveCommand::StopTask {

@@ -254,8 +254,10 @@ mod tests {
         assert_eq!(ok.spec.user, "", "left to the master to fill in");
         assert!(!ok.allow_unplaceable);
         // Issue 52: a container job, its command the image's own.
-        let ok = submit_body(br#"{"image":"oci:/srv/bb:v1","run_as":"1000"}"#).expect("valid");
+        let ok = submit_body(br#"{"image":"oci:/srv/bb:v1","run_as":"1000","network":"none"}"#)
+            .expect("valid");
         assert_eq!(ok.spec.image.as_deref(), Some("oci:/srv/bb:v1"));
+        assert_eq!(ok.spec.network.as_deref(), Some("none"));
         let e = submit_body(br#"{"image":"bb","command":["true"]}"#).unwrap_err();
         assert!(e.message.contains("unknown kind"), "{e}");
         assert_eq!(e.field.as_deref(), Some("image"), "{e}");

@@ -62,6 +62,7 @@ fn assignment(task: u64) -> Assignment {
         workdir: None,
         image: None,
         run_as: None,
+        network: None,
     }
 }
 

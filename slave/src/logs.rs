@@ -254,6 +254,7 @@ pub fn read_log(
         workdir: None,
         image: None,
         run_as: None,
+        network: None,
     };
     let (out, err) = attempt::log_paths(log_dir, &key);
     let kept = if stderr { err } else { out };

@@ -475,6 +475,7 @@ mod tests {
             workdir: None,
             image: None,
             run_as: None,
+            network: None,
         }
     }
 

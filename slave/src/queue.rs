@@ -448,6 +448,7 @@ mod tests {
             workdir: None,
             image: None,
             run_as: None,
+            network: None,
         }
     }
 

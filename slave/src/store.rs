@@ -305,6 +305,7 @@ pub(crate) fn test_assignment(task: u64, attempt: Attempt) -> Assignment {
         workdir: None,
         image: None,
         run_as: None,
+        network: None,
     }
 }
 

@@ -249,6 +249,7 @@ fn assignment(task: u64, command: &[&str]) -> Assignment {
         workdir: None,
         image: None,
         run_as: None,
+        network: None,
     }
 }
 

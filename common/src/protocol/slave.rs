@@ -446,6 +446,9 @@ pub struct Assignment {
     /// The user it runs as in the image (`--run-as`; `None`: the image's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_as: Option<String>,
+    /// Its network (`--network`; `none`: a namespace of its own; `None`: the host's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
 }
 
 /// A booked engine unit: its kind, and for a GPU the device (also in `gpus`).

@@ -267,6 +267,7 @@ impl Launcher {
             env: spec.env.clone(),
             workdir: a.workdir.clone(),
             run_as: a.run_as.clone(),
+            network: a.network.clone(),
         };
         let cg = self.cgroups.attempt(&name);
         let child = format!("{}-{name}", self.cgroups.own_name().unwrap_or_default());
@@ -376,6 +377,7 @@ mod tests {
             workdir: None,
             image: None,
             run_as: None,
+            network: None,
         }
     }
 

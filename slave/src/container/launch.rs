@@ -14,7 +14,8 @@
 //! `--keep` leaves the container to the slave, which reads the cgroup's counters and then
 //! deletes it ([`ContainerLauncher::finish`]).
 //!
-//! Namespaces: pid, mount, ipc, uts and cgroup; the host's network. No user namespace: root
+//! Namespaces: pid, mount, ipc, uts and cgroup; the host's network (one of its own with
+//! `--network none`). No user namespace: root
 //! in the container is root on the host (docs/guide/containers.md). No new privileges; the
 //! runtime's default reduced capability set; `/proc`, a minimal `/dev`, `/sys` read-only.
 
@@ -48,6 +49,8 @@ pub struct TaskSide {
     pub workdir: Option<String>,
     /// `--run-as` (`None`: the image's user).
     pub run_as: Option<String>,
+    /// `--network` (`none`: a network namespace of its own; `None` or `host`: the host's).
+    pub network: Option<String>,
 }
 
 /// The process argv of a container: Docker's rule — the image's entrypoint, then the job's
@@ -219,13 +222,15 @@ pub fn config(
         .collect();
     spec.set_mounts(Some(mounts));
     let linux = spec.linux_mut().as_mut().ok_or("no linux")?;
-    // The host's network (a task talks to its peers as a bare task does).
+    // The host's network (a task talks to its peers as a bare task does), unless the job
+    // asked for none: then a namespace of its own, where the runtime brings up loopback.
+    let own_network = task.network.as_deref() == Some("none");
     let namespaces = linux
         .namespaces()
         .clone()
         .unwrap_or_default()
         .into_iter()
-        .filter(|n| n.typ() != LinuxNamespaceType::Network)
+        .filter(|n| own_network || n.typ() != LinuxNamespaceType::Network)
         .collect();
     linux.set_namespaces(Some(namespaces));
     linux.set_cgroups_path(cgroups_path.map(PathBuf::from));

@@ -26,6 +26,7 @@ fn the_job_overrides_cmd_env_workdir_and_the_runtime_gets_no_limits() {
         ],
         workdir: Some("/data".into()),
         run_as: None,
+        network: None,
     };
     let spec = config(
         &image(),
@@ -132,4 +133,26 @@ fn the_runtime_gets_the_attempts_own_cgroup() {
         None
     );
     assert_eq!(cgroups_path(None, root.path()), None);
+}
+
+/// `--network none`: the container gets a network namespace of its own (the runtime brings
+/// up its loopback); `host` and no choice keep the host's.
+#[test]
+fn network_none_gives_the_container_its_own_network_namespace() {
+    let has_netns = |network: Option<&str>| {
+        let task = TaskSide {
+            network: network.map(str::to_string),
+            ..TaskSide::default()
+        };
+        let spec = config(&image(), &task, (0, 0), None, "h").expect("config");
+        spec.linux()
+            .as_ref()
+            .and_then(|l| l.namespaces().clone())
+            .unwrap_or_default()
+            .iter()
+            .any(|n| n.typ() == LinuxNamespaceType::Network)
+    };
+    assert!(has_netns(Some("none")));
+    assert!(!has_netns(Some("host")));
+    assert!(!has_netns(None));
 }

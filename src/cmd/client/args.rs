@@ -121,6 +121,10 @@ pub struct SubmitArgs {
     /// (default: the image's own user; --user names the submitting user).
     #[arg(long, value_name = "USER|UID")]
     pub run_as: Option<String>,
+    /// A container task's network: host (default: the host's, as a bare task's) or none (a
+    /// network namespace of its own with only loopback).
+    #[arg(long, value_name = "host|none")]
+    pub network: Option<String>,
     /// The directory each task starts in (absolute; inside the image for a container task,
     /// whose default is the image's working directory).
     #[arg(long, value_name = "DIR")]

@@ -48,7 +48,7 @@ pub fn submission_from(a: &SubmitArgs) -> anyhow::Result<Submission> {
 }
 
 /// Issue 52's flags over the file's keys: `--image` (checked here, so that a bad reference
-/// is reported at its flag), `--run-as`, `--workdir`.
+/// is reported at its flag), `--run-as`, `--network`, `--workdir`.
 fn container_flags(a: &SubmitArgs, f: &mut JobFile) -> anyhow::Result<()> {
     if let Some(v) = &a.image {
         hetsched_common::image::ImageRef::parse(v)
@@ -57,6 +57,9 @@ fn container_flags(a: &SubmitArgs, f: &mut JobFile) -> anyhow::Result<()> {
     }
     if a.run_as.is_some() {
         f.run_as = a.run_as.clone();
+    }
+    if a.network.is_some() {
+        f.network = a.network.clone();
     }
     if a.workdir.is_some() {
         f.workdir = a.workdir.clone();

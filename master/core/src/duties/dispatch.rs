@@ -228,6 +228,7 @@ impl DutiesCore {
                     workdir: job.spec.workdir.clone(),
                     image: job.spec.image.clone(),
                     run_as: job.spec.run_as.clone(),
+                    network: job.spec.network.clone(),
                 });
         }
         for k in gone {
