@@ -127,7 +127,12 @@ proptest! {
                 prop_assert_eq!(&plans(&input, groups, threads), &base, "groups {} threads {}", groups, threads);
             }
         }
-        prop_assert!(placed(&one) > 0 || input.nodes.is_empty());
+        // Something is placed whenever some first-round task fits some empty node (a task
+        // asking a GPU on a cluster of CPU nodes places nothing, rightly).
+        let fits_somewhere = input.rounds[0].iter().any(|(_, cpus, gpus)| {
+            input.nodes.iter().any(|(c, g)| cpus <= c && *gpus as usize <= *g)
+        });
+        prop_assert!(placed(&one) > 0 || !fits_somewhere, "nothing placed though a task fits");
     }
 }
 
@@ -181,4 +186,19 @@ fn groups_propose_for_plain_tasks_and_the_chain_takes_what_still_fits() {
     // Partitions are disjoint, and nothing else took room first: every proposal holds.
     assert_eq!(four.proposals(), (20, 20));
     assert_fits(&l.s, &p4.assignments);
+}
+
+/// The input CI's random run found: a GPU task on a CPU-only node. Nothing fits, so nothing
+/// is placed under any grouping, and every plan still applies cleanly.
+#[test]
+fn a_gpu_task_on_a_cpu_only_cluster_places_nothing_under_any_grouping() {
+    let input = Input {
+        policy: PolicyKind::LeastFit,
+        drf: false,
+        nodes: vec![(1, 0)],
+        rounds: [vec![(1, 1, 1)], vec![(1, 1, 1)]],
+    };
+    for groups in [1u32, 2, 8] {
+        assert_eq!(placed(&plans(&input, groups, 2)), 0, "groups {groups}");
+    }
 }
