@@ -216,6 +216,7 @@ fn message() -> impl Strategy<Value = Message> {
                         hard: n,
                         open: Some(m),
                     }),
+                    heartbeat_ms: m,
                     queues: Default::default(),
                     cpu_config: BTreeMap::from([("image".to_string(), 2.0)]),
                     waiting: BTreeMap::from([("quota".to_string(), 1)]),
@@ -373,9 +374,12 @@ fn message() -> impl Strategy<Value = Message> {
         })),
         any::<u64>()
             .prop_map(|n| Message::SlaveReply(SlaveResponse::Registered { node: NodeId(n) })),
-        any::<u64>().prop_map(|m| Message::SlaveReply(SlaveResponse::HeartbeatAck {
-            leader: MasterId(m)
-        })),
+        (any::<u64>(), any::<u64>()).prop_map(|(m, h)| Message::SlaveReply(
+            SlaveResponse::HeartbeatAck {
+                leader: MasterId(m),
+                heartbeat_ms: h,
+            }
+        )),
         Just(Message::SlaveReply(SlaveResponse::Ack)),
         (
             ids,

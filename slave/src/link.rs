@@ -100,6 +100,8 @@ pub struct Link {
     attach: bool,
     /// The slave's containers, whose images heartbeats carry (issue 52).
     containers: Option<std::sync::Arc<crate::container::Containers>>,
+    /// Issue 54: the heartbeat period the leader last asked for (zero: the slave's own).
+    asked_period: Duration,
 }
 
 /// Most reports in one [`SlaveRequest::TaskReports`] (keeps one log entry well under the
@@ -122,6 +124,10 @@ pub const START_REPORT_HOLD: Duration = Duration::from_millis(50);
 /// writes a result without flushing; `deliver` flushes before the batch leaves, so
 /// "acknowledged ⇒ durable" holds); nothing waits on a finish but its report.
 pub const REPORT_LINGER: Duration = Duration::from_millis(5);
+
+/// The longest heartbeat period a leader may ask for (issue 54), ms: at the default 2,500
+/// heartbeats a second, 150,000 slaves.
+pub const MAX_ASKED_PERIOD_MS: u64 = 60_000;
 
 /// Puts an unsent batch back at the front of the pending reports, in order.
 fn put_back(pending: &mut VecDeque<TaskReport>, batch: Vec<TaskReport>) {
@@ -166,7 +172,14 @@ impl Link {
             attached: None,
             attach: false,
             containers: None,
+            asked_period: Duration::ZERO,
         }
+    }
+
+    /// The period heartbeats go at: the slave's own, or longer where the leader asks
+    /// (issue 54: a large cluster keeps its leader's heartbeat load bounded).
+    pub fn heartbeat_period(&self) -> Duration {
+        self.timing.heartbeat.max(self.asked_period)
     }
 
     /// The leader's commands that come over the link are answered by `handler` (as on the
@@ -224,7 +237,8 @@ impl Link {
     /// Runs until the agent is gone.
     pub async fn run(mut self, mut reports: mpsc::UnboundedReceiver<TaskReport>) {
         let mut backoff = Backoff::new(self.timing.backoff_min, self.timing.backoff_max);
-        let mut heartbeat = tokio::time::interval(self.timing.heartbeat);
+        let mut period = self.heartbeat_period();
+        let mut heartbeat = tokio::time::interval(period);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Since when the pending reports have waited (START_REPORT_HOLD, REPORT_LINGER).
         let mut held_since: Option<tokio::time::Instant> = None;
@@ -252,7 +266,14 @@ impl Link {
             }
             held_since = None;
             hold_until = None;
-            match self.round(beat).await {
+            let round = self.round(beat).await;
+            if self.heartbeat_period() != period {
+                period = self.heartbeat_period();
+                tracing::info!(?period, "heartbeat period as the leader asks");
+                heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            }
+            match round {
                 Ok(()) => backoff.reset(),
                 Err(LinkError::AgentGone) => return,
                 Err(e) => {
@@ -456,7 +477,12 @@ impl Link {
             images,
         };
         match self.call(beat).await? {
-            SlaveResponse::HeartbeatAck { .. } | SlaveResponse::Ack => Ok(()),
+            SlaveResponse::HeartbeatAck { heartbeat_ms, .. } => {
+                // Bounded: a leader cannot silence a slave for longer than a minute.
+                self.asked_period = Duration::from_millis(heartbeat_ms.min(MAX_ASKED_PERIOD_MS));
+                Ok(())
+            }
+            SlaveResponse::Ack => Ok(()),
             other => Err(LinkError::Retry(format!(
                 "unexpected answer to Heartbeat: {other:?}"
             ))),

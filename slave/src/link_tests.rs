@@ -206,3 +206,56 @@ async fn the_link_takes_commands_once_attached_and_stops_offering_to_older_maste
     l.offer_commands().await.expect("offer to an older master");
     assert!(!l.attach, "an older master turns the offer off");
 }
+
+/// Issue 54: a leader with many slaves asks each to beat less often. The link beats at the
+/// longer of its own period and the asked one, back to its own when a leader asks nothing
+/// (an older master, or a smaller cluster), and never slower than `MAX_ASKED_PERIOD_MS`.
+#[tokio::test]
+async fn the_heartbeat_period_follows_what_the_leader_asks_within_bounds() {
+    use hetsched_common::wire::{self, FrameLimits, Handler};
+    use hetsched_common::MasterId;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind fake master");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let (agent, mut agent_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(m) = agent_rx.recv().await {
+            if let AgentMsg::Held { reply } = m {
+                let _ = reply.send(Vec::new());
+            }
+        }
+    });
+    let asks = Arc::new(AtomicU64::new(0));
+    let a = asks.clone();
+    let master: Handler = Arc::new(move |msg, _peer| {
+        let a = a.clone();
+        Box::pin(async move {
+            matches!(msg, Message::Slave(SlaveRequest::Heartbeat { .. })).then(|| {
+                Message::SlaveReply(SlaveResponse::HeartbeatAck {
+                    leader: MasterId(1),
+                    heartbeat_ms: a.load(Ordering::SeqCst),
+                })
+            })
+        })
+    });
+    tokio::spawn(wire::serve(listener, FrameLimits::default(), master));
+    let mut l = link_to(dir.path(), &addr, agent);
+    l.node = Some(NodeId(1));
+    let own = Duration::from_secs(1);
+    for (asked, period) in [
+        (0, own),
+        (500, own),
+        (4_000, Duration::from_secs(4)),
+        (u64::MAX, Duration::from_millis(MAX_ASKED_PERIOD_MS)),
+        (0, own),
+    ] {
+        asks.store(asked, Ordering::SeqCst);
+        l.heartbeat().await.expect("heartbeat");
+        assert_eq!(l.heartbeat_period(), period, "asked {asked} ms");
+    }
+}

@@ -122,6 +122,7 @@ impl FakeMaster {
                         SlaveRequest::Heartbeat { .. } => {
                             Message::SlaveReply(SlaveResponse::HeartbeatAck {
                                 leader: MasterId(1),
+                                heartbeat_ms: 0,
                             })
                         }
                         SlaveRequest::TaskFinished { .. }

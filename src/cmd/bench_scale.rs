@@ -365,6 +365,8 @@ async fn bench(
         "submit_to_dispatch_p99_ms": percentile(&lat, 0.99),
         "dispatch_messages": got.dispatch_messages,
         "heartbeats_per_sec": hb_per_sec,
+        // Issue 54: past the leader's heartbeat limit the slaves beat as it asks.
+        "heartbeat_period_ms": a.slaves as f64 / hb_per_sec.max(1e-9) * 1e3,
         "leader_cpu_per_heartbeat_us": cpu_per_hb,
         "leader_cpu_per_slave_per_sec_us": quiet_cpu / quiet_secs / a.slaves as f64,
         "leader_cpu_cores_heartbeats": quiet_cpu / quiet_secs / 1e6,

@@ -80,9 +80,16 @@ pub struct Args {
     /// selection after another, as before).
     #[arg(long, value_name = "G", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub placement_groups: Option<u32>,
-    /// Silence after which the leader declares a slave down, ms.
+    /// Silence after which the leader declares a slave down, ms (longer past
+    /// --max-heartbeats-per-sec: 12.5 of the period slaves are asked for).
     #[arg(long, default_value_t = 5000)]
     pub node_timeout_ms: u64,
+    /// The most heartbeats a second the leader takes from all its slaves together: past
+    /// that many × 0.4 s slaves, each is asked to beat less often (at 10,000 slaves, every
+    /// 4 s), and a node is declared down after as many periods of silence as at 400 ms
+    /// (12.5). 0: no limit (every slave beats at its own period).
+    #[arg(long, default_value_t = 2500, value_name = "N")]
+    pub max_heartbeats_per_sec: u32,
     /// Admin listener for benchmark proposals and fault injection (docs/CONTRACT.md). Off by
     /// default; the cluster port refuses those requests. Bind it to loopback only.
     #[arg(long, value_name = "HOST:PORT")]
@@ -223,6 +230,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             preempt_grace_ms: a.preempt_grace.as_millis() as u64,
             probe_period_ms: (a.probe_period.as_millis() as u64).max(1),
             util_epsilon: a.util_epsilon,
+            max_heartbeats_per_sec: a.max_heartbeats_per_sec,
             ..DutiesConfig::default()
         },
         admission: hetsched_master::backpressure::AdmissionConfig {

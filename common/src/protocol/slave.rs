@@ -375,6 +375,11 @@ pub enum SlaveResponse {
     HeartbeatAck {
         /// The leader.
         leader: MasterId,
+        /// Issue 54: the shortest heartbeat period the leader asks of this slave, ms, so that
+        /// the whole cluster beats at most `--max-heartbeats-per-sec` times a second; 0 (and
+        /// from older masters): the slave's own period.
+        #[serde(default)]
+        heartbeat_ms: u64,
     },
     /// A report is committed (or was stale and ignored): the slave may forget it.
     Ack,

@@ -124,6 +124,10 @@ pub struct StatusInfo {
     /// cannot be read).
     #[serde(default)]
     pub open_files: Option<OpenFiles>,
+    /// Issue 54: the heartbeat period slaves are asked for, ms (0: their own, 400 ms by
+    /// default; longer past `master --max-heartbeats-per-sec`).
+    #[serde(default)]
+    pub heartbeat_ms: u64,
 }
 
 /// A process's open-file limits (`RLIMIT_NOFILE`) and the descriptors it has open. Masters

@@ -282,6 +282,7 @@ impl Master {
             snapshot_bytes: std::fs::metadata(&self.snapshot_file).map_or(0, |m| m.len()),
             insecure: hetsched_common::wire::tls::current().is_none(),
             open_files: hetsched_common::wire::fdlimit::open_files(),
+            heartbeat_ms: self.heartbeats.floor_ms(),
             status,
         }
     }

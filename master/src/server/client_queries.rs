@@ -125,6 +125,8 @@ pub(super) struct RaftFacts {
     pub insecure: bool,
     /// Its open-file limits and descriptors in use.
     pub open_files: Option<hetsched_common::protocol::OpenFiles>,
+    /// The heartbeat period slaves are asked for (0: their own).
+    pub heartbeat_ms: u64,
 }
 
 /// The answers to client reads, over the applied state, the leader's waiting reasons and
@@ -337,6 +339,7 @@ impl<'a> ClientQueries<'a> {
             stale: stale || st.role != Role::Leader,
             insecure: raft.insecure,
             open_files: raft.open_files,
+            heartbeat_ms: raft.heartbeat_ms,
             nodes: s.node_counts(),
             jobs: s.jobs().len() as u64,
             tasks: s.task_counts(),

@@ -103,6 +103,7 @@ fn the_status_reports_role_counts_and_the_cached_hash() {
         snapshot_bytes: 0,
         insecure: true,
         open_files: None,
+        heartbeat_ms: 0,
     };
     let st = q.status(raft, &cache, false);
     assert_eq!(st.role, "follower");

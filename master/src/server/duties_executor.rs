@@ -100,6 +100,8 @@ impl LeaderDuties {
                 self.reasons.sample(sample_of(&view, now.wall_ms));
             }
             self.heartbeats.set_gate(self.gate(&view));
+            self.heartbeats
+                .set_floor_ms(self.core.heartbeat_floor_ms(&view));
             fx
         };
         self.execute(fx, ctx);

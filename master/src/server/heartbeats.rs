@@ -11,7 +11,7 @@
 
 use hetsched_common::protocol::{HeldTask, ProbeSample};
 use hetsched_common::NodeId;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 /// What the duties executor's role lets a heartbeat get (mirrored after each event).
@@ -40,6 +40,8 @@ pub struct Pending {
 #[derive(Debug)]
 pub struct HeartbeatDesk {
     gate: AtomicU8,
+    /// Issue 54: the heartbeat period slaves are asked for (0: their own), ms.
+    floor_ms: AtomicU64,
     inbox: Mutex<Vec<Pending>>,
     /// The slaves' links that take the leader's commands (`SlaveRequest::Attach`, answered
     /// on the network threads as heartbeats are; read by the senders).
@@ -50,6 +52,7 @@ impl Default for HeartbeatDesk {
     fn default() -> Self {
         Self {
             gate: AtomicU8::new(Gate::NotLeader as u8),
+            floor_ms: AtomicU64::new(0),
             inbox: Mutex::new(Vec::new()),
             links: Default::default(),
         }
@@ -69,6 +72,16 @@ impl HeartbeatDesk {
     /// Sets the gate (the duties executor, after each event it handled).
     pub fn set_gate(&self, g: Gate) {
         self.gate.store(g as u8, Ordering::Release);
+    }
+
+    /// The heartbeat period slaves are asked for, ms (0: their own).
+    pub fn floor_ms(&self) -> u64 {
+        self.floor_ms.load(Ordering::Relaxed)
+    }
+
+    /// Sets the period slaves are asked for (the duties executor, with the gate).
+    pub fn set_floor_ms(&self, ms: u64) {
+        self.floor_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Leaves an accepted heartbeat for the next drain.

@@ -69,6 +69,7 @@ impl Master {
                 });
                 Ok(SlaveResponse::HeartbeatAck {
                     leader: self.shared.id,
+                    heartbeat_ms: self.heartbeats.floor_ms(),
                 })
             }
             other => {

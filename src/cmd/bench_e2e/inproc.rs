@@ -10,6 +10,7 @@ use hetsched_common::protocol::{
 };
 use hetsched_common::wire::{self, FrameLimits, Handler};
 use hetsched_common::{Attempt, NodeId, NodeResources, TaskId};
+use hetsched_slave::link::MAX_ASKED_PERIOD_MS;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -266,10 +267,9 @@ async fn slave_link(
     // Spread over the period by slave number, as independent slaves' heartbeats are: a
     // thousand slaves started together must not beat in one burst.
     let phase = Duration::from_millis((i as u64).wrapping_mul(397) % 400);
-    let mut beat = tokio::time::interval_at(
-        tokio::time::Instant::now() + phase,
-        Duration::from_millis(400),
-    );
+    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + phase, OWN_PERIOD);
+    // Issue 54: the period the leader asks for, followed as a real slave's link does.
+    let (mut asked, mut period) = (Duration::ZERO, OWN_PERIOD);
     let mut last_beat = Instant::now();
     let mut queue: Vec<(TaskId, Attempt)> = Vec::new();
     loop {
@@ -292,7 +292,7 @@ async fn slave_link(
         let Some(n) = node else { continue };
         tokio::select! {
             _ = beat.tick() => {
-                if !heartbeat(&mut client, &slave, n, &mut last_beat).await {
+                if !heartbeat(&mut client, &slave, n, &mut last_beat, &mut asked).await {
                     node = None;
                 } else if attached != Some(client.connections_opened()) {
                     let m = Message::Slave(SlaveRequest::Attach { node: n });
@@ -311,6 +311,10 @@ async fn slave_link(
         while let Ok(r) = rx.try_recv() {
             queue.push(r);
         }
+        if OWN_PERIOD.max(asked) != period {
+            period = OWN_PERIOD.max(asked);
+            beat = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        }
         if queue.is_empty() && !slave.asks().is_empty() {
             // Nothing to report, but queued tasks to ask for (as a heartbeat would).
             deliver(&mut client, &slave, n, &[]).await;
@@ -321,8 +325,8 @@ async fn slave_link(
                 failed.extend_from_slice(chunk);
             }
             // A long backlog must not starve liveness.
-            if last_beat.elapsed() > Duration::from_millis(400)
-                && !heartbeat(&mut client, &slave, n, &mut last_beat).await
+            if last_beat.elapsed() > period
+                && !heartbeat(&mut client, &slave, n, &mut last_beat, &mut asked).await
             {
                 node = None;
             }
@@ -330,6 +334,9 @@ async fn slave_link(
         queue = failed;
     }
 }
+
+/// The in-process slaves' own heartbeat period (a real slave's default).
+const OWN_PERIOD: Duration = Duration::from_millis(400);
 
 /// Registrations one process has in flight at once.
 const REGISTERING_AT_ONCE: usize = 32;
@@ -359,12 +366,14 @@ fn held_now(slave: &InProcSlave) -> Vec<HeldTask> {
         .collect()
 }
 
-/// One heartbeat; false when the leader does not know the node (register again).
+/// One heartbeat; false when the leader does not know the node (register again). The
+/// period the leader asks for (issue 54; zero: the slave's own) goes to `asked`.
 async fn heartbeat(
     client: &mut BenchClient,
     slave: &InProcSlave,
     node: NodeId,
     last_beat: &mut Instant,
+    asked: &mut Duration,
 ) -> bool {
     let hb = Message::Slave(SlaveRequest::Heartbeat {
         node,
@@ -376,13 +385,17 @@ async fn heartbeat(
     });
     *last_beat = Instant::now();
     lock(&slave.seen).heartbeats += 1;
-    !matches!(
-        client.call(hb, Duration::from_secs(5)).await,
+    match client.call(hb, Duration::from_secs(5)).await {
         Ok(Message::Error(ErrorReply {
             kind: ErrorKind::UnknownNode,
             ..
-        }))
-    )
+        })) => false,
+        Ok(Message::SlaveReply(SlaveResponse::HeartbeatAck { heartbeat_ms, .. })) => {
+            *asked = Duration::from_millis(heartbeat_ms.min(MAX_ASKED_PERIOD_MS));
+            true
+        }
+        _ => true,
+    }
 }
 
 /// Reports the tasks as started and finished (exit 0), all in one message as a real

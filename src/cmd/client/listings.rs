@@ -108,6 +108,12 @@ pub fn status(masters: &[String], a: StatusArgs) -> anyhow::Result<()> {
             f.soft, f.hard
         );
     }
+    if s.heartbeat_ms > 0 {
+        println!(
+            "beats:    slaves asked to heartbeat every {:.1}s (master --max-heartbeats-per-sec)",
+            s.heartbeat_ms as f64 / 1000.0
+        );
+    }
     Ok(())
 }
 

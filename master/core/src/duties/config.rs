@@ -34,6 +34,47 @@ pub struct DutiesConfig {
     /// lead (`--accounting-retention`, `--fairshare-half-life`); `None`: it leaves them as
     /// they are.
     pub accounting: Option<crate::state::AccountingSettings>,
+    /// Issue 54: the most heartbeats a second the leader asks of the whole cluster
+    /// (`--max-heartbeats-per-sec`; 0: no limit). Past `limit × SLAVE_PERIOD` slaves, each
+    /// slave is asked to beat less often, and the silences the leader tolerates grow with
+    /// the period (Nomad's `max_heartbeats_per_second` does the same).
+    pub max_heartbeats_per_sec: u32,
+}
+
+/// The slaves' default heartbeat period (`slave`'s `Tuning`): the defaults of
+/// `node_timeout_ms` (12.5 periods) and `lost_after_ms` (7.5) are set against it.
+pub const SLAVE_PERIOD_MS: u64 = 400;
+
+impl DutiesConfig {
+    /// Issue 54: the shortest heartbeat period the leader asks of each slave when `nodes`
+    /// are registered, so that all of them together beat at most `max_heartbeats_per_sec`
+    /// times a second; 0 while the slaves' own period keeps under that (small clusters).
+    pub fn heartbeat_floor_ms(&self, nodes: usize) -> u64 {
+        if self.max_heartbeats_per_sec == 0 {
+            return 0;
+        }
+        let floor = (nodes as u64 * 1000).div_ceil(u64::from(self.max_heartbeats_per_sec));
+        if floor <= SLAVE_PERIOD_MS {
+            0
+        } else {
+            floor
+        }
+    }
+
+    /// The silence after which a node is declared down with `nodes` registered: the
+    /// configured timeout, or as many of the asked period as the default allows of the
+    /// slaves' own (12.5), whichever is longer.
+    pub fn node_timeout_for(&self, nodes: usize) -> u64 {
+        self.node_timeout_ms
+            .max(self.heartbeat_floor_ms(nodes) * 25 / 2)
+    }
+
+    /// How long a started task may be missing from its slave's reports with `nodes`
+    /// registered: the configured time, or 7.5 asked periods, whichever is longer.
+    pub fn lost_after_for(&self, nodes: usize) -> u64 {
+        self.lost_after_ms
+            .max(self.heartbeat_floor_ms(nodes) * 15 / 2)
+    }
 }
 
 impl Default for DutiesConfig {
@@ -52,6 +93,42 @@ impl Default for DutiesConfig {
             probe_period_ms: 90_000,
             util_epsilon: 1.0,
             accounting: None,
+            max_heartbeats_per_sec: 2_500,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_period_grows_past_the_limit_and_the_timeouts_with_it() {
+        let c = DutiesConfig::default();
+        // 2,500 a second: 1,000 slaves at their own 400 ms are within it.
+        for n in [0, 1, 999, 1_000] {
+            assert_eq!(c.heartbeat_floor_ms(n), 0, "{n} nodes");
+            assert_eq!(c.node_timeout_for(n), 5_000);
+            assert_eq!(c.lost_after_for(n), 3_000);
+        }
+        assert_eq!(c.heartbeat_floor_ms(1_001), 401);
+        assert_eq!(c.heartbeat_floor_ms(2_000), 800);
+        assert_eq!(c.node_timeout_for(2_000), 10_000);
+        assert_eq!(c.lost_after_for(2_000), 6_000);
+        assert_eq!(c.heartbeat_floor_ms(10_000), 4_000);
+        assert_eq!(c.node_timeout_for(10_000), 50_000);
+        assert_eq!(c.lost_after_for(10_000), 30_000);
+        // A longer configured timeout stands; 0 turns the limit off.
+        let long = DutiesConfig {
+            node_timeout_ms: 60_000,
+            ..c
+        };
+        assert_eq!(long.node_timeout_for(10_000), 60_000);
+        let off = DutiesConfig {
+            max_heartbeats_per_sec: 0,
+            ..c
+        };
+        assert_eq!(off.heartbeat_floor_ms(1_000_000), 0);
+        assert_eq!(off.node_timeout_for(1_000_000), 5_000);
     }
 }

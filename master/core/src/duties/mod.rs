@@ -139,6 +139,11 @@ impl DutiesCore {
         }
     }
 
+    /// Issue 54: the heartbeat period this leader asks of slaves over `view` (0: their own).
+    pub fn heartbeat_floor_ms(&self, view: &ClusterState) -> u64 {
+        self.cfg.heartbeat_floor_ms(view.nodes().len())
+    }
+
     /// Handles one event at time `now` over the applied state `view`.
     pub fn on(&mut self, ev: DutyEvent, now: Now, view: &ClusterState) -> Vec<Effect> {
         let mut fx = Vec::new();

@@ -4,24 +4,25 @@
 //! declare lost what stays missing).
 
 use super::effects::stop_effects;
-use super::{DutiesConfig, DutiesCore, Effect, Leading, Now, ProposalTag, Role};
+use super::{DutiesCore, Effect, Leading, Now, ProposalTag, Role};
 use crate::state::{ClusterState, Command, TaskRef};
 use hetsched_common::protocol::{HeldPhase, HeldTask};
 use hetsched_common::{Attempt, NodeId, TaskId, TaskState};
 use std::collections::BTreeSet;
 
 impl DutiesCore {
-    /// Proposes down (once) every up node silent longer than `node_timeout_ms`, silence
+    /// Proposes down (once) every up node silent longer than the node timeout, silence
     /// counted from this leadership's start at the earliest.
     pub(super) fn check_liveness(&mut self, now: Now, view: &ClusterState, fx: &mut Vec<Effect>) {
         let Role::Leading(l) = &mut self.role else {
             return;
         };
+        // Issue 54: past the heartbeat limit slaves are asked to beat less often, and are
+        // given as many periods of silence as before.
+        let timeout = self.cfg.node_timeout_for(view.nodes().len());
         for n in view.nodes().values().filter(|n| n.is_up()) {
             let since = l.last_seen.get(&n.id).copied().unwrap_or(0).max(l.since);
-            if now.mono_ms.saturating_sub(since) > self.cfg.node_timeout_ms
-                && l.transitions.insert((n.id, false))
-            {
+            if now.mono_ms.saturating_sub(since) > timeout && l.transitions.insert((n.id, false)) {
                 fx.push(Effect::Propose {
                     tag: ProposalTag::Liveness {
                         node: n.id,
@@ -44,6 +45,7 @@ impl DutiesCore {
         view: &ClusterState,
         fx: &mut Vec<Effect>,
     ) {
+        let lost_after = self.cfg.lost_after_for(view.nodes().len());
         let Role::Leading(l) = &mut self.role else {
             return;
         };
@@ -78,7 +80,7 @@ impl DutiesCore {
                     l.undelivered.ensure(key, node);
                 }
                 TaskState::Running => {
-                    missing(l, &self.cfg, node, key, now, fx);
+                    missing(l, lost_after, node, key, now, fx);
                 }
                 _ => {}
             }
@@ -100,7 +102,7 @@ impl DutiesCore {
                 l.missing_since.remove(&key);
                 continue;
             }
-            missing(l, &self.cfg, node, key, now, fx);
+            missing(l, lost_after, node, key, now, fx);
         }
         self.dispatch(now, view, fx);
     }
@@ -130,17 +132,18 @@ fn unwanted(l: &mut Leading, node: NodeId, held: &[HeldTask], view: &ClusterStat
 }
 
 /// An attempt the log places on `node` is missing from its slave's report: once missing for
-/// longer than `lost_after_ms`, propose it lost (once).
+/// longer than `lost_after_ms` (the configured time, longer past the heartbeat limit),
+/// propose it lost (once).
 fn missing(
     l: &mut Leading,
-    cfg: &DutiesConfig,
+    lost_after_ms: u64,
     node: NodeId,
     key: (TaskId, Attempt),
     now: Now,
     fx: &mut Vec<Effect>,
 ) {
     let since = *l.missing_since.entry(key).or_insert(now.mono_ms);
-    if now.mono_ms.saturating_sub(since) > cfg.lost_after_ms && l.lost_proposed.insert(key) {
+    if now.mono_ms.saturating_sub(since) > lost_after_ms && l.lost_proposed.insert(key) {
         fx.push(Effect::Propose {
             tag: ProposalTag::Lost {
                 task: key.0,

@@ -1267,3 +1267,40 @@ fn a_submission_with_no_placement_applies_as_a_plain_submit() {
     assert_eq!((job, &tasks), (j2, &t2));
     assert_eq!(plain, h.state, "the same state as the old road's SubmitJob");
 }
+
+/// Issue 54: past the heartbeat limit the leader asks for a longer period, and a node is
+/// declared down only after as many of those periods of silence as of its own: with a
+/// limit of 4 heartbeats a second, 8 nodes are asked to beat every 2 s and tolerated 25 s.
+#[test]
+fn past_the_heartbeat_limit_the_period_and_the_node_timeout_grow_together() {
+    let mut h = Harness::with(DutiesConfig {
+        max_heartbeats_per_sec: 4,
+        ..DutiesConfig::default()
+    });
+    let nodes: Vec<NodeId> = (1..=8).map(|k| h.register(k, 2)).collect();
+    h.lead();
+    assert_eq!(h.core.heartbeat_floor_ms(&h.state), 2_000);
+    // Silent for 20 s: longer than the configured 5 s, within 12.5 asked periods.
+    h.advance(20_000);
+    for n in &nodes[1..] {
+        h.heartbeat(*n, vec![]);
+    }
+    assert!(
+        proposals(&h.on(DutyEvent::Tick)).is_empty(),
+        "20 s is within 25 s"
+    );
+    h.advance(5_001);
+    for n in &nodes[1..] {
+        h.heartbeat(*n, vec![]);
+    }
+    let fx = h.on(DutyEvent::Tick);
+    assert_eq!(proposals(&fx), vec![&Command::NodeDown { node: nodes[0] }]);
+    // Under the default limit one node beats at its own period: 5 s tolerated.
+    let mut h = Harness::new();
+    let first = h.register(1, 2);
+    h.lead();
+    assert_eq!(h.core.heartbeat_floor_ms(&h.state), 0);
+    h.advance(5_001);
+    let fx = h.on(DutyEvent::Tick);
+    assert_eq!(proposals(&fx), vec![&Command::NodeDown { node: first }]);
+}
