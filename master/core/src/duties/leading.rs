@@ -30,6 +30,8 @@ pub(super) struct Leading {
     /// Silence is counted from here at the earliest.
     pub(super) since: u64,
     pub(super) last_seen: BTreeMap<NodeId, u64>,
+    /// When silence was last looked for (issue 54: not on every tick; see `check_liveness`).
+    pub(super) liveness_checked: u64,
     pub(super) undelivered: Undelivered,
     /// Started tasks missing from their slave's reports, since when.
     pub(super) missing_since: BTreeMap<(TaskId, Attempt), u64>,
@@ -129,6 +131,7 @@ impl DutiesCore {
             epoch: self.epoch,
             since: now.mono_ms,
             last_seen: BTreeMap::new(),
+            liveness_checked: 0,
             undelivered,
             missing_since: BTreeMap::new(),
             plan: PlanSlot::Idle,

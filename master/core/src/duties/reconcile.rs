@@ -20,6 +20,13 @@ impl DutiesCore {
         // Issue 54: past the heartbeat limit slaves are asked to beat less often, and are
         // given as many periods of silence as before.
         let timeout = self.cfg.node_timeout_for(view.nodes().len());
+        // A look at every node's silence costs a lookup per node: on every 100 ms tick that
+        // was a sixth of a 10,000-slave leader's heartbeat CPU. Looking every twentieth of
+        // the timeout declares a node down at most 5 % later.
+        if now.mono_ms < l.liveness_checked + liveness_every(timeout) {
+            return;
+        }
+        l.liveness_checked = now.mono_ms;
         for n in view.nodes().values().filter(|n| n.is_up()) {
             let since = l.last_seen.get(&n.id).copied().unwrap_or(0).max(l.since);
             if now.mono_ms.saturating_sub(since) > timeout && l.transitions.insert((n.id, false)) {
@@ -129,6 +136,11 @@ fn unwanted(l: &mut Leading, node: NodeId, held: &[HeldTask], view: &ClusterStat
         }
     }
     stops
+}
+
+/// How often silence is looked for under `timeout_ms`: a twentieth of it, at least a tick.
+fn liveness_every(timeout_ms: u64) -> u64 {
+    (timeout_ms / 20).max(100)
 }
 
 /// An attempt the log places on `node` is missing from its slave's report: once missing for
