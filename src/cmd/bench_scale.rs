@@ -76,13 +76,31 @@ pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
     for t in &threads {
         runs.push(run_one(&a, *t)?);
     }
+    let unfinished: Vec<String> = runs
+        .iter()
+        .filter(|r| r["timed_out"].as_bool() == Some(true))
+        .map(|r| format!("{} of {} tasks completed", r["completed"], r["tasks"]))
+        .collect();
     let report = if runs.len() == 1 {
         runs.remove(0)
     } else {
         with_ratios(runs)
     };
+    // The figures of a run that did not finish are printed, and the command still fails.
+    let finished = || {
+        if unfinished.is_empty() {
+            Ok(())
+        } else {
+            bail!(
+                "bench scale: not every task completed within --timeout {} ({}); the figures above are partial",
+                humantime::format_duration(a.timeout),
+                unfinished.join("; ")
+            )
+        }
+    };
     if a.json {
-        return super::print_json(&report);
+        super::print_json(&report)?;
+        return finished();
     }
     let lines = match report.get("runs").and_then(|r| r.as_array()) {
         Some(r) => r.clone(),
@@ -94,7 +112,7 @@ pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
     if let Some(ratios) = report.get("ratios") {
         println!("ratios to the first run: {ratios}");
     }
-    Ok(())
+    finished()
 }
 
 fn summary(r: &serde_json::Value) -> String {
@@ -341,6 +359,8 @@ async fn bench(
     while Instant::now() < deadline && !fleet.failed() && unfinished(&mut client).await > 0 {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    let timed_out = Instant::now() >= deadline
+        && (fleet.progress().completed < a.tasks || unfinished(&mut client).await > 0);
     // Late duplicates would show within a heartbeat or two.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let after = client.status().await?;
@@ -359,6 +379,8 @@ async fn bench(
         "register_secs": register_secs,
         "submit_secs": submit_secs,
         "placed": placed,
+        // Not every task completed within --timeout: the figures are partial.
+        "timed_out": timed_out,
         "completed": got.completed,
         "placed_per_sec": placed as f64 / place_secs,
         "submit_to_dispatch_p50_ms": percentile(&lat, 0.5),

@@ -210,3 +210,60 @@ async fn server_calls_back_over_the_clients_connection() {
         .expect("closed with the connection");
     assert!(back.call(stop(), t).await.is_err());
 }
+
+/// Issue 54: a burst of TLS connections three times the handshakes allowed at once: the
+/// rest wait for a turn rather than fail, and every connection ends up answering calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_tls_connections_past_the_handshake_turns_all_get_served() {
+    use crate::certs::{self, IssueRequest, Role};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let year = Duration::from_secs(365 * 86_400);
+    certs::init_ca(dir.path(), year).expect("ca");
+    for (role, name) in [(Role::Slave, "s1"), (Role::Client, "root")] {
+        let req = IssueRequest {
+            role,
+            name: name.into(),
+            hosts: Vec::new(),
+            valid_for: year,
+        };
+        certs::issue(dir.path(), &req, None).expect("issue");
+    }
+    let server = Arc::new(tls::load(dir.path(), Role::Slave, Some("s1")).expect("server"));
+    let client = Arc::new(tls::load(dir.path(), Role::Client, Some("root")).expect("client"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let handler: Handler = Arc::new(|m, _| {
+        Box::pin(async move {
+            matches!(m, Message::Client(ClientRequest::Jobs { .. }))
+                .then(|| Message::ClientReply(ClientResponse::Jobs(vec![])))
+        })
+    });
+    tokio::spawn(serve_tls(listener, FrameLimits::default(), server, handler));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let burst = 3 * HANDSHAKES_PER_CORE * cores;
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..burst {
+        let (addr, client) = (addr.clone(), client.clone());
+        calls.spawn(async move {
+            let c = Connection::connect_tls(
+                &addr,
+                Duration::from_secs(20),
+                FrameLimits::default(),
+                Some(client),
+            )
+            .await?;
+            let jobs = Message::Client(ClientRequest::Jobs {
+                stale: false,
+                filter: Default::default(),
+            });
+            c.call(jobs, Duration::from_secs(20)).await
+        });
+    }
+    let mut served = 0;
+    while let Some(r) = calls.join_next().await {
+        let r = r.expect("task").expect("a served call");
+        assert_eq!(r, Message::ClientReply(ClientResponse::Jobs(vec![])));
+        served += 1;
+    }
+    assert_eq!(served, burst);
+}
