@@ -200,6 +200,21 @@ impl Store {
         Ok(())
     }
 
+    /// Stores `assignment`'s task in `phase`, under the sequence number its record already
+    /// has (its arrival order is kept) or, for a task not stored yet, a new one. Not
+    /// flushed: the next batch's flush carries it.
+    pub fn put_phase(&self, assignment: Assignment, phase: StoredPhase) -> Result<(), StoreError> {
+        let seq = match self.seq_of(assignment.task) {
+            Some(s) => s,
+            None => self.next_seq()?,
+        };
+        self.put_task(&StoredTask {
+            seq,
+            assignment,
+            phase,
+        })
+    }
+
     /// The arrival sequence number of `task`'s stored record, if there is one (no read of
     /// the record: see `seqs`).
     pub fn seq_of(&self, task: TaskId) -> Option<u64> {
@@ -333,6 +348,39 @@ mod tests {
             q.restore_done(*t, *a);
         }
         q
+    }
+
+    /// A phase change keeps the task's arrival number; a task not stored yet gets a new one.
+    #[test]
+    fn put_phase_keeps_the_arrival_number_of_a_stored_task() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Store::open(dir.path()).expect("open");
+        s.put_phase(asg(1, 1), StoredPhase::Queued).expect("queued");
+        s.put_phase(asg(2, 1), StoredPhase::Queued).expect("queued");
+        let first = s.seq_of(TaskId(1)).expect("stored");
+        assert!(s.seq_of(TaskId(2)).expect("stored") > first);
+        let done = StoredPhase::Finished {
+            exit_code: 0,
+            reason: None,
+            usage: None,
+            detail: None,
+        };
+        s.put_phase(asg(1, 1), done).expect("finished");
+        let t = s.get_task(TaskId(1)).expect("read").expect("stored");
+        assert_eq!(t.seq, first);
+        assert!(matches!(
+            t.phase,
+            StoredPhase::Finished { exit_code: 0, .. }
+        ));
+        s.put_phase(
+            asg(3, 1),
+            StoredPhase::Supervised {
+                pid: 7,
+                start_time: 1,
+            },
+        )
+        .expect("supervised");
+        assert!(s.seq_of(TaskId(3)).expect("stored") > first);
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@
 //! `Finished`, reported until acknowledged, then completed.
 
 use super::{Agent, ReplyTx};
-use crate::store::{StoredPhase, StoredTask};
+use crate::store::StoredPhase;
 use hetsched_common::protocol::{Message, SlaveCommandReply};
 use hetsched_common::protocol::{TaskReport, UsageRecord};
 use hetsched_common::GpuAlloc;
@@ -95,25 +95,17 @@ impl Agent {
         let Some(entry) = self.queue.get(task) else {
             return;
         };
-        let seq = self.store.seq_of(task);
         let assignment = entry.assignment.clone();
         let usage = usage.map(|u| with_gpu_seconds(u, &assignment.gpus));
-        let r = match seq {
-            Some(s) => Ok(s),
-            None => self.store.next_seq(),
-        }
-        .and_then(|seq| {
-            self.store.put_task(&StoredTask {
-                seq,
-                assignment,
-                phase: StoredPhase::Finished {
-                    exit_code,
-                    reason,
-                    usage: usage.clone(),
-                    detail: detail.clone(),
-                },
-            })
-        });
+        let r = self.store.put_phase(
+            assignment,
+            StoredPhase::Finished {
+                exit_code,
+                reason,
+                usage: usage.clone(),
+                detail: detail.clone(),
+            },
+        );
         if let Err(e) = r {
             // TaskReport anyway: the master learning the result beats holding it back; the
             // supervisor's status file still holds it for a restart.

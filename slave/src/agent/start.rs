@@ -12,7 +12,7 @@ use super::stop::StopRequest;
 use super::watched::Watched;
 use super::{Agent, AgentMsg, ProgramHooks};
 use crate::attempt::{self, SpawnError};
-use crate::store::{StoredPhase, StoredTask};
+use crate::store::StoredPhase;
 use hetsched_common::protocol::Assignment;
 use hetsched_common::protocol::TaskReport;
 use hetsched_common::TaskReason;
@@ -56,21 +56,12 @@ impl Agent {
             Ok(started) => {
                 tracing::debug!(target: "hetsched::trace", task = %task, attempt, "pump: handed to the supervisor pool");
                 let (pid, start_time) = started.supervisor;
-                let seq = self.store.seq_of(task);
                 // Not flushed here: the next batch's flush carries it. A restart of the
                 // agent finds the attempt by its directory and its supervisor's record
                 // in it; a restart of the machine reports it lost (`restore`).
-                let r = match seq {
-                    Some(s) => Ok(s),
-                    None => self.store.next_seq(),
-                }
-                .and_then(|seq| {
-                    self.store.put_task(&StoredTask {
-                        seq,
-                        assignment: a.clone(),
-                        phase: StoredPhase::Supervised { pid, start_time },
-                    })
-                });
+                let r = self
+                    .store
+                    .put_phase(a.clone(), StoredPhase::Supervised { pid, start_time });
                 if let Err(e) = r {
                     // The attempt directory still marks it started, and the supervisor
                     // records itself there: a restart finds it all the same.
