@@ -266,6 +266,11 @@ impl Actor for LeaderDuties {
         }
         ctx.run_interval(TICK, |act, ctx| {
             act.drain_heartbeats(ctx);
+            // After the heartbeats: one that came over a new connection clears the node.
+            let nodes = act.heartbeats.links.take_closed();
+            if !nodes.is_empty() {
+                act.feed(DutyEvent::LinksClosed { nodes }, ctx);
+            }
             act.feed(DutyEvent::Tick, ctx)
         });
     }

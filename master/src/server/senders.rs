@@ -117,11 +117,19 @@ impl Default for SenderTiming {
 /// when next looked up.
 #[derive(Clone, Default)]
 pub struct SlaveLinks {
-    links: Arc<Mutex<HashMap<NodeId, Arc<Connection>>>>,
+    links: Arc<Mutex<Links>>,
+}
+
+/// The attached links, and the nodes whose link was found closed since the duties last
+/// asked ([`SlaveLinks::take_closed`]).
+#[derive(Default)]
+struct Links {
+    open: HashMap<NodeId, Arc<Connection>>,
+    closed: Vec<NodeId>,
 }
 
 impl SlaveLinks {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Arc<Connection>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Links> {
         match self.links.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -130,30 +138,48 @@ impl SlaveLinks {
 
     /// `node`'s commands go over `link` from now on (it replaces an earlier one).
     pub fn attach(&self, node: NodeId, link: Arc<Connection>) {
-        self.lock().insert(node, link);
+        self.lock().open.insert(node, link);
     }
 
     /// `node`'s link, while it is open.
     pub fn get(&self, node: NodeId) -> Option<Arc<Connection>> {
         let mut links = self.lock();
-        match links.get(&node) {
+        match links.open.get(&node) {
             Some(l) if !l.is_closed() => Some(l.clone()),
             Some(_) => {
-                links.remove(&node);
+                links.open.remove(&node);
+                links.closed.push(node);
                 None
             }
             None => None,
         }
     }
 
+    /// Issue 54: the nodes whose link closed since the last call (each forgotten here): a
+    /// slave process that ended is declared down without waiting out a long node timeout.
+    pub fn take_closed(&self) -> Vec<NodeId> {
+        let mut links = self.lock();
+        let Links { open, closed } = &mut *links;
+        open.retain(|node, l| {
+            let keep = !l.is_closed();
+            if !keep {
+                closed.push(*node);
+            }
+            keep
+        });
+        std::mem::take(closed)
+    }
+
     /// Forgets every link (leadership lost: the slaves attach again to the next leader).
     pub fn clear(&self) {
-        self.lock().clear();
+        let mut links = self.lock();
+        links.open.clear();
+        links.closed.clear();
     }
 
     /// Links held (open or not yet found closed).
     pub fn count(&self) -> usize {
-        self.lock().len()
+        self.lock().open.len()
     }
 }
 

@@ -110,3 +110,47 @@ fn an_undeliverable_message_reports_what_the_duties_wait_for() {
     assert_eq!((released, to), (false, NodeId(6)));
     assert!(rx.try_recv().is_err());
 }
+
+/// Issue 54: a link whose connection ended is reported once by `take_closed` (and
+/// forgotten), whether the senders found it closed first or the scan did; open links stay.
+#[tokio::test]
+async fn closed_links_are_reported_once_and_open_ones_stay() {
+    use hetsched_common::wire::Connection;
+    use std::time::Duration;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let mut conns = Vec::new();
+    let mut accepted = Vec::new();
+    for _ in 0..3 {
+        let c = Connection::connect(&addr, Duration::from_secs(5))
+            .await
+            .expect("connect");
+        accepted.push(listener.accept().await.expect("accept").0);
+        conns.push(std::sync::Arc::new(c));
+    }
+    let links = SlaveLinks::default();
+    for (i, c) in conns.iter().enumerate() {
+        links.attach(NodeId(i as u64 + 1), c.clone());
+    }
+    assert!(links.take_closed().is_empty(), "all open");
+    // The far ends of nodes 1 and 2 go away.
+    accepted.drain(..2);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !(conns[0].is_closed() && conns[1].is_closed()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "connections never closed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The senders find node 1's closed first; the scan finds node 2's.
+    assert!(links.get(NodeId(1)).is_none());
+    let mut closed = links.take_closed();
+    closed.sort();
+    assert_eq!(closed, vec![NodeId(1), NodeId(2)]);
+    assert!(links.take_closed().is_empty(), "reported once");
+    assert!(links.get(NodeId(3)).is_some(), "the open link stays");
+    assert_eq!(links.count(), 1);
+}

@@ -69,6 +69,14 @@ impl DutiesConfig {
             .max(self.heartbeat_floor_ms(nodes) * 25 / 2)
     }
 
+    /// How long a node whose attached link closed may stay silent after the close (issue
+    /// 54): the configured node timeout, or two asked periods where that is longer (a slave
+    /// whose connection merely broke reconnects and beats within one period). Under the
+    /// heartbeat limit this is the node timeout itself, and a closed link changes nothing.
+    pub fn closed_link_timeout_for(&self, nodes: usize) -> u64 {
+        self.node_timeout_ms.max(self.heartbeat_floor_ms(nodes) * 2)
+    }
+
     /// How long a started task may be missing from its slave's reports with `nodes`
     /// registered: the configured time, or 7.5 asked periods, whichever is longer.
     pub fn lost_after_for(&self, nodes: usize) -> u64 {
@@ -118,6 +126,8 @@ mod tests {
         assert_eq!(c.heartbeat_floor_ms(10_000), 4_000);
         assert_eq!(c.node_timeout_for(10_000), 50_000);
         assert_eq!(c.lost_after_for(10_000), 30_000);
+        assert_eq!(c.closed_link_timeout_for(1_000), 5_000);
+        assert_eq!(c.closed_link_timeout_for(10_000), 8_000);
         // A longer configured timeout stands; 0 turns the limit off.
         let long = DutiesConfig {
             node_timeout_ms: 60_000,

@@ -114,6 +114,15 @@ pub enum DutyEvent {
     },
     /// Time passed.
     Tick,
+    /// Issue 54: the connections these slaves had attached for the leader's commands
+    /// closed (their process ended, or the connection broke). Past the heartbeat limit their
+    /// heartbeats come seconds apart; a closed link not followed by a heartbeat within
+    /// [`DutiesConfig::closed_link_timeout_for`](super::DutiesConfig::closed_link_timeout_for)
+    /// declares the node down without waiting out the full node timeout.
+    LinksClosed {
+        /// The nodes.
+        nodes: Vec<NodeId>,
+    },
     /// A slave's probe samples (they come with its heartbeats; S3.2).
     Samples {
         /// Node.

@@ -32,6 +32,8 @@ pub(super) struct Leading {
     pub(super) last_seen: BTreeMap<NodeId, u64>,
     /// When silence was last looked for (issue 54: not on every tick; see `check_liveness`).
     pub(super) liveness_checked: u64,
+    /// Nodes whose attached link closed with no heartbeat since, and when it closed.
+    pub(super) links_closed: BTreeMap<NodeId, u64>,
     pub(super) undelivered: Undelivered,
     /// Started tasks missing from their slave's reports, since when.
     pub(super) missing_since: BTreeMap<(TaskId, Attempt), u64>,
@@ -132,6 +134,7 @@ impl DutiesCore {
             since: now.mono_ms,
             last_seen: BTreeMap::new(),
             liveness_checked: 0,
+            links_closed: BTreeMap::new(),
             undelivered,
             missing_since: BTreeMap::new(),
             plan: PlanSlot::Idle,

@@ -186,6 +186,7 @@ impl DutiesCore {
                 released,
             } => self.released(task, attempt, from, to, released, &mut fx),
             DutyEvent::Tick => self.tick(now, view, &mut fx),
+            DutyEvent::LinksClosed { nodes } => self.links_closed(&nodes, now),
         }
         fx
     }

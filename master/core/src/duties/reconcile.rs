@@ -27,9 +27,16 @@ impl DutiesCore {
             return;
         }
         l.liveness_checked = now.mono_ms;
+        let closed_timeout = self.cfg.closed_link_timeout_for(view.nodes().len());
         for n in view.nodes().values().filter(|n| n.is_up()) {
             let since = l.last_seen.get(&n.id).copied().unwrap_or(0).max(l.since);
-            if now.mono_ms.saturating_sub(since) > timeout && l.transitions.insert((n.id, false)) {
+            let link_gone = l
+                .links_closed
+                .get(&n.id)
+                .is_some_and(|&at| now.mono_ms.saturating_sub(at.max(l.since)) > closed_timeout);
+            if (now.mono_ms.saturating_sub(since) > timeout || link_gone)
+                && l.transitions.insert((n.id, false))
+            {
                 fx.push(Effect::Propose {
                     tag: ProposalTag::Liveness {
                         node: n.id,
@@ -38,6 +45,17 @@ impl DutiesCore {
                     command: Command::NodeDown { node: n.id },
                 });
             }
+        }
+    }
+
+    /// Issue 54: these nodes' attached links closed; each is down once it stays silent
+    /// past the closed-link timeout (a heartbeat clears it).
+    pub(super) fn links_closed(&mut self, nodes: &[NodeId], now: Now) {
+        let Role::Leading(l) = &mut self.role else {
+            return;
+        };
+        for n in nodes {
+            l.links_closed.entry(*n).or_insert(now.mono_ms);
         }
     }
 
@@ -60,6 +78,7 @@ impl DutiesCore {
             return;
         };
         l.last_seen.insert(node, now.mono_ms);
+        l.links_closed.remove(&node);
         if !n.is_up() && l.transitions.insert((node, true)) {
             fx.push(Effect::Propose {
                 tag: ProposalTag::Liveness { node, up: true },

@@ -1304,3 +1304,49 @@ fn past_the_heartbeat_limit_the_period_and_the_node_timeout_grow_together() {
     let fx = h.on(DutyEvent::Tick);
     assert_eq!(proposals(&fx), vec![&Command::NodeDown { node: first }]);
 }
+
+/// Issue 54: past the heartbeat limit a slave whose link closed (its process ended) is
+/// declared down once it stays silent past the closed-link timeout — not after the long
+/// node timeout; one that beats again (it merely reconnected) is not.
+#[test]
+fn a_closed_link_not_followed_by_a_heartbeat_declares_the_node_down_sooner() {
+    let mut h = Harness::with(DutiesConfig {
+        max_heartbeats_per_sec: 4,
+        ..DutiesConfig::default()
+    });
+    let nodes: Vec<NodeId> = (1..=8).map(|k| h.register(k, 2)).collect();
+    h.lead();
+    // 8 nodes at 4 a second: asked every 2 s, node timeout 25 s, closed-link timeout 5 s.
+    assert_eq!(
+        DutiesConfig {
+            max_heartbeats_per_sec: 4,
+            ..DutiesConfig::default()
+        }
+        .closed_link_timeout_for(8),
+        5_000
+    );
+    let (gone, back) = (nodes[0], nodes[1]);
+    h.on(DutyEvent::LinksClosed {
+        nodes: vec![gone, back],
+    });
+    h.advance(2_000);
+    h.heartbeat(back, vec![]);
+    h.advance(3_001);
+    for n in &nodes[1..] {
+        h.heartbeat(*n, vec![]);
+    }
+    let fx = h.on(DutyEvent::Tick);
+    assert_eq!(proposals(&fx), vec![&Command::NodeDown { node: gone }]);
+    // Under the limit a closed link changes nothing: the node timeout alone counts.
+    let mut h = Harness::new();
+    let a = h.register(1, 2);
+    h.lead();
+    h.on(DutyEvent::LinksClosed { nodes: vec![a] });
+    h.advance(4_000);
+    assert!(proposals(&h.on(DutyEvent::Tick)).is_empty());
+    h.advance(1_001);
+    assert_eq!(
+        proposals(&h.on(DutyEvent::Tick)),
+        vec![&Command::NodeDown { node: a }]
+    );
+}
