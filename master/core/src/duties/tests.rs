@@ -1268,17 +1268,23 @@ fn a_submission_with_no_placement_applies_as_a_plain_submit() {
     assert_eq!(plain, h.state, "the same state as the old road's SubmitJob");
 }
 
-/// Issue 54: past the heartbeat limit the leader asks for a longer period, and a node is
-/// declared down only after as many of those periods of silence as of its own: with a
-/// limit of 4 heartbeats a second, 8 nodes are asked to beat every 2 s and tolerated 25 s.
-#[test]
-fn past_the_heartbeat_limit_the_period_and_the_node_timeout_grow_together() {
+/// A leader of 8 registered nodes under a limit of 4 heartbeats a second (issue 54).
+fn leading_eight_nodes_at_four_beats_a_second() -> (Harness, Vec<NodeId>) {
     let mut h = Harness::with(DutiesConfig {
         max_heartbeats_per_sec: 4,
         ..DutiesConfig::default()
     });
     let nodes: Vec<NodeId> = (1..=8).map(|k| h.register(k, 2)).collect();
     h.lead();
+    (h, nodes)
+}
+
+/// Issue 54: past the heartbeat limit the leader asks for a longer period, and a node is
+/// declared down only after as many of those periods of silence as of its own: with a
+/// limit of 4 heartbeats a second, 8 nodes are asked to beat every 2 s and tolerated 25 s.
+#[test]
+fn past_the_heartbeat_limit_the_period_and_the_node_timeout_grow_together() {
+    let (mut h, nodes) = leading_eight_nodes_at_four_beats_a_second();
     assert_eq!(h.core.heartbeat_floor_ms(&h.state), 2_000);
     // Silent for 20 s: longer than the configured 5 s, within 12.5 asked periods.
     h.advance(20_000);
@@ -1310,12 +1316,7 @@ fn past_the_heartbeat_limit_the_period_and_the_node_timeout_grow_together() {
 /// node timeout; one that beats again (it merely reconnected) is not.
 #[test]
 fn a_closed_link_not_followed_by_a_heartbeat_declares_the_node_down_sooner() {
-    let mut h = Harness::with(DutiesConfig {
-        max_heartbeats_per_sec: 4,
-        ..DutiesConfig::default()
-    });
-    let nodes: Vec<NodeId> = (1..=8).map(|k| h.register(k, 2)).collect();
-    h.lead();
+    let (mut h, nodes) = leading_eight_nodes_at_four_beats_a_second();
     // 8 nodes at 4 a second: asked every 2 s, node timeout 25 s, closed-link timeout 5 s.
     assert_eq!(
         DutiesConfig {
