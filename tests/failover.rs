@@ -142,3 +142,60 @@ fn normalise(mut t: Vec<Value>) -> Vec<Value> {
     t.sort_by_key(|v| v["id"].as_u64());
     t
 }
+
+/// Issue 54: past the heartbeat limit (here 1 a second over 3 slaves: each asked to beat
+/// every 3 s, so a silent node is down only after 37.5 s), a slave whose process is killed
+/// is declared down within seconds anyway: its link to the leader closed, and no heartbeat
+/// followed within two asked periods. `status --json` shows the asked period.
+#[test]
+fn a_killed_slave_is_down_soon_though_the_heartbeat_period_is_long() {
+    let mut c = Cluster::start_with("closed-link", 1, 3, 2, &["--max-heartbeats-per-sec", "1"]);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        c.wait_leader(Duration::from_secs(30));
+        c.wait_nodes_up(3, Duration::from_secs(30));
+        wait_for(
+            "the asked period in status",
+            Duration::from_secs(30),
+            || {
+                let st = c.json(&["status"])?;
+                (st["heartbeat_ms"].as_u64()? == 3_000).then_some(())
+            },
+        );
+        // The slave logs the new period after the round that beat and attached its link.
+        wait_for(
+            "slave 1 beating at the asked period",
+            Duration::from_secs(30),
+            || {
+                c.slaves[0]
+                    .log_text()
+                    .contains("heartbeat period as the leader asks")
+                    .then_some(())
+            },
+        );
+        let killed = std::time::Instant::now();
+        c.slaves[0].kill9();
+        wait_for(
+            "the killed slave's node down",
+            Duration::from_secs(30),
+            || {
+                let nodes = c.json(&["nodes"])?;
+                let down = nodes
+                    .as_array()?
+                    .iter()
+                    .filter(|n| n["state"] == "down")
+                    .count();
+                (down == 1).then_some(())
+            },
+        );
+        let took = killed.elapsed();
+        assert!(
+            took < Duration::from_secs(20),
+            "down after {took:?}: the closed link should beat the 37.5 s node timeout"
+        );
+        eprintln!("killed slave down after {took:?} (node timeout 37.5 s)");
+    }));
+    if let Err(panic) = result {
+        c.dump_logs();
+        std::panic::resume_unwind(panic);
+    }
+}
