@@ -28,6 +28,7 @@ mod resources;
 pub mod rng;
 pub mod sbatch;
 mod spec;
+mod task_state;
 pub mod telemetry;
 pub mod tokens;
 pub mod wire;
@@ -42,7 +43,5 @@ pub use resources::{
     GPU_MILLI_PER_DEVICE, MAX_CPUS_PER_TASK, MAX_CPU_MILLI_PER_TASK, MAX_ENGINES_PER_TASK,
     MAX_GPUS_PER_TASK, MAX_MEM_MIB_PER_TASK,
 };
-pub use spec::{
-    parse_host_port, CpuSearchSpec, JobSpec, TaskClass, TaskState, TaskStatus, TransitionError,
-    MAX_BACKOFF_MS, MAX_RETRIES,
-};
+pub use spec::{parse_host_port, CpuSearchSpec, JobSpec, TaskClass, MAX_BACKOFF_MS, MAX_RETRIES};
+pub use task_state::{TaskState, TaskStatus, TransitionError};
