@@ -14,7 +14,7 @@ use crate::store::Store;
 use hetsched_common::backoff::Backoff;
 use hetsched_common::leader::{LeaderClient, LeaderError, LeaderOptions};
 use hetsched_common::protocol::{
-    ErrorKind, Message, ProbeSample, SlaveRequest, SlaveResponse, TaskReport,
+    ErrorKind, Message, ProbeSample, SlaveRequest, SlaveResponse, TaskReport, MAX_HEARTBEAT_MS,
 };
 use hetsched_common::wire::CallError;
 use hetsched_common::{Attempt, NodeId, NodeResources, TaskId};
@@ -124,10 +124,6 @@ pub const START_REPORT_HOLD: Duration = Duration::from_millis(50);
 /// writes a result without flushing; `deliver` flushes before the batch leaves, so
 /// "acknowledged ⇒ durable" holds); nothing waits on a finish but its report.
 pub const REPORT_LINGER: Duration = Duration::from_millis(5);
-
-/// The longest heartbeat period a leader may ask for (issue 54), ms: at the default 2,500
-/// heartbeats a second, 150,000 slaves.
-pub const MAX_ASKED_PERIOD_MS: u64 = 60_000;
 
 /// Puts an unsent batch back at the front of the pending reports, in order.
 fn put_back(pending: &mut VecDeque<TaskReport>, batch: Vec<TaskReport>) {
@@ -267,6 +263,11 @@ impl Link {
             held_since = None;
             hold_until = None;
             let round = self.round(beat).await;
+            if round.is_err() {
+                // The asked period was this leader's: the next one (another master, maybe
+                // set otherwise) may expect the slave's own, and says so in its first ack.
+                self.asked_period = Duration::ZERO;
+            }
             if self.heartbeat_period() != period {
                 period = self.heartbeat_period();
                 tracing::info!(?period, "heartbeat period as the leader asks");
@@ -281,6 +282,10 @@ impl Link {
                     let wait = backoff.next_delay();
                     tracing::warn!(error = %e, next = %self.client.target(), retry_in = ?wait, "masters not reachable; retrying");
                     tokio::time::sleep(wait).await;
+                    // Beat first when the masters answer again: a slave whose connection
+                    // broke shows it lives at once, not a period later (issue 54: past the
+                    // heartbeat limit a closed link without a heartbeat soon is a dead slave).
+                    heartbeat.reset_immediately();
                 }
             }
         }
@@ -479,7 +484,7 @@ impl Link {
         match self.call(beat).await? {
             SlaveResponse::HeartbeatAck { heartbeat_ms, .. } => {
                 // Bounded: a leader cannot silence a slave for longer than a minute.
-                self.asked_period = Duration::from_millis(heartbeat_ms.min(MAX_ASKED_PERIOD_MS));
+                self.asked_period = Duration::from_millis(heartbeat_ms.min(MAX_HEARTBEAT_MS));
                 Ok(())
             }
             SlaveResponse::Ack => Ok(()),

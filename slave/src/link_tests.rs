@@ -251,7 +251,7 @@ async fn the_heartbeat_period_follows_what_the_leader_asks_within_bounds() {
         (0, own),
         (500, own),
         (4_000, Duration::from_secs(4)),
-        (u64::MAX, Duration::from_millis(MAX_ASKED_PERIOD_MS)),
+        (u64::MAX, Duration::from_millis(MAX_HEARTBEAT_MS)),
         (0, own),
     ] {
         asks.store(asked, Ordering::SeqCst);

@@ -41,8 +41,8 @@ pub use peer::{
 pub use slave::{
     Assignment, EngineGrant, EngineLoad, GpuPool, HeldPhase, HeldTask, ProbeSample, SlaveCommand,
     SlaveCommandReply, SlaveRequest, SlaveResponse, TaskReport, UsageRecord, CGROUP_LABEL,
-    CONTAINER_RUNTIME_LABEL, CONTAINER_WHY_LABEL, GPU_POOL_LABEL, MEMBW_SOURCE_LABEL,
-    MEMBW_TOTAL_LABEL, PROBE_GPU_LABEL, PROBE_MEMBW_LABEL,
+    CONTAINER_RUNTIME_LABEL, CONTAINER_WHY_LABEL, GPU_POOL_LABEL, MAX_HEARTBEAT_MS,
+    MEMBW_SOURCE_LABEL, MEMBW_TOTAL_LABEL, PROBE_GPU_LABEL, PROBE_MEMBW_LABEL,
 };
 pub use views::{
     ContainersInfo, EngineInfo, ImageInfo, JobInfo, MemberInfo, NodeCounts, NodeInfo,

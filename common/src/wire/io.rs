@@ -128,7 +128,12 @@ async fn serve_inner(
             match setup.as_ref().and_then(|s| s.server.clone()) {
                 None => serve_connection(stream, Peer::plain(peer), limits, handler).await,
                 Some(cfg) => {
-                    if let Some((tls_stream, who)) = accept_tls(stream, peer, cfg, limits).await {
+                    let handshake = accept_tls(stream, peer, cfg, limits);
+                    let accepted = match handshake_runtime() {
+                        Some(rt) => rt.spawn(handshake).await.ok().flatten(),
+                        None => handshake.await,
+                    };
+                    if let Some((tls_stream, who)) = accepted {
                         serve_connection(tls_stream, who, limits, handler).await
                     }
                 }
@@ -137,30 +142,41 @@ async fn serve_inner(
     }
 }
 
-/// TLS handshakes this process runs at once: the others wait, parked, for a turn.
+/// The runtime TLS handshakes run on: threads of their own (half the cores, at least one),
+/// apart from the runtime that serves established connections. `None` where it could not
+/// start (handshakes then run where the connection was accepted).
 ///
-/// Why (issue 54): a handshake is about a millisecond of CPU in one poll. When thousands
-/// of slaves reconnect at once (a new leader, a restart), thousands of ready handshakes
-/// queued ahead of the masters' own Raft frames on the same runtime; the followers' and
-/// leader's Raft messages waited past the election timeout, the leader stepped down, every
-/// slave reconnected again, and clients gave up on handshakes that were then finished for
-/// nobody. With few handshakes in the run queue, Raft's frames wait milliseconds, and each
-/// handshake begun is finished promptly (the others wait in the listen backlog or here,
-/// costing nothing).
-fn handshake_turns() -> &'static tokio::sync::Semaphore {
-    static TURNS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
-    TURNS.get_or_init(|| {
+/// Why (issue 54): a handshake is about a millisecond of CPU in one poll. When thousands of
+/// slaves reconnected at once (a new leader, a restart), thousands of ready handshakes were
+/// queued ahead of the masters' own Raft frames on one runtime; Raft's messages waited past
+/// the election timeout, the leader stepped down, every slave reconnected again, and
+/// handshakes were finished for clients that had given up. On threads of their own, a storm
+/// of handshakes takes its share of the cores while established connections (Raft's among
+/// them) keep being served. Unlike a cap on handshakes in progress, a stalled client holds
+/// nothing that others wait for.
+fn handshake_runtime() -> Option<&'static tokio::runtime::Runtime> {
+    static RT: std::sync::OnceLock<Option<tokio::runtime::Runtime>> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        tokio::sync::Semaphore::new(HANDSHAKES_PER_CORE * cores)
+        match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads((cores / 2).max(1))
+            .thread_name("hetsched-tls")
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => Some(rt),
+            Err(e) => {
+                tracing::warn!(error = %e, "no TLS handshake runtime; handshakes share the connections' threads");
+                None
+            }
+        }
     })
+    .as_ref()
 }
 
-/// TLS handshakes in progress at once per core (see [`handshake_turns`]).
-pub const HANDSHAKES_PER_CORE: usize = 4;
-
 /// The TLS side of accepting: a plain first byte gets [`tls::PLAIN_ON_TLS_PORT`] as a
-/// plain error frame; a handshake must get its turn ([`handshake_turns`]) and finish
-/// within the partial-frame timeout (a half-open connection does not hold a task forever).
+/// plain error frame; a handshake (on [`handshake_runtime`]) must finish within the
+/// partial-frame timeout (a half-open connection does not hold a task forever).
 async fn accept_tls(
     stream: TcpStream,
     addr: std::net::SocketAddr,
@@ -185,14 +201,8 @@ async fn accept_tls(
         let _ = stream.shutdown().await;
         return None;
     }
-    // The connecting side gives up after the same timeout: waiting for a turn counts.
-    let deadline = tokio::time::Instant::now() + limits.partial_timeout;
-    let Ok(Ok(_turn)) = tokio::time::timeout_at(deadline, handshake_turns().acquire()).await else {
-        tracing::debug!(peer = %addr, "no TLS handshake turn in time");
-        return None;
-    };
     let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
-    match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+    match tokio::time::timeout(limits.partial_timeout, acceptor.accept(stream)).await {
         Ok(Ok(s)) => {
             tracing::debug!(target: "hetsched::trace", peer = %addr, "tls: accepted");
             let identity = tls::peer_identity(s.get_ref().1.peer_certificates());

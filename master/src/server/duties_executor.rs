@@ -265,12 +265,14 @@ impl Actor for LeaderDuties {
             });
         }
         ctx.run_interval(TICK, |act, ctx| {
-            act.drain_heartbeats(ctx);
-            // After the heartbeats: one that came over a new connection clears the node.
+            // Closed links before the heartbeats: a heartbeat drained after the mark clears
+            // it, so a slave that reconnected and beat is never taken for gone (a heartbeat
+            // older than the close clearing it only leaves the node to the node timeout).
             let nodes = act.heartbeats.links.take_closed();
             if !nodes.is_empty() {
                 act.feed(DutyEvent::LinksClosed { nodes }, ctx);
             }
+            act.drain_heartbeats(ctx);
             act.feed(DutyEvent::Tick, ctx)
         });
     }

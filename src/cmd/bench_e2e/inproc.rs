@@ -6,11 +6,10 @@ use super::client::BenchClient;
 use anyhow::Context;
 use hetsched_common::protocol::{
     Assignment, ErrorKind, ErrorReply, HeldPhase, HeldTask, Message, SlaveCommand,
-    SlaveCommandReply, SlaveRequest, SlaveResponse, TaskReport,
+    SlaveCommandReply, SlaveRequest, SlaveResponse, TaskReport, MAX_HEARTBEAT_MS,
 };
 use hetsched_common::wire::{self, FrameLimits, Handler};
 use hetsched_common::{Attempt, NodeId, NodeResources, TaskId};
-use hetsched_slave::link::MAX_ASKED_PERIOD_MS;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -391,7 +390,7 @@ async fn heartbeat(
             ..
         })) => false,
         Ok(Message::SlaveReply(SlaveResponse::HeartbeatAck { heartbeat_ms, .. })) => {
-            *asked = Duration::from_millis(heartbeat_ms.min(MAX_ASKED_PERIOD_MS));
+            *asked = Duration::from_millis(heartbeat_ms.min(MAX_HEARTBEAT_MS));
             true
         }
         _ => true,

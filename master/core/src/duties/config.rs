@@ -57,7 +57,9 @@ impl DutiesConfig {
         if floor <= SLAVE_PERIOD_MS {
             0
         } else {
-            floor
+            // Slaves beat at most this seldom whatever they are asked: the timeouts count
+            // on the period they really use.
+            floor.min(hetsched_common::protocol::MAX_HEARTBEAT_MS)
         }
     }
 
@@ -128,6 +130,8 @@ mod tests {
         assert_eq!(c.lost_after_for(10_000), 30_000);
         assert_eq!(c.closed_link_timeout_for(1_000), 5_000);
         assert_eq!(c.closed_link_timeout_for(10_000), 8_000);
+        // Past 150,000 slaves the period stops at the slaves' own cap.
+        assert_eq!(c.heartbeat_floor_ms(1_000_000), 60_000);
         // A longer configured timeout stands; 0 turns the limit off.
         let long = DutiesConfig {
             node_timeout_ms: 60_000,

@@ -20,14 +20,14 @@ impl DutiesCore {
         // Issue 54: past the heartbeat limit slaves are asked to beat less often, and are
         // given as many periods of silence as before.
         let timeout = self.cfg.node_timeout_for(view.nodes().len());
+        let closed_timeout = self.cfg.closed_link_timeout_for(view.nodes().len());
         // A look at every node's silence costs a lookup per node: on every 100 ms tick that
         // was a sixth of a 10,000-slave leader's heartbeat CPU. Looking every twentieth of
-        // the timeout declares a node down at most 5 % later.
-        if now.mono_ms < l.liveness_checked + liveness_every(timeout) {
+        // the shorter timeout declares a node down at most 5 % later.
+        if now.mono_ms < l.liveness_checked + liveness_every(timeout.min(closed_timeout)) {
             return;
         }
         l.liveness_checked = now.mono_ms;
-        let closed_timeout = self.cfg.closed_link_timeout_for(view.nodes().len());
         for n in view.nodes().values().filter(|n| n.is_up()) {
             let since = l.last_seen.get(&n.id).copied().unwrap_or(0).max(l.since);
             let link_gone = l

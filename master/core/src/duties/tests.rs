@@ -1330,14 +1330,24 @@ fn a_closed_link_not_followed_by_a_heartbeat_declares_the_node_down_sooner() {
     h.on(DutyEvent::LinksClosed {
         nodes: vec![gone, back],
     });
+    // One heartbeat after the close clears it: `back` beats once, then stays quiet
+    // (well within the 25 s node timeout) while the others beat.
     h.advance(2_000);
     h.heartbeat(back, vec![]);
     h.advance(3_001);
-    for n in &nodes[1..] {
+    for n in &nodes[2..] {
         h.heartbeat(*n, vec![]);
     }
     let fx = h.on(DutyEvent::Tick);
     assert_eq!(proposals(&fx), vec![&Command::NodeDown { node: gone }]);
+    h.advance(10_000);
+    for n in &nodes[2..] {
+        h.heartbeat(*n, vec![]);
+    }
+    assert!(
+        proposals(&h.on(DutyEvent::Tick)).is_empty(),
+        "`back` is not taken for gone"
+    );
     // Under the limit a closed link changes nothing: the node timeout alone counts.
     let mut h = Harness::new();
     let a = h.register(1, 2);
