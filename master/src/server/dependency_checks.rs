@@ -7,8 +7,10 @@
 //! from the applied state: [`ClientJobs`](super::client_jobs::ClientJobs) and
 //! [`Authz`](super::authz::Authz) call them.
 
-use super::authz::Level;
 use super::reply::not_found;
+// `authz::Level` is this type; named at its source so that `authz` (which calls in here)
+// and this file do not import each other.
+use hetsched_common::protocol::TokenRole as Level;
 use hetsched_common::protocol::{ClientRequest, ErrorKind, ErrorReply};
 use hetsched_common::{ClientRequestId, JobSpec};
 use hetsched_master_core::state::{ClusterState, DependencyRefusal};

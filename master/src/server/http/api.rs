@@ -23,8 +23,6 @@ pub(super) fn routes() -> Vec<Route> {
         r("POST", "/v1/jobs", post(submit)),
         r("GET", "/v1/jobs", get(jobs)),
         r("GET", "/v1/jobs/{id}", get(job)),
-        r("GET", "/v1/jobs/{id}/wait", get(super::api_wait::wait)),
-        r("GET", "/v1/events", get(super::api_wait::events)),
         r("DELETE", "/v1/jobs/{id}", delete(cancel)),
         r("POST", "/v1/flows", post(submit_flow)),
         r("GET", "/v1/flows/{id}", get(flow)),

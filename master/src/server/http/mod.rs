@@ -76,6 +76,9 @@ pub(crate) fn routes() -> Vec<Route> {
     };
     let mut all = api::routes();
     all.extend([
+        // Issue 55's long poll and event stream (`api_wait` builds on `api`'s readers).
+        r("GET", "/v1/jobs/{id}/wait", get(api_wait::wait)),
+        r("GET", "/v1/events", get(api_wait::events)),
         r("GET", "/metrics", get(metrics)),
         r("GET", "/healthz", get(healthz)),
         r("GET", "/readyz", get(readyz)),
