@@ -73,40 +73,15 @@ for ((i = 0; ; i++)); do
   sleep 0.2
 done
 sleep 1
-mkfifo "$DIR/never" && exec 7<>"$DIR/never"
-shopt -s nullglob
-idle_once() { # SUBMIT-ARGS...: microseconds from the clock read to the task's first instruction
-  local s out f g e i
-  local -A before=()
-  for g in "$DIR"/s/logs/task-*-1.out; do before[$g]=1; done
-  s=${EPOCHREALTIME//[!0-9]/}
-  out=$("$BIN" submit --json --cpus 1 --mem 64 "$@")
-  f=
-  for ((i = 0; i < 1000; i++)); do
-    for g in "$DIR"/s/logs/task-*-1.out; do
-      [ -z "${before[$g]:-}" ] && [ -s "$g" ] && { f=$g; break 2; }
-    done
-    read -rt 0.02 -u 7 _ || true
-  done
-  [ -n "$f" ] || { echo "no task output appeared for $out" >&2; exit 1; }
-  e=$(tr -cd 0-9 <"$f")
-  echo $((e - s))
-}
-report() { # NAME LATENCIES...
-  local name=$1; shift
-  mapfile -t sorted < <(printf '%s\n' "$@" | sort -n)
-  local mid=${sorted[$(( $# / 2 ))]} top=${sorted[$(( $# - 1 ))]}
-  echo "$name, us: $*"
-  echo "$name: p50 $(( mid / 1000 )).$(( mid % 1000 / 100 )) ms, max $(( top / 1000 )) ms"
-}
+. "$(dirname "$0")/bench-idle.sh"
 # The warm image unpacked once before the rounds.
-idle_once --image "oci:$DIR/images/warm:v1" >/dev/null
+idle_once --mem 64 --image "oci:$DIR/images/warm:v1" >/dev/null
 sleep 0.5
 bare=() warm=() cold=()
 for k in $(seq "$SAMPLES"); do
-  bare+=("$(idle_once -- "$DIR/first-instruction")"); sleep 0.5
-  warm+=("$(idle_once --image "oci:$DIR/images/warm:v1")"); sleep 0.5
-  cold+=("$(idle_once --image "oci:$DIR/images/cold$k:v1")"); sleep 0.5
+  bare+=("$(idle_once --mem 64 -- "$DIR/first-instruction")"); sleep 0.5
+  warm+=("$(idle_once --mem 64 --image "oci:$DIR/images/warm:v1")"); sleep 0.5
+  cold+=("$(idle_once --mem 64 --image "oci:$DIR/images/cold$k:v1")"); sleep 0.5
 done
 report "bare" "${bare[@]}"
 report "container, warm" "${warm[@]}"

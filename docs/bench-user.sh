@@ -68,52 +68,19 @@ if command -v cc >/dev/null && [ "$(uname -m)" = x86_64 ] &&
     "$(dirname "$0")/first-instruction.c" 2>/dev/null; then
   PROBE=$DIR/first-instruction
 fi
-# A read with a timeout on a pipe nobody writes: a short wait that starts no process.
-mkfifo "$DIR/never" && exec 7<>"$DIR/never"
-shopt -s nullglob
-# One idle submit of `$@`; prints its task's start time minus the shell's clock read just
-# before `submit`, in microseconds.
-idle_once() {
-  local s out f g e i
-  local -A before=()
-  for g in "$DIR"/s/logs/task-*-1.out; do before[$g]=1; done
-  # Nothing but `submit` between the clock read and the task: its output is parsed after
-  # (a pipeline's grep/head/cut would start beside it and share the CPUs).
-  s=${EPOCHREALTIME//[!0-9]/}
-  out=$("$BIN" submit --json --cpus 1 --mem 16 -- "$@")
-  # The task's output is the new file in the slave's logs. Found by looking, with no other
-  # process started while the task starts: a `tasks --json` run here to learn the task's id
-  # took the two CPUs beside it, ~0.6-1.2 ms at the p50 (BENCHMARKS.md, 2026-11-28).
-  f=
-  for ((i = 0; i < 500; i++)); do
-    for g in "$DIR"/s/logs/task-*-1.out; do
-      [ -z "${before[$g]:-}" ] && [ -s "$g" ] && { f=$g; break 2; }
-    done
-    read -rt 0.02 -u 7 _ || true
-  done
-  [ -n "$f" ] || { echo "no task output appeared for $out" >&2; exit 1; }
-  e=$(tr -cd 0-9 <"$f")
-  echo $((e - s))
-}
+. "$(dirname "$0")/bench-idle.sh"
 SAMPLES=${SAMPLES:-15}
-report() { # NAME LATENCIES...
-  local name=$1; shift
-  mapfile -t sorted < <(printf '%s\n' "$@" | sort -n)
-  local mid=${sorted[$(( $# / 2 ))]} top=${sorted[$(( $# - 1 ))]}
-  echo "idle submit -> $name, us: $*"
-  echo "idle submit -> $name: p50 $(( mid / 1000 )).$(( mid % 1000 / 100 )) ms, max $(( top / 1000 )) ms"
-}
 lat=() plat=()
 for k in $(seq "$SAMPLES"); do
-  if [ -n "$PROBE" ]; then plat+=("$(idle_once "$PROBE")"); sleep 0.5; fi
+  if [ -n "$PROBE" ]; then plat+=("$(idle_once --mem 16 -- "$PROBE")"); sleep 0.5; fi
   if [ "${PROBE_ONLY:-0}" != 1 ]; then
-    lat+=("$(idle_once bash -c 'echo $EPOCHREALTIME')")
+    lat+=("$(idle_once --mem 16 -- bash -c 'echo $EPOCHREALTIME')")
     sleep 0.5
   fi
 done
 if [ -n "$PROBE" ]; then
-  report "first instruction" "${plat[@]}"
+  report "idle submit -> first instruction" "${plat[@]}"
 else
   echo "no first-instruction probe (needs cc on x86-64): bash's figure only"
 fi
-[ "${PROBE_ONLY:-0}" = 1 ] || report "bash's first command" "${lat[@]}"
+[ "${PROBE_ONLY:-0}" = 1 ] || report "idle submit -> bash's first command" "${lat[@]}"

@@ -29,6 +29,35 @@ fn link_to(dir: &std::path::Path, master: &str, agent: mpsc::UnboundedSender<Age
     l
 }
 
+/// A port for a fake master: its listener (served once the test has its handler) and its
+/// address.
+async fn fake_master_port() -> (tokio::net::TcpListener, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind fake master");
+    let addr = listener.local_addr().expect("addr").to_string();
+    (listener, addr)
+}
+
+/// The agent's side of a link whose slave holds nothing and has nothing queued to ask for.
+fn idle_agent() -> mpsc::UnboundedSender<AgentMsg> {
+    let (agent, mut agent_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(m) = agent_rx.recv().await {
+            match m {
+                AgentMsg::Held { reply } => {
+                    let _ = reply.send(Vec::new());
+                }
+                AgentMsg::Asks { reply } => {
+                    let _ = reply.send(Vec::new());
+                }
+                _ => {}
+            }
+        }
+    });
+    agent
+}
+
 fn started(task: u64) -> TaskReport {
     TaskReport::Started {
         task: TaskId(task),
@@ -82,21 +111,9 @@ async fn a_finish_report_leaves_only_once_its_result_is_flushed() {
     use std::sync::{Arc, Mutex};
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind fake master");
-    let addr = listener.local_addr().expect("addr").to_string();
-    let (agent, mut agent_rx) = mpsc::unbounded_channel();
-    let mut l = link_to(dir.path(), &addr, agent);
+    let (listener, addr) = fake_master_port().await;
+    let mut l = link_to(dir.path(), &addr, idle_agent());
     l.node = Some(NodeId(1));
-    // The agent's side of the link: nothing queued to ask for.
-    tokio::spawn(async move {
-        while let Some(m) = agent_rx.recv().await {
-            if let AgentMsg::Asks { reply } = m {
-                let _ = reply.send(Vec::new());
-            }
-        }
-    });
     let unflushed_at_arrival: Arc<Mutex<Vec<usize>>> = Arc::default();
     let seen = unflushed_at_arrival.clone();
     let store = l.store.clone();
@@ -144,10 +161,7 @@ async fn the_link_takes_commands_once_attached_and_stops_offering_to_older_maste
     use std::sync::{Arc, Mutex};
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind fake master");
-    let addr = listener.local_addr().expect("addr").to_string();
+    let (listener, addr) = fake_master_port().await;
     let (agent, _agent_rx) = mpsc::unbounded_channel();
     let commands: Handler = Arc::new(|msg, _peer| {
         Box::pin(async move {
@@ -209,7 +223,7 @@ async fn the_link_takes_commands_once_attached_and_stops_offering_to_older_maste
 
 /// Issue 54: a leader with many slaves asks each to beat less often. The link beats at the
 /// longer of its own period and the asked one, back to its own when a leader asks nothing
-/// (an older master, or a smaller cluster), and never slower than `MAX_ASKED_PERIOD_MS`.
+/// (an older master, or a smaller cluster), and never slower than `MAX_HEARTBEAT_MS`.
 #[tokio::test]
 async fn the_heartbeat_period_follows_what_the_leader_asks_within_bounds() {
     use hetsched_common::wire::{self, FrameLimits, Handler};
@@ -218,18 +232,7 @@ async fn the_heartbeat_period_follows_what_the_leader_asks_within_bounds() {
     use std::sync::Arc;
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind fake master");
-    let addr = listener.local_addr().expect("addr").to_string();
-    let (agent, mut agent_rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Some(m) = agent_rx.recv().await {
-            if let AgentMsg::Held { reply } = m {
-                let _ = reply.send(Vec::new());
-            }
-        }
-    });
+    let (listener, addr) = fake_master_port().await;
     let asks = Arc::new(AtomicU64::new(0));
     let a = asks.clone();
     let master: Handler = Arc::new(move |msg, _peer| {
@@ -244,7 +247,7 @@ async fn the_heartbeat_period_follows_what_the_leader_asks_within_bounds() {
         })
     });
     tokio::spawn(wire::serve(listener, FrameLimits::default(), master));
-    let mut l = link_to(dir.path(), &addr, agent);
+    let mut l = link_to(dir.path(), &addr, idle_agent());
     l.node = Some(NodeId(1));
     let own = Duration::from_secs(1);
     for (asked, period) in [
