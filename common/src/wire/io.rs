@@ -1,8 +1,8 @@
-//! Frames over sockets (the `net` feature): reading and writing frames with the
-//! partial-frame timeout, the framed request server, and the client [`Connection`] that
-//! matches replies to requests by id.
+//! Frames over sockets (the `net` feature): the framed request server and the client
+//! [`Connection`] that matches replies to requests by id. Reading and writing one frame is
+//! `frame_io.rs`; accepting TLS connections, `tls_accept.rs`.
 
-use super::codec::{decode_payload, encode_frame, Envelope, FrameLimits};
+use super::codec::{decode_payload, Envelope, FrameLimits};
 use crate::protocol::{ErrorKind, ErrorReply, Message};
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -12,67 +12,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use super::fdlimit::AcceptBackoff;
+use super::frame_io::{error_kind_of, read_frame, write_frame};
 use super::peer::Peer;
 use super::tls::{self, TlsSetup};
+use super::tls_accept::{accept_tls, handshake_runtime};
 use crate::certs::Identity;
-
-/// Reads one frame's payload. `Ok(None)` on a clean end of stream between frames.
-pub async fn read_frame<R: AsyncRead + Unpin>(
-    r: &mut R,
-    limits: FrameLimits,
-) -> Result<Option<Vec<u8>>> {
-    let mut len = [0u8; 4];
-    // The first byte may wait forever (an idle connection is fine); the rest of the frame
-    // must follow within the partial-frame timeout.
-    if r.read(&mut len[..1]).await? == 0 {
-        return Ok(None);
-    }
-    let rest = async {
-        r.read_exact(&mut len[1..]).await?;
-        let n = u32::from_be_bytes(len) as usize;
-        if n > limits.max_frame {
-            return Err(Error::FrameTooLarge {
-                len: n,
-                cap: limits.max_frame,
-            });
-        }
-        let mut buf = vec![0u8; n];
-        r.read_exact(&mut buf).await?;
-        Ok(buf)
-    };
-    match tokio::time::timeout(limits.partial_timeout, rest).await {
-        Ok(Ok(buf)) => Ok(Some(buf)),
-        Ok(Err(Error::Io(e))) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            Err(Error::Truncated)
-        }
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(Error::PartialFrameTimeout(limits.partial_timeout)),
-    }
-}
-
-/// Writes one envelope as a frame.
-pub async fn write_frame<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    env: &Envelope,
-    limits: FrameLimits,
-) -> Result<()> {
-    let frame = encode_frame(env, limits.max_frame)?;
-    w.write_all(&frame).await?;
-    Ok(())
-}
-
-fn error_kind_of(e: &Error) -> ErrorKind {
-    match e {
-        Error::FrameTooLarge { .. } => ErrorKind::TooLarge,
-        Error::WrongVersion { .. } => ErrorKind::WrongVersion,
-        _ => ErrorKind::Malformed,
-    }
-}
 
 /// A request handler: a message in, at most one reply out (`None` for one-way messages such
 /// as Raft traffic). `peer` says who sent it. On a secured server the handler only sees
@@ -139,92 +88,6 @@ async fn serve_inner(
                 }
             }
         });
-    }
-}
-
-/// The runtime TLS handshakes run on: threads of their own (half the cores, at least one),
-/// apart from the runtime that serves established connections. `None` where it could not
-/// start (handshakes then run where the connection was accepted).
-///
-/// Why (issue 54): a handshake is about a millisecond of CPU in one poll. When thousands of
-/// slaves reconnected at once (a new leader, a restart), thousands of ready handshakes were
-/// queued ahead of the masters' own Raft frames on one runtime; Raft's messages waited past
-/// the election timeout, the leader stepped down, every slave reconnected again, and
-/// handshakes were finished for clients that had given up. On threads of their own, a storm
-/// of handshakes takes its share of the cores while established connections (Raft's among
-/// them) keep being served. Unlike a cap on handshakes in progress, a stalled client holds
-/// nothing that others wait for.
-fn handshake_runtime() -> Option<&'static tokio::runtime::Runtime> {
-    static RT: std::sync::OnceLock<Option<tokio::runtime::Runtime>> = std::sync::OnceLock::new();
-    RT.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        match tokio::runtime::Builder::new_multi_thread()
-            .worker_threads((cores / 2).max(1))
-            .thread_name("hetsched-tls")
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => Some(rt),
-            Err(e) => {
-                tracing::warn!(error = %e, "no TLS handshake runtime; handshakes share the connections' threads");
-                None
-            }
-        }
-    })
-    .as_ref()
-}
-
-/// The TLS side of accepting: a plain first byte gets [`tls::PLAIN_ON_TLS_PORT`] as a
-/// plain error frame; a handshake (on [`handshake_runtime`]) must finish within the
-/// partial-frame timeout (a half-open connection does not hold a task forever).
-async fn accept_tls(
-    stream: TcpStream,
-    addr: std::net::SocketAddr,
-    cfg: Arc<rustls::ServerConfig>,
-    limits: FrameLimits,
-) -> Option<(tokio_rustls::server::TlsStream<TcpStream>, Peer)> {
-    let mut first = [0u8; 1];
-    match tokio::time::timeout(limits.partial_timeout, stream.peek(&mut first)).await {
-        Ok(Ok(1)) => {}
-        _ => return None,
-    }
-    if first[0] != tls::TLS_HANDSHAKE_BYTE {
-        tracing::warn!(peer = %addr, "plain connection to a TLS port refused");
-        let reply = ErrorReply::new(ErrorKind::PermissionDenied, tls::PLAIN_ON_TLS_PORT);
-        let mut stream = stream;
-        let _ = write_frame(
-            &mut stream,
-            &Envelope::new(0, Message::Error(reply)),
-            limits,
-        )
-        .await;
-        let _ = stream.shutdown().await;
-        return None;
-    }
-    let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
-    match tokio::time::timeout(limits.partial_timeout, acceptor.accept(stream)).await {
-        Ok(Ok(s)) => {
-            tracing::debug!(target: "hetsched::trace", peer = %addr, "tls: accepted");
-            let identity = tls::peer_identity(s.get_ref().1.peer_certificates());
-            Some((
-                s,
-                Peer {
-                    addr,
-                    identity,
-                    secured: true,
-                    token: None,
-                    link: None,
-                },
-            ))
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(peer = %addr, error = %e, "TLS handshake refused");
-            None
-        }
-        Err(_) => {
-            tracing::warn!(peer = %addr, "TLS handshake did not finish in time");
-            None
-        }
     }
 }
 

@@ -23,17 +23,23 @@ mod codec;
 #[cfg(feature = "net")]
 pub mod fdlimit;
 #[cfg(feature = "net")]
+mod frame_io;
+#[cfg(feature = "net")]
 mod io;
 #[cfg(feature = "net")]
 mod peer;
 #[cfg(feature = "net")]
 pub mod tls;
+#[cfg(feature = "net")]
+mod tls_accept;
 
 pub use codec::{
     decode_payload, encode_frame, Envelope, FrameLimits, DEFAULT_MAX_FRAME,
     DEFAULT_PARTIAL_FRAME_TIMEOUT, PROTOCOL_VERSION,
 };
 #[cfg(feature = "net")]
-pub use io::{read_frame, serve, serve_tls, write_frame, CallError, Connection, Handler};
+pub use frame_io::{read_frame, write_frame};
+#[cfg(feature = "net")]
+pub use io::{serve, serve_tls, CallError, Connection, Handler};
 #[cfg(feature = "net")]
 pub use peer::Peer;
