@@ -3,6 +3,12 @@
 
 mod cmd;
 
+// Every process the binary runs (masters, slaves, helpers) allocates through mimalloc:
+// under glibc's malloc, allocation was a fifth of a 10,000-slave leader's CPU
+// (docs/perf-log/2026-11-29.md#the-allocator).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
