@@ -5,13 +5,14 @@
 use super::client_queries::SchedulerSettings;
 use super::duties_executor::{DutiesMsg, LeaderDuties};
 use super::hooks::AdminHooks;
+use super::report_groups::{Propose, ProposeFailure};
 use super::{http, Error, Master, MasterConfig, MasterShared, Replicated};
 use actix::prelude::*;
 use hetsched_common::wire::{self, FrameLimits};
 use hetsched_common::MasterId;
-use hetsched_consensus::{Consensus, RaftConfig, Role};
+use hetsched_consensus::{Consensus, ProposeError, RaftConfig, Role};
 use hetsched_master_core::duties::DutiesConfig;
-use hetsched_master_core::state::{AccountingSettings, Replica};
+use hetsched_master_core::state::{AccountingSettings, CommandEnvelope, Replica};
 use std::sync::{Arc, RwLock};
 
 /// Starts consensus and the duties actor (inside an actix System).
@@ -72,6 +73,7 @@ fn start(cfg: &MasterConfig) -> Result<Master, Error> {
         }
     });
     watch_role(&raft, duties.clone());
+    let report_groups = super::report_groups::ReportGroups::start(proposer(&raft, &shared));
     Ok(Master {
         shared,
         raft,
@@ -84,9 +86,39 @@ fn start(cfg: &MasterConfig) -> Result<Master, Error> {
         reasons,
         heartbeats,
         events,
+        report_groups,
         admission: Arc::new(std::sync::Mutex::new(crate::backpressure::Admission::new(
             cfg.admission,
         ))),
+    })
+}
+
+/// How the report group commit proposes: as [`Master::propose`], handing a command too
+/// large for one entry back.
+fn proposer(raft: &Consensus<Replicated>, shared: &MasterShared) -> Propose {
+    let (raft, shared) = (raft.clone(), shared.clone());
+    Box::new(move |command| {
+        let (raft, shared) = (raft.clone(), shared.clone());
+        Box::pin(async move {
+            let env = CommandEnvelope {
+                at_ms: super::now_ms(),
+                request: None,
+                command,
+            };
+            let started = std::time::Instant::now();
+            match raft.propose(env.encode()).await {
+                Ok(outcome) => {
+                    metrics::histogram!("hetsched_master_raft_commit_seconds")
+                        .record(started.elapsed());
+                    Ok(outcome)
+                }
+                Err(e) => Err(ProposeFailure {
+                    too_large: matches!(e, ProposeError::TooLarge(_))
+                        .then(|| Box::new(env.command)),
+                    reply: shared.propose_error(e),
+                }),
+            }
+        })
     })
 }
 

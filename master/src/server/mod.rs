@@ -44,6 +44,7 @@ mod ports;
 mod programs;
 mod replicated;
 mod reply;
+mod report_groups;
 mod senders;
 mod slave_api;
 mod slave_reports;
@@ -128,4 +129,6 @@ pub struct Master {
     heartbeats: Arc<heartbeats::HeartbeatDesk>,
     /// Issue 55: job and task state changes of the applied entries (this master's).
     events: Arc<std::sync::Mutex<events::Journal>>,
+    /// Issue 54: the slaves' report batches, grouped into entries under load.
+    report_groups: report_groups::ReportGroups,
 }

@@ -227,8 +227,15 @@ impl Master {
             }
         }
         let entry = self.slave_reports(|r| r.entry(node, batch.reports, &batch.asks));
-        if let Some(cmd) = entry {
-            self.propose(cmd, None).await?;
+        // Issue 54: under load, one entry holds many slaves' batches.
+        match entry {
+            Some(Command::TaskReports { node, reports }) => {
+                self.report_groups.propose(node, reports).await?;
+            }
+            Some(other) => {
+                self.propose(other, None).await?;
+            }
+            None => {}
         }
         self.slave_reports(|r| {
             for &(task, attempt) in &batch.finishing {

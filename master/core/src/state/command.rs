@@ -312,6 +312,24 @@ pub enum Command {
         /// The steps.
         flow: hetsched_common::FlowSpec,
     },
+    /// Issue 54, group commit: several slaves' [`Command::TaskReports`] batches in one
+    /// entry, gathered by the leader while its earlier report entries committed. Applied
+    /// exactly as that many `TaskReports` entries one after another (each batch fenced by
+    /// its attempts, an unknown node's batch ignored alone); only the log index and the
+    /// clock are shared. At 10,000 slaves a task's reports were an entry of their own.
+    GroupedTaskReports {
+        /// Each slave's batch, in the order the leader received them.
+        groups: Vec<NodeReports>,
+    },
+}
+
+/// One slave's batch of task reports inside a [`Command::GroupedTaskReports`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeReports {
+    /// The reporting slave.
+    pub node: NodeId,
+    /// Its reports, oldest first (as [`Command::TaskReports`]).
+    pub reports: Vec<TaskReport>,
 }
 
 /// One placement of a task of a job not yet applied: the task is named by its index in

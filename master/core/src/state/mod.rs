@@ -30,6 +30,7 @@
 //!       ─▶ FlowRules        SubmitFlow: SubmitRules per step, the record (flows.rs)
 //!       ─▶ PlanRules        ApplyPlan, SubmitPlaced's placements  (plan.rs)
 //!       ─▶ ReportRules      TaskStarted TaskFinished TaskLost TimeoutTask TaskReports
+//!                           GroupedTaskReports (each group as its TaskReports entry)
 //!       ─▶ LifecycleRules   NodeDown RequeueDrained CancelJob CancelTask (lifecycle.rs)
 //!       ─▶ CpuRules         SetTaskCpus CompressTask              (cpu_changes.rs)
 //!       ─▶ StealRules       StealTask                             (steal.rs)
@@ -88,7 +89,9 @@ pub use batch::{
     Batch, BatchBlock, BatchBook, BatchJob, BatchJobSpec, BatchSpec, BatchTask, Real, TaskBlock,
 };
 pub use booking::{engine_count, free_units, with_unit};
-pub use command::{Assign, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef};
+pub use command::{
+    Assign, Command, CommandEnvelope, NodeReports, Outcome, PlaceNew, Plan, Preemption, TaskRef,
+};
 pub use dependencies::{DepState, DependencyRefusal, DependencyView, JobStates};
 pub use dependency_book::DependencyBook;
 pub use flows::{Flow, FlowBook};
@@ -127,6 +130,12 @@ pub fn command_nodes(command: &Command) -> BTreeSet<NodeId> {
         Command::TaskReports { node, reports } if !reports.is_empty() => {
             nodes.insert(*node);
         }
+        Command::GroupedTaskReports { groups } => nodes.extend(
+            groups
+                .iter()
+                .filter(|g| !g.reports.is_empty())
+                .map(|g| g.node),
+        ),
         Command::ApplyPlan(plan) => {
             nodes.extend(plan.assignments.iter().map(|a| a.node));
             // Victims leave their nodes' task sets (their resources stay held until they
@@ -346,6 +355,25 @@ impl ClusterState {
         })
     }
 
+    /// Issue 54: each slave's batch as the `TaskReports` entry it stands for, its
+    /// dependents followed after it as after that entry, so the state is the same as if
+    /// the batches had been entries of their own. Updated if any batch updated a task.
+    fn grouped_reports(&mut self, at_ms: u64, groups: Vec<NodeReports>) -> Outcome {
+        let mut updated = false;
+        for NodeReports { node, reports } in groups {
+            let outcome = self
+                .report_rules(at_ms)
+                .apply(Command::TaskReports { node, reports });
+            self.follow_dependencies(&outcome);
+            updated |= outcome == Outcome::TaskUpdated;
+        }
+        if updated {
+            Outcome::TaskUpdated
+        } else {
+            Outcome::Ignored("no report in the group changed anything".into())
+        }
+    }
+
     /// After every command, inside its entry: a new job's edges (and what of it can never
     /// start, cancelled at once), then the dependents of every task the command ended
     /// ([`DependencyRules::settle`]) — so a leader change can neither start a dependent early
@@ -416,6 +444,7 @@ impl ClusterState {
             | Command::TaskLost { .. }
             | Command::TimeoutTask { .. }
             | Command::TaskReports { .. }) => self.report_rules(at_ms).apply(c),
+            Command::GroupedTaskReports { groups } => self.grouped_reports(at_ms, groups),
             Command::RecordCalls {
                 node,
                 task,

@@ -11,9 +11,10 @@ use super::codec::{bytes_of, hash_of, size_of};
 use super::command::{Command, CommandEnvelope, Outcome};
 use super::ClusterState;
 use crate::sched::multiqueue::{cluster_capacity, DrfUsage};
-use hetsched_common::protocol::AttemptRecord;
+use hetsched_common::protocol::{AttemptRecord, TaskReport};
+use hetsched_common::NodeId;
 use serde::{Serialize, Serializer};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
 
 /// The cluster state and the benchmark counters, applied from one log.
@@ -58,6 +59,34 @@ fn changes_capacity(command: &Command) -> bool {
             | Command::DrainNode { .. }
             | Command::UndrainNode { .. }
     )
+}
+
+/// The usage records of the finishes in one entry's report batches (each `(node,
+/// reports)`), drafted against the state before the entry. An attempt the same entry
+/// reported started has no start in that state: its record starts at the entry's time, as
+/// when the start was applied first (a slave batches a short task's start and end).
+fn draft_reports<'a>(
+    cluster: &ClusterState,
+    batches: impl IntoIterator<Item = (NodeId, &'a [TaskReport])>,
+    at_ms: u64,
+    capacity: &DrfUsage,
+) -> Vec<AttemptRecord> {
+    let mut started = BTreeSet::new();
+    let mut records = Vec::new();
+    for (node, reports) in batches {
+        for r in reports {
+            if let TaskReport::Started { task, attempt } = r {
+                started.insert((node, *task, *attempt));
+            }
+            if let Some(mut rec) = accounting::draft(cluster, node, r, at_ms, capacity) {
+                if rec.started_ms.is_none() && started.contains(&(node, rec.task, rec.attempt)) {
+                    rec.started_ms = Some(at_ms);
+                }
+                records.push(rec);
+            }
+        }
+    }
+    records
 }
 
 impl Replica {
@@ -142,6 +171,7 @@ impl Replica {
     /// started attempts the master ends without one — those on a node declared down, or one
     /// its slave no longer holds (null readings, [`accounting::draft_lost`]).
     fn drafts(&mut self, command: &Command, at_ms: u64) -> Vec<AttemptRecord> {
+        let finishes = |r: &TaskReport| matches!(r, TaskReport::Finished { .. });
         // Computed only when a record is drafted: node registrations come in storms, and
         // each one clears the cache.
         let mut capacity = || {
@@ -164,17 +194,17 @@ impl Replica {
         };
         match command {
             Command::TaskReports { node, reports } => {
-                if !reports
-                    .iter()
-                    .any(|r| matches!(r, hetsched_common::protocol::TaskReport::Finished { .. }))
-                {
+                if !reports.iter().any(finishes) {
                     return Vec::new();
                 }
-                let capacity = capacity();
-                reports
-                    .iter()
-                    .filter_map(|r| accounting::draft(&self.cluster, *node, r, at_ms, &capacity))
-                    .collect()
+                draft_reports(&self.cluster, [(*node, &reports[..])], at_ms, &capacity())
+            }
+            Command::GroupedTaskReports { groups } => {
+                if !groups.iter().any(|g| g.reports.iter().any(finishes)) {
+                    return Vec::new();
+                }
+                let batches = groups.iter().map(|g| (g.node, &g.reports[..]));
+                draft_reports(&self.cluster, batches, at_ms, &capacity())
             }
             Command::NodeDown { node } => {
                 let Some(n) = self.cluster.nodes().get(node) else {

@@ -298,3 +298,92 @@ fn records_weigh_the_capacity_as_it_is_when_nodes_join() {
     let last = back.accounting().history(&HistoryFilter::default());
     assert_eq!(last.last().and_then(|rec| rec.dominant_s), Some(1.0));
 }
+
+/// Issue 54's group commit: one `GroupedTaskReports` entry leaves the replica as the same
+/// batches applied as `TaskReports` entries one by one — task states, grants, the jobs'
+/// counts and the usage records — duplicates, a failure and an unknown node included.
+#[test]
+fn grouped_reports_apply_as_the_same_batches_one_entry_each() {
+    use crate::sched::test_log::{spec, submit, submitted_tasks};
+    use crate::state::{Assign, NodeReports, Plan};
+    use hetsched_common::protocol::{TaskReport, UsageRecord};
+    use hetsched_common::NodeId;
+    let mut base = Replica::new();
+    base.apply(1, env(None, node(1, 8, 0, &[])));
+    base.apply(2, env(None, node(2, 8, 0, &[])));
+    let nodes: Vec<NodeId> = base.nodes().keys().copied().collect();
+    let tasks = submitted_tasks(base.apply(3, env(None, submit(spec(4, 2, 0)))));
+    let plan = Plan {
+        assignments: tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Assign::to(*t, nodes[i % 2]))
+            .collect(),
+        ..Default::default()
+    };
+    base.apply(4, env(None, Command::ApplyPlan(plan)));
+    let started = |i: usize| TaskReport::Started {
+        task: tasks[i],
+        attempt: 1,
+    };
+    let finished = |i: usize, exit_code| TaskReport::Finished {
+        task: tasks[i],
+        attempt: 1,
+        exit_code,
+        reason: None,
+        reason_detail: None,
+        usage: Some(UsageRecord {
+            elapsed_ms: Some(1_000),
+            cpu_s: Some(0.5),
+            ..UsageRecord::default()
+        }),
+    };
+    let groups = vec![
+        NodeReports {
+            node: nodes[0],
+            reports: vec![started(0), finished(0, 0)],
+        },
+        NodeReports {
+            node: nodes[1],
+            reports: vec![started(1), started(3), finished(3, 2)],
+        },
+        // A re-send of a finish already in the entry, and a node the state does not know.
+        NodeReports {
+            node: nodes[0],
+            reports: vec![finished(0, 0), started(2)],
+        },
+        NodeReports {
+            node: NodeId(999),
+            reports: vec![started(1)],
+        },
+        NodeReports {
+            node: nodes[1],
+            reports: vec![finished(1, 0)],
+        },
+    ];
+    let mut one_by_one = base.clone();
+    for (i, g) in groups.iter().enumerate() {
+        let cmd = Command::TaskReports {
+            node: g.node,
+            reports: g.reports.clone(),
+        };
+        one_by_one.apply(5 + i as u64, env(None, cmd));
+    }
+    let mut grouped = base.clone();
+    assert_eq!(
+        grouped.apply(5, env(None, Command::GroupedTaskReports { groups })),
+        Outcome::TaskUpdated
+    );
+    assert_eq!(grouped.cluster().tasks(), one_by_one.cluster().tasks());
+    assert_eq!(grouped.nodes(), one_by_one.nodes());
+    assert_eq!(grouped.cluster().jobs(), one_by_one.cluster().jobs());
+    let all = hetsched_common::protocol::HistoryFilter::default();
+    let records = grouped.accounting().history(&all);
+    assert_eq!(records, one_by_one.accounting().history(&all));
+    assert_eq!(records.len(), 3, "two successes and a failure, once each");
+    // Started and finished in one entry: the record starts at the entry's time.
+    assert!(
+        records.iter().all(|r| r.started_ms == Some(50)),
+        "{records:?}"
+    );
+}

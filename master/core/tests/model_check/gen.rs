@@ -16,8 +16,8 @@ use hetsched_common::{
 };
 use hetsched_master_core::sched::{steal, IndexedScheduler, Scheduler};
 use hetsched_master_core::state::{
-    Assign, ClusterState, Command, CommandEnvelope, Outcome, PlaceNew, Plan, Preemption, TaskRef,
-    TokenRecord,
+    Assign, ClusterState, Command, CommandEnvelope, NodeReports, Outcome, PlaceNew, Plan,
+    Preemption, TaskRef, TokenRecord,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -559,6 +559,17 @@ impl Generator {
         }
     }
 
+    /// Issue 54's group commit: several nodes' batches (a node may come twice) in one entry.
+    fn grouped(&mut self, s: &ClusterState) -> Command {
+        let groups = (0..self.rng.range(1, 4))
+            .filter_map(|_| match self.batch(s) {
+                Command::TaskReports { node, reports } => Some(NodeReports { node, reports }),
+                _ => None,
+            })
+            .collect();
+        Command::GroupedTaskReports { groups }
+    }
+
     /// A batch of reports from one node: its live attempts and stale ones, in any order.
     fn batch(&mut self, s: &ClusterState) -> Command {
         let node = self.any_node(s);
@@ -739,7 +750,8 @@ impl Generator {
                 Some(c) => c,
                 None => self.batch(s),
             },
-            670..=699 => self.batch(s),
+            670..=692 => self.batch(s),
+            693..=699 => self.grouped(s),
             700..=719 => {
                 let c = self.pick(&self.sent.iter().cloned().collect::<Vec<_>>());
                 c.unwrap_or(Command::LeaderBarrier {
