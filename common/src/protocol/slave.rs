@@ -256,6 +256,25 @@ pub enum SlaveRequest {
     },
 }
 
+impl SlaveRequest {
+    /// The node a request speaks for (a registration: the id it asks to keep, if any).
+    /// Every kind is listed, so a new one must say which node it names.
+    pub fn node(&self) -> Option<NodeId> {
+        match self {
+            Self::Register { node, .. } => *node,
+            Self::Heartbeat { node, .. }
+            | Self::TaskStarted { node, .. }
+            | Self::TaskFinished { node, .. }
+            | Self::RecordProfile { node, .. }
+            | Self::RecordCalls { node, .. }
+            | Self::TaskReports { node, .. }
+            | Self::StealRequest { node }
+            | Self::Attach { node } => Some(*node),
+            Self::ForwardQuery(q) => Some(q.node),
+        }
+    }
+}
+
 /// One probe sample of a running attempt (taken by the slave once a second).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProbeSample {

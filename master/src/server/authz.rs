@@ -374,10 +374,11 @@ impl<'a> Authz<'a> {
             return Ok(());
         };
         let claimed = match req {
-            SlaveRequest::Register { name, .. } => Some(name.clone()),
-            other => {
-                slave_request_node(other).and_then(|n| self.state.node(n).map(|n| n.name.clone()))
-            }
+            SlaveRequest::Register { name, .. } => Some(name.as_str()),
+            other => other
+                .node()
+                .and_then(|n| self.state.node(n))
+                .map(|n| n.name.as_str()),
         };
         match claimed {
             Some(c) if c != id.name => {
@@ -402,15 +403,6 @@ fn owner_refusal(name: &str, req: &ClientRequest, owner: Option<String>) -> Opti
             what(req)
         )),
     }
-}
-
-fn slave_request_node(req: &SlaveRequest) -> Option<hetsched_common::NodeId> {
-    // Every request after Register names its node; read it from the serialized form so
-    // that new request kinds are covered without a list here.
-    let v = serde_json::to_value(req).ok()?;
-    let inner = v.as_object()?.values().next()?;
-    let n = inner.get("node")?;
-    serde_json::from_value(n.clone()).ok()
 }
 
 #[cfg(test)]
