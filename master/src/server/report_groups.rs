@@ -23,8 +23,8 @@ use tokio::task::JoinSet;
 /// forming while another commits; Raft already writes and sends what is proposed together.
 const IN_FLIGHT: usize = 2;
 
-/// Most reports in one grouped entry (a report is tens of bytes: far below the 4 MiB
-/// entry limit; a larger entry is split anyway).
+/// A group stops taking waiting batches once it holds this many reports (a report is tens
+/// of bytes: far below the 4 MiB entry limit; a larger entry is split anyway).
 const MOST_REPORTS: usize = 8_192;
 
 /// Why a proposal failed: the answer for the slave and, when the entry was too large for
@@ -92,12 +92,13 @@ fn stopped() -> ErrorReply {
 }
 
 /// The grouping loop: a batch is taken while fewer than [`IN_FLIGHT`] entries are on their
-/// way, together with every batch already waiting (up to [`MOST_REPORTS`] reports).
+/// way, together with the batches already waiting (until [`MOST_REPORTS`] reports).
 async fn group(mut rx: mpsc::UnboundedReceiver<Waiting>, propose: Propose) {
     let propose = std::sync::Arc::new(propose);
     let mut in_flight = JoinSet::new();
     loop {
         tokio::select! {
+            biased;
             // Finished entries first: each frees a place for the batches that waited.
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
             next = rx.recv(), if in_flight.len() < IN_FLIGHT => {
@@ -125,9 +126,10 @@ async fn group(mut rx: mpsc::UnboundedReceiver<Waiting>, propose: Propose) {
 /// waiting batch; a group too large for one entry goes batch by batch.
 async fn commit(propose: &Propose, group: Vec<Waiting>) {
     // Their ratio is the grouping: batches per entry.
-    metrics::counter!("hetsched_master_report_entries_total").increment(1);
     metrics::counter!("hetsched_master_report_batches_total").increment(group.len() as u64);
+    let entries = metrics::counter!("hetsched_master_report_entries_total");
     if group.len() == 1 {
+        entries.increment(1);
         for w in group {
             let NodeReports { node, reports } = w.batch;
             let r = propose(Command::TaskReports { node, reports }).await;
@@ -148,12 +150,14 @@ async fn commit(propose: &Propose, group: Vec<Waiting>) {
                 }
                 return;
             };
+            entries.increment(groups.len() as u64);
             for (NodeReports { node, reports }, done) in groups.into_iter().zip(answers) {
                 let r = propose(Command::TaskReports { node, reports }).await;
                 let _ = done.send(r.map_err(|f| f.reply));
             }
         }
         r => {
+            entries.increment(1);
             let r = r.map_err(|f| f.reply);
             for done in answers {
                 let _ = done.send(r.clone());

@@ -355,12 +355,38 @@ impl ClusterState {
         })
     }
 
+    /// Applies a [`Command::GroupedTaskReports`] entry as [`apply`](Self::apply) does,
+    /// showing `before` the state as it is before each group applies — as it would be
+    /// before that group's own `TaskReports` entry (the replica drafts usage records there).
+    pub fn apply_grouped(
+        &mut self,
+        index: u64,
+        at_ms: u64,
+        request: Option<ClientRequestId>,
+        groups: Vec<NodeReports>,
+        before: &mut dyn FnMut(&ClusterState, &NodeReports),
+    ) -> Outcome {
+        self.tasks.clear_touched();
+        self.applied(index, at_ms, request, |s| {
+            let outcome = s.grouped_reports(at_ms, groups, before);
+            s.follow_dependencies(&outcome);
+            outcome
+        })
+    }
+
     /// Issue 54: each slave's batch as the `TaskReports` entry it stands for, its
     /// dependents followed after it as after that entry, so the state is the same as if
     /// the batches had been entries of their own. Updated if any batch updated a task.
-    fn grouped_reports(&mut self, at_ms: u64, groups: Vec<NodeReports>) -> Outcome {
+    fn grouped_reports(
+        &mut self,
+        at_ms: u64,
+        groups: Vec<NodeReports>,
+        before: &mut dyn FnMut(&ClusterState, &NodeReports),
+    ) -> Outcome {
         let mut updated = false;
-        for NodeReports { node, reports } in groups {
+        for group in groups {
+            before(self, &group);
+            let NodeReports { node, reports } = group;
             let outcome = self
                 .report_rules(at_ms)
                 .apply(Command::TaskReports { node, reports });
@@ -444,7 +470,9 @@ impl ClusterState {
             | Command::TaskLost { .. }
             | Command::TimeoutTask { .. }
             | Command::TaskReports { .. }) => self.report_rules(at_ms).apply(c),
-            Command::GroupedTaskReports { groups } => self.grouped_reports(at_ms, groups),
+            Command::GroupedTaskReports { groups } => {
+                self.grouped_reports(at_ms, groups, &mut |_, _| {})
+            }
             Command::RecordCalls {
                 node,
                 task,

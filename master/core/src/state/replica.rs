@@ -8,13 +8,12 @@
 use super::accounting::{self, AccountingBook};
 use super::admin::{BenchBook, BenchCounter};
 use super::codec::{bytes_of, hash_of, size_of};
-use super::command::{Command, CommandEnvelope, Outcome};
+use super::command::{Command, CommandEnvelope, NodeReports, Outcome};
 use super::ClusterState;
 use crate::sched::multiqueue::{cluster_capacity, DrfUsage};
 use hetsched_common::protocol::{AttemptRecord, TaskReport};
-use hetsched_common::NodeId;
 use serde::{Serialize, Serializer};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Deref;
 
 /// The cluster state and the benchmark counters, applied from one log.
@@ -50,6 +49,11 @@ impl Eq for CapacityCache {}
 /// only inputs of [`cluster_capacity`]: registration (new node or new capacity), up, down,
 /// drain and undrain are the only changes to a node's liveness, drain or capacity
 /// (`node_book.rs`).
+/// A slave's report that an attempt ended (the reports that draft usage records).
+fn is_finish(r: &TaskReport) -> bool {
+    matches!(r, TaskReport::Finished { .. })
+}
+
 fn changes_capacity(command: &Command) -> bool {
     matches!(
         command,
@@ -59,34 +63,6 @@ fn changes_capacity(command: &Command) -> bool {
             | Command::DrainNode { .. }
             | Command::UndrainNode { .. }
     )
-}
-
-/// The usage records of the finishes in one entry's report batches (each `(node,
-/// reports)`), drafted against the state before the entry. An attempt the same entry
-/// reported started has no start in that state: its record starts at the entry's time, as
-/// when the start was applied first (a slave batches a short task's start and end).
-fn draft_reports<'a>(
-    cluster: &ClusterState,
-    batches: impl IntoIterator<Item = (NodeId, &'a [TaskReport])>,
-    at_ms: u64,
-    capacity: &DrfUsage,
-) -> Vec<AttemptRecord> {
-    let mut started = BTreeSet::new();
-    let mut records = Vec::new();
-    for (node, reports) in batches {
-        for r in reports {
-            if let TaskReport::Started { task, attempt } = r {
-                started.insert((node, *task, *attempt));
-            }
-            if let Some(mut rec) = accounting::draft(cluster, node, r, at_ms, capacity) {
-                if rec.started_ms.is_none() && started.contains(&(node, rec.task, rec.attempt)) {
-                    rec.started_ms = Some(at_ms);
-                }
-                records.push(rec);
-            }
-        }
-    }
-    records
 }
 
 impl Replica {
@@ -136,6 +112,26 @@ impl Replica {
                 self.cluster
                     .applied(index, at_ms, request, |_| bench.apply(client, seq, record))
             }
+            // Issue 54: each group's records drafted against the state before it, as
+            // before the group's own `TaskReports` entry.
+            Command::GroupedTaskReports { groups } => {
+                let finishes = |g: &NodeReports| g.reports.iter().any(is_finish);
+                let capacity = groups.iter().any(finishes).then(|| self.capacity());
+                let mut drafts = Vec::new();
+                let mut draft =
+                    |state: &ClusterState, g: &NodeReports| {
+                        if let Some(capacity) = &capacity {
+                            drafts.extend(g.reports.iter().filter_map(|r| {
+                                accounting::draft(state, g.node, r, at_ms, capacity)
+                            }));
+                        }
+                    };
+                let outcome = self
+                    .cluster
+                    .apply_grouped(index, at_ms, request, groups, &mut draft);
+                self.keep_records(drafts, at_ms);
+                outcome
+            }
             command => {
                 let drafts = self.drafts(&command, at_ms);
                 if changes_capacity(&command) {
@@ -149,21 +145,40 @@ impl Replica {
                         command,
                     },
                 );
-                // The settings as of this entry (a barrier may just have changed them).
-                let settings = self.cluster.accounting_settings();
-                for r in drafts {
-                    if let Some(h) = settings.half_life_ms {
-                        if !self.accounting.holds(&r) {
-                            self.accounting.charge(&r, h);
-                        }
-                    }
-                    self.accounting.record(r);
-                }
-                self.accounting
-                    .fold_before(at_ms.saturating_sub(settings.retention_ms));
+                self.keep_records(drafts, at_ms);
                 outcome
             }
         }
+    }
+
+    /// Records an entry's drafted usage records (charging fair share once per attempt) and
+    /// folds detail past the retention.
+    fn keep_records(&mut self, drafts: Vec<AttemptRecord>, at_ms: u64) {
+        // The settings as of this entry (a barrier may just have changed them).
+        let settings = self.cluster.accounting_settings();
+        for r in drafts {
+            if let Some(h) = settings.half_life_ms {
+                if !self.accounting.holds(&r) {
+                    self.accounting.charge(&r, h);
+                }
+            }
+            self.accounting.record(r);
+        }
+        self.accounting
+            .fold_before(at_ms.saturating_sub(settings.retention_ms));
+    }
+
+    /// The capacity of the nodes taking work, kept between entries. Computed only when a
+    /// record is drafted: node registrations come in storms, and each one clears it.
+    fn capacity(&mut self) -> DrfUsage {
+        let kept = *self
+            .capacity
+            .0
+            .get_or_insert_with(|| cluster_capacity(&self.cluster));
+        // Every test build checks the kept value against a fresh walk (the model check
+        // and the chaos replays drive every command kind through here).
+        debug_assert_eq!(kept, cluster_capacity(&self.cluster), "stale capacity");
+        kept
     }
 
     /// The usage records of the attempts a command ends, drafted before it applies (the
@@ -171,51 +186,38 @@ impl Replica {
     /// started attempts the master ends without one — those on a node declared down, or one
     /// its slave no longer holds (null readings, [`accounting::draft_lost`]).
     fn drafts(&mut self, command: &Command, at_ms: u64) -> Vec<AttemptRecord> {
-        let finishes = |r: &TaskReport| matches!(r, TaskReport::Finished { .. });
-        // Computed only when a record is drafted: node registrations come in storms, and
-        // each one clears the cache.
-        let mut capacity = || {
-            let kept = *self
-                .capacity
-                .0
-                .get_or_insert_with(|| cluster_capacity(&self.cluster));
-            // Every test build checks the kept value against a fresh walk (the model check
-            // and the chaos replays drive every command kind through here).
-            debug_assert_eq!(kept, cluster_capacity(&self.cluster), "stale capacity");
-            kept
-        };
-        let lost = |node, task, attempt, capacity: &_| {
+        let lost = |cluster: &ClusterState, node, task, attempt, capacity: &_| {
             let at = super::command::TaskRef {
                 node,
                 task,
                 attempt,
             };
-            accounting::draft_lost(&self.cluster, at, at_ms, capacity)
+            accounting::draft_lost(cluster, at, at_ms, capacity)
         };
         match command {
             Command::TaskReports { node, reports } => {
-                if !reports.iter().any(finishes) {
+                if !reports.iter().any(is_finish) {
                     return Vec::new();
                 }
-                draft_reports(&self.cluster, [(*node, &reports[..])], at_ms, &capacity())
-            }
-            Command::GroupedTaskReports { groups } => {
-                if !groups.iter().any(|g| g.reports.iter().any(finishes)) {
-                    return Vec::new();
-                }
-                let batches = groups.iter().map(|g| (g.node, &g.reports[..]));
-                draft_reports(&self.cluster, batches, at_ms, &capacity())
+                let capacity = self.capacity();
+                reports
+                    .iter()
+                    .filter_map(|r| accounting::draft(&self.cluster, *node, r, at_ms, &capacity))
+                    .collect()
             }
             Command::NodeDown { node } => {
+                if !self.cluster.nodes().contains_key(node) {
+                    return Vec::new();
+                }
+                let capacity = self.capacity();
                 let Some(n) = self.cluster.nodes().get(node) else {
                     return Vec::new();
                 };
-                let capacity = capacity();
                 n.tasks
                     .iter()
                     .filter_map(|t| {
                         let attempt = self.cluster.task(*t)?.status.attempt;
-                        lost(*node, *t, attempt, &capacity)
+                        lost(&self.cluster, *node, *t, attempt, &capacity)
                     })
                     .collect()
             }
@@ -223,9 +225,12 @@ impl Replica {
                 node,
                 task,
                 attempt,
-            } => lost(*node, *task, *attempt, &capacity())
-                .into_iter()
-                .collect(),
+            } => {
+                let capacity = self.capacity();
+                lost(&self.cluster, *node, *task, *attempt, &capacity)
+                    .into_iter()
+                    .collect()
+            }
             _ => Vec::new(),
         }
     }

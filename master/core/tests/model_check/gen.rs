@@ -859,6 +859,7 @@ impl Generator {
                 | Command::TaskFinished { .. }
                 | Command::TaskLost { .. }
                 | Command::TaskReports { .. }
+                | Command::GroupedTaskReports { .. }
         ) {
             self.sent.push_back(command.clone());
             if self.sent.len() > 64 {
