@@ -12,7 +12,7 @@ use hetsched_common::wire::{self, FrameLimits};
 use hetsched_common::MasterId;
 use hetsched_consensus::{Consensus, ProposeError, RaftConfig, Role};
 use hetsched_master_core::duties::DutiesConfig;
-use hetsched_master_core::state::{AccountingSettings, CommandEnvelope, Replica};
+use hetsched_master_core::state::{AccountingSettings, Replica};
 use std::sync::{Arc, RwLock};
 
 /// Starts consensus and the duties actor (inside an actix System).
@@ -100,24 +100,12 @@ fn proposer(raft: &Consensus<Replicated>, shared: &MasterShared) -> Propose {
     Box::new(move |command| {
         let (raft, shared) = (raft.clone(), shared.clone());
         Box::pin(async move {
-            let env = CommandEnvelope {
-                at_ms: super::now_ms(),
-                request: None,
-                command,
-            };
-            let started = std::time::Instant::now();
-            match raft.propose(env.encode()).await {
-                Ok(outcome) => {
-                    metrics::histogram!("hetsched_master_raft_commit_seconds")
-                        .record(started.elapsed());
-                    Ok(outcome)
-                }
-                Err(e) => Err(ProposeFailure {
-                    too_large: matches!(e, ProposeError::TooLarge(_))
-                        .then(|| Box::new(env.command)),
+            super::ports::propose_stamped(&raft, command, None)
+                .await
+                .map_err(|(e, command)| ProposeFailure {
+                    too_large: matches!(e, ProposeError::TooLarge(_)).then_some(command),
                     reply: shared.propose_error(e),
-                }),
-            }
+                })
         })
     })
 }

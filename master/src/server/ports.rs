@@ -11,11 +11,12 @@
 use super::admin::refuse_off_admin;
 use super::authz::{scope_request, Authz, Caller};
 use super::reply::message_name;
+use super::Replicated;
 use super::{now_ms, Master};
 use hetsched_common::protocol::{ClientRequest, ErrorKind, ErrorReply, Message};
 use hetsched_common::wire::{Handler, Peer};
 use hetsched_common::ClientRequestId;
-use hetsched_consensus::Role;
+use hetsched_consensus::{Consensus, ProposeError, Role};
 use hetsched_master_core::state::{Command, CommandEnvelope, Outcome};
 use std::sync::Arc;
 
@@ -119,19 +120,9 @@ impl Master {
         command: Command,
         request: Option<ClientRequestId>,
     ) -> Result<Outcome, ErrorReply> {
-        let bytes = CommandEnvelope {
-            at_ms: now_ms(),
-            request,
-            command,
-        }
-        .encode();
-        let started = std::time::Instant::now();
-        let r = self.raft.propose(bytes).await;
-        if r.is_ok() {
-            // Proposal to applied on this (leading) master.
-            metrics::histogram!("hetsched_master_raft_commit_seconds").record(started.elapsed());
-        }
-        r.map_err(|e| self.shared.propose_error(e))
+        propose_stamped(&self.raft, command, request)
+            .await
+            .map_err(|(e, _)| self.shared.propose_error(e))
     }
 
     /// A linearizable read (Raft ReadIndex) unless the client accepts a stale answer: only a
@@ -156,5 +147,28 @@ impl Master {
         } else {
             Err(self.shared.not_leader(st.leader))
         }
+    }
+}
+
+/// Stamps `command` with the leader's clock, proposes it and waits until it applied on this
+/// (leading) master, recording the commit latency. A refused command comes back with the
+/// error (the report group commit splits a group too large for one entry).
+pub(super) async fn propose_stamped(
+    raft: &Consensus<Replicated>,
+    command: Command,
+    request: Option<ClientRequestId>,
+) -> Result<Outcome, (ProposeError, Box<Command>)> {
+    let env = CommandEnvelope {
+        at_ms: now_ms(),
+        request,
+        command,
+    };
+    let started = std::time::Instant::now();
+    match raft.propose(env.encode()).await {
+        Ok(outcome) => {
+            metrics::histogram!("hetsched_master_raft_commit_seconds").record(started.elapsed());
+            Ok(outcome)
+        }
+        Err(e) => Err((e, Box::new(env.command))),
     }
 }

@@ -342,6 +342,18 @@ impl ClusterState {
     /// nothing but `last_index`. Benchmark traffic (`Command::Bench`) is the [`Replica`]'s:
     /// here it changes nothing else either.
     pub fn apply(&mut self, index: u64, env: CommandEnvelope) -> Outcome {
+        self.apply_observed(index, env, &mut |_, _| {})
+    }
+
+    /// [`apply`](Self::apply), showing `before` the state as it is before each group of a
+    /// [`Command::GroupedTaskReports`] applies — as it would be before that group's own
+    /// `TaskReports` entry (the replica drafts usage records there).
+    pub fn apply_observed(
+        &mut self,
+        index: u64,
+        env: CommandEnvelope,
+        before: &mut dyn FnMut(&ClusterState, &NodeReports),
+    ) -> Outcome {
         let CommandEnvelope {
             at_ms,
             request,
@@ -349,26 +361,7 @@ impl ClusterState {
         } = env;
         self.tasks.clear_touched();
         self.applied(index, at_ms, request, |s| {
-            let outcome = s.dispatch(index, at_ms, command);
-            s.follow_dependencies(&outcome);
-            outcome
-        })
-    }
-
-    /// Applies a [`Command::GroupedTaskReports`] entry as [`apply`](Self::apply) does,
-    /// showing `before` the state as it is before each group applies — as it would be
-    /// before that group's own `TaskReports` entry (the replica drafts usage records there).
-    pub fn apply_grouped(
-        &mut self,
-        index: u64,
-        at_ms: u64,
-        request: Option<ClientRequestId>,
-        groups: Vec<NodeReports>,
-        before: &mut dyn FnMut(&ClusterState, &NodeReports),
-    ) -> Outcome {
-        self.tasks.clear_touched();
-        self.applied(index, at_ms, request, |s| {
-            let outcome = s.grouped_reports(at_ms, groups, before);
+            let outcome = s.dispatch(index, at_ms, command, before);
             s.follow_dependencies(&outcome);
             outcome
         })
@@ -445,7 +438,13 @@ impl ClusterState {
     }
 
     /// Hands `command` to the book or the handler of its family (see the module docs).
-    fn dispatch(&mut self, index: u64, at_ms: u64, command: Command) -> Outcome {
+    fn dispatch(
+        &mut self,
+        index: u64,
+        at_ms: u64,
+        command: Command,
+        before: &mut dyn FnMut(&ClusterState, &NodeReports),
+    ) -> Outcome {
         match command {
             c @ Command::RegisterNode { .. } => self.nodes.register(c),
             Command::NodeUp { node } => self.nodes.up(node),
@@ -470,9 +469,7 @@ impl ClusterState {
             | Command::TaskLost { .. }
             | Command::TimeoutTask { .. }
             | Command::TaskReports { .. }) => self.report_rules(at_ms).apply(c),
-            Command::GroupedTaskReports { groups } => {
-                self.grouped_reports(at_ms, groups, &mut |_, _| {})
-            }
+            Command::GroupedTaskReports { groups } => self.grouped_reports(at_ms, groups, before),
             Command::RecordCalls {
                 node,
                 task,

@@ -54,6 +54,12 @@ fn is_finish(r: &TaskReport) -> bool {
     matches!(r, TaskReport::Finished { .. })
 }
 
+/// A grouped report entry with a finish in it (its records are drafted group by group).
+fn grouped_finishes(command: &Command) -> bool {
+    matches!(command, Command::GroupedTaskReports { groups }
+        if groups.iter().any(|g| g.reports.iter().any(is_finish)))
+}
+
 fn changes_capacity(command: &Command) -> bool {
     matches!(
         command,
@@ -112,40 +118,30 @@ impl Replica {
                 self.cluster
                     .applied(index, at_ms, request, |_| bench.apply(client, seq, record))
             }
-            // Issue 54: each group's records drafted against the state before it, as
-            // before the group's own `TaskReports` entry.
-            Command::GroupedTaskReports { groups } => {
-                let finishes = |g: &NodeReports| g.reports.iter().any(is_finish);
-                let capacity = groups.iter().any(finishes).then(|| self.capacity());
-                let mut drafts = Vec::new();
-                let mut draft =
-                    |state: &ClusterState, g: &NodeReports| {
-                        if let Some(capacity) = &capacity {
-                            drafts.extend(g.reports.iter().filter_map(|r| {
-                                accounting::draft(state, g.node, r, at_ms, capacity)
-                            }));
-                        }
-                    };
-                let outcome = self
-                    .cluster
-                    .apply_grouped(index, at_ms, request, groups, &mut draft);
-                self.keep_records(drafts, at_ms);
-                outcome
-            }
             command => {
                 let drafts = self.drafts(&command, at_ms);
                 if changes_capacity(&command) {
                     self.capacity = CapacityCache::default();
                 }
-                let outcome = self.cluster.apply(
-                    index,
-                    CommandEnvelope {
-                        at_ms,
-                        request,
-                        command,
-                    },
-                );
-                self.keep_records(drafts, at_ms);
+                // Issue 54: a grouped entry's records are drafted group by group against the
+                // state just before each, as before the group's own `TaskReports` entry.
+                let capacity = grouped_finishes(&command).then(|| self.capacity());
+                let mut grouped = Vec::new();
+                let mut draft =
+                    |state: &ClusterState, g: &NodeReports| {
+                        if let Some(capacity) = &capacity {
+                            grouped.extend(g.reports.iter().filter_map(|r| {
+                                accounting::draft(state, g.node, r, at_ms, capacity)
+                            }));
+                        }
+                    };
+                let env = CommandEnvelope {
+                    at_ms,
+                    request,
+                    command,
+                };
+                let outcome = self.cluster.apply_observed(index, env, &mut draft);
+                self.keep_records(drafts.into_iter().chain(grouped), at_ms);
                 outcome
             }
         }
@@ -153,7 +149,7 @@ impl Replica {
 
     /// Records an entry's drafted usage records (charging fair share once per attempt) and
     /// folds detail past the retention.
-    fn keep_records(&mut self, drafts: Vec<AttemptRecord>, at_ms: u64) {
+    fn keep_records(&mut self, drafts: impl IntoIterator<Item = AttemptRecord>, at_ms: u64) {
         // The settings as of this entry (a barrier may just have changed them).
         let settings = self.cluster.accounting_settings();
         for r in drafts {
@@ -210,14 +206,15 @@ impl Replica {
                     return Vec::new();
                 }
                 let capacity = self.capacity();
-                let Some(n) = self.cluster.nodes().get(node) else {
-                    return Vec::new();
-                };
-                n.tasks
-                    .iter()
+                let cluster = &self.cluster;
+                cluster
+                    .nodes()
+                    .get(node)
+                    .into_iter()
+                    .flat_map(|n| n.tasks.iter())
                     .filter_map(|t| {
-                        let attempt = self.cluster.task(*t)?.status.attempt;
-                        lost(&self.cluster, *node, *t, attempt, &capacity)
+                        let attempt = cluster.task(*t)?.status.attempt;
+                        lost(cluster, *node, *t, attempt, &capacity)
                     })
                     .collect()
             }
